@@ -1,0 +1,245 @@
+#include "http.h"
+#include "log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+struct sg_http_server {
+    h2o_globalconf_t config;
+    h2o_context_t ctx;
+    h2o_accept_ctx_t accept_ctx;
+    h2o_socket_t *listener;
+    int port;
+    sg_http_handler_cb cb;
+    void *app;
+};
+
+typedef struct {
+    h2o_handler_t super;
+    sg_http_server_t *server;
+} handler_t;
+
+static int on_req(h2o_handler_t *self, h2o_req_t *req)
+{
+    sg_http_server_t *s = ((handler_t *)self)->server;
+    return s->cb(s->app, req);
+}
+
+static void on_accept(h2o_socket_t *listener, const char *err)
+{
+    sg_http_server_t *s = listener->data;
+    h2o_socket_t *sock;
+
+    if (err != NULL)
+        return;
+    sock = h2o_evloop_socket_accept(listener);
+    if (sock == NULL)
+        return;
+    h2o_accept(&s->accept_ctx, sock);
+}
+
+sg_http_server_t *sg_http_server_create(const char *host, int port, size_t max_body, sg_http_handler_cb cb, void *app,
+                                        char *err, size_t errlen)
+{
+    sg_http_server_t *s = calloc(1, sizeof(*s));
+    struct sockaddr_in addr = {0};
+    socklen_t alen = sizeof(addr);
+    int fd = -1, on = 1;
+
+    if (s == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->cb = cb;
+    s->app = app;
+    h2o_config_init(&s->config);
+    s->config.max_request_entity_size = max_body;
+    h2o_hostconf_t *hostconf = h2o_config_register_host(&s->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    h2o_pathconf_t *pathconf = h2o_config_register_path(hostconf, "/", 0);
+    handler_t *h = (handler_t *)h2o_create_handler(pathconf, sizeof(*h));
+    h->super.on_req = on_req;
+    h->server = s;
+
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) {
+        snprintf(err, errlen, "HOST \"%s\" is not an IPv4 address", host);
+        goto Error;
+    }
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) != 0 ||
+        bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 || listen(fd, SOMAXCONN) != 0) {
+        snprintf(err, errlen, "cannot listen on %s:%d: %s", host, port, strerror(errno));
+        goto Error;
+    }
+    getsockname(fd, (struct sockaddr *)&addr, &alen);
+    s->port = ntohs(addr.sin_port);
+
+    h2o_context_init(&s->ctx, h2o_evloop_create(), &s->config);
+    s->accept_ctx.ctx = &s->ctx;
+    s->accept_ctx.hosts = s->config.hosts;
+    s->listener = h2o_evloop_socket_create(s->ctx.loop, fd, H2O_SOCKET_FLAG_DONT_READ);
+    s->listener->data = s;
+    h2o_socket_read_start(s->listener, on_accept);
+    return s;
+
+Error:
+    if (fd >= 0)
+        close(fd);
+    h2o_config_dispose(&s->config);
+    free(s);
+    return NULL;
+}
+
+h2o_loop_t *sg_http_server_loop(sg_http_server_t *s)
+{
+    return s->ctx.loop;
+}
+
+h2o_context_t *sg_http_server_context(sg_http_server_t *s)
+{
+    return &s->ctx;
+}
+
+int sg_http_server_port(sg_http_server_t *s)
+{
+    return s->port;
+}
+
+void sg_http_server_stop_accepting(sg_http_server_t *s)
+{
+    if (s->listener != NULL) {
+        h2o_socket_read_stop(s->listener);
+        h2o_socket_close(s->listener);
+        s->listener = NULL;
+    }
+}
+
+const char *sg_http_reason(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 201: return "Created";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
+    case 413: return "Payload Too Large";
+    case 415: return "Unsupported Media Type";
+    case 429: return "Too Many Requests";
+    case 500: return "Internal Server Error";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Unknown";
+    }
+}
+
+void sg_http_send_body(h2o_req_t *req, int status, const char *content_type, const char *p, size_t len)
+{
+    req->res.status = status;
+    req->res.reason = sg_http_reason(status);
+    req->res.content_length = len;
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, content_type, strlen(content_type));
+    h2o_send_inline(req, p, len);
+}
+
+void sg_http_send_json(h2o_req_t *req, int status, json_object *obj)
+{
+    size_t len;
+    const char *s = json_object_to_json_string_length(obj, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
+    sg_http_send_body(req, status, "application/json", s, len);
+    json_object_put(obj);
+}
+
+void sg_http_send_error(h2o_req_t *req, int status, const char *code, const char *fmt, ...)
+{
+    char detail[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof(detail), fmt, ap);
+    va_end(ap);
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "detail", json_object_new_string(detail));
+    json_object_object_add(o, "code", json_object_new_string(code));
+    sg_http_send_json(req, status, o);
+}
+
+void sg_http_add_header(h2o_req_t *req, const char *name, const char *value)
+{
+    h2o_add_header_by_str(&req->pool, &req->res.headers, name, strlen(name), 1, NULL, value, strlen(value));
+}
+
+int sg_http_method_is(h2o_req_t *req, const char *m)
+{
+    return h2o_memis(req->method.base, req->method.len, m, strlen(m));
+}
+
+h2o_iovec_t sg_http_path(h2o_req_t *req)
+{
+    size_t len = req->query_at != SIZE_MAX ? req->query_at : req->path.len;
+    return h2o_iovec_init(req->path.base, len);
+}
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+h2o_iovec_t sg_http_query_param(h2o_req_t *req, const char *name)
+{
+    size_t nlen = strlen(name);
+    const char *p, *end;
+
+    if (req->query_at == SIZE_MAX)
+        return h2o_iovec_init(NULL, 0);
+    p = req->path.base + req->query_at + 1;
+    end = req->path.base + req->path.len;
+    while (p < end) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        const char *pe = amp != NULL ? amp : end;
+        if ((size_t)(pe - p) >= nlen && memcmp(p, name, nlen) == 0 && (p + nlen == pe || p[nlen] == '=')) {
+            const char *v = p + nlen == pe ? pe : p + nlen + 1;
+            char *out = h2o_mem_alloc_pool(&req->pool, (size_t)(pe - v) + 1), *d = out;
+            for (const char *s = v; s < pe; s++) {
+                if (*s == '%' && pe - s >= 3 && hexval(s[1]) >= 0 && hexval(s[2]) >= 0) {
+                    *d++ = (char)(hexval(s[1]) * 16 + hexval(s[2]));
+                    s += 2;
+                } else {
+                    *d++ = *s == '+' ? ' ' : *s;
+                }
+            }
+            *d = '\0';
+            return h2o_iovec_init(out, (size_t)(d - out));
+        }
+        p = pe + 1;
+    }
+    return h2o_iovec_init(NULL, 0);
+}
+
+int sg_http_is_json(h2o_req_t *req)
+{
+    ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_CONTENT_TYPE, -1);
+    if (i < 0)
+        return 0;
+    h2o_iovec_t v = req->headers.entries[i].value;
+    static const char ct[] = "application/json";
+    return v.len >= sizeof(ct) - 1 && h2o_lcstris(v.base, sizeof(ct) - 1, ct, sizeof(ct) - 1) &&
+           (v.len == sizeof(ct) - 1 || v.base[sizeof(ct) - 1] == ';' || v.base[sizeof(ct) - 1] == ' ');
+}

@@ -1,0 +1,51 @@
+/*
+ * http.h — the h2o glue both servers share: one listener, one handler that
+ * gets every request (the program routes by itself), and JSON replies.
+ *
+ * Everything here runs on the event-loop thread that owns the server.
+ */
+#ifndef SANDGATE_HTTP_H
+#define SANDGATE_HTTP_H
+
+#include <h2o.h>
+#include <json-c/json.h>
+
+typedef struct sg_http_server sg_http_server_t;
+
+/* Called for every request. Return 0 after replying or after arranging an
+ * asynchronous reply (as h2o's on_req). */
+typedef int (*sg_http_handler_cb)(void *app, h2o_req_t *req);
+
+/* Listens on host:port (port 0 picks a free one) with its own h2o loop.
+ * Bodies larger than max_body get 413 from h2o before they are read whole.
+ * NULL on failure with err set. */
+sg_http_server_t *sg_http_server_create(const char *host, int port, size_t max_body, sg_http_handler_cb cb, void *app,
+                                        char *err, size_t errlen);
+h2o_loop_t *sg_http_server_loop(sg_http_server_t *s);
+h2o_context_t *sg_http_server_context(sg_http_server_t *s);
+int sg_http_server_port(sg_http_server_t *s);
+/* Stops accepting new connections (for shutdown). */
+void sg_http_server_stop_accepting(sg_http_server_t *s);
+
+const char *sg_http_reason(int status);
+/* Replies with obj serialized; takes ownership of obj. */
+void sg_http_send_json(h2o_req_t *req, int status, json_object *obj);
+/* Replies {"detail": <formatted>, "code": code}. */
+void sg_http_send_error(h2o_req_t *req, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Replies with the bytes as given (copied into the request's pool). */
+void sg_http_send_body(h2o_req_t *req, int status, const char *content_type, const char *p, size_t len);
+void sg_http_add_header(h2o_req_t *req, const char *name, const char *value);
+
+/* 1 if req's method equals m. */
+int sg_http_method_is(h2o_req_t *req, const char *m);
+/* The path without the query string. */
+h2o_iovec_t sg_http_path(h2o_req_t *req);
+/* The value of query parameter name, percent-decoded into the request's
+ * pool; {NULL, 0} if absent, {"" , 0} if present and empty. */
+h2o_iovec_t sg_http_query_param(h2o_req_t *req, const char *name);
+/* 1 if the request has a Content-Type of application/json (parameters
+ * allowed), 0 otherwise. */
+int sg_http_is_json(h2o_req_t *req);
+
+#endif

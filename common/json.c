@@ -1,0 +1,176 @@
+#include "json.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+json_object *sg_json_parse_object(const char *p, size_t len, char *err, size_t errlen)
+{
+    json_tokener *tok;
+    json_object *o;
+
+    if (len == 0) {
+        snprintf(err, errlen, "the request body is empty; a JSON object is expected");
+        return NULL;
+    }
+    if (len > (size_t)INT32_MAX || memchr(p, '\0', len) != NULL) {
+        snprintf(err, errlen, "the request body is not valid JSON");
+        return NULL;
+    }
+    tok = json_tokener_new();
+    if (tok == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    o = json_tokener_parse_ex(tok, p, (int)len);
+    enum json_tokener_error jerr = json_tokener_get_error(tok);
+    if (o == NULL || jerr != json_tokener_success || json_tokener_get_parse_end(tok) < len) {
+        /* trailing whitespace is fine, anything else after the value is not */
+        int off = (int)json_tokener_get_parse_end(tok);
+        int trailing_ok = o != NULL && jerr == json_tokener_success;
+        for (int i = off; trailing_ok && i < (int)len; i++)
+            if (strchr(" \t\r\n", p[i]) == NULL)
+                trailing_ok = 0;
+        if (!trailing_ok) {
+            snprintf(err, errlen, "the request body is not valid JSON (%s at offset %d)",
+                     jerr == json_tokener_success ? "unexpected data" : json_tokener_error_desc(jerr), off);
+            json_object_put(o);
+            json_tokener_free(tok);
+            return NULL;
+        }
+    }
+    json_tokener_free(tok);
+    if (!json_object_is_type(o, json_type_object)) {
+        snprintf(err, errlen, "the request body must be a JSON object");
+        json_object_put(o);
+        return NULL;
+    }
+    return o;
+}
+
+static json_object *field(json_object *o, const char *key)
+{
+    json_object *v = NULL;
+    if (!json_object_object_get_ex(o, key, &v))
+        return NULL;
+    return v; /* NULL for JSON null too */
+}
+
+int sg_json_get_str(json_object *o, const char *key, const char **out, size_t *len, char *err, size_t errlen)
+{
+    json_object *v = field(o, key);
+    if (v == NULL)
+        return 0;
+    if (!json_object_is_type(v, json_type_string)) {
+        snprintf(err, errlen, "field \"%s\" must be a string", key);
+        return -1;
+    }
+    *out = json_object_get_string(v);
+    if (len != NULL)
+        *len = (size_t)json_object_get_string_len(v);
+    return 1;
+}
+
+int sg_json_get_bool(json_object *o, const char *key, int *out, char *err, size_t errlen)
+{
+    json_object *v = field(o, key);
+    if (v == NULL)
+        return 0;
+    if (!json_object_is_type(v, json_type_boolean)) {
+        snprintf(err, errlen, "field \"%s\" must be true or false", key);
+        return -1;
+    }
+    *out = json_object_get_boolean(v);
+    return 1;
+}
+
+int sg_json_get_num(json_object *o, const char *key, double *out, char *err, size_t errlen)
+{
+    json_object *v = field(o, key);
+    if (v == NULL)
+        return 0;
+    if (!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double)) {
+        snprintf(err, errlen, "field \"%s\" must be a number", key);
+        return -1;
+    }
+    *out = json_object_get_double(v);
+    return 1;
+}
+
+int sg_json_get_str_array(json_object *o, const char *key, json_object **out, char *err, size_t errlen)
+{
+    json_object *v = field(o, key);
+    if (v == NULL)
+        return 0;
+    if (!json_object_is_type(v, json_type_array))
+        goto Bad;
+    for (size_t i = 0; i < json_object_array_length(v); i++)
+        if (!json_object_is_type(json_object_array_get_idx(v, i), json_type_string))
+            goto Bad;
+    *out = v;
+    return 1;
+Bad:
+    snprintf(err, errlen, "field \"%s\" must be an array of strings", key);
+    return -1;
+}
+
+/* Length of the valid UTF-8 sequence at p (1..4), or 0 if invalid. */
+static size_t utf8_seq(const unsigned char *p, size_t left)
+{
+    unsigned char c = p[0];
+    size_t n;
+    unsigned cp;
+
+    if (c >= 0x01 && c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2, cp = c & 0x1f;
+    else if (c >= 0xe0 && c <= 0xef)
+        n = 3, cp = c & 0x0f;
+    else if (c >= 0xf0 && c <= 0xf4)
+        n = 4, cp = c & 0x07;
+    else
+        return 0;
+    if (left < n)
+        return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n;
+}
+
+char *sg_utf8_sanitize(const char *p, size_t len, size_t *outlen)
+{
+    const unsigned char *s = (const unsigned char *)p;
+    /* worst case: every byte becomes 3 */
+    char *out = malloc(len * 3 + 1), *d = out;
+    if (out == NULL)
+        return NULL;
+    for (size_t i = 0; i < len;) {
+        size_t n = utf8_seq(s + i, len - i);
+        if (n == 0) {
+            memcpy(d, "\xef\xbf\xbd", 3);
+            d += 3;
+            i++;
+        } else {
+            memcpy(d, s + i, n);
+            d += n;
+            i += n;
+        }
+    }
+    *d = '\0';
+    *outlen = (size_t)(d - out);
+    return out;
+}
+
+void sg_json_add_bytes(json_object *o, const char *key, const char *p, size_t len)
+{
+    size_t n;
+    char *s = sg_utf8_sanitize(p, len, &n);
+    json_object_object_add(o, key, s != NULL ? json_object_new_string_len(s, (int)n) : json_object_new_string(""));
+    free(s);
+}

@@ -1,0 +1,31 @@
+/*
+ * json.h — json-c helpers for request validation and replies.
+ *
+ * Field getters return 1 when the field is present with the right type,
+ * 0 when it is absent or null, -1 when it has the wrong type; on -1 err holds
+ * a sentence naming the field.
+ */
+#ifndef SANDGATE_JSON_H
+#define SANDGATE_JSON_H
+
+#include <json-c/json.h>
+#include <stddef.h>
+
+/* Parses a body that must be one JSON object. NULL on failure with err set. */
+json_object *sg_json_parse_object(const char *p, size_t len, char *err, size_t errlen);
+
+int sg_json_get_str(json_object *o, const char *key, const char **out, size_t *len, char *err, size_t errlen);
+int sg_json_get_bool(json_object *o, const char *key, int *out, char *err, size_t errlen);
+/* Integers and reals alike. */
+int sg_json_get_num(json_object *o, const char *key, double *out, char *err, size_t errlen);
+/* An array whose every element is a string. */
+int sg_json_get_str_array(json_object *o, const char *key, json_object **out, char *err, size_t errlen);
+
+/* Copies p[0..len) with every invalid UTF-8 sequence (and NUL) replaced by
+ * U+FFFD, so that the JSON made from it is always valid. malloc'd, NUL
+ * terminated; *outlen gets its length. NULL when memory runs out. */
+char *sg_utf8_sanitize(const char *p, size_t len, size_t *outlen);
+/* json_object_object_add of a string made from arbitrary bytes. */
+void sg_json_add_bytes(json_object *o, const char *key, const char *p, size_t len);
+
+#endif

@@ -1,0 +1,74 @@
+#include "util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <sys/random.h>
+#include <time.h>
+
+int sg_random_bytes(void *buf, size_t n)
+{
+    size_t off = 0;
+    while (off < n) {
+        ssize_t r = getrandom((char *)buf + off, n - off, 0);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        off += (size_t)r;
+    }
+    return 0;
+}
+
+int sg_uuid4(char out[37])
+{
+    unsigned char b[16];
+    if (sg_random_bytes(b, sizeof(b)) != 0)
+        return -1;
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2], b[3], b[4],
+             b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+    return 0;
+}
+
+int sg_is_uuid(const char *s, size_t len)
+{
+    if (len != 36)
+        return 0;
+    for (size_t i = 0; i < 36; i++) {
+        char c = s[i];
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (c != '-')
+                return 0;
+        } else if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+uint64_t sg_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+uint64_t sg_now_ms(void)
+{
+    return sg_now_us() / 1000;
+}
+
+int64_t sg_wall_s(void)
+{
+    return (int64_t)time(NULL);
+}
+
+void sg_rfc3339(int64_t unix_s, char out[32])
+{
+    time_t t = (time_t)unix_s;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}

@@ -1,0 +1,24 @@
+/*
+ * util.h — small helpers with no better home: ids, clocks, time strings.
+ */
+#ifndef SANDGATE_UTIL_H
+#define SANDGATE_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Fills buf with n random bytes from the kernel. Returns 0 or -1. */
+int sg_random_bytes(void *buf, size_t n);
+/* A random RFC 4122 version-4 UUID, 36 chars + NUL. Returns 0 or -1. */
+int sg_uuid4(char out[37]);
+/* Monotonic milliseconds / microseconds. */
+uint64_t sg_now_ms(void);
+uint64_t sg_now_us(void);
+/* Wall-clock seconds since the epoch. */
+int64_t sg_wall_s(void);
+/* RFC 3339 UTC time, e.g. 2026-11-21T10:00:00Z, into out[32]. */
+void sg_rfc3339(int64_t unix_s, char out[32]);
+/* 1 if s[0..len) is a canonical lowercase UUID string. */
+int sg_is_uuid(const char *s, size_t len);
+
+#endif

@@ -1,0 +1,171 @@
+/*
+ * agent_proto.h — the wire protocol between sandgate-proxy and the
+ * sandgate-agent that runs as PID 1 inside every sandbox container.
+ *
+ * Transport: the container's stdin (proxy -> agent) and stdout (agent ->
+ * proxy), reached by the proxy through the Docker attach stream. Docker
+ * multiplexes the container's stdout/stderr into frames (see docker_stream.h);
+ * after demultiplexing, the agent's stdout is a byte stream of the messages
+ * below. The agent's stderr carries its own diagnostics, one line per event.
+ *
+ * Every message is a 12-byte header followed by a payload, all big-endian:
+ *
+ *     u8  type      one of sg_agent_msg_type_t
+ *     u8  flags     0
+ *     u16 reserved  0
+ *     u32 id        request id chosen by the proxy; replies carry the id of
+ *                   the request they answer; READY carries 0
+ *     u32 len       payload length, at most SG_AGENT_MAX_PAYLOAD
+ *
+ * Payload fields are encoded in order with no padding:
+ *     u32 / i32 / u64  big-endian integers
+ *     str              u32 length, then that many bytes (no NUL)
+ *     rest             all remaining bytes of the payload
+ *
+ * Requests and their payloads (proxy -> agent). The agent handles one
+ * request at a time, in order; the proxy sends the next only after the reply
+ * that ends the previous one (EXIT, FILE, OK or ERROR).
+ *
+ *   EXEC      u32 timeout_ms    wall-clock budget for setup + run together
+ *             u32 output_cap    bytes kept per stream (stdout, stderr)
+ *             str setup_cmd     run first with /bin/sh -c, may be empty
+ *             str setup_stage   what setup is ("compile", "libraries"), for EXIT
+ *             str run_cmd       then run with /bin/sh -c
+ *             str file_path     where to write `code` first (absolute, inside
+ *                               the work dir or /tmp); empty = no file
+ *             rest code
+ *     Both commands run in the work dir with SANDGATE_FILE=file_path in the
+ *     environment, stdin from /dev/null, in a new process group. The agent
+ *     answers with any number of OUTPUT messages, then exactly one EXIT.
+ *     When the run ends, for any reason, every process it started (setsid and
+ *     double-forked ones included) is killed, so nothing outlives an EXEC.
+ *     When a stream passes output_cap the run is killed (reason OUTPUT_LIMIT).
+ *
+ *   PUT_FILE  str path          relative to the work dir (or absolute inside it)
+ *             u32 mode          permission bits, e.g. 0644
+ *             rest data
+ *     Missing parent directories are created. Answer: OK (u64 size) or ERROR.
+ *
+ *   GET_FILE  str path
+ *             u32 max_bytes
+ *     Answer: FILE (rest = the bytes) or ERROR.
+ *
+ *   PING      (empty)           Answer: OK (u64 0).
+ *
+ * Paths in PUT_FILE / GET_FILE never leave the work dir: ".." components,
+ * absolute paths outside it and symlinks on the way are refused
+ * (SG_AGENT_ERR_PATH); a directory or other non-regular file is refused too.
+ *
+ * Replies and events (agent -> proxy):
+ *
+ *   READY     u32 version (SG_AGENT_PROTO_VERSION), str workdir; sent once at
+ *             start with id 0, before reading any request.
+ *   OUTPUT    u32 stream (1 stdout, 2 stderr), rest bytes — as produced, at
+ *             most SG_AGENT_OUTPUT_CHUNK bytes each; never more than
+ *             output_cap bytes per stream per EXEC in total.
+ *   EXIT      i32 exit_code     exit status, or -1 when ended by a signal
+ *             u32 signal        the signal that ended it, 0 if none
+ *             u32 reason        sg_agent_reason_t
+ *             u64 duration_us   wall time from fork of setup/run to the end
+ *             u32 flags         SG_AGENT_EXIT_* bits
+ *             str stage         "run", or setup_stage if setup ended the EXEC
+ *   FILE      rest data
+ *   OK        u64 value
+ *   ERROR     u32 code (sg_agent_err_t), str message (a human sentence)
+ */
+#ifndef SANDGATE_AGENT_PROTO_H
+#define SANDGATE_AGENT_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SG_AGENT_PROTO_VERSION 1
+#define SG_AGENT_HEADER_SIZE 12
+#define SG_AGENT_MAX_PAYLOAD (64u << 20)
+#define SG_AGENT_OUTPUT_CHUNK (32u << 10)
+
+typedef enum {
+    SG_AGENT_EXEC = 1,
+    SG_AGENT_PUT_FILE = 2,
+    SG_AGENT_GET_FILE = 3,
+    SG_AGENT_PING = 4,
+
+    SG_AGENT_READY = 64,
+    SG_AGENT_OUTPUT = 65,
+    SG_AGENT_EXIT = 66,
+    SG_AGENT_FILE = 67,
+    SG_AGENT_OK = 68,
+    SG_AGENT_ERROR = 69,
+} sg_agent_msg_type_t;
+
+typedef enum {
+    SG_AGENT_REASON_EXITED = 0,       /* ran to its end; see exit_code */
+    SG_AGENT_REASON_TIMEOUT = 1,      /* timeout_ms passed; the tree was killed */
+    SG_AGENT_REASON_OOM = 2,          /* killed by the kernel for memory */
+    SG_AGENT_REASON_OUTPUT_LIMIT = 3, /* a stream passed output_cap; killed */
+    SG_AGENT_REASON_KILLED = 4,       /* ended by a signal the agent did not send */
+    SG_AGENT_REASON_SETUP_FAILED = 5, /* setup_cmd exited non-zero; run skipped */
+    SG_AGENT_REASON_START_FAILED = 6, /* could not write the file, fork or exec */
+} sg_agent_reason_t;
+
+#define SG_AGENT_EXIT_STDOUT_TRUNCATED 0x1u
+#define SG_AGENT_EXIT_STDERR_TRUNCATED 0x2u
+
+typedef enum {
+    SG_AGENT_ERR_BAD_REQUEST = 1, /* malformed payload or unknown type */
+    SG_AGENT_ERR_NOT_FOUND = 2,
+    SG_AGENT_ERR_PATH = 3,        /* path refused: traversal, symlink, not regular */
+    SG_AGENT_ERR_TOO_LARGE = 4,
+    SG_AGENT_ERR_IO = 5,
+} sg_agent_err_t;
+
+typedef struct {
+    uint8_t type;
+    uint32_t id;
+    uint32_t len;
+} sg_agent_header_t;
+
+/* Encoder: a growable buffer that owns its memory. All appends return 0, or
+ * -1 when memory runs out (the buffer is then left unchanged). */
+typedef struct {
+    uint8_t *base;
+    size_t len;
+    size_t cap;
+} sg_agent_buf_t;
+
+void sg_agent_buf_init(sg_agent_buf_t *b);
+void sg_agent_buf_free(sg_agent_buf_t *b);
+/* Start a message: writes a header whose length is patched by _end. */
+int sg_agent_msg_begin(sg_agent_buf_t *b, sg_agent_msg_type_t type, uint32_t id);
+void sg_agent_msg_end(sg_agent_buf_t *b, size_t msg_start);
+int sg_agent_put_u32(sg_agent_buf_t *b, uint32_t v);
+int sg_agent_put_i32(sg_agent_buf_t *b, int32_t v);
+int sg_agent_put_u64(sg_agent_buf_t *b, uint64_t v);
+int sg_agent_put_str(sg_agent_buf_t *b, const void *s, size_t len);
+int sg_agent_put_rest(sg_agent_buf_t *b, const void *s, size_t len);
+
+/* Decode a header from exactly SG_AGENT_HEADER_SIZE bytes. Returns 0, or -1
+ * if flags/reserved are not zero or len exceeds SG_AGENT_MAX_PAYLOAD. */
+int sg_agent_header_decode(const uint8_t *p, sg_agent_header_t *h);
+
+/* Payload reader over a complete payload; never reads past its end. Each get
+ * returns 0, or -1 when the field would run past the payload (the reader is
+ * then marked failed and every later get fails too). Strings and rest point
+ * into the payload: they are not NUL-terminated. */
+typedef struct {
+    const uint8_t *p;
+    size_t len;
+    size_t off;
+    int failed;
+} sg_agent_reader_t;
+
+void sg_agent_reader_init(sg_agent_reader_t *r, const void *payload, size_t len);
+int sg_agent_get_u32(sg_agent_reader_t *r, uint32_t *v);
+int sg_agent_get_i32(sg_agent_reader_t *r, int32_t *v);
+int sg_agent_get_u64(sg_agent_reader_t *r, uint64_t *v);
+int sg_agent_get_str(sg_agent_reader_t *r, const uint8_t **s, size_t *len);
+void sg_agent_get_rest(sg_agent_reader_t *r, const uint8_t **s, size_t *len);
+
+const char *sg_agent_reason_name(uint32_t reason); /* "exited", "timeout", "out_of_memory", ... */
+
+#endif

@@ -1,0 +1,570 @@
+#include "api.h"
+#include "docker.h"
+#include "http.h"
+#include "json.h"
+#include "log.h"
+#include "session.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- requests that are answered later -------------------------------------
+ * A pending_t lives on the heap until the asynchronous work ends. The
+ * request may go away first (its connection closed): a small stub in the
+ * request's pool notices that in its dispose callback and clears req, so the
+ * work finishes, cleans up, and replies to nobody. */
+
+typedef struct pending pending_t;
+typedef struct {
+    pending_t *p;
+} pending_stub_t;
+
+struct pending {
+    h2o_req_t *req;
+    pending_stub_t *stub;
+    sg_api_t *api;
+    sg_exec_req_t ex;
+    json_object *body;   /* keeps ex's strings alive */
+    json_object *result; /* the reply of an ephemeral execute, sent after its container is gone */
+    char *setup_cmd;
+    char *path;   /* files routes: the path as given, for the reply */
+    int status;   /* ephemeral execute: the HTTP status of a failed run */
+    char errmsg[256];
+};
+
+static void on_stub_dispose(void *_stub)
+{
+    pending_stub_t *stub = _stub;
+    if (stub->p != NULL)
+        stub->p->req = NULL;
+}
+
+static pending_t *pending_new(h2o_req_t *req, sg_api_t *api)
+{
+    pending_t *p = calloc(1, sizeof(*p));
+    p->req = req;
+    p->api = api;
+    p->stub = h2o_mem_alloc_shared(&req->pool, sizeof(*p->stub), on_stub_dispose);
+    p->stub->p = p;
+    return p;
+}
+
+static void pending_free(pending_t *p)
+{
+    if (p->req != NULL)
+        p->stub->p = NULL;
+    json_object_put(p->body);
+    json_object_put(p->result);
+    free(p->setup_cmd);
+    free(p->path);
+    free(p);
+}
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+static void send_verr(h2o_req_t *req, const sg_verr_t *e)
+{
+    sg_http_send_error(req, e->status, e->code, "%s", e->detail);
+}
+
+static json_object *parse_body(h2o_req_t *req)
+{
+    char err[256];
+    json_object *o = sg_json_parse_object(req->entity.base, req->entity.len, err, sizeof(err));
+    if (o == NULL)
+        sg_http_send_error(req, 400, "bad_json", "%s", err);
+    return o;
+}
+
+static sg_session_t *find_session(h2o_req_t *req, h2o_iovec_t id)
+{
+    sg_session_t *s = sg_session_find(id.base, id.len);
+    if (s == NULL)
+        sg_http_send_error(req, 404, "no_such_session", "no session with id \"%.*s\"", (int)(id.len > 64 ? 64 : id.len),
+                           id.base);
+    return s;
+}
+
+static json_object *limits_json(const sg_limits_t *l)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "timeout", json_object_new_double(l->timeout_s));
+    json_object_object_add(o, "memory_mb", json_object_new_int64(l->memory_mb));
+    json_object_object_add(o, "cpus", json_object_new_double(l->cpus));
+    json_object_object_add(o, "network", json_object_new_boolean(l->network));
+    json_object_object_add(o, "pids", json_object_new_int64(l->pids));
+    json_object_object_add(o, "output_bytes", json_object_new_int64(l->output_bytes));
+    return o;
+}
+
+static const char *state_name(sg_session_state_t st)
+{
+    switch (st) {
+    case SG_SESSION_STARTING: return "starting";
+    case SG_SESSION_ACTIVE: return "active";
+    case SG_SESSION_CLOSING: return "closing";
+    default: return "closed";
+    }
+}
+
+static json_object *session_json(const sg_session_t *s)
+{
+    json_object *o = json_object_new_object();
+    char t[32];
+    json_object_object_add(o, "session_id", json_object_new_string(s->id));
+    json_object_object_add(o, "status", json_object_new_string(state_name(s->state)));
+    json_object_object_add(o, "lang", json_object_new_string(s->lang->name));
+    json_object_object_add(o, "image", json_object_new_string(s->image));
+    sg_rfc3339(s->created_at, t);
+    json_object_object_add(o, "created_at", json_object_new_string(t));
+    sg_rfc3339(s->last_used_at, t);
+    json_object_object_add(o, "last_used_at", json_object_new_string(t));
+    json_object_object_add(o, "executions", json_object_new_int64((int64_t)s->executions));
+    json_object_object_add(o, "keep_template", json_object_new_boolean(s->keep_template));
+    json_object_object_add(o, "limits", limits_json(&s->limits));
+    return o;
+}
+
+/* The failure of an op as an HTTP error; 0 if the op did not fail. */
+static int send_op_failure(h2o_req_t *req, sg_op_t *op)
+{
+    if (!op->failed)
+        return 0;
+    if (op->fail_status == 504)
+        sg_http_send_error(req, 504, "sandbox_timeout", "%s", op->errmsg);
+    else
+        sg_http_send_error(req, 502, "sandbox_failed", "%s", op->errmsg);
+    return 1;
+}
+
+static json_object *exec_result_json(const sg_op_t *op)
+{
+    json_object *o = json_object_new_object();
+    int timed_out = op->reason == SG_AGENT_REASON_TIMEOUT;
+    sg_json_add_bytes(o, "stdout", op->out[0].base != NULL ? op->out[0].base : "", op->out[0].len);
+    sg_json_add_bytes(o, "stderr", op->out[1].base != NULL ? op->out[1].base : "", op->out[1].len);
+    json_object_object_add(o, "exit_code", json_object_new_int(op->exit_code));
+    json_object_object_add(o, "execution_time", json_object_new_double((double)op->duration_us / 1e6));
+    json_object_object_add(o, "success",
+                           json_object_new_boolean(op->reason == SG_AGENT_REASON_EXITED && op->exit_code == 0));
+    json_object_object_add(o, "timed_out", json_object_new_boolean(timed_out));
+    json_object_object_add(o, "truncated", json_object_new_boolean((op->flags & (SG_AGENT_EXIT_STDOUT_TRUNCATED |
+                                                                                 SG_AGENT_EXIT_STDERR_TRUNCATED)) != 0));
+    json_object_object_add(o, "reason", json_object_new_string(sg_agent_reason_name(op->reason)));
+    json_object_object_add(o, "stage", json_object_new_string(op->stage[0] ? op->stage : "run"));
+    if (op->signal != 0)
+        json_object_object_add(o, "signal", json_object_new_int((int)op->signal));
+    return o;
+}
+
+/* The library check that runs before the code, as setup stage "libraries". */
+static char *libraries_cmd(const sg_lang_t *lang, json_object *libs)
+{
+    size_t n, cap;
+    char *cmd;
+
+    if (libs == NULL || lang->libcheck_cmd == NULL)
+        return NULL;
+    n = json_object_array_length(libs);
+    cap = strlen(lang->libcheck_cmd) + n * (214 * 4 + 3) + 1;
+    cmd = malloc(cap);
+    strcpy(cmd, lang->libcheck_cmd);
+    for (size_t i = 0; i < n; i++) {
+        json_object *v = json_object_array_get_idx(libs, i);
+        size_t len = strlen(cmd);
+        cmd[len++] = ' ';
+        sg_shell_quote(json_object_get_string(v), (size_t)json_object_get_string_len(v), cmd + len, cap - len);
+    }
+    return cmd;
+}
+
+static sg_op_t *exec_op_for(sg_session_t *s, pending_t *p, int is_command)
+{
+    if (is_command)
+        return sg_op_exec(s, NULL, NULL, p->ex.code, NULL, "", 0, p->ex.timeout_s);
+    p->setup_cmd = libraries_cmd(s->lang, p->ex.libraries);
+    return sg_op_exec(s, p->setup_cmd, "libraries", s->lang->run_cmd, s->lang->file_path, p->ex.code, p->ex.code_len,
+                      p->ex.timeout_s);
+}
+
+/* ---- routes ------------------------------------------------------------------ */
+
+typedef struct {
+    sg_job_t super;
+    pending_t *p;
+    int ok;
+    char version[32], api[16], err[256];
+} health_job_t;
+
+static void health_work(sg_job_t *job)
+{
+    health_job_t *j = (health_job_t *)job;
+    sg_docker_t *d = sg_workq_thread_data();
+    if (d == NULL) {
+        d = sg_docker_create();
+        sg_workq_set_thread_data(d, (void (*)(void *))sg_docker_destroy);
+    }
+    j->ok = sg_docker_ping(d, j->version, j->api, j->err, sizeof(j->err)) == 0;
+}
+
+static void health_done(sg_job_t *job)
+{
+    health_job_t *j = (health_job_t *)job;
+    if (j->p->req != NULL) {
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "status", json_object_new_string(j->ok ? "ok" : "degraded"));
+        json_object_object_add(o, "docker", json_object_new_boolean(j->ok));
+        if (j->ok) {
+            json_object_object_add(o, "docker_version", json_object_new_string(j->version));
+            json_object_object_add(o, "api_version", json_object_new_string(j->api));
+        } else {
+            json_object_object_add(o, "detail", json_object_new_string(j->err));
+        }
+        json_object_object_add(o, "sessions", json_object_new_int64((int64_t)sg_session_count()));
+        sg_http_send_json(j->p->req, j->ok ? 200 : 503, o);
+    }
+    pending_free(j->p);
+    free(j);
+}
+
+static int get_health(sg_api_t *api, h2o_req_t *req)
+{
+    health_job_t *j = calloc(1, sizeof(*j));
+    j->super.work = health_work;
+    j->super.done = health_done;
+    j->p = pending_new(req, api);
+    sg_workq_submit(sg_sessions_conf()->workq, &j->super);
+    return 0;
+}
+
+static void on_session_created(void *data, sg_session_t *s, int status, const char *code, const char *detail)
+{
+    pending_t *p = data;
+    if (s == NULL) {
+        if (p->req != NULL)
+            sg_http_send_error(p->req, status, code, "%s", detail);
+    } else if (p->req != NULL) {
+        sg_http_send_json(p->req, 200, session_json(s));
+    } else {
+        /* nobody is waiting for it: do not leave it behind */
+        sg_session_close(s, NULL, NULL);
+    }
+    if (s != NULL)
+        sg_session_unref(s);
+    pending_free(p);
+}
+
+static int is_template_image(const char *image)
+{
+    const char *repo = sg_sessions_conf()->template_repo;
+    size_t rl = strlen(repo);
+    return strncmp(image, repo, rl) == 0 && image[rl] == ':';
+}
+
+static int post_sessions(sg_api_t *api, h2o_req_t *req)
+{
+    sg_create_req_t cr;
+    sg_verr_t e;
+    json_object *body = parse_body(req);
+    if (body == NULL)
+        return 0;
+    if (sg_validate_create(body, &api->policy, &cr, &e) != 0) {
+        send_verr(req, &e);
+        json_object_put(body);
+        return 0;
+    }
+    if (cr.image != NULL && !is_template_image(cr.image)) {
+        sg_http_send_error(req, 400, "image_not_allowed",
+                           "field \"image\": only templates kept by this proxy (%s:<session id>) are allowed",
+                           sg_sessions_conf()->template_repo);
+        json_object_put(body);
+        return 0;
+    }
+    pending_t *p = pending_new(req, api);
+    p->body = body; /* cr.image points into it */
+    sg_session_create(&cr, 0, on_session_created, p);
+    return 0;
+}
+
+static void add_id(sg_session_t *s, void *data)
+{
+    if (!s->ephemeral)
+        json_object_array_add(data, json_object_new_string(s->id));
+}
+
+static int get_sessions(h2o_req_t *req)
+{
+    json_object *o = json_object_new_object(), *arr = json_object_new_array();
+    sg_session_foreach(add_id, arr);
+    json_object_object_add(o, "sessions", arr);
+    sg_http_send_json(req, 200, o);
+    return 0;
+}
+
+static void on_session_closed(void *data, const char *template_image, const char *err)
+{
+    pending_t *p = data;
+    if (p->req != NULL) {
+        if (err != NULL) {
+            sg_http_send_error(p->req, 500, "docker_error", "the session is closed, but: %s", err);
+        } else {
+            json_object *o = json_object_new_object();
+            json_object_object_add(o, "status", json_object_new_string("closed"));
+            if (template_image != NULL)
+                json_object_object_add(o, "template_image", json_object_new_string(template_image));
+            sg_http_send_json(p->req, 200, o);
+        }
+    }
+    pending_free(p);
+}
+
+static void on_exec_done(sg_op_t *op)
+{
+    pending_t *p = op->data;
+    if (p->req != NULL && !send_op_failure(p->req, op))
+        sg_http_send_json(p->req, 200, exec_result_json(op));
+    sg_op_free(op);
+    pending_free(p);
+}
+
+static int post_session_exec(sg_api_t *api, h2o_req_t *req, sg_session_t *s, int is_command)
+{
+    sg_verr_t e;
+    json_object *body = parse_body(req);
+    if (body == NULL)
+        return 0;
+    pending_t *p = pending_new(req, api);
+    p->body = body;
+    if (sg_validate_exec(body, is_command ? "command" : "code", 0, s->limits.timeout_s, &api->policy, &p->ex, &e) != 0) {
+        send_verr(req, &e);
+        pending_free(p);
+        return 0;
+    }
+    sg_op_t *op = exec_op_for(s, p, is_command);
+    if (op == NULL) {
+        sg_http_send_error(req, 500, "internal", "out of memory");
+        pending_free(p);
+        return 0;
+    }
+    sg_op_submit(op, on_exec_done, p);
+    return 0;
+}
+
+static void on_put_done(sg_op_t *op)
+{
+    pending_t *p = op->data;
+    h2o_req_t *req = p->req;
+    if (req != NULL && !send_op_failure(req, op)) {
+        if (op->agent_err != 0) {
+            int st = op->agent_err == SG_AGENT_ERR_PATH || op->agent_err == SG_AGENT_ERR_BAD_REQUEST ? 400
+                     : op->agent_err == SG_AGENT_ERR_TOO_LARGE                                        ? 413
+                     : op->agent_err == SG_AGENT_ERR_NOT_FOUND                                        ? 404
+                                                                                                      : 500;
+            const char *code = st == 400 ? "bad_path" : st == 413 ? "too_large" : st == 404 ? "no_such_file" : "io_error";
+            sg_http_send_error(req, st, code, "%s", op->errmsg);
+        } else if (op->kind == SG_OP_GET_FILE) {
+            sg_http_send_body(req, 200, "application/octet-stream", op->file.base != NULL ? op->file.base : "",
+                              op->file.len);
+        } else {
+            json_object *o = json_object_new_object();
+            json_object_object_add(o, "path", json_object_new_string(p->path));
+            json_object_object_add(o, "size", json_object_new_int64((int64_t)op->ok_value));
+            sg_http_send_json(req, 200, o);
+        }
+    }
+    sg_op_free(op);
+    pending_free(p);
+}
+
+static int session_files(sg_api_t *api, h2o_req_t *req, sg_session_t *s)
+{
+    char path[SG_MAX_PATH + 1];
+    sg_verr_t e;
+    h2o_iovec_t q = sg_http_query_param(req, "path");
+    long max = sg_sessions_conf()->max_file_bytes;
+    sg_op_t *op;
+
+    if (sg_validate_path(q.base, q.len, path, sizeof(path), &e) != 0) {
+        send_verr(req, &e);
+        return 0;
+    }
+    if (sg_http_method_is(req, "PUT")) {
+        if ((long)req->entity.len > max) {
+            sg_http_send_error(req, 413, "too_large", "the file is larger than the limit of %ld bytes", max);
+            return 0;
+        }
+        op = sg_op_put_file(s, path, req->entity.base, req->entity.len);
+    } else {
+        op = sg_op_get_file(s, path, (uint32_t)max);
+    }
+    if (op == NULL) {
+        sg_http_send_error(req, 500, "internal", "out of memory");
+        return 0;
+    }
+    pending_t *p = pending_new(req, api);
+    p->path = strdup(q.base);
+    sg_op_submit(op, on_put_done, p);
+    return 0;
+}
+
+/* POST /execute: a session of its own, one execution, then the container
+ * is removed; the reply goes out only after the removal, on every path. */
+static void ephemeral_closed(void *data, const char *template_image, const char *err)
+{
+    pending_t *p = data;
+    if (err != NULL)
+        sg_error("ephemeral execute: %s", err);
+    if (p->req != NULL) {
+        if (p->result != NULL) {
+            sg_http_send_json(p->req, 200, p->result);
+            p->result = NULL;
+        } else {
+            sg_http_send_error(p->req, p->status == 504 ? 504 : 502,
+                               p->status == 504 ? "sandbox_timeout" : "sandbox_failed", "%s", p->errmsg);
+        }
+    }
+    pending_free(p);
+}
+
+static void ephemeral_exec_done(sg_op_t *op)
+{
+    pending_t *p = op->data;
+    sg_session_t *s = op->session;
+    if (op->failed) {
+        p->status = op->fail_status;
+        snprintf(p->errmsg, sizeof(p->errmsg), "%s", op->errmsg);
+    } else
+        p->result = exec_result_json(op);
+    sg_session_ref(s);
+    sg_op_free(op);
+    sg_session_close(s, ephemeral_closed, p);
+    sg_session_unref(s);
+}
+
+static void ephemeral_ready(void *data, sg_session_t *s, int status, const char *code, const char *detail)
+{
+    pending_t *p = data;
+    if (s == NULL) {
+        if (p->req != NULL)
+            sg_http_send_error(p->req, status, code, "%s", detail);
+        pending_free(p);
+        return;
+    }
+    sg_op_t *op = exec_op_for(s, p, 0);
+    sg_session_unref(s); /* the op holds its own reference */
+    sg_op_submit(op, ephemeral_exec_done, p);
+}
+
+static int post_execute(sg_api_t *api, h2o_req_t *req)
+{
+    sg_verr_t e;
+    sg_create_req_t cr = {0};
+    json_object *body = parse_body(req);
+    if (body == NULL)
+        return 0;
+    pending_t *p = pending_new(req, api);
+    p->body = body;
+    if (sg_validate_exec(body, "code", 1, api->policy.defaults.timeout_s, &api->policy, &p->ex, &e) != 0) {
+        send_verr(req, &e);
+        pending_free(p);
+        return 0;
+    }
+    cr.lang = p->ex.lang;
+    cr.limits = api->policy.defaults;
+    sg_session_create(&cr, 1, ephemeral_ready, p);
+    return 0;
+}
+
+int sg_api_split_path(const char *p, size_t len, h2o_iovec_t *segs, int max)
+{
+    int n = 0;
+    size_t i = 0;
+
+    if (len == 0 || p[0] != '/')
+        return -1;
+    i = 1;
+    while (i < len) {
+        size_t start = i;
+        while (i < len && p[i] != '/')
+            i++;
+        if (i == start) {
+            return -1; /* "//" */
+        }
+        if (n == max)
+            return -1;
+        segs[n++] = h2o_iovec_init(p + start, i - start);
+        i++; /* past '/' (or past the end) */
+    }
+    return n;
+}
+
+static int method_not_allowed(h2o_req_t *req, const char *allowed)
+{
+    sg_http_add_header(req, "allow", allowed);
+    sg_http_send_error(req, 405, "method_not_allowed", "%.*s is not allowed here; allowed: %s", (int)req->method.len,
+                       req->method.base, allowed);
+    return 0;
+}
+
+int sg_api_handle(void *app, h2o_req_t *req)
+{
+    sg_api_t *api = app;
+    h2o_iovec_t path = sg_http_path(req), seg[4];
+    int n = sg_api_split_path(path.base, path.len, seg, 4);
+    sg_session_t *s;
+
+#define IS(i, lit) h2o_memis(seg[i].base, seg[i].len, H2O_STRLIT(lit))
+#define METHOD(m) sg_http_method_is(req, m)
+
+    if (n == 0) {
+        if (!METHOD("GET") && !METHOD("HEAD"))
+            return method_not_allowed(req, "GET");
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "status", json_object_new_string("ok"));
+        sg_http_send_json(req, 200, o);
+        return 0;
+    }
+    if (n == 1 && IS(0, "health"))
+        return METHOD("GET") ? get_health(api, req) : method_not_allowed(req, "GET");
+    if (n == 1 && IS(0, "execute"))
+        return METHOD("POST") ? post_execute(api, req) : method_not_allowed(req, "POST");
+    if (n == 1 && IS(0, "sessions")) {
+        if (METHOD("GET"))
+            return get_sessions(req);
+        if (METHOD("POST"))
+            return post_sessions(api, req);
+        return method_not_allowed(req, "GET, POST");
+    }
+    if (n >= 2 && n <= 3 && IS(0, "sessions")) {
+        const char *allowed = n == 2 ? "GET, DELETE" : IS(2, "files") ? "GET, PUT" : "POST";
+        if (n == 3 && !IS(2, "execute") && !IS(2, "commands") && !IS(2, "files"))
+            goto NotFound;
+        if (n == 2 && !METHOD("GET") && !METHOD("DELETE"))
+            return method_not_allowed(req, allowed);
+        if (n == 3 && IS(2, "files") && !METHOD("GET") && !METHOD("PUT"))
+            return method_not_allowed(req, allowed);
+        if (n == 3 && !IS(2, "files") && !METHOD("POST"))
+            return method_not_allowed(req, allowed);
+        if ((s = find_session(req, seg[1])) == NULL)
+            return 0;
+        if (n == 2 && METHOD("GET")) {
+            sg_http_send_json(req, 200, session_json(s));
+            return 0;
+        }
+        if (n == 2) {
+            sg_session_close(s, on_session_closed, pending_new(req, api));
+            return 0;
+        }
+        if (IS(2, "files"))
+            return session_files(api, req, s);
+        return post_session_exec(api, req, s, IS(2, "commands"));
+    }
+NotFound:
+    sg_http_send_error(req, 404, "not_found", "no route for %.*s %.*s", (int)req->method.len, req->method.base,
+                       (int)(path.len > 200 ? 200 : path.len), path.base);
+    return 0;
+#undef IS
+#undef METHOD
+}

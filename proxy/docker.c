@@ -1,0 +1,462 @@
+#include "docker.h"
+#include "log.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define DOCKER_REPLY_MAX (16u << 20)
+#define DOCKER_TIMEOUT_MS 60000L
+
+struct sg_docker {
+    CURL *curl;
+};
+
+/* Set once by sg_docker_setup (and the first ping), read by every thread. */
+static char unix_path[512];   /* non-empty for unix sockets */
+static char base_url[512];    /* "http://localhost" or "http://host:port" */
+static char api_version[16];
+static pthread_mutex_t version_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+int sg_docker_setup(const char *docker_host, const char *api, char *err, size_t errlen)
+{
+    if (docker_host == NULL || docker_host[0] == '\0')
+        docker_host = "unix:///var/run/docker.sock";
+    unix_path[0] = '\0';
+    if (strncmp(docker_host, "unix://", 7) == 0) {
+        snprintf(unix_path, sizeof(unix_path), "%s", docker_host + 7);
+        snprintf(base_url, sizeof(base_url), "http://localhost");
+    } else if (strncmp(docker_host, "tcp://", 6) == 0) {
+        snprintf(base_url, sizeof(base_url), "http://%s", docker_host + 6);
+    } else {
+        snprintf(err, errlen, "DOCKER_HOST \"%s\" is neither unix:// nor tcp://", docker_host);
+        return -1;
+    }
+    snprintf(api_version, sizeof(api_version), "%s", api != NULL ? api : "");
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    return 0;
+}
+
+const char *sg_docker_api_version(void)
+{
+    return api_version;
+}
+
+static void url_for(char *out, size_t outlen, const char *path)
+{
+    char v[16];
+    pthread_mutex_lock(&version_mutex);
+    snprintf(v, sizeof(v), "%s", api_version);
+    pthread_mutex_unlock(&version_mutex);
+    if (v[0] != '\0' && path[0] == '/' && strcmp(path, "/_ping") != 0)
+        snprintf(out, outlen, "%s/v%s%s", base_url, v, path);
+    else
+        snprintf(out, outlen, "%s%s", base_url, path);
+}
+
+sg_docker_t *sg_docker_create(void)
+{
+    sg_docker_t *d = calloc(1, sizeof(*d));
+    if (d == NULL)
+        return NULL;
+    d->curl = curl_easy_init();
+    if (d->curl == NULL) {
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+void sg_docker_destroy(sg_docker_t *d)
+{
+    if (d == NULL)
+        return;
+    curl_easy_cleanup(d->curl);
+    free(d);
+}
+
+static size_t on_body(char *p, size_t size, size_t n, void *arg)
+{
+    sg_buf_t *b = arg;
+    if (sg_buf_append(b, p, size * n) != 0)
+        return 0; /* too big: abort the transfer */
+    return size * n;
+}
+
+typedef struct {
+    char *want;      /* header name with colon, lowercase */
+    char value[64];
+} header_grab_t;
+
+static size_t on_header(char *p, size_t size, size_t n, void *arg)
+{
+    header_grab_t *g = arg;
+    size_t len = size * n, wl = strlen(g->want);
+    if (g->want != NULL && len > wl && strncasecmp(p, g->want, wl) == 0) {
+        const char *v = p + wl;
+        size_t vl = len - wl;
+        while (vl > 0 && (*v == ' ' || *v == '\t'))
+            v++, vl--;
+        while (vl > 0 && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' '))
+            vl--;
+        if (vl >= sizeof(g->value))
+            vl = sizeof(g->value) - 1;
+        memcpy(g->value, v, vl);
+        g->value[vl] = '\0';
+    }
+    return len;
+}
+
+static int do_request(sg_docker_t *d, const char *method, const char *path, const char *body, size_t body_len,
+                      long *status, sg_buf_t *resp, header_grab_t *grab, char *err, size_t errlen)
+{
+    char url[1024];
+    struct curl_slist *hdrs = NULL;
+    CURLcode rc;
+    long code = 0;
+
+    url_for(url, sizeof(url), path);
+    curl_easy_reset(d->curl);
+    curl_easy_setopt(d->curl, CURLOPT_URL, url);
+    if (unix_path[0] != '\0')
+        curl_easy_setopt(d->curl, CURLOPT_UNIX_SOCKET_PATH, unix_path);
+    curl_easy_setopt(d->curl, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(d->curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(d->curl, CURLOPT_TIMEOUT_MS, DOCKER_TIMEOUT_MS);
+    curl_easy_setopt(d->curl, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+    curl_easy_setopt(d->curl, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(d->curl, CURLOPT_WRITEDATA, resp);
+    if (grab != NULL) {
+        curl_easy_setopt(d->curl, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(d->curl, CURLOPT_HEADERDATA, grab);
+    }
+    if (body != NULL) {
+        hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+        curl_easy_setopt(d->curl, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(d->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+    } else if (strcmp(method, "POST") == 0) {
+        curl_easy_setopt(d->curl, CURLOPT_POSTFIELDS, "");
+        curl_easy_setopt(d->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)0);
+    }
+    hdrs = curl_slist_append(hdrs, "Expect:");
+    curl_easy_setopt(d->curl, CURLOPT_HTTPHEADER, hdrs);
+
+    sg_buf_reset(resp);
+    rc = curl_easy_perform(d->curl);
+    curl_slist_free_all(hdrs);
+    curl_easy_getinfo(d->curl, CURLINFO_RESPONSE_CODE, &code);
+    if (status != NULL)
+        *status = code;
+    if (rc != CURLE_OK) {
+        snprintf(err, errlen, "Docker engine did not answer %s %s: %s", method, path, curl_easy_strerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
+int sg_docker_request(sg_docker_t *d, const char *method, const char *path, const char *body, size_t body_len,
+                      long *status, sg_buf_t *resp, char *err, size_t errlen)
+{
+    return do_request(d, method, path, body, body_len, status, resp, NULL, err, errlen);
+}
+
+/* Docker's error replies are {"message": "..."}. */
+static void docker_error(const char *what, long status, sg_buf_t *resp, char *err, size_t errlen)
+{
+    json_object *o = resp->len != 0 ? json_tokener_parse(resp->base) : NULL, *m;
+    const char *msg = resp->len != 0 ? resp->base : "(no message)";
+    if (o != NULL && json_object_object_get_ex(o, "message", &m))
+        msg = json_object_get_string(m);
+    snprintf(err, errlen, "Docker refused to %s (%ld): %s", what, status, msg);
+    json_object_put(o);
+}
+
+int sg_docker_ping(sg_docker_t *d, char version[32], char api[16], char *err, size_t errlen)
+{
+    sg_buf_t resp;
+    header_grab_t grab = {"api-version:", ""};
+    long status = 0;
+    int ret = -1;
+
+    sg_buf_init(&resp, 1 << 16);
+    if (do_request(d, "GET", "/_ping", NULL, 0, &status, &resp, &grab, err, errlen) != 0)
+        goto Exit;
+    if (status != 200) {
+        docker_error("answer a ping", status, &resp, err, errlen);
+        goto Exit;
+    }
+    snprintf(api, 16, "%s", grab.value);
+    pthread_mutex_lock(&version_mutex);
+    if (api_version[0] == '\0')
+        snprintf(api_version, sizeof(api_version), "%s", grab.value);
+    pthread_mutex_unlock(&version_mutex);
+    version[0] = '\0';
+    if (do_request(d, "GET", "/version", NULL, 0, &status, &resp, NULL, err, errlen) == 0 && status == 200) {
+        json_object *o = json_tokener_parse(resp.base), *v;
+        if (o != NULL && json_object_object_get_ex(o, "Version", &v))
+            snprintf(version, 32, "%s", json_object_get_string(v));
+        json_object_put(o);
+    }
+    ret = 0;
+Exit:
+    sg_buf_free(&resp);
+    return ret;
+}
+
+int sg_docker_container_create(sg_docker_t *d, json_object *config, char id[72], char *err, size_t errlen)
+{
+    size_t len;
+    const char *body = json_object_to_json_string_length(config, JSON_C_TO_STRING_PLAIN, &len);
+    sg_buf_t resp;
+    long status;
+    int ret = -1;
+
+    sg_buf_init(&resp, DOCKER_REPLY_MAX);
+    if (do_request(d, "POST", "/containers/create", body, len, &status, &resp, NULL, err, errlen) != 0)
+        goto Exit;
+    if (status != 201) {
+        docker_error("create a container", status, &resp, err, errlen);
+        goto Exit;
+    }
+    json_object *o = json_tokener_parse(resp.base), *v;
+    if (o != NULL && json_object_object_get_ex(o, "Id", &v)) {
+        snprintf(id, 72, "%s", json_object_get_string(v));
+        ret = 0;
+    } else {
+        snprintf(err, errlen, "Docker created a container but its reply had no Id");
+    }
+    json_object_put(o);
+Exit:
+    sg_buf_free(&resp);
+    return ret;
+}
+
+static int simple_call(sg_docker_t *d, const char *method, const char *path, const char *what, long ok1, long ok2,
+                       char *err, size_t errlen)
+{
+    sg_buf_t resp;
+    long status;
+    int ret = -1;
+
+    sg_buf_init(&resp, 1 << 20);
+    if (do_request(d, method, path, NULL, 0, &status, &resp, NULL, err, errlen) != 0)
+        goto Exit;
+    if (status != ok1 && status != ok2) {
+        docker_error(what, status, &resp, err, errlen);
+        goto Exit;
+    }
+    ret = 0;
+Exit:
+    sg_buf_free(&resp);
+    return ret;
+}
+
+int sg_docker_container_start(sg_docker_t *d, const char *id, char *err, size_t errlen)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/containers/%s/start", id);
+    return simple_call(d, "POST", path, "start a container", 204, 304, err, errlen);
+}
+
+int sg_docker_container_remove(sg_docker_t *d, const char *id, char *err, size_t errlen)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/containers/%s?force=1&v=1", id);
+    return simple_call(d, "DELETE", path, "remove a container", 204, 404, err, errlen);
+}
+
+int sg_docker_container_commit(sg_docker_t *d, const char *id, const char *repo, const char *tag, char image_id[80],
+                               char *err, size_t errlen)
+{
+    char path[512];
+    sg_buf_t resp;
+    long status;
+    int ret = -1;
+
+    snprintf(path, sizeof(path), "/commit?container=%s&repo=%s&tag=%s&pause=1", id, repo, tag);
+    sg_buf_init(&resp, 1 << 20);
+    if (do_request(d, "POST", path, "{}", 2, &status, &resp, NULL, err, errlen) != 0)
+        goto Exit;
+    if (status != 201) {
+        docker_error("commit a container", status, &resp, err, errlen);
+        goto Exit;
+    }
+    json_object *o = json_tokener_parse(resp.base), *v;
+    image_id[0] = '\0';
+    if (o != NULL && json_object_object_get_ex(o, "Id", &v))
+        snprintf(image_id, 80, "%s", json_object_get_string(v));
+    json_object_put(o);
+    ret = 0;
+Exit:
+    sg_buf_free(&resp);
+    return ret;
+}
+
+int sg_docker_container_list(sg_docker_t *d, const char *label, json_object **out, char *err, size_t errlen)
+{
+    char path[1024], *enc_filter;
+    sg_buf_t resp;
+    long status;
+    int ret = -1;
+
+    json_object *f = json_object_new_object(), *arr = json_object_new_array();
+    json_object_array_add(arr, json_object_new_string(label));
+    json_object_object_add(f, "label", arr);
+    enc_filter = curl_easy_escape(d->curl, json_object_to_json_string_ext(f, JSON_C_TO_STRING_PLAIN), 0);
+    json_object_put(f);
+    snprintf(path, sizeof(path), "/containers/json?all=1&filters=%s", enc_filter);
+    curl_free(enc_filter);
+
+    sg_buf_init(&resp, DOCKER_REPLY_MAX);
+    if (do_request(d, "GET", path, NULL, 0, &status, &resp, NULL, err, errlen) != 0)
+        goto Exit;
+    if (status != 200) {
+        docker_error("list containers", status, &resp, err, errlen);
+        goto Exit;
+    }
+    *out = json_tokener_parse(resp.base);
+    if (*out == NULL || !json_object_is_type(*out, json_type_array)) {
+        json_object_put(*out);
+        snprintf(err, errlen, "Docker's container list was not a JSON array");
+        goto Exit;
+    }
+    ret = 0;
+Exit:
+    sg_buf_free(&resp);
+    return ret;
+}
+
+int sg_docker_image_exists(sg_docker_t *d, const char *image, char *err, size_t errlen)
+{
+    char path[512];
+    sg_buf_t resp;
+    long status;
+    int ret = -1;
+
+    snprintf(path, sizeof(path), "/images/%s/json", image);
+    sg_buf_init(&resp, DOCKER_REPLY_MAX);
+    if (do_request(d, "GET", path, NULL, 0, &status, &resp, NULL, err, errlen) != 0)
+        goto Exit;
+    if (status == 200)
+        ret = 1;
+    else if (status == 404)
+        ret = 0;
+    else
+        docker_error("inspect an image", status, &resp, err, errlen);
+Exit:
+    sg_buf_free(&resp);
+    return ret;
+}
+
+/* Reads the reply's status line and headers one byte at a time (they are
+ * short), so that no byte of the stream that follows is consumed. */
+static int read_headers(int fd, int timeout_ms, char *buf, size_t cap, char *err, size_t errlen)
+{
+    size_t len = 0;
+    while (len + 1 < cap) {
+        struct pollfd p = {fd, POLLIN, 0};
+        int r = poll(&p, 1, timeout_ms);
+        if (r == 0) {
+            snprintf(err, errlen, "Docker did not answer the attach request in time");
+            return -1;
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        ssize_t n = recv(fd, buf + len, 1, 0);
+        if (n <= 0) {
+            if (n < 0 && (errno == EINTR || errno == EAGAIN))
+                continue;
+            snprintf(err, errlen, "Docker closed the attach connection");
+            return -1;
+        }
+        len++;
+        buf[len] = '\0';
+        if (len >= 4 && memcmp(buf + len - 4, "\r\n\r\n", 4) == 0)
+            return 0;
+    }
+    snprintf(err, errlen, "Docker's attach reply headers were too long");
+    return -1;
+}
+
+int sg_docker_attach(const char *id, int timeout_ms, int *out_fd, char *err, size_t errlen)
+{
+    char url[1024], path[256], req[512], head[4096];
+    CURL *c = curl_easy_init();
+    curl_socket_t sock;
+    int fd = -1, reqlen;
+    size_t off = 0;
+
+    if (c == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    url_for(url, sizeof(url), "/");
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    if (unix_path[0] != '\0')
+        curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, unix_path);
+    curl_easy_setopt(c, CURLOPT_CONNECT_ONLY, 1L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)timeout_ms);
+    CURLcode rc = curl_easy_perform(c);
+    if (rc != CURLE_OK) {
+        snprintf(err, errlen, "cannot connect to Docker to attach: %s", curl_easy_strerror(rc));
+        goto Error;
+    }
+    if (curl_easy_getinfo(c, CURLINFO_ACTIVESOCKET, &sock) != CURLE_OK || sock == CURL_SOCKET_BAD) {
+        snprintf(err, errlen, "libcurl gave no socket for the attach connection");
+        goto Error;
+    }
+    /* keep our own descriptor; curl closes its own at cleanup */
+    fd = fcntl(sock, F_DUPFD_CLOEXEC, 0);
+    curl_easy_cleanup(c);
+    c = NULL;
+    if (fd < 0) {
+        snprintf(err, errlen, "dup of the attach socket failed: %s", strerror(errno));
+        goto Error;
+    }
+    {
+        int flags = fcntl(fd, F_GETFL);
+        fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    }
+    snprintf(path, sizeof(path), "/containers/%s/attach?stream=1&stdin=1&stdout=1&stderr=1", id);
+    url_for(url, sizeof(url), path);
+    reqlen = snprintf(req, sizeof(req),
+                      "POST %s HTTP/1.1\r\nHost: docker\r\nContent-Length: 0\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n",
+                      url + strlen(base_url));
+    while (off < (size_t)reqlen) {
+        ssize_t n = send(fd, req + off, (size_t)reqlen - off, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            snprintf(err, errlen, "cannot send the attach request: %s", strerror(errno));
+            goto Error;
+        }
+        off += (size_t)n;
+    }
+    if (read_headers(fd, timeout_ms, head, sizeof(head), err, errlen) != 0)
+        goto Error;
+    if (strncmp(head, "HTTP/1.1 101", 12) != 0 && strncmp(head, "HTTP/1.1 200", 12) != 0 &&
+        strncmp(head, "HTTP/1.0 200", 12) != 0) {
+        char *eol = strstr(head, "\r\n");
+        if (eol != NULL)
+            *eol = '\0';
+        snprintf(err, errlen, "Docker refused to attach: %s", head);
+        goto Error;
+    }
+    *out_fd = fd;
+    return 0;
+
+Error:
+    if (c != NULL)
+        curl_easy_cleanup(c);
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}

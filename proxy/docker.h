@@ -1,0 +1,58 @@
+/*
+ * docker.h — a blocking client of the Docker Engine API, over the unix
+ * socket (or tcp://) named by DOCKER_HOST, with libcurl.
+ *
+ * Blocking on purpose: it is called only from worker threads (workq.h), one
+ * sg_docker_t per thread, so the event loop never waits on Docker.
+ * Every function returns 0 or -1; on -1, err holds a sentence, and
+ * *status (where given) the HTTP status Docker answered (0 if none).
+ */
+#ifndef SANDGATE_DOCKER_H
+#define SANDGATE_DOCKER_H
+
+#include <json-c/json.h>
+#include <stddef.h>
+
+#include "buf.h"
+
+typedef struct sg_docker sg_docker_t;
+
+/* Process-wide: parses DOCKER_HOST ("" or NULL means unix:///var/run/docker.sock)
+ * and sets the API version used in every path. api_version may be "" to ask
+ * the engine (GET /_ping, header Api-Version) on the first sg_docker_ping. */
+int sg_docker_setup(const char *docker_host, const char *api_version, char *err, size_t errlen);
+const char *sg_docker_api_version(void);
+
+sg_docker_t *sg_docker_create(void);
+void sg_docker_destroy(sg_docker_t *d);
+
+/* One request; body may be NULL. The reply body goes into resp (capped). */
+int sg_docker_request(sg_docker_t *d, const char *method, const char *path, const char *body, size_t body_len,
+                      long *status, sg_buf_t *resp, char *err, size_t errlen);
+
+/* GET /_ping and GET /version: fills version (e.g. "20.10.24") and api
+ * (e.g. "1.41"); the first successful ping fixes the API version when none
+ * was configured. */
+int sg_docker_ping(sg_docker_t *d, char version[32], char api[16], char *err, size_t errlen);
+
+/* POST /containers/create with config (not consumed); id gets the full id. */
+int sg_docker_container_create(sg_docker_t *d, json_object *config, char id[72], char *err, size_t errlen);
+int sg_docker_container_start(sg_docker_t *d, const char *id, char *err, size_t errlen);
+/* DELETE /containers/{id}?force=1&v=1: kills and removes in one call; a
+ * container already gone counts as success. */
+int sg_docker_container_remove(sg_docker_t *d, const char *id, char *err, size_t errlen);
+/* POST /commit: repo:tag from the container; image_id gets the new id. */
+int sg_docker_container_commit(sg_docker_t *d, const char *id, const char *repo, const char *tag, char image_id[80],
+                               char *err, size_t errlen);
+/* GET /containers/json?all=1&filters={"label":[label]}; *out is the array. */
+int sg_docker_container_list(sg_docker_t *d, const char *label, json_object **out, char *err, size_t errlen);
+/* 1 if the image exists locally, 0 if not, -1 on error. */
+int sg_docker_image_exists(sg_docker_t *d, const char *image, char *err, size_t errlen);
+
+/* POST /containers/{id}/attach with stdin, stdout and stderr, hijacked:
+ * returns in *fd a connected socket (blocking mode, close-on-exec) on which
+ * the container's stdin is written raw and its stdout/stderr arrive as
+ * multiplexed frames (docker_stream.h). timeout_ms bounds the handshake. */
+int sg_docker_attach(const char *id, int timeout_ms, int *fd, char *err, size_t errlen);
+
+#endif

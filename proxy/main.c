@@ -1,0 +1,187 @@
+/*
+ * sandgate-proxy — the internal sandbox service: owns the Docker containers,
+ * runs code in them through the in-sandbox agent. See docs/architecture.md.
+ */
+#include "api.h"
+#include "config.h"
+#include "docker.h"
+#include "http.h"
+#include "log.h"
+#include "reconcile.h"
+#include "session.h"
+#include "workq.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct {
+    const char *host;
+    long port;
+    const char *docker_host;
+    const char *docker_api;
+    const char *proxy_id;
+    const char *image_prefix;
+    const char *template_repo;
+    double exec_timeout, max_exec_timeout;
+    long memory_mb, max_memory_mb;
+    double cpus, max_cpus;
+    long pids;
+    long output_limit;
+    long tmpfs_mb;
+    int allow_network;
+    long max_sessions;
+    long max_file_bytes;
+    long max_body;
+    long workers;
+    long agent_start_timeout_ms;
+    const char *log_level;
+} cfg;
+
+static const sg_cfg_entry_t config_table[] = {
+    {"HOST", SG_CFG_STR, "127.0.0.1", 0, 0, &cfg.host, "address to listen on (IPv4)"},
+    {"PORT", SG_CFG_INT, "8000", 0, 65535, &cfg.port, "port to listen on"},
+    {"DOCKER_HOST", SG_CFG_STR, "unix:///var/run/docker.sock", 0, 0, &cfg.docker_host,
+     "the Docker engine: unix:///path or tcp://host:port"},
+    {"SANDGATE_DOCKER_API_VERSION", SG_CFG_STR, "", 0, 0, &cfg.docker_api,
+     "Engine API version to use; empty: the engine's own (from GET /_ping)"},
+    {"SANDGATE_PROXY_ID", SG_CFG_STR, "sandgate-proxy", 0, 0, &cfg.proxy_id,
+     "this proxy's name in the sandgate.proxy label; containers with it are removed at start"},
+    {"SANDGATE_IMAGE_PREFIX", SG_CFG_STR, "sandgate/", 0, 0, &cfg.image_prefix,
+     "sandbox images are <prefix><lang>:latest"},
+    {"SANDGATE_TEMPLATE_REPO", SG_CFG_STR, "sandgate-template", 0, 0, &cfg.template_repo,
+     "keep_template sessions are committed as <repo>:<session id>"},
+    {"SANDGATE_EXEC_TIMEOUT", SG_CFG_DOUBLE, "30", 0.1, 3600, &cfg.exec_timeout, "default execution timeout, seconds"},
+    {"SANDGATE_MAX_EXEC_TIMEOUT", SG_CFG_DOUBLE, "300", 0.1, 86400, &cfg.max_exec_timeout,
+     "largest execution timeout a request may ask for, seconds"},
+    {"SANDGATE_MEMORY_MB", SG_CFG_INT, "512", 16, 1 << 20, &cfg.memory_mb, "default memory (and memory+swap) per sandbox, MiB"},
+    {"SANDGATE_MAX_MEMORY_MB", SG_CFG_INT, "4096", 16, 1 << 20, &cfg.max_memory_mb, "largest memory a request may ask for, MiB"},
+    {"SANDGATE_CPUS", SG_CFG_DOUBLE, "1", 0.01, 1024, &cfg.cpus, "default CPUs per sandbox"},
+    {"SANDGATE_MAX_CPUS", SG_CFG_DOUBLE, "2", 0.01, 1024, &cfg.max_cpus, "most CPUs a request may ask for"},
+    {"SANDGATE_PIDS_LIMIT", SG_CFG_INT, "128", 8, 1 << 20, &cfg.pids, "processes per sandbox"},
+    {"SANDGATE_OUTPUT_LIMIT", SG_CFG_INT, "1048576", 1024, 1 << 26, &cfg.output_limit,
+     "bytes of stdout and of stderr kept per execution; past it the run is stopped and truncated is true"},
+    {"SANDGATE_TMPFS_MB", SG_CFG_INT, "256", 1, 1 << 20, &cfg.tmpfs_mb, "size of the sandbox's /sandbox and /tmp, MiB"},
+    {"SANDGATE_ALLOW_NETWORK", SG_CFG_BOOL, "0", 0, 0, &cfg.allow_network,
+     "whether a session may ask for \"network\": true"},
+    {"SANDGATE_MAX_SESSIONS", SG_CFG_INT, "200", 1, 1 << 20, &cfg.max_sessions, "live sessions at most"},
+    {"SANDGATE_MAX_FILE_BYTES", SG_CFG_INT, "16777216", 1, 64 << 20, &cfg.max_file_bytes,
+     "largest file upload or download, bytes"},
+    {"SANDGATE_MAX_BODY_BYTES", SG_CFG_INT, "4194304", 1024, 64 << 20, &cfg.max_body,
+     "largest JSON request body, bytes"},
+    {"SANDGATE_DOCKER_WORKERS", SG_CFG_INT, "8", 1, 256, &cfg.workers, "threads that make Docker calls"},
+    {"SANDGATE_AGENT_START_TIMEOUT_MS", SG_CFG_INT, "20000", 100, 600000, &cfg.agent_start_timeout_ms,
+     "how long a new sandbox may take to answer"},
+    {"SANDGATE_LOG_LEVEL", SG_CFG_STR, "info", 0, 0, &cfg.log_level, "error, warn, info or debug"},
+};
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig)
+{
+    stop_signal = sig;
+}
+
+static h2o_timeout_t tick_timeout;
+static h2o_timeout_entry_t tick_entry;
+static h2o_loop_t *loop;
+
+static void on_tick(h2o_timeout_entry_t *e)
+{
+    sg_sessions_tick();
+    h2o_timeout_link(loop, &tick_timeout, &tick_entry);
+}
+
+int main(int argc, char **argv)
+{
+    char err[512], version[32], api_version[16];
+    sg_api_t api;
+    sg_sessions_conf_t sconf;
+    sg_http_server_t *server;
+    sg_docker_t *docker;
+    int n;
+
+    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "--config") == 0)) {
+        printf("sandgate-proxy: the internal sandbox service. Settings (environment):\n\n");
+        sg_config_print(config_table, sizeof(config_table) / sizeof(config_table[0]), stdout);
+        return 0;
+    }
+    if (sg_config_load(config_table, sizeof(config_table) / sizeof(config_table[0]), err, sizeof(err)) != 0) {
+        fprintf(stderr, "sandgate-proxy: %s\n", err);
+        return 2;
+    }
+    sg_log_init("sandgate-proxy", cfg.log_level);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (sg_docker_setup(cfg.docker_host, cfg.docker_api, err, sizeof(err)) != 0) {
+        sg_error("%s", err);
+        return 2;
+    }
+    docker = sg_docker_create();
+    if (sg_docker_ping(docker, version, api_version, err, sizeof(err)) != 0) {
+        sg_error("the Docker engine does not answer (%s); is dockerd running?", err);
+        return 1;
+    }
+    sg_info("Docker engine %s, API %s (using %s)", version, api_version, sg_docker_api_version());
+    if ((n = sg_reconcile(docker, cfg.proxy_id, err, sizeof(err))) < 0) {
+        sg_error("cannot reconcile leftover containers: %s", err);
+        return 1;
+    }
+    sg_info("reconcile: %d leftover container(s) of proxy \"%s\" removed", n, cfg.proxy_id);
+
+    memset(&api, 0, sizeof(api));
+    api.policy.defaults.timeout_s = cfg.exec_timeout;
+    api.policy.defaults.memory_mb = cfg.memory_mb;
+    api.policy.defaults.cpus = cfg.cpus;
+    api.policy.defaults.network = 0;
+    api.policy.defaults.pids = cfg.pids;
+    api.policy.defaults.output_bytes = cfg.output_limit;
+    api.policy.defaults.tmpfs_mb = cfg.tmpfs_mb;
+    api.policy.max_timeout_s = cfg.max_exec_timeout;
+    api.policy.max_memory_mb = cfg.max_memory_mb;
+    api.policy.max_cpus = cfg.max_cpus;
+    api.policy.allow_network = cfg.allow_network;
+
+    size_t max_body = (size_t)(cfg.max_body > cfg.max_file_bytes ? cfg.max_body : cfg.max_file_bytes);
+    server = sg_http_server_create(cfg.host, (int)cfg.port, max_body, sg_api_handle, &api, err, sizeof(err));
+    if (server == NULL) {
+        sg_error("%s", err);
+        return 1;
+    }
+    loop = sg_http_server_loop(server);
+
+    memset(&sconf, 0, sizeof(sconf));
+    sconf.loop = loop;
+    sconf.workq = sg_workq_create(loop, (int)cfg.workers);
+    sconf.proxy_id = cfg.proxy_id;
+    sconf.image_prefix = cfg.image_prefix;
+    sconf.template_repo = cfg.template_repo;
+    sconf.max_sessions = cfg.max_sessions;
+    sconf.max_file_bytes = cfg.max_file_bytes;
+    sconf.agent_start_timeout_ms = (int)cfg.agent_start_timeout_ms;
+    sg_sessions_init(&sconf);
+
+    h2o_timeout_init(loop, &tick_timeout, 1000);
+    tick_entry.cb = on_tick;
+    h2o_timeout_link(loop, &tick_timeout, &tick_entry);
+
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    sg_info("listening on %s:%d as proxy \"%s\"", cfg.host, sg_http_server_port(server), cfg.proxy_id);
+    while (!stop_signal)
+        h2o_evloop_run(loop, 1000);
+
+    sg_info("signal %d: shutting down", (int)stop_signal);
+    sg_http_server_stop_accepting(server);
+    /* Finish the Docker calls under way, then remove every container this
+     * proxy owns, whatever state its session was in. */
+    sg_workq_destroy(sconf.workq);
+    if ((n = sg_reconcile(docker, cfg.proxy_id, err, sizeof(err))) < 0)
+        sg_error("shutdown: cannot list containers: %s", err);
+    else
+        sg_info("shutdown: %d container(s) removed", n);
+    sg_docker_destroy(docker);
+    return 0;
+}

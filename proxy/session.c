@@ -1,0 +1,741 @@
+#include "session.h"
+#include "docker.h"
+#include "json.h"
+#include "log.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* How long past its own timeout an EXEC may take before the agent is
+ * declared unresponsive: the agent needs a moment to kill a process tree. */
+#define EXEC_GRACE_MS 10000
+#define FILE_OP_TIMEOUT_MS 30000
+
+static sg_sessions_conf_t conf;
+static h2o_linklist_t table = {&table, &table};
+static size_t table_count;
+
+void sg_sessions_init(const sg_sessions_conf_t *c)
+{
+    conf = *c;
+}
+
+const sg_sessions_conf_t *sg_sessions_conf(void)
+{
+    return &conf;
+}
+
+/* ---- the Docker side, on worker threads ---------------------------------- */
+
+static sg_docker_t *thread_docker(void)
+{
+    sg_docker_t *d = sg_workq_thread_data();
+    if (d == NULL) {
+        d = sg_docker_create();
+        sg_workq_set_thread_data(d, (void (*)(void *))sg_docker_destroy);
+    }
+    return d;
+}
+
+json_object *sg_session_container_config(const sg_session_t *s, const char *proxy_id)
+{
+    json_object *c = json_object_new_object(), *hc = json_object_new_object(), *labels = json_object_new_object();
+    json_object *env = json_object_new_array(), *tmpfs = json_object_new_object(), *arr;
+    char buf[160];
+
+    json_object_object_add(c, "Image", json_object_new_string(s->image));
+    json_object_object_add(c, "User", json_object_new_string("1000:1000"));
+    json_object_object_add(c, "WorkingDir", json_object_new_string("/sandbox"));
+    json_object_array_add(env, json_object_new_string("SANDGATE_WORKDIR=/sandbox"));
+    json_object_array_add(env, json_object_new_string("HOME=/sandbox"));
+    json_object_object_add(c, "Env", env);
+    json_object_object_add(c, "OpenStdin", json_object_new_boolean(1));
+    json_object_object_add(c, "StdinOnce", json_object_new_boolean(0));
+    json_object_object_add(c, "AttachStdin", json_object_new_boolean(1));
+    json_object_object_add(c, "AttachStdout", json_object_new_boolean(1));
+    json_object_object_add(c, "AttachStderr", json_object_new_boolean(1));
+    json_object_object_add(c, "Tty", json_object_new_boolean(0));
+    json_object_object_add(c, "NetworkDisabled", json_object_new_boolean(!s->limits.network));
+
+    json_object_object_add(labels, "sandgate.proxy", json_object_new_string(proxy_id));
+    json_object_object_add(labels, "sandgate.session", json_object_new_string(s->id));
+    json_object_object_add(labels, "sandgate.lang", json_object_new_string(s->lang->name));
+    json_object_object_add(labels, "sandgate.kind", json_object_new_string(s->ephemeral ? "ephemeral" : "session"));
+    snprintf(buf, sizeof(buf), "%lld", (long long)s->created_at);
+    json_object_object_add(labels, "sandgate.created", json_object_new_string(buf));
+    json_object_object_add(c, "Labels", labels);
+
+    json_object_object_add(hc, "NetworkMode", json_object_new_string(s->limits.network ? "bridge" : "none"));
+    arr = json_object_new_array();
+    json_object_array_add(arr, json_object_new_string("ALL"));
+    json_object_object_add(hc, "CapDrop", arr);
+    arr = json_object_new_array();
+    json_object_array_add(arr, json_object_new_string("no-new-privileges"));
+    json_object_object_add(hc, "SecurityOpt", arr);
+    /* A template session keeps its root writable and its work dir on the
+     * container's own layer, so that the commit at close captures them. */
+    json_object_object_add(hc, "ReadonlyRootfs", json_object_new_boolean(!s->keep_template));
+    snprintf(buf, sizeof(buf), "rw,exec,nosuid,nodev,size=%ldm,uid=1000,gid=1000,mode=0755", s->limits.tmpfs_mb);
+    if (!s->keep_template)
+        json_object_object_add(tmpfs, "/sandbox", json_object_new_string(buf));
+    snprintf(buf, sizeof(buf), "rw,exec,nosuid,nodev,size=%ldm,mode=1777", s->limits.tmpfs_mb);
+    json_object_object_add(tmpfs, "/tmp", json_object_new_string(buf));
+    json_object_object_add(hc, "Tmpfs", tmpfs);
+    json_object_object_add(hc, "Memory", json_object_new_int64((int64_t)s->limits.memory_mb << 20));
+    json_object_object_add(hc, "MemorySwap", json_object_new_int64((int64_t)s->limits.memory_mb << 20));
+    json_object_object_add(hc, "PidsLimit", json_object_new_int64(s->limits.pids));
+    json_object_object_add(hc, "NanoCpus", json_object_new_int64((int64_t)(s->limits.cpus * 1e9)));
+    json_object_object_add(hc, "Init", json_object_new_boolean(0)); /* the agent is PID 1 and reaps */
+    {
+        json_object *lc = json_object_new_object();
+        json_object_object_add(lc, "Type", json_object_new_string("none"));
+        json_object_object_add(lc, "Config", json_object_new_object());
+        json_object_object_add(hc, "LogConfig", lc);
+    }
+    json_object_object_add(c, "HostConfig", hc);
+    return c;
+}
+
+typedef struct {
+    sg_job_t super;
+    sg_session_t *s;
+    json_object *config;
+    int fd;
+    uint8_t *leftover; /* agent stdout bytes read past READY */
+    size_t leftover_len;
+    sg_docker_demux_t demux;
+    int status;
+    const char *code;
+    char err[512];
+    sg_session_ready_cb cb;
+    void *data;
+} create_job_t;
+
+typedef struct {
+    sg_buf_t *out;
+    int bad;
+} ready_ctx_t;
+
+static void on_ready_bytes(void *ctx, int stream, const uint8_t *p, size_t len)
+{
+    ready_ctx_t *r = ctx;
+    if (stream == 1) {
+        if (sg_buf_append(r->out, p, len) != 0)
+            r->bad = 1;
+    } else if (stream == 2) {
+        sg_warn("agent stderr: %.*s", (int)len, (const char *)p);
+    }
+}
+
+/* Reads from the attach socket until the agent's READY message is whole. */
+static int wait_ready(create_job_t *j, int timeout_ms)
+{
+    sg_buf_t out;
+    ready_ctx_t ctx = {&out, 0};
+    uint64_t deadline = sg_now_ms() + (uint64_t)timeout_ms;
+    uint8_t buf[4096];
+    int ret = -1;
+
+    sg_buf_init(&out, 1 << 16);
+    sg_docker_demux_init(&j->demux);
+    for (;;) {
+        if (out.len >= SG_AGENT_HEADER_SIZE) {
+            sg_agent_header_t h;
+            if (sg_agent_header_decode((uint8_t *)out.base, &h) != 0 || h.type != SG_AGENT_READY) {
+                snprintf(j->err, sizeof(j->err), "the sandbox agent did not introduce itself (is %s a sandgate image?)",
+                         j->s->image);
+                goto Exit;
+            }
+            if (out.len >= SG_AGENT_HEADER_SIZE + h.len) {
+                sg_agent_reader_t r;
+                uint32_t version = 0;
+                sg_agent_reader_init(&r, out.base + SG_AGENT_HEADER_SIZE, h.len);
+                if (sg_agent_get_u32(&r, &version) != 0 || version != SG_AGENT_PROTO_VERSION) {
+                    snprintf(j->err, sizeof(j->err), "the sandbox agent speaks protocol %u, not %u", version,
+                             SG_AGENT_PROTO_VERSION);
+                    goto Exit;
+                }
+                size_t used = SG_AGENT_HEADER_SIZE + h.len;
+                if (out.len > used) {
+                    j->leftover = malloc(out.len - used);
+                    memcpy(j->leftover, out.base + used, out.len - used);
+                    j->leftover_len = out.len - used;
+                }
+                ret = 0;
+                goto Exit;
+            }
+        }
+        uint64_t now = sg_now_ms();
+        if (now >= deadline) {
+            snprintf(j->err, sizeof(j->err), "the sandbox agent did not start within %d ms", timeout_ms);
+            goto Exit;
+        }
+        struct pollfd p = {j->fd, POLLIN, 0};
+        int r = poll(&p, 1, (int)(deadline - now));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            continue;
+        ssize_t n = read(j->fd, buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            snprintf(j->err, sizeof(j->err), "the sandbox container exited at start (image %s)", j->s->image);
+            goto Exit;
+        }
+        if (sg_docker_demux_feed(&j->demux, buf, (size_t)n, on_ready_bytes, &ctx) != 0 || ctx.bad) {
+            snprintf(j->err, sizeof(j->err), "the sandbox's output stream was malformed at start");
+            goto Exit;
+        }
+    }
+Exit:
+    sg_buf_free(&out);
+    return ret;
+}
+
+static void create_work(sg_job_t *job)
+{
+    create_job_t *j = (create_job_t *)job;
+    sg_docker_t *d = thread_docker();
+    char err[512];
+    int exists;
+
+    j->status = 503;
+    j->code = "docker_unavailable";
+    exists = sg_docker_image_exists(d, j->s->image, j->err, sizeof(j->err));
+    if (exists < 0)
+        return;
+    if (exists == 0) {
+        j->status = 400;
+        j->code = "unknown_image";
+        snprintf(j->err, sizeof(j->err), "image %s does not exist on this Docker engine", j->s->image);
+        return;
+    }
+    if (sg_docker_container_create(d, j->config, j->s->container_id, j->err, sizeof(j->err)) != 0)
+        return;
+    j->status = 500;
+    j->code = "sandbox_failed";
+    if (sg_docker_attach(j->s->container_id, conf.agent_start_timeout_ms, &j->fd, j->err, sizeof(j->err)) != 0)
+        goto Error;
+    if (sg_docker_container_start(d, j->s->container_id, j->err, sizeof(j->err)) != 0)
+        goto Error;
+    if (wait_ready(j, conf.agent_start_timeout_ms) != 0)
+        goto Error;
+    j->status = 200;
+    return;
+
+Error:
+    if (j->fd >= 0) {
+        close(j->fd);
+        j->fd = -1;
+    }
+    if (sg_docker_container_remove(d, j->s->container_id, err, sizeof(err)) != 0)
+        sg_error("session %s: cannot remove container %.12s after a failed start: %s", j->s->id, j->s->container_id,
+                 err);
+    j->s->container_id[0] = '\0';
+}
+
+static void on_agent_read(h2o_socket_t *sock, const char *err);
+
+static void session_free(sg_session_t *s)
+{
+    sg_buf_free(&s->_inbuf);
+    free(s);
+}
+
+void sg_session_ref(sg_session_t *s)
+{
+    s->_refcnt++;
+}
+
+void sg_session_unref(sg_session_t *s)
+{
+    if (--s->_refcnt == 0)
+        session_free(s);
+}
+
+static void process_inbuf(sg_session_t *s);
+
+static void create_done(sg_job_t *job)
+{
+    create_job_t *j = (create_job_t *)job;
+    sg_session_t *s = j->s;
+
+    json_object_put(j->config);
+    if (j->status != 200) {
+        sg_warn("session %s: start failed: %s", s->id, j->err);
+        s->state = SG_SESSION_DEAD;
+        j->cb(j->data, NULL, j->status, j->code, j->err);
+        sg_session_unref(s);
+        goto Exit;
+    }
+    fcntl(j->fd, F_SETFL, fcntl(j->fd, F_GETFL) | O_NONBLOCK);
+    s->_sock = h2o_evloop_socket_create(conf.loop, j->fd, 0);
+    s->_sock->data = s;
+    s->_demux = j->demux;
+    if (j->leftover_len != 0)
+        sg_buf_append(&s->_inbuf, j->leftover, j->leftover_len);
+    s->state = SG_SESSION_ACTIVE;
+    h2o_socket_read_start(s->_sock, on_agent_read);
+    /* ephemeral sessions are in the table too, for the watchdog, but never listed */
+    sg_session_ref(s);
+    h2o_linklist_insert(&table, &s->_link);
+    if (!s->ephemeral)
+        table_count++;
+    sg_info("session %s: %s container %.12s ready (%s)", s->id, s->lang->name, s->container_id,
+            s->ephemeral ? "ephemeral" : "session");
+    j->cb(j->data, s, 200, NULL, NULL);
+    process_inbuf(s);
+Exit:
+    free(j->leftover);
+    free(j);
+}
+
+void sg_session_create(const sg_create_req_t *req, int ephemeral, sg_session_ready_cb cb, void *data)
+{
+    sg_session_t *s;
+    create_job_t *j;
+
+    if (!ephemeral && (long)table_count >= conf.max_sessions) {
+        char detail[128];
+        snprintf(detail, sizeof(detail), "the proxy is at its limit of %ld sessions", conf.max_sessions);
+        cb(data, NULL, 503, "at_capacity", detail);
+        return;
+    }
+    s = calloc(1, sizeof(*s));
+    j = calloc(1, sizeof(*j));
+    if (s == NULL || j == NULL || sg_uuid4(s->id) != 0) {
+        free(s);
+        free(j);
+        cb(data, NULL, 500, "internal", "out of memory");
+        return;
+    }
+    s->_refcnt = 1; /* handed to cb on success */
+    s->lang = req->lang;
+    s->limits = req->limits;
+    s->keep_template = req->keep_template;
+    s->ephemeral = ephemeral;
+    s->created_at = s->last_used_at = sg_wall_s();
+    s->state = SG_SESSION_STARTING;
+    h2o_linklist_init_anchor(&s->_ops);
+    s->_link.next = s->_link.prev = NULL;
+    sg_buf_init(&s->_inbuf, SG_AGENT_HEADER_SIZE + SG_AGENT_MAX_PAYLOAD);
+    if (req->image != NULL)
+        snprintf(s->image, sizeof(s->image), "%s", req->image);
+    else
+        snprintf(s->image, sizeof(s->image), "%s%s:latest", conf.image_prefix, s->lang->name);
+
+    j->super.work = create_work;
+    j->super.done = create_done;
+    j->s = s;
+    j->fd = -1;
+    j->cb = cb;
+    j->data = data;
+    j->config = sg_session_container_config(s, conf.proxy_id);
+    sg_workq_submit(conf.workq, &j->super);
+}
+
+sg_session_t *sg_session_find(const char *id, size_t len)
+{
+    for (h2o_linklist_t *l = table.next; l != &table; l = l->next) {
+        sg_session_t *s = H2O_STRUCT_FROM_MEMBER(sg_session_t, _link, l);
+        if (!s->ephemeral && strlen(s->id) == len && memcmp(s->id, id, len) == 0)
+            return s;
+    }
+    return NULL;
+}
+
+size_t sg_session_count(void)
+{
+    return table_count;
+}
+
+void sg_session_foreach(void (*fn)(sg_session_t *s, void *data), void *data)
+{
+    for (h2o_linklist_t *l = table.next; l != &table;) {
+        h2o_linklist_t *next = l->next;
+        fn(H2O_STRUCT_FROM_MEMBER(sg_session_t, _link, l), data);
+        l = next;
+    }
+}
+
+/* ---- the agent connection, on the loop ------------------------------------ */
+
+static void send_next(sg_session_t *s);
+
+static void op_complete(sg_op_t *op)
+{
+    sg_session_t *s = op->session;
+    h2o_linklist_unlink(&op->_link);
+    if (op->kind == SG_OP_EXEC && !op->failed)
+        s->executions++;
+    s->last_used_at = sg_wall_s();
+    op->cb(op);
+}
+
+static void fail_ops(sg_session_t *s, int status, const char *why)
+{
+    s->_op_sent = 0;
+    while (!h2o_linklist_is_empty(&s->_ops)) {
+        sg_op_t *op = H2O_STRUCT_FROM_MEMBER(sg_op_t, _link, s->_ops.next);
+        op->failed = 1;
+        op->fail_status = status;
+        snprintf(op->errmsg, sizeof(op->errmsg), "%s", why);
+        op_complete(op);
+    }
+}
+
+typedef struct {
+    sg_job_t super;
+    sg_session_t *s;
+    int commit;
+    char template_image[256];
+    char err[512];
+    int failed;
+    sg_session_closed_cb cb;
+    void *data;
+} close_job_t;
+
+static void close_work(sg_job_t *job)
+{
+    close_job_t *j = (close_job_t *)job;
+    sg_docker_t *d = thread_docker();
+    char image_id[80], err[512];
+
+    if (j->s->container_id[0] == '\0')
+        return;
+    if (j->commit) {
+        snprintf(j->template_image, sizeof(j->template_image), "%s:%s", conf.template_repo, j->s->id);
+        if (sg_docker_container_commit(d, j->s->container_id, conf.template_repo, j->s->id, image_id, j->err,
+                                       sizeof(j->err)) != 0) {
+            j->template_image[0] = '\0';
+            j->failed = 1;
+        }
+    }
+    if (sg_docker_container_remove(d, j->s->container_id, err, sizeof(err)) != 0) {
+        sg_error("session %s: cannot remove container %.12s: %s", j->s->id, j->s->container_id, err);
+        if (!j->failed)
+            snprintf(j->err, sizeof(j->err), "%s", err);
+        j->failed = 1;
+    }
+}
+
+static void close_done(sg_job_t *job)
+{
+    close_job_t *j = (close_job_t *)job;
+    sg_session_t *s = j->s;
+
+    s->state = SG_SESSION_DEAD;
+    if (s->_sock != NULL) {
+        h2o_socket_close(s->_sock);
+        s->_sock = NULL;
+    }
+    fail_ops(s, 502, "the session was closed while this operation waited");
+    sg_info("session %s: closed%s%s", s->id, j->template_image[0] ? ", kept as " : "", j->template_image);
+    if (j->cb != NULL)
+        j->cb(j->data, j->template_image[0] ? j->template_image : NULL, j->failed ? j->err : NULL);
+    sg_session_unref(s);
+    free(j);
+}
+
+void sg_session_close(sg_session_t *s, sg_session_closed_cb cb, void *data)
+{
+    close_job_t *j;
+
+    if (s->_close_requested) {
+        /* the container is being removed already */
+        if (cb != NULL)
+            cb(data, NULL, NULL);
+        return;
+    }
+    s->_close_requested = 1;
+    if (h2o_linklist_is_linked(&s->_link)) {
+        h2o_linklist_unlink(&s->_link);
+        if (!s->ephemeral)
+            table_count--;
+        sg_session_unref(s); /* the table's reference */
+    }
+    if (s->state != SG_SESSION_DEAD)
+        s->state = SG_SESSION_CLOSING;
+    j = calloc(1, sizeof(*j));
+    sg_session_ref(s);
+    j->super.work = close_work;
+    j->super.done = close_done;
+    j->s = s;
+    j->commit = s->keep_template;
+    j->cb = cb;
+    j->data = data;
+    sg_workq_submit(conf.workq, &j->super);
+}
+
+/* The agent died or broke the protocol: the session cannot be trusted. */
+static void session_broken(sg_session_t *s, int status, const char *why)
+{
+    if (s->state == SG_SESSION_DEAD)
+        return;
+    if (!s->_close_requested)
+        sg_warn("session %s: %s; closing it", s->id, why);
+    else
+        why = "the session was closed while this operation ran";
+    s->state = SG_SESSION_DEAD;
+    if (s->_sock != NULL) {
+        h2o_socket_close(s->_sock);
+        s->_sock = NULL;
+    }
+    sg_session_ref(s);
+    fail_ops(s, status, why);
+    sg_session_close(s, NULL, NULL);
+    sg_session_unref(s);
+}
+
+static void on_stream_bytes(void *ctx, int stream, const uint8_t *p, size_t len)
+{
+    sg_session_t *s = ctx;
+    if (stream == 1) {
+        if (sg_buf_append(&s->_inbuf, p, len) != 0)
+            s->_overflow = 1; /* checked by the caller */
+    } else if (stream == 2) {
+        sg_info("session %s agent: %.*s", s->id, (int)(len && p[len - 1] == '\n' ? len - 1 : len), (const char *)p);
+    }
+}
+
+static void handle_message(sg_session_t *s, const sg_agent_header_t *h, const uint8_t *payload)
+{
+    sg_op_t *op;
+    sg_agent_reader_t r;
+    const uint8_t *p;
+    size_t len;
+
+    if (h2o_linklist_is_empty(&s->_ops) || !s->_op_sent)
+        return; /* nothing waits: an answer to an op that was given up */
+    op = H2O_STRUCT_FROM_MEMBER(sg_op_t, _link, s->_ops.next);
+    if (h->id != op->_id)
+        return;
+    sg_agent_reader_init(&r, payload, h->len);
+    switch (h->type) {
+    case SG_AGENT_OUTPUT: {
+        uint32_t stream;
+        if (sg_agent_get_u32(&r, &stream) != 0 || (stream != 1 && stream != 2))
+            goto Bad;
+        sg_agent_get_rest(&r, &p, &len);
+        /* the agent enforces the cap; this only stops a broken agent */
+        sg_buf_append(&op->out[stream - 1], p, len);
+        return;
+    }
+    case SG_AGENT_EXIT:
+        if (sg_agent_get_i32(&r, &op->exit_code) != 0 || sg_agent_get_u32(&r, &op->signal) != 0 ||
+            sg_agent_get_u32(&r, &op->reason) != 0 || sg_agent_get_u64(&r, &op->duration_us) != 0 ||
+            sg_agent_get_u32(&r, &op->flags) != 0 || sg_agent_get_str(&r, &p, &len) != 0)
+            goto Bad;
+        snprintf(op->stage, sizeof(op->stage), "%.*s", (int)len, (const char *)p);
+        break;
+    case SG_AGENT_FILE:
+        sg_agent_get_rest(&r, &p, &len);
+        if (sg_buf_append(&op->file, p, len) != 0)
+            goto Bad;
+        break;
+    case SG_AGENT_OK:
+        if (sg_agent_get_u64(&r, &op->ok_value) != 0)
+            goto Bad;
+        break;
+    case SG_AGENT_ERROR:
+        if (sg_agent_get_u32(&r, &op->agent_err) != 0 || sg_agent_get_str(&r, &p, &len) != 0)
+            goto Bad;
+        if (op->agent_err == 0)
+            op->agent_err = SG_AGENT_ERR_IO;
+        snprintf(op->errmsg, sizeof(op->errmsg), "%.*s", (int)len, (const char *)p);
+        break;
+    default:
+        goto Bad;
+    }
+    s->_op_sent = 0;
+    op_complete(op);
+    send_next(s);
+    return;
+Bad:
+    session_broken(s, 502, "the sandbox agent sent a malformed message");
+}
+
+static void process_inbuf(sg_session_t *s)
+{
+    sg_session_ref(s);
+    while (s->state == SG_SESSION_ACTIVE && s->_inbuf.len >= SG_AGENT_HEADER_SIZE) {
+        sg_agent_header_t h;
+        if (sg_agent_header_decode((uint8_t *)s->_inbuf.base, &h) != 0) {
+            session_broken(s, 502, "the sandbox agent sent a malformed header");
+            break;
+        }
+        if (s->_inbuf.len < SG_AGENT_HEADER_SIZE + (size_t)h.len)
+            break;
+        handle_message(s, &h, (uint8_t *)s->_inbuf.base + SG_AGENT_HEADER_SIZE);
+        if (s->state != SG_SESSION_ACTIVE)
+            break;
+        sg_buf_consume(&s->_inbuf, SG_AGENT_HEADER_SIZE + h.len);
+    }
+    sg_session_unref(s);
+}
+
+static void on_agent_read(h2o_socket_t *sock, const char *err)
+{
+    sg_session_t *s = sock->data;
+
+    if (err != NULL) {
+        session_broken(s, 502, "the sandbox's agent exited (the container stopped)");
+        return;
+    }
+    int rc = sg_docker_demux_feed(&s->_demux, (uint8_t *)sock->input->bytes, sock->input->size, on_stream_bytes, s);
+    h2o_buffer_consume(&sock->input, sock->input->size);
+    if (rc != 0 || s->_overflow) {
+        session_broken(s, 502, "the sandbox's output stream was malformed");
+        return;
+    }
+    process_inbuf(s);
+}
+
+static void on_write_done(h2o_socket_t *sock, const char *err)
+{
+    if (err != NULL) {
+        sg_session_t *s = sock->data;
+        session_broken(s, 502, "cannot write to the sandbox's agent");
+    }
+}
+
+static void send_next(sg_session_t *s)
+{
+    sg_op_t *op;
+    h2o_iovec_t buf;
+
+    if (s->_op_sent || s->state != SG_SESSION_ACTIVE || h2o_linklist_is_empty(&s->_ops))
+        return;
+    op = H2O_STRUCT_FROM_MEMBER(sg_op_t, _link, s->_ops.next);
+    op->_started_us = sg_now_us();
+    if (op->kind == SG_OP_EXEC)
+        op->_deadline_ms = sg_now_ms() + (uint64_t)op->_deadline_ms + EXEC_GRACE_MS;
+    else
+        op->_deadline_ms = sg_now_ms() + FILE_OP_TIMEOUT_MS;
+    s->_op_sent = 1;
+    buf = h2o_iovec_init(op->_req.base, op->_req.len);
+    h2o_socket_write(s->_sock, &buf, 1, on_write_done);
+}
+
+static sg_op_t *op_new(sg_session_t *s, sg_op_kind_t kind, sg_agent_msg_type_t type)
+{
+    sg_op_t *op = calloc(1, sizeof(*op));
+    if (op == NULL)
+        return NULL;
+    op->kind = kind;
+    op->session = s;
+    sg_session_ref(s);
+    op->_id = ++s->_next_id;
+    sg_buf_init(&op->out[0], (size_t)s->limits.output_bytes);
+    sg_buf_init(&op->out[1], (size_t)s->limits.output_bytes);
+    sg_buf_init(&op->file, SG_AGENT_MAX_PAYLOAD);
+    sg_agent_buf_init(&op->_req);
+    if (sg_agent_msg_begin(&op->_req, type, op->_id) != 0) {
+        sg_op_free(op);
+        return NULL;
+    }
+    return op;
+}
+
+static int str_or_empty(sg_agent_buf_t *b, const char *s)
+{
+    return sg_agent_put_str(b, s != NULL ? s : "", s != NULL ? strlen(s) : 0);
+}
+
+sg_op_t *sg_op_exec(sg_session_t *s, const char *setup_cmd, const char *setup_stage, const char *run_cmd,
+                    const char *file_path, const char *code, size_t code_len, double timeout_s)
+{
+    sg_op_t *op = op_new(s, SG_OP_EXEC, SG_AGENT_EXEC);
+    uint32_t timeout_ms = (uint32_t)(timeout_s * 1000.0 + 0.5);
+    if (op == NULL)
+        return NULL;
+    if (timeout_ms == 0)
+        timeout_ms = 1;
+    op->_deadline_ms = timeout_ms; /* relative until sent */
+    if (sg_agent_put_u32(&op->_req, timeout_ms) != 0 ||
+        sg_agent_put_u32(&op->_req, (uint32_t)s->limits.output_bytes) != 0 || str_or_empty(&op->_req, setup_cmd) != 0 ||
+        str_or_empty(&op->_req, setup_stage) != 0 || str_or_empty(&op->_req, run_cmd) != 0 ||
+        str_or_empty(&op->_req, file_path) != 0 || sg_agent_put_rest(&op->_req, code, code_len) != 0) {
+        sg_op_free(op);
+        return NULL;
+    }
+    sg_agent_msg_end(&op->_req, 0);
+    return op;
+}
+
+sg_op_t *sg_op_put_file(sg_session_t *s, const char *path, const void *data, size_t len)
+{
+    sg_op_t *op = op_new(s, SG_OP_PUT_FILE, SG_AGENT_PUT_FILE);
+    if (op == NULL)
+        return NULL;
+    if (str_or_empty(&op->_req, path) != 0 || sg_agent_put_u32(&op->_req, 0644) != 0 ||
+        sg_agent_put_rest(&op->_req, data, len) != 0) {
+        sg_op_free(op);
+        return NULL;
+    }
+    sg_agent_msg_end(&op->_req, 0);
+    return op;
+}
+
+sg_op_t *sg_op_get_file(sg_session_t *s, const char *path, uint32_t max_bytes)
+{
+    sg_op_t *op = op_new(s, SG_OP_GET_FILE, SG_AGENT_GET_FILE);
+    if (op == NULL)
+        return NULL;
+    if (str_or_empty(&op->_req, path) != 0 || sg_agent_put_u32(&op->_req, max_bytes) != 0) {
+        sg_op_free(op);
+        return NULL;
+    }
+    sg_agent_msg_end(&op->_req, 0);
+    return op;
+}
+
+void sg_op_submit(sg_op_t *op, sg_op_cb cb, void *data)
+{
+    sg_session_t *s = op->session;
+    op->cb = cb;
+    op->data = data;
+    if (s->state != SG_SESSION_ACTIVE) {
+        op->_link.next = op->_link.prev = NULL;
+        op->failed = 1;
+        op->fail_status = 502;
+        snprintf(op->errmsg, sizeof(op->errmsg), "the session is closed");
+        cb(op);
+        return;
+    }
+    h2o_linklist_insert(&s->_ops, &op->_link);
+    send_next(s);
+}
+
+void sg_op_free(sg_op_t *op)
+{
+    sg_buf_free(&op->out[0]);
+    sg_buf_free(&op->out[1]);
+    sg_buf_free(&op->file);
+    sg_agent_buf_free(&op->_req);
+    sg_session_unref(op->session);
+    free(op);
+}
+
+static void tick_one(sg_session_t *s, void *data)
+{
+    uint64_t now = *(uint64_t *)data;
+    if (s->_op_sent && !h2o_linklist_is_empty(&s->_ops)) {
+        sg_op_t *op = H2O_STRUCT_FROM_MEMBER(sg_op_t, _link, s->_ops.next);
+        if (now > op->_deadline_ms)
+            session_broken(s, 504, "the sandbox's agent did not answer in time");
+    }
+}
+
+void sg_sessions_tick(void)
+{
+    uint64_t now = sg_now_ms();
+    sg_session_foreach(tick_one, &now);
+}

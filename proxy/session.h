@@ -1,0 +1,145 @@
+/*
+ * session.h — sandbox sessions: one container each, with the connection to
+ * the sandgate-agent inside it (agent_proto.h over the Docker attach stream).
+ *
+ * Threading: everything here runs on the event-loop thread, except the
+ * Docker calls, which run as workq jobs on worker threads.
+ *
+ * Ownership: a session is reference counted. The table holds one reference
+ * while the session is listed; each queued op and each Docker job holds one.
+ * Operations on one session run one at a time, in the order submitted.
+ */
+#ifndef SANDGATE_SESSION_H
+#define SANDGATE_SESSION_H
+
+#include <h2o.h>
+#include <stdint.h>
+
+#include "agent_proto.h"
+#include "buf.h"
+#include "docker_stream.h"
+#include "lang.h"
+#include "validate.h"
+#include "workq.h"
+
+typedef struct sg_session sg_session_t;
+typedef struct sg_op sg_op_t;
+
+/* What the proxy needs from its configuration and the loop. Set up once by
+ * main() with sg_sessions_init; read-only afterwards. */
+typedef struct {
+    h2o_loop_t *loop;
+    sg_workq_t *workq;
+    const char *proxy_id;
+    const char *image_prefix; /* "sandgate/" -> "sandgate/python:latest" */
+    const char *template_repo; /* keep_template images: "<repo>:<session id>" */
+    long max_sessions;
+    long max_file_bytes;
+    int agent_start_timeout_ms;
+} sg_sessions_conf_t;
+
+typedef enum {
+    SG_SESSION_STARTING,
+    SG_SESSION_ACTIVE,
+    SG_SESSION_CLOSING,
+    SG_SESSION_DEAD,
+} sg_session_state_t;
+
+struct sg_session {
+    char id[37];
+    char container_id[72];
+    char image[256];
+    const sg_lang_t *lang;
+    sg_limits_t limits;
+    int keep_template;
+    int ephemeral;
+    int64_t created_at;
+    int64_t last_used_at;
+    uint64_t executions;
+    sg_session_state_t state;
+
+    /* private */
+    unsigned _refcnt;
+    h2o_linklist_t _link; /* in the table while listed */
+    h2o_socket_t *_sock;
+    sg_docker_demux_t _demux;
+    sg_buf_t _inbuf;      /* agent stdout until a whole message is there */
+    h2o_linklist_t _ops;  /* first one is in flight */
+    uint32_t _next_id;
+    int _op_sent;
+    int _overflow;
+    int _close_requested;
+};
+
+typedef enum { SG_OP_EXEC, SG_OP_PUT_FILE, SG_OP_GET_FILE } sg_op_kind_t;
+
+typedef void (*sg_op_cb)(sg_op_t *op);
+
+struct sg_op {
+    sg_op_kind_t kind;
+    sg_session_t *session;
+    sg_op_cb cb; /* called once, on the loop thread; then free with sg_op_free */
+    void *data;
+
+    /* result */
+    int failed;         /* the agent died, answered garbage or not at all */
+    int fail_status;    /* HTTP status for a failure: 502 or 504 */
+    char errmsg[256];
+    uint32_t agent_err; /* ERROR reply: sg_agent_err_t, else 0 */
+    sg_buf_t out[2];    /* stdout, stderr (EXEC) */
+    int32_t exit_code;
+    uint32_t signal;
+    uint32_t reason;
+    uint32_t flags;
+    uint64_t duration_us;
+    char stage[32];
+    sg_buf_t file;      /* GET_FILE data */
+    uint64_t ok_value;
+
+    /* private */
+    h2o_linklist_t _link;
+    uint32_t _id;
+    sg_agent_buf_t _req;
+    uint64_t _deadline_ms;
+    uint64_t _started_us;
+};
+
+/* Callback of session creation: s is NULL on failure, with status, code and
+ * detail set. The session, when given, is listed (unless ephemeral) and the
+ * callee gets one reference. */
+typedef void (*sg_session_ready_cb)(void *data, sg_session_t *s, int status, const char *code, const char *detail);
+
+void sg_sessions_init(const sg_sessions_conf_t *conf);
+const sg_sessions_conf_t *sg_sessions_conf(void);
+
+/* Starts a container for a session and connects to its agent. */
+void sg_session_create(const sg_create_req_t *req, int ephemeral, sg_session_ready_cb cb, void *data);
+sg_session_t *sg_session_find(const char *id, size_t len);
+size_t sg_session_count(void);
+/* Calls fn for every listed session. */
+void sg_session_foreach(void (*fn)(sg_session_t *s, void *data), void *data);
+void sg_session_ref(sg_session_t *s);
+void sg_session_unref(sg_session_t *s);
+
+/* Unlists the session and removes its container (committing it first when
+ * keep_template). Pending ops fail. cb gets the template image name (or
+ * NULL) and an error (or NULL); it may be NULL. */
+typedef void (*sg_session_closed_cb)(void *data, const char *template_image, const char *err);
+void sg_session_close(sg_session_t *s, sg_session_closed_cb cb, void *data);
+
+/* Ops: create, then submit; the callback gets the result. */
+sg_op_t *sg_op_exec(sg_session_t *s, const char *setup_cmd, const char *setup_stage, const char *run_cmd,
+                    const char *file_path, const char *code, size_t code_len, double timeout_s);
+sg_op_t *sg_op_put_file(sg_session_t *s, const char *path, const void *data, size_t len);
+sg_op_t *sg_op_get_file(sg_session_t *s, const char *path, uint32_t max_bytes);
+void sg_op_submit(sg_op_t *op, sg_op_cb cb, void *data);
+void sg_op_free(sg_op_t *op);
+
+/* Watchdog: fails ops whose agent did not answer in time. Call about once a
+ * second from the loop. */
+void sg_sessions_tick(void);
+
+/* The container configuration for a session (pure; unit tested). */
+json_object *sg_session_container_config(const sg_session_t *s, const char *proxy_id);
+
+#endif
