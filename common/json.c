@@ -174,3 +174,10 @@ void sg_json_add_bytes(json_object *o, const char *key, const char *p, size_t le
     json_object_object_add(o, key, s != NULL ? json_object_new_string_len(s, (int)n) : json_object_new_string(""));
     free(s);
 }
+
+json_object *sg_json_new_double(double v, int decimals)
+{
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+    return json_object_new_double_s(v, buf);
+}

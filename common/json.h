@@ -25,6 +25,9 @@ int sg_json_get_str_array(json_object *o, const char *key, json_object **out, ch
  * U+FFFD, so that the JSON made from it is always valid. malloc'd, NUL
  * terminated; *outlen gets its length. NULL when memory runs out. */
 char *sg_utf8_sanitize(const char *p, size_t len, size_t *outlen);
+/* A JSON number printed with at most `decimals` digits after the point
+ * (0.001234 rather than 0.0012339999999999999). */
+json_object *sg_json_new_double(double v, int decimals);
 /* json_object_object_add of a string made from arbitrary bytes. */
 void sg_json_add_bytes(json_object *o, const char *key, const char *p, size_t len);
 

@@ -27,11 +27,8 @@ struct pending {
     sg_api_t *api;
     sg_exec_req_t ex;
     json_object *body;   /* keeps ex's strings alive */
-    json_object *result; /* the reply of an ephemeral execute, sent after its container is gone */
     char *setup_cmd;
     char *path;   /* files routes: the path as given, for the reply */
-    int status;   /* ephemeral execute: the HTTP status of a failed run */
-    char errmsg[256];
 };
 
 static void on_stub_dispose(void *_stub)
@@ -56,7 +53,6 @@ static void pending_free(pending_t *p)
     if (p->req != NULL)
         p->stub->p = NULL;
     json_object_put(p->body);
-    json_object_put(p->result);
     free(p->setup_cmd);
     free(p->path);
     free(p);
@@ -90,9 +86,9 @@ static sg_session_t *find_session(h2o_req_t *req, h2o_iovec_t id)
 static json_object *limits_json(const sg_limits_t *l)
 {
     json_object *o = json_object_new_object();
-    json_object_object_add(o, "timeout", json_object_new_double(l->timeout_s));
+    json_object_object_add(o, "timeout", sg_json_new_double(l->timeout_s, 3));
     json_object_object_add(o, "memory_mb", json_object_new_int64(l->memory_mb));
-    json_object_object_add(o, "cpus", json_object_new_double(l->cpus));
+    json_object_object_add(o, "cpus", sg_json_new_double(l->cpus, 2));
     json_object_object_add(o, "network", json_object_new_boolean(l->network));
     json_object_object_add(o, "pids", json_object_new_int64(l->pids));
     json_object_object_add(o, "output_bytes", json_object_new_int64(l->output_bytes));
@@ -146,7 +142,7 @@ static json_object *exec_result_json(const sg_op_t *op)
     sg_json_add_bytes(o, "stdout", op->out[0].base != NULL ? op->out[0].base : "", op->out[0].len);
     sg_json_add_bytes(o, "stderr", op->out[1].base != NULL ? op->out[1].base : "", op->out[1].len);
     json_object_object_add(o, "exit_code", json_object_new_int(op->exit_code));
-    json_object_object_add(o, "execution_time", json_object_new_double((double)op->duration_us / 1e6));
+    json_object_object_add(o, "execution_time", sg_json_new_double((double)op->duration_us / 1e6, 6));
     json_object_object_add(o, "success",
                            json_object_new_boolean(op->reason == SG_AGENT_REASON_EXITED && op->exit_code == 0));
     json_object_object_add(o, "timed_out", json_object_new_boolean(timed_out));
@@ -409,38 +405,19 @@ static int session_files(sg_api_t *api, h2o_req_t *req, sg_session_t *s)
     return 0;
 }
 
-/* POST /execute: a session of its own, one execution, then the container
- * is removed; the reply goes out only after the removal, on every path. */
-static void ephemeral_closed(void *data, const char *template_image, const char *err)
-{
-    pending_t *p = data;
-    if (err != NULL)
-        sg_error("ephemeral execute: %s", err);
-    if (p->req != NULL) {
-        if (p->result != NULL) {
-            sg_http_send_json(p->req, 200, p->result);
-            p->result = NULL;
-        } else {
-            sg_http_send_error(p->req, p->status == 504 ? 504 : 502,
-                               p->status == 504 ? "sandbox_timeout" : "sandbox_failed", "%s", p->errmsg);
-        }
-    }
-    pending_free(p);
-}
-
+/* POST /execute: a session of its own (from the pool when one is ready), one
+ * execution, then its container is removed in the background. */
 static void ephemeral_exec_done(sg_op_t *op)
 {
     pending_t *p = op->data;
     sg_session_t *s = op->session;
-    if (op->failed) {
-        p->status = op->fail_status;
-        snprintf(p->errmsg, sizeof(p->errmsg), "%s", op->errmsg);
-    } else
-        p->result = exec_result_json(op);
+    if (p->req != NULL && !send_op_failure(p->req, op))
+        sg_http_send_json(p->req, 200, exec_result_json(op));
     sg_session_ref(s);
     sg_op_free(op);
-    sg_session_close(s, ephemeral_closed, p);
+    sg_session_close(s, NULL, NULL);
     sg_session_unref(s);
+    pending_free(p);
 }
 
 static void ephemeral_ready(void *data, sg_session_t *s, int status, const char *code, const char *detail)
@@ -553,8 +530,17 @@ int sg_api_handle(void *app, h2o_req_t *req)
             sg_http_send_json(req, 200, session_json(s));
             return 0;
         }
-        if (n == 2) {
+        if (n == 2 && s->keep_template) {
+            /* the reply names the template, so it waits for the commit */
             sg_session_close(s, on_session_closed, pending_new(req, api));
+            return 0;
+        }
+        if (n == 2) {
+            /* unlisted at once; the container is removed in the background */
+            sg_session_close(s, NULL, NULL);
+            json_object *o = json_object_new_object();
+            json_object_object_add(o, "status", json_object_new_string("closed"));
+            sg_http_send_json(req, 200, o);
             return 0;
         }
         if (IS(2, "files"))

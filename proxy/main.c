@@ -33,6 +33,7 @@ static struct {
     long tmpfs_mb;
     int allow_network;
     long max_sessions;
+    long pool_size;
     long max_file_bytes;
     long max_body;
     long workers;
@@ -67,6 +68,8 @@ static const sg_cfg_entry_t config_table[] = {
     {"SANDGATE_ALLOW_NETWORK", SG_CFG_BOOL, "0", 0, 0, &cfg.allow_network,
      "whether a session may ask for \"network\": true"},
     {"SANDGATE_MAX_SESSIONS", SG_CFG_INT, "200", 1, 1 << 20, &cfg.max_sessions, "live sessions at most"},
+    {"SANDGATE_POOL_SIZE", SG_CFG_INT, "2", 0, 1000, &cfg.pool_size,
+     "ready containers kept per language, so that creating a session does not wait for one"},
     {"SANDGATE_MAX_FILE_BYTES", SG_CFG_INT, "16777216", 1, 64 << 20, &cfg.max_file_bytes,
      "largest file upload or download, bytes"},
     {"SANDGATE_MAX_BODY_BYTES", SG_CFG_INT, "4194304", 1024, 64 << 20, &cfg.max_body,
@@ -160,9 +163,12 @@ int main(int argc, char **argv)
     sconf.template_repo = cfg.template_repo;
     sconf.max_sessions = cfg.max_sessions;
     sconf.max_file_bytes = cfg.max_file_bytes;
+    sconf.pool_size = cfg.pool_size;
+    sconf.pool_limits = api.policy.defaults;
     sconf.agent_start_timeout_ms = (int)cfg.agent_start_timeout_ms;
     sg_sessions_init(&sconf);
 
+    sg_pool_fill();
     h2o_timeout_init(loop, &tick_timeout, 1000);
     tick_entry.cb = on_tick;
     h2o_timeout_link(loop, &tick_timeout, &tick_entry);

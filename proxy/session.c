@@ -17,13 +17,61 @@
 #define EXEC_GRACE_MS 10000
 #define FILE_OP_TIMEOUT_MS 30000
 
+enum { SG_IN_NONE, SG_IN_TABLE, SG_IN_POOL };
+#define POOL_RETRY_MS 30000
+#define MAX_LANGS 16
+
 static sg_sessions_conf_t conf;
 static h2o_linklist_t table = {&table, &table};
 static size_t table_count;
 
+static struct {
+    h2o_linklist_t ready;
+    size_t nready;
+    size_t nstarting;
+    uint64_t retry_at_ms; /* after a failed start */
+} pool[MAX_LANGS];
+
 void sg_sessions_init(const sg_sessions_conf_t *c)
 {
     conf = *c;
+    for (size_t i = 0; i < MAX_LANGS; i++)
+        h2o_linklist_init_anchor(&pool[i].ready);
+}
+
+static size_t lang_index(const sg_lang_t *lang)
+{
+    for (size_t i = 0; i < sg_lang_count() && i < MAX_LANGS; i++)
+        if (sg_lang_at(i) == lang)
+            return i;
+    return 0;
+}
+
+static void list_insert(sg_session_t *s, int where)
+{
+    sg_session_ref(s);
+    if (where == SG_IN_POOL) {
+        h2o_linklist_insert(&pool[lang_index(s->lang)].ready, &s->_link);
+        pool[lang_index(s->lang)].nready++;
+    } else {
+        h2o_linklist_insert(&table, &s->_link);
+        if (!s->ephemeral)
+            table_count++;
+    }
+    s->_where = where;
+}
+
+static void list_remove(sg_session_t *s)
+{
+    if (s->_where == SG_IN_NONE)
+        return;
+    h2o_linklist_unlink(&s->_link);
+    if (s->_where == SG_IN_POOL)
+        pool[lang_index(s->lang)].nready--;
+    else if (!s->ephemeral)
+        table_count--;
+    s->_where = SG_IN_NONE;
+    sg_session_unref(s);
 }
 
 const sg_sessions_conf_t *sg_sessions_conf(void)
@@ -66,7 +114,8 @@ json_object *sg_session_container_config(const sg_session_t *s, const char *prox
     json_object_object_add(labels, "sandgate.proxy", json_object_new_string(proxy_id));
     json_object_object_add(labels, "sandgate.session", json_object_new_string(s->id));
     json_object_object_add(labels, "sandgate.lang", json_object_new_string(s->lang->name));
-    json_object_object_add(labels, "sandgate.kind", json_object_new_string(s->ephemeral ? "ephemeral" : "session"));
+    json_object_object_add(labels, "sandgate.kind",
+                           json_object_new_string(s->_pooled ? "pool" : s->ephemeral ? "ephemeral" : "session"));
     snprintf(buf, sizeof(buf), "%lld", (long long)s->created_at);
     json_object_object_add(labels, "sandgate.created", json_object_new_string(buf));
     json_object_object_add(c, "Labels", labels);
@@ -129,7 +178,7 @@ static void on_ready_bytes(void *ctx, int stream, const uint8_t *p, size_t len)
         if (sg_buf_append(r->out, p, len) != 0)
             r->bad = 1;
     } else if (stream == 2) {
-        sg_warn("agent stderr: %.*s", (int)len, (const char *)p);
+        sg_debug("agent: %.*s", (int)(len && p[len - 1] == '\n' ? len - 1 : len), (const char *)p);
     }
 }
 
@@ -268,10 +317,15 @@ static void create_done(sg_job_t *job)
     sg_session_t *s = j->s;
 
     json_object_put(j->config);
+    if (s->_pooled)
+        pool[lang_index(s->lang)].nstarting--;
     if (j->status != 200) {
         sg_warn("session %s: start failed: %s", s->id, j->err);
         s->state = SG_SESSION_DEAD;
-        j->cb(j->data, NULL, j->status, j->code, j->err);
+        if (s->_pooled)
+            pool[lang_index(s->lang)].retry_at_ms = sg_now_ms() + POOL_RETRY_MS;
+        else
+            j->cb(j->data, NULL, j->status, j->code, j->err);
         sg_session_unref(s);
         goto Exit;
     }
@@ -283,37 +337,32 @@ static void create_done(sg_job_t *job)
         sg_buf_append(&s->_inbuf, j->leftover, j->leftover_len);
     s->state = SG_SESSION_ACTIVE;
     h2o_socket_read_start(s->_sock, on_agent_read);
-    /* ephemeral sessions are in the table too, for the watchdog, but never listed */
-    sg_session_ref(s);
-    h2o_linklist_insert(&table, &s->_link);
-    if (!s->ephemeral)
-        table_count++;
-    sg_info("session %s: %s container %.12s ready (%s)", s->id, s->lang->name, s->container_id,
-            s->ephemeral ? "ephemeral" : "session");
-    j->cb(j->data, s, 200, NULL, NULL);
+    sg_debug("session %s: %s container %.12s ready (%s)", s->id, s->lang->name, s->container_id,
+             s->_pooled ? "pool" : s->ephemeral ? "ephemeral" : "session");
+    if (s->_pooled) {
+        list_insert(s, SG_IN_POOL);
+        sg_session_unref(s); /* nobody else holds it */
+    } else {
+        /* ephemeral sessions are in the table too, for the watchdog, but never listed */
+        list_insert(s, SG_IN_TABLE);
+        j->cb(j->data, s, 200, NULL, NULL);
+    }
     process_inbuf(s);
 Exit:
     free(j->leftover);
     free(j);
 }
 
-void sg_session_create(const sg_create_req_t *req, int ephemeral, sg_session_ready_cb cb, void *data)
+static void session_start(const sg_create_req_t *req, int ephemeral, int pooled, sg_session_ready_cb cb, void *data)
 {
-    sg_session_t *s;
-    create_job_t *j;
+    sg_session_t *s = calloc(1, sizeof(*s));
+    create_job_t *j = calloc(1, sizeof(*j));
 
-    if (!ephemeral && (long)table_count >= conf.max_sessions) {
-        char detail[128];
-        snprintf(detail, sizeof(detail), "the proxy is at its limit of %ld sessions", conf.max_sessions);
-        cb(data, NULL, 503, "at_capacity", detail);
-        return;
-    }
-    s = calloc(1, sizeof(*s));
-    j = calloc(1, sizeof(*j));
     if (s == NULL || j == NULL || sg_uuid4(s->id) != 0) {
         free(s);
         free(j);
-        cb(data, NULL, 500, "internal", "out of memory");
+        if (cb != NULL)
+            cb(data, NULL, 500, "internal", "out of memory");
         return;
     }
     s->_refcnt = 1; /* handed to cb on success */
@@ -321,15 +370,17 @@ void sg_session_create(const sg_create_req_t *req, int ephemeral, sg_session_rea
     s->limits = req->limits;
     s->keep_template = req->keep_template;
     s->ephemeral = ephemeral;
+    s->_pooled = pooled;
     s->created_at = s->last_used_at = sg_wall_s();
     s->state = SG_SESSION_STARTING;
     h2o_linklist_init_anchor(&s->_ops);
-    s->_link.next = s->_link.prev = NULL;
     sg_buf_init(&s->_inbuf, SG_AGENT_HEADER_SIZE + SG_AGENT_MAX_PAYLOAD);
     if (req->image != NULL)
         snprintf(s->image, sizeof(s->image), "%s", req->image);
     else
         snprintf(s->image, sizeof(s->image), "%s%s:latest", conf.image_prefix, s->lang->name);
+    if (pooled)
+        pool[lang_index(s->lang)].nstarting++;
 
     j->super.work = create_work;
     j->super.done = create_done;
@@ -339,6 +390,71 @@ void sg_session_create(const sg_create_req_t *req, int ephemeral, sg_session_rea
     j->data = data;
     j->config = sg_session_container_config(s, conf.proxy_id);
     sg_workq_submit(conf.workq, &j->super);
+}
+
+/* A pooled container fits a request whose container settings are the
+ * pool's; the per-execution ones (timeout, output cap) are the agent's. */
+static int pool_fits(const sg_create_req_t *req)
+{
+    const sg_limits_t *a = &req->limits, *b = &conf.pool_limits;
+    return req->image == NULL && !req->keep_template && a->memory_mb == b->memory_mb && a->cpus == b->cpus &&
+           a->network == b->network && a->pids == b->pids && a->tmpfs_mb == b->tmpfs_mb;
+}
+
+static sg_session_t *pool_take(const sg_create_req_t *req)
+{
+    size_t li = lang_index(req->lang);
+    while (!h2o_linklist_is_empty(&pool[li].ready)) {
+        sg_session_t *s = H2O_STRUCT_FROM_MEMBER(sg_session_t, _link, pool[li].ready.next);
+        sg_session_ref(s);
+        list_remove(s);
+        if (s->state == SG_SESSION_ACTIVE)
+            return s;
+        sg_session_unref(s);
+    }
+    return NULL;
+}
+
+void sg_pool_fill(void)
+{
+    uint64_t now = sg_now_ms();
+    for (size_t i = 0; i < sg_lang_count() && i < MAX_LANGS; i++) {
+        sg_create_req_t req = {0};
+        if (now < pool[i].retry_at_ms)
+            continue;
+        req.lang = sg_lang_at(i);
+        req.limits = conf.pool_limits;
+        while ((long)(pool[i].nready + pool[i].nstarting) < conf.pool_size)
+            session_start(&req, 0, 1, NULL, NULL);
+    }
+}
+
+size_t sg_pool_ready(const sg_lang_t *lang)
+{
+    return pool[lang_index(lang)].nready;
+}
+
+void sg_session_create(const sg_create_req_t *req, int ephemeral, sg_session_ready_cb cb, void *data)
+{
+    sg_session_t *s;
+
+    if (!ephemeral && (long)table_count >= conf.max_sessions) {
+        char detail[128];
+        snprintf(detail, sizeof(detail), "the proxy is at its limit of %ld sessions", conf.max_sessions);
+        cb(data, NULL, 503, "at_capacity", detail);
+        return;
+    }
+    if (pool_fits(req) && (s = pool_take(req)) != NULL) {
+        s->ephemeral = ephemeral;
+        s->limits.timeout_s = req->limits.timeout_s;
+        s->limits.output_bytes = req->limits.output_bytes;
+        s->created_at = s->last_used_at = sg_wall_s();
+        list_insert(s, SG_IN_TABLE);
+        sg_pool_fill();
+        cb(data, s, 200, NULL, NULL); /* gets our reference */
+        return;
+    }
+    session_start(req, ephemeral, 0, cb, data);
 }
 
 sg_session_t *sg_session_find(const char *id, size_t len)
@@ -455,16 +571,11 @@ void sg_session_close(sg_session_t *s, sg_session_closed_cb cb, void *data)
         return;
     }
     s->_close_requested = 1;
-    if (h2o_linklist_is_linked(&s->_link)) {
-        h2o_linklist_unlink(&s->_link);
-        if (!s->ephemeral)
-            table_count--;
-        sg_session_unref(s); /* the table's reference */
-    }
+    sg_session_ref(s); /* the close job's, taken before the list's goes */
+    list_remove(s);
     if (s->state != SG_SESSION_DEAD)
         s->state = SG_SESSION_CLOSING;
     j = calloc(1, sizeof(*j));
-    sg_session_ref(s);
     j->super.work = close_work;
     j->super.done = close_done;
     j->s = s;
@@ -738,4 +849,5 @@ void sg_sessions_tick(void)
 {
     uint64_t now = sg_now_ms();
     sg_session_foreach(tick_one, &now);
+    sg_pool_fill();
 }

@@ -34,6 +34,8 @@ typedef struct {
     const char *image_prefix; /* "sandgate/" -> "sandgate/python:latest" */
     const char *template_repo; /* keep_template images: "<repo>:<session id>" */
     long max_sessions;
+    long pool_size;           /* ready containers kept per language */
+    sg_limits_t pool_limits;  /* the limits pooled containers are made with */
     long max_file_bytes;
     int agent_start_timeout_ms;
 } sg_sessions_conf_t;
@@ -69,6 +71,8 @@ struct sg_session {
     int _op_sent;
     int _overflow;
     int _close_requested;
+    int _where; /* SG_IN_NONE, SG_IN_TABLE or SG_IN_POOL: which list _link is on */
+    int _pooled; /* made by the pool: labelled sandgate.kind=pool */
 };
 
 typedef enum { SG_OP_EXEC, SG_OP_PUT_FILE, SG_OP_GET_FILE } sg_op_kind_t;
@@ -126,6 +130,14 @@ void sg_session_unref(sg_session_t *s);
  * NULL) and an error (or NULL); it may be NULL. */
 typedef void (*sg_session_closed_cb)(void *data, const char *template_image, const char *err);
 void sg_session_close(sg_session_t *s, sg_session_closed_cb cb, void *data);
+
+/* The warm pool: pool_size ready containers per language, made with
+ * pool_limits. sg_session_create takes from it when the request's container
+ * settings equal pool_limits; a taken container is never pooled again.
+ * sg_pool_fill starts what is missing; it is called after every take and
+ * from sg_sessions_tick (a language whose start failed waits a while). */
+void sg_pool_fill(void);
+size_t sg_pool_ready(const sg_lang_t *lang);
 
 /* Ops: create, then submit; the callback gets the result. */
 sg_op_t *sg_op_exec(sg_session_t *s, const char *setup_cmd, const char *setup_stage, const char *run_cmd,
