@@ -1,4 +1,5 @@
 #include "http.h"
+#include "buf.h"
 #include "log.h"
 
 #include <arpa/inet.h>
@@ -185,6 +186,25 @@ int sg_http_method_is(h2o_req_t *req, const char *m)
     return h2o_memis(req->method.base, req->method.len, m, strlen(m));
 }
 
+int sg_http_split_path(const char *p, size_t len, h2o_iovec_t *segs, int max)
+{
+    int n = 0;
+    size_t i = 1;
+
+    if (len == 0 || p[0] != '/')
+        return -1;
+    while (i < len) {
+        size_t start = i;
+        while (i < len && p[i] != '/')
+            i++;
+        if (i == start || n == max)
+            return -1; /* "//", or too many */
+        segs[n++] = h2o_iovec_init(p + start, i - start);
+        i++; /* past '/' (or past the end) */
+    }
+    return n;
+}
+
 h2o_iovec_t sg_http_path(h2o_req_t *req)
 {
     size_t len = req->query_at != SIZE_MAX ? req->query_at : req->path.len;
@@ -242,4 +262,153 @@ int sg_http_is_json(h2o_req_t *req)
     static const char ct[] = "application/json";
     return v.len >= sizeof(ct) - 1 && h2o_lcstris(v.base, sizeof(ct) - 1, ct, sizeof(ct) - 1) &&
            (v.len == sizeof(ct) - 1 || v.base[sizeof(ct) - 1] == ';' || v.base[sizeof(ct) - 1] == ' ');
+}
+
+/* ---- holds ---- */
+
+struct sg_http_hold {
+    h2o_req_t *req;
+    struct hold_stub *stub;
+};
+
+struct hold_stub {
+    sg_http_hold_t *hold;
+};
+
+static void on_hold_stub_dispose(void *_stub)
+{
+    struct hold_stub *stub = _stub;
+    if (stub->hold != NULL)
+        stub->hold->req = NULL;
+}
+
+sg_http_hold_t *sg_http_hold(h2o_req_t *req)
+{
+    sg_http_hold_t *h = malloc(sizeof(*h));
+    if (h == NULL)
+        h2o_fatal("out of memory");
+    h->req = req;
+    h->stub = h2o_mem_alloc_shared(&req->pool, sizeof(*h->stub), on_hold_stub_dispose);
+    h->stub->hold = h;
+    return h;
+}
+
+h2o_req_t *sg_http_hold_req(sg_http_hold_t *h)
+{
+    return h->req;
+}
+
+void sg_http_hold_release(sg_http_hold_t *h)
+{
+    if (h == NULL)
+        return;
+    if (h->req != NULL)
+        h->stub->hold = NULL;
+    free(h);
+}
+
+/* ---- streams ---- */
+
+struct sg_http_stream {
+    h2o_generator_t super;
+    h2o_req_t *req;
+    sg_buf_t queued;   /* not yet handed to h2o */
+    sg_buf_t inflight; /* handed to h2o: valid until proceed */
+    int sending;
+    int finishing;
+    int done;          /* FINAL sent, or the client went away */
+};
+
+static void stream_flush(sg_http_stream_t *s)
+{
+    if (s->sending || s->done)
+        return;
+    if (s->queued.len == 0 && !s->finishing)
+        return;
+    sg_buf_t t = s->inflight;
+    s->inflight = s->queued;
+    s->queued = t;
+    sg_buf_reset(&s->queued);
+    h2o_iovec_t buf = h2o_iovec_init(s->inflight.base, s->inflight.len);
+    s->sending = 1;
+    if (s->finishing)
+        s->done = 1;
+    h2o_send(s->req, &buf, 1, s->finishing ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_IN_PROGRESS);
+}
+
+static void on_stream_proceed(h2o_generator_t *gen, h2o_req_t *req)
+{
+    sg_http_stream_t *s = (sg_http_stream_t *)gen;
+    s->sending = 0;
+    sg_buf_reset(&s->inflight);
+    stream_flush(s);
+}
+
+static void on_stream_stop(h2o_generator_t *gen, h2o_req_t *req)
+{
+    ((sg_http_stream_t *)gen)->done = 1;
+}
+
+static void on_stream_dispose(void *_s)
+{
+    sg_http_stream_t *s = _s;
+    sg_buf_free(&s->queued);
+    sg_buf_free(&s->inflight);
+}
+
+sg_http_stream_t *sg_http_stream_start(h2o_req_t *req, int status, const char *content_type, size_t max_queued)
+{
+    sg_http_stream_t *s = h2o_mem_alloc_shared(&req->pool, sizeof(*s), on_stream_dispose);
+    memset(s, 0, sizeof(*s));
+    s->super.proceed = on_stream_proceed;
+    s->super.stop = on_stream_stop;
+    s->req = req;
+    sg_buf_init(&s->queued, max_queued);
+    sg_buf_init(&s->inflight, max_queued);
+    req->res.status = status;
+    req->res.reason = sg_http_reason(status);
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, content_type, strlen(content_type));
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-cache"));
+    h2o_start_response(req, &s->super);
+    /* send the headers now, so that the client sees the stream begin */
+    s->sending = 1;
+    h2o_send(req, NULL, 0, H2O_SEND_STATE_IN_PROGRESS);
+    return s;
+}
+
+int sg_http_stream_write(sg_http_stream_t *s, const void *p, size_t len)
+{
+    if (s->done || s->finishing)
+        return -1;
+    if (sg_buf_append(&s->queued, p, len) != 0)
+        return -1;
+    stream_flush(s);
+    return 0;
+}
+
+void sg_http_stream_finish(sg_http_stream_t *s)
+{
+    if (s->done || s->finishing)
+        return;
+    s->finishing = 1;
+    stream_flush(s);
+}
+
+int sg_http_stream_event(sg_http_stream_t *s, const char *event, json_object *data)
+{
+    size_t jl;
+    const char *js = json_object_to_json_string_length(data, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &jl);
+    int rc = 0;
+    size_t need = 7 + strlen(event) + 7 + jl + 2;
+    if (s->done || s->finishing || s->queued.len + need > s->queued.max) {
+        rc = -1;
+    } else if (sg_buf_append(&s->queued, "event: ", 7) != 0 || sg_buf_append(&s->queued, event, strlen(event)) != 0 ||
+               sg_buf_append(&s->queued, "\ndata: ", 7) != 0 || sg_buf_append(&s->queued, js, jl) != 0 ||
+               sg_buf_append(&s->queued, "\n\n", 2) != 0) {
+        rc = -1;
+    } else {
+        stream_flush(s);
+    }
+    json_object_put(data);
+    return rc;
 }

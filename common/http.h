@@ -39,6 +39,11 @@ void sg_http_add_header(h2o_req_t *req, const char *name, const char *value);
 
 /* 1 if req's method equals m. */
 int sg_http_method_is(h2o_req_t *req, const char *m);
+/* Splits a request path into at most max segments ("/sessions/x/execute" ->
+ * "sessions", "x", "execute"). Returns the count, or -1 if there are more
+ * than max, an empty segment in the middle, or no leading slash. A trailing
+ * slash is ignored. */
+int sg_http_split_path(const char *p, size_t len, h2o_iovec_t *segs, int max);
 /* The path without the query string. */
 h2o_iovec_t sg_http_path(h2o_req_t *req);
 /* The value of query parameter name, percent-decoded into the request's
@@ -47,5 +52,28 @@ h2o_iovec_t sg_http_query_param(h2o_req_t *req, const char *name);
 /* 1 if the request has a Content-Type of application/json (parameters
  * allowed), 0 otherwise. */
 int sg_http_is_json(h2o_req_t *req);
+
+/* ---- answering later ---------------------------------------------------------
+ * A request answered after asynchronous work may be gone by then (its
+ * connection closed). Hold it: sg_http_hold_req() is the request while it
+ * lives and NULL after. Release the hold once, when the work is over (after
+ * replying, or finding the request gone). */
+typedef struct sg_http_hold sg_http_hold_t;
+sg_http_hold_t *sg_http_hold(h2o_req_t *req);
+h2o_req_t *sg_http_hold_req(sg_http_hold_t *h);
+void sg_http_hold_release(sg_http_hold_t *h);
+
+/* ---- streamed replies ----------------------------------------------------------
+ * Status and headers go out at start; writes queue and go out as the client
+ * takes them; finish sends what is queued and ends the reply. The stream
+ * lives in the request's pool: use it only while the request lives (see
+ * sg_http_hold). Writes past max_queued bytes waiting are dropped (-1). */
+typedef struct sg_http_stream sg_http_stream_t;
+sg_http_stream_t *sg_http_stream_start(h2o_req_t *req, int status, const char *content_type, size_t max_queued);
+int sg_http_stream_write(sg_http_stream_t *s, const void *p, size_t len);
+void sg_http_stream_finish(sg_http_stream_t *s);
+/* Appends one Server-Sent Event: "event: <event>\ndata: <json>\n\n"; takes
+ * ownership of data. */
+int sg_http_stream_event(sg_http_stream_t *s, const char *event, json_object *data);
 
 #endif

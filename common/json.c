@@ -181,3 +181,17 @@ json_object *sg_json_new_double(double v, int decimals)
     snprintf(buf, sizeof(buf), "%.*f", decimals, v);
     return json_object_new_double_s(v, buf);
 }
+
+size_t sg_utf8_complete_len(const char *p, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)p;
+    /* look back at most 3 bytes for the lead byte of an unfinished sequence */
+    for (size_t back = 1; back <= 3 && back <= len; back++) {
+        unsigned char c = s[len - back];
+        if ((c & 0xc0) == 0x80)
+            continue; /* a continuation byte: keep looking for its lead */
+        size_t need = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xc2 && c <= 0xdf ? 2 : 1;
+        return need > back ? len - back : len;
+    }
+    return len;
+}

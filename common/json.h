@@ -28,6 +28,10 @@ char *sg_utf8_sanitize(const char *p, size_t len, size_t *outlen);
 /* A JSON number printed with at most `decimals` digits after the point
  * (0.001234 rather than 0.0012339999999999999). */
 json_object *sg_json_new_double(double v, int decimals);
+/* The length of the longest prefix of p[0..len) that does not end inside a
+ * UTF-8 sequence which more bytes could still complete (at most 3 bytes are
+ * held back). For cutting a byte stream into valid pieces. */
+size_t sg_utf8_complete_len(const char *p, size_t len);
 /* json_object_object_add of a string made from arbitrary bytes. */
 void sg_json_add_bytes(json_object *o, const char *key, const char *p, size_t len);
 

@@ -258,3 +258,18 @@ const char *sg_agent_reason_name(uint32_t reason)
     }
     return "unknown";
 }
+
+const char *sg_agent_state_name(uint32_t state)
+{
+    switch (state) {
+    case SG_AGENT_STATE_NONE:
+        return "none";
+    case SG_AGENT_STATE_KEPT:
+        return "kept";
+    case SG_AGENT_STATE_NEW:
+        return "new";
+    case SG_AGENT_STATE_LOST:
+        return "lost";
+    }
+    return "unknown";
+}

@@ -33,6 +33,12 @@
  *             str run_cmd       then run with /bin/sh -c
  *             str file_path     where to write `code` first (absolute, inside
  *                               the work dir or /tmp); empty = no file
+ *             str kernel_cmd    empty: one-shot mode, run_cmd runs the code.
+ *                               Otherwise stateful mode: the code is handed
+ *                               to the session's kernel, a long-lived
+ *                               interpreter started (once, lazily) with
+ *                               /bin/sh -c kernel_cmd; run_cmd and file_path
+ *                               are then unused. See "Kernels" below.
  *             rest code
  *     Both commands run in the work dir with SANDGATE_FILE=file_path in the
  *     environment, stdin from /dev/null, in a new process group. The agent
@@ -69,9 +75,44 @@
  *             u64 duration_us   wall time from fork of setup/run to the end
  *             u32 flags         SG_AGENT_EXIT_* bits
  *             str stage         "run", or setup_stage if setup ended the EXEC
+ *             u32 state         sg_agent_state_t: what became of the kernel
  *   FILE      rest data
  *   OK        u64 value
  *   ERROR     u32 code (sg_agent_err_t), str message (a human sentence)
+ *
+ * Kernels (stateful mode). The agent starts kernel_cmd as its child in a
+ * process group of its own, with stdin /dev/null, stdout and stderr on pipes
+ * the agent reads, fd 3 a pipe it reads requests from and fd 4 a pipe it
+ * answers on, cwd the work dir, SANDGATE_WORKDIR in the environment. For
+ * each EXEC the agent writes "<decimal byte length>\n<code>" to fd 3; the
+ * kernel runs the code in its persistent namespace, flushes stdout and
+ * stderr, then writes "<exit code>\n" to fd 4. An uncaught error prints its
+ * traceback to stderr and answers 1. When the answer arrives the agent
+ * drains what is already in the output pipes and ends the EXEC; every other
+ * process the run started is killed, the kernel itself is kept. A timeout or
+ * output limit kills the kernel with the rest (state LOST); a kernel that
+ * exits or dies by itself is LOST too, with its exit status. The next
+ * stateful EXEC then starts a new kernel (state NEW). Between EXECs the
+ * agent discards whatever the kernel writes.
+ *
+ * Kernel details, as the agent implements them:
+ *   - kernel_cmd must `exec` the interpreter: the process forked for it is
+ *     the one spared, its children are not. The kernel gets fds 0 to 4 only,
+ *     oom_score_adj 1000, and the environment of the commands (which also
+ *     carries SANDGATE_WORKDIR). The answer is a decimal i32 line.
+ *   - setup_cmd runs beside the kernel and leaves it alone; a setup that
+ *     fails or times out ends the EXEC with the kernel kept.
+ *   - An EXEC that ends before its code reaches a kernel (setup failed or
+ *     timed out, fork failed) reports state KEPT if the kernel lives, LOST if
+ *     one ended since the last EXIT reported it, NONE if there is none. A
+ *     kernel_cmd that fails at once is a kernel that ended (e.g. EXITED 127,
+ *     LOST).
+ *   - A kernel that answers anything but "<decimal>\n", answers before
+ *     reading the whole request, or closes fd 3 or fd 4 without exiting is
+ *     killed: reason KILLED (signal 9), state LOST, a stderr OUTPUT line
+ *     saying why. A timeout or output limit reports code -1, signal 9.
+ *   - A stateful EXEC whose kernel_cmd differs from the live kernel's
+ *     replaces it (NEW). One-shot EXECs leave a live kernel alone (NONE).
  */
 #ifndef SANDGATE_AGENT_PROTO_H
 #define SANDGATE_AGENT_PROTO_H
@@ -79,7 +120,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SG_AGENT_PROTO_VERSION 1
+#define SG_AGENT_PROTO_VERSION 2
 #define SG_AGENT_HEADER_SIZE 12
 #define SG_AGENT_MAX_PAYLOAD (64u << 20)
 #define SG_AGENT_OUTPUT_CHUNK (32u << 10)
@@ -107,6 +148,13 @@ typedef enum {
     SG_AGENT_REASON_SETUP_FAILED = 5, /* setup_cmd exited non-zero; run skipped */
     SG_AGENT_REASON_START_FAILED = 6, /* could not write the file, fork or exec */
 } sg_agent_reason_t;
+
+typedef enum {
+    SG_AGENT_STATE_NONE = 0, /* one-shot mode: there is no kernel */
+    SG_AGENT_STATE_KEPT = 1, /* ran in the kernel of earlier EXECs, which lives on */
+    SG_AGENT_STATE_NEW = 2,  /* ran in a kernel started for it: earlier state (if any) was gone */
+    SG_AGENT_STATE_LOST = 3, /* the kernel ended during this EXEC; its state is gone */
+} sg_agent_state_t;
 
 #define SG_AGENT_EXIT_STDOUT_TRUNCATED 0x1u
 #define SG_AGENT_EXIT_STDERR_TRUNCATED 0x2u
@@ -167,5 +215,6 @@ int sg_agent_get_str(sg_agent_reader_t *r, const uint8_t **s, size_t *len);
 void sg_agent_get_rest(sg_agent_reader_t *r, const uint8_t **s, size_t *len);
 
 const char *sg_agent_reason_name(uint32_t reason); /* "exited", "timeout", "out_of_memory", ... */
+const char *sg_agent_state_name(uint32_t state);   /* "none", "kept", "new", "lost" */
 
 #endif

@@ -10,51 +10,45 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- requests that are answered later -------------------------------------
- * A pending_t lives on the heap until the asynchronous work ends. The
- * request may go away first (its connection closed): a small stub in the
- * request's pool notices that in its dispose callback and clears req, so the
- * work finishes, cleans up, and replies to nobody. */
+/* ---- requests that are answered later ---------------------------------------
+ * A pending_t lives on the heap until the asynchronous work ends; it holds
+ * the request (sg_http_hold), which may go away first: then the work
+ * finishes, cleans up, and replies to nobody. */
 
-typedef struct pending pending_t;
 typedef struct {
-    pending_t *p;
-} pending_stub_t;
-
-struct pending {
-    h2o_req_t *req;
-    pending_stub_t *stub;
+    sg_http_hold_t *hold;
     sg_api_t *api;
     sg_exec_req_t ex;
-    json_object *body;   /* keeps ex's strings alive */
+    json_object *body;  /* keeps ex's strings alive */
     char *setup_cmd;
-    char *path;   /* files routes: the path as given, for the reply */
-};
-
-static void on_stub_dispose(void *_stub)
-{
-    pending_stub_t *stub = _stub;
-    if (stub->p != NULL)
-        stub->p->req = NULL;
-}
+    char *path;         /* files routes: the path as given, for the reply */
+    sg_http_stream_t *stream;  /* streaming executions */
+    sg_buf_t partial[2];       /* streamed stdout / stderr bytes that end inside a UTF-8 sequence */
+} pending_t;
 
 static pending_t *pending_new(h2o_req_t *req, sg_api_t *api)
 {
     pending_t *p = calloc(1, sizeof(*p));
-    p->req = req;
+    p->hold = sg_http_hold(req);
     p->api = api;
-    p->stub = h2o_mem_alloc_shared(&req->pool, sizeof(*p->stub), on_stub_dispose);
-    p->stub->p = p;
+    sg_buf_init(&p->partial[0], 16);
+    sg_buf_init(&p->partial[1], 16);
     return p;
+}
+
+static h2o_req_t *pending_req(pending_t *p)
+{
+    return sg_http_hold_req(p->hold);
 }
 
 static void pending_free(pending_t *p)
 {
-    if (p->req != NULL)
-        p->stub->p = NULL;
+    sg_http_hold_release(p->hold);
     json_object_put(p->body);
     free(p->setup_cmd);
     free(p->path);
+    sg_buf_free(&p->partial[0]);
+    sg_buf_free(&p->partial[1]);
     free(p);
 }
 
@@ -150,6 +144,7 @@ static json_object *exec_result_json(const sg_op_t *op)
                                                                                  SG_AGENT_EXIT_STDERR_TRUNCATED)) != 0));
     json_object_object_add(o, "reason", json_object_new_string(sg_agent_reason_name(op->reason)));
     json_object_object_add(o, "stage", json_object_new_string(op->stage[0] ? op->stage : "run"));
+    json_object_object_add(o, "state", json_object_new_string(sg_agent_state_name(op->state)));
     if (op->signal != 0)
         json_object_object_add(o, "signal", json_object_new_int((int)op->signal));
     return o;
@@ -179,10 +174,10 @@ static char *libraries_cmd(const sg_lang_t *lang, json_object *libs)
 static sg_op_t *exec_op_for(sg_session_t *s, pending_t *p, int is_command)
 {
     if (is_command)
-        return sg_op_exec(s, NULL, NULL, p->ex.code, NULL, "", 0, p->ex.timeout_s);
+        return sg_op_exec(s, NULL, NULL, p->ex.code, NULL, NULL, "", 0, p->ex.timeout_s);
     p->setup_cmd = libraries_cmd(s->lang, p->ex.libraries);
-    return sg_op_exec(s, p->setup_cmd, "libraries", s->lang->run_cmd, s->lang->file_path, p->ex.code, p->ex.code_len,
-                      p->ex.timeout_s);
+    return sg_op_exec(s, p->setup_cmd, "libraries", s->lang->run_cmd, s->lang->file_path, s->lang->kernel_cmd,
+                      p->ex.code, p->ex.code_len, p->ex.timeout_s);
 }
 
 /* ---- routes ------------------------------------------------------------------ */
@@ -208,7 +203,8 @@ static void health_work(sg_job_t *job)
 static void health_done(sg_job_t *job)
 {
     health_job_t *j = (health_job_t *)job;
-    if (j->p->req != NULL) {
+    h2o_req_t *req = pending_req(j->p);
+    if (req != NULL) {
         json_object *o = json_object_new_object();
         json_object_object_add(o, "status", json_object_new_string(j->ok ? "ok" : "degraded"));
         json_object_object_add(o, "docker", json_object_new_boolean(j->ok));
@@ -219,7 +215,7 @@ static void health_done(sg_job_t *job)
             json_object_object_add(o, "detail", json_object_new_string(j->err));
         }
         json_object_object_add(o, "sessions", json_object_new_int64((int64_t)sg_session_count()));
-        sg_http_send_json(j->p->req, j->ok ? 200 : 503, o);
+        sg_http_send_json(req, j->ok ? 200 : 503, o);
     }
     pending_free(j->p);
     free(j);
@@ -238,11 +234,12 @@ static int get_health(sg_api_t *api, h2o_req_t *req)
 static void on_session_created(void *data, sg_session_t *s, int status, const char *code, const char *detail)
 {
     pending_t *p = data;
+    h2o_req_t *req = pending_req(p);
     if (s == NULL) {
-        if (p->req != NULL)
-            sg_http_send_error(p->req, status, code, "%s", detail);
-    } else if (p->req != NULL) {
-        sg_http_send_json(p->req, 200, session_json(s));
+        if (req != NULL)
+            sg_http_send_error(req, status, code, "%s", detail);
+    } else if (req != NULL) {
+        sg_http_send_json(req, 200, session_json(s));
     } else {
         /* nobody is waiting for it: do not leave it behind */
         sg_session_close(s, NULL, NULL);
@@ -302,25 +299,88 @@ static int get_sessions(h2o_req_t *req)
 static void on_session_closed(void *data, const char *template_image, const char *err)
 {
     pending_t *p = data;
-    if (p->req != NULL) {
+    h2o_req_t *req = pending_req(p);
+    if (req != NULL) {
         if (err != NULL) {
-            sg_http_send_error(p->req, 500, "docker_error", "the session is closed, but: %s", err);
+            sg_http_send_error(req, 500, "docker_error", "the session is closed, but: %s", err);
         } else {
             json_object *o = json_object_new_object();
             json_object_object_add(o, "status", json_object_new_string("closed"));
             if (template_image != NULL)
                 json_object_object_add(o, "template_image", json_object_new_string(template_image));
-            sg_http_send_json(p->req, 200, o);
+            sg_http_send_json(req, 200, o);
         }
     }
     pending_free(p);
 }
 
+/* ---- streaming executions: Server-Sent Events --------------------------------
+ * events: "stdout" and "stderr" with {"data": "..."} as output arrives, then
+ * one "result" (the execution result, its stdout and stderr empty: they were
+ * streamed) or one "error" ({"detail","code"}). */
+
+#define SSE_MAX_QUEUED (8u << 20)
+
+static void sse_output(pending_t *p, int stream, const char *data, size_t len)
+{
+    json_object *o = json_object_new_object();
+    sg_json_add_bytes(o, "data", data, len);
+    sg_http_stream_event(p->stream, stream == 1 ? "stdout" : "stderr", o);
+}
+
+static void sse_on_output(sg_op_t *op, int stream, const uint8_t *data, size_t len)
+{
+    pending_t *p = op->data;
+    sg_buf_t *part = &p->partial[stream - 1];
+
+    if (pending_req(p) == NULL || sg_buf_append(part, data, len) != 0)
+        return;
+    size_t n = sg_utf8_complete_len(part->base, part->len);
+    if (n != 0) {
+        sse_output(p, stream, part->base, n);
+        sg_buf_consume(part, n);
+    }
+}
+
+static void sse_finish(pending_t *p, sg_op_t *op)
+{
+    if (pending_req(p) == NULL)
+        return;
+    for (int i = 0; i < 2; i++)
+        if (p->partial[i].len != 0) /* a sequence the output never finished */
+            sse_output(p, i + 1, p->partial[i].base, p->partial[i].len);
+    if (op->failed) {
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "detail", json_object_new_string(op->errmsg));
+        json_object_object_add(o, "code",
+                               json_object_new_string(op->fail_status == 504 ? "sandbox_timeout" : "sandbox_failed"));
+        sg_http_stream_event(p->stream, "error", o);
+    } else {
+        sg_buf_reset(&op->out[0]);
+        sg_buf_reset(&op->out[1]);
+        sg_http_stream_event(p->stream, "result", exec_result_json(op));
+    }
+    sg_http_stream_finish(p->stream);
+}
+
+static int wants_stream(h2o_req_t *req, json_object *body)
+{
+    json_object *v;
+    if (json_object_object_get_ex(body, "stream", &v) && json_object_get_boolean(v))
+        return 1;
+    ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_ACCEPT, -1);
+    return i >= 0 && h2o_strstr(req->headers.entries[i].value.base, req->headers.entries[i].value.len,
+                                H2O_STRLIT("text/event-stream")) != SIZE_MAX;
+}
+
 static void on_exec_done(sg_op_t *op)
 {
     pending_t *p = op->data;
-    if (p->req != NULL && !send_op_failure(p->req, op))
-        sg_http_send_json(p->req, 200, exec_result_json(op));
+    h2o_req_t *req = pending_req(p);
+    if (p->stream != NULL)
+        sse_finish(p, op);
+    else if (req != NULL && !send_op_failure(req, op))
+        sg_http_send_json(req, 200, exec_result_json(op));
     sg_op_free(op);
     pending_free(p);
 }
@@ -344,6 +404,10 @@ static int post_session_exec(sg_api_t *api, h2o_req_t *req, sg_session_t *s, int
         pending_free(p);
         return 0;
     }
+    if (wants_stream(req, body)) {
+        p->stream = sg_http_stream_start(req, 200, "text/event-stream", SSE_MAX_QUEUED);
+        op->on_output = sse_on_output;
+    }
     sg_op_submit(op, on_exec_done, p);
     return 0;
 }
@@ -351,7 +415,7 @@ static int post_session_exec(sg_api_t *api, h2o_req_t *req, sg_session_t *s, int
 static void on_put_done(sg_op_t *op)
 {
     pending_t *p = op->data;
-    h2o_req_t *req = p->req;
+    h2o_req_t *req = pending_req(p);
     if (req != NULL && !send_op_failure(req, op)) {
         if (op->agent_err != 0) {
             int st = op->agent_err == SG_AGENT_ERR_PATH || op->agent_err == SG_AGENT_ERR_BAD_REQUEST ? 400
@@ -411,8 +475,9 @@ static void ephemeral_exec_done(sg_op_t *op)
 {
     pending_t *p = op->data;
     sg_session_t *s = op->session;
-    if (p->req != NULL && !send_op_failure(p->req, op))
-        sg_http_send_json(p->req, 200, exec_result_json(op));
+    h2o_req_t *req = pending_req(p);
+    if (req != NULL && !send_op_failure(req, op))
+        sg_http_send_json(req, 200, exec_result_json(op));
     sg_session_ref(s);
     sg_op_free(op);
     sg_session_close(s, NULL, NULL);
@@ -424,8 +489,9 @@ static void ephemeral_ready(void *data, sg_session_t *s, int status, const char 
 {
     pending_t *p = data;
     if (s == NULL) {
-        if (p->req != NULL)
-            sg_http_send_error(p->req, status, code, "%s", detail);
+        h2o_req_t *req = pending_req(p);
+        if (req != NULL)
+            sg_http_send_error(req, status, code, "%s", detail);
         pending_free(p);
         return;
     }
@@ -454,29 +520,6 @@ static int post_execute(sg_api_t *api, h2o_req_t *req)
     return 0;
 }
 
-int sg_api_split_path(const char *p, size_t len, h2o_iovec_t *segs, int max)
-{
-    int n = 0;
-    size_t i = 0;
-
-    if (len == 0 || p[0] != '/')
-        return -1;
-    i = 1;
-    while (i < len) {
-        size_t start = i;
-        while (i < len && p[i] != '/')
-            i++;
-        if (i == start) {
-            return -1; /* "//" */
-        }
-        if (n == max)
-            return -1;
-        segs[n++] = h2o_iovec_init(p + start, i - start);
-        i++; /* past '/' (or past the end) */
-    }
-    return n;
-}
-
 static int method_not_allowed(h2o_req_t *req, const char *allowed)
 {
     sg_http_add_header(req, "allow", allowed);
@@ -489,7 +532,7 @@ int sg_api_handle(void *app, h2o_req_t *req)
 {
     sg_api_t *api = app;
     h2o_iovec_t path = sg_http_path(req), seg[4];
-    int n = sg_api_split_path(path.base, path.len, seg, 4);
+    int n = sg_http_split_path(path.base, path.len, seg, 4);
     sg_session_t *s;
 
 #define IS(i, lit) h2o_memis(seg[i].base, seg[i].len, H2O_STRLIT(lit))

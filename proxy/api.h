@@ -16,9 +16,4 @@ typedef struct {
 /* The sg_http_handler_cb of the proxy; app is an sg_api_t. */
 int sg_api_handle(void *app, h2o_req_t *req);
 
-/* Splits a request path into at most max segments ("/sessions/x/execute" ->
- * "sessions", "x", "execute"). Returns the count, or -1 if there are more
- * than max or an empty segment in the middle. A trailing slash is ignored. */
-int sg_api_split_path(const char *p, size_t len, h2o_iovec_t *segs, int max);
-
 #endif

@@ -1,5 +1,6 @@
 #include "lang.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define PY_LIBCHECK                                                                                                          \
@@ -17,9 +18,10 @@
     "missing.join(\", \")); process.exit(1); }' "
 
 static const sg_lang_t langs[] = {
-    {"python", "/tmp/sandgate/main.py", NULL, "PYTHONPATH=/sandbox exec python3 -u \"$SANDGATE_FILE\"", PY_LIBCHECK, "pip"},
+    {"python", "/tmp/sandgate/main.py", NULL, "PYTHONPATH=/sandbox exec python3 -u \"$SANDGATE_FILE\"",
+     "exec python3 -u /usr/local/lib/sandgate/kernel.py", PY_LIBCHECK, "pip"},
     {"javascript", "/tmp/sandgate/main.js", NULL, "NODE_PATH=/sandbox/node_modules exec node \"$SANDGATE_FILE\"",
-     JS_LIBCHECK, "npm"},
+     "exec node /usr/local/lib/sandgate/kernel.js", JS_LIBCHECK, "npm"},
 };
 
 const sg_lang_t *sg_lang_find(const char *name, size_t len)
@@ -42,5 +44,10 @@ const sg_lang_t *sg_lang_at(size_t i)
 
 const char *sg_lang_names(void)
 {
-    return "python, javascript";
+    static char names[256];
+    if (names[0] == '\0') {
+        for (size_t i = 0; i < sg_lang_count(); i++)
+            snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? ", " : "", langs[i].name);
+    }
+    return names;
 }

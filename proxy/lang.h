@@ -11,7 +11,8 @@ typedef struct {
     const char *name;         /* as in requests: "python" */
     const char *file_path;    /* where the code is written in the sandbox */
     const char *compile_cmd;  /* shell, run as setup stage "compile"; NULL if none */
-    const char *run_cmd;      /* shell; $SANDGATE_FILE is file_path */
+    const char *run_cmd;      /* shell; $SANDGATE_FILE is file_path (one-shot mode) */
+    const char *kernel_cmd;   /* shell; the stateful interpreter (agent_proto.h, "Kernels"); NULL if none */
     const char *libcheck_cmd; /* shell prefix; quoted library names follow; exits non-zero naming what is missing */
     const char *package_manager;
 } sg_lang_t;

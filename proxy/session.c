@@ -311,6 +311,29 @@ void sg_session_unref(sg_session_t *s)
 
 static void process_inbuf(sg_session_t *s);
 
+static void on_warm_up_done(sg_op_t *op)
+{
+    if (op->failed || op->reason != SG_AGENT_REASON_EXITED || op->exit_code != 0)
+        sg_warn("session %s: the %s kernel did not start cleanly (%s, exit %d): %.*s", op->session->id,
+                op->session->lang->name, op->failed ? op->errmsg : sg_agent_reason_name(op->reason), op->exit_code,
+                (int)(op->out[1].len > 300 ? 300 : op->out[1].len), op->out[1].base ? op->out[1].base : "");
+    sg_op_free(op);
+}
+
+/* A pooled container starts its language's kernel at once (an empty
+ * execution), so that a session's first execute does not wait for the
+ * interpreter to start. A request that takes the container meanwhile queues
+ * behind it. */
+static void warm_up(sg_session_t *s)
+{
+    sg_op_t *op;
+    if (s->lang->kernel_cmd == NULL)
+        return;
+    op = sg_op_exec(s, NULL, NULL, NULL, NULL, s->lang->kernel_cmd, "", 0, 30.0);
+    if (op != NULL)
+        sg_op_submit(op, on_warm_up_done, NULL);
+}
+
 static void create_done(sg_job_t *job)
 {
     create_job_t *j = (create_job_t *)job;
@@ -341,6 +364,7 @@ static void create_done(sg_job_t *job)
              s->_pooled ? "pool" : s->ephemeral ? "ephemeral" : "session");
     if (s->_pooled) {
         list_insert(s, SG_IN_POOL);
+        warm_up(s);
         sg_session_unref(s); /* nobody else holds it */
     } else {
         /* ephemeral sessions are in the table too, for the watchdog, but never listed */
@@ -635,6 +659,8 @@ static void handle_message(sg_session_t *s, const sg_agent_header_t *h, const ui
         if (sg_agent_get_u32(&r, &stream) != 0 || (stream != 1 && stream != 2))
             goto Bad;
         sg_agent_get_rest(&r, &p, &len);
+        if (op->on_output != NULL)
+            op->on_output(op, (int)stream, p, len);
         /* the agent enforces the cap; this only stops a broken agent */
         sg_buf_append(&op->out[stream - 1], p, len);
         return;
@@ -642,7 +668,8 @@ static void handle_message(sg_session_t *s, const sg_agent_header_t *h, const ui
     case SG_AGENT_EXIT:
         if (sg_agent_get_i32(&r, &op->exit_code) != 0 || sg_agent_get_u32(&r, &op->signal) != 0 ||
             sg_agent_get_u32(&r, &op->reason) != 0 || sg_agent_get_u64(&r, &op->duration_us) != 0 ||
-            sg_agent_get_u32(&r, &op->flags) != 0 || sg_agent_get_str(&r, &p, &len) != 0)
+            sg_agent_get_u32(&r, &op->flags) != 0 || sg_agent_get_str(&r, &p, &len) != 0 ||
+            sg_agent_get_u32(&r, &op->state) != 0)
             goto Bad;
         snprintf(op->stage, sizeof(op->stage), "%.*s", (int)len, (const char *)p);
         break;
@@ -761,7 +788,7 @@ static int str_or_empty(sg_agent_buf_t *b, const char *s)
 }
 
 sg_op_t *sg_op_exec(sg_session_t *s, const char *setup_cmd, const char *setup_stage, const char *run_cmd,
-                    const char *file_path, const char *code, size_t code_len, double timeout_s)
+                    const char *file_path, const char *kernel_cmd, const char *code, size_t code_len, double timeout_s)
 {
     sg_op_t *op = op_new(s, SG_OP_EXEC, SG_AGENT_EXEC);
     uint32_t timeout_ms = (uint32_t)(timeout_s * 1000.0 + 0.5);
@@ -773,7 +800,8 @@ sg_op_t *sg_op_exec(sg_session_t *s, const char *setup_cmd, const char *setup_st
     if (sg_agent_put_u32(&op->_req, timeout_ms) != 0 ||
         sg_agent_put_u32(&op->_req, (uint32_t)s->limits.output_bytes) != 0 || str_or_empty(&op->_req, setup_cmd) != 0 ||
         str_or_empty(&op->_req, setup_stage) != 0 || str_or_empty(&op->_req, run_cmd) != 0 ||
-        str_or_empty(&op->_req, file_path) != 0 || sg_agent_put_rest(&op->_req, code, code_len) != 0) {
+        str_or_empty(&op->_req, file_path) != 0 || str_or_empty(&op->_req, kernel_cmd) != 0 ||
+        sg_agent_put_rest(&op->_req, code, code_len) != 0) {
         sg_op_free(op);
         return NULL;
     }

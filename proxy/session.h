@@ -84,6 +84,9 @@ struct sg_op {
     sg_session_t *session;
     sg_op_cb cb; /* called once, on the loop thread; then free with sg_op_free */
     void *data;
+    /* optional: called for each piece of output as it arrives (EXEC), before
+     * it is added to out[] */
+    void (*on_output)(sg_op_t *op, int stream, const uint8_t *p, size_t len);
 
     /* result */
     int failed;         /* the agent died, answered garbage or not at all */
@@ -97,6 +100,7 @@ struct sg_op {
     uint32_t flags;
     uint64_t duration_us;
     char stage[32];
+    uint32_t state;     /* sg_agent_state_t */
     sg_buf_t file;      /* GET_FILE data */
     uint64_t ok_value;
 
@@ -140,8 +144,9 @@ void sg_pool_fill(void);
 size_t sg_pool_ready(const sg_lang_t *lang);
 
 /* Ops: create, then submit; the callback gets the result. */
+/* kernel_cmd non-NULL: stateful mode, the code runs in the session's kernel. */
 sg_op_t *sg_op_exec(sg_session_t *s, const char *setup_cmd, const char *setup_stage, const char *run_cmd,
-                    const char *file_path, const char *code, size_t code_len, double timeout_s);
+                    const char *file_path, const char *kernel_cmd, const char *code, size_t code_len, double timeout_s);
 sg_op_t *sg_op_put_file(sg_session_t *s, const char *path, const void *data, size_t len);
 sg_op_t *sg_op_get_file(sg_session_t *s, const char *path, uint32_t max_bytes);
 void sg_op_submit(sg_op_t *op, sg_op_cb cb, void *data);

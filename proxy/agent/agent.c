@@ -12,6 +12,17 @@
  *   - after every run, every descendant is found through /proc and killed,
  *     including those that called setsid() and double-forked.
  *
+ * Stateful mode (kernel_cmd not empty) keeps one long-lived interpreter, the
+ * kernel, across EXECs and talks to it over its fds 3 and 4 as agent_proto.h
+ * describes. The kernel is the one process the end-of-run kill spares (its
+ * children are killed like any other); it dies with a timeout, an output
+ * limit, a malformed answer, a different kernel_cmd, or the agent itself.
+ * The process forked for it must be the interpreter, so kernel_cmd has to
+ * `exec` it: a shell left in between would be the spared process, and the
+ * interpreter under it would be killed after every run. Between EXECs the
+ * idle loop reads and discards whatever the kernel writes, so a background
+ * thread that prints never blocks on a full pipe.
+ *
  * Single-threaded. Signals (SIGCHLD, SIGTERM, SIGINT, SIGHUP) are blocked and
  * read from a signalfd, so every wait is one poll() and nothing runs in a
  * signal handler.
@@ -40,6 +51,7 @@
 #define KILL_BUDGET_NS (2000LL * 1000 * 1000) /* give up killing after 2 s */
 #define IDLE_POLL_MS 1000                      /* reap at least this often */
 #define DRAIN_LIMIT (1u << 20)                 /* bytes read per stream after exit */
+#define KERNEL_GRACE_NS (200LL * 1000 * 1000)  /* for a kernel whose pipes closed to exit */
 
 extern char **environ;
 
@@ -54,6 +66,25 @@ static sg_agent_buf_t out; /* the message being built; sent whole */
 static pid_t watched_pid = -1;
 static int watched_status;
 static int watched_done;
+
+/* The session's kernel (stateful mode): from its start until an EXEC finds
+ * it gone or ends it. reap() records its status like the watched child's. */
+typedef struct {
+    pid_t pid;          /* -1: there is none */
+    int done;           /* reaped; status is valid */
+    int status;
+    char *cmd;          /* the kernel_cmd it was started with */
+    int out_fd, err_fd; /* read ends of its stdout and stderr */
+    int req_fd;         /* write end of its fd 3 */
+    int ans_fd;         /* read end of its fd 4 */
+} kernel_t;
+
+static kernel_t kern = {-1, 0, 0, NULL, -1, -1, -1, -1};
+
+static int kernel_alive(void)
+{
+    return kern.pid > 0 && !kern.done;
+}
 
 static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -106,12 +137,17 @@ static void reap(void)
             watched_status = st;
             watched_done = 1;
         }
+        if (p == kern.pid && !kern.done) {
+            kern.status = st;
+            kern.done = 1;
+        }
     }
 }
 
 typedef struct {
     pid_t pid;
     pid_t ppid;
+    char state; /* 'Z' for a zombie */
 } proc_t;
 
 static int cmp_proc(const void *a, const void *b)
@@ -121,7 +157,8 @@ static int cmp_proc(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static pid_t read_ppid(pid_t pid)
+/* Parent and state of a process; -1 when it is gone. */
+static int read_stat(pid_t pid, pid_t *ppid_out, char *state)
 {
     char path[64], buf[512], *p;
     int fd;
@@ -139,9 +176,10 @@ static pid_t read_ppid(pid_t pid)
     buf[n] = '\0';
     /* "pid (comm) state ppid ...": comm may hold spaces and ')' itself. */
     p = strrchr(buf, ')');
-    if (p == NULL || sscanf(p + 1, " %*c %d", &ppid) != 1)
+    if (p == NULL || sscanf(p + 1, " %c %d", state, &ppid) != 2)
         return -1;
-    return (pid_t)ppid;
+    *ppid_out = (pid_t)ppid;
+    return 0;
 }
 
 /* Snapshot of every process we can see, sorted by pid. */
@@ -163,11 +201,11 @@ static int scan_procs(proc_t **list, size_t *count)
         char *end;
         long pid = strtol(e->d_name, &end, 10);
         pid_t ppid;
+        char state;
 
         if (*end != '\0' || pid <= 0)
             continue;
-        ppid = read_ppid((pid_t)pid);
-        if (ppid < 0)
+        if (read_stat((pid_t)pid, &ppid, &state) != 0)
             continue; /* gone already */
         if (n == cap) {
             cap *= 2;
@@ -178,6 +216,7 @@ static int scan_procs(proc_t **list, size_t *count)
         }
         v[n].pid = (pid_t)pid;
         v[n].ppid = ppid;
+        v[n].state = state;
         n++;
     }
     closedir(d);
@@ -200,7 +239,7 @@ static int descends_from_self(const proc_t *v, size_t n, pid_t pid)
     /* Walk up the parent chain; hops bound it even if the snapshot, taken
      * while processes come and go, happens to contain a cycle. */
     for (hops = 0; hops <= n && pid > 0; hops++) {
-        proc_t key = {pid, 0}, *p;
+        proc_t key = {pid, 0, 0}, *p;
 
         if (pid == self_pid)
             return 1;
@@ -212,9 +251,11 @@ static int descends_from_self(const proc_t *v, size_t n, pid_t pid)
     return 0;
 }
 
-/* SIGKILL every descendant seen in one /proc scan; returns how many there
- * were (zombies included, since they still have to be reaped), or -1. */
-static int kill_descendants(void)
+/* SIGKILL every descendant seen in one /proc scan except `keep` (-1: none);
+ * the descendants of `keep` are killed too. Returns how many there were, or
+ * -1. Zombies count, since they still have to be reaped, except those whose
+ * parent is `keep`: only it can reap them, and it lives on. */
+static int kill_descendants(pid_t keep)
 {
     proc_t *v;
     size_t n, i;
@@ -223,7 +264,9 @@ static int kill_descendants(void)
     if (scan_procs(&v, &n) != 0)
         return -1;
     for (i = 0; i < n; i++) {
-        if (v[i].pid == self_pid || !descends_from_self(v, n, v[i].pid))
+        if (v[i].pid == self_pid || v[i].pid == keep || !descends_from_self(v, n, v[i].pid))
+            continue;
+        if (v[i].state == 'Z' && keep > 0 && v[i].ppid == keep)
             continue;
         kill(v[i].pid, SIGKILL);
         found++;
@@ -232,10 +275,11 @@ static int kill_descendants(void)
     return found;
 }
 
-/* Kill everything the agent started, until a scan finds nothing left. A fork
- * bomb converges because a killed process cannot fork again; the budget only
- * guards against processes stuck in the kernel. */
-static int kill_tree(void)
+/* Kill everything the agent started except `keep` (the kernel to spare, or
+ * -1), until a scan finds nothing left. A fork bomb converges because a
+ * killed process cannot fork again; the budget only guards against
+ * processes stuck in a system call. */
+static int kill_tree(pid_t keep)
 {
     int64_t start = now_ns();
     long pause = 1000000;
@@ -246,7 +290,9 @@ static int kill_tree(void)
          * is unreaped: until then its pid cannot be reused by a stranger. */
         if (watched_pid > 0 && !watched_done)
             kill(-watched_pid, SIGKILL);
-        found = kill_descendants();
+        if (kernel_alive() && kern.pid != keep)
+            kill(-kern.pid, SIGKILL);
+        found = kill_descendants(keep);
         reap();
         if (found == 0)
             return 0;
@@ -271,7 +317,7 @@ static int kill_tree(void)
  * exit at once. */
 static int is_descendant(pid_t pid)
 {
-    proc_t *v, key = {pid, 0};
+    proc_t *v, key = {pid, 0, 0};
     size_t n;
     int r;
 
@@ -285,9 +331,10 @@ static int is_descendant(pid_t pid)
     return r;
 }
 
+/* The kernel too: nothing the agent started outlives it. */
 static void quit(int code)
 {
-    kill_tree();
+    kill_tree(-1);
     exit(code);
 }
 
@@ -671,6 +718,7 @@ typedef struct {
     char *setup_stage;
     char *run_cmd;
     char *file_path;
+    char *kernel_cmd;
     const uint8_t *code;
     size_t code_len;
     char **envp;
@@ -678,6 +726,7 @@ typedef struct {
     int64_t started;    /* first fork, 0 until then */
     uint64_t sent[3];   /* bytes forwarded, by stream */
     uint32_t exit_flags;
+    uint32_t state;     /* sg_agent_state_t, for EXIT */
     long long oom_before; /* -1 when the counter cannot be read */
 } exec_t;
 
@@ -689,7 +738,7 @@ typedef struct {
 } run_t;
 
 /* The oom_kill counter of our memory cgroup: cgroup v2 memory.events, or the
- * v1 memory.oom_control of kernels that have it. -1 when neither exists. */
+ * v1 memory.oom_control of Linux versions that have it. -1 when neither exists. */
 static long long read_oom_kills(void)
 {
     static const char *const files[] = {"/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"};
@@ -717,28 +766,39 @@ static long long read_oom_kills(void)
     return -1;
 }
 
-/* The environment of every command: ours, with SANDGATE_FILE replaced. */
+static int is_own_var(const char *var)
+{
+    return strncmp(var, "SANDGATE_FILE=", 14) == 0 || strncmp(var, "SANDGATE_WORKDIR=", 17) == 0;
+}
+
+/* The environment of every command and kernel: ours, with SANDGATE_FILE and
+ * SANDGATE_WORKDIR set by us (the two strings the array owns). */
 static char **build_env(const char *file_path)
 {
     size_t n = 0, i, j = 0;
-    char **envp, *var;
+    char **envp, *file_var, *work_var;
 
     while (environ[n] != NULL)
         n++;
-    envp = calloc(n + 2, sizeof(*envp));
-    var = malloc(strlen(file_path) + sizeof("SANDGATE_FILE="));
-    if (envp == NULL || var == NULL) {
+    envp = calloc(n + 3, sizeof(*envp));
+    file_var = malloc(strlen(file_path) + sizeof("SANDGATE_FILE="));
+    work_var = malloc(strlen(workdir) + sizeof("SANDGATE_WORKDIR="));
+    if (envp == NULL || file_var == NULL || work_var == NULL) {
         free(envp);
-        free(var);
+        free(file_var);
+        free(work_var);
         return NULL;
     }
-    strcpy(var, "SANDGATE_FILE=");
-    strcat(var, file_path);
+    strcpy(file_var, "SANDGATE_FILE=");
+    strcat(file_var, file_path);
+    strcpy(work_var, "SANDGATE_WORKDIR=");
+    strcat(work_var, workdir);
     for (i = 0; i < n; i++) {
-        if (strncmp(environ[i], "SANDGATE_FILE=", 14) != 0)
+        if (!is_own_var(environ[i]))
             envp[j++] = environ[i];
     }
-    envp[j++] = var;
+    envp[j++] = file_var;
+    envp[j++] = work_var;
     envp[j] = NULL;
     return envp;
 }
@@ -750,7 +810,7 @@ static void free_env(char **envp)
     if (envp == NULL)
         return;
     for (i = 0; envp[i] != NULL; i++) {
-        if (strncmp(envp[i], "SANDGATE_FILE=", 14) == 0)
+        if (is_own_var(envp[i]))
             free(envp[i]);
     }
     free(envp);
@@ -847,15 +907,56 @@ static int pump(exec_t *x, int fd, uint32_t stream, size_t *total)
     return forward(x, stream, buf, (size_t)n) ? PUMP_CAP : PUMP_DATA;
 }
 
+/* Once a run has ended, take what is already in its stdout and stderr pipes,
+ * but do not wait for writers that still hold them open. Returns 1 when a
+ * stream passed the cap. */
+static int drain(exec_t *x, const int *fds)
+{
+    int i;
+
+    for (i = 0; i < 2; i++) {
+        size_t total = 0;
+        int rc = PUMP_DATA;
+
+        while (fds[i] >= 0 && rc == PUMP_DATA && total < DRAIN_LIMIT)
+            rc = pump(x, fds[i], (uint32_t)i + 1, &total);
+        if (rc == PUMP_CAP)
+            return 1;
+    }
+    return 0;
+}
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+/* Close every fd from `low` up. */
+static void close_from(int low)
+{
+    long max, fd;
+
+    if (close_range((unsigned)low, ~0u, 0) == 0)
+        return;
+    max = sysconf(_SC_OPEN_MAX);
+    if (max < 0 || max > 65536)
+        max = 65536;
+    for (fd = low; fd < max; fd++)
+        close((int)fd);
+}
+
 /* In the forked child: become the leader of a new group, volunteer for the
- * OOM killer, wire up stdio and exec the shell. The agent is single-threaded,
- * so libc is safe to use after fork; this function never returns. */
-static void child_exec(exec_t *x, const char *cmd, int out_w, int err_w)
+ * OOM killer, put /dev/null on fd 0 and fds[i] on fd i + 1, close every
+ * other fd, and exec the shell. The agent is single-threaded, so libc is
+ * safe to use after fork; this function never returns. */
+static void child_exec(exec_t *x, const char *cmd, const int *fds, int nfds)
 {
     char *argv[] = {"sh", "-c", (char *)cmd, NULL};
     struct sigaction sa;
     sigset_t none;
-    int fd, i;
+    int fd, i, moved[5];
 
     setpgid(0, 0);
     /* The agent is not dumpable, which makes /proc/self/ files root-owned;
@@ -868,8 +969,19 @@ static void child_exec(exec_t *x, const char *cmd, int out_w, int err_w)
         }
         close(fd);
     }
-    if (dup2(devnull_fd, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
-        _exit(127);
+    /* Move every source above the targets first, so that no dup2 below
+     * overwrites a source still to be placed (the agent's own signalfd and
+     * /dev/null are likely to sit on fds 3 and 4). */
+    for (i = 0; i <= nfds; i++) {
+        moved[i] = fcntl(i == 0 ? devnull_fd : fds[i - 1], F_DUPFD_CLOEXEC, 16);
+        if (moved[i] < 0)
+            _exit(127);
+    }
+    for (i = 0; i <= nfds; i++) {
+        if (dup2(moved[i], i) < 0) /* the copy on fd i is not close-on-exec */
+            _exit(127);
+    }
+    close_from(nfds + 1);
     if (chdir(workdir) != 0) {
         dprintf(2, "sandgate-agent: cannot enter the work directory %s: %s\n", workdir, strerror(errno));
         _exit(127);
@@ -894,12 +1006,12 @@ static void start_failed_output(exec_t *x, const char *what)
 }
 
 /* Run one command to its end, forwarding its output. Returns 0 with *res
- * filled, or -1 when it could not be started (explained on stderr). */
+ * filled, or -1 when it could not be started (explained on stderr). A live
+ * kernel is spared by the kill that ends the run. */
 static int run_one(exec_t *x, const char *cmd, run_t *res)
 {
     int outp[2] = {-1, -1}, errp[2] = {-1, -1};
     int fds[2];
-    uint32_t streams[2] = {1, 2};
     pid_t pid;
     int i;
 
@@ -920,8 +1032,11 @@ static int run_one(exec_t *x, const char *cmd, run_t *res)
         start_failed_output(x, "fork");
         goto Error;
     }
-    if (pid == 0)
-        child_exec(x, cmd, outp[1], errp[1]);
+    if (pid == 0) {
+        int child_fds[2] = {outp[1], errp[1]};
+
+        child_exec(x, cmd, child_fds, 2);
+    }
     setpgid(pid, pid); /* also here, so kill(-pid) works before the child runs */
     watched_pid = pid;
     watched_done = 0;
@@ -965,13 +1080,11 @@ static int run_one(exec_t *x, const char *cmd, run_t *res)
 
             if (idx[i] < 0 || pfd[idx[i]].revents == 0)
                 continue;
-            rc = pump(x, fds[i], streams[i], NULL);
-            if (rc == PUMP_EOF) {
-                close(fds[i]);
-                fds[i] = -1;
-            } else if (rc == PUMP_CAP) {
+            rc = pump(x, fds[i], (uint32_t)i + 1, NULL);
+            if (rc == PUMP_EOF)
+                close_fd(&fds[i]);
+            else if (rc == PUMP_CAP)
                 capped = 1;
-            }
         }
         if (capped) {
             res->reason = SG_AGENT_REASON_OUTPUT_LIMIT;
@@ -985,24 +1098,12 @@ static int run_one(exec_t *x, const char *cmd, run_t *res)
     }
     res->ended = now_ns();
 
-    if (res->reason == SG_AGENT_REASON_EXITED) {
-        /* The shell is gone; take what is already in the pipes, but do not
-         * wait for background processes that still hold them open. */
-        for (i = 0; i < 2 && res->reason == SG_AGENT_REASON_EXITED; i++) {
-            size_t total = 0;
-            int rc = PUMP_DATA;
-
-            while (fds[i] >= 0 && rc == PUMP_DATA && total < DRAIN_LIMIT)
-                rc = pump(x, fds[i], streams[i], &total);
-            if (rc == PUMP_CAP)
-                res->reason = SG_AGENT_REASON_OUTPUT_LIMIT;
-        }
-    }
-    kill_tree();
-    for (i = 0; i < 2; i++) {
-        if (fds[i] >= 0)
-            close(fds[i]);
-    }
+    /* The shell is gone; take what is already in the pipes. */
+    if (res->reason == SG_AGENT_REASON_EXITED && drain(x, fds))
+        res->reason = SG_AGENT_REASON_OUTPUT_LIMIT;
+    kill_tree(kernel_alive() ? kern.pid : -1);
+    for (i = 0; i < 2; i++)
+        close_fd(&fds[i]);
     res->have_status = watched_done;
     res->status = watched_status;
     watched_pid = -1;
@@ -1010,10 +1111,8 @@ static int run_one(exec_t *x, const char *cmd, run_t *res)
 
 Error:
     for (i = 0; i < 2; i++) {
-        if (outp[i] >= 0)
-            close(outp[i]);
-        if (errp[i] >= 0)
-            close(errp[i]);
+        close_fd(&outp[i]);
+        close_fd(&errp[i]);
     }
     return -1;
 }
@@ -1031,48 +1130,418 @@ static void send_exit(exec_t *x, int32_t code, uint32_t sig, uint32_t reason, co
     r |= sg_agent_put_u64(&out, dur);
     r |= sg_agent_put_u32(&out, x->exit_flags);
     r |= sg_agent_put_str(&out, stage, strlen(stage));
+    r |= sg_agent_put_u32(&out, x->state);
     sg_agent_msg_end(&out, 0);
     flush_out(r);
-    logmsg("exec %u: %s ended: %s, code %d, signal %u", x->id, stage, sg_agent_reason_name(reason), (int)code, sig);
+    logmsg("exec %u: %s ended: %s, code %d, signal %u, kernel %s", x->id, stage, sg_agent_reason_name(reason),
+           (int)code, sig, sg_agent_state_name(x->state));
+}
+
+/* Exit code and signal of a process from its wait status, and the reason
+ * to report when `reason` says it ended by itself (EXITED): a signal the
+ * agent did not send is KILLED, or OOM when the OOM killer is the likely
+ * sender. Without a status it was still being killed: SIGKILL. */
+static uint32_t classify(exec_t *x, int have_status, int status, uint32_t reason, int32_t *code, uint32_t *sig)
+{
+    long long oom_now;
+    int oom_seen;
+
+    *code = -1;
+    *sig = 0;
+    if (!have_status)
+        *sig = SIGKILL;
+    else if (WIFEXITED(status))
+        *code = WEXITSTATUS(status);
+    else if (WIFSIGNALED(status))
+        *sig = (uint32_t)WTERMSIG(status);
+    if (reason != SG_AGENT_REASON_EXITED)
+        return reason;
+
+    oom_now = x->oom_before >= 0 ? read_oom_kills() : -1;
+    oom_seen = oom_now > x->oom_before;
+    if (*sig != 0) {
+        /* SIGKILL is what the OOM killer uses; without a counter to ask,
+         * it is the likeliest sender. */
+        if (*sig == SIGKILL && (x->oom_before < 0 || oom_now < 0 || oom_seen))
+            return SG_AGENT_REASON_OOM;
+        return SG_AGENT_REASON_KILLED;
+    }
+    if (*code == 128 + SIGKILL && x->oom_before >= 0 && oom_seen)
+        return SG_AGENT_REASON_OOM; /* the shell outlived the program the OOM killer took */
+    return SG_AGENT_REASON_EXITED;
 }
 
 /* Turn a finished run into the EXIT message. Returns 1 when the EXEC is over
  * (EXIT sent), 0 when a successful setup lets the run go on. */
 static int finish(exec_t *x, run_t *res, const char *stage, int is_setup)
 {
-    int32_t code = -1;
-    uint32_t sig = 0, reason = res->reason;
+    int32_t code;
+    uint32_t sig, reason = classify(x, res->have_status, res->status, res->reason, &code, &sig);
 
-    if (!res->have_status) {
-        sig = SIGKILL; /* could not collect it: it was still being killed */
-    } else if (WIFEXITED(res->status)) {
-        code = WEXITSTATUS(res->status);
-    } else if (WIFSIGNALED(res->status)) {
-        sig = (uint32_t)WTERMSIG(res->status);
-    }
-
-    if (reason == SG_AGENT_REASON_EXITED) {
-        long long oom_now = x->oom_before >= 0 ? read_oom_kills() : -1;
-        int oom_seen = oom_now > x->oom_before;
-
-        if (sig != 0) {
-            /* A signal we did not send. SIGKILL is what the OOM killer uses;
-             * without a counter to ask, it is the likeliest sender. */
-            if (sig == SIGKILL && (x->oom_before < 0 || oom_now < 0 || oom_seen))
-                reason = SG_AGENT_REASON_OOM;
-            else
-                reason = SG_AGENT_REASON_KILLED;
-        } else if (code == 128 + SIGKILL && x->oom_before >= 0 && oom_seen) {
-            /* The shell outlived the program the OOM killer took. */
-            reason = SG_AGENT_REASON_OOM;
-        } else if (is_setup && code != 0) {
-            reason = SG_AGENT_REASON_SETUP_FAILED;
-        } else if (is_setup) {
+    if (is_setup && reason == SG_AGENT_REASON_EXITED) {
+        if (code == 0)
             return 0;
-        }
+        reason = SG_AGENT_REASON_SETUP_FAILED;
     }
     send_exit(x, code, sig, reason, stage, res->ended);
     return 1;
+}
+
+/* ---- kernels --------------------------------------------------------- */
+
+/* Close our ends of a kernel that is gone (or killed and reaped). */
+static void kernel_forget(void)
+{
+    close_fd(&kern.out_fd);
+    close_fd(&kern.err_fd);
+    close_fd(&kern.req_fd);
+    close_fd(&kern.ans_fd);
+    free(kern.cmd);
+    kern.cmd = NULL;
+    kern.pid = -1;
+    kern.done = 0;
+}
+
+/* Read and throw away whatever the kernel has written so far, at most
+ * DRAIN_LIMIT bytes per pipe so that a chatty kernel cannot starve stdin.
+ * A pipe at EOF is closed. */
+static void kernel_discard(void)
+{
+    static uint8_t buf[SG_AGENT_OUTPUT_CHUNK];
+    int *fds[3] = {&kern.out_fd, &kern.err_fd, &kern.ans_fd};
+    int i;
+
+    for (i = 0; i < 3; i++) {
+        size_t total = 0;
+
+        while (*fds[i] >= 0 && total < DRAIN_LIMIT) {
+            ssize_t n = read(*fds[i], buf, sizeof(buf));
+
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+                close_fd(fds[i]);
+            if (n <= 0)
+                break;
+            total += (size_t)n;
+        }
+    }
+}
+
+/* Before a stateful EXEC uses the kernel: one that died since the last EXEC,
+ * can no longer take requests or answer them, or was started with another
+ * kernel_cmd is ended and cleaned away, with whatever it left behind.
+ * Returns 1 when a kernel was lost that way. */
+static int kernel_reconcile(const char *cmd)
+{
+    if (kern.pid < 0)
+        return 0;
+    if (!kern.done && kern.req_fd >= 0 && kern.ans_fd >= 0 && strcmp(kern.cmd, cmd) == 0)
+        return 0;
+    logmsg("kernel %d is %s; it is replaced", (int)kern.pid,
+           kern.done ? "gone" : kern.req_fd < 0 || kern.ans_fd < 0 ? "unable to take requests" : "of another command");
+    kill_tree(-1);
+    kernel_forget();
+    return 1;
+}
+
+/* What the EXIT reports when the EXEC ends before reaching the kernel. */
+static uint32_t kernel_idle_state(int lost)
+{
+    if (kernel_alive())
+        return SG_AGENT_STATE_KEPT;
+    return lost ? SG_AGENT_STATE_LOST : SG_AGENT_STATE_NONE;
+}
+
+/* Start kernel_cmd with the pipes of agent_proto.h on its fds 1 to 4. Returns
+ * 0, or -1 when it could not be started (explained on stderr). */
+static int kernel_start(exec_t *x)
+{
+    int p[4][2], ours[4], i;
+    pid_t pid;
+
+    for (i = 0; i < 4; i++)
+        p[i][0] = p[i][1] = -1;
+    for (i = 0; i < 4; i++) {
+        if (pipe2(p[i], O_CLOEXEC) != 0) {
+            start_failed_output(x, "pipe");
+            goto Error;
+        }
+    }
+    /* stdout, stderr and answers are read by us, requests written by us. */
+    ours[0] = p[0][0];
+    ours[1] = p[1][0];
+    ours[2] = p[2][1];
+    ours[3] = p[3][0];
+    for (i = 0; i < 4; i++)
+        fcntl(ours[i], F_SETFL, O_NONBLOCK);
+    kern.cmd = strdup(x->kernel_cmd);
+    if (kern.cmd == NULL) {
+        start_failed_output(x, "memory");
+        goto Error;
+    }
+
+    if (x->started == 0)
+        x->started = now_ns();
+    pid = fork();
+    if (pid < 0) {
+        start_failed_output(x, "fork");
+        goto Error;
+    }
+    if (pid == 0) {
+        int child_fds[4] = {p[0][1], p[1][1], p[2][0], p[3][1]};
+
+        child_exec(x, x->kernel_cmd, child_fds, 4);
+    }
+    setpgid(pid, pid);
+    close(p[0][1]);
+    close(p[1][1]);
+    close(p[2][0]);
+    close(p[3][1]);
+    kern.pid = pid;
+    kern.done = 0;
+    kern.out_fd = ours[0];
+    kern.err_fd = ours[1];
+    kern.req_fd = ours[2];
+    kern.ans_fd = ours[3];
+    logmsg("exec %u: kernel started, pid %d", x->id, (int)pid);
+    return 0;
+
+Error:
+    for (i = 0; i < 4; i++) {
+        close_fd(&p[i][0]);
+        close_fd(&p[i][1]);
+    }
+    free(kern.cmd);
+    kern.cmd = NULL;
+    return -1;
+}
+
+enum { KERNEL_ANSWERED, KERNEL_ENDED, KERNEL_TIMEOUT, KERNEL_CAPPED, KERNEL_BROKEN };
+
+typedef struct {
+    int outcome;        /* KERNEL_* */
+    int32_t answer;     /* the exit code, for ANSWERED */
+    const char *broken; /* why, for BROKEN */
+    int64_t ended;
+} kernel_res_t;
+
+/* "<decimal>" with an optional '-', within i32; 0 or -1. */
+static int parse_answer(const char *s, size_t len, int32_t *code)
+{
+    size_t i = s[0] == '-' ? 1 : 0;
+    long long v = 0;
+
+    if (len == i || len - i > 10)
+        return -1;
+    for (; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    v = s[0] == '-' ? -v : v;
+    if (v < INT32_MIN || v > INT32_MAX)
+        return -1;
+    *code = (int32_t)v;
+    return 0;
+}
+
+/* Write as much of "<len>\n<code>" as the pipe takes; 0, or -1 when the
+ * kernel no longer reads its requests. */
+static int write_request(exec_t *x, const char *head, size_t hlen, size_t *done)
+{
+    while (*done < hlen + x->code_len) {
+        const void *p = *done < hlen ? (const void *)(head + *done) : (const void *)(x->code + (*done - hlen));
+        size_t len = *done < hlen ? hlen - *done : x->code_len - (*done - hlen);
+        ssize_t n = write(kern.req_fd, p, len);
+
+        if (n < 0)
+            return errno == EAGAIN || errno == EINTR ? 0 : -1;
+        *done += (size_t)n;
+    }
+    return 0;
+}
+
+/* Hand the code to the live kernel and follow it until it answers, ends, or
+ * must be ended. Output is forwarded; nothing is killed here. */
+static void kernel_run(exec_t *x, kernel_res_t *kr)
+{
+    char head[32], ans[32];
+    size_t hlen, written = 0, alen = 0;
+    int64_t doomed_at = 0; /* when its request or answer pipe closed */
+    const char *doomed = NULL;
+    int i;
+
+    hlen = (size_t)snprintf(head, sizeof(head), "%zu\n", x->code_len);
+    if (x->started == 0)
+        x->started = now_ns();
+    kr->outcome = -1;
+    kr->answer = 0;
+    kr->broken = NULL;
+
+    while (kr->outcome < 0) {
+        int *fds[4] = {&kern.out_fd, &kern.err_fd, &kern.ans_fd, &kern.req_fd};
+        struct pollfd pfd[5];
+        int idx[4] = {-1, -1, -1, -1}, n = 0, ms;
+        int64_t now = now_ns(), left = x->deadline - now;
+
+        if (doomed == NULL && kern.ans_fd < 0) {
+            doomed = "closed its answer pipe";
+            doomed_at = now;
+        }
+        if (left <= 0) {
+            kr->outcome = KERNEL_TIMEOUT;
+            break;
+        }
+        if (doomed != NULL && now - doomed_at > KERNEL_GRACE_NS) {
+            kr->outcome = KERNEL_BROKEN;
+            kr->broken = doomed;
+            break;
+        }
+        ms = (int)((left + 999999) / 1000000);
+        if (ms > IDLE_POLL_MS)
+            ms = IDLE_POLL_MS;
+        if (doomed != NULL && ms > 10)
+            ms = 10;
+        for (i = 0; i < 4; i++) {
+            if (*fds[i] < 0 || (i == 3 && (written == hlen + x->code_len || doomed != NULL)))
+                continue;
+            idx[i] = n;
+            pfd[n].fd = *fds[i];
+            pfd[n].events = i == 3 ? POLLOUT : POLLIN;
+            pfd[n].revents = 0;
+            n++;
+        }
+        pfd[n].fd = sig_fd;
+        pfd[n].events = POLLIN;
+        pfd[n].revents = 0;
+        if (poll(pfd, (nfds_t)n + 1, ms) < 0 && errno != EINTR) {
+            logmsg("poll: %s", strerror(errno));
+            sleep_ns(10000000);
+        }
+
+        /* Output first: what the kernel wrote before answering comes first. */
+        for (i = 0; i < 2; i++) {
+            int rc;
+
+            if (idx[i] < 0 || pfd[idx[i]].revents == 0)
+                continue;
+            rc = pump(x, *fds[i], (uint32_t)i + 1, NULL);
+            if (rc == PUMP_EOF)
+                close_fd(fds[i]);
+            else if (rc == PUMP_CAP)
+                kr->outcome = KERNEL_CAPPED;
+        }
+        if (kr->outcome >= 0)
+            break;
+        if (idx[3] >= 0 && pfd[idx[3]].revents != 0 && write_request(x, head, hlen, &written) != 0 && doomed == NULL) {
+            doomed = "stopped reading its requests";
+            doomed_at = now_ns();
+        }
+        if (idx[2] >= 0 && pfd[idx[2]].revents != 0) {
+            ssize_t r = read(kern.ans_fd, ans + alen, sizeof(ans) - 1 - alen);
+            char *nl;
+
+            if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+                close_fd(&kern.ans_fd); /* the kernel is ending, or can no longer answer */
+            } else if (r > 0) {
+                alen += (size_t)r;
+                nl = memchr(ans, '\n', alen);
+                if (nl != NULL && parse_answer(ans, (size_t)(nl - ans), &kr->answer) != 0) {
+                    kr->outcome = KERNEL_BROKEN;
+                    kr->broken = "wrote a malformed answer";
+                } else if (nl != NULL && written < hlen + x->code_len) {
+                    kr->outcome = KERNEL_BROKEN;
+                    kr->broken = "answered before reading the whole request";
+                } else if (nl != NULL) {
+                    kr->outcome = KERNEL_ANSWERED;
+                } else if (alen == sizeof(ans) - 1) {
+                    kr->outcome = KERNEL_BROKEN;
+                    kr->broken = "wrote a malformed answer";
+                }
+            }
+        }
+        if (pfd[n].revents != 0)
+            handle_signals();
+        reap();
+        if (kr->outcome < 0 && kern.done)
+            kr->outcome = KERNEL_ENDED;
+    }
+    kr->ended = now_ns();
+}
+
+/* The stateful part of an EXEC, after setup: start the kernel if there is
+ * none, run the code in it, and send the EXIT. `lost` says whether a kernel
+ * was lost since the last EXIT (for a failed start). */
+static void exec_in_kernel(exec_t *x, int lost)
+{
+    kernel_res_t kr;
+    int fds[2];
+    int32_t code = -1;
+    uint32_t sig = 0, reason = SG_AGENT_REASON_EXITED;
+    int keep = 0;
+
+    if (kernel_alive()) {
+        /* What it wrote since the last EXEC is not ours; reading it may
+         * also reveal that it can no longer answer. */
+        kernel_discard();
+        lost |= kernel_reconcile(x->kernel_cmd);
+    }
+    if (kernel_alive()) {
+        x->state = SG_AGENT_STATE_KEPT;
+    } else if (kernel_start(x) == 0) {
+        x->state = SG_AGENT_STATE_NEW;
+    } else {
+        x->state = kernel_idle_state(lost);
+        send_exit(x, -1, 0, SG_AGENT_REASON_START_FAILED, "run", now_ns());
+        return;
+    }
+
+    kernel_run(x, &kr);
+    fds[0] = kern.out_fd;
+    fds[1] = kern.err_fd;
+    switch (kr.outcome) {
+    case KERNEL_ANSWERED:
+        code = kr.answer;
+        if (drain(x, fds))
+            reason = SG_AGENT_REASON_OUTPUT_LIMIT;
+        else
+            keep = 1;
+        break;
+    case KERNEL_ENDED:
+        if (drain(x, fds))
+            reason = SG_AGENT_REASON_OUTPUT_LIMIT;
+        break;
+    case KERNEL_TIMEOUT:
+        reason = SG_AGENT_REASON_TIMEOUT;
+        break;
+    case KERNEL_CAPPED:
+        reason = SG_AGENT_REASON_OUTPUT_LIMIT;
+        break;
+    case KERNEL_BROKEN: {
+        char why[256];
+
+        snprintf(why, sizeof(why), "sandgate-agent: the kernel %s; it was stopped, and the next run starts a new one\n",
+                 kr.broken);
+        forward(x, 2, (const uint8_t *)why, strlen(why));
+        reason = SG_AGENT_REASON_KILLED;
+        break;
+    }
+    }
+
+    kill_tree(keep && kernel_alive() ? kern.pid : -1);
+    if (keep && kernel_alive()) {
+        send_exit(x, code, 0, reason, "run", kr.ended);
+        return;
+    }
+    /* The kernel is gone, ended by itself (its status tells how) or by us. */
+    if (kr.outcome == KERNEL_BROKEN) {
+        code = -1;
+        sig = SIGKILL;
+    } else if (kr.outcome != KERNEL_ANSWERED) {
+        reason = classify(x, kern.done, kern.status, reason, &code, &sig);
+    }
+    x->state = SG_AGENT_STATE_LOST;
+    kernel_forget();
+    send_exit(x, code, sig, reason, "run", kr.ended);
 }
 
 static void handle_exec(uint32_t id, const uint8_t *payload, size_t len)
@@ -1080,18 +1549,19 @@ static void handle_exec(uint32_t id, const uint8_t *payload, size_t len)
     sg_agent_reader_t r;
     exec_t x;
     run_t res;
-    const uint8_t *s[4];
-    size_t sl[4];
+    const uint8_t *s[5];
+    size_t sl[5];
     uint32_t timeout_ms;
     char why[PATH_MAX + 128];
-    int i;
+    int i, stateful, lost = 0;
 
     memset(&x, 0, sizeof(x));
     x.id = id;
+    x.state = SG_AGENT_STATE_NONE;
     sg_agent_reader_init(&r, payload, len);
     sg_agent_get_u32(&r, &timeout_ms);
     sg_agent_get_u32(&r, &x.output_cap);
-    for (i = 0; i < 4; i++)
+    for (i = 0; i < 5; i++)
         sg_agent_get_str(&r, &s[i], &sl[i]);
     sg_agent_get_rest(&r, &x.code, &x.code_len);
     if (r.failed) {
@@ -1102,10 +1572,13 @@ static void handle_exec(uint32_t id, const uint8_t *payload, size_t len)
     x.setup_stage = dup_field(s[1], sl[1]);
     x.run_cmd = dup_field(s[2], sl[2]);
     x.file_path = dup_field(s[3], sl[3]);
-    if (x.setup_cmd == NULL || x.setup_stage == NULL || x.run_cmd == NULL || x.file_path == NULL) {
+    x.kernel_cmd = dup_field(s[4], sl[4]);
+    if (x.setup_cmd == NULL || x.setup_stage == NULL || x.run_cmd == NULL || x.file_path == NULL ||
+        x.kernel_cmd == NULL) {
         send_error(id, SG_AGENT_ERR_BAD_REQUEST, "The EXEC request has a command, stage or path containing a NUL byte.");
         goto Exit;
     }
+    stateful = x.kernel_cmd[0] != '\0';
     x.envp = build_env(x.file_path);
     if (x.envp == NULL) {
         send_error(id, SG_AGENT_ERR_IO, "Out of memory.");
@@ -1114,21 +1587,35 @@ static void handle_exec(uint32_t id, const uint8_t *payload, size_t len)
     x.oom_before = read_oom_kills();
     /* The budget starts now: writing the file is part of the run's cost. */
     x.deadline = now_ns() + (int64_t)timeout_ms * 1000000;
+    if (stateful) {
+        lost = kernel_reconcile(x.kernel_cmd);
+        x.state = kernel_idle_state(lost);
+    }
 
-    if (x.file_path[0] != '\0' && write_code(&x, why, sizeof(why)) != 0) {
+    if (!stateful && x.file_path[0] != '\0' && write_code(&x, why, sizeof(why)) != 0) {
         forward(&x, 2, (const uint8_t *)why, strlen(why));
         send_exit(&x, -1, 0, SG_AGENT_REASON_START_FAILED, "run", now_ns());
         goto Exit;
     }
     if (x.setup_cmd[0] != '\0') {
         const char *stage = x.setup_stage[0] != '\0' ? x.setup_stage : "setup";
+        int rc = run_one(&x, x.setup_cmd, &res);
 
-        if (run_one(&x, x.setup_cmd, &res) != 0) {
+        if (stateful) {
+            /* Setup spares the kernel, but may have killed it itself. */
+            lost |= kernel_reconcile(x.kernel_cmd);
+            x.state = kernel_idle_state(lost);
+        }
+        if (rc != 0) {
             send_exit(&x, -1, 0, SG_AGENT_REASON_START_FAILED, stage, now_ns());
             goto Exit;
         }
         if (finish(&x, &res, stage, 1))
             goto Exit;
+    }
+    if (stateful) {
+        exec_in_kernel(&x, lost);
+        goto Exit;
     }
     if (run_one(&x, x.run_cmd, &res) != 0) {
         send_exit(&x, -1, 0, SG_AGENT_REASON_START_FAILED, "run", now_ns());
@@ -1142,6 +1629,7 @@ Exit:
     free(x.setup_stage);
     free(x.run_cmd);
     free(x.file_path);
+    free(x.kernel_cmd);
 }
 
 /* ---- request loop ---------------------------------------------------- */
@@ -1300,16 +1788,31 @@ int main(void)
     logmsg("ready, pid %d, work dir %s", (int)self_pid, workdir);
 
     for (;;) {
-        struct pollfd pfd[2] = {{.fd = 0, .events = POLLIN}, {.fd = sig_fd, .events = POLLIN}};
+        struct pollfd pfd[5] = {{.fd = 0, .events = POLLIN}, {.fd = sig_fd, .events = POLLIN}};
+        int kfds[3] = {kern.out_fd, kern.err_fd, kern.ans_fd};
+        nfds_t n = 2;
+        int i, kernel_wrote = 0;
 
+        /* A kernel between EXECs: what it writes is read and discarded. */
+        for (i = 0; i < 3; i++) {
+            if (kfds[i] >= 0) {
+                pfd[n].fd = kfds[i];
+                pfd[n].events = POLLIN;
+                n++;
+            }
+        }
         reap();
-        if (poll(pfd, 2, IDLE_POLL_MS) < 0) {
+        if (poll(pfd, n, IDLE_POLL_MS) < 0) {
             if (errno != EINTR) {
                 logmsg("poll: %s", strerror(errno));
                 sleep_ns(10000000);
             }
             continue;
         }
+        for (i = 2; i < (int)n; i++)
+            kernel_wrote |= pfd[i].revents != 0;
+        if (kernel_wrote)
+            kernel_discard();
         if (pfd[1].revents != 0)
             handle_signals();
         if (pfd[0].revents & POLLNVAL) {

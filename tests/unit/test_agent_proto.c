@@ -19,13 +19,14 @@ static void test_header_bytes(void **state)
 {
     sg_agent_buf_t b;
     static const uint8_t want[] = {
-        66,   0,    0,    0,    0x01, 0x02, 0x03, 0x04, 0,    0,    0,    28, /* header */
+        66,   0,    0,    0,    0x01, 0x02, 0x03, 0x04, 0,    0,    0,    35, /* header */
         0xff, 0xff, 0xff, 0xff,                                             /* i32 -1 */
         0,    0,    0,    9,                                                /* u32 9 */
         0,    0,    0,    3,                                                /* u32 3 */
         0,    0,    0,    0,    0,    0x0f, 0x42, 0x40,                     /* u64 1000000 */
         0,    0,    0,    1,                                                /* u32 1 */
-        0,    0,    0,    0,                                                /* str "" */
+        0,    0,    0,    3,    'r',  'u',  'n',                          /* str "run" */
+        0,    0,    0,    3,                                                /* u32 3 */
     };
 
     sg_agent_buf_init(&b);
@@ -35,7 +36,8 @@ static void test_header_bytes(void **state)
     assert_int_equal(sg_agent_put_u32(&b, SG_AGENT_REASON_OUTPUT_LIMIT), 0);
     assert_int_equal(sg_agent_put_u64(&b, 1000000), 0);
     assert_int_equal(sg_agent_put_u32(&b, SG_AGENT_EXIT_STDOUT_TRUNCATED), 0);
-    assert_int_equal(sg_agent_put_str(&b, "", 0), 0);
+    assert_int_equal(sg_agent_put_str(&b, "run", 3), 0);
+    assert_int_equal(sg_agent_put_u32(&b, SG_AGENT_STATE_LOST), 0);
     sg_agent_msg_end(&b, 0);
     assert_int_equal(b.len, sizeof(want));
     assert_memory_equal(b.base, want, sizeof(want));
@@ -327,6 +329,16 @@ static void test_reason_names(void **state)
     assert_string_equal(sg_agent_reason_name(UINT32_MAX), "unknown");
 }
 
+static void test_state_names(void **state)
+{
+    assert_string_equal(sg_agent_state_name(SG_AGENT_STATE_NONE), "none");
+    assert_string_equal(sg_agent_state_name(SG_AGENT_STATE_KEPT), "kept");
+    assert_string_equal(sg_agent_state_name(SG_AGENT_STATE_NEW), "new");
+    assert_string_equal(sg_agent_state_name(SG_AGENT_STATE_LOST), "lost");
+    assert_string_equal(sg_agent_state_name(4), "unknown");
+    assert_string_equal(sg_agent_state_name(UINT32_MAX), "unknown");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -340,6 +352,7 @@ int main(void)
         cmocka_unit_test(test_reader_sticky_failure),
         cmocka_unit_test(test_empty_payload),
         cmocka_unit_test(test_reason_names),
+        cmocka_unit_test(test_state_names),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

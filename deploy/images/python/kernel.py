@@ -1,0 +1,92 @@
+"""sandgate kernel for Python: runs successive pieces of code in one namespace.
+
+Started by sandgate-agent (see proxy/agent_proto.h, "Kernels") as
+`exec python3 -u kernel.py`, with requests "<byte length>\\n<code>" on fd 3;
+after each run it flushes stdout and stderr and answers "<exit code>\\n" on
+fd 4. Standard library only.
+"""
+import builtins
+import linecache
+import os
+import sys
+import traceback
+import types
+
+
+def read_request(requests):
+    """The next piece of code as text, or None when the agent is gone."""
+    head = requests.readline()
+    if not head.endswith(b"\n"):
+        return None
+    code = requests.read(int(head))
+    return code.decode("utf-8", errors="replace")
+
+
+def exit_code(code):
+    """What a process exiting with SystemExit(code) would report."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def run(source, filename, namespace):
+    """Run source in namespace and return its exit code; the namespace lives
+    on whatever happens, SystemExit included."""
+    try:
+        exec(compile(source, filename, "exec"), namespace)
+    except SystemExit as e:
+        return exit_code(e.code)
+    except BaseException as e:  # KeyboardInterrupt too
+        # Drop the first frame, this function's: only the user's code shows.
+        traceback.print_exception(type(e), e, e.__traceback__.tb_next)
+        return 1
+    return 0
+
+
+def flush():
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except Exception:
+            pass  # closed or replaced by the user's code: nothing to flush
+
+
+def main():
+    workdir = os.environ.get("SANDGATE_WORKDIR") or os.getcwd()
+    os.chdir(workdir)
+    sys.path.insert(0, workdir)
+    # Whole lines, as on a terminal, rather than one pipe write per piece of
+    # each print() that -u would give; every run ends with a flush anyway.
+    sys.stdout.reconfigure(line_buffering=True, write_through=False)
+    # Children of the user's code (os.system, fork) must not inherit these.
+    os.set_inheritable(3, False)
+    os.set_inheritable(4, False)
+    requests = open(3, "rb")
+    # The user's namespace is a fresh __main__ module, so that pickle and
+    # multiprocessing find what the code defines; this file's own module
+    # stays reachable under another name.
+    sys.modules["sandgate_kernel"] = sys.modules["__main__"]
+    user_main = types.ModuleType("__main__")
+    user_main.__builtins__ = builtins
+    sys.modules["__main__"] = user_main
+    sys.argv = [""]
+    namespace = user_main.__dict__
+    count = 0
+    while True:
+        source = read_request(requests)
+        if source is None:
+            return
+        count += 1
+        filename = "<exec-%d>" % count
+        # Registered so that tracebacks show the lines of earlier pieces too.
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        status = run(source, filename, namespace)
+        flush()
+        os.write(4, b"%d\n" % status)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install the Debian packages sandgate needs to build, test and run.
+# Quick no-op when all are present.
+set -euo pipefail
+# shellcheck source=deploy/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+PKGS=(build-essential cmake pkg-config libh2o-evloop-dev libssl-dev
+      libcurl4-openssl-dev libjson-c-dev libhiredis-dev libsqlite3-dev
+      libcmocka-dev redis-server docker.io debootstrap curl jq ca-certificates)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  [ "$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null)" = "ii " ] || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  sg_log "deps: all ${#PKGS[@]} packages present"
+  exit 0
+fi
+
+sg_need_root "installing ${missing[*]}"
+sg_log "deps: installing ${missing[*]}"
+apt-get update -qq
+apt-get install -y -qq "${missing[@]}" >/dev/null
+sg_log "deps: done"

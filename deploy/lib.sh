@@ -1,0 +1,29 @@
+# shellcheck shell=bash
+# Shared helpers for the deploy scripts. Source it; do not run it.
+
+# shellcheck disable=SC2034 # used by the scripts that source this
+SG_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1
+
+sg_log()  { printf '[sandgate %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+sg_die()  { sg_log "ERROR: $*"; exit 1; }
+sg_have() { command -v "$1" >/dev/null 2>&1; }
+
+# sg_need_root WHAT: fail unless we are root (WHAT says why root is needed).
+sg_need_root() {
+  [ "$(id -u)" -eq 0 ] || sg_die "${1:-this step} needs root: run with sudo"
+}
+
+# sg_docker_ping: true when the engine named by DOCKER_HOST (default: the
+# local unix socket) answers GET /_ping within 3 s.
+sg_docker_ping() {
+  local host=${DOCKER_HOST:-unix:///var/run/docker.sock}
+  case $host in
+    unix://*) curl -fsS -m 3 --unix-socket "${host#unix://}" http://localhost/_ping ;;
+    tcp://*)  curl -fsS -m 3 "http://${host#tcp://}/_ping" ;;
+    *)        return 1 ;;
+  esac >/dev/null 2>&1
+}
+
+# sg_image_exists IMAGE
+sg_image_exists() { docker image inspect "$1" >/dev/null 2>&1; }

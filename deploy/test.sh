@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, starts Docker, builds sandgate
+# and its images, then runs the unit and integration tests under ASan/UBSan.
+# Usage: sudo ./deploy/test.sh   (from anywhere; CI runs it via .ci/run)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=deploy/lib.sh
+. deploy/lib.sh
+exec </dev/null
+
+./deploy/install-deps.sh
+./deploy/engine.sh
+./deploy/base-image.sh
+
+sg_log "test: build/ (RelWithDebInfo)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j2
+./deploy/build-images.sh build
+
+sg_log "test: build-asan/ (ASan + UBSan)"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSANDGATE_SANITIZE=ON >/dev/null
+cmake --build build-asan -j2
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+sg_log "test: ctest --test-dir build-asan"
+t0=$(date +%s) rc=0
+ctest --test-dir build-asan --output-on-failure | tee build-asan/ctest.log || rc=$?
+
+# The tests check for leaked containers themselves; this only cleans up after
+# a crashed test: containers of test proxies (SANDGATE_PROXY_ID sgtest-*)
+# created during this run. Older ones may belong to another run on this
+# engine: only listed.
+leftovers() {
+  docker ps -a --filter label=sandgate.proxy \
+    --format '{{.ID}} {{.Label "sandgate.proxy"}} {{.Label "sandgate.created"}}' |
+    awk -v t0="$t0" -v mine="$1" '$2 ~ /^sgtest-/ && (($3 >= t0) == mine) {print $1}' | tr '\n' ' '
+}
+leaked=$(leftovers 1) older=$(leftovers 0)
+if [ -n "$leaked" ]; then
+  sg_log "WARNING: removing leftover test containers: $leaked"
+  # shellcheck disable=SC2086
+  docker rm -f $leaked >/dev/null || true
+fi
+[ -z "$older" ] || sg_log "note: sgtest-* containers from before this run (not touched): $older"
+
+sg_log "test: $(grep -E 'tests passed|No tests were found' build-asan/ctest.log | tail -n 1 || echo "ctest exit $rc")"
+exit "$rc"
