@@ -8,6 +8,8 @@ json_object *sg_json_parse_object(const char *p, size_t len, char *err, size_t e
 {
     json_tokener *tok;
     json_object *o;
+    enum json_tokener_error jerr;
+    size_t end;
 
     if (len == 0) {
         snprintf(err, errlen, "the request body is empty; a JSON object is expected");
@@ -23,29 +25,36 @@ json_object *sg_json_parse_object(const char *p, size_t len, char *err, size_t e
         return NULL;
     }
     o = json_tokener_parse_ex(tok, p, (int)len);
-    enum json_tokener_error jerr = json_tokener_get_error(tok);
-    if (o == NULL || jerr != json_tokener_success || json_tokener_get_parse_end(tok) < len) {
-        /* trailing whitespace is fine, anything else after the value is not */
-        int off = (int)json_tokener_get_parse_end(tok);
-        int trailing_ok = o != NULL && jerr == json_tokener_success;
-        for (int i = off; trailing_ok && i < (int)len; i++)
-            if (strchr(" \t\r\n", p[i]) == NULL)
-                trailing_ok = 0;
-        if (!trailing_ok) {
-            snprintf(err, errlen, "the request body is not valid JSON (%s at offset %d)",
-                     jerr == json_tokener_success ? "unexpected data" : json_tokener_error_desc(jerr), off);
-            json_object_put(o);
-            json_tokener_free(tok);
-            return NULL;
+    jerr = json_tokener_get_error(tok);
+    end = json_tokener_get_parse_end(tok);
+    if (jerr == json_tokener_continue) {
+        /* a bare number or literal might go on: the end of the body ends it */
+        o = json_tokener_parse_ex(tok, "", 1);
+        jerr = json_tokener_get_error(tok);
+        end = len;
+    }
+    if (jerr != json_tokener_success) { /* o == NULL with success is JSON null */
+        snprintf(err, errlen, "the request body is not valid JSON (%s at offset %zu)",
+                 jerr == json_tokener_continue ? "unexpected end" : json_tokener_error_desc(jerr), end);
+        goto Error;
+    }
+    for (size_t i = end; i < len; i++) { /* trailing whitespace is fine, anything else is not */
+        if (strchr(" \t\r\n", p[i]) == NULL) {
+            snprintf(err, errlen, "the request body is not valid JSON (unexpected data at offset %zu)", i);
+            goto Error;
         }
     }
     json_tokener_free(tok);
-    if (!json_object_is_type(o, json_type_object)) {
+    if (o == NULL || !json_object_is_type(o, json_type_object)) {
         snprintf(err, errlen, "the request body must be a JSON object");
         json_object_put(o);
         return NULL;
     }
     return o;
+Error:
+    json_object_put(o);
+    json_tokener_free(tok);
+    return NULL;
 }
 
 static json_object *field(json_object *o, const char *key)

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,7 +140,7 @@ json_object *sg_session_container_config(const sg_session_t *s, const char *prox
     json_object_object_add(hc, "Memory", json_object_new_int64((int64_t)s->limits.memory_mb << 20));
     json_object_object_add(hc, "MemorySwap", json_object_new_int64((int64_t)s->limits.memory_mb << 20));
     json_object_object_add(hc, "PidsLimit", json_object_new_int64(s->limits.pids));
-    json_object_object_add(hc, "NanoCpus", json_object_new_int64((int64_t)(s->limits.cpus * 1e9)));
+    json_object_object_add(hc, "NanoCpus", json_object_new_int64((int64_t)llround(s->limits.cpus * 1e9)));
     json_object_object_add(hc, "Init", json_object_new_boolean(0)); /* the agent is PID 1 and reaps */
     {
         json_object *lc = json_object_new_object();

@@ -184,6 +184,8 @@ int sg_validate_path(const char *p, size_t len, char *out, size_t outlen, sg_ver
             size_t clen = i - start;
             if (clen == 2 && p[start] == '.' && p[start + 1] == '.')
                 return fail(e, 400, "bad_path", "path must not contain \"..\"");
+            if (clen == 0 && i != len)
+                return fail(e, 400, "bad_path", "path must not contain empty components (\"//\")");
             start = i + 1;
         }
     }

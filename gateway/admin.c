@@ -1,0 +1,523 @@
+/*
+ * admin.c — the admin API, behind SANDGATE_ADMIN_TOKEN:
+ *
+ *   GET    /admin/tenants                     tenants with their quotas
+ *   POST   /admin/tenants {"name", quota...}  create
+ *   GET    /admin/tenants/{name}
+ *   PATCH  /admin/tenants/{name} {quota...}   change quotas
+ *   POST   /admin/tenants/{name}/tokens {"label"}   issue: {"token": ...} (shown once)
+ *   GET    /admin/tenants/{name}/tokens       public ids, never secrets
+ *   DELETE /admin/tokens/{public_id}          revoke, effective at once
+ *   GET    /admin/sessions[?tenant=NAME]      live sessions with deadlines
+ *   DELETE /admin/sessions/{id}               force-close
+ *   GET    /admin/usage?tenant=NAME[&from=UNIX&to=UNIX]   totals and rows
+ */
+#include "gateway.h"
+#include "http.h"
+#include "json.h"
+#include "log.h"
+#include "metrics.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct admin_job admin_job_t;
+struct admin_job {
+    sg_gw_job_t job;
+    sg_http_hold_t *hold;
+    void (*fn)(admin_job_t *j, sg_store_t *st);
+    char name[SG_TENANT_NAME_MAX + 1];
+    char arg[128];
+    json_object *body;
+    double from, to;
+    /* reply, made on the DB thread, sent on the loop */
+    int status;
+    const char *code;
+    char detail[512];
+    json_object *reply;
+};
+
+static void admin_free(admin_job_t *j)
+{
+    sg_http_hold_release(j->hold);
+    json_object_put(j->body);
+    json_object_put(j->reply);
+    free(j);
+}
+
+static void fail(admin_job_t *j, int status, const char *code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void fail(admin_job_t *j, int status, const char *code, const char *fmt, ...)
+{
+    va_list ap;
+    j->status = status;
+    j->code = code;
+    va_start(ap, fmt);
+    vsnprintf(j->detail, sizeof(j->detail), fmt, ap);
+    va_end(ap);
+}
+
+/* Applies the quota fields present in body to t, with the store's own
+ * parsing and ranges. 0, or -1 with j failed (400 naming the field). */
+static int apply_quotas(admin_job_t *j, json_object *body, sg_tenant_t *t)
+{
+    char err[256];
+    json_object_object_foreach(body, key, val)
+    {
+        const char *text;
+        if (strcmp(key, "name") == 0)
+            continue;
+        if (json_object_is_type(val, json_type_boolean))
+            text = json_object_get_boolean(val) ? "1" : "0";
+        else if (json_object_is_type(val, json_type_string) || json_object_is_type(val, json_type_int) ||
+                 json_object_is_type(val, json_type_double))
+            text = json_object_get_string(val);
+        else
+            text = NULL;
+        if (text == NULL || sg_tenant_set_field(t, key, text, err, sizeof(err)) != 0) {
+            fail(j, 400, "bad_field", "%s", text == NULL ? "quota fields are numbers, booleans or strings" : err);
+            return -1;
+        }
+    }
+    if (sg_tenant_validate(t, err, sizeof(err)) != 0) {
+        fail(j, 400, "bad_field", "%s", err);
+        return -1;
+    }
+    return 0;
+}
+
+static void add_tenant(const sg_tenant_t *t, void *data)
+{
+    json_object_array_add(data, sg_tenant_to_json(t));
+}
+
+static void tenants_list(admin_job_t *j, sg_store_t *st)
+{
+    json_object *arr = json_object_new_array();
+    if (sg_store_tenant_list(st, add_tenant, arr, j->job.err, sizeof(j->job.err)) != 0) {
+        json_object_put(arr);
+        fail(j, 500, "internal", "%s", j->job.err);
+        return;
+    }
+    j->reply = json_object_new_object();
+    json_object_object_add(j->reply, "tenants", arr);
+}
+
+static int find_tenant(admin_job_t *j, sg_store_t *st, sg_tenant_t *t)
+{
+    int rc = sg_store_tenant_by_name(st, j->name, t, j->job.err, sizeof(j->job.err));
+    if (rc < 0)
+        fail(j, 500, "internal", "%s", j->job.err);
+    else if (rc == 0)
+        fail(j, 404, "no_such_tenant", "no tenant named \"%s\"", j->name);
+    return rc == 1 ? 0 : -1;
+}
+
+static void tenant_create(admin_job_t *j, sg_store_t *st)
+{
+    sg_tenant_t t, probe;
+    const char *name;
+    if (sg_json_get_str(j->body, "name", &name, NULL, j->detail, sizeof(j->detail)) != 1) {
+        fail(j, 400, "bad_field", "field \"name\" (a string) is required");
+        return;
+    }
+    snprintf(j->name, sizeof(j->name), "%s", name);
+    /* validate the quotas before creating anything */
+    sg_tenant_defaults(&probe);
+    if (apply_quotas(j, j->body, &probe) != 0)
+        return;
+    if (sg_store_tenant_by_name(st, name, &t, j->job.err, sizeof(j->job.err)) == 1) {
+        fail(j, 409, "tenant_exists", "a tenant named \"%s\" exists already", name);
+        return;
+    }
+    if (sg_store_tenant_create(st, name, &t, j->job.err, sizeof(j->job.err)) != 0) {
+        fail(j, 400, "bad_field", "%s", j->job.err);
+        return;
+    }
+    apply_quotas(j, j->body, &t);
+    if (sg_store_tenant_update(st, &t, j->job.err, sizeof(j->job.err)) != 0) {
+        fail(j, 500, "internal", "%s", j->job.err);
+        return;
+    }
+    j->status = 201;
+    j->reply = sg_tenant_to_json(&t);
+}
+
+static void tenant_get(admin_job_t *j, sg_store_t *st)
+{
+    sg_tenant_t t;
+    if (find_tenant(j, st, &t) == 0)
+        j->reply = sg_tenant_to_json(&t);
+}
+
+static void tenant_patch(admin_job_t *j, sg_store_t *st)
+{
+    sg_tenant_t t;
+    if (find_tenant(j, st, &t) != 0 || apply_quotas(j, j->body, &t) != 0)
+        return;
+    if (sg_store_tenant_update(st, &t, j->job.err, sizeof(j->job.err)) != 0) {
+        fail(j, 500, "internal", "%s", j->job.err);
+        return;
+    }
+    j->reply = sg_tenant_to_json(&t);
+}
+
+static void token_create(admin_job_t *j, sg_store_t *st)
+{
+    sg_tenant_t t;
+    sg_token_t tok;
+    char secret[SG_TOKEN_MAX + 1];
+    const char *label = "";
+    if (find_tenant(j, st, &t) != 0)
+        return;
+    if (j->body != NULL && sg_json_get_str(j->body, "label", &label, NULL, j->detail, sizeof(j->detail)) < 0) {
+        fail(j, 400, "bad_field", "field \"label\" must be a string");
+        return;
+    }
+    if (sg_store_token_create(st, t.id, label, secret, &tok, j->job.err, sizeof(j->job.err)) != 0) {
+        fail(j, 500, "internal", "%s", j->job.err);
+        return;
+    }
+    j->status = 201;
+    j->reply = json_object_new_object();
+    json_object_object_add(j->reply, "token", json_object_new_string(secret));
+    json_object_object_add(j->reply, "public_id", json_object_new_string(tok.public_id));
+    json_object_object_add(j->reply, "tenant", json_object_new_string(t.name));
+    json_object_object_add(j->reply, "label", json_object_new_string(tok.label));
+}
+
+static void add_token(const sg_token_t *t, void *data)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "public_id", json_object_new_string(t->public_id));
+    json_object_object_add(o, "label", json_object_new_string(t->label));
+    json_object_object_add(o, "created_at", json_object_new_int64(t->created_at));
+    json_object_object_add(o, "revoked_at", t->revoked_at ? json_object_new_int64(t->revoked_at) : NULL);
+    json_object_array_add(data, o);
+}
+
+static void token_list(admin_job_t *j, sg_store_t *st)
+{
+    sg_tenant_t t;
+    json_object *arr;
+    if (find_tenant(j, st, &t) != 0)
+        return;
+    arr = json_object_new_array();
+    if (sg_store_token_list(st, t.id, add_token, arr, j->job.err, sizeof(j->job.err)) != 0) {
+        json_object_put(arr);
+        fail(j, 500, "internal", "%s", j->job.err);
+        return;
+    }
+    j->reply = json_object_new_object();
+    json_object_object_add(j->reply, "tokens", arr);
+}
+
+static void token_revoke(admin_job_t *j, sg_store_t *st)
+{
+    int rc = sg_store_token_revoke(st, j->arg, j->job.err, sizeof(j->job.err));
+    if (rc < 0) {
+        fail(j, 500, "internal", "%s", j->job.err);
+    } else if (rc == 0) {
+        fail(j, 404, "no_such_token", "no token with public id \"%s\"", j->arg);
+    } else {
+        j->reply = json_object_new_object();
+        json_object_object_add(j->reply, "status", json_object_new_string("revoked"));
+    }
+}
+
+static void add_usage_row(const sg_usage_t *u, void *data)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "session_id", u->session_id[0] ? json_object_new_string(u->session_id) : NULL);
+    json_object_object_add(o, "lang", json_object_new_string(u->lang));
+    json_object_object_add(o, "kind", json_object_new_string(u->kind));
+    json_object_object_add(o, "started_at", sg_json_new_double(u->started_at, 3));
+    json_object_object_add(o, "duration", sg_json_new_double(u->duration, 6));
+    json_object_object_add(o, "exit_code", json_object_new_int(u->exit_code));
+    json_object_object_add(o, "timed_out", json_object_new_boolean(u->timed_out));
+    json_object_object_add(o, "output_bytes", json_object_new_int64(u->output_bytes));
+    json_object_array_add(data, o);
+}
+
+static void usage_get(admin_job_t *j, sg_store_t *st)
+{
+    sg_tenant_t t;
+    sg_usage_total_t tot;
+    json_object *rows;
+    if (find_tenant(j, st, &t) != 0)
+        return;
+    if (sg_store_usage_total(st, t.id, j->from, j->to, &tot, j->job.err, sizeof(j->job.err)) != 0) {
+        fail(j, 500, "internal", "%s", j->job.err);
+        return;
+    }
+    rows = json_object_new_array();
+    if (sg_store_usage_list(st, t.id, j->from, j->to, 1000, add_usage_row, rows, j->job.err, sizeof(j->job.err)) != 0) {
+        json_object_put(rows);
+        fail(j, 500, "internal", "%s", j->job.err);
+        return;
+    }
+    j->reply = json_object_new_object();
+    json_object_object_add(j->reply, "tenant", json_object_new_string(t.name));
+    json_object_object_add(j->reply, "from", sg_json_new_double(j->from, 3));
+    json_object_object_add(j->reply, "to", sg_json_new_double(j->to, 3));
+    json_object_object_add(j->reply, "executions", json_object_new_int64(tot.executions));
+    json_object_object_add(j->reply, "seconds", sg_json_new_double(tot.seconds, 6));
+    json_object_object_add(j->reply, "output_bytes", json_object_new_int64(tot.output_bytes));
+    json_object_object_add(j->reply, "timed_out", json_object_new_int64(tot.timed_out));
+    json_object_object_add(j->reply, "rows", rows);
+}
+
+static void session_owner(admin_job_t *j, sg_store_t *st)
+{
+    sg_session_rec_t rec;
+    int rc = sg_store_session_get(st, j->arg, &rec, j->job.err, sizeof(j->job.err));
+    if (rc < 0)
+        fail(j, 500, "internal", "%s", j->job.err);
+    else if (rc == 0 || rec.closed_at != 0)
+        fail(j, 404, "no_such_session", "no live session with id \"%s\"", j->arg);
+    else
+        j->from = (double)rec.tenant_id; /* handed to the loop */
+}
+
+static void tenant_id_of(admin_job_t *j, sg_store_t *st)
+{
+    sg_tenant_t t;
+    if (j->name[0] == '\0')
+        return;
+    if (find_tenant(j, st, &t) == 0)
+        j->from = (double)t.id;
+}
+
+static void job_fn(sg_gw_job_t *job, sg_store_t *st)
+{
+    admin_job_t *j = (admin_job_t *)job;
+    j->status = 200;
+    j->fn(j, st);
+}
+
+static void job_done(sg_gw_job_t *job)
+{
+    admin_job_t *j = (admin_job_t *)job;
+    h2o_req_t *req = sg_http_hold_req(j->hold);
+    if (job->rc != 0 && j->code == NULL) /* the database could not be opened */
+        fail(j, 500, "internal", "%s", job->err);
+    if (req != NULL) {
+        sg_metrics_request("admin", j->status);
+        if (j->reply != NULL) {
+            sg_http_send_json(req, j->status, j->reply);
+            j->reply = NULL;
+        } else {
+            sg_http_send_error(req, j->status, j->code, "%s", j->detail);
+        }
+    }
+    admin_free(j);
+}
+
+static admin_job_t *job_new(h2o_req_t *req, void (*fn)(admin_job_t *, sg_store_t *))
+{
+    admin_job_t *j = calloc(1, sizeof(*j));
+    j->hold = sg_http_hold(req);
+    j->fn = fn;
+    j->job.fn = job_fn;
+    j->job.done = job_done;
+    return j;
+}
+
+static int reply_error(h2o_req_t *req, int status, const char *code, const char *detail)
+{
+    sg_metrics_request("admin", status);
+    sg_http_send_error(req, status, code, "%s", detail);
+    return 0;
+}
+
+/* ---- live sessions (state, on the loop) ---- */
+
+typedef struct {
+    sg_http_hold_t *hold;
+    int64_t tenant;
+} list_ctx_t;
+
+static void on_sessions_listed(void *data, int available, size_t n, const sg_live_session_t *list)
+{
+    list_ctx_t *c = data;
+    h2o_req_t *req = sg_http_hold_req(c->hold);
+    if (req != NULL) {
+        if (!available) {
+            reply_error(req, 503, "state_unavailable", "live session state is unavailable (Redis does not answer)");
+        } else {
+            json_object *o = json_object_new_object(), *arr = json_object_new_array();
+            for (size_t i = 0; i < n; i++) {
+                const sg_live_session_t *s = &list[i];
+                json_object *e = json_object_new_object();
+                json_object_object_add(e, "session_id", json_object_new_string(s->id));
+                json_object_object_add(e, "tenant_id", json_object_new_int64(s->tenant_id));
+                json_object_object_add(e, "lang", json_object_new_string(s->lang));
+                json_object_object_add(e, "created_at", json_object_new_int64(s->created_at));
+                json_object_object_add(e, "last_used_at", json_object_new_int64(s->last_used_at));
+                json_object_object_add(e, "idle_deadline", json_object_new_int64(s->idle_deadline));
+                json_object_object_add(e, "lifetime_deadline", json_object_new_int64(s->lifetime_deadline));
+                json_object_object_add(e, "executions", json_object_new_int64(s->executions));
+                json_object_array_add(arr, e);
+            }
+            json_object_object_add(o, "sessions", arr);
+            sg_metrics_request("admin", 200);
+            sg_http_send_json(req, 200, o);
+        }
+    }
+    sg_http_hold_release(c->hold);
+    free(c);
+}
+
+static void sessions_tenant_done(sg_gw_job_t *job)
+{
+    admin_job_t *j = (admin_job_t *)job;
+    h2o_req_t *req = sg_http_hold_req(j->hold);
+    if (j->code != NULL || job->rc != 0) {
+        job_done(job);
+        return;
+    }
+    if (req != NULL) {
+        list_ctx_t *c = calloc(1, sizeof(*c));
+        c->hold = sg_http_hold(req);
+        sg_state_sessions_list(sg_gw.state, (int64_t)j->from, on_sessions_listed, c);
+    }
+    admin_free(j);
+}
+
+static void force_close_done(sg_gw_job_t *job)
+{
+    admin_job_t *j = (admin_job_t *)job;
+    h2o_req_t *req = sg_http_hold_req(j->hold);
+    if (j->code != NULL || job->rc != 0) {
+        job_done(job);
+        return;
+    }
+    sg_gw_close_session(j->arg, (int64_t)j->from, "admin");
+    if (req != NULL) {
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "status", json_object_new_string("closed"));
+        sg_metrics_request("admin", 200);
+        sg_http_send_json(req, 200, o);
+    }
+    admin_free(j);
+}
+
+static json_object *admin_body(h2o_req_t *req)
+{
+    char err[256];
+    json_object *o = sg_json_parse_object(req->entity.base, req->entity.len, err, sizeof(err));
+    if (o == NULL)
+        reply_error(req, 400, "bad_json", err);
+    return o;
+}
+
+static void copy_seg(char *dst, size_t cap, h2o_iovec_t s)
+{
+    snprintf(dst, cap, "%.*s", (int)s.len, s.base);
+}
+
+static double query_num(h2o_req_t *req, const char *name, double def)
+{
+    h2o_iovec_t v = sg_http_query_param(req, name);
+    if (v.base == NULL || v.len == 0)
+        return def;
+    return strtod(v.base, NULL);
+}
+
+int sg_gw_admin_handle(h2o_req_t *req, h2o_iovec_t *seg, int n)
+{
+    h2o_iovec_t tok = sg_gw_bearer(req);
+    admin_job_t *j;
+
+#define IS(i, lit) h2o_memis(seg[i].base, seg[i].len, H2O_STRLIT(lit))
+#define METHOD(m) sg_http_method_is(req, m)
+
+    if (sg_gw.admin_token[0] == '\0')
+        return reply_error(req, 404, "not_found", "the admin API is disabled (SANDGATE_ADMIN_TOKEN is not set)");
+    if (tok.base == NULL || !sg_gw_secret_equal(tok.base, tok.len, sg_gw.admin_token)) {
+        sg_http_add_header(req, "www-authenticate", "Bearer realm=\"sandgate-admin\"");
+        return reply_error(req, 401, "unauthorized", "the admin API needs Authorization: Bearer <admin token>");
+    }
+    if (n == 2 && IS(1, "tenants")) {
+        if (METHOD("GET")) {
+            j = job_new(req, tenants_list);
+        } else if (METHOD("POST")) {
+            json_object *body = admin_body(req);
+            if (body == NULL)
+                return 0;
+            j = job_new(req, tenant_create);
+            j->body = body;
+        } else {
+            return reply_error(req, 405, "method_not_allowed", "use GET or POST");
+        }
+    } else if (n == 3 && IS(1, "tenants")) {
+        if (seg[2].len > SG_TENANT_NAME_MAX)
+            return reply_error(req, 404, "no_such_tenant", "no such tenant");
+        if (METHOD("GET")) {
+            j = job_new(req, tenant_get);
+        } else if (METHOD("PATCH")) {
+            json_object *body = admin_body(req);
+            if (body == NULL)
+                return 0;
+            j = job_new(req, tenant_patch);
+            j->body = body;
+        } else {
+            return reply_error(req, 405, "method_not_allowed", "use GET or PATCH");
+        }
+        copy_seg(j->name, sizeof(j->name), seg[2]);
+    } else if (n == 4 && IS(1, "tenants") && IS(3, "tokens")) {
+        if (seg[2].len > SG_TENANT_NAME_MAX)
+            return reply_error(req, 404, "no_such_tenant", "no such tenant");
+        if (METHOD("GET")) {
+            j = job_new(req, token_list);
+        } else if (METHOD("POST")) {
+            json_object *body = NULL;
+            if (req->entity.len != 0 && (body = admin_body(req)) == NULL)
+                return 0;
+            j = job_new(req, token_create);
+            j->body = body;
+        } else {
+            return reply_error(req, 405, "method_not_allowed", "use GET or POST");
+        }
+        copy_seg(j->name, sizeof(j->name), seg[2]);
+    } else if (n == 3 && IS(1, "tokens")) {
+        if (!METHOD("DELETE"))
+            return reply_error(req, 405, "method_not_allowed", "use DELETE");
+        j = job_new(req, token_revoke);
+        copy_seg(j->arg, sizeof(j->arg), seg[2]);
+    } else if (n == 2 && IS(1, "sessions")) {
+        if (!METHOD("GET"))
+            return reply_error(req, 405, "method_not_allowed", "use GET");
+        h2o_iovec_t t = sg_http_query_param(req, "tenant");
+        j = job_new(req, tenant_id_of);
+        if (t.base != NULL)
+            snprintf(j->name, sizeof(j->name), "%.*s", (int)t.len, t.base);
+        j->job.done = sessions_tenant_done;
+    } else if (n == 3 && IS(1, "sessions")) {
+        if (!METHOD("DELETE"))
+            return reply_error(req, 405, "method_not_allowed", "use DELETE");
+        if (!sg_is_uuid(seg[2].base, seg[2].len))
+            return reply_error(req, 404, "no_such_session", "no such session");
+        j = job_new(req, session_owner);
+        copy_seg(j->arg, sizeof(j->arg), seg[2]);
+        j->job.done = force_close_done;
+    } else if (n == 2 && IS(1, "usage")) {
+        if (!METHOD("GET"))
+            return reply_error(req, 405, "method_not_allowed", "use GET");
+        h2o_iovec_t t = sg_http_query_param(req, "tenant");
+        if (t.base == NULL || t.len == 0 || t.len > SG_TENANT_NAME_MAX)
+            return reply_error(req, 400, "bad_field", "query parameter \"tenant\" is required");
+        j = job_new(req, usage_get);
+        snprintf(j->name, sizeof(j->name), "%.*s", (int)t.len, t.base);
+        j->to = query_num(req, "to", (double)sg_wall_s() + 1);
+        j->from = query_num(req, "from", j->to - 86400 - 1);
+    } else {
+        return reply_error(req, 404, "not_found", "no such admin route");
+    }
+    sg_gw_db_submit(&j->job);
+    return 0;
+#undef IS
+#undef METHOD
+}

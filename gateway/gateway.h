@@ -1,0 +1,70 @@
+/*
+ * gateway.h — what the gateway's modules share: the process-wide context
+ * (set once by main, read-only afterwards) and DB jobs.
+ *
+ * Threads: one event-loop thread owns h2o, the state backend and the
+ * upstream; SANDGATE_DB_WORKERS threads run SQLite work, each with its own
+ * connection to <SANDGATE_DATA_DIR>/sandgate.db, and hand results back to
+ * the loop (common/workq.h).
+ */
+#ifndef SANDGATE_GATEWAY_H
+#define SANDGATE_GATEWAY_H
+
+#include <h2o.h>
+
+#include "state.h"
+#include "store.h"
+#include "upstream.h"
+#include "workq.h"
+
+typedef struct {
+    h2o_loop_t *loop;
+    sg_workq_t *dbq;
+    sg_state_t *state;
+    sg_upstream_t *upstream;
+    const char *data_dir;
+    const char *admin_token;  /* "" disables the admin API */
+    int redis_configured;
+    double default_timeout;   /* execution timeout when a request names none, capped by the tenant's */
+    long default_memory_mb;   /* likewise for a new session's memory */
+    double default_cpus;
+    long upstream_grace_ms;   /* added to an execution's timeout for the call to the proxy */
+    long call_timeout_ms;     /* every other call to the proxy */
+    long reaper_interval_ms;
+    size_t max_body;          /* JSON bodies */
+    size_t max_file_bytes;    /* file uploads */
+} sg_gw_t;
+
+extern sg_gw_t sg_gw;
+
+/* A unit of SQLite work: fn runs on a DB thread with that thread's store
+ * (rc = -1 and err set if the store could not be opened), then done runs on
+ * the loop and owns the job. */
+typedef struct sg_gw_job sg_gw_job_t;
+struct sg_gw_job {
+    sg_job_t super;
+    void (*fn)(sg_gw_job_t *job, sg_store_t *st);
+    void (*done)(sg_gw_job_t *job);
+    int rc;
+    char err[256];
+};
+void sg_gw_db_submit(sg_gw_job_t *job);
+
+/* Routes of the public API (api.c) and the admin API (admin.c). */
+int sg_gw_handle(void *app, h2o_req_t *req);
+int sg_gw_admin_handle(h2o_req_t *req, h2o_iovec_t *seg, int nseg);
+/* Closes a session everywhere (state, proxy, ledger) for a reason; used by
+ * the reaper, the admin API and a proxy that lost the session. */
+void sg_gw_close_session(const char *sid, int64_t tenant, const char *reason);
+/* The reaper: every reaper_interval_ms, closes sessions past their idle or
+ * lifetime deadline. */
+void sg_gw_reaper_start(void);
+
+/* "yyyymmdd" of a unix time, UTC. */
+void sg_gw_day(int64_t unix_s, char out[9]);
+/* Constant-time comparison of a presented secret with the expected one. */
+int sg_gw_secret_equal(const char *given, size_t len, const char *expected);
+/* The bearer token of a request, or {NULL,0}. */
+h2o_iovec_t sg_gw_bearer(h2o_req_t *req);
+
+#endif

@@ -1,0 +1,144 @@
+/*
+ * sandgate-gateway — the public tier: authenticates every request with a
+ * tenant's token, applies quotas and rate limits, owns session timeouts,
+ * records usage, serves the admin API and /metrics, and forwards the rest to
+ * sandgate-proxy. See docs/architecture.md.
+ */
+#include "config.h"
+#include "gateway.h"
+#include "http.h"
+#include "log.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct {
+    const char *host;
+    long port;
+    const char *proxy_url;
+    const char *redis_url;
+    const char *data_dir;
+    const char *admin_token;
+    double default_timeout;
+    long default_memory_mb;
+    double default_cpus;
+    long upstream_grace_ms;
+    long call_timeout_ms;
+    long reaper_interval_ms;
+    long max_body;
+    long max_file_bytes;
+    long db_workers;
+    const char *log_level;
+} cfg;
+
+static const sg_cfg_entry_t config_table[] = {
+    {"HOST", SG_CFG_STR, "0.0.0.0", 0, 0, &cfg.host, "address to listen on (IPv4)"},
+    {"PORT", SG_CFG_INT, "3000", 0, 65535, &cfg.port, "port to listen on"},
+    {"SANDGATE_PROXY_URL", SG_CFG_STR, "http://127.0.0.1:8000", 0, 0, &cfg.proxy_url, "where the proxy listens"},
+    {"SANDGATE_REDIS_URL", SG_CFG_STR, "", 0, 0, &cfg.redis_url,
+     "redis://host:port[/db] for shared state; empty keeps the state in this process"},
+    {"SANDGATE_DATA_DIR", SG_CFG_STR, "/var/lib/sandgate", 0, 0, &cfg.data_dir,
+     "directory of the SQLite file sandgate.db (shared with sandgate-admin)"},
+    {"SANDGATE_ADMIN_TOKEN", SG_CFG_STR, "", 0, 0, &cfg.admin_token,
+     "bearer token of the admin API; empty disables the admin API"},
+    {"SANDGATE_DEFAULT_TIMEOUT", SG_CFG_DOUBLE, "30", 0.1, 86400, &cfg.default_timeout,
+     "execution timeout when a request names none (capped by the tenant's max_timeout), seconds"},
+    {"SANDGATE_DEFAULT_MEMORY_MB", SG_CFG_INT, "512", 16, 1 << 20, &cfg.default_memory_mb,
+     "memory of a new session when the request names none (capped by the tenant's), MiB"},
+    {"SANDGATE_DEFAULT_CPUS", SG_CFG_DOUBLE, "1", 0.01, 1024, &cfg.default_cpus,
+     "CPUs of a new session when the request names none (capped by the tenant's)"},
+    {"SANDGATE_UPSTREAM_GRACE_MS", SG_CFG_INT, "15000", 0, 3600000, &cfg.upstream_grace_ms,
+     "how much longer than an execution's timeout the gateway waits for the proxy"},
+    {"SANDGATE_CALL_TIMEOUT_MS", SG_CFG_INT, "60000", 100, 3600000, &cfg.call_timeout_ms,
+     "timeout of every other call to the proxy"},
+    {"SANDGATE_REAPER_INTERVAL_MS", SG_CFG_INT, "1000", 10, 3600000, &cfg.reaper_interval_ms,
+     "how often expired sessions are looked for"},
+    {"SANDGATE_MAX_BODY_BYTES", SG_CFG_INT, "4194304", 1024, 64 << 20, &cfg.max_body, "largest JSON request body"},
+    {"SANDGATE_MAX_FILE_BYTES", SG_CFG_INT, "16777216", 1, 64 << 20, &cfg.max_file_bytes, "largest file upload"},
+    {"SANDGATE_DB_WORKERS", SG_CFG_INT, "2", 1, 64, &cfg.db_workers, "threads that run SQLite work"},
+    {"SANDGATE_LOG_LEVEL", SG_CFG_STR, "info", 0, 0, &cfg.log_level, "error, warn, info or debug"},
+};
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig)
+{
+    stop_signal = sig;
+}
+
+int main(int argc, char **argv)
+{
+    char err[512];
+    sg_http_server_t *server;
+    sg_store_t *st;
+
+    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "--config") == 0)) {
+        printf("sandgate-gateway: the public API. Settings (environment):\n\n");
+        sg_config_print(config_table, sizeof(config_table) / sizeof(config_table[0]), stdout);
+        return 0;
+    }
+    if (sg_config_load(config_table, sizeof(config_table) / sizeof(config_table[0]), err, sizeof(err)) != 0) {
+        fprintf(stderr, "sandgate-gateway: %s\n", err);
+        return 2;
+    }
+    sg_log_init("sandgate-gateway", cfg.log_level);
+    signal(SIGPIPE, SIG_IGN);
+
+    /* open (and create) the database once here, so that a bad data dir is
+     * an error at start, not at the first request */
+    if ((st = sg_store_open(cfg.data_dir, err, sizeof(err))) == NULL) {
+        sg_error("%s", err);
+        return 1;
+    }
+    sg_info("database %s", sg_store_path(st));
+    sg_store_close(st);
+
+    size_t max_body = (size_t)(cfg.max_body > cfg.max_file_bytes ? cfg.max_body : cfg.max_file_bytes);
+    server = sg_http_server_create(cfg.host, (int)cfg.port, max_body, sg_gw_handle, NULL, err, sizeof(err));
+    if (server == NULL) {
+        sg_error("%s", err);
+        return 1;
+    }
+    sg_gw.loop = sg_http_server_loop(server);
+    sg_gw.dbq = sg_workq_create(sg_gw.loop, (int)cfg.db_workers);
+    sg_gw.data_dir = cfg.data_dir;
+    sg_gw.admin_token = cfg.admin_token;
+    sg_gw.default_timeout = cfg.default_timeout;
+    sg_gw.default_memory_mb = cfg.default_memory_mb;
+    sg_gw.default_cpus = cfg.default_cpus;
+    sg_gw.upstream_grace_ms = cfg.upstream_grace_ms;
+    sg_gw.call_timeout_ms = cfg.call_timeout_ms;
+    sg_gw.reaper_interval_ms = cfg.reaper_interval_ms;
+    sg_gw.max_body = (size_t)cfg.max_body;
+    sg_gw.max_file_bytes = (size_t)cfg.max_file_bytes;
+    sg_gw.upstream = sg_upstream_create(sg_gw.loop, cfg.proxy_url, (size_t)cfg.max_file_bytes + (1 << 20));
+    if (cfg.redis_url[0] != '\0') {
+        sg_gw.redis_configured = 1;
+        sg_gw.state = sg_state_create_redis(sg_gw.loop, cfg.redis_url, err, sizeof(err));
+    } else {
+        sg_gw.state = sg_state_create_memory(sg_gw.loop);
+    }
+    if (sg_gw.state == NULL || sg_gw.upstream == NULL) {
+        sg_error("cannot start: %s", sg_gw.state == NULL ? err : "upstream");
+        return 1;
+    }
+    sg_gw_reaper_start();
+
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    sg_info("listening on %s:%d; proxy %s; state %s%s%s", cfg.host, sg_http_server_port(server), cfg.proxy_url,
+            sg_state_backend(sg_gw.state), sg_gw.redis_configured ? " " : "", cfg.redis_url);
+    if (cfg.admin_token[0] == '\0')
+        sg_warn("SANDGATE_ADMIN_TOKEN is empty: the admin API is disabled");
+    while (!stop_signal)
+        h2o_evloop_run(sg_gw.loop, 1000);
+
+    sg_info("signal %d: shutting down", (int)stop_signal);
+    sg_http_server_stop_accepting(server);
+    sg_workq_destroy(sg_gw.dbq);
+    sg_upstream_destroy(sg_gw.upstream);
+    sg_state_destroy(sg_gw.state);
+    return 0;
+}

@@ -1,0 +1,24 @@
+/*
+ * metrics.h — the gateway's counters, rendered in Prometheus text format at
+ * GET /metrics. Loop thread only. Label values are static strings (route
+ * names, limit names, languages from the proxy's table); a fixed number of
+ * series is kept, later new ones are counted under "other".
+ */
+#ifndef SANDGATE_METRICS_H
+#define SANDGATE_METRICS_H
+
+#include "buf.h"
+
+void sg_metrics_request(const char *route, int status);
+/* outcome: "success", "error", "timeout", "failed" (no result). */
+void sg_metrics_execution(const char *lang, const char *outcome, double seconds);
+/* limit: "rate", "sessions", "execs_per_day", "exec_seconds_per_day". */
+void sg_metrics_quota_rejection(const char *limit);
+/* kind: "unreachable", "timeout", "bad_reply", "5xx". */
+void sg_metrics_upstream_error(const char *kind);
+void sg_metrics_set_live_sessions(long n);
+void sg_metrics_session_closed(const char *reason);
+void sg_metrics_set_redis_up(int up);
+int sg_metrics_render(sg_buf_t *out);
+
+#endif

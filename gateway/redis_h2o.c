@@ -1,0 +1,110 @@
+/*
+ * redis_h2o.c — the hiredis <-> h2o evloop adapter (see redis_h2o.h).
+ */
+#include "redis_h2o.h"
+
+#include <stdlib.h>
+
+typedef struct {
+    redisAsyncContext *ac;
+    h2o_socket_t *sock;
+    /* hiredis wants write events. h2o_socket_notify_write is one-shot and
+     * cannot be cancelled, so delWrite only clears this flag and a
+     * notification that arrives afterwards is ignored. */
+    int want_write;
+} adapter_t;
+
+static void on_read(h2o_socket_t *sock, const char *err)
+{
+    adapter_t *a = sock->data;
+    if (a == NULL)
+        return;
+    /* may free ac and, through cleanup, a and sock: touch nothing after */
+    redisAsyncHandleRead(a->ac);
+}
+
+static void on_write(h2o_socket_t *sock, const char *err)
+{
+    adapter_t *a = sock->data;
+    if (a == NULL || !a->want_write)
+        return;
+    /* calls addWrite again while data is left (re-arming the one-shot
+     * notification, as h2o cleared it before calling us) or delWrite */
+    redisAsyncHandleWrite(a->ac);
+}
+
+static void add_read(void *privdata)
+{
+    adapter_t *a = privdata;
+    if (!h2o_socket_is_reading(a->sock))
+        h2o_socket_read_start(a->sock, on_read);
+}
+
+static void del_read(void *privdata)
+{
+    adapter_t *a = privdata;
+    if (h2o_socket_is_reading(a->sock))
+        h2o_socket_read_stop(a->sock);
+}
+
+static void add_write(void *privdata)
+{
+    adapter_t *a = privdata;
+    a->want_write = 1;
+    if (!h2o_socket_is_writing(a->sock))
+        h2o_socket_notify_write(a->sock, on_write);
+}
+
+static void del_write(void *privdata)
+{
+    adapter_t *a = privdata;
+    a->want_write = 0;
+}
+
+static void cleanup(void *privdata)
+{
+    adapter_t *a = privdata;
+    redisAsyncContext *ac = a->ac;
+
+    /* h2o_socket_close closes the fd; redisFree must not close it again
+     * (by then the number may belong to another socket) */
+    ac->c.fd = -1;
+    ac->ev.addRead = NULL;
+    ac->ev.delRead = NULL;
+    ac->ev.addWrite = NULL;
+    ac->ev.delWrite = NULL;
+    ac->ev.cleanup = NULL;
+    ac->ev.data = NULL;
+    a->sock->data = NULL;
+    /* h2o frees the socket itself at the end of this loop iteration, and
+     * skips its pending events once it is marked disposed */
+    h2o_socket_close(a->sock);
+    free(a);
+}
+
+int sg_redis_h2o_attach(redisAsyncContext *ac, h2o_loop_t *loop)
+{
+    if (ac->ev.data != NULL || ac->c.fd < 0)
+        return REDIS_ERR;
+    adapter_t *a = calloc(1, sizeof(*a));
+    if (a == NULL)
+        return REDIS_ERR;
+    a->ac = ac;
+    a->sock = h2o_evloop_socket_create(loop, ac->c.fd, H2O_SOCKET_FLAG_DONT_READ);
+    if (a->sock == NULL) {
+        free(a);
+        return REDIS_ERR;
+    }
+    a->sock->data = a;
+
+    ac->ev.addRead = add_read;
+    ac->ev.delRead = del_read;
+    ac->ev.addWrite = add_write;
+    ac->ev.delWrite = del_write;
+    ac->ev.cleanup = cleanup;
+    ac->ev.data = a;
+
+    /* replies, and a refused connect (EPOLLERR), arrive as read events */
+    add_read(a);
+    return REDIS_OK;
+}

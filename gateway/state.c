@@ -1,0 +1,197 @@
+/*
+ * state.c — the GCRA step both backends share, the clock, and the public
+ * sg_state_* entry points (each forwards to the backend's ops table).
+ */
+#include "state.h"
+
+#include <string.h>
+#include <time.h>
+
+#include "state_backend.h"
+
+/* ---- GCRA ------------------------------------------------------------------
+ *
+ * Generic cell rate algorithm, the "virtual scheduling" form, in integer
+ * milliseconds:
+ *
+ *   T        = ceil(60000 / rate_per_min)    emission interval (at least 1 ms;
+ *                                            rounding up never lets more than
+ *                                            rate_per_min through per minute)
+ *   tau      = T * (burst - 1)               burst tolerance
+ *   tat      = max(stored_tat, now)          theoretical arrival time
+ *   next     = tat + T
+ *   allow_at = next - burst * T  (= tat - tau)
+ *
+ *   now <  allow_at  deny:  retry_after = allow_at - now, remaining = 0,
+ *                           reset = tat - now, stored tat unchanged
+ *   now >= allow_at  allow: stored tat = next,
+ *                           remaining = floor((now - allow_at) / T),
+ *                           reset = next - now
+ *
+ * From idle (tat <= now) exactly `burst` requests pass at the same instant
+ * (the k-th has allow_at = now + (k - burst) * T), then one per T. The
+ * stored value is absolute, so it is the same whichever gateway wrote it.
+ * A new rate or burst applies to the stored tat as it stands: requests
+ * already let through stay paid for (at most the old burst * old T).
+ * A denial stores nothing, so hammering while limited costs nothing. */
+
+#define GCRA_MAX_BURST 1000000000L
+
+int64_t sg_state__gcra_interval_ms(long rate_per_min)
+{
+    if (rate_per_min <= 0)
+        return 0;
+    int64_t t = (60000 + (int64_t)rate_per_min - 1) / (int64_t)rate_per_min;
+    return t < 1 ? 1 : t;
+}
+
+void sg_gcra(int64_t now_ms, int64_t tat_ms, long rate_per_min, long burst, sg_rate_result_t *r, int64_t *new_tat_ms)
+{
+    memset(r, 0, sizeof(*r));
+    r->available = 1;
+    if (burst < 1)
+        burst = 1;
+    if (burst > GCRA_MAX_BURST)
+        burst = GCRA_MAX_BURST;
+    r->limit = burst;
+    *new_tat_ms = tat_ms;
+
+    int64_t t = sg_state__gcra_interval_ms(rate_per_min);
+    if (t == 0) {
+        /* no rate configured: nothing is limited and nothing is recorded */
+        r->allowed = 1;
+        r->remaining = burst;
+        return;
+    }
+    int64_t bucket = (int64_t)burst * t;
+    int64_t tat = tat_ms > now_ms ? tat_ms : now_ms;
+    int64_t next = tat + t;
+    int64_t allow_at = next - bucket;
+
+    if (now_ms < allow_at) {
+        r->allowed = 0;
+        r->remaining = 0;
+        r->retry_after_s = (double)(allow_at - now_ms) / 1000.0;
+        r->reset_s = (double)(tat - now_ms) / 1000.0;
+        return;
+    }
+    r->allowed = 1;
+    r->remaining = (long)((now_ms - allow_at) / t);
+    r->reset_s = (double)(next - now_ms) / 1000.0;
+    *new_tat_ms = next;
+}
+
+/* ---- shared helpers --------------------------------------------------------- */
+
+int64_t sg_state__now_ms(sg_state_t *st)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + st->clock_skew_ms;
+}
+
+int64_t sg_state__now_s(sg_state_t *st)
+{
+    int64_t ms = sg_state__now_ms(st);
+    return ms >= 0 ? ms / 1000 : -((-ms + 999) / 1000);
+}
+
+void sg_state__fail_rate(sg_rate_cb cb, void *data, long burst)
+{
+    sg_rate_result_t r = {0};
+    r.limit = burst;
+    cb(data, &r);
+}
+
+void sg_state__fail(sg_state_cb cb, void *data)
+{
+    sg_state_result_t r = {0};
+    cb(data, &r);
+}
+
+/* ---- public entry points ------------------------------------------------------ */
+
+void sg_state_destroy(sg_state_t *st)
+{
+    if (st != NULL)
+        st->ops->destroy(st);
+}
+
+int sg_state_available(sg_state_t *st)
+{
+    return st->ops->available(st);
+}
+
+const char *sg_state_backend(sg_state_t *st)
+{
+    return st->ops->name;
+}
+
+void sg_state_set_clock_skew_ms(sg_state_t *st, int64_t skew_ms)
+{
+    st->clock_skew_ms = skew_ms;
+}
+
+void sg_state_rate_check(sg_state_t *st, int64_t tenant, long rate_per_min, long burst, sg_rate_cb cb, void *data)
+{
+    st->ops->rate_check(st, tenant, rate_per_min, burst, cb, data);
+}
+
+void sg_state_session_reserve(sg_state_t *st, int64_t tenant, long max, const char *token, sg_state_cb cb, void *data)
+{
+    st->ops->session_reserve(st, tenant, max, token, cb, data);
+}
+
+void sg_state_session_unreserve(sg_state_t *st, int64_t tenant, const char *token, sg_state_cb cb, void *data)
+{
+    st->ops->session_unreserve(st, tenant, token, cb, data);
+}
+
+void sg_state_session_commit(sg_state_t *st, const char *token, const sg_live_session_t *s, sg_state_cb cb, void *data)
+{
+    st->ops->session_commit(st, token, s, cb, data);
+}
+
+void sg_state_session_touch(sg_state_t *st, const char *sid, int64_t now, long idle_timeout, int add_exec,
+                            sg_state_cb cb, void *data)
+{
+    st->ops->session_touch(st, sid, now, idle_timeout, add_exec, cb, data);
+}
+
+void sg_state_session_remove(sg_state_t *st, const char *sid, int64_t tenant, sg_state_cb cb, void *data)
+{
+    st->ops->session_remove(st, sid, tenant, cb, data);
+}
+
+void sg_state_session_get(sg_state_t *st, const char *sid, sg_state_get_cb cb, void *data)
+{
+    st->ops->session_get(st, sid, cb, data);
+}
+
+void sg_state_sessions_expired(sg_state_t *st, int64_t now, size_t limit, sg_state_expired_cb cb, void *data)
+{
+    st->ops->sessions_expired(st, now, limit, cb, data);
+}
+
+void sg_state_sessions_list(sg_state_t *st, int64_t tenant, sg_state_list_cb cb, void *data)
+{
+    st->ops->sessions_list(st, tenant, cb, data);
+}
+
+void sg_state_quota_reserve(sg_state_t *st, int64_t tenant, const char *day, long max_execs, double max_seconds,
+                            sg_quota_cb cb, void *data)
+{
+    st->ops->quota_reserve(st, tenant, day, max_execs, max_seconds, cb, data);
+}
+
+void sg_state_quota_seed(sg_state_t *st, int64_t tenant, const char *day, int64_t execs, double seconds, sg_state_cb cb,
+                         void *data)
+{
+    st->ops->quota_seed(st, tenant, day, execs, seconds, cb, data);
+}
+
+void sg_state_quota_add_seconds(sg_state_t *st, int64_t tenant, const char *day, double seconds, sg_state_cb cb,
+                                void *data)
+{
+    st->ops->quota_add_seconds(st, tenant, day, seconds, cb, data);
+}

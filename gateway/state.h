@@ -1,0 +1,136 @@
+/*
+ * state.h — the gateway's hot, shared state: rate-limit and quota counters
+ * and live session records, behind one interface with two backends:
+ *
+ *   redis   (SANDGATE_REDIS_URL set) shared by every gateway and read by ops
+ *           dashboards; every check-and-update is one Lua script (atomic);
+ *           scripts run by EVALSHA and are loaded again after NOSCRIPT (a
+ *           Redis restart); the connection comes back with backoff.
+ *   memory  (no Redis configured) the same state in this process, so a
+ *           single-gateway install needs only SQLite.
+ *
+ * Redis key schema (documented in the README for dashboards):
+ *   sg:session:<sid>          HASH  tenant, lang, created_at, last_used_at,
+ *                                   idle_deadline, lifetime_deadline,
+ *                                   executions   (unix seconds)
+ *   sg:tenant:<tid>:sessions  ZSET  live session ids of a tenant, score =
+ *                                   lifetime deadline; also reservations
+ *                                   "pending:<token>" scored by their expiry
+ *   sg:sessions:idle          ZSET  session id -> idle deadline
+ *   sg:sessions:lifetime      ZSET  session id -> lifetime deadline
+ *   sg:rate:<tid>             STRING GCRA theoretical arrival time, ms
+ *   sg:quota:<tid>:<yyyymmdd> HASH  execs, seconds (UTC day; expires after 3 days)
+ *
+ * When Redis is configured but unreachable, each call says so
+ * (available = 0) and the caller applies its per-limit policy (README).
+ *
+ * Threading: loop thread only. Callbacks may run before the call returns
+ * (memory backend) or later (redis backend); callers must accept both.
+ */
+#ifndef SANDGATE_STATE_H
+#define SANDGATE_STATE_H
+
+#include <h2o.h>
+#include <stdint.h>
+
+typedef struct sg_state sg_state_t;
+
+sg_state_t *sg_state_create_memory(h2o_loop_t *loop);
+/* url: redis://host:port[/db]. Returns at once; connects in the background. */
+sg_state_t *sg_state_create_redis(h2o_loop_t *loop, const char *url, char *err, size_t errlen);
+/* Calls still in flight complete (available = 0) before it returns. Not
+ * from inside a state callback. */
+void sg_state_destroy(sg_state_t *st);
+/* 1 if the backend answers now (memory: always). */
+int sg_state_available(sg_state_t *st);
+const char *sg_state_backend(sg_state_t *st); /* "memory" or "redis" */
+/* Tests only: shifts this backend's wall clock (reservation expiry, rate
+ * limiting) by skew_ms. */
+void sg_state_set_clock_skew_ms(sg_state_t *st, int64_t skew_ms);
+
+/* ---- request rate: GCRA, per tenant ---- */
+typedef struct {
+    int available;       /* 0: Redis unreachable, nothing was checked */
+    int allowed;
+    long limit;          /* burst */
+    long remaining;      /* requests that could be made right now */
+    double reset_s;      /* seconds until the bucket is full again */
+    double retry_after_s; /* when !allowed: seconds until one request is allowed */
+} sg_rate_result_t;
+typedef void (*sg_rate_cb)(void *data, const sg_rate_result_t *r);
+/* Pure GCRA step, shared by both backends and unit tested: given the stored
+ * theoretical arrival time tat_ms (0 if none) and now_ms, decides and sets
+ * *new_tat_ms (unchanged when denied). The formula is in state.c. A
+ * rate_per_min <= 0 limits nothing. */
+void sg_gcra(int64_t now_ms, int64_t tat_ms, long rate_per_min, long burst, sg_rate_result_t *r, int64_t *new_tat_ms);
+void sg_state_rate_check(sg_state_t *st, int64_t tenant, long rate_per_min, long burst, sg_rate_cb cb, void *data);
+
+/* ---- live sessions ---- */
+typedef struct {
+    char id[37];
+    int64_t tenant_id;
+    char lang[32];
+    int64_t created_at;
+    int64_t last_used_at;
+    int64_t idle_deadline;
+    int64_t lifetime_deadline;
+    int64_t executions;
+} sg_live_session_t;
+
+typedef struct {
+    int available;
+    int ok;        /* reserve: a slot was free; others: the operation applied */
+    long count;    /* reserve, unreserve, commit, remove: live sessions + reservations of
+                    * the tenant after the call; touch: the session's executions */
+} sg_state_result_t;
+typedef void (*sg_state_cb)(void *data, const sg_state_result_t *r);
+
+/* Atomically: drops expired reservations, and if the tenant has fewer than
+ * max live sessions + reservations, adds reservation `token` (expires in
+ * 120 s). Exact under concurrency. */
+void sg_state_session_reserve(sg_state_t *st, int64_t tenant, long max, const char *token, sg_state_cb cb, void *data);
+/* Drops a reservation (the proxy refused the create). */
+void sg_state_session_unreserve(sg_state_t *st, int64_t tenant, const char *token, sg_state_cb cb, void *data);
+/* Replaces the reservation with the live session (record + all indexes). */
+void sg_state_session_commit(sg_state_t *st, const char *token, const sg_live_session_t *s, sg_state_cb cb, void *data);
+/* A use: last_used_at = now, idle_deadline = now + idle_timeout, executions += add_exec.
+ * ok = 0 if the session is not live. */
+void sg_state_session_touch(sg_state_t *st, const char *sid, int64_t now, long idle_timeout, int add_exec,
+                            sg_state_cb cb, void *data);
+/* Removes the session everywhere. ok = 1 only for the caller that removed
+ * it (so that of two gateways reaping at once, one closes it). */
+void sg_state_session_remove(sg_state_t *st, const char *sid, int64_t tenant, sg_state_cb cb, void *data);
+
+typedef void (*sg_state_get_cb)(void *data, int available, const sg_live_session_t *s /* NULL: not live */);
+void sg_state_session_get(sg_state_t *st, const char *sid, sg_state_get_cb cb, void *data);
+
+/* Sessions whose idle or lifetime deadline is <= now, at most limit; for
+ * each, reason is "idle" or "lifetime". */
+typedef void (*sg_state_expired_cb)(void *data, int available, size_t n, const char *const *sids,
+                                    const char *const *reasons, const int64_t *tenants);
+void sg_state_sessions_expired(sg_state_t *st, int64_t now, size_t limit, sg_state_expired_cb cb, void *data);
+
+/* All live sessions (tenant 0) or one tenant's, for the admin API. */
+typedef void (*sg_state_list_cb)(void *data, int available, size_t n, const sg_live_session_t *list);
+void sg_state_sessions_list(sg_state_t *st, int64_t tenant, sg_state_list_cb cb, void *data);
+
+/* ---- daily quotas (UTC day "yyyymmdd") ---- */
+typedef enum {
+    SG_QUOTA_OK = 0,      /* counted: one more execution */
+    SG_QUOTA_EXECS = 1,   /* executions per day used up */
+    SG_QUOTA_SECONDS = 2, /* execution seconds per day used up */
+    SG_QUOTA_UNSEEDED = 3 /* the day's counters are absent: seed them from the ledger, then ask again */
+} sg_quota_status_t;
+typedef void (*sg_quota_cb)(void *data, int available, sg_quota_status_t status, int64_t execs, double seconds);
+void sg_state_quota_reserve(sg_state_t *st, int64_t tenant, const char *day, long max_execs, double max_seconds,
+                            sg_quota_cb cb, void *data);
+/* Sets the day's counters if they are absent (from the SQLite ledger):
+ * ok = 1 if this call set them, 0 if they were there already. */
+void sg_state_quota_seed(sg_state_t *st, int64_t tenant, const char *day, int64_t execs, double seconds, sg_state_cb cb,
+                         void *data);
+/* Adds to the day's seconds; ok = 0 and nothing changes if the day is not
+ * seeded (the ledger has the execution; the seed will carry it). */
+void sg_state_quota_add_seconds(sg_state_t *st, int64_t tenant, const char *day, double seconds, sg_state_cb cb,
+                                void *data);
+
+#endif

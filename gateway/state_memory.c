@@ -1,0 +1,433 @@
+/*
+ * state_memory.c — the state backend for a single gateway without Redis:
+ * the same semantics as state_redis.c, kept in this process in plain
+ * arrays (an install has hundreds of tenants and sessions, not millions).
+ *
+ * Every callback runs before the call returns. Results handed to a callback
+ * are copies, so a callback may call back into the state (the reaper removes
+ * sessions from inside the expired callback).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "state.h"
+#include "state_backend.h"
+
+typedef struct {
+    int64_t tenant;
+    int64_t tat_ms;
+} rate_entry_t;
+
+typedef struct {
+    int64_t tenant;
+    char *token;
+    int64_t expires_s;
+} reservation_t;
+
+typedef struct {
+    int64_t tenant;
+    char day[16];
+    int64_t execs;
+    double seconds;
+    int64_t expires_s;
+} quota_entry_t;
+
+#define VEC(type)                                                                                                      \
+    struct {                                                                                                           \
+        type *e;                                                                                                       \
+        size_t n, cap;                                                                                                 \
+    }
+
+typedef struct {
+    sg_state_t super;
+    VEC(rate_entry_t) rates;
+    VEC(reservation_t) reservations;
+    VEC(sg_live_session_t) sessions;
+    VEC(quota_entry_t) quotas;
+} mem_state_t;
+
+/* Makes room for one more element; 0 or -1 (out of memory). */
+static int vec_reserve(void **e, size_t *cap, size_t n, size_t elsize)
+{
+    if (n < *cap)
+        return 0;
+    size_t ncap = *cap ? *cap * 2 : 16;
+    void *p = realloc(*e, ncap * elsize);
+    if (p == NULL)
+        return -1;
+    *e = p;
+    *cap = ncap;
+    return 0;
+}
+#define VEC_PUSH_SLOT(v) (vec_reserve((void **)&(v).e, &(v).cap, (v).n, sizeof(*(v).e)) == 0 ? &(v).e[(v).n++] : NULL)
+#define VEC_SWAP_REMOVE(v, i) ((v).e[i] = (v).e[--(v).n])
+
+static mem_state_t *mem(sg_state_t *st)
+{
+    return (mem_state_t *)st;
+}
+
+static void copy_str(char *dst, size_t size, const char *src)
+{
+    size_t n = strlen(src);
+    if (n >= size)
+        n = size - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+/* ---- rate ---------------------------------------------------------------------- */
+
+static void mem_rate_check(sg_state_t *st, int64_t tenant, long rate_per_min, long burst, sg_rate_cb cb, void *data)
+{
+    mem_state_t *m = mem(st);
+    rate_entry_t *ent = NULL;
+    for (size_t i = 0; i < m->rates.n; i++) {
+        if (m->rates.e[i].tenant == tenant) {
+            ent = &m->rates.e[i];
+            break;
+        }
+    }
+    int64_t now = sg_state__now_ms(st), new_tat;
+    sg_rate_result_t r;
+    sg_gcra(now, ent != NULL ? ent->tat_ms : 0, rate_per_min, burst, &r, &new_tat);
+    if (r.allowed && new_tat != 0) {
+        if (ent == NULL && (ent = VEC_PUSH_SLOT(m->rates)) != NULL)
+            ent->tenant = tenant;
+        if (ent != NULL)
+            ent->tat_ms = new_tat;
+    }
+    cb(data, &r);
+}
+
+/* ---- sessions -------------------------------------------------------------------- */
+
+static sg_live_session_t *find_session(mem_state_t *m, const char *sid, size_t *index)
+{
+    for (size_t i = 0; i < m->sessions.n; i++) {
+        if (strcmp(m->sessions.e[i].id, sid) == 0) {
+            if (index != NULL)
+                *index = i;
+            return &m->sessions.e[i];
+        }
+    }
+    return NULL;
+}
+
+static void drop_reservation_at(mem_state_t *m, size_t i)
+{
+    free(m->reservations.e[i].token);
+    VEC_SWAP_REMOVE(m->reservations, i);
+}
+
+/* Live sessions + reservations of a tenant, as ZCARD of its Redis set. */
+static long tenant_count(mem_state_t *m, int64_t tenant)
+{
+    long n = 0;
+    for (size_t i = 0; i < m->sessions.n; i++)
+        n += m->sessions.e[i].tenant_id == tenant;
+    for (size_t i = 0; i < m->reservations.n; i++)
+        n += m->reservations.e[i].tenant == tenant;
+    return n;
+}
+
+static void mem_session_reserve(sg_state_t *st, int64_t tenant, long max, const char *token, sg_state_cb cb, void *data)
+{
+    mem_state_t *m = mem(st);
+    int64_t now = sg_state__now_s(st);
+    sg_state_result_t r = {.available = 1};
+
+    /* as ZREMRANGEBYSCORE -inf now: expired reservations go, and so do
+     * sessions past their lifetime, which no longer hold a slot */
+    long live = 0;
+    reservation_t *same = NULL;
+    for (size_t i = 0; i < m->reservations.n;) {
+        reservation_t *rv = &m->reservations.e[i];
+        if (rv->tenant == tenant && rv->expires_s <= now) {
+            drop_reservation_at(m, i);
+            continue;
+        }
+        if (rv->tenant == tenant) {
+            live++;
+            if (strcmp(rv->token, token) == 0)
+                same = rv;
+        }
+        i++;
+    }
+    for (size_t i = 0; i < m->sessions.n; i++) {
+        if (m->sessions.e[i].tenant_id == tenant && m->sessions.e[i].lifetime_deadline > now)
+            live++;
+    }
+
+    if (live < max) {
+        if (same != NULL) {
+            same->expires_s = now + SG_STATE_RESERVATION_TTL;
+            r.ok = 1;
+        } else {
+            char *copy = strdup(token);
+            reservation_t *rv = copy != NULL ? VEC_PUSH_SLOT(m->reservations) : NULL;
+            if (rv != NULL) {
+                rv->tenant = tenant;
+                rv->token = copy;
+                rv->expires_s = now + SG_STATE_RESERVATION_TTL;
+                r.ok = 1;
+                live++;
+            } else {
+                free(copy);
+                sg_error("state: out of memory reserving a session slot");
+            }
+        }
+    }
+    r.count = live;
+    cb(data, &r);
+}
+
+static int drop_reservation(mem_state_t *m, int64_t tenant, const char *token)
+{
+    for (size_t i = 0; i < m->reservations.n; i++) {
+        if (m->reservations.e[i].tenant == tenant && strcmp(m->reservations.e[i].token, token) == 0) {
+            drop_reservation_at(m, i);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void mem_session_unreserve(sg_state_t *st, int64_t tenant, const char *token, sg_state_cb cb, void *data)
+{
+    mem_state_t *m = mem(st);
+    sg_state_result_t r = {.available = 1};
+    r.ok = drop_reservation(m, tenant, token);
+    r.count = tenant_count(m, tenant);
+    cb(data, &r);
+}
+
+static void mem_session_commit(sg_state_t *st, const char *token, const sg_live_session_t *s, sg_state_cb cb,
+                               void *data)
+{
+    mem_state_t *m = mem(st);
+    sg_state_result_t r = {.available = 1};
+
+    if (token != NULL)
+        drop_reservation(m, s->tenant_id, token);
+    sg_live_session_t *rec = find_session(m, s->id, NULL);
+    if (rec == NULL)
+        rec = VEC_PUSH_SLOT(m->sessions);
+    if (rec != NULL) {
+        *rec = *s;
+        rec->id[sizeof(rec->id) - 1] = '\0';
+        rec->lang[sizeof(rec->lang) - 1] = '\0';
+        r.ok = 1;
+    } else {
+        sg_error("state: out of memory committing session %s", s->id);
+    }
+    r.count = tenant_count(m, s->tenant_id);
+    cb(data, &r);
+}
+
+static void mem_session_touch(sg_state_t *st, const char *sid, int64_t now, long idle_timeout, int add_exec,
+                              sg_state_cb cb, void *data)
+{
+    sg_live_session_t *rec = find_session(mem(st), sid, NULL);
+    sg_state_result_t r = {.available = 1};
+    if (rec != NULL) {
+        rec->last_used_at = now;
+        rec->idle_deadline = now + idle_timeout;
+        rec->executions += add_exec;
+        r.ok = 1;
+        r.count = (long)rec->executions;
+    }
+    cb(data, &r);
+}
+
+static void mem_session_remove(sg_state_t *st, const char *sid, int64_t tenant, sg_state_cb cb, void *data)
+{
+    mem_state_t *m = mem(st);
+    sg_state_result_t r = {.available = 1};
+    size_t i;
+    if (find_session(m, sid, &i) != NULL) {
+        tenant = m->sessions.e[i].tenant_id;
+        VEC_SWAP_REMOVE(m->sessions, i);
+        r.ok = 1;
+    }
+    r.count = tenant_count(m, tenant);
+    cb(data, &r);
+}
+
+static void mem_session_get(sg_state_t *st, const char *sid, sg_state_get_cb cb, void *data)
+{
+    sg_live_session_t *rec = find_session(mem(st), sid, NULL), copy;
+    if (rec != NULL)
+        copy = *rec;
+    cb(data, 1, rec != NULL ? &copy : NULL);
+}
+
+static void mem_sessions_expired(sg_state_t *st, int64_t now, size_t limit, sg_state_expired_cb cb, void *data)
+{
+    mem_state_t *m = mem(st);
+    size_t cap = m->sessions.n < limit ? m->sessions.n : limit, n = 0;
+    char(*ids)[37] = cap ? malloc(cap * sizeof(*ids)) : NULL;
+    const char **sids = cap ? malloc(cap * sizeof(*sids)) : NULL;
+    const char **reasons = cap ? malloc(cap * sizeof(*reasons)) : NULL;
+    int64_t *tenants = cap ? malloc(cap * sizeof(*tenants)) : NULL;
+    if (cap != 0 && (ids == NULL || sids == NULL || reasons == NULL || tenants == NULL)) {
+        sg_error("state: out of memory listing expired sessions");
+        cap = 0;
+    }
+
+    /* lifetime first: of two reasons that both hold, it is the final one */
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < m->sessions.n && n < cap; i++) {
+            const sg_live_session_t *s = &m->sessions.e[i];
+            int hit = pass == 0 ? s->lifetime_deadline <= now : (s->idle_deadline <= now && s->lifetime_deadline > now);
+            if (!hit)
+                continue;
+            memcpy(ids[n], s->id, sizeof(ids[n]));
+            sids[n] = ids[n];
+            reasons[n] = pass == 0 ? "lifetime" : "idle";
+            tenants[n] = s->tenant_id;
+            n++;
+        }
+    }
+    cb(data, 1, n, sids, reasons, tenants);
+    free(ids);
+    free(sids);
+    free(reasons);
+    free(tenants);
+}
+
+static void mem_sessions_list(sg_state_t *st, int64_t tenant, sg_state_list_cb cb, void *data)
+{
+    mem_state_t *m = mem(st);
+    sg_live_session_t *list = m->sessions.n ? malloc(m->sessions.n * sizeof(*list)) : NULL;
+    size_t n = 0;
+    if (list == NULL && m->sessions.n != 0) {
+        sg_error("state: out of memory listing sessions");
+    } else {
+        for (size_t i = 0; i < m->sessions.n; i++) {
+            if (tenant == 0 || m->sessions.e[i].tenant_id == tenant)
+                list[n++] = m->sessions.e[i];
+        }
+    }
+    cb(data, 1, n, list);
+    free(list);
+}
+
+/* ---- quotas ------------------------------------------------------------------------ */
+
+/* The live entry of (tenant, day), dropping expired entries on the way. */
+static quota_entry_t *find_quota(mem_state_t *m, int64_t tenant, const char *day, int64_t now)
+{
+    quota_entry_t *found = NULL;
+    for (size_t i = 0; i < m->quotas.n;) {
+        quota_entry_t *q = &m->quotas.e[i];
+        if (q->expires_s <= now) {
+            VEC_SWAP_REMOVE(m->quotas, i);
+            continue;
+        }
+        if (q->tenant == tenant && strcmp(q->day, day) == 0)
+            found = q;
+        i++;
+    }
+    return found;
+}
+
+static void mem_quota_reserve(sg_state_t *st, int64_t tenant, const char *day, long max_execs, double max_seconds,
+                              sg_quota_cb cb, void *data)
+{
+    quota_entry_t *q = find_quota(mem(st), tenant, day, sg_state__now_s(st));
+    if (q == NULL) {
+        cb(data, 1, SG_QUOTA_UNSEEDED, 0, 0);
+        return;
+    }
+    sg_quota_status_t status = SG_QUOTA_OK;
+    if (q->execs >= max_execs)
+        status = SG_QUOTA_EXECS;
+    else if (q->seconds >= max_seconds)
+        status = SG_QUOTA_SECONDS;
+    else
+        q->execs++;
+    cb(data, 1, status, q->execs, q->seconds);
+}
+
+static void mem_quota_seed(sg_state_t *st, int64_t tenant, const char *day, int64_t execs, double seconds,
+                           sg_state_cb cb, void *data)
+{
+    mem_state_t *m = mem(st);
+    int64_t now = sg_state__now_s(st);
+    sg_state_result_t r = {.available = 1};
+    if (find_quota(m, tenant, day, now) == NULL) {
+        quota_entry_t *q = VEC_PUSH_SLOT(m->quotas);
+        if (q != NULL) {
+            q->tenant = tenant;
+            copy_str(q->day, sizeof(q->day), day);
+            q->execs = execs;
+            q->seconds = seconds;
+            q->expires_s = now + SG_STATE_QUOTA_TTL;
+            r.ok = 1;
+        } else {
+            sg_error("state: out of memory seeding a quota");
+        }
+    }
+    cb(data, &r);
+}
+
+static void mem_quota_add_seconds(sg_state_t *st, int64_t tenant, const char *day, double seconds, sg_state_cb cb,
+                                  void *data)
+{
+    quota_entry_t *q = find_quota(mem(st), tenant, day, sg_state__now_s(st));
+    sg_state_result_t r = {.available = 1};
+    if (q != NULL) {
+        q->seconds += seconds;
+        r.ok = 1;
+    }
+    cb(data, &r);
+}
+
+/* ---- life cycle ------------------------------------------------------------------------ */
+
+static int mem_available(sg_state_t *st)
+{
+    return 1;
+}
+
+static void mem_destroy(sg_state_t *st)
+{
+    mem_state_t *m = mem(st);
+    for (size_t i = 0; i < m->reservations.n; i++)
+        free(m->reservations.e[i].token);
+    free(m->rates.e);
+    free(m->reservations.e);
+    free(m->sessions.e);
+    free(m->quotas.e);
+    free(m);
+}
+
+static const sg_state_ops_t mem_ops = {
+    .name = "memory",
+    .destroy = mem_destroy,
+    .available = mem_available,
+    .rate_check = mem_rate_check,
+    .session_reserve = mem_session_reserve,
+    .session_unreserve = mem_session_unreserve,
+    .session_commit = mem_session_commit,
+    .session_touch = mem_session_touch,
+    .session_remove = mem_session_remove,
+    .session_get = mem_session_get,
+    .sessions_expired = mem_sessions_expired,
+    .sessions_list = mem_sessions_list,
+    .quota_reserve = mem_quota_reserve,
+    .quota_seed = mem_quota_seed,
+    .quota_add_seconds = mem_quota_add_seconds,
+};
+
+sg_state_t *sg_state_create_memory(h2o_loop_t *loop)
+{
+    mem_state_t *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return NULL;
+    m->super.ops = &mem_ops;
+    m->super.loop = loop;
+    return &m->super;
+}

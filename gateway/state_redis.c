@@ -1,0 +1,986 @@
+/*
+ * state_redis.c — the state backend on Redis (key schema in state.h).
+ *
+ * Every check-and-update is one Lua script, run by EVALSHA with the SHA1
+ * computed here; a NOSCRIPT answer (Redis restarted or SCRIPT FLUSH) is
+ * retried once as EVAL, which also loads the script again. Scripts get the
+ * gateway's wall clock as an argument, so they stay deterministic.
+ *
+ * Connection life cycle (one hiredis async context on the h2o loop):
+ *
+ *   IDLE --backoff timer--> CONNECTING --connected--> HANDSHAKE --PONG--> READY
+ *     ^                         |                         |                 |
+ *     +------- failure, or no answer within 2 s ----------+-----------------+
+ *
+ * SELECT <db> (when the URL names one) and PING run in HANDSHAKE, so READY
+ * means Redis answered; the backoff runs 100 ms, doubling, up to 5 s and
+ * starts over once READY. Outside READY every call completes at once with
+ * available = 0. Each command has 2 s to get its reply; when one does not
+ * (a hung Redis, SIGSTOP) the connection is dropped, which completes every
+ * command still in flight with available = 0, and a new one is made.
+ *
+ * hiredis completes every pending command with a NULL reply when its
+ * context goes away (for whatever reason), and frees the context itself
+ * after a disconnect: st->ac is cleared as soon as the context is known to
+ * be going, and a NULL reply is simply "unavailable".
+ */
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <openssl/sha.h>
+
+#include "log.h"
+#include "redis_h2o.h"
+#include "state.h"
+#include "state_backend.h"
+#include "util.h"
+
+#define CMD_TIMEOUT_MS 2000
+#define MAX_ARGS 16
+#define LIST_MAX 100000 /* sessions in one list answer */
+
+static const uint64_t backoff_ms[] = {100, 200, 400, 800, 1600, 3200, 5000};
+#define NBACKOFF (sizeof(backoff_ms) / sizeof(backoff_ms[0]))
+
+/* ---- scripts ------------------------------------------------------------------- */
+
+typedef struct {
+    const char *src;
+    char sha[41];
+} script_t;
+
+enum {
+    SCRIPT_RATE,
+    SCRIPT_RESERVE,
+    SCRIPT_UNRESERVE,
+    SCRIPT_COMMIT,
+    SCRIPT_TOUCH,
+    SCRIPT_REMOVE,
+    SCRIPT_EXPIRED,
+    SCRIPT_LIST,
+    SCRIPT_QUOTA_RESERVE,
+    SCRIPT_QUOTA_SEED,
+    SCRIPT_QUOTA_ADD,
+    SCRIPT_COUNT
+};
+
+static script_t scripts[SCRIPT_COUNT] = {
+    /* KEYS: rate key. ARGV: now ms, emission interval T ms, burst.
+     * The GCRA of state.c; returns {allowed, stored tat} and state.c's
+     * sg_gcra recomputes remaining / reset / retry_after from the same
+     * stored tat, so both backends share one formula. */
+    [SCRIPT_RATE] = {"local now = tonumber(ARGV[1])\n"
+                     "local t = tonumber(ARGV[2])\n"
+                     "local bucket = t * tonumber(ARGV[3])\n"
+                     "local stored = tonumber(redis.call('GET', KEYS[1]) or '0') or 0\n"
+                     "local tat = stored\n"
+                     "if tat < now then tat = now end\n"
+                     "local nxt = tat + t\n"
+                     "if now < nxt - bucket then return {0, stored} end\n"
+                     "redis.call('SET', KEYS[1], string.format('%d', nxt), 'PX', string.format('%d', nxt - now))\n"
+                     "return {1, stored}\n"},
+    /* KEYS: tenant set. ARGV: now s, max, "pending:<token>", expiry s. */
+    [SCRIPT_RESERVE] = {"redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])\n"
+                        "local n = redis.call('ZCARD', KEYS[1])\n"
+                        "if n < tonumber(ARGV[2]) then\n"
+                        "  redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])\n"
+                        "  return {1, redis.call('ZCARD', KEYS[1])}\n"
+                        "end\n"
+                        "return {0, n}\n"},
+    /* KEYS: tenant set. ARGV: "pending:<token>". */
+    [SCRIPT_UNRESERVE] = {"local ok = redis.call('ZREM', KEYS[1], ARGV[1])\n"
+                          "return {ok, redis.call('ZCARD', KEYS[1])}\n"},
+    /* KEYS: tenant set, record, idle index, lifetime index.
+     * ARGV: "pending:<token>" or "", sid, tenant, lang, created_at,
+     * last_used_at, idle_deadline, lifetime_deadline, executions. */
+    [SCRIPT_COMMIT] = {"if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end\n"
+                       "redis.call('ZADD', KEYS[1], ARGV[8], ARGV[2])\n"
+                       "redis.call('DEL', KEYS[2])\n"
+                       "redis.call('HSET', KEYS[2], 'tenant', ARGV[3], 'lang', ARGV[4], 'created_at', ARGV[5],\n"
+                       "  'last_used_at', ARGV[6], 'idle_deadline', ARGV[7], 'lifetime_deadline', ARGV[8],\n"
+                       "  'executions', ARGV[9])\n"
+                       "redis.call('ZADD', KEYS[3], ARGV[7], ARGV[2])\n"
+                       "redis.call('ZADD', KEYS[4], ARGV[8], ARGV[2])\n"
+                       "return {1, redis.call('ZCARD', KEYS[1])}\n"},
+    /* KEYS: record, idle index. ARGV: sid, now, idle timeout, executions to add.
+     * Returns {ok, executions}. */
+    [SCRIPT_TOUCH] = {"if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end\n"
+                      "local dl = string.format('%d', tonumber(ARGV[2]) + tonumber(ARGV[3]))\n"
+                      "redis.call('HSET', KEYS[1], 'last_used_at', ARGV[2], 'idle_deadline', dl)\n"
+                      "local e = redis.call('HINCRBY', KEYS[1], 'executions', ARGV[4])\n"
+                      "redis.call('ZADD', KEYS[2], dl, ARGV[1])\n"
+                      "return {1, e}\n"},
+    /* KEYS: idle index, record, tenant set, lifetime index. ARGV: sid.
+     * Whoever removes anything wins (the script is atomic, so of two
+     * callers exactly one does). The record's own tenant set is cleaned
+     * too, should the caller have named another tenant. */
+    [SCRIPT_REMOVE] = {"local t = redis.call('HGET', KEYS[2], 'tenant')\n"
+                       "local n = redis.call('ZREM', KEYS[1], ARGV[1]) + redis.call('DEL', KEYS[2])\n"
+                       "  + redis.call('ZREM', KEYS[4], ARGV[1])\n"
+                       "redis.call('ZREM', KEYS[3], ARGV[1])\n"
+                       "if t then\n"
+                       "  local tk = 'sg:tenant:' .. t .. ':sessions'\n"
+                       "  if tk ~= KEYS[3] then redis.call('ZREM', tk, ARGV[1]) end\n"
+                       "end\n"
+                       "local ok = 0\n"
+                       "if n > 0 then ok = 1 end\n"
+                       "return {ok, redis.call('ZCARD', KEYS[3])}\n"},
+    /* KEYS: idle index, lifetime index. ARGV: now s, limit.
+     * Returns sid, reason, tenant triples; lifetime first. */
+    [SCRIPT_EXPIRED] = {"local out, seen, n = {}, {}, 0\n"
+                        "local lim = tonumber(ARGV[2])\n"
+                        "for _, src in ipairs({{KEYS[2], 'lifetime'}, {KEYS[1], 'idle'}}) do\n"
+                        "  if n >= lim then break end\n"
+                        "  local ids = redis.call('ZRANGEBYSCORE', src[1], '-inf', ARGV[1], 'LIMIT', 0, lim)\n"
+                        "  for _, id in ipairs(ids) do\n"
+                        "    if n >= lim then break end\n"
+                        "    if not seen[id] then\n"
+                        "      seen[id] = true\n"
+                        "      n = n + 1\n"
+                        "      out[#out + 1] = id\n"
+                        "      out[#out + 1] = src[2]\n"
+                        "      out[#out + 1] = redis.call('HGET', 'sg:session:' .. id, 'tenant') or '0'\n"
+                        "    end\n"
+                        "  end\n"
+                        "end\n"
+                        "return out\n"},
+    /* KEYS: a tenant set, or the lifetime index for all sessions. ARGV: max.
+     * Returns sid + the 7 record fields, per session. */
+    [SCRIPT_LIST] = {"local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)\n"
+                     "local out = {}\n"
+                     "for _, id in ipairs(ids) do\n"
+                     "  if string.sub(id, 1, 8) ~= 'pending:' then\n"
+                     "    local h = redis.call('HMGET', 'sg:session:' .. id, 'tenant', 'lang', 'created_at',\n"
+                     "      'last_used_at', 'idle_deadline', 'lifetime_deadline', 'executions')\n"
+                     "    if h[1] then\n"
+                     "      out[#out + 1] = id\n"
+                     "      for i = 1, 7 do out[#out + 1] = h[i] or '' end\n"
+                     "    end\n"
+                     "  end\n"
+                     "end\n"
+                     "return out\n"},
+    /* KEYS: quota key. ARGV: max execs, max seconds.
+     * Returns {status, execs, seconds as a string}. */
+    [SCRIPT_QUOTA_RESERVE] = {"if redis.call('EXISTS', KEYS[1]) == 0 then return {3, 0, '0'} end\n"
+                              "local e = tonumber(redis.call('HGET', KEYS[1], 'execs') or '0') or 0\n"
+                              "local s = redis.call('HGET', KEYS[1], 'seconds') or '0'\n"
+                              "if e >= tonumber(ARGV[1]) then return {1, e, s} end\n"
+                              "if (tonumber(s) or 0) >= tonumber(ARGV[2]) then return {2, e, s} end\n"
+                              "e = redis.call('HINCRBY', KEYS[1], 'execs', 1)\n"
+                              "return {0, e, s}\n"},
+    /* KEYS: quota key. ARGV: execs, seconds, ttl s. ok = 1 if it seeded. */
+    [SCRIPT_QUOTA_SEED] = {"local n = redis.call('HSETNX', KEYS[1], 'execs', ARGV[1])\n"
+                           "  + redis.call('HSETNX', KEYS[1], 'seconds', ARGV[2])\n"
+                           "if n == 0 then return {0, 0} end\n"
+                           "redis.call('EXPIRE', KEYS[1], ARGV[3])\n"
+                           "return {1, 0}\n"},
+    /* KEYS: quota key. ARGV: seconds. Nothing when the day is not seeded. */
+    [SCRIPT_QUOTA_ADD] = {"if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end\n"
+                          "redis.call('HINCRBYFLOAT', KEYS[1], 'seconds', ARGV[1])\n"
+                          "return {1, 0}\n"},
+};
+
+static void scripts_init(void)
+{
+    static int done;
+    if (done)
+        return;
+    for (size_t i = 0; i < SCRIPT_COUNT; i++) {
+        unsigned char md[SHA_DIGEST_LENGTH];
+        SHA1((const unsigned char *)scripts[i].src, strlen(scripts[i].src), md);
+        for (size_t j = 0; j < SHA_DIGEST_LENGTH; j++)
+            snprintf(scripts[i].sha + 2 * j, 3, "%02x", md[j]);
+    }
+    done = 1;
+}
+
+/* ---- the backend ------------------------------------------------------------- */
+
+typedef enum { PHASE_IDLE, PHASE_CONNECTING, PHASE_HANDSHAKE, PHASE_READY, PHASE_CLOSED } phase_t;
+
+typedef struct {
+    sg_state_t super;
+    char host[256];
+    int port;
+    int db; /* -1: none named */
+    phase_t phase;
+    redisAsyncContext *ac;
+    h2o_timeout_t cmd_timeout; /* CMD_TIMEOUT_MS: every command in flight, and connect + handshake */
+    h2o_timeout_t backoff[NBACKOFF];
+    h2o_timeout_entry_t connect_entry; /* in cmd_timeout while CONNECTING / HANDSHAKE */
+    h2o_timeout_entry_t reconnect_entry;
+    size_t backoff_step;
+    int outage_logged;
+} redis_state_t;
+
+typedef struct redis_req redis_req_t;
+/* reply is NULL when Redis is unavailable (or answered with an error) */
+typedef void (*req_done_fn)(redis_req_t *req, redisReply *reply);
+
+struct redis_req {
+    redis_state_t *st;
+    h2o_timeout_entry_t timeout;
+    int script; /* -1: a plain command */
+    int retried;
+    int argc;
+    const char *argv[MAX_ARGS];
+    size_t argvlen[MAX_ARGS];
+    char *owned[MAX_ARGS];
+    req_done_fn done;
+    union {
+        sg_rate_cb rate;
+        sg_state_cb state;
+        sg_state_get_cb get;
+        sg_state_expired_cb expired;
+        sg_state_list_cb list;
+        sg_quota_cb quota;
+    } cb;
+    void *data;
+    /* rate */
+    int64_t now_ms;
+    long rate_per_min, burst;
+};
+
+static void connect_now(redis_state_t *st);
+static void on_cmd_timeout(h2o_timeout_entry_t *entry);
+
+static char *xvasprintf(const char *fmt, va_list ap)
+{
+    char *s;
+    if (vasprintf(&s, fmt, ap) < 0)
+        h2o_fatal("state: out of memory");
+    return s;
+}
+
+static void req_arg(redis_req_t *req, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void req_arg(redis_req_t *req, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = xvasprintf(fmt, ap);
+    va_end(ap);
+    assert(req->argc < MAX_ARGS);
+    req->owned[req->argc] = s;
+    req->argv[req->argc] = s;
+    req->argvlen[req->argc] = strlen(s);
+    req->argc++;
+}
+
+/* A script call: EVALSHA <sha> <nkeys>, then the caller adds keys and args. */
+static redis_req_t *req_new(redis_state_t *st, int script, int nkeys, req_done_fn done, void *data)
+{
+    redis_req_t *req = h2o_mem_alloc(sizeof(*req));
+    memset(req, 0, sizeof(*req));
+    req->st = st;
+    req->timeout.cb = on_cmd_timeout;
+    req->script = script;
+    req->done = done;
+    req->data = data;
+    if (script >= 0) {
+        req->argv[0] = "EVALSHA";
+        req->argvlen[0] = 7;
+        req->argv[1] = scripts[script].sha;
+        req->argvlen[1] = 40;
+        req->argc = 2;
+        req_arg(req, "%d", nkeys);
+    }
+    return req;
+}
+
+static void req_finish(redis_req_t *req, redisReply *reply)
+{
+    if (h2o_timeout_is_linked(&req->timeout))
+        h2o_timeout_unlink(&req->timeout);
+    req->done(req, reply);
+    for (int i = 0; i < req->argc; i++)
+        free(req->owned[i]);
+    free(req);
+}
+
+/* Clears st->ac (the context is going or gone) and schedules the next
+ * attempt. Logs once per outage. */
+static void connection_lost(redis_state_t *st, const char *why)
+{
+    phase_t was = st->phase;
+    st->ac = NULL;
+    if (h2o_timeout_is_linked(&st->connect_entry))
+        h2o_timeout_unlink(&st->connect_entry);
+    if (was == PHASE_CLOSED)
+        return;
+    st->phase = PHASE_IDLE;
+    if (was == PHASE_READY) {
+        sg_warn("state: redis %s:%d: connection lost (%s); reconnecting", st->host, st->port, why);
+        st->outage_logged = 1;
+    } else if (!st->outage_logged) {
+        sg_warn("state: redis %s:%d: unavailable (%s); retrying", st->host, st->port, why);
+        st->outage_logged = 1;
+    } else {
+        sg_debug("state: redis %s:%d: still unavailable (%s)", st->host, st->port, why);
+    }
+    if (!h2o_timeout_is_linked(&st->reconnect_entry)) {
+        h2o_timeout_link(st->super.loop, &st->backoff[st->backoff_step], &st->reconnect_entry);
+        if (st->backoff_step + 1 < NBACKOFF)
+            st->backoff_step++;
+    }
+}
+
+/* Drops the connection: every command in flight completes with available = 0
+ * (at once, or — inside a hiredis callback — as soon as it returns). */
+static void drop_connection(redis_state_t *st, const char *why)
+{
+    redisAsyncContext *ac = st->ac;
+    if (ac == NULL)
+        return;
+    connection_lost(st, why);
+    ac->data = NULL;
+    redisAsyncFree(ac);
+}
+
+static void on_reply(redisAsyncContext *ac, void *r, void *privdata);
+
+static void req_send(redis_req_t *req)
+{
+    redis_state_t *st = req->st;
+    if (st->phase != PHASE_READY ||
+        redisAsyncCommandArgv(st->ac, on_reply, req, req->argc, req->argv, req->argvlen) != REDIS_OK) {
+        req_finish(req, NULL);
+        return;
+    }
+    if (!h2o_timeout_is_linked(&req->timeout))
+        h2o_timeout_link(st->super.loop, &st->cmd_timeout, &req->timeout);
+}
+
+static void on_reply(redisAsyncContext *ac, void *r, void *privdata)
+{
+    redis_req_t *req = privdata;
+    redisReply *reply = r;
+
+    if (reply == NULL && req->st->ac == ac) {
+        /* the context is being freed (hiredis gives NULL replies only then):
+         * say so now, so that calls made from the callbacks fail fast */
+        connection_lost(req->st, ac->err && ac->errstr != NULL ? ac->errstr : "connection closed");
+        ac->data = NULL;
+    }
+    if (reply != NULL && reply->type == REDIS_REPLY_ERROR) {
+        if (req->script >= 0 && !req->retried && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
+            /* scripts were flushed (a restart, SCRIPT FLUSH): EVAL loads it again */
+            req->retried = 1;
+            req->argv[0] = "EVAL";
+            req->argvlen[0] = 4;
+            req->argv[1] = scripts[req->script].src;
+            req->argvlen[1] = strlen(scripts[req->script].src);
+            sg_debug("state: redis: NOSCRIPT, sending the script again");
+            req_send(req);
+            return;
+        }
+        sg_warn("state: redis: %s answered: %.*s", req->argv[0], (int)reply->len, reply->str);
+        reply = NULL;
+    }
+    req_finish(req, reply);
+}
+
+static void on_cmd_timeout(h2o_timeout_entry_t *entry)
+{
+    redis_req_t *req = H2O_STRUCT_FROM_MEMBER(redis_req_t, timeout, entry);
+    redis_state_t *st = req->st;
+    if (st->ac == NULL) {
+        /* cannot happen: dropping a context completes its commands */
+        sg_error("state: redis: a command timed out without a connection");
+        return;
+    }
+    /* completes this command (and every other in flight) with NULL */
+    drop_connection(st, "no reply within 2 s");
+}
+
+/* ---- connection ------------------------------------------------------------------ */
+
+static void on_ping(redisAsyncContext *ac, void *r, void *privdata)
+{
+    redis_state_t *st = privdata;
+    redisReply *reply = r;
+    if (reply == NULL || st->ac != ac)
+        return; /* the context is going: connection_lost runs or ran */
+    if (reply->type == REDIS_REPLY_ERROR) {
+        char why[256];
+        snprintf(why, sizeof(why), "%.*s", (int)reply->len, reply->str);
+        drop_connection(st, why);
+        return;
+    }
+    h2o_timeout_unlink(&st->connect_entry);
+    st->phase = PHASE_READY;
+    st->backoff_step = 0;
+    if (st->outage_logged)
+        sg_info("state: redis %s:%d: connected again", st->host, st->port);
+    else
+        sg_info("state: redis %s:%d: connected", st->host, st->port);
+    st->outage_logged = 0;
+}
+
+static void on_select(redisAsyncContext *ac, void *r, void *privdata)
+{
+    redis_state_t *st = privdata;
+    redisReply *reply = r;
+    if (reply == NULL || st->ac != ac)
+        return;
+    if (reply->type == REDIS_REPLY_ERROR) {
+        sg_error("state: redis %s:%d: SELECT %d: %.*s", st->host, st->port, st->db, (int)reply->len, reply->str);
+        drop_connection(st, "SELECT failed");
+    }
+}
+
+static void on_connect(const redisAsyncContext *cac, int status)
+{
+    redis_state_t *st = cac->data;
+    redisAsyncContext *ac = (redisAsyncContext *)cac;
+    if (st == NULL || st->ac != ac)
+        return;
+    if (status != REDIS_OK) {
+        /* hiredis frees the context when we return */
+        connection_lost(st, ac->errstr != NULL ? ac->errstr : "connect failed");
+        ac->data = NULL;
+        return;
+    }
+    st->phase = PHASE_HANDSHAKE;
+    if (st->db >= 0)
+        redisAsyncCommand(ac, on_select, st, "SELECT %d", st->db);
+    redisAsyncCommand(ac, on_ping, st, "PING");
+}
+
+static void on_disconnect(const redisAsyncContext *cac, int status)
+{
+    redis_state_t *st = cac->data;
+    if (st == NULL || st->ac != cac)
+        return;
+    connection_lost(st, cac->errstr != NULL && cac->err ? cac->errstr : "disconnected");
+}
+
+static void on_connect_timeout(h2o_timeout_entry_t *entry)
+{
+    redis_state_t *st = H2O_STRUCT_FROM_MEMBER(redis_state_t, connect_entry, entry);
+    if (st->phase == PHASE_CONNECTING || st->phase == PHASE_HANDSHAKE)
+        drop_connection(st, st->phase == PHASE_CONNECTING ? "connect timed out" : "no answer to PING within 2 s");
+}
+
+static void on_reconnect(h2o_timeout_entry_t *entry)
+{
+    redis_state_t *st = H2O_STRUCT_FROM_MEMBER(redis_state_t, reconnect_entry, entry);
+    connect_now(st);
+}
+
+static void connect_now(redis_state_t *st)
+{
+    redisAsyncContext *ac = redisAsyncConnect(st->host, st->port);
+    if (ac == NULL) {
+        connection_lost(st, "out of memory");
+        return;
+    }
+    if (ac->err) {
+        char why[256];
+        snprintf(why, sizeof(why), "%s", ac->errstr);
+        redisAsyncFree(ac);
+        connection_lost(st, why);
+        return;
+    }
+    if (sg_redis_h2o_attach(ac, st->super.loop) != REDIS_OK) {
+        redisAsyncFree(ac);
+        connection_lost(st, "cannot attach to the loop");
+        return;
+    }
+    ac->data = st;
+    st->ac = ac;
+    st->phase = PHASE_CONNECTING;
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    redisAsyncSetConnectCallback(ac, on_connect);
+    h2o_timeout_link(st->super.loop, &st->cmd_timeout, &st->connect_entry);
+}
+
+/* ---- replies ------------------------------------------------------------------------ */
+
+static int64_t reply_int(const redisReply *r)
+{
+    if (r == NULL)
+        return 0;
+    if (r->type == REDIS_REPLY_INTEGER)
+        return r->integer;
+    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS)
+        return strtoll(r->str, NULL, 10);
+    return 0;
+}
+
+static double reply_double(const redisReply *r)
+{
+    if (r == NULL)
+        return 0;
+    if (r->type == REDIS_REPLY_INTEGER)
+        return (double)r->integer;
+    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS)
+        return strtod(r->str, NULL);
+    return 0;
+}
+
+static void reply_str(const redisReply *r, char *dst, size_t size)
+{
+    size_t n = 0;
+    if (r != NULL && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS)) {
+        n = r->len < size ? r->len : size - 1;
+        memcpy(dst, r->str, n);
+    }
+    dst[n] = '\0';
+}
+
+/* An array reply of at least n elements, or NULL. */
+static redisReply *reply_array(redisReply *r, size_t n)
+{
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < n)
+        return NULL;
+    return r;
+}
+
+static void on_rate(redis_req_t *req, redisReply *reply)
+{
+    if ((reply = reply_array(reply, 2)) == NULL) {
+        sg_state__fail_rate(req->cb.rate, req->data, req->burst);
+        return;
+    }
+    int allowed = reply_int(reply->element[0]) != 0;
+    int64_t stored = reply_int(reply->element[1]), new_tat;
+    sg_rate_result_t r;
+    sg_gcra(req->now_ms, stored, req->rate_per_min, req->burst, &r, &new_tat);
+    if (r.allowed != allowed) {
+        /* cannot happen: the script is the same computation */
+        sg_error("state: redis: rate script and sg_gcra disagree (tat %" PRId64 ", now %" PRId64 ")", stored,
+                 req->now_ms);
+        r.allowed = allowed;
+    }
+    req->cb.rate(req->data, &r);
+}
+
+/* {ok, count} */
+static void on_state(redis_req_t *req, redisReply *reply)
+{
+    if ((reply = reply_array(reply, 2)) == NULL) {
+        sg_state__fail(req->cb.state, req->data);
+        return;
+    }
+    sg_state_result_t r = {.available = 1};
+    r.ok = reply_int(reply->element[0]) != 0;
+    r.count = (long)reply_int(reply->element[1]);
+    req->cb.state(req->data, &r);
+}
+
+static void fill_session(sg_live_session_t *s, const char *field, size_t flen, const redisReply *v)
+{
+#define FIELD_IS(name) (flen == sizeof(name) - 1 && memcmp(field, name, flen) == 0)
+    if (FIELD_IS("tenant"))
+        s->tenant_id = reply_int(v);
+    else if (FIELD_IS("lang"))
+        reply_str(v, s->lang, sizeof(s->lang));
+    else if (FIELD_IS("created_at"))
+        s->created_at = reply_int(v);
+    else if (FIELD_IS("last_used_at"))
+        s->last_used_at = reply_int(v);
+    else if (FIELD_IS("idle_deadline"))
+        s->idle_deadline = reply_int(v);
+    else if (FIELD_IS("lifetime_deadline"))
+        s->lifetime_deadline = reply_int(v);
+    else if (FIELD_IS("executions"))
+        s->executions = reply_int(v);
+#undef FIELD_IS
+}
+
+/* HGETALL: field, value, ... ; empty: no such session */
+static void on_get(redis_req_t *req, redisReply *reply)
+{
+    if ((reply = reply_array(reply, 0)) == NULL) {
+        req->cb.get(req->data, 0, NULL);
+        return;
+    }
+    if (reply->elements == 0) {
+        req->cb.get(req->data, 1, NULL);
+        return;
+    }
+    sg_live_session_t s;
+    memset(&s, 0, sizeof(s));
+    snprintf(s.id, sizeof(s.id), "%s", req->argv[1] + sizeof("sg:session:") - 1);
+    for (size_t i = 0; i + 1 < reply->elements; i += 2) {
+        const redisReply *f = reply->element[i];
+        if (f->type == REDIS_REPLY_STRING)
+            fill_session(&s, f->str, f->len, reply->element[i + 1]);
+    }
+    req->cb.get(req->data, 1, &s);
+}
+
+/* sid, reason, tenant, ... */
+static void on_expired(redis_req_t *req, redisReply *reply)
+{
+    if ((reply = reply_array(reply, 0)) == NULL) {
+        req->cb.expired(req->data, 0, 0, NULL, NULL, NULL);
+        return;
+    }
+    size_t n = reply->elements / 3;
+    char(*ids)[37] = n ? h2o_mem_alloc(n * sizeof(*ids)) : NULL;
+    const char **sids = n ? h2o_mem_alloc(n * sizeof(*sids)) : NULL;
+    const char **reasons = n ? h2o_mem_alloc(n * sizeof(*reasons)) : NULL;
+    int64_t *tenants = n ? h2o_mem_alloc(n * sizeof(*tenants)) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        char reason[16];
+        reply_str(reply->element[3 * i], ids[i], sizeof(ids[i]));
+        reply_str(reply->element[3 * i + 1], reason, sizeof(reason));
+        sids[i] = ids[i];
+        reasons[i] = strcmp(reason, "lifetime") == 0 ? "lifetime" : "idle";
+        tenants[i] = reply_int(reply->element[3 * i + 2]);
+    }
+    req->cb.expired(req->data, 1, n, sids, reasons, tenants);
+    free(ids);
+    free(sids);
+    free(reasons);
+    free(tenants);
+}
+
+/* sid + 7 fields, ... */
+static void on_list(redis_req_t *req, redisReply *reply)
+{
+    static const char *const fields[] = {"tenant",        "lang",          "created_at", "last_used_at",
+                                         "idle_deadline", "lifetime_deadline", "executions"};
+    if ((reply = reply_array(reply, 0)) == NULL) {
+        req->cb.list(req->data, 0, 0, NULL);
+        return;
+    }
+    size_t n = reply->elements / 8;
+    sg_live_session_t *list = n ? h2o_mem_alloc(n * sizeof(*list)) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        memset(&list[i], 0, sizeof(list[i]));
+        reply_str(reply->element[8 * i], list[i].id, sizeof(list[i].id));
+        for (size_t f = 0; f < 7; f++)
+            fill_session(&list[i], fields[f], strlen(fields[f]), reply->element[8 * i + 1 + f]);
+    }
+    req->cb.list(req->data, 1, n, list);
+    free(list);
+}
+
+/* {status, execs, seconds} */
+static void on_quota(redis_req_t *req, redisReply *reply)
+{
+    if ((reply = reply_array(reply, 3)) == NULL) {
+        req->cb.quota(req->data, 0, SG_QUOTA_OK, 0, 0);
+        return;
+    }
+    int64_t status = reply_int(reply->element[0]);
+    if (status < SG_QUOTA_OK || status > SG_QUOTA_UNSEEDED)
+        status = SG_QUOTA_UNSEEDED;
+    req->cb.quota(req->data, 1, (sg_quota_status_t)status, reply_int(reply->element[1]),
+                  reply_double(reply->element[2]));
+}
+
+/* ---- operations ------------------------------------------------------------------------- */
+
+static redis_state_t *rs(sg_state_t *st)
+{
+    return (redis_state_t *)st;
+}
+
+static void redis_rate_check(sg_state_t *_st, int64_t tenant, long rate_per_min, long burst, sg_rate_cb cb, void *data)
+{
+    redis_state_t *st = rs(_st);
+    int64_t interval = sg_state__gcra_interval_ms(rate_per_min);
+    if (burst < 1)
+        burst = 1;
+    if (burst > 1000000000L)
+        burst = 1000000000L;
+    if (interval == 0) {
+        /* no rate: sg_gcra allows without state, so Redis is not asked */
+        sg_rate_result_t r;
+        int64_t unused;
+        sg_gcra(0, 0, rate_per_min, burst, &r, &unused);
+        cb(data, &r);
+        return;
+    }
+    redis_req_t *req = req_new(st, SCRIPT_RATE, 1, on_rate, data);
+    req->cb.rate = cb;
+    req->now_ms = sg_state__now_ms(_st);
+    req->rate_per_min = rate_per_min;
+    req->burst = burst;
+    req_arg(req, "sg:rate:%" PRId64, tenant);
+    req_arg(req, "%" PRId64, req->now_ms);
+    req_arg(req, "%" PRId64, interval);
+    req_arg(req, "%ld", burst);
+    req_send(req);
+}
+
+static void redis_session_reserve(sg_state_t *_st, int64_t tenant, long max, const char *token, sg_state_cb cb,
+                                  void *data)
+{
+    int64_t now = sg_state__now_s(_st);
+    redis_req_t *req = req_new(rs(_st), SCRIPT_RESERVE, 1, on_state, data);
+    req->cb.state = cb;
+    req_arg(req, "sg:tenant:%" PRId64 ":sessions", tenant);
+    req_arg(req, "%" PRId64, now);
+    req_arg(req, "%ld", max);
+    req_arg(req, "pending:%s", token);
+    req_arg(req, "%" PRId64, now + SG_STATE_RESERVATION_TTL);
+    req_send(req);
+}
+
+static void redis_session_unreserve(sg_state_t *_st, int64_t tenant, const char *token, sg_state_cb cb, void *data)
+{
+    redis_req_t *req = req_new(rs(_st), SCRIPT_UNRESERVE, 1, on_state, data);
+    req->cb.state = cb;
+    req_arg(req, "sg:tenant:%" PRId64 ":sessions", tenant);
+    req_arg(req, "pending:%s", token);
+    req_send(req);
+}
+
+static void redis_session_commit(sg_state_t *_st, const char *token, const sg_live_session_t *s, sg_state_cb cb,
+                                 void *data)
+{
+    redis_req_t *req = req_new(rs(_st), SCRIPT_COMMIT, 4, on_state, data);
+    req->cb.state = cb;
+    req_arg(req, "sg:tenant:%" PRId64 ":sessions", s->tenant_id);
+    req_arg(req, "sg:session:%.36s", s->id);
+    req_arg(req, "sg:sessions:idle");
+    req_arg(req, "sg:sessions:lifetime");
+    if (token != NULL)
+        req_arg(req, "pending:%s", token);
+    else
+        req_arg(req, "%s", "");
+    req_arg(req, "%.36s", s->id);
+    req_arg(req, "%" PRId64, s->tenant_id);
+    req_arg(req, "%.31s", s->lang);
+    req_arg(req, "%" PRId64, s->created_at);
+    req_arg(req, "%" PRId64, s->last_used_at);
+    req_arg(req, "%" PRId64, s->idle_deadline);
+    req_arg(req, "%" PRId64, s->lifetime_deadline);
+    req_arg(req, "%" PRId64, s->executions);
+    req_send(req);
+}
+
+static void redis_session_touch(sg_state_t *_st, const char *sid, int64_t now, long idle_timeout, int add_exec,
+                                sg_state_cb cb, void *data)
+{
+    redis_req_t *req = req_new(rs(_st), SCRIPT_TOUCH, 2, on_state, data);
+    req->cb.state = cb;
+    req_arg(req, "sg:session:%s", sid);
+    req_arg(req, "sg:sessions:idle");
+    req_arg(req, "%s", sid);
+    req_arg(req, "%" PRId64, now);
+    req_arg(req, "%ld", idle_timeout);
+    req_arg(req, "%d", add_exec);
+    req_send(req);
+}
+
+static void redis_session_remove(sg_state_t *_st, const char *sid, int64_t tenant, sg_state_cb cb, void *data)
+{
+    redis_req_t *req = req_new(rs(_st), SCRIPT_REMOVE, 4, on_state, data);
+    req->cb.state = cb;
+    req_arg(req, "sg:sessions:idle");
+    req_arg(req, "sg:session:%s", sid);
+    req_arg(req, "sg:tenant:%" PRId64 ":sessions", tenant);
+    req_arg(req, "sg:sessions:lifetime");
+    req_arg(req, "%s", sid);
+    req_send(req);
+}
+
+static void redis_session_get(sg_state_t *_st, const char *sid, sg_state_get_cb cb, void *data)
+{
+    redis_req_t *req = req_new(rs(_st), -1, 0, on_get, data);
+    req->cb.get = cb;
+    req_arg(req, "HGETALL");
+    req_arg(req, "sg:session:%s", sid);
+    req_send(req);
+}
+
+static void redis_sessions_expired(sg_state_t *_st, int64_t now, size_t limit, sg_state_expired_cb cb, void *data)
+{
+    redis_req_t *req = req_new(rs(_st), SCRIPT_EXPIRED, 2, on_expired, data);
+    req->cb.expired = cb;
+    req_arg(req, "sg:sessions:idle");
+    req_arg(req, "sg:sessions:lifetime");
+    req_arg(req, "%" PRId64, now);
+    req_arg(req, "%zu", limit < LIST_MAX ? limit : (size_t)LIST_MAX);
+    req_send(req);
+}
+
+static void redis_sessions_list(sg_state_t *_st, int64_t tenant, sg_state_list_cb cb, void *data)
+{
+    redis_req_t *req = req_new(rs(_st), SCRIPT_LIST, 1, on_list, data);
+    req->cb.list = cb;
+    if (tenant == 0)
+        req_arg(req, "sg:sessions:lifetime");
+    else
+        req_arg(req, "sg:tenant:%" PRId64 ":sessions", tenant);
+    req_arg(req, "%d", LIST_MAX);
+    req_send(req);
+}
+
+static void redis_quota_reserve(sg_state_t *_st, int64_t tenant, const char *day, long max_execs, double max_seconds,
+                                sg_quota_cb cb, void *data)
+{
+    redis_req_t *req = req_new(rs(_st), SCRIPT_QUOTA_RESERVE, 1, on_quota, data);
+    req->cb.quota = cb;
+    req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, day);
+    req_arg(req, "%ld", max_execs);
+    req_arg(req, "%.17g", max_seconds);
+    req_send(req);
+}
+
+static void redis_quota_seed(sg_state_t *_st, int64_t tenant, const char *day, int64_t execs, double seconds,
+                             sg_state_cb cb, void *data)
+{
+    redis_req_t *req = req_new(rs(_st), SCRIPT_QUOTA_SEED, 1, on_state, data);
+    req->cb.state = cb;
+    req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, day);
+    req_arg(req, "%" PRId64, execs);
+    req_arg(req, "%.17g", seconds);
+    req_arg(req, "%d", SG_STATE_QUOTA_TTL);
+    req_send(req);
+}
+
+static void redis_quota_add_seconds(sg_state_t *_st, int64_t tenant, const char *day, double seconds, sg_state_cb cb,
+                                    void *data)
+{
+    redis_req_t *req = req_new(rs(_st), SCRIPT_QUOTA_ADD, 1, on_state, data);
+    req->cb.state = cb;
+    req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, day);
+    req_arg(req, "%.17g", seconds);
+    req_send(req);
+}
+
+/* ---- life cycle ---------------------------------------------------------------------- */
+
+static int redis_available(sg_state_t *_st)
+{
+    return rs(_st)->phase == PHASE_READY;
+}
+
+static void redis_destroy(sg_state_t *_st)
+{
+    redis_state_t *st = rs(_st);
+    h2o_loop_t *loop = st->super.loop;
+
+    st->phase = PHASE_CLOSED;
+    if (h2o_timeout_is_linked(&st->reconnect_entry))
+        h2o_timeout_unlink(&st->reconnect_entry);
+    if (h2o_timeout_is_linked(&st->connect_entry))
+        h2o_timeout_unlink(&st->connect_entry);
+    redisAsyncContext *ac = st->ac;
+    st->ac = NULL;
+    if (ac != NULL) {
+        ac->data = NULL;
+        redisAsyncFree(ac); /* completes what is in flight with available = 0 */
+    }
+    h2o_timeout_dispose(loop, &st->cmd_timeout);
+    for (size_t i = 0; i < NBACKOFF; i++)
+        h2o_timeout_dispose(loop, &st->backoff[i]);
+    free(st);
+}
+
+static const sg_state_ops_t redis_ops = {
+    .name = "redis",
+    .destroy = redis_destroy,
+    .available = redis_available,
+    .rate_check = redis_rate_check,
+    .session_reserve = redis_session_reserve,
+    .session_unreserve = redis_session_unreserve,
+    .session_commit = redis_session_commit,
+    .session_touch = redis_session_touch,
+    .session_remove = redis_session_remove,
+    .session_get = redis_session_get,
+    .sessions_expired = redis_sessions_expired,
+    .sessions_list = redis_sessions_list,
+    .quota_reserve = redis_quota_reserve,
+    .quota_seed = redis_quota_seed,
+    .quota_add_seconds = redis_quota_add_seconds,
+};
+
+/* redis://host[:port][/db]; host may be [v6]. 0, or -1 with err. */
+static int parse_url(const char *url, redis_state_t *st, char *err, size_t errlen)
+{
+    const char *p = url, *host, *host_end;
+    if (strncmp(p, "redis://", 8) != 0) {
+        snprintf(err, errlen, "redis URL must start with redis://");
+        return -1;
+    }
+    p += 8;
+    if (strchr(p, '@') != NULL) {
+        snprintf(err, errlen, "redis URL: credentials are not supported");
+        return -1;
+    }
+    if (*p == '[') {
+        host = p + 1;
+        if ((host_end = strchr(host, ']')) == NULL) {
+            snprintf(err, errlen, "redis URL: unterminated [ in the host");
+            return -1;
+        }
+        p = host_end + 1;
+    } else {
+        host = p;
+        host_end = p + strcspn(p, ":/");
+        p = host_end;
+    }
+    if (host_end == host || (size_t)(host_end - host) >= sizeof(st->host)) {
+        snprintf(err, errlen, "redis URL: bad host");
+        return -1;
+    }
+    memcpy(st->host, host, host_end - host);
+    st->host[host_end - host] = '\0';
+
+    st->port = 6379;
+    if (*p == ':') {
+        char *end;
+        errno = 0;
+        long port = strtol(p + 1, &end, 10);
+        if (end == p + 1 || errno != 0 || port < 1 || port > 65535 || (*end != '\0' && *end != '/')) {
+            snprintf(err, errlen, "redis URL: bad port");
+            return -1;
+        }
+        st->port = (int)port;
+        p = end;
+    }
+    st->db = -1;
+    if (*p == '/' && p[1] != '\0') {
+        char *end;
+        errno = 0;
+        long db = strtol(p + 1, &end, 10);
+        if (end == p + 1 || errno != 0 || db < 0 || db > INT_MAX || *end != '\0') {
+            snprintf(err, errlen, "redis URL: bad database number");
+            return -1;
+        }
+        st->db = (int)db;
+    } else if (*p != '\0' && strcmp(p, "/") != 0) {
+        snprintf(err, errlen, "redis URL: unexpected \"%s\"", p);
+        return -1;
+    }
+    return 0;
+}
+
+sg_state_t *sg_state_create_redis(h2o_loop_t *loop, const char *url, char *err, size_t errlen)
+{
+    redis_state_t *st = calloc(1, sizeof(*st));
+    if (st == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (parse_url(url != NULL ? url : "", st, err, errlen) != 0) {
+        free(st);
+        return NULL;
+    }
+    scripts_init();
+    st->super.ops = &redis_ops;
+    st->super.loop = loop;
+    st->phase = PHASE_IDLE;
+    h2o_timeout_init(loop, &st->cmd_timeout, CMD_TIMEOUT_MS);
+    for (size_t i = 0; i < NBACKOFF; i++)
+        h2o_timeout_init(loop, &st->backoff[i], backoff_ms[i]);
+    st->connect_entry.cb = on_connect_timeout;
+    st->reconnect_entry.cb = on_reconnect;
+    connect_now(st);
+    return &st->super;
+}

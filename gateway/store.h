@@ -1,0 +1,177 @@
+/*
+ * store.h — the gateway's durable records in SQLite (WAL): tenants and their
+ * quotas, API tokens (hashed), the usage ledger (one row per execution) and
+ * session history. The system of record: nothing billable lives only in
+ * Redis.
+ *
+ * Blocking. A sg_store_t is one SQLite connection: use it from one thread
+ * at a time (the gateway gives each DB worker thread its own; sandgate-admin
+ * uses one). Several connections to one file are safe (WAL, busy timeout).
+ * Functions return 0 on success, -1 on error with err set; lookups return
+ * 1 found / 0 not found / -1 error.
+ */
+#ifndef SANDGATE_STORE_H
+#define SANDGATE_STORE_H
+
+#include <json-c/json.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sg_store sg_store_t;
+
+#define SG_TENANT_NAME_MAX 64
+#define SG_LANGS_MAX 256
+
+typedef struct {
+    int64_t id;
+    char name[SG_TENANT_NAME_MAX + 1];
+    int64_t created_at;
+    int disabled;
+    /* quotas and limits */
+    long rate_per_min;         /* request rate: sustained requests per minute */
+    long burst;                /* request rate: burst size */
+    long max_sessions;         /* concurrent live sessions */
+    long execs_per_day;        /* executions per UTC day */
+    double exec_seconds_per_day; /* execution seconds per UTC day */
+    double max_timeout;        /* per-execution timeout cap, seconds */
+    long max_memory_mb;        /* per-session memory cap */
+    double max_cpus;           /* per-session CPU cap */
+    char allowed_langs[SG_LANGS_MAX]; /* "*" or comma-separated: "python,javascript" */
+    int network_allowed;
+    long idle_timeout;         /* seconds without use before a session is closed */
+    long max_lifetime;         /* seconds from creation before a session is closed */
+} sg_tenant_t;
+
+/* The defaults a new tenant gets (documented in the README):
+ * rate_per_min 600, burst 60, max_sessions 10, execs_per_day 10000,
+ * exec_seconds_per_day 36000, max_timeout 300, max_memory_mb 1024,
+ * max_cpus 2, allowed_langs "*", network_allowed 0, idle_timeout 900,
+ * max_lifetime 14400, disabled 0. */
+void sg_tenant_defaults(sg_tenant_t *t);
+
+/* The settable fields of a tenant by name — the quota field names above plus
+ * "disabled" — as sandgate-admin `tenant set` and the admin API take them.
+ * Ranges (inclusive; 0 in a count means none allowed, not unlimited):
+ *   rate_per_min 1..1e9    burst 1..1e9          max_sessions 0..1e6
+ *   execs_per_day 0..1e12  exec_seconds_per_day 0..1e12
+ *   max_timeout 0.1..86400 max_memory_mb 16..1048576   max_cpus 0.01..1024
+ *   allowed_langs "*" or "a,b" of [a-z0-9_+-]{1,31}, < 256 chars in all
+ *   network_allowed 0|1    idle_timeout 1..1e9   max_lifetime 1..1e9   disabled 0|1
+ * (booleans also take true/false/yes/no/on/off). sg_store_tenant_update
+ * checks the same (sg_tenant_validate) and fails naming the field. */
+/* Parses value for field key into t. 0, or -1 with err naming the key. */
+int sg_tenant_set_field(sg_tenant_t *t, const char *key, const char *value, char *err, size_t errlen);
+/* Checks every field of t against the ranges. 0, or -1 naming the first bad field. */
+int sg_tenant_validate(const sg_tenant_t *t, char *err, size_t errlen);
+/* 1 if name is 1..64 of [A-Za-z0-9._-]. */
+int sg_tenant_name_valid(const char *name);
+/* 1 if lang[0..len) is in t->allowed_langs (or that is "*"). */
+int sg_tenant_lang_allowed(const sg_tenant_t *t, const char *lang, size_t len);
+/* "disabled=0 rate_per_min=600 ... max_lifetime=14400" (every settable field,
+ * in the order above) into buf; returns the length snprintf would write. */
+int sg_tenant_format(const sg_tenant_t *t, char *buf, size_t len);
+/* {"id","name","created_at","disabled", every quota field}; new reference. */
+json_object *sg_tenant_to_json(const sg_tenant_t *t);
+
+/* Opens (creating the directory's file <data_dir>/sandgate.db and the schema
+ * if needed), WAL mode, busy timeout 5 s, foreign keys on. */
+sg_store_t *sg_store_open(const char *data_dir, char *err, size_t errlen);
+void sg_store_close(sg_store_t *st);
+const char *sg_store_path(const sg_store_t *st);
+
+/* Tenants. Names: 1..64 of [A-Za-z0-9._-]. create fails (-1, err says so) on
+ * a duplicate name. update writes every quota field of t (found by t->id). */
+int sg_store_tenant_create(sg_store_t *st, const char *name, sg_tenant_t *out, char *err, size_t errlen);
+int sg_store_tenant_get(sg_store_t *st, int64_t id, sg_tenant_t *out, char *err, size_t errlen);
+int sg_store_tenant_by_name(sg_store_t *st, const char *name, sg_tenant_t *out, char *err, size_t errlen);
+int sg_store_tenant_update(sg_store_t *st, const sg_tenant_t *t, char *err, size_t errlen);
+/* Calls fn for each tenant in id order. The list functions run fn while their
+ * query is open: fn must not call the same list function on st. */
+int sg_store_tenant_list(sg_store_t *st, void (*fn)(const sg_tenant_t *t, void *data), void *data, char *err,
+                         size_t errlen);
+
+/* Tokens: "sgk_" + 8-char public id + "_" + 43-char secret (base64url of 32
+ * random bytes). Only SHA-256 of the whole token is stored, with the public
+ * id to find the row; the hash is compared in constant time. create writes
+ * the new token (NUL-terminated) into token_out (>= SG_TOKEN_MAX bytes) —
+ * the only time it exists in clear. */
+#define SG_TOKEN_MAX 64
+typedef struct {
+    int64_t id;
+    int64_t tenant_id;
+    char public_id[9];
+    char label[65];
+    int64_t created_at;
+    int64_t revoked_at; /* 0 if live */
+} sg_token_t;
+
+int sg_store_token_create(sg_store_t *st, int64_t tenant_id, const char *label, char *token_out, sg_token_t *out,
+                          char *err, size_t errlen);
+/* 1 and *tenant filled if token is live and its tenant not disabled; 0 if
+ * unknown, malformed or revoked. */
+int sg_store_token_auth(sg_store_t *st, const char *token, size_t len, sg_tenant_t *tenant, char *err, size_t errlen);
+/* Revokes by public id (or by the whole token, whose secret must then match).
+ * 1 revoked (also when it already was: revoked_at keeps the first time),
+ * 0 no such token. Takes effect at once: sg_store_token_auth does not cache. */
+int sg_store_token_revoke(sg_store_t *st, const char *public_id, char *err, size_t errlen);
+int sg_store_token_list(sg_store_t *st, int64_t tenant_id, void (*fn)(const sg_token_t *t, void *data), void *data,
+                        char *err, size_t errlen);
+
+/* Usage ledger: one row per execution. */
+typedef struct {
+    int64_t tenant_id;
+    char session_id[37]; /* "" for ephemeral executes */
+    char lang[32];
+    char kind[16];       /* "execute", "command", "ephemeral" */
+    double started_at;   /* unix seconds */
+    double duration;     /* execution_time the proxy reported, seconds */
+    int exit_code;
+    int timed_out;
+    int64_t output_bytes;
+} sg_usage_t;
+
+int sg_store_usage_add(sg_store_t *st, const sg_usage_t *u, char *err, size_t errlen);
+/* Totals of one tenant over [from, to) unix seconds. */
+typedef struct {
+    int64_t executions;
+    double seconds;
+    int64_t output_bytes;
+    int64_t timed_out;
+} sg_usage_total_t;
+int sg_store_usage_total(sg_store_t *st, int64_t tenant_id, double from, double to, sg_usage_total_t *out, char *err,
+                         size_t errlen);
+/* Calls fn for each row of a tenant (tenant_id 0: all) in [from, to), oldest
+ * first, at most limit rows (limit <= 0: no limit). */
+int sg_store_usage_list(sg_store_t *st, int64_t tenant_id, double from, double to, int limit,
+                        void (*fn)(const sg_usage_t *u, void *data), void *data, char *err, size_t errlen);
+
+/* Session history. */
+typedef struct {
+    char id[37];
+    int64_t tenant_id;
+    char lang[32];
+    int64_t created_at;
+    int64_t closed_at;   /* 0 while open */
+    char close_reason[32]; /* "deleted", "idle", "lifetime", "admin", "proxy_lost" */
+    int64_t executions;
+} sg_session_rec_t;
+
+/* open: inserts s (closed_at and close_reason ignored; created_at 0 = now);
+ * -1 on a duplicate id or unknown tenant. close: sets closed_at (0 = now) and
+ * reason once; closing a closed or unknown session is not an error (0).
+ * count_exec: executions += 1; 0 also for an unknown id. */
+int sg_store_session_open(sg_store_t *st, const sg_session_rec_t *s, char *err, size_t errlen);
+int sg_store_session_close(sg_store_t *st, const char *id, int64_t closed_at, const char *reason, char *err,
+                           size_t errlen);
+int sg_store_session_count_exec(sg_store_t *st, const char *id, char *err, size_t errlen);
+/* 1 found (open or closed), 0 not found. */
+int sg_store_session_get(sg_store_t *st, const char *id, sg_session_rec_t *out, char *err, size_t errlen);
+/* Open sessions (closed_at = 0), of one tenant or all (tenant_id 0). */
+int sg_store_session_list_open(sg_store_t *st, int64_t tenant_id, void (*fn)(const sg_session_rec_t *s, void *data),
+                               void *data, char *err, size_t errlen);
+
+/* The SQLite connection, for tests and diagnostics only. */
+struct sqlite3;
+struct sqlite3 *sg_store_db(sg_store_t *st);
+
+#endif

@@ -1,0 +1,849 @@
+/*
+ * test_upstream.c — gateway/upstream.c against a real h2o server living in
+ * the same process and the same loop (no mocks): round trips, hundreds of
+ * requests in flight without blocking the loop, timeouts, refused
+ * connections, the reply cap, streaming, cancellation (also from inside
+ * callbacks) and connection reuse.
+ *
+ * The server replies by path:
+ *   /fast          200 {"ok":true}
+ *   /slow?ms=N     200 {"slept":N} after N ms (an h2o timer)
+ *   /big           200, 2 MiB of 'x'
+ *   /stream        200 text/plain, "one," "two," "three" 50 ms apart
+ *   /echo          200 {"method","content_type","body"} of the request
+ *   /retry         429 with Retry-After: 7
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <json-c/json.h>
+
+#include "http.h"
+#include "upstream.h"
+
+#define BIG_LEN (2 * 1024 * 1024)
+#define MIB (1024 * 1024)
+
+static sg_http_server_t *server;
+static h2o_loop_t *loop;
+static char base_url[64];
+static char *bigbuf;
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000.0 + ts.tv_nsec / 1e6;
+}
+
+/* Runs the loop until *flag is set or ms pass; returns *flag. */
+static int run_until(const int *flag, double ms)
+{
+    double deadline = now_ms() + ms;
+    while (!*flag && now_ms() < deadline)
+        h2o_evloop_run(loop, 10);
+    return *flag;
+}
+
+static void run_for(double ms)
+{
+    double deadline = now_ms() + ms;
+    while (now_ms() < deadline)
+        h2o_evloop_run(loop, 10);
+}
+
+/* ---- the server --------------------------------------------------------------- */
+
+/* h2o 2.2 timers are buckets of one duration each */
+static h2o_timeout_t *timeout_of(uint64_t ms)
+{
+    static struct {
+        uint64_t ms;
+        h2o_timeout_t t;
+    } table[16];
+    static size_t n;
+    for (size_t i = 0; i < n; ++i)
+        if (table[i].ms == ms)
+            return &table[i].t;
+    assert_true(n < sizeof(table) / sizeof(table[0]));
+    table[n].ms = ms;
+    h2o_timeout_init(loop, &table[n].t, ms);
+    return &table[n++].t;
+}
+
+typedef struct {
+    h2o_timeout_entry_t entry;
+    h2o_req_t *req;
+    long ms;
+} slow_t;
+
+static void on_slow_dispose(void *p)
+{
+    slow_t *s = p;
+    if (h2o_timeout_is_linked(&s->entry))
+        h2o_timeout_unlink(&s->entry);
+}
+
+static void on_slow_timeout(h2o_timeout_entry_t *entry)
+{
+    slow_t *s = H2O_STRUCT_FROM_MEMBER(slow_t, entry, entry);
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "slept", json_object_new_int64(s->ms));
+    sg_http_send_json(s->req, 200, o);
+}
+
+static const char *const stream_pieces[] = {"one,", "two,", "three"};
+#define STREAM_PIECES 3
+
+typedef struct {
+    h2o_generator_t gen;
+    h2o_timeout_entry_t entry;
+    h2o_req_t *req;
+    int next;     /* index of the next piece */
+    int can_send; /* h2o asked for more (or nothing sent yet) */
+    int due;      /* the timer passed while h2o was still busy */
+} stream_t;
+
+static void stream_send(stream_t *st)
+{
+    h2o_iovec_t buf = h2o_iovec_init(stream_pieces[st->next], strlen(stream_pieces[st->next]));
+    int final = ++st->next == STREAM_PIECES;
+    st->can_send = 0;
+    st->due = 0;
+    if (!final)
+        h2o_timeout_link(loop, timeout_of(50), &st->entry);
+    h2o_send(st->req, &buf, 1, final ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_IN_PROGRESS);
+}
+
+static void on_stream_timeout(h2o_timeout_entry_t *entry)
+{
+    stream_t *st = H2O_STRUCT_FROM_MEMBER(stream_t, entry, entry);
+    if (st->can_send)
+        stream_send(st);
+    else
+        st->due = 1;
+}
+
+static void on_stream_proceed(h2o_generator_t *gen, h2o_req_t *req)
+{
+    stream_t *st = (stream_t *)gen;
+    st->can_send = 1;
+    if (st->due)
+        stream_send(st);
+}
+
+static void on_stream_stop(h2o_generator_t *gen, h2o_req_t *req)
+{
+    stream_t *st = (stream_t *)gen;
+    if (h2o_timeout_is_linked(&st->entry))
+        h2o_timeout_unlink(&st->entry);
+}
+
+static void on_stream_dispose(void *p)
+{
+    on_stream_stop(p, NULL);
+}
+
+static int on_req(void *app, h2o_req_t *req)
+{
+    h2o_iovec_t path = sg_http_path(req);
+
+    if (h2o_memis(path.base, path.len, H2O_STRLIT("/fast"))) {
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "ok", json_object_new_boolean(1));
+        sg_http_send_json(req, 200, o);
+    } else if (h2o_memis(path.base, path.len, H2O_STRLIT("/slow"))) {
+        h2o_iovec_t v = sg_http_query_param(req, "ms");
+        slow_t *s = h2o_mem_alloc_shared(&req->pool, sizeof(*s), on_slow_dispose);
+        memset(s, 0, sizeof(*s));
+        s->req = req;
+        s->ms = v.base != NULL ? atol(v.base) : 100;
+        s->entry.cb = on_slow_timeout;
+        h2o_timeout_link(loop, timeout_of((uint64_t)s->ms), &s->entry);
+    } else if (h2o_memis(path.base, path.len, H2O_STRLIT("/big"))) {
+        sg_http_send_body(req, 200, "application/octet-stream", bigbuf, BIG_LEN);
+    } else if (h2o_memis(path.base, path.len, H2O_STRLIT("/stream"))) {
+        stream_t *st = h2o_mem_alloc_shared(&req->pool, sizeof(*st), on_stream_dispose);
+        memset(st, 0, sizeof(*st));
+        st->gen.proceed = on_stream_proceed;
+        st->gen.stop = on_stream_stop;
+        st->entry.cb = on_stream_timeout;
+        st->req = req;
+        st->can_send = 1;
+        req->res.status = 200;
+        req->res.reason = "OK";
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("text/plain"));
+        h2o_start_response(req, &st->gen);
+        stream_send(st);
+    } else if (h2o_memis(path.base, path.len, H2O_STRLIT("/echo"))) {
+        json_object *o = json_object_new_object();
+        ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_CONTENT_TYPE, -1);
+        h2o_iovec_t ct = i >= 0 ? req->headers.entries[i].value : h2o_iovec_init("", 0);
+        json_object_object_add(o, "method", json_object_new_string_len(req->method.base, (int)req->method.len));
+        json_object_object_add(o, "content_type", json_object_new_string_len(ct.base, (int)ct.len));
+        json_object_object_add(o, "body", json_object_new_string_len(req->entity.base != NULL ? req->entity.base : "",
+                                                                      (int)req->entity.len));
+        sg_http_send_json(req, 200, o);
+    } else if (h2o_memis(path.base, path.len, H2O_STRLIT("/retry"))) {
+        sg_http_add_header(req, "Retry-After", "7");
+        sg_http_send_error(req, 429, "busy", "come back later");
+    } else {
+        sg_http_send_error(req, 404, "not_found", "no such path");
+    }
+    return 0;
+}
+
+static int group_setup(void **state)
+{
+    char err[256];
+
+    signal(SIGPIPE, SIG_IGN); /* h2o writes to clients that went away */
+    bigbuf = malloc(BIG_LEN);
+    memset(bigbuf, 'x', BIG_LEN);
+    server = sg_http_server_create("127.0.0.1", 0, 4 * MIB, on_req, NULL, err, sizeof(err));
+    if (server == NULL) {
+        fprintf(stderr, "server: %s\n", err);
+        return -1;
+    }
+    loop = sg_http_server_loop(server);
+    snprintf(base_url, sizeof(base_url), "http://127.0.0.1:%d", sg_http_server_port(server));
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    /* let the server finish what the tests left (slow replies, closes) */
+    run_for(300);
+    free(bigbuf);
+    return 0;
+}
+
+/* ---- the client side ------------------------------------------------------------ */
+
+typedef struct {
+    int done;
+    long status;
+    char *err;
+    int timed_out;
+    char *body;
+    size_t body_len;
+    char content_type[256];
+    char retry_after[64];
+    double done_at;
+    /* streaming */
+    int heads;
+    long head_status;
+    char head_ct[256];
+    int pieces;
+    int data_before_head;
+    char streamed[256];
+    double piece_at[8];
+    /* what the callbacks do besides recording */
+    sg_upstream_t *u;
+    sg_upstream_req_t *cancel_on_data; /* cancelled from the first on_data */
+    int destroy_on_done;               /* u is destroyed from on_done */
+    int destroy_on_data;               /* u is destroyed from the first on_data */
+    void *chain;                       /* see the chain tests */
+} result_t;
+
+static void result_free(result_t *r)
+{
+    free(r->err);
+    free(r->body);
+}
+
+static void on_head(void *data, long status, const char *content_type)
+{
+    result_t *r = data;
+    ++r->heads;
+    r->head_status = status;
+    snprintf(r->head_ct, sizeof(r->head_ct), "%s", content_type);
+}
+
+static void on_data(void *data, const char *p, size_t len)
+{
+    result_t *r = data;
+    if (r->heads == 0)
+        r->data_before_head = 1;
+    if (r->pieces < 8)
+        r->piece_at[r->pieces] = now_ms();
+    ++r->pieces;
+    size_t have = strlen(r->streamed);
+    if (have + len < sizeof(r->streamed)) {
+        memcpy(r->streamed + have, p, len);
+        r->streamed[have + len] = '\0';
+    }
+    if (r->cancel_on_data != NULL) {
+        sg_upstream_cancel(r->cancel_on_data);
+        r->cancel_on_data = NULL;
+    }
+    if (r->destroy_on_data) {
+        r->destroy_on_data = 0;
+        sg_upstream_destroy(r->u);
+    }
+}
+
+static void on_done(void *data, const sg_upstream_reply_t *reply)
+{
+    result_t *r = data;
+    assert_non_null(reply->body);
+    assert_non_null(reply->content_type);
+    assert_non_null(reply->retry_after);
+    assert_int_equal(reply->body[reply->body_len], '\0');
+    ++r->done;
+    r->done_at = now_ms();
+    r->status = reply->status;
+    r->err = reply->err != NULL ? strdup(reply->err) : NULL;
+    r->timed_out = reply->timed_out;
+    r->body = malloc(reply->body_len + 1);
+    memcpy(r->body, reply->body, reply->body_len + 1);
+    r->body_len = reply->body_len;
+    snprintf(r->content_type, sizeof(r->content_type), "%s", reply->content_type);
+    snprintf(r->retry_after, sizeof(r->retry_after), "%s", reply->retry_after);
+    if (r->destroy_on_done)
+        sg_upstream_destroy(r->u);
+}
+
+static sg_upstream_t *new_upstream(size_t max)
+{
+    sg_upstream_t *u = sg_upstream_create(loop, base_url, max);
+    assert_non_null(u);
+    return u;
+}
+
+static void destroy_upstream(sg_upstream_t *u)
+{
+    sg_upstream_destroy(u);
+    run_for(20); /* h2o frees closed sockets on its next turn */
+}
+
+static sg_upstream_req_t *get(sg_upstream_t *u, const char *path, long timeout_ms, result_t *r)
+{
+    return sg_upstream_start(u, "GET", path, NULL, 0, NULL, timeout_ms, NULL, NULL, on_done, r);
+}
+
+static json_object *parse(const char *s)
+{
+    json_object *o = json_tokener_parse(s);
+    assert_non_null(o);
+    return o;
+}
+
+static const char *field(json_object *o, const char *name)
+{
+    json_object *v;
+    assert_true(json_object_object_get_ex(o, name, &v));
+    return json_object_get_string(v);
+}
+
+static void assert_contains(const char *hay, const char *needle)
+{
+    if (hay == NULL || strstr(hay, needle) == NULL)
+        fail_msg("\"%s\" does not contain \"%s\"", hay != NULL ? hay : "(null)", needle);
+}
+
+/* ---- tests ------------------------------------------------------------------------ */
+
+static void test_get(void **state)
+{
+    sg_upstream_t *u = new_upstream(MIB);
+    result_t r = {0};
+
+    assert_non_null(get(u, "/fast", 2000, &r));
+    assert_int_equal(r.done, 0); /* never from inside start */
+    assert_int_equal(sg_upstream_in_flight(u), 1);
+    assert_true(run_until(&r.done, 2000));
+    assert_int_equal(r.done, 1);
+    assert_null(r.err);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(r.timed_out, 0);
+    assert_string_equal(r.body, "{\"ok\":true}");
+    assert_int_equal(r.body_len, 11);
+    assert_string_equal(r.content_type, "application/json");
+    assert_string_equal(r.retry_after, "");
+    assert_int_equal(sg_upstream_in_flight(u), 0);
+    result_free(&r);
+
+    /* a 404 is a reply, not an error */
+    memset(&r, 0, sizeof(r));
+    assert_non_null(get(u, "/nothing-here", 2000, &r));
+    assert_true(run_until(&r.done, 2000));
+    assert_null(r.err);
+    assert_int_equal(r.status, 404);
+    assert_contains(r.body, "not_found");
+    result_free(&r);
+
+    /* Retry-After comes through */
+    memset(&r, 0, sizeof(r));
+    assert_non_null(get(u, "/retry", 2000, &r));
+    assert_true(run_until(&r.done, 2000));
+    assert_null(r.err);
+    assert_int_equal(r.status, 429);
+    assert_string_equal(r.retry_after, "7");
+    result_free(&r);
+
+    run_for(50);
+    assert_int_equal(r.done, 1); /* exactly once */
+    destroy_upstream(u);
+}
+
+static void test_post_echo(void **state)
+{
+    sg_upstream_t *u = new_upstream(MIB);
+    result_t r = {0};
+    static const char body[] = "{\"code\":\"print(1)\",\"n\":\"\\u00e9\"}";
+    json_object *o;
+
+    assert_non_null(sg_upstream_start(u, "POST", "/echo", body, strlen(body), "application/json", 2000, NULL, NULL,
+                                      on_done, &r));
+    assert_true(run_until(&r.done, 2000));
+    assert_null(r.err);
+    assert_int_equal(r.status, 200);
+    o = parse(r.body);
+    assert_string_equal(field(o, "method"), "POST");
+    assert_string_equal(field(o, "content_type"), "application/json");
+    assert_string_equal(field(o, "body"), body);
+    json_object_put(o);
+    result_free(&r);
+
+    /* a body without a Content-Type gets none (curl would add a form type) */
+    memset(&r, 0, sizeof(r));
+    assert_non_null(sg_upstream_start(u, "PUT", "/echo", "abc", 3, NULL, 2000, NULL, NULL, on_done, &r));
+    assert_true(run_until(&r.done, 2000));
+    assert_null(r.err);
+    o = parse(r.body);
+    assert_string_equal(field(o, "method"), "PUT");
+    assert_string_equal(field(o, "content_type"), "");
+    assert_string_equal(field(o, "body"), "abc");
+    json_object_put(o);
+    result_free(&r);
+
+    /* bodies are binary-safe, and copied: the caller's buffer may go at once */
+    memset(&r, 0, sizeof(r));
+    char *tmp = malloc(5);
+    memcpy(tmp, "a\0b\0c", 5);
+    assert_non_null(sg_upstream_start(u, "POST", "/echo", tmp, 5, "application/octet-stream", 2000, NULL, NULL,
+                                      on_done, &r));
+    memset(tmp, 'z', 5);
+    free(tmp);
+    assert_true(run_until(&r.done, 2000));
+    o = parse(r.body);
+    json_object *b;
+    assert_true(json_object_object_get_ex(o, "body", &b));
+    assert_int_equal(json_object_get_string_len(b), 5);
+    assert_memory_equal(json_object_get_string(b), "a\0b\0c", 5);
+    json_object_put(o);
+    result_free(&r);
+
+    /* DELETE without a body, POST without a body */
+    memset(&r, 0, sizeof(r));
+    assert_non_null(sg_upstream_start(u, "DELETE", "/echo", NULL, 0, NULL, 2000, NULL, NULL, on_done, &r));
+    assert_true(run_until(&r.done, 2000));
+    assert_null(r.err);
+    o = parse(r.body);
+    assert_string_equal(field(o, "method"), "DELETE");
+    assert_string_equal(field(o, "body"), "");
+    json_object_put(o);
+    result_free(&r);
+
+    memset(&r, 0, sizeof(r));
+    assert_non_null(sg_upstream_start(u, "POST", "/echo", NULL, 0, NULL, 2000, NULL, NULL, on_done, &r));
+    assert_true(run_until(&r.done, 2000));
+    assert_null(r.err);
+    o = parse(r.body);
+    assert_string_equal(field(o, "method"), "POST");
+    assert_string_equal(field(o, "body"), "");
+    json_object_put(o);
+    result_free(&r);
+
+    destroy_upstream(u);
+}
+
+#define CONCURRENT 200
+
+static void test_concurrent_no_blocking(void **state)
+{
+    sg_upstream_t *u = new_upstream(MIB);
+    result_t *rs = calloc(CONCURRENT, sizeof(*rs));
+    result_t fast = {0};
+    int all = 0;
+    double t0 = now_ms(), fast_start, fast_ms;
+
+    for (int i = 0; i < CONCURRENT; ++i)
+        assert_non_null(get(u, "/slow?ms=500", 5000, &rs[i]));
+    assert_int_equal(sg_upstream_in_flight(u), CONCURRENT);
+
+    /* let them all connect and wait on the server */
+    run_for(100);
+    for (int i = 0; i < CONCURRENT; ++i)
+        assert_int_equal(rs[i].done, 0);
+
+    fast_start = now_ms();
+    assert_non_null(get(u, "/fast", 2000, &fast));
+    assert_int_equal(sg_upstream_in_flight(u), CONCURRENT + 1);
+    assert_true(run_until(&fast.done, 1000));
+    fast_ms = fast.done_at - fast_start;
+    print_message("      /fast with %d in flight: %.1f ms\n", CONCURRENT, fast_ms);
+    assert_null(fast.err);
+    assert_int_equal(fast.status, 200);
+    assert_true(fast_ms < 100);
+    result_free(&fast);
+
+    double deadline = t0 + 3000;
+    while (!all && now_ms() < deadline) {
+        h2o_evloop_run(loop, 10);
+        all = 1;
+        for (int i = 0; i < CONCURRENT && all; ++i)
+            all = rs[i].done;
+    }
+    double total = now_ms() - t0;
+    print_message("      %d x /slow?ms=500: %.1f ms\n", CONCURRENT, total);
+    assert_true(all);
+    assert_true(total < 2000);
+    for (int i = 0; i < CONCURRENT; ++i) {
+        assert_int_equal(rs[i].done, 1);
+        assert_null(rs[i].err);
+        assert_int_equal(rs[i].status, 200);
+        assert_string_equal(rs[i].body, "{\"slept\":500}");
+        result_free(&rs[i]);
+    }
+    assert_int_equal(sg_upstream_in_flight(u), 0);
+    free(rs);
+    destroy_upstream(u);
+}
+
+static void test_timeout(void **state)
+{
+    sg_upstream_t *u = new_upstream(MIB);
+    result_t r = {0};
+    double t0 = now_ms();
+
+    assert_non_null(get(u, "/slow?ms=2000", 200, &r));
+    assert_true(run_until(&r.done, 3000));
+    double took = r.done_at - t0;
+    print_message("      timed out after %.1f ms\n", took);
+    assert_int_equal(r.timed_out, 1);
+    assert_int_equal(r.status, 0);
+    assert_non_null(r.err);
+    assert_contains(r.err, "200 ms");
+    assert_string_equal(r.body, "");
+    assert_true(took >= 190 && took < 350);
+    result_free(&r);
+    run_for(50);
+    assert_int_equal(r.done, 1);
+    destroy_upstream(u);
+}
+
+static void test_refused(void **state)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET};
+    socklen_t alen = sizeof(addr);
+    char url[64];
+    result_t r = {0};
+
+    /* a port bound but not listening: connects are refused, and nobody else
+     * can take the port meanwhile */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    assert_int_equal(bind(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&addr, &alen), 0);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", ntohs(addr.sin_port));
+
+    sg_upstream_t *u = sg_upstream_create(loop, url, MIB);
+    assert_non_null(u);
+    assert_non_null(get(u, "/fast", 2000, &r));
+    assert_int_equal(r.done, 0);
+    assert_true(run_until(&r.done, 2000));
+    print_message("      %s\n", r.err);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(r.timed_out, 0);
+    assert_contains(r.err, "the proxy does not answer (");
+    assert_string_equal(r.body, "");
+    assert_string_equal(r.content_type, "");
+    result_free(&r);
+
+    /* streaming: no reply at all, so no head */
+    memset(&r, 0, sizeof(r));
+    assert_non_null(sg_upstream_start(u, "GET", "/stream", NULL, 0, NULL, 2000, on_head, on_data, on_done, &r));
+    assert_true(run_until(&r.done, 2000));
+    assert_int_equal(r.heads, 0);
+    assert_int_equal(r.pieces, 0);
+    assert_int_equal(r.status, 0);
+    assert_contains(r.err, "the proxy does not answer (");
+    result_free(&r);
+    destroy_upstream(u);
+    close(fd);
+}
+
+static void test_too_large(void **state)
+{
+    sg_upstream_t *u = new_upstream(MIB);
+    result_t r = {0};
+
+    assert_non_null(get(u, "/big", 5000, &r));
+    assert_true(run_until(&r.done, 5000));
+    assert_non_null(r.err);
+    assert_string_equal(r.err, "the proxy's reply is too large");
+    assert_int_equal(r.status, 0); /* a status line came, but no usable reply */
+    assert_int_equal(r.timed_out, 0);
+    assert_string_equal(r.body, "");
+    result_free(&r);
+
+    /* the connection that was cut does not break the next request */
+    memset(&r, 0, sizeof(r));
+    assert_non_null(get(u, "/fast", 2000, &r));
+    assert_true(run_until(&r.done, 2000));
+    assert_null(r.err);
+    assert_int_equal(r.status, 200);
+    result_free(&r);
+    destroy_upstream(u);
+
+    /* with room enough it comes whole */
+    u = new_upstream(4 * MIB);
+    memset(&r, 0, sizeof(r));
+    assert_non_null(get(u, "/big", 5000, &r));
+    assert_true(run_until(&r.done, 5000));
+    assert_null(r.err);
+    assert_int_equal(r.body_len, BIG_LEN);
+    assert_memory_equal(r.body, bigbuf, BIG_LEN);
+    result_free(&r);
+    destroy_upstream(u);
+}
+
+static void test_stream(void **state)
+{
+    /* the cap is for collected bodies; streamed ones pass through */
+    sg_upstream_t *u = new_upstream(4);
+    result_t r = {0};
+
+    assert_non_null(sg_upstream_start(u, "GET", "/stream", NULL, 0, NULL, 2000, on_head, on_data, on_done, &r));
+    assert_true(run_until(&r.done, 2000));
+    assert_null(r.err);
+    assert_int_equal(r.heads, 1);
+    assert_int_equal(r.head_status, 200);
+    assert_string_equal(r.head_ct, "text/plain");
+    assert_int_equal(r.data_before_head, 0);
+    assert_int_equal(r.pieces, 3);
+    assert_string_equal(r.streamed, "one,two,three");
+    /* they came as they were sent, not all at the end */
+    assert_true(r.piece_at[1] - r.piece_at[0] >= 30);
+    assert_true(r.piece_at[2] - r.piece_at[1] >= 30);
+    assert_true(r.done_at >= r.piece_at[2]);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "");
+    assert_int_equal(r.body_len, 0);
+    result_free(&r);
+
+    /* a streamed reply without a body still gets its head, before done */
+    memset(&r, 0, sizeof(r));
+    assert_non_null(sg_upstream_start(u, "HEAD", "/fast", NULL, 0, NULL, 2000, on_head, on_data, on_done, &r));
+    assert_true(run_until(&r.done, 2000));
+    assert_null(r.err);
+    assert_int_equal(r.heads, 1);
+    assert_int_equal(r.head_status, 200);
+    assert_int_equal(r.pieces, 0);
+    result_free(&r);
+
+    /* a stream that outlives its timeout: head, what came, then done with
+     * status 0 */
+    memset(&r, 0, sizeof(r));
+    assert_non_null(sg_upstream_start(u, "GET", "/stream", NULL, 0, NULL, 75, on_head, on_data, on_done, &r));
+    assert_true(run_until(&r.done, 2000));
+    assert_int_equal(r.heads, 1);
+    assert_int_equal(r.pieces, 2);
+    assert_string_equal(r.streamed, "one,two,");
+    assert_int_equal(r.timed_out, 1);
+    assert_int_equal(r.status, 0);
+    assert_non_null(r.err);
+    result_free(&r);
+    destroy_upstream(u);
+}
+
+static void test_cancel(void **state)
+{
+    sg_upstream_t *u = new_upstream(MIB);
+    result_t a = {0}, b = {0}, c = {0};
+    sg_upstream_req_t *ra, *rb;
+
+    /* in flight, waiting on the server */
+    ra = get(u, "/slow?ms=300", 2000, &a);
+    assert_non_null(ra);
+    /* cancelled before the loop ever ran */
+    rb = get(u, "/fast", 2000, &b);
+    assert_non_null(rb);
+    sg_upstream_cancel(rb);
+    assert_int_equal(sg_upstream_in_flight(u), 1);
+    run_for(100);
+    sg_upstream_cancel(ra);
+    assert_int_equal(sg_upstream_in_flight(u), 0);
+
+    /* cancelled from inside its own on_data, after the first piece */
+    sg_upstream_req_t *rc = sg_upstream_start(u, "GET", "/stream", NULL, 0, NULL, 2000, on_head, on_data, on_done, &c);
+    assert_non_null(rc);
+    c.cancel_on_data = rc;
+    run_for(600);
+    assert_int_equal(a.done, 0);
+    assert_int_equal(b.done, 0);
+    assert_int_equal(c.done, 0);
+    assert_int_equal(c.heads, 1);
+    assert_int_equal(c.pieces, 1);
+    assert_int_equal(sg_upstream_in_flight(u), 0);
+
+    /* the upstream still works */
+    result_t d = {0};
+    assert_non_null(get(u, "/fast", 2000, &d));
+    assert_true(run_until(&d.done, 2000));
+    assert_null(d.err);
+    result_free(&d);
+    destroy_upstream(u);
+}
+
+static void test_destroy_from_callback(void **state)
+{
+    sg_upstream_t *u = new_upstream(MIB);
+    result_t a = {0}, b = {0}, c = {0};
+
+    /* a finishes first and destroys u: b and c (in flight) never call back */
+    a.u = u;
+    a.destroy_on_done = 1;
+    assert_non_null(get(u, "/fast", 2000, &a));
+    assert_non_null(get(u, "/slow?ms=100", 2000, &b));
+    assert_non_null(get(u, "/slow?ms=200", 2000, &c));
+    run_for(400);
+    assert_int_equal(a.done, 1);
+    assert_int_equal(b.done, 0);
+    assert_int_equal(c.done, 0);
+    result_free(&a);
+
+    /* destroyed from inside on_data (curl is inside its write callback) */
+    u = new_upstream(MIB);
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    a.u = u;
+    a.destroy_on_data = 1;
+    assert_non_null(sg_upstream_start(u, "GET", "/stream", NULL, 0, NULL, 2000, on_head, on_data, on_done, &a));
+    assert_non_null(get(u, "/slow?ms=100", 2000, &b));
+    run_for(400);
+    assert_int_equal(a.heads, 1);
+    assert_int_equal(a.pieces, 1);
+    assert_int_equal(a.done, 0);
+    assert_int_equal(b.done, 0);
+
+    /* destroy with requests in flight, from outside any callback */
+    u = new_upstream(MIB);
+    memset(&b, 0, sizeof(b));
+    assert_non_null(get(u, "/slow?ms=100", 2000, &b));
+    run_for(30);
+    destroy_upstream(u);
+    run_for(200);
+    assert_int_equal(b.done, 0);
+}
+
+/* A request started from inside another's on_data (curl refuses new handles
+ * there: this is deferred) and from on_done. */
+static void on_data_start(void *data, const char *p, size_t len)
+{
+    result_t *r = data;
+    on_data(data, p, len);
+    if (r->pieces == 1) {
+        result_t *inner = r->chain;
+        assert_non_null(get(r->u, "/fast", 2000, inner));
+        assert_int_equal(inner->done, 0);
+    }
+}
+
+static void test_start_from_callback(void **state)
+{
+    sg_upstream_t *u = new_upstream(MIB);
+    result_t outer = {0}, inner = {0};
+
+    outer.u = u;
+    outer.chain = &inner;
+    assert_non_null(
+        sg_upstream_start(u, "GET", "/stream", NULL, 0, NULL, 2000, on_head, on_data_start, on_done, &outer));
+    assert_true(run_until(&outer.done, 2000));
+    assert_true(run_until(&inner.done, 2000));
+    assert_null(outer.err);
+    assert_string_equal(outer.streamed, "one,two,three");
+    assert_null(inner.err);
+    assert_int_equal(inner.status, 200);
+    /* the inner one did not wait for the outer stream to end */
+    assert_true(inner.done_at < outer.piece_at[1]);
+    result_free(&outer);
+    result_free(&inner);
+    destroy_upstream(u);
+}
+
+#define SEQUENTIAL 1000
+
+typedef struct {
+    sg_upstream_t *u;
+    int started, finished, failed, all_done;
+    result_t r;
+} seq_t;
+
+static void on_seq_done(void *data, const sg_upstream_reply_t *reply)
+{
+    seq_t *s = data;
+    ++s->finished;
+    if (reply->err != NULL || reply->status != 200 || strcmp(reply->body, "{\"ok\":true}") != 0)
+        ++s->failed;
+    if (s->started == SEQUENTIAL) {
+        s->all_done = 1;
+        return;
+    }
+    ++s->started;
+    if (sg_upstream_start(s->u, "GET", "/fast", NULL, 0, NULL, 2000, NULL, NULL, on_seq_done, s) == NULL)
+        s->all_done = 1;
+}
+
+static void test_sequential_reuse(void **state)
+{
+    seq_t s = {0};
+    double t0 = now_ms();
+
+    s.u = new_upstream(MIB);
+    s.started = 1;
+    assert_non_null(sg_upstream_start(s.u, "GET", "/fast", NULL, 0, NULL, 2000, NULL, NULL, on_seq_done, &s));
+    assert_true(run_until(&s.all_done, 5000));
+    double took = now_ms() - t0;
+    uint64_t conns = sg_upstream_connections_opened(s.u);
+    print_message("      %d sequential requests: %.1f ms, %llu connection(s)\n", SEQUENTIAL, took,
+                  (unsigned long long)conns);
+    assert_int_equal(s.finished, SEQUENTIAL);
+    assert_int_equal(s.failed, 0);
+    assert_true(took < 2000);
+    assert_true(conns >= 1 && conns <= 3);
+    destroy_upstream(s.u);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_get),
+        cmocka_unit_test(test_post_echo),
+        cmocka_unit_test(test_concurrent_no_blocking),
+        cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_too_large),
+        cmocka_unit_test(test_stream),
+        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_destroy_from_callback),
+        cmocka_unit_test(test_start_from_callback),
+        cmocka_unit_test(test_sequential_reuse),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
