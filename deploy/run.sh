@@ -1,11 +1,26 @@
 #!/usr/bin/env bash
-# The run command: installs what is missing, starts Docker, builds sandgate
-# and its images, then runs the proxy in the foreground.
-# Usage: sudo ./deploy/run.sh   (HOST, PORT and SANDGATE_* from the environment)
+# The run command: installs what is missing, starts Docker if no engine
+# answers, builds sandgate and its sandbox images, then runs the whole
+# service: redis-server, sandgate-proxy and sandgate-gateway. Creates a first
+# tenant and token when there are none and prints a first request.
+# Ctrl-C (or `./deploy/run.sh stop` from another shell) stops everything it
+# started; the proxy removes its containers as it stops.
+#
+# Usage: sudo ./deploy/run.sh [stop]
+# Settings: HOST/PORT of the gateway (0.0.0.0:3000), SANDGATE_* (README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=deploy/lib.sh
 . deploy/lib.sh
+
+export SANDGATE_DATA_DIR=${SANDGATE_DATA_DIR:-$SG_ROOT/data}
+run_dir=$SANDGATE_DATA_DIR/run
+if [ "${1:-}" = stop ]; then
+  [ -f "$run_dir/run.pid" ] || sg_die "run: nothing is running (no $run_dir/run.pid)"
+  kill -TERM "$(cat "$run_dir/run.pid")"
+  sg_log "run: asked pid $(cat "$run_dir/run.pid") to stop"
+  exit 0
+fi
 
 ./deploy/install-deps.sh
 ./deploy/engine.sh
@@ -14,20 +29,82 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j2 >/dev/null
 ./deploy/build-images.sh build
 
-export HOST=${HOST:-127.0.0.1} PORT=${PORT:-8000}
-
-# Services started in the background (redis, gateway: later) go through
-# start_bg, and are stopped when this script ends or is interrupted.
-children=()
-start_bg() { "$@" & children+=($!); sg_log "run: started $1 (pid $!)"; }
-stop_children() { [ ${#children[@]} -eq 0 ] || { kill "${children[@]}" 2>/dev/null; wait; } || true; }
-trap stop_children EXIT
-trap 'exit 130' INT; trap 'exit 143' TERM
-
-sg_log "run: proxy on $HOST:$PORT; try:"
-echo "  curl -s -X POST localhost:$PORT/sessions -H 'Content-Type: application/json' -d '{\"lang\":\"python\"}'"
-if [ ${#children[@]} -eq 0 ]; then
-  exec build/proxy/sandgate-proxy
+redis_port=${SANDGATE_REDIS_PORT:-6380}
+proxy_port=${SANDGATE_PROXY_PORT:-8000}
+export SANDGATE_REDIS_URL=${SANDGATE_REDIS_URL-redis://127.0.0.1:$redis_port}
+export SANDGATE_PROXY_URL=${SANDGATE_PROXY_URL:-http://127.0.0.1:$proxy_port}
+mkdir -p "$run_dir"
+if [ -z "${SANDGATE_ADMIN_TOKEN:-}" ]; then
+  # one admin token per data dir, made once, readable by root only
+  [ -s "$run_dir/admin-token" ] || (umask 077; head -c 24 /dev/urandom | base64 | tr -d '/+=' > "$run_dir/admin-token")
+  SANDGATE_ADMIN_TOKEN=$(cat "$run_dir/admin-token")
 fi
-build/proxy/sandgate-proxy & children+=($!)
-wait -n
+export SANDGATE_ADMIN_TOKEN
+
+children=()
+stop_children() {
+  trap - EXIT INT TERM
+  if [ ${#children[@]} -ne 0 ]; then
+    sg_log "run: stopping ${children[*]}"
+    kill -TERM "${children[@]}" 2>/dev/null || true
+    wait "${children[@]}" 2>/dev/null || true
+  fi
+  rm -f "$run_dir/run.pid"
+}
+trap stop_children EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+echo $$ > "$run_dir/run.pid"
+
+# wait_http URL WHAT: poll until URL answers, or fail.
+wait_http() {
+  for _ in $(seq 100); do
+    curl -fsS -m 1 "$1" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  sg_die "run: $2 did not come up (see $run_dir/*.log)"
+}
+
+if [ -n "$SANDGATE_REDIS_URL" ] && [ -z "${SANDGATE_REDIS_EXTERNAL:-}" ]; then
+  redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$SANDGATE_DATA_DIR" \
+    --appendonly yes --save '' --daemonize no > "$run_dir/redis.log" 2>&1 &
+  children+=($!)
+  for _ in $(seq 50); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  redis-cli -p "$redis_port" ping >/dev/null 2>&1 || sg_die "run: redis-server did not come up"
+  sg_log "run: redis-server on 127.0.0.1:$redis_port"
+fi
+
+HOST=127.0.0.1 PORT=$proxy_port build/proxy/sandgate-proxy > "$run_dir/proxy.log" 2>&1 &
+children+=($!)
+wait_http "$SANDGATE_PROXY_URL/" "sandgate-proxy"
+sg_log "run: sandgate-proxy on $SANDGATE_PROXY_URL"
+
+HOST=${HOST:-0.0.0.0} PORT=${PORT:-3000} build/gateway/sandgate-gateway > "$run_dir/gateway.log" 2>&1 &
+children+=($!)
+gw="http://127.0.0.1:${PORT:-3000}"
+wait_http "$gw/" "sandgate-gateway"
+sg_log "run: sandgate-gateway on ${HOST:-0.0.0.0}:${PORT:-3000}"
+
+admin=build/gateway/sandgate-admin
+if [ -z "$($admin tenant list)" ]; then
+  $admin tenant create demo >/dev/null
+  (umask 077; $admin token create demo --label first > "$run_dir/demo-token")
+  sg_log "run: created tenant demo; its token is in $run_dir/demo-token"
+fi
+token_hint='<a token: build/gateway/sandgate-admin token create TENANT>'
+[ -s "$run_dir/demo-token" ] && token_hint=$(cat "$run_dir/demo-token")
+
+cat <<EOF
+
+sandgate is up. A first request:
+
+  curl -s -X POST $gw/execute -H 'Authorization: Bearer $token_hint' \\
+    -H 'Content-Type: application/json' -d '{"code": "print(6 * 7)", "lang": "python"}'
+
+Admin API token: $run_dir/admin-token. Logs: $run_dir/*.log. Stop: Ctrl-C or ./deploy/run.sh stop
+EOF
+
+# run until a service dies or we are told to stop
+wait -n "${children[@]}" || true
+sg_log "run: a service exited; stopping the rest"
+exit 1

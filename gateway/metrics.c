@@ -10,7 +10,7 @@
 static const double buckets[NBUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 
 typedef struct {
-    const char *a, *b; /* label values */
+    char a[48], b[32]; /* label values, copied */
     int n;             /* numeric label (status) */
     double value;
 } series_t;
@@ -30,13 +30,14 @@ static unsigned long hist_total;
 static series_t *series(family_t *f, const char *a, const char *b, int n)
 {
     for (size_t i = 0; i < f->count; i++)
-        if (f->s[i].n == n && strcmp(f->s[i].a, a) == 0 && strcmp(f->s[i].b, b) == 0)
+        if (f->s[i].n == n && strncmp(f->s[i].a, a, sizeof(f->s[i].a) - 1) == 0 &&
+            strncmp(f->s[i].b, b, sizeof(f->s[i].b) - 1) == 0)
             return &f->s[i];
     if (f->count == MAX_SERIES)
         return &f->s[MAX_SERIES - 1]; /* full: the last series absorbs the rest */
     series_t *s = &f->s[f->count++];
-    s->a = f->count == MAX_SERIES ? "other" : a;
-    s->b = f->count == MAX_SERIES ? "other" : b;
+    snprintf(s->a, sizeof(s->a), "%s", f->count == MAX_SERIES ? "other" : a);
+    snprintf(s->b, sizeof(s->b), "%s", f->count == MAX_SERIES ? "other" : b);
     s->n = n;
     s->value = 0;
     return s;
