@@ -92,14 +92,14 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
 
 typedef struct {
     char *want;      /* header name with colon, lowercase */
-    char value[64];
+    char value[16];  /* enough for an API version */
 } header_grab_t;
 
 static size_t on_header(char *p, size_t size, size_t n, void *arg)
 {
     header_grab_t *g = arg;
     size_t len = size * n, wl = strlen(g->want);
-    if (g->want != NULL && len > wl && strncasecmp(p, g->want, wl) == 0) {
+    if (len > wl && strncasecmp(p, g->want, wl) == 0) {
         const char *v = p + wl;
         size_t vl = len - wl;
         while (vl > 0 && (*v == ' ' || *v == '\t'))

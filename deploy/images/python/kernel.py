@@ -54,6 +54,19 @@ def flush():
             pass  # closed or replaced by the user's code: nothing to flush
 
 
+def reap():
+    """Collects the children earlier runs left: the agent killed them when
+    their run ended, but only their parent, this kernel, can reap them, and
+    until then each holds one of the sandbox's few pids."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def main():
     workdir = os.environ.get("SANDGATE_WORKDIR") or os.getcwd()
     os.chdir(workdir)
@@ -79,6 +92,7 @@ def main():
         source = read_request(requests)
         if source is None:
             return
+        reap()
         count += 1
         filename = "<exec-%d>" % count
         # Registered so that tracebacks show the lines of earlier pieces too.

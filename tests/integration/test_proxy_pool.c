@@ -1,0 +1,262 @@
+/*
+ * test_proxy_pool.c — the proxy's warm pool (docs/architecture.md): ready
+ * containers per language, labelled sandgate.kind=pool, handed to new
+ * sessions and ephemeral runs whose container settings are the defaults,
+ * refilled in the background, removed at shutdown.
+ *
+ * One proxy with SANDGATE_POOL_SIZE=POOL for the group; the last test stops
+ * it and checks that nothing of it is left.
+ */
+#include "sgtest.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define POOL 2
+#define FILL_S 60.0    /* the pool is full again within this */
+#define REMOVAL_S 10.0 /* a closed session's container is gone within this */
+
+static sgtest_proxy_t *proxy;
+static char *proxy_id;
+
+static const char *const langs[] = {"python", "javascript", NULL};
+
+static int group_setup(void **state)
+{
+    proxy_id = sgtest_new_proxy_id();
+    if (proxy_id == NULL)
+        return -1;
+    char pool_kv[64];
+    snprintf(pool_kv, sizeof(pool_kv), "SANDGATE_POOL_SIZE=%d", POOL);
+    const char *env[] = {pool_kv, NULL};
+    proxy = sgtest_proxy_start(proxy_id, env);
+    return proxy != NULL ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    int rc = 0;
+    if (proxy != NULL) {
+        sgtest_proxy_stop(proxy);
+        proxy = NULL;
+    }
+    int removed = sgtest_docker_remove_all(proxy_id);
+    if (removed != 0) {
+        fprintf(stderr, "teardown: force-removed %d leftover container(s)\n", removed);
+        rc = -1;
+    }
+    free(proxy_id);
+    return rc;
+}
+
+/* The ids of the sessions the proxy lists (malloc'd strv). */
+static char **listed_sessions(void)
+{
+    sgtest_reply_t r;
+    sgtest_call(proxy, "GET", "/sessions", NULL, &r);
+    json_object *o = SG_EXPECT_JSON(&r, 200);
+    sgtest_reply_free(&r);
+    json_object *arr = SG_ARR(o, "sessions");
+    size_t n = json_object_array_length(arr);
+    char **v = calloc(n + 1, sizeof(*v));
+    for (size_t i = 0; i < n; i++)
+        v[i] = strdup(json_object_get_string(json_object_array_get_idx(arr, i)));
+    json_object_put(o);
+    return v;
+}
+
+/* Idle pool containers of a language: labelled kind=pool, running, and not
+ * the container of a listed session. */
+static char **idle_pool(const char *lang)
+{
+    char l1[192], l2[64];
+    snprintf(l1, sizeof(l1), "sandgate.proxy=%s", proxy_id);
+    snprintf(l2, sizeof(l2), "sandgate.lang=%s", lang);
+    const char *labels[] = {l1, l2, "sandgate.kind=pool", NULL};
+    json_object *a = sgtest_docker_list(labels);
+    SG_CHECK(a != NULL, NULL, "cannot list containers from Docker");
+    char **sessions = listed_sessions();
+    size_t n = json_object_array_length(a), k = 0;
+    char **v = calloc(n + 1, sizeof(*v));
+    for (size_t i = 0; i < n; i++) {
+        json_object *c = json_object_array_get_idx(a, i);
+        json_object *id = sgtest_jpath(c, "Id"), *state = sgtest_jpath(c, "State");
+        json_object *labels_o = sgtest_jpath(c, "Labels"), *sid = NULL;
+        /* label keys contain dots: no sgtest_jpath here */
+        if (labels_o != NULL)
+            json_object_object_get_ex(labels_o, "sandgate.session", &sid);
+        if (id == NULL || state == NULL || strcmp(json_object_get_string(state), "running") != 0)
+            continue;
+        if (sid != NULL && sgtest_strv_has(sessions, json_object_get_string(sid)))
+            continue;
+        v[k++] = strdup(json_object_get_string(id));
+    }
+    json_object_put(a);
+    sgtest_strv_free(sessions);
+    return v;
+}
+
+/* Polls until the language's idle pool holds POOL containers. */
+static char **wait_pool_full(const char *lang)
+{
+    double deadline = sgtest_now() + FILL_S;
+    for (;;) {
+        char **v = idle_pool(lang);
+        size_t n = sgtest_strv_len(v);
+        if (n == POOL)
+            return v;
+        sgtest_strv_free(v);
+        if (sgtest_now() > deadline)
+            SG_FAIL(NULL, "the %s pool holds %zu idle container(s), not %d, after %.0f s", lang, n,
+                    POOL, FILL_S);
+        usleep(50000);
+    }
+}
+
+static char *create_session(const char *body, double *seconds)
+{
+    sgtest_reply_t r;
+    sgtest_call(proxy, "POST", "/sessions", body, &r);
+    json_object *o = SG_EXPECT_JSON(&r, 200);
+    if (seconds != NULL)
+        *seconds = r.seconds;
+    sgtest_reply_free(&r);
+    SG_CHECK(strcmp(SG_STR(o, "status"), "active") == 0, o, "status");
+    char *sid = strdup(SG_STR(o, "session_id"));
+    json_object_put(o);
+    return sid;
+}
+
+static void close_session(const char *sid, const char *cid)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/sessions/%s", sid);
+    sgtest_reply_t r;
+    sgtest_call(proxy, "DELETE", path, NULL, &r);
+    json_object_put(SG_EXPECT_JSON(&r, 200));
+    sgtest_reply_free(&r);
+    SG_CHECK(sgtest_docker_wait_gone(cid, REMOVAL_S, NULL) == 0, NULL,
+             "container %s of closed session %s still exists %.0f s after DELETE", cid, sid,
+             REMOVAL_S);
+}
+
+static void expect_prints(const char *path, const char *body, const char *want)
+{
+    sgtest_reply_t r;
+    sgtest_call(proxy, "POST", path, body, &r);
+    json_object *o = SG_EXPECT_JSON(&r, 200);
+    sgtest_reply_free(&r);
+    SG_CHECK(strcmp(SG_STR(o, "stdout"), want) == 0, o, "stdout");
+    SG_CHECK(SG_BOOL(o, "success"), o, "success");
+    json_object_put(o);
+}
+
+static void test_pool_fills_hardened(void **state)
+{
+    for (size_t i = 0; langs[i] != NULL; i++) {
+        char **ids = wait_pool_full(langs[i]);
+        for (size_t j = 0; ids[j] != NULL; j++) {
+            long st = 0;
+            json_object *c = sgtest_docker_inspect(ids[j], &st);
+            SG_CHECK(c != NULL, NULL, "inspect %s: HTTP %ld", ids[j], st);
+            SG_ASSERT_HARDENED(c);
+            json_object_put(c);
+        }
+        sgtest_strv_free(ids);
+    }
+    /* Pool containers are nobody's sessions. */
+    char **sessions = listed_sessions();
+    SG_CHECK(sgtest_strv_len(sessions) == 0, NULL, "pool containers must not be listed");
+    sgtest_strv_free(sessions);
+}
+
+static void test_session_takes_from_pool(void **state)
+{
+    char **before = wait_pool_full("python");
+    double secs;
+    char *sid = create_session("{\"lang\":\"python\"}", &secs);
+    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    SG_CHECK(cid != NULL, NULL, "no container for session %s", sid);
+    SG_CHECK(sgtest_strv_has(before, cid), NULL,
+             "a default python session did not get a pool container (created in %.3f s)", secs);
+
+    char path[256];
+    snprintf(path, sizeof(path), "/sessions/%s/execute", sid);
+    expect_prints(path, "{\"code\":\"print('pooled')\"}", "pooled\n");
+
+    /* The pool refills in the background. */
+    sgtest_strv_free(wait_pool_full("python"));
+    close_session(sid, cid);
+    free(cid);
+    free(sid);
+    sgtest_strv_free(before);
+}
+
+static void test_custom_limits_bypass_pool(void **state)
+{
+    char **before = wait_pool_full("python");
+    char *sid = create_session("{\"lang\":\"python\",\"memory_mb\":256}", NULL);
+    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    SG_CHECK(cid != NULL, NULL, "no container for session %s", sid);
+    SG_CHECK(!sgtest_strv_has(before, cid), NULL,
+             "a session with its own memory_mb got a pool container");
+    long st = 0;
+    json_object *c = sgtest_docker_inspect(cid, &st);
+    SG_CHECK(c != NULL, NULL, "inspect %s: HTTP %ld", cid, st);
+    json_object *mem = sgtest_jpath(c, "HostConfig.Memory");
+    SG_CHECK(mem != NULL && json_object_get_int64(mem) == 256LL * 1024 * 1024, c,
+             "memory_mb 256 must cap the container at 256 MiB");
+    json_object_put(c);
+    close_session(sid, cid);
+    free(cid);
+    free(sid);
+    sgtest_strv_free(before);
+}
+
+static void test_ephemeral_from_pool(void **state)
+{
+    char **before = wait_pool_full("python");
+    expect_prints("/execute", "{\"code\":\"print('once')\",\"lang\":\"python\"}", "once\n");
+    /* docs/proxy-api.md: the run took one of the idle containers, which is
+     * removed right after the reply: within REMOVAL_S exactly one is gone. */
+    size_t still = POOL;
+    double t0 = sgtest_now();
+    while (still == POOL && sgtest_now() - t0 < REMOVAL_S) {
+        still = 0;
+        for (size_t i = 0; before[i] != NULL; i++)
+            still += sgtest_docker_exists(before[i]) == 1;
+        if (still == POOL)
+            usleep(50000);
+    }
+    SG_CHECK(still == POOL - 1, NULL, "%zu of %d idle pool containers remain", still, POOL);
+    sgtest_strv_free(before);
+}
+
+/* Last: SIGTERM; docs/architecture.md, "at shutdown (SIGTERM/SIGINT) it
+ * finishes the Docker calls under way and removes them all again". */
+static void test_shutdown_removes_everything(void **state)
+{
+    /* A live session and a full pool at the moment of the stop. */
+    char *sid = create_session("{\"lang\":\"python\"}", NULL);
+    sgtest_strv_free(wait_pool_full("python"));
+    int st = sgtest_proxy_stop(proxy);
+    proxy = NULL;
+    SG_CHECK(st != -1, NULL, "the proxy ignored SIGTERM");
+    int n = sgtest_docker_count(proxy_id);
+    SG_CHECK(n == 0, NULL, "%d container(s) of %s remain after SIGTERM", n, proxy_id);
+    free(sid);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pool_fills_hardened),
+        cmocka_unit_test(test_session_takes_from_pool),
+        cmocka_unit_test(test_custom_limits_bypass_pool),
+        cmocka_unit_test(test_ephemeral_from_pool),
+        cmocka_unit_test(test_shutdown_removes_everything),
+    };
+    return cmocka_run_group_tests_name("proxy_pool", tests, group_setup, group_teardown);
+}

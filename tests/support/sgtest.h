@@ -1,0 +1,237 @@
+/*
+ * sgtest.h — support for sandgate's integration tests.
+ *
+ * Everything here talks to real components: a real sandgate-proxy process
+ * (found through SANDGATE_PROXY_BIN), the real Docker engine (DOCKER_HOST,
+ * or the unix socket /var/run/docker.sock) and real HTTP over loopback with
+ * libcurl. Nothing is mocked.
+ *
+ * Threads: every function may be called from the cmocka test thread. The
+ * SG_* assertion macros (and any function documented as asserting) may only
+ * be called from that thread, because a cmocka failure longjmps out of the
+ * test. sgtest_http() and the batch functions are safe from any thread.
+ *
+ * Ownership: every `char *` and `json_object *` returned is the caller's
+ * (free() / json_object_put()) unless documented as borrowed.
+ */
+#ifndef SANDGATE_SGTEST_H
+#define SANDGATE_SGTEST_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <sys/types.h>
+
+#include <cmocka.h>
+#include <json-c/json.h>
+
+/* Default time budget of one HTTP call, seconds. */
+#define SGTEST_HTTP_TIMEOUT 120L
+
+/* Monotonic clock, seconds. */
+double sgtest_now(void);
+
+/* ------------------------------------------------------------------------
+ * The proxy under test
+ * ------------------------------------------------------------------------ */
+
+typedef struct sgtest_proxy sgtest_proxy_t;
+
+/* "sgtest-<pid>-<16 random hex digits>"; deploy/test.sh sweeps containers
+ * whose sandgate.proxy label starts with "sgtest-". */
+char *sgtest_new_proxy_id(void);
+
+/* Starts SANDGATE_PROXY_BIN on a free loopback port with HOST, PORT and
+ * SANDGATE_PROXY_ID set, plus the "KEY=VALUE" strings of extra_env (NULL
+ * terminated, may be NULL); the rest of the environment is inherited.
+ * stdout and stderr go to a log file in a private temporary directory.
+ * Returns once GET / answers 200, or NULL (after printing why and the log's
+ * tail) when the binary is missing, the child exits, or 60 s pass. */
+sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extra_env);
+/* SIGTERM, wait up to 20 s, then SIGKILL. Frees p and its temporary files.
+ * Returns the wait status, or -1 if the proxy had to be SIGKILLed. */
+int sgtest_proxy_stop(sgtest_proxy_t *p);
+/* SIGKILL at once (a crash, as far as the proxy can tell), reap, free. */
+void sgtest_proxy_kill9(sgtest_proxy_t *p);
+/* "http://127.0.0.1:<port>", borrowed. */
+const char *sgtest_proxy_url(const sgtest_proxy_t *p);
+const char *sgtest_proxy_id(const sgtest_proxy_t *p);
+pid_t sgtest_proxy_pid(const sgtest_proxy_t *p);
+/* true while the child has not exited (reaps it if it has). */
+bool sgtest_proxy_alive(sgtest_proxy_t *p);
+/* Prints whether the proxy still runs (or how it ended) and the last
+ * `lines` lines of its log to stderr. */
+void sgtest_proxy_print_log(sgtest_proxy_t *p, int lines);
+/* Describes how the proxy ended ("exit status 1", "killed by signal 6
+ * (Aborted)"), or "running". Borrowed, valid until the next call. */
+const char *sgtest_proxy_status(sgtest_proxy_t *p);
+
+/* ------------------------------------------------------------------------
+ * HTTP
+ * ------------------------------------------------------------------------ */
+
+typedef struct {
+    long status;     /* HTTP status; 0 when the transfer itself failed */
+    char *body;      /* always NUL-terminated (after body_len bytes) */
+    size_t body_len;
+    char *headers;   /* raw response header block(s) */
+    double seconds;  /* wall time of the call */
+    char error[256]; /* libcurl's message when status == 0 */
+} sgtest_reply_t;
+
+/* One request; body may be NULL (len 0), content_type may be NULL.
+ * timeout_s <= 0 means SGTEST_HTTP_TIMEOUT. Returns 0 when an HTTP answer
+ * came back (any status), -1 otherwise (out->error says why). */
+int sgtest_http(const char *method, const char *url, const void *body, size_t len,
+                const char *content_type, long timeout_s, sgtest_reply_t *out);
+void sgtest_reply_free(sgtest_reply_t *r);
+/* Value of the last header `name` (case-insensitive), or NULL. */
+char *sgtest_reply_header(const sgtest_reply_t *r, const char *name);
+
+/* A request to the proxy: base URL + path; json_body (may be NULL) is sent
+ * as application/json. Default timeout. */
+int sgtest_call(const sgtest_proxy_t *p, const char *method, const char *path,
+                const char *json_body, sgtest_reply_t *out);
+/* Same with a JSON object body (serialized here; not consumed). */
+int sgtest_call_json(const sgtest_proxy_t *p, const char *method, const char *path,
+                     json_object *body, long timeout_s, sgtest_reply_t *out);
+
+/* ------------------------------------------------------------------------
+ * Assertions on replies and JSON (test thread only). On failure they print
+ * the expectation, the reply's status and body, and the tail of every live
+ * proxy's log, then fail the test.
+ * ------------------------------------------------------------------------ */
+
+#define SG_ASSERT_STATUS(r, st) sgtest__assert_status((r), (st), __FILE__, __LINE__)
+/* Parses r's body as JSON (strict UTF-8); the object is the caller's. */
+#define SG_JSON(r) sgtest__json((r), __FILE__, __LINE__)
+/* Asserts status, then returns the parsed body. */
+#define SG_EXPECT_JSON(r, st) sgtest__expect_json((r), (st), __FILE__, __LINE__)
+/* Field getters; the string is borrowed from obj. */
+#define SG_STR(obj, key) sgtest__get_str((obj), (key), __FILE__, __LINE__)
+#define SG_INT(obj, key) sgtest__get_int((obj), (key), __FILE__, __LINE__)
+#define SG_BOOL(obj, key) sgtest__get_bool((obj), (key), __FILE__, __LINE__)
+#define SG_DBL(obj, key) sgtest__get_double((obj), (key), __FILE__, __LINE__)
+#define SG_OBJ(obj, key) sgtest__get_obj((obj), (key), json_type_object, __FILE__, __LINE__)
+#define SG_ARR(obj, key) sgtest__get_obj((obj), (key), json_type_array, __FILE__, __LINE__)
+/* An error reply: the status, and a body {"detail": non-empty string,
+ * "code": code}; code NULL accepts any non-empty code. Returns the object. */
+#define SG_EXPECT_ERROR(r, st, code) sgtest__expect_error((r), (st), (code), __FILE__, __LINE__)
+/* Fails the test with a printf-style message, plus `obj` serialized if it
+ * is not NULL, plus live proxies' log tails. */
+#define SG_FAIL(obj, ...) sgtest__fail((obj), __FILE__, __LINE__, __VA_ARGS__)
+/* Fails with the condition's text and a printf-style message (a literal
+ * format first) when cond is false. */
+#define SG_CHECK(cond, obj, ...)                                                                   \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            sgtest__check_failed((obj), __FILE__, __LINE__, #cond, __VA_ARGS__);                   \
+    } while (0)
+
+void sgtest__assert_status(const sgtest_reply_t *r, long status, const char *file, int line);
+json_object *sgtest__json(const sgtest_reply_t *r, const char *file, int line);
+json_object *sgtest__expect_json(const sgtest_reply_t *r, long status, const char *file, int line);
+const char *sgtest__get_str(json_object *o, const char *key, const char *file, int line);
+int64_t sgtest__get_int(json_object *o, const char *key, const char *file, int line);
+bool sgtest__get_bool(json_object *o, const char *key, const char *file, int line);
+double sgtest__get_double(json_object *o, const char *key, const char *file, int line);
+json_object *sgtest__get_obj(json_object *o, const char *key, json_type type, const char *file,
+                             int line);
+json_object *sgtest__expect_error(const sgtest_reply_t *r, long status, const char *code,
+                                  const char *file, int line);
+void sgtest__fail(json_object *o, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5), noreturn));
+void sgtest__check_failed(json_object *o, const char *file, int line, const char *cond,
+                          const char *fmt, ...) __attribute__((format(printf, 5, 6), noreturn));
+
+/* Percent-encodes s for a URL query value (malloc'd). */
+char *sgtest_urlencode(const char *s);
+
+/* true when s[0..len) is valid UTF-8. */
+bool sgtest_utf8_valid(const char *s, size_t len);
+/* true when the array `arr` holds the string `s`. */
+bool sgtest_json_array_has_string(json_object *arr, const char *s);
+
+/* ------------------------------------------------------------------------
+ * Docker Engine API (DOCKER_HOST "unix://PATH" or "tcp://HOST:PORT",
+ * default unix:///var/run/docker.sock), versioned with the Api-Version that
+ * GET /_ping reports. Functions return -1 / NULL on transport errors.
+ * ------------------------------------------------------------------------ */
+
+/* Raw call: path starts with "/" and gets the "/v<api>" prefix. */
+int sgtest_docker_call(const char *method, const char *path, const char *json_body,
+                       sgtest_reply_t *out);
+/* Containers (all=1) carrying every "key=value" label of the NULL-terminated
+ * list: the JSON array of GET /containers/json. */
+json_object *sgtest_docker_list(const char *const *labels);
+/* Containers labelled sandgate.proxy=<proxy_id>; -1 on error. */
+int sgtest_docker_count(const char *proxy_id);
+/* The single container of session <session_id> owned by <proxy_id>; its
+ * full Id (malloc'd) or NULL when there is not exactly one. */
+char *sgtest_docker_session_container(const char *proxy_id, const char *session_id);
+/* GET /containers/{id}/json: the object, or NULL when it does not exist
+ * (*status gets the HTTP status when status is not NULL). */
+json_object *sgtest_docker_inspect(const char *id, long *status);
+/* true/false, or -1 on a transport error. */
+int sgtest_docker_exists(const char *id);
+/* Polls (every 50 ms) until container id no longer exists. Returns 0 and
+ * sets *waited (if not NULL) to the seconds it took, or -1 when timeout_s
+ * passed or Docker failed. */
+int sgtest_docker_wait_gone(const char *id, double timeout_s, double *waited);
+/* Polls until exactly `want` containers carry every label of `labels`.
+ * Returns the last count seen (so != want means the deadline passed). */
+int sgtest_docker_wait_count(const char *const *labels, int want, double timeout_s);
+/* Ids (malloc'd, NULL-terminated array, free with sgtest_strv_free) of the
+ * containers carrying every label of `labels`; NULL on error. */
+char **sgtest_docker_ids(const char *const *labels);
+void sgtest_strv_free(char **v);
+bool sgtest_strv_has(char *const *v, const char *s);
+size_t sgtest_strv_len(char *const *v);
+/* Asserts (test thread only) the sandbox defaults on an inspected
+ * container: no network, all capabilities dropped, no-new-privileges,
+ * read-only root, not privileged, Memory == MemorySwap > 0, PidsLimit > 0,
+ * NanoCpus > 0, a non-root Config.User. */
+#define SG_ASSERT_HARDENED(c) sgtest__assert_hardened((c), __FILE__, __LINE__)
+void sgtest__assert_hardened(json_object *c, const char *file, int line);
+/* Walks "A.B.C" through nested objects; borrowed, NULL if absent. */
+json_object *sgtest_jpath(json_object *o, const char *dotted);
+
+/* Force-removes (with volumes) every container labelled
+ * sandgate.proxy=<proxy_id>. Returns how many were removed, -1 on error. */
+int sgtest_docker_remove_all(const char *proxy_id);
+
+/* ------------------------------------------------------------------------
+ * Parallel requests: one thread per request.
+ * ------------------------------------------------------------------------ */
+
+typedef struct {
+    /* in */
+    const char *method;
+    const char *url;         /* borrowed */
+    const void *body;        /* borrowed, may be NULL */
+    size_t body_len;
+    const char *content_type;
+    long timeout_s;
+    /* out */
+    sgtest_reply_t reply;
+    int rc;                  /* sgtest_http's return */
+    double started, finished; /* sgtest_now() around the call */
+    double sent_at;          /* when the request body was fully sent, or 0 */
+} sgtest_par_req_t;
+
+typedef struct sgtest_batch sgtest_batch_t;
+
+/* Starts every request at once; returns NULL if threads cannot start
+ * (those already started are joined first). */
+sgtest_batch_t *sgtest_batch_start(sgtest_par_req_t *reqs, size_t n);
+/* Waits until every request of the batch was fully sent (or finished).
+ * Returns 0, or -1 when timeout_s passed first. */
+int sgtest_batch_wait_sent(sgtest_batch_t *b, double timeout_s);
+/* Joins every thread and frees b (the requests' replies stay). */
+void sgtest_batch_join(sgtest_batch_t *b);
+/* Start + join. Returns 0, or -1 if the batch could not start. */
+int sgtest_parallel(sgtest_par_req_t *reqs, size_t n);
+
+#endif
