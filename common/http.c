@@ -178,7 +178,9 @@ void sg_http_send_error(h2o_req_t *req, int status, const char *code, const char
 
 void sg_http_add_header(h2o_req_t *req, const char *name, const char *value)
 {
-    h2o_add_header_by_str(&req->pool, &req->res.headers, name, strlen(name), 1, NULL, value, strlen(value));
+    /* h2o keeps the pointers it is given: copy both into the request's pool */
+    h2o_iovec_t n = h2o_strdup(&req->pool, name, strlen(name)), v = h2o_strdup(&req->pool, value, strlen(value));
+    h2o_add_header_by_str(&req->pool, &req->res.headers, n.base, n.len, 1, NULL, v.base, v.len);
 }
 
 int sg_http_method_is(h2o_req_t *req, const char *m)

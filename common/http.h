@@ -35,6 +35,7 @@ void sg_http_send_error(h2o_req_t *req, int status, const char *code, const char
     __attribute__((format(printf, 4, 5)));
 /* Replies with the bytes as given (copied into the request's pool). */
 void sg_http_send_body(h2o_req_t *req, int status, const char *content_type, const char *p, size_t len);
+/* Adds a response header; name and value are copied. */
 void sg_http_add_header(h2o_req_t *req, const char *name, const char *value);
 
 /* 1 if req's method equals m. */

@@ -543,6 +543,8 @@ static void on_reserved(void *data, const sg_state_result_t *r)
 typedef struct {
     sg_gw_job_t job;
     sg_session_rec_t rec;
+    gw_req_t *g;
+    json_object *reply;
 } open_job_t;
 
 static void open_fn(sg_gw_job_t *job, sg_store_t *st)
@@ -550,11 +552,21 @@ static void open_fn(sg_gw_job_t *job, sg_store_t *st)
     job->rc = sg_store_session_open(st, &((open_job_t *)job)->rec, job->err, sizeof(job->err));
 }
 
+/* The reply goes out once the session is on record: the client's next
+ * request (which looks the owner up there) must find it. */
 static void open_done(sg_gw_job_t *job)
 {
-    if (job->rc != 0)
-        sg_error("session history: %s", job->err);
-    free(job);
+    open_job_t *j = (open_job_t *)job;
+    if (job->rc != 0) {
+        sg_error("session %s: cannot record it: %s", j->rec.id, job->err);
+        json_object_put(j->reply);
+        reply_error(j->g, 500, "internal", "the session could not be recorded: %s", job->err);
+        sg_gw_close_session(j->rec.id, j->rec.tenant_id, "deleted");
+    } else {
+        reply_json(j->g, 200, j->reply);
+    }
+    gw_free(j->g);
+    free(j);
 }
 
 static void on_create_reply(void *data, const sg_upstream_reply_t *r)
@@ -594,13 +606,12 @@ static void on_create_reply(void *data, const sg_upstream_reply_t *r)
     j->rec.created_at = now;
     j->job.fn = open_fn;
     j->job.done = open_done;
-    sg_gw_db_submit(&j->job);
-
     /* the proxy's reply, with the deadlines the gateway keeps */
     json_object_object_add(o, "idle_timeout", json_object_new_int64(g->tenant.idle_timeout));
     json_object_object_add(o, "expires_at", json_object_new_int64(live.lifetime_deadline));
-    reply_json(g, 200, o);
-    gw_free(g);
+    j->g = g;
+    j->reply = o;
+    sg_gw_db_submit(&j->job);
 }
 
 static void route_create(gw_req_t *g)

@@ -2,6 +2,7 @@
 #include "docker.h"
 #include "http.h"
 #include "json.h"
+#include "libraries.h"
 #include "log.h"
 #include "session.h"
 #include "util.h"
@@ -150,34 +151,31 @@ static json_object *exec_result_json(const sg_op_t *op)
     return o;
 }
 
-/* The library check that runs before the code, as setup stage "libraries". */
-static char *libraries_cmd(const sg_lang_t *lang, json_object *libs)
-{
-    size_t n, cap;
-    char *cmd;
-
-    if (libs == NULL || lang->libcheck_cmd == NULL)
-        return NULL;
-    n = json_object_array_length(libs);
-    cap = strlen(lang->libcheck_cmd) + n * (214 * 4 + 3) + 1;
-    cmd = malloc(cap);
-    strcpy(cmd, lang->libcheck_cmd);
-    for (size_t i = 0; i < n; i++) {
-        json_object *v = json_object_array_get_idx(libs, i);
-        size_t len = strlen(cmd);
-        cmd[len++] = ' ';
-        sg_shell_quote(json_object_get_string(v), (size_t)json_object_get_string_len(v), cmd + len, cap - len);
-    }
-    return cmd;
-}
-
 static sg_op_t *exec_op_for(sg_session_t *s, pending_t *p, int is_command)
 {
     if (is_command)
         return sg_op_exec(s, NULL, NULL, p->ex.code, NULL, NULL, "", 0, p->ex.timeout_s);
-    p->setup_cmd = libraries_cmd(s->lang, p->ex.libraries);
-    return sg_op_exec(s, p->setup_cmd, "libraries", s->lang->run_cmd, s->lang->file_path, s->lang->kernel_cmd,
-                      p->ex.code, p->ex.code_len, p->ex.timeout_s);
+    /* a compiled language compiles as the setup stage "compile" */
+    return sg_op_exec(s, s->lang->compile_cmd, s->lang->compile_cmd != NULL ? "compile" : NULL, s->lang->run_cmd,
+                      s->lang->file_path, s->lang->kernel_cmd, p->ex.code, p->ex.code_len, p->ex.timeout_s);
+}
+
+/* The result of an execution that never ran because its libraries could
+ * not be installed. */
+static json_object *libraries_failed_json(const sg_lib_result_t *r)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "stdout", json_object_new_string(""));
+    sg_json_add_bytes(o, "stderr", r->message, strlen(r->message));
+    json_object_object_add(o, "exit_code", json_object_new_int(1));
+    json_object_object_add(o, "execution_time", sg_json_new_double(0, 6));
+    json_object_object_add(o, "success", json_object_new_boolean(0));
+    json_object_object_add(o, "timed_out", json_object_new_boolean(0));
+    json_object_object_add(o, "truncated", json_object_new_boolean(0));
+    json_object_object_add(o, "reason", json_object_new_string("setup_failed"));
+    json_object_object_add(o, "stage", json_object_new_string("libraries"));
+    json_object_object_add(o, "state", json_object_new_string("none"));
+    return o;
 }
 
 /* ---- routes ------------------------------------------------------------------ */
@@ -385,6 +383,83 @@ static void on_exec_done(sg_op_t *op)
     pending_free(p);
 }
 
+/* Runs the execution once its libraries are there. */
+static void start_exec(pending_t *p, sg_session_t *s, int is_command, sg_op_cb done)
+{
+    h2o_req_t *req = pending_req(p);
+    sg_op_t *op = exec_op_for(s, p, is_command);
+    if (op == NULL) {
+        if (req != NULL)
+            sg_http_send_error(req, 500, "internal", "out of memory");
+        pending_free(p);
+        return;
+    }
+    if (req != NULL && done == on_exec_done && wants_stream(req, p->body)) {
+        p->stream = sg_http_stream_start(req, 200, "text/event-stream", SSE_MAX_QUEUED);
+        op->on_output = sse_on_output;
+    }
+    sg_op_submit(op, done, p);
+}
+
+typedef struct {
+    pending_t *p;
+    sg_session_t *s;
+    sg_op_cb done;
+    int ephemeral;
+} libs_wait_t;
+
+static void on_libs_ready(void *data, const sg_lib_result_t *r)
+{
+    libs_wait_t *w = data;
+    if (r->success) {
+        start_exec(w->p, w->s, 0, w->done);
+    } else {
+        h2o_req_t *req = pending_req(w->p);
+        if (req != NULL) {
+            if (r->http_status != 200)
+                sg_http_send_error(req, r->http_status, r->http_status == 504 ? "sandbox_timeout" : "sandbox_failed",
+                                   "%s", r->message);
+            else
+                sg_http_send_json(req, 200, libraries_failed_json(r));
+        }
+        if (w->ephemeral)
+            sg_session_close(w->s, NULL, NULL);
+        pending_free(w->p);
+    }
+    sg_session_unref(w->s);
+    free(w);
+}
+
+/* Makes the request's libraries importable (installing what is missing),
+ * then runs the code; done gets the execution op. */
+static void run_with_libraries(pending_t *p, sg_session_t *s, int ephemeral, sg_op_cb done)
+{
+    if (p->ex.libraries == NULL) {
+        start_exec(p, s, 0, done);
+        return;
+    }
+    libs_wait_t *w = calloc(1, sizeof(*w));
+    w->p = p;
+    w->s = s;
+    w->done = done;
+    w->ephemeral = ephemeral;
+    sg_session_ref(s);
+    sg_lib_ensure(s, p->ex.libraries, on_libs_ready, w);
+}
+
+static int check_libraries(sg_session_t *s, json_object *libs, sg_verr_t *e)
+{
+    for (size_t i = 0; libs != NULL && i < json_object_array_length(libs); i++) {
+        if (sg_lib_check(s->lang, json_object_get_string(json_object_array_get_idx(libs, i)), NULL, e->detail,
+                         sizeof(e->detail)) != 0) {
+            e->status = 400;
+            e->code = "bad_library";
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int post_session_exec(sg_api_t *api, h2o_req_t *req, sg_session_t *s, int is_command)
 {
     sg_verr_t e;
@@ -393,22 +468,64 @@ static int post_session_exec(sg_api_t *api, h2o_req_t *req, sg_session_t *s, int
         return 0;
     pending_t *p = pending_new(req, api);
     p->body = body;
-    if (sg_validate_exec(body, is_command ? "command" : "code", 0, s->limits.timeout_s, &api->policy, &p->ex, &e) != 0) {
+    if (sg_validate_exec(body, is_command ? "command" : "code", 0, s->limits.timeout_s, &api->policy, &p->ex, &e) != 0 ||
+        (!is_command && sg_validate_libraries_for(s->lang, p->ex.libraries, &e) != 0) ||
+        (!is_command && check_libraries(s, p->ex.libraries, &e) != 0)) {
         send_verr(req, &e);
         pending_free(p);
         return 0;
     }
-    sg_op_t *op = exec_op_for(s, p, is_command);
-    if (op == NULL) {
-        sg_http_send_error(req, 500, "internal", "out of memory");
-        pending_free(p);
+    if (is_command)
+        start_exec(p, s, 1, on_exec_done);
+    else
+        run_with_libraries(p, s, 0, on_exec_done);
+    return 0;
+}
+
+/* POST /sessions/{id}/libraries {"package","version"} (seed 004's pip_install) */
+static void on_library_installed(void *data, const sg_lib_result_t *r)
+{
+    pending_t *p = data;
+    h2o_req_t *req = pending_req(p);
+    if (req != NULL) {
+        if (r->http_status != 200) {
+            sg_http_send_error(req, r->http_status, r->http_status == 504 ? "sandbox_timeout" : "sandbox_failed", "%s",
+                               r->message);
+        } else {
+            json_object *o = json_object_new_object();
+            json_object_object_add(o, "success", json_object_new_boolean(r->success));
+            sg_json_add_bytes(o, "message", r->message, strlen(r->message));
+            json_object_object_add(o, "installed_version",
+                                   r->success ? json_object_new_string(r->installed_version) : NULL);
+            json_object_object_add(o, "installation_time", sg_json_new_double(r->installation_time, 3));
+            json_object_object_add(o, "from_store", json_object_new_boolean(r->from_store));
+            sg_http_send_json(req, 200, o);
+        }
+    }
+    pending_free(p);
+}
+
+static int post_session_library(sg_api_t *api, h2o_req_t *req, sg_session_t *s)
+{
+    const char *name = NULL, *version = NULL;
+    char err[512];
+    json_object *body = parse_body(req);
+    if (body == NULL)
+        return 0;
+    if (sg_json_get_str(body, "package", &name, NULL, err, sizeof(err)) != 1 ||
+        sg_json_get_str(body, "version", &version, NULL, err, sizeof(err)) < 0) {
+        sg_http_send_error(req, 400, "bad_field", "field \"package\" (a string) is required; \"version\" is a string");
+        json_object_put(body);
         return 0;
     }
-    if (wants_stream(req, body)) {
-        p->stream = sg_http_stream_start(req, 200, "text/event-stream", SSE_MAX_QUEUED);
-        op->on_output = sse_on_output;
+    if (sg_lib_check(s->lang, name, version, err, sizeof(err)) != 0) {
+        sg_http_send_error(req, 400, "bad_library", "%s", err);
+        json_object_put(body);
+        return 0;
     }
-    sg_op_submit(op, on_exec_done, p);
+    pending_t *p = pending_new(req, api);
+    p->body = body;
+    sg_lib_install(s, name, version, on_library_installed, p);
     return 0;
 }
 
@@ -488,16 +605,24 @@ static void ephemeral_exec_done(sg_op_t *op)
 static void ephemeral_ready(void *data, sg_session_t *s, int status, const char *code, const char *detail)
 {
     pending_t *p = data;
+    sg_verr_t e;
+    h2o_req_t *req = pending_req(p);
     if (s == NULL) {
-        h2o_req_t *req = pending_req(p);
         if (req != NULL)
             sg_http_send_error(req, status, code, "%s", detail);
         pending_free(p);
         return;
     }
-    sg_op_t *op = exec_op_for(s, p, 0);
-    sg_session_unref(s); /* the op holds its own reference */
-    sg_op_submit(op, ephemeral_exec_done, p);
+    if (check_libraries(s, p->ex.libraries, &e) != 0) {
+        if (req != NULL)
+            send_verr(req, &e);
+        sg_session_close(s, NULL, NULL);
+        sg_session_unref(s);
+        pending_free(p);
+        return;
+    }
+    run_with_libraries(p, s, 1, ephemeral_exec_done);
+    sg_session_unref(s); /* the ops hold their own references */
 }
 
 static int post_execute(sg_api_t *api, h2o_req_t *req)
@@ -559,7 +684,7 @@ int sg_api_handle(void *app, h2o_req_t *req)
     }
     if (n >= 2 && n <= 3 && IS(0, "sessions")) {
         const char *allowed = n == 2 ? "GET, DELETE" : IS(2, "files") ? "GET, PUT" : "POST";
-        if (n == 3 && !IS(2, "execute") && !IS(2, "commands") && !IS(2, "files"))
+        if (n == 3 && !IS(2, "execute") && !IS(2, "commands") && !IS(2, "files") && !IS(2, "libraries"))
             goto NotFound;
         if (n == 2 && !METHOD("GET") && !METHOD("DELETE"))
             return method_not_allowed(req, allowed);
@@ -588,6 +713,8 @@ int sg_api_handle(void *app, h2o_req_t *req)
         }
         if (IS(2, "files"))
             return session_files(api, req, s);
+        if (IS(2, "libraries"))
+            return post_session_library(api, req, s);
         return post_session_exec(api, req, s, IS(2, "commands"));
     }
 NotFound:

@@ -1,4 +1,5 @@
 #include "docker.h"
+#include "docker_stream.h"
 #include "log.h"
 
 #include <curl/curl.h>
@@ -17,6 +18,7 @@
 
 struct sg_docker {
     CURL *curl;
+    long timeout_ms; /* of the next request; DOCKER_TIMEOUT_MS unless a call says otherwise */
 };
 
 /* Set once by sg_docker_setup (and the first ping), read by every thread. */
@@ -67,6 +69,7 @@ sg_docker_t *sg_docker_create(void)
     if (d == NULL)
         return NULL;
     d->curl = curl_easy_init();
+    d->timeout_ms = DOCKER_TIMEOUT_MS;
     if (d->curl == NULL) {
         free(d);
         return NULL;
@@ -129,7 +132,7 @@ static int do_request(sg_docker_t *d, const char *method, const char *path, cons
         curl_easy_setopt(d->curl, CURLOPT_UNIX_SOCKET_PATH, unix_path);
     curl_easy_setopt(d->curl, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(d->curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(d->curl, CURLOPT_TIMEOUT_MS, DOCKER_TIMEOUT_MS);
+    curl_easy_setopt(d->curl, CURLOPT_TIMEOUT_MS, d->timeout_ms);
     curl_easy_setopt(d->curl, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
     curl_easy_setopt(d->curl, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(d->curl, CURLOPT_WRITEDATA, resp);
@@ -459,4 +462,94 @@ Error:
     if (fd >= 0)
         close(fd);
     return -1;
+}
+
+int sg_docker_container_wait(sg_docker_t *d, const char *id, long timeout_ms, long *exit_code, char *err, size_t errlen)
+{
+    char path[256];
+    sg_buf_t resp;
+    long status;
+    int ret = -1;
+
+    snprintf(path, sizeof(path), "/containers/%s/wait", id);
+    sg_buf_init(&resp, 1 << 16);
+    d->timeout_ms = timeout_ms;
+    int rc = do_request(d, "POST", path, NULL, 0, &status, &resp, NULL, err, errlen);
+    d->timeout_ms = DOCKER_TIMEOUT_MS;
+    if (rc != 0)
+        goto Exit;
+    if (status != 200) {
+        docker_error("wait for a container", status, &resp, err, errlen);
+        goto Exit;
+    }
+    json_object *o = json_tokener_parse(resp.base), *v;
+    *exit_code = o != NULL && json_object_object_get_ex(o, "StatusCode", &v) ? json_object_get_int64(v) : -1;
+    json_object_put(o);
+    ret = 0;
+Exit:
+    sg_buf_free(&resp);
+    return ret;
+}
+
+static void on_log_frame(void *ctx, int stream, const uint8_t *p, size_t len)
+{
+    sg_buf_t *out = ctx;
+    (void)stream;
+    sg_buf_append(out, p, len); /* capped: the tail beyond is dropped */
+}
+
+int sg_docker_container_logs(sg_docker_t *d, const char *id, sg_buf_t *out, char *err, size_t errlen)
+{
+    char path[256];
+    sg_buf_t resp;
+    sg_docker_demux_t demux;
+    long status;
+    int ret = -1;
+
+    snprintf(path, sizeof(path), "/containers/%s/logs?stdout=1&stderr=1&tail=200", id);
+    sg_buf_init(&resp, 4 << 20);
+    if (do_request(d, "GET", path, NULL, 0, &status, &resp, NULL, err, errlen) != 0)
+        goto Exit;
+    if (status != 200) {
+        docker_error("read a container's log", status, &resp, err, errlen);
+        goto Exit;
+    }
+    sg_docker_demux_init(&demux);
+    sg_docker_demux_feed(&demux, (const uint8_t *)resp.base, resp.len, on_log_frame, out);
+    ret = 0;
+Exit:
+    sg_buf_free(&resp);
+    return ret;
+}
+
+int sg_docker_volume_create(sg_docker_t *d, const char *name, json_object *labels, char *err, size_t errlen)
+{
+    json_object *o = json_object_new_object();
+    sg_buf_t resp;
+    size_t len;
+    long status;
+    int ret = -1;
+
+    json_object_object_add(o, "Name", json_object_new_string(name));
+    json_object_object_add(o, "Labels", json_object_get(labels));
+    const char *body = json_object_to_json_string_length(o, JSON_C_TO_STRING_PLAIN, &len);
+    sg_buf_init(&resp, 1 << 16);
+    if (do_request(d, "POST", "/volumes/create", body, len, &status, &resp, NULL, err, errlen) != 0)
+        goto Exit;
+    if (status != 201 && status != 200) {
+        docker_error("create a volume", status, &resp, err, errlen);
+        goto Exit;
+    }
+    ret = 0;
+Exit:
+    json_object_put(o);
+    sg_buf_free(&resp);
+    return ret;
+}
+
+int sg_docker_volume_remove(sg_docker_t *d, const char *name, char *err, size_t errlen)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "/volumes/%s?force=1", name);
+    return simple_call(d, "DELETE", path, "remove a volume", 204, 404, err, errlen);
 }

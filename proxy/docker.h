@@ -49,6 +49,17 @@ int sg_docker_container_list(sg_docker_t *d, const char *label, json_object **ou
 /* 1 if the image exists locally, 0 if not, -1 on error. */
 int sg_docker_image_exists(sg_docker_t *d, const char *image, char *err, size_t errlen);
 
+/* POST /containers/{id}/wait, bounded by timeout_ms: the exit status. */
+int sg_docker_container_wait(sg_docker_t *d, const char *id, long timeout_ms, long *exit_code, char *err,
+                             size_t errlen);
+/* The last lines of a container's stdout and stderr, interleaved, appended
+ * to out (up to its cap). */
+int sg_docker_container_logs(sg_docker_t *d, const char *id, sg_buf_t *out, char *err, size_t errlen);
+/* POST /volumes/create (an existing volume of that name is fine); labels
+ * is not consumed. DELETE /volumes/{name}?force=1 (a missing one is fine). */
+int sg_docker_volume_create(sg_docker_t *d, const char *name, json_object *labels, char *err, size_t errlen);
+int sg_docker_volume_remove(sg_docker_t *d, const char *name, char *err, size_t errlen);
+
 /* POST /containers/{id}/attach with stdin, stdout and stderr, hijacked:
  * returns in *fd a connected socket (blocking mode, close-on-exec) on which
  * the container's stdin is written raw and its stdout/stderr arrive as

@@ -3,25 +3,92 @@
 #include <stdio.h>
 #include <string.h>
 
-#define PY_LIBCHECK                                                                                                          \
-    "python3 -c 'import importlib.util, sys\n"                                                                               \
-    "missing = [n for n in sys.argv[1:] if importlib.util.find_spec(n.lower().replace(\"-\", \"_\")) is None]\n"             \
-    "if missing:\n"                                                                                                          \
-    "    print(\"library not installed in this sandbox (installs are not enabled): \" + \", \".join(missing), "             \
-    "file=sys.stderr)\n"                                                                                                     \
-    "    sys.exit(1)\n' "
+/* Library installs (install.h): what is missing, fetch into the store (in an
+ * installer container, with network), install from the store (in the
+ * sandbox, without). Names and specs arrive validated, and in the
+ * environment as SANDGATE_SPEC / SANDGATE_NAME / SANDGATE_INDEX /
+ * SANDGATE_STORE, or shell-quoted after missing_cmd. */
+#define PY_LIBS "/tmp/sandgate/libs/python"
+#define JS_LIBS "/tmp/sandgate/libs/node/node_modules"
 
-#define JS_LIBCHECK                                                                                                          \
-    "node -e 'const missing = process.argv.slice(1).filter((n) => { try { require.resolve(n); return false; } "           \
-    "catch (e) { return true; } });\n"                                                                                       \
-    "if (missing.length) { console.error(\"library not installed in this sandbox (installs are not enabled): \" + "        \
-    "missing.join(\", \")); process.exit(1); }' "
+#define PY_MISSING                                                                                                           \
+    "PYTHONPATH=" PY_LIBS " python3 -c 'import sys, importlib.metadata as m\n"                                                \
+    "for n in sys.argv[1:]:\n"                                                                                               \
+    "    try: m.version(n)\n"                                                                                                \
+    "    except m.PackageNotFoundError: print(n)\n'"
+
+#define PY_FETCH                                                                                                             \
+    "h=${SANDGATE_INDEX#*://}; h=${h%%/*}; h=${h%%:*}; mkdir -p \"$SANDGATE_STORE/pip\" && "                                \
+    "exec python3 -m pip download --quiet --disable-pip-version-check --no-cache-dir --only-binary=:all: "                  \
+    "--dest \"$SANDGATE_STORE/pip\" --index-url \"$SANDGATE_INDEX\" --trusted-host \"$h\" \"$SANDGATE_SPEC\""
+
+#define PY_INSTALL                                                                                                           \
+    "PYTHONPATH=" PY_LIBS " python3 -m pip install --quiet --disable-pip-version-check --no-cache-dir --no-index "         \
+    "--find-links /opt/sandgate/store/pip --target " PY_LIBS " \"$SANDGATE_SPEC\" >&2 && "                                  \
+    "PYTHONPATH=" PY_LIBS " exec python3 -c 'import sys, importlib.metadata as m; print(m.version(sys.argv[1]))' "          \
+    "\"$SANDGATE_NAME\""
+
+#define JS_MISSING                                                                                                           \
+    "node -e 'const fs = require(\"fs\"), path = require(\"path\");\n"                                                     \
+    "for (const n of process.argv.slice(1)) {\n"                                                                             \
+    "  const dirs = [\"" JS_LIBS "\", \"/sandbox/node_modules\", ...(require.resolve.paths(n) || [])];\n"                    \
+    "  if (!dirs.some((d) => fs.existsSync(path.join(d, n, \"package.json\")))) console.log(n);\n"                          \
+    "}' --"
+
+#define JS_FETCH                                                                                                             \
+    "d=\"$SANDGATE_STORE/npm/$SANDGATE_SPEC\"; mkdir -p \"$d\" && "                                                          \
+    "exec npm install --silent --ignore-scripts --no-audit --no-fund --no-package-lock --no-save "                         \
+    "--registry \"$SANDGATE_INDEX\" --cache \"$SANDGATE_STORE/npm-cache\" --prefix \"$d\" \"$SANDGATE_SPEC\""
+
+#define JS_INSTALL                                                                                                           \
+    "src=\"/opt/sandgate/store/npm/$SANDGATE_SPEC/node_modules\"; "                                                           \
+    "test -f \"$src/$SANDGATE_NAME/package.json\" || { echo \"$SANDGATE_SPEC is not in the package store\" >&2; exit 1; }; "  \
+    "mkdir -p " JS_LIBS " && cp -rsf \"$src/.\" " JS_LIBS "/ && "                                                             \
+    "exec node -p 'require(process.argv[1] + \"/package.json\").version' \"" JS_LIBS "/$SANDGATE_NAME\""
 
 static const sg_lang_t langs[] = {
-    {"python", "/tmp/sandgate/main.py", NULL, "PYTHONPATH=/sandbox exec python3 -u \"$SANDGATE_FILE\"",
-     "exec python3 -u /usr/local/lib/sandgate/kernel.py", PY_LIBCHECK, "pip"},
-    {"javascript", "/tmp/sandgate/main.js", NULL, "NODE_PATH=/sandbox/node_modules exec node \"$SANDGATE_FILE\"",
-     "exec node /usr/local/lib/sandgate/kernel.js", JS_LIBCHECK, "npm"},
+    {.name = "python",
+     .file_path = "/tmp/sandgate/main.py",
+     .run_cmd = "PYTHONPATH=/sandbox:" PY_LIBS " exec python3 -u \"$SANDGATE_FILE\"",
+     .kernel_cmd = "PYTHONPATH=" PY_LIBS " exec python3 -u /usr/local/lib/sandgate/kernel.py",
+     .package_manager = "pip",
+     .version_sep = "==",
+     .missing_cmd = PY_MISSING,
+     .fetch_cmd = PY_FETCH,
+     .local_install_cmd = PY_INSTALL},
+    {.name = "javascript",
+     .file_path = "/tmp/sandgate/main.js",
+     .run_cmd = "NODE_PATH=/sandbox/node_modules:" JS_LIBS " exec node \"$SANDGATE_FILE\"",
+     .kernel_cmd = "NODE_PATH=" JS_LIBS " exec node /usr/local/lib/sandgate/kernel.js",
+     .package_manager = "npm",
+     .version_sep = "@",
+     .missing_cmd = JS_MISSING,
+     .fetch_cmd = JS_FETCH,
+     .local_install_cmd = JS_INSTALL},
+    /* Compiled languages compile in setup stage "compile" (a compile error
+     * ends the execution with reason setup_failed, stage "compile"), then
+     * run the program, both within the execution's timeout, one-shot (no
+     * kernel). They have no library check: validation refuses "libraries"
+     * for them (package_manager NULL). */
+    {.name = "cpp",
+     .file_path = "/tmp/sandgate/main.cpp",
+     .compile_cmd = "g++ -std=gnu++17 -O2 -o /tmp/sandgate/main \"$SANDGATE_FILE\"",
+     /* line-buffered stdout, so output before a crash or a timeout is kept */
+     .run_cmd = "exec stdbuf -oL /tmp/sandgate/main"},
+    {.name = "go",
+     .file_path = "/tmp/sandgate/main.go",
+     .compile_cmd = "go build -o /tmp/sandgate/main \"$SANDGATE_FILE\"",
+     .run_cmd = "exec /tmp/sandgate/main"},
+    /* The public class must be Main (as in llm-sandbox). Heap: half the
+     * sandbox's memory (the JVM reads the container's limit). */
+    {.name = "java",
+     .file_path = "/tmp/sandgate/Main.java",
+     .compile_cmd = "rm -rf /tmp/sandgate/classes && javac -encoding UTF-8 -d /tmp/sandgate/classes \"$SANDGATE_FILE\"",
+     .run_cmd = "exec java -XX:MaxRAMPercentage=50 -cp /tmp/sandgate/classes Main"},
+    /* sync.rb (made by the image) unbuffers $stdout, like python3 -u */
+    {.name = "ruby",
+     .file_path = "/tmp/sandgate/main.rb",
+     .run_cmd = "exec ruby -r/usr/local/lib/sandgate/sync.rb \"$SANDGATE_FILE\""},
 };
 
 const sg_lang_t *sg_lang_find(const char *name, size_t len)

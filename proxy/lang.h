@@ -13,8 +13,12 @@ typedef struct {
     const char *compile_cmd;  /* shell, run as setup stage "compile"; NULL if none */
     const char *run_cmd;      /* shell; $SANDGATE_FILE is file_path (one-shot mode) */
     const char *kernel_cmd;   /* shell; the stateful interpreter (agent_proto.h, "Kernels"); NULL if none */
-    const char *libcheck_cmd; /* shell prefix; quoted library names follow; exits non-zero naming what is missing */
-    const char *package_manager;
+    const char *package_manager; /* "pip", "npm"; NULL: the language takes no "libraries" (400) */
+    /* library installs (install.h); NULL when package_manager is */
+    const char *version_sep;       /* "name" + sep + "version": "==" or "@" */
+    const char *missing_cmd;       /* shell prefix; quoted names follow; prints the missing ones, a line each */
+    const char *fetch_cmd;         /* installer container: $SANDGATE_SPEC into $SANDGATE_STORE from $SANDGATE_INDEX */
+    const char *local_install_cmd; /* sandbox: $SANDGATE_SPEC from the store; prints the installed version */
 } sg_lang_t;
 
 const sg_lang_t *sg_lang_find(const char *name, size_t len);

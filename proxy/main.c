@@ -38,6 +38,12 @@ static struct {
     long max_body;
     long workers;
     long agent_start_timeout_ms;
+    const char *store_volume;
+    const char *install_network;
+    const char *pip_index_url;
+    const char *npm_registry;
+    double install_timeout;
+    const char *library_blocklist;
     const char *log_level;
 } cfg;
 
@@ -77,6 +83,17 @@ static const sg_cfg_entry_t config_table[] = {
     {"SANDGATE_DOCKER_WORKERS", SG_CFG_INT, "8", 1, 256, &cfg.workers, "threads that make Docker calls"},
     {"SANDGATE_AGENT_START_TIMEOUT_MS", SG_CFG_INT, "20000", 100, 600000, &cfg.agent_start_timeout_ms,
      "how long a new sandbox may take to answer"},
+    {"SANDGATE_STORE_VOLUME", SG_CFG_STR, "sandgate-store", 0, 0, &cfg.store_volume,
+     "Docker volume of fetched packages, mounted read-only in sandboxes; empty disables library installs"},
+    {"SANDGATE_INSTALL_NETWORK", SG_CFG_STR, "bridge", 0, 0, &cfg.install_network,
+     "Docker network of installer containers (the only ones that reach the package index)"},
+    {"SANDGATE_PIP_INDEX_URL", SG_CFG_STR, "https://pypi.org/simple", 0, 0, &cfg.pip_index_url,
+     "the Python package index (PEP 503), e.g. a company mirror"},
+    {"SANDGATE_NPM_REGISTRY", SG_CFG_STR, "https://registry.npmjs.org/", 0, 0, &cfg.npm_registry, "the npm registry"},
+    {"SANDGATE_INSTALL_TIMEOUT", SG_CFG_DOUBLE, "120", 1, 3600, &cfg.install_timeout,
+     "how long fetching one package may take, seconds"},
+    {"SANDGATE_LIBRARY_BLOCKLIST", SG_CFG_STR, "os,subprocess,sys,importlib,ctypes,multiprocessing,threading", 0, 0,
+     &cfg.library_blocklist, "package names refused for install, comma-separated"},
     {"SANDGATE_LOG_LEVEL", SG_CFG_STR, "info", 0, 0, &cfg.log_level, "error, warn, info or debug"},
 };
 
@@ -133,6 +150,16 @@ int main(int argc, char **argv)
         return 1;
     }
     sg_info("reconcile: %d leftover container(s) of proxy \"%s\" removed", n, cfg.proxy_id);
+    if (cfg.store_volume[0] != '\0') {
+        /* the package store outlives proxies: it is a cache of public packages */
+        json_object *labels = json_object_new_object();
+        json_object_object_add(labels, "sandgate.store", json_object_new_string("1"));
+        if (sg_docker_volume_create(docker, cfg.store_volume, labels, err, sizeof(err)) != 0) {
+            sg_error("cannot create the package store volume %s: %s", cfg.store_volume, err);
+            return 1;
+        }
+        json_object_put(labels);
+    }
 
     memset(&api, 0, sizeof(api));
     api.policy.defaults.timeout_s = cfg.exec_timeout;
@@ -164,6 +191,12 @@ int main(int argc, char **argv)
     sconf.max_sessions = cfg.max_sessions;
     sconf.max_file_bytes = cfg.max_file_bytes;
     sconf.pool_size = cfg.pool_size;
+    sconf.store_volume = cfg.store_volume;
+    sconf.install_network = cfg.install_network;
+    sconf.pip_index_url = cfg.pip_index_url;
+    sconf.npm_registry = cfg.npm_registry;
+    sconf.install_timeout_ms = (long)(cfg.install_timeout * 1000);
+    sconf.library_blocklist = cfg.library_blocklist;
     sconf.pool_limits = api.policy.defaults;
     sconf.agent_start_timeout_ms = (int)cfg.agent_start_timeout_ms;
     sg_sessions_init(&sconf);

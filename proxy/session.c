@@ -20,6 +20,7 @@
 
 enum { SG_IN_NONE, SG_IN_TABLE, SG_IN_POOL };
 #define POOL_RETRY_MS 30000
+#define POOL_MAX_STARTING 2 /* per language */
 #define MAX_LANGS 16
 
 static sg_sessions_conf_t conf;
@@ -142,6 +143,16 @@ json_object *sg_session_container_config(const sg_session_t *s, const char *prox
     json_object_object_add(hc, "PidsLimit", json_object_new_int64(s->limits.pids));
     json_object_object_add(hc, "NanoCpus", json_object_new_int64((int64_t)llround(s->limits.cpus * 1e9)));
     json_object_object_add(hc, "Init", json_object_new_boolean(0)); /* the agent is PID 1 and reaps */
+    if (conf.store_volume != NULL && conf.store_volume[0] != '\0' && s->lang->fetch_cmd != NULL) {
+        /* the package store (install.h), read-only: installs come from it */
+        json_object *mounts = json_object_new_array(), *m = json_object_new_object();
+        json_object_object_add(m, "Type", json_object_new_string("volume"));
+        json_object_object_add(m, "Source", json_object_new_string(conf.store_volume));
+        json_object_object_add(m, "Target", json_object_new_string("/opt/sandgate/store"));
+        json_object_object_add(m, "ReadOnly", json_object_new_boolean(1));
+        json_object_array_add(mounts, m);
+        json_object_object_add(hc, "Mounts", mounts);
+    }
     {
         json_object *lc = json_object_new_object();
         json_object_object_add(lc, "Type", json_object_new_string("none"));
@@ -449,7 +460,9 @@ void sg_pool_fill(void)
             continue;
         req.lang = sg_lang_at(i);
         req.limits = conf.pool_limits;
-        while ((long)(pool[i].nready + pool[i].nstarting) < conf.pool_size)
+        /* a few at a time, so that refills never crowd out the workers a
+         * request's own cold start needs */
+        while ((long)(pool[i].nready + pool[i].nstarting) < conf.pool_size && pool[i].nstarting < POOL_MAX_STARTING)
             session_start(&req, 0, 1, NULL, NULL);
     }
 }
@@ -471,6 +484,7 @@ void sg_session_create(const sg_create_req_t *req, int ephemeral, sg_session_rea
     }
     if (pool_fits(req) && (s = pool_take(req)) != NULL) {
         s->ephemeral = ephemeral;
+        s->executions = 0; /* the kernel's warm-up does not count */
         s->limits.timeout_s = req->limits.timeout_s;
         s->limits.output_bytes = req->limits.output_bytes;
         s->created_at = s->last_used_at = sg_wall_s();

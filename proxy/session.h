@@ -38,6 +38,13 @@ typedef struct {
     sg_limits_t pool_limits;  /* the limits pooled containers are made with */
     long max_file_bytes;
     int agent_start_timeout_ms;
+    /* library installs (install.h) */
+    const char *store_volume;     /* "" disables installs */
+    const char *install_network;  /* NetworkMode of installer containers */
+    const char *pip_index_url;
+    const char *npm_registry;
+    long install_timeout_ms;
+    const char *library_blocklist; /* comma-separated names */
 } sg_sessions_conf_t;
 
 typedef enum {

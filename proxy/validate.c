@@ -143,6 +143,8 @@ int sg_validate_exec(json_object *body, const char *field, int want_lang, double
     if (r == 1) {
         size_t n = json_object_array_length(out->libraries);
         const char *pm = out->lang != NULL ? out->lang->package_manager : "pip";
+        if (n > 0 && out->lang != NULL && sg_validate_libraries_for(out->lang, out->libraries, e) != 0)
+            return -1;
         if (n > SG_MAX_LIBRARIES)
             return fail(e, 400, "bad_field", "field \"libraries\" may name at most %d libraries", SG_MAX_LIBRARIES);
         for (size_t i = 0; i < n; i++) {
@@ -157,6 +159,13 @@ int sg_validate_exec(json_object *body, const char *field, int want_lang, double
         if (n == 0)
             out->libraries = NULL;
     }
+    return 0;
+}
+
+int sg_validate_libraries_for(const sg_lang_t *lang, json_object *libraries, sg_verr_t *e)
+{
+    if (libraries != NULL && json_object_array_length(libraries) > 0 && lang->package_manager == NULL)
+        return fail(e, 400, "bad_field", "libraries are not supported for %s (field \"libraries\")", lang->name);
     return 0;
 }
 

@@ -64,6 +64,12 @@ typedef struct {
 int sg_validate_exec(json_object *body, const char *field, int want_lang, double session_timeout_s,
                      const sg_policy_t *pol, sg_exec_req_t *out, sg_verr_t *e);
 
+/* "libraries" (as sg_validate_exec left it) for a language: 400 when the
+ * language takes none (package_manager NULL: the compiled languages).
+ * sg_validate_exec checks it when the body names the language; the session
+ * routes check it against the session's language. */
+int sg_validate_libraries_for(const sg_lang_t *lang, json_object *libraries, sg_verr_t *e);
+
 /* A library name: PEP 508 / npm-like, [A-Za-z0-9] then [A-Za-z0-9._-],
  * and for npm an optional @scope/ prefix; at most 214 bytes. */
 int sg_validate_library_name(const char *name, size_t len, const char *package_manager);

@@ -6,6 +6,8 @@ after each run it flushes stdout and stderr and answers "<exit code>\\n" on
 fd 4. Standard library only.
 """
 import builtins
+import gc
+import importlib
 import linecache
 import os
 import sys
@@ -54,17 +56,41 @@ def flush():
             pass  # closed or replaced by the user's code: nothing to flush
 
 
+def zombie_children():
+    me = str(os.getpid())
+    kids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] == "Z" and fields[1] == me:
+            kids.append(int(entry))
+    return kids
+
+
 def reap():
     """Collects the children earlier runs left: the agent killed them when
     their run ended, but only their parent, this kernel, can reap them, and
-    until then each holds one of the sandbox's few pids."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    until then each holds one of the sandbox's few pids. Children that a
+    subprocess.Popen of the user's still waits for are left to it, so that
+    p.wait() in a later run sees how they ended."""
+    kids = zombie_children()
+    if not kids:
+        return
+    keep = set()
+    if "subprocess" in sys.modules:
+        popen = sys.modules["subprocess"].Popen
+        keep = {o.pid for o in gc.get_objects() if isinstance(o, popen) and o.returncode is None}
+    for pid in kids:
+        if pid not in keep:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
 
 
 def main():
@@ -93,6 +119,8 @@ def main():
         if source is None:
             return
         reap()
+        # libraries installed since the last run are importable now
+        importlib.invalidate_caches()
         count += 1
         filename = "<exec-%d>" % count
         # Registered so that tracebacks show the lines of earlier pieces too.

@@ -1,0 +1,159 @@
+#include "install.h"
+#include "docker.h"
+#include "log.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+json_object *sg_install_container_config(const sg_session_t *s, const char *spec, const char *proxy_id)
+{
+    const sg_sessions_conf_t *conf = sg_sessions_conf();
+    json_object *c = json_object_new_object(), *hc = json_object_new_object(), *labels = json_object_new_object();
+    json_object *env = json_object_new_array(), *arr, *mounts, *m;
+    char buf[2048];
+
+    json_object_object_add(c, "Image", json_object_new_string(s->image));
+    json_object_object_add(c, "User", json_object_new_string("1000:1000"));
+    json_object_object_add(c, "WorkingDir", json_object_new_string("/tmp"));
+    arr = json_object_new_array();
+    json_object_array_add(arr, json_object_new_string("/bin/sh"));
+    json_object_array_add(arr, json_object_new_string("-c"));
+    json_object_object_add(c, "Entrypoint", arr);
+    arr = json_object_new_array();
+    json_object_array_add(arr, json_object_new_string(s->lang->fetch_cmd));
+    json_object_object_add(c, "Cmd", arr);
+    snprintf(buf, sizeof(buf), "SANDGATE_SPEC=%s", spec);
+    json_object_array_add(env, json_object_new_string(buf));
+    snprintf(buf, sizeof(buf), "SANDGATE_INDEX=%s",
+             strcmp(s->lang->package_manager, "npm") == 0 ? conf->npm_registry : conf->pip_index_url);
+    json_object_array_add(env, json_object_new_string(buf));
+    json_object_array_add(env, json_object_new_string("SANDGATE_STORE=" SG_STORE_MOUNT));
+    json_object_array_add(env, json_object_new_string("HOME=/tmp"));
+    json_object_object_add(c, "Env", env);
+
+    json_object_object_add(labels, "sandgate.proxy", json_object_new_string(proxy_id));
+    json_object_object_add(labels, "sandgate.session", json_object_new_string(s->id));
+    json_object_object_add(labels, "sandgate.kind", json_object_new_string("installer"));
+    snprintf(buf, sizeof(buf), "%lld", (long long)sg_wall_s());
+    json_object_object_add(labels, "sandgate.created", json_object_new_string(buf));
+    json_object_object_add(c, "Labels", labels);
+
+    /* the package manager's network only: nothing of the session's runs here */
+    json_object_object_add(hc, "NetworkMode", json_object_new_string(conf->install_network));
+    arr = json_object_new_array();
+    json_object_array_add(arr, json_object_new_string("ALL"));
+    json_object_object_add(hc, "CapDrop", arr);
+    arr = json_object_new_array();
+    json_object_array_add(arr, json_object_new_string("no-new-privileges"));
+    json_object_object_add(hc, "SecurityOpt", arr);
+    json_object_object_add(hc, "ReadonlyRootfs", json_object_new_boolean(1));
+    m = json_object_new_object();
+    json_object_object_add(m, "/tmp", json_object_new_string("rw,exec,nosuid,nodev,size=512m,mode=1777"));
+    json_object_object_add(hc, "Tmpfs", m);
+    json_object_object_add(hc, "Memory", json_object_new_int64((int64_t)1024 << 20));
+    json_object_object_add(hc, "MemorySwap", json_object_new_int64((int64_t)1024 << 20));
+    json_object_object_add(hc, "PidsLimit", json_object_new_int64(256));
+    json_object_object_add(hc, "NanoCpus", json_object_new_int64(1000000000));
+    mounts = json_object_new_array();
+    m = json_object_new_object();
+    json_object_object_add(m, "Type", json_object_new_string("volume"));
+    json_object_object_add(m, "Source", json_object_new_string(conf->store_volume));
+    json_object_object_add(m, "Target", json_object_new_string(SG_STORE_MOUNT));
+    json_object_array_add(mounts, m);
+    json_object_object_add(hc, "Mounts", mounts);
+    json_object_object_add(c, "HostConfig", hc);
+    return c;
+}
+
+typedef struct {
+    sg_job_t super;
+    sg_session_t *s;
+    json_object *config;
+    sg_fetch_result_t r;
+    sg_fetch_cb cb;
+    void *data;
+} fetch_job_t;
+
+static sg_docker_t *thread_docker(void)
+{
+    sg_docker_t *d = sg_workq_thread_data();
+    if (d == NULL) {
+        d = sg_docker_create();
+        sg_workq_set_thread_data(d, (void (*)(void *))sg_docker_destroy);
+    }
+    return d;
+}
+
+/* Keeps the last lines of a log that fit in out. */
+static void tail_into(char *out, size_t cap, const sg_buf_t *log)
+{
+    const char *p = log->base != NULL ? log->base : "";
+    size_t len = log->len;
+    while (len > 0 && (p[len - 1] == '\n' || p[len - 1] == ' '))
+        len--;
+    if (len >= cap) {
+        p += len - (cap - 1);
+        len = cap - 1;
+        const char *nl = memchr(p, '\n', len);
+        if (nl != NULL) {
+            len -= (size_t)(nl + 1 - p);
+            p = nl + 1;
+        }
+    }
+    memcpy(out, p, len);
+    out[len] = '\0';
+}
+
+static void fetch_work(sg_job_t *job)
+{
+    fetch_job_t *j = (fetch_job_t *)job;
+    const sg_sessions_conf_t *conf = sg_sessions_conf();
+    sg_docker_t *d = thread_docker();
+    char id[72] = "", err[512];
+    long code = -1;
+    sg_buf_t log;
+    uint64_t t0 = sg_now_us();
+
+    sg_buf_init(&log, 64 << 10);
+    if (sg_docker_container_create(d, j->config, id, j->r.message, sizeof(j->r.message)) != 0 ||
+        sg_docker_container_start(d, id, j->r.message, sizeof(j->r.message)) != 0)
+        goto Exit;
+    if (sg_docker_container_wait(d, id, conf->install_timeout_ms, &code, err, sizeof(err)) != 0) {
+        j->r.timed_out = 1;
+        snprintf(j->r.message, sizeof(j->r.message), "the install did not finish within %.0f s",
+                 (double)conf->install_timeout_ms / 1000);
+        goto Exit;
+    }
+    sg_docker_container_logs(d, id, &log, err, sizeof(err));
+    tail_into(j->r.message, sizeof(j->r.message), &log);
+    j->r.ok = code == 0;
+Exit:
+    if (id[0] != '\0' && sg_docker_container_remove(d, id, err, sizeof(err)) != 0)
+        sg_error("installer %.12s: cannot remove it: %s", id, err);
+    j->r.seconds = (double)(sg_now_us() - t0) / 1e6;
+    sg_buf_free(&log);
+}
+
+static void fetch_done(sg_job_t *job)
+{
+    fetch_job_t *j = (fetch_job_t *)job;
+    json_object_put(j->config);
+    j->cb(j->data, &j->r);
+    sg_session_unref(j->s);
+    free(j);
+}
+
+void sg_install_fetch(sg_session_t *s, const char *spec, sg_fetch_cb cb, void *data)
+{
+    fetch_job_t *j = calloc(1, sizeof(*j));
+    sg_session_ref(s);
+    j->s = s;
+    j->cb = cb;
+    j->data = data;
+    j->config = sg_install_container_config(s, spec, sg_sessions_conf()->proxy_id);
+    j->super.work = fetch_work;
+    j->super.done = fetch_done;
+    sg_workq_submit(sg_sessions_conf()->workq, &j->super);
+}

@@ -1,0 +1,295 @@
+#include "libraries.h"
+#include "install.h"
+#include "log.h"
+#include "util.h"
+#include "validate.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- checks ------------------------------------------------------------------ */
+
+/* PEP 503 normalisation, for comparing with the blocklist. */
+static void normalise(const char *in, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (const char *p = in; *p != '\0' && o + 1 < cap; p++)
+        out[o++] = *p == '_' || *p == '.' ? '-' : (char)tolower((unsigned char)*p);
+    out[o] = '\0';
+}
+
+static int blocked(const char *name)
+{
+    const char *list = sg_sessions_conf()->library_blocklist;
+    char want[256], item[256];
+    normalise(name, want, sizeof(want));
+    while (list != NULL && *list != '\0') {
+        const char *comma = strchr(list, ',');
+        size_t len = comma != NULL ? (size_t)(comma - list) : strlen(list);
+        char raw[256];
+        snprintf(raw, sizeof(raw), "%.*s", (int)(len < sizeof(raw) ? len : sizeof(raw) - 1), list);
+        normalise(raw, item, sizeof(item));
+        if (item[0] != '\0' && strcmp(item, want) == 0)
+            return 1;
+        list = comma != NULL ? comma + 1 : NULL;
+    }
+    return 0;
+}
+
+static int valid_version(const char *v)
+{
+    size_t len = strlen(v);
+    if (len == 0 || len > 64 || !isalnum((unsigned char)v[0]))
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!isalnum((unsigned char)v[i]) && strchr(".+!*_-", v[i]) == NULL)
+            return 0;
+    return 1;
+}
+
+int sg_lib_check(const sg_lang_t *lang, const char *name, const char *version, char *err, size_t errlen)
+{
+    if (lang->package_manager == NULL || lang->fetch_cmd == NULL) {
+        snprintf(err, errlen, "libraries are not supported for %s", lang->name);
+        return -1;
+    }
+    if (!sg_validate_library_name(name, strlen(name), lang->package_manager)) {
+        snprintf(err, errlen, "\"%.100s\" is not a valid %s package name", name, lang->package_manager);
+        return -1;
+    }
+    if (blocked(name)) {
+        snprintf(err, errlen, "package \"%.100s\" is blocked on this service", name);
+        return -1;
+    }
+    if (version != NULL && version[0] != '\0' && strcmp(version, "latest") != 0 && !valid_version(version)) {
+        snprintf(err, errlen, "\"%.64s\" is not a valid version: use an exact version such as 1.2.3", version);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- one package ------------------------------------------------------------- */
+
+typedef struct {
+    sg_session_t *s;
+    char name[215];
+    char spec[300];
+    int fetched;
+    uint64_t t0;
+    sg_lib_result_t r;
+    sg_lib_cb cb;
+    void *data;
+} install_t;
+
+static void install_finish(install_t *in)
+{
+    in->r.installation_time = (double)(sg_now_us() - in->t0) / 1e6;
+    in->cb(in->data, &in->r);
+    sg_session_unref(in->s);
+    free(in);
+}
+
+static void tail_line(const sg_buf_t *b, char *out, size_t cap)
+{
+    size_t len = b->len;
+    const char *p = b->base != NULL ? b->base : "";
+    while (len > 0 && (p[len - 1] == '\n' || p[len - 1] == '\r' || p[len - 1] == ' '))
+        len--;
+    size_t start = len;
+    while (start > 0 && p[start - 1] != '\n')
+        start--;
+    snprintf(out, cap, "%.*s", (int)(len - start), p + start);
+}
+
+static void tail_text(const sg_buf_t *b, char *out, size_t cap)
+{
+    size_t len = b->len;
+    const char *p = b->base != NULL ? b->base : "";
+    while (len > 0 && (p[len - 1] == '\n' || p[len - 1] == ' '))
+        len--;
+    if (len >= cap)
+        p += len - (cap - 1), len = cap - 1;
+    snprintf(out, cap, "%.*s", (int)len, p);
+}
+
+static void local_step(install_t *in);
+
+static void on_fetched(void *data, const sg_fetch_result_t *f)
+{
+    install_t *in = data;
+    if (!f->ok) {
+        snprintf(in->r.message, sizeof(in->r.message), "could not get %.200s from the package index%s: %.900s",
+                 in->spec, f->timed_out ? " in time" : "", f->message);
+        install_finish(in);
+        return;
+    }
+    in->fetched = 1;
+    local_step(in);
+}
+
+static void on_local_done(sg_op_t *op)
+{
+    install_t *in = op->data;
+    if (op->failed) {
+        in->r.http_status = op->fail_status;
+        snprintf(in->r.message, sizeof(in->r.message), "%s", op->errmsg);
+    } else if (op->reason == SG_AGENT_REASON_EXITED && op->exit_code == 0) {
+        in->r.success = 1;
+        in->r.from_store = !in->fetched;
+        tail_line(&op->out[0], in->r.installed_version, sizeof(in->r.installed_version));
+        snprintf(in->r.message, sizeof(in->r.message), "installed %s %s%s", in->name, in->r.installed_version,
+                 in->fetched ? "" : " from the package store");
+    } else if (!in->fetched && sg_sessions_conf()->store_volume[0] != '\0') {
+        /* not in the store yet: fetch it, then install again */
+        sg_op_free(op);
+        sg_install_fetch(in->s, in->spec, on_fetched, in);
+        return;
+    } else {
+        char err[900];
+        tail_text(&op->out[1], err, sizeof(err));
+        snprintf(in->r.message, sizeof(in->r.message), "could not install %.200s: %.900s", in->spec,
+                 err[0] ? err : sg_agent_reason_name(op->reason));
+    }
+    sg_op_free(op);
+    install_finish(in);
+}
+
+static void local_step(install_t *in)
+{
+    const sg_sessions_conf_t *conf = sg_sessions_conf();
+    char qspec[700], qname[500], cmd[4096];
+    sg_shell_quote(in->spec, strlen(in->spec), qspec, sizeof(qspec));
+    sg_shell_quote(in->name, strlen(in->name), qname, sizeof(qname));
+    snprintf(cmd, sizeof(cmd), "SANDGATE_SPEC=%s SANDGATE_NAME=%s; export SANDGATE_SPEC SANDGATE_NAME; %s", qspec, qname,
+             in->s->lang->local_install_cmd);
+    sg_op_t *op = sg_op_exec(in->s, NULL, NULL, cmd, NULL, NULL, "", 0, (double)conf->install_timeout_ms / 1000);
+    if (op == NULL) {
+        snprintf(in->r.message, sizeof(in->r.message), "out of memory");
+        install_finish(in);
+        return;
+    }
+    sg_op_submit(op, on_local_done, in);
+}
+
+void sg_lib_install(sg_session_t *s, const char *name, const char *version, sg_lib_cb cb, void *data)
+{
+    install_t *in = calloc(1, sizeof(*in));
+    sg_session_ref(s);
+    in->s = s;
+    in->cb = cb;
+    in->data = data;
+    in->t0 = sg_now_us();
+    in->r.http_status = 200;
+    snprintf(in->name, sizeof(in->name), "%s", name);
+    if (version != NULL && version[0] != '\0' && strcmp(version, "latest") != 0)
+        snprintf(in->spec, sizeof(in->spec), "%s%s%s", name, s->lang->version_sep, version);
+    else
+        snprintf(in->spec, sizeof(in->spec), "%s", name);
+    local_step(in);
+}
+
+/* ---- a list, before code runs -------------------------------------------------- */
+
+typedef struct {
+    sg_session_t *s;
+    char **missing;
+    size_t n, next;
+    uint64_t t0;
+    sg_lib_result_t r;
+    sg_lib_cb cb;
+    void *data;
+} ensure_t;
+
+static void ensure_finish(ensure_t *e)
+{
+    e->r.installation_time = (double)(sg_now_us() - e->t0) / 1e6;
+    e->cb(e->data, &e->r);
+    for (size_t i = 0; i < e->n; i++)
+        free(e->missing[i]);
+    free(e->missing);
+    sg_session_unref(e->s);
+    free(e);
+}
+
+static void ensure_next(ensure_t *e);
+
+static void on_one_installed(void *data, const sg_lib_result_t *r)
+{
+    ensure_t *e = data;
+    if (!r->success) {
+        e->r = *r;
+        e->r.success = 0;
+        ensure_finish(e);
+        return;
+    }
+    ensure_next(e);
+}
+
+static void ensure_next(ensure_t *e)
+{
+    if (e->next == e->n) {
+        e->r.success = 1;
+        snprintf(e->r.message, sizeof(e->r.message), "%zu librar%s installed", e->n, e->n == 1 ? "y" : "ies");
+        ensure_finish(e);
+        return;
+    }
+    const char *name = e->missing[e->next++];
+    sg_lib_install(e->s, name, NULL, on_one_installed, e);
+}
+
+static void on_missing_listed(sg_op_t *op)
+{
+    ensure_t *e = op->data;
+    if (op->failed || op->reason != SG_AGENT_REASON_EXITED || op->exit_code != 0) {
+        e->r.http_status = op->failed ? op->fail_status : 200;
+        snprintf(e->r.message, sizeof(e->r.message), "cannot check the session's libraries: %s",
+                 op->failed ? op->errmsg : sg_agent_reason_name(op->reason));
+        sg_op_free(op);
+        ensure_finish(e);
+        return;
+    }
+    /* one missing name per line */
+    const char *p = op->out[0].base != NULL ? op->out[0].base : "";
+    while (*p != '\0') {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl != NULL ? (size_t)(nl - p) : strlen(p);
+        if (len != 0 && len < 215) {
+            e->missing = realloc(e->missing, (e->n + 1) * sizeof(char *));
+            e->missing[e->n++] = strndup(p, len);
+        }
+        p += len + (nl != NULL);
+    }
+    sg_op_free(op);
+    ensure_next(e);
+}
+
+void sg_lib_ensure(sg_session_t *s, json_object *libs, sg_lib_cb cb, void *data)
+{
+    ensure_t *e = calloc(1, sizeof(*e));
+    size_t n = json_object_array_length(libs), cap = strlen(s->lang->missing_cmd) + n * 700 + 1;
+    char *cmd = malloc(cap);
+
+    sg_session_ref(s);
+    e->s = s;
+    e->cb = cb;
+    e->data = data;
+    e->t0 = sg_now_us();
+    e->r.http_status = 200;
+    strcpy(cmd, s->lang->missing_cmd);
+    for (size_t i = 0; i < n; i++) {
+        json_object *v = json_object_array_get_idx(libs, i);
+        size_t len = strlen(cmd);
+        cmd[len++] = ' ';
+        sg_shell_quote(json_object_get_string(v), (size_t)json_object_get_string_len(v), cmd + len, cap - len);
+    }
+    sg_op_t *op = sg_op_exec(s, NULL, NULL, cmd, NULL, NULL, "", 0, 30.0);
+    free(cmd);
+    if (op == NULL) {
+        snprintf(e->r.message, sizeof(e->r.message), "out of memory");
+        ensure_finish(e);
+        return;
+    }
+    sg_op_submit(op, on_missing_listed, e);
+}

@@ -1,0 +1,39 @@
+/*
+ * libraries.h — making libraries importable in a session (install.h has the
+ * design): install one package (POST /sessions/{id}/libraries, pip_install
+ * of seed 004), or make sure a list is there before code runs (the
+ * `libraries` field of an execute).
+ *
+ * Loop thread. Each step is an op on the session (so it queues with the
+ * session's executions) or an installer job.
+ */
+#ifndef SANDGATE_LIBRARIES_H
+#define SANDGATE_LIBRARIES_H
+
+#include <json-c/json.h>
+
+#include "session.h"
+
+typedef struct {
+    int success;
+    int http_status;          /* 200 unless the sandbox itself failed (502/504) */
+    char message[1200]; /* a sentence, then the tool's own last lines */
+    char installed_version[65];
+    double installation_time; /* seconds */
+    int from_store;           /* 1 when no installer was needed */
+} sg_lib_result_t;
+
+typedef void (*sg_lib_cb)(void *data, const sg_lib_result_t *r);
+
+/* Checks name, version and the blocklist for the session's language.
+ * 0, or -1 with a sentence in err (for a 400). */
+int sg_lib_check(const sg_lang_t *lang, const char *name, const char *version, char *err, size_t errlen);
+
+/* Installs name (version may be NULL or "latest"). */
+void sg_lib_install(sg_session_t *s, const char *name, const char *version, sg_lib_cb cb, void *data);
+
+/* Installs whatever of libs (an array of names, already checked) is not
+ * importable yet; success when all are. */
+void sg_lib_ensure(sg_session_t *s, json_object *libs, sg_lib_cb cb, void *data);
+
+#endif

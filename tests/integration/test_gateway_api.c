@@ -1,0 +1,1389 @@
+/*
+ * test_gateway_api.c — sandgate-gateway's public and admin API against a
+ * real gateway process (memory state: no Redis), its real SQLite file, a
+ * real sandgate-proxy and the real Docker engine.
+ *
+ * Authentication (every route, every kind of bad token, revocation and
+ * disabled tenants taking effect at once), tenant isolation, the seed
+ * READMEs' examples through the gateway, bad input, the tenant's caps,
+ * /metrics, and the event loop staying responsive under load.
+ *
+ * One proxy (small warm pool) and one gateway serve the group; the gateway
+ * runs with SANDGATE_MAX_FILE_BYTES=65536 so the size limits are cheap to
+ * reach. Every test closes the sessions it opens; the group teardown closes
+ * whatever a failed test left, stops both servers (the gateway must exit 0)
+ * and checks that no container of this run's proxy id remains.
+ */
+#include "sggw.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define GW_MAX_FILE_BYTES 65536
+#define REMOVAL_S 15.0
+#define FAST_S 0.2 /* what "answers at once" means under load */
+
+static sgtest_proxy_t *proxy;
+static char *proxy_id;
+static sggw_gateway_t *gw;
+/* what a single test starts for itself; after_test stops it whatever happened */
+static sggw_gateway_t *extra_gw;
+static sgtest_proxy_t *extra_proxy;
+static char *extra_proxy_id;
+
+static void cleanup_extra(void)
+{
+    if (extra_gw != NULL)
+        sggw_gateway_stop(extra_gw);
+    extra_gw = NULL;
+    if (extra_proxy != NULL)
+        sgtest_proxy_stop(extra_proxy);
+    extra_proxy = NULL;
+    if (extra_proxy_id != NULL && sgtest_docker_count(extra_proxy_id) > 0) {
+        fprintf(stderr, "containers of %s were left; removing them\n", extra_proxy_id);
+        sgtest_docker_remove_all(extra_proxy_id);
+    }
+    free(extra_proxy_id);
+    extra_proxy_id = NULL;
+}
+
+/* ------------------------------------------------------------------------
+ * Helpers
+ * ------------------------------------------------------------------------ */
+
+static void pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void pathf(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+    assert_true(n > 0 && (size_t)n < len);
+}
+
+static const char *data_dir(void)
+{
+    return sggw_gateway_data_dir(gw);
+}
+
+/* A uuid nobody issued. */
+static void random_uuid(char out[37])
+{
+    char *t = sggw_fake_token(NULL); /* 43 random base64url chars at 13.. */
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0, k = 13; i < 36; i++) {
+        if (i == 8 || i == 13 || i == 18 || i == 23)
+            out[i] = '-';
+        else
+            out[i] = hex[(unsigned char)t[k++ % 56] % 16];
+    }
+    out[36] = '\0';
+    free(t);
+}
+
+/* A 401 of the public API: JSON {detail, code} and a Bearer challenge. */
+#define EXPECT_401(r) expect_401((r), __FILE__, __LINE__)
+static void expect_401(const sgtest_reply_t *r, const char *file, int line)
+{
+    json_object *o = sgtest__expect_error(r, 401, NULL, file, line);
+    char *www = sgtest_reply_header(r, "WWW-Authenticate");
+    if (www == NULL || strncasecmp(www, "Bearer", 6) != 0)
+        sgtest__fail(o, file, line, "a 401 must carry WWW-Authenticate: Bearer ... (got %s)", www ? www : "none");
+    free(www);
+    json_object_put(o);
+}
+
+static void expect_stdout(json_object *r, const char *want)
+{
+    const char *got = SG_STR(r, "stdout");
+    if (strcmp(got, want) != 0)
+        SG_FAIL(r, "stdout differs: expected \"%s\"", want);
+}
+
+static void expect_success(json_object *r)
+{
+    if (!SG_BOOL(r, "success") || SG_INT(r, "exit_code") != 0)
+        SG_FAIL(r, "expected a successful run");
+}
+
+static json_object *ephemeral(sggw_gateway_t *g, const char *token, const char *json_body)
+{
+    return sggw_post_result(g, token, "/execute", json_tokener_parse(json_body));
+}
+
+/* One request with the given raw header lines. */
+static void call_hdr(const char *method, const char *path, const char *const *hdrs, const char *body,
+                     const char *ctype, sgtest_reply_t *r)
+{
+    char url[2048];
+    pathf(url, sizeof(url), "%s%s", sggw_gateway_url(gw), path);
+    sggw_http(method, url, body, body ? strlen(body) : 0, ctype, hdrs, 0, r);
+}
+
+/* The detail of an error reply names `field`. */
+static void expect_bad_field(const sgtest_reply_t *r, const char *field)
+{
+    json_object *o = SG_EXPECT_ERROR(r, 400, NULL);
+    const char *detail = SG_STR(o, "detail");
+    SG_CHECK(strstr(detail, field) != NULL, o, "the detail must name the field \"%s\"", field);
+    json_object_put(o);
+}
+
+/* ------------------------------------------------------------------------
+ * Fixtures
+ * ------------------------------------------------------------------------ */
+
+static sgtest_proxy_t *start_proxy(void)
+{
+    const char *env[] = {"SANDGATE_POOL_SIZE=2", NULL};
+    return sgtest_proxy_start(proxy_id, env);
+}
+
+static sggw_gateway_t *start_gateway(void)
+{
+    char file_kv[64];
+    snprintf(file_kv, sizeof(file_kv), "SANDGATE_MAX_FILE_BYTES=%d", GW_MAX_FILE_BYTES);
+    const char *env[] = {file_kv, NULL};
+    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(proxy), .env = env};
+    return sggw_gateway_start(&o);
+}
+
+static int group_setup(void **state)
+{
+    proxy_id = sgtest_new_proxy_id();
+    if (proxy_id == NULL || (proxy = start_proxy()) == NULL)
+        return -1;
+    gw = start_gateway();
+    return gw != NULL ? 0 : -1;
+}
+
+/* After every test: the logs when it failed; both servers must have lived
+ * through it (they are started again so that later tests still run). */
+static int after_test(void **state)
+{
+    int rc = 0;
+    sggw_after_test();
+    cleanup_extra();
+    if (!sgtest_proxy_alive(proxy)) {
+        fprintf(stderr, "the proxy died during this test\n");
+        sgtest_proxy_print_log(proxy, 60);
+        sgtest_proxy_kill9(proxy);
+        proxy = start_proxy();
+        rc = -1;
+    }
+    if (!sggw_gateway_alive(gw)) {
+        fprintf(stderr, "the gateway died during this test\n");
+        sggw_gateway_print_log(gw, 80);
+        sggw_gateway_kill9(gw);
+        gw = start_gateway();
+        rc = -1;
+    }
+    return rc;
+}
+
+static int group_teardown(void **state)
+{
+    int rc = 0;
+    if (gw != NULL) {
+        int st = sggw_gateway_stop(gw);
+        gw = NULL;
+        if (st != 0) {
+            fprintf(stderr, "teardown: the gateway did not exit with status 0 on SIGTERM (wait status %d)\n", st);
+            rc = -1;
+        }
+    }
+    if (proxy != NULL) {
+        sggw_proxy_close_all(proxy);
+        sgtest_proxy_stop(proxy);
+        proxy = NULL;
+    }
+    int left = sgtest_docker_count(proxy_id);
+    if (left != 0) {
+        fprintf(stderr, "teardown: %d container(s) of %s remain after the proxy stopped\n", left, proxy_id);
+        sgtest_docker_remove_all(proxy_id);
+        rc = -1;
+    }
+    free(proxy_id);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * 1. Authentication
+ * ------------------------------------------------------------------------ */
+
+SGGW_TEST(test_auth_matrix)
+{
+    char *tok = sggw_new_tenant(data_dir(), "auth-a", NULL);
+    char u[37], path[256], hdr[512];
+    sgtest_reply_t r;
+    random_uuid(u);
+
+    /* GET / needs no token */
+    sggw_call(gw, NULL, "GET", "/", NULL, &r);
+    json_object *o = SG_EXPECT_JSON(&r, 200);
+    sgtest_reply_free(&r);
+    SG_CHECK(strcmp(SG_STR(o, "status"), "ok") == 0, o, "GET / must answer {\"status\":\"ok\"}");
+    json_object_put(o);
+
+    /* every other public route: 401 without a token */
+    struct {
+        const char *method, *path, *body;
+    } routes[] = {
+        {"GET", "/sessions", NULL},
+        {"POST", "/sessions", "{\"lang\":\"python\"}"},
+        {"GET", "/sessions/%s", NULL},
+        {"DELETE", "/sessions/%s", NULL},
+        {"POST", "/sessions/%s/execute", "{\"code\":\"print(1)\"}"},
+        {"POST", "/sessions/%s/commands", "{\"command\":\"ls\"}"},
+        {"GET", "/sessions/%s/files?path=a.txt", NULL},
+        {"PUT", "/sessions/%s/files?path=a.txt", "hello"},
+        {"POST", "/execute", "{\"code\":\"print(1)\",\"lang\":\"python\"}"},
+    };
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        pathf(path, sizeof(path), routes[i].path, u);
+        sggw_call(gw, NULL, routes[i].method, path, routes[i].body, &r);
+        if (r.status != 401)
+            fprintf(stderr, "route %s %s:\n", routes[i].method, path);
+        EXPECT_401(&r);
+        sgtest_reply_free(&r);
+    }
+
+    /* the token works, with the scheme in any case */
+    sggw_call(gw, tok, "GET", "/sessions", NULL, &r);
+    SG_ASSERT_STATUS(&r, 200);
+    sgtest_reply_free(&r);
+    pathf(hdr, sizeof(hdr), "Authorization: bearer %s", tok);
+    const char *lower[] = {hdr, NULL};
+    call_hdr("GET", "/sessions", lower, NULL, NULL, &r);
+    SG_ASSERT_STATUS(&r, 200);
+    sgtest_reply_free(&r);
+
+    /* malformed and unknown tokens */
+    char *fake = sggw_fake_token(NULL);
+    char pub[9];
+    memcpy(pub, tok + 4, 8);
+    pub[8] = '\0';
+    char *wrong_secret = sggw_fake_token(pub);
+    char long_tok[300];
+    memset(long_tok, 'a', sizeof(long_tok) - 1);
+    long_tok[sizeof(long_tok) - 1] = '\0';
+    memcpy(long_tok, "sgk_", 4);
+    char truncated[64];
+    snprintf(truncated, sizeof(truncated), "%.*s", 55, tok);
+    const char *bad[] = {"Authorization: Bearer", "Authorization: Bearer ", "Authorization: Basic dXNlcjpwYXNz",
+                         "Authorization: Bearer not-a-token", NULL, NULL, NULL, NULL, NULL};
+    char b1[400], b2[400], b3[400], b4[400], b5[400];
+    pathf(b1, sizeof(b1), "Authorization: Bearer %s", fake);
+    pathf(b2, sizeof(b2), "Authorization: Bearer %s", wrong_secret);
+    pathf(b3, sizeof(b3), "Authorization: Bearer %s", long_tok);
+    pathf(b4, sizeof(b4), "Authorization: Bearer %s", truncated);
+    pathf(b5, sizeof(b5), "Authorization: %s", tok); /* no scheme */
+    const char *more[] = {b1, b2, b3, b4, b5};
+    size_t nbad = 4;
+    for (size_t i = 0; i < 5; i++)
+        bad[nbad++] = more[i];
+    for (size_t i = 0; i < nbad; i++) {
+        const char *h[] = {bad[i], NULL};
+        call_hdr("GET", "/sessions", h, NULL, NULL, &r);
+        if (r.status != 401)
+            fprintf(stderr, "header \"%.80s\":\n", bad[i]);
+        EXPECT_401(&r);
+        sgtest_reply_free(&r);
+        /* nothing runs on a bad token */
+        call_hdr("POST", "/execute", h, "{\"code\":\"print(1)\"}", "application/json", &r);
+        EXPECT_401(&r);
+        sgtest_reply_free(&r);
+    }
+    free(fake);
+    free(wrong_secret);
+
+    /* revocation takes effect at once, token by token */
+    char *t2 = sggw_new_token(data_dir(), "auth-a");
+    char *t3 = sggw_new_token(data_dir(), "auth-a");
+    char *t4 = sggw_new_token(data_dir(), "auth-a");
+    sggw_call(gw, t2, "GET", "/sessions", NULL, &r);
+    SG_ASSERT_STATUS(&r, 200);
+    sgtest_reply_free(&r);
+    char pub2[9];
+    snprintf(pub2, sizeof(pub2), "%.8s", t2 + 4);
+    char *out = NULL;
+    SG_CHECK(sggw_admin(data_dir(), &out, "token", "revoke", pub2, NULL) == 0, NULL, "token revoke %s failed", pub2);
+    free(out);
+    sggw_call(gw, t2, "GET", "/sessions", NULL, &r);
+    EXPECT_401(&r);
+    sgtest_reply_free(&r);
+    /* by the whole token */
+    SG_CHECK(sggw_admin(data_dir(), &out, "token", "revoke", t3, NULL) == 0, NULL, "token revoke <token> failed");
+    free(out);
+    sggw_call(gw, t3, "POST", "/execute", "{\"code\":\"print(1)\"}", &r);
+    EXPECT_401(&r);
+    sgtest_reply_free(&r);
+    /* through the admin API */
+    char pub4[9];
+    snprintf(pub4, sizeof(pub4), "%.8s", t4 + 4);
+    pathf(path, sizeof(path), "/admin/tokens/%s", pub4);
+    sggw_admin_call(gw, "DELETE", path, NULL, &r);
+    SG_ASSERT_STATUS(&r, 200);
+    sgtest_reply_free(&r);
+    sggw_call(gw, t4, "GET", "/sessions", NULL, &r);
+    EXPECT_401(&r);
+    sgtest_reply_free(&r);
+    /* the others of the tenant still work */
+    sggw_call(gw, tok, "GET", "/sessions", NULL, &r);
+    SG_ASSERT_STATUS(&r, 200);
+    sgtest_reply_free(&r);
+    /* `token list` shows the revocations */
+    SG_CHECK(sggw_admin(data_dir(), &out, "token", "list", "auth-a", NULL) == 0, NULL, "token list failed");
+    char needle[64];
+    pathf(needle, sizeof(needle), "public_id=%s created=", pub2);
+    char *line = strstr(out, needle);
+    SG_CHECK(line != NULL && strstr(line, "revoked=-") != strstr(line, "revoked="), NULL,
+             "token list must show %s revoked:\n%s", pub2, out);
+    free(out);
+
+    /* a disabled tenant is locked out at once, and back when enabled */
+    const char *off[] = {"disabled=1", NULL}, *on[] = {"disabled=0", NULL};
+    sggw_tenant_set(data_dir(), "auth-a", off);
+    sggw_call(gw, tok, "GET", "/sessions", NULL, &r);
+    EXPECT_401(&r);
+    sgtest_reply_free(&r);
+    sggw_call(gw, tok, "POST", "/execute", "{\"code\":\"print(1)\"}", &r);
+    EXPECT_401(&r);
+    sgtest_reply_free(&r);
+    sggw_tenant_set(data_dir(), "auth-a", on);
+    sggw_call(gw, tok, "GET", "/sessions", NULL, &r);
+    SG_ASSERT_STATUS(&r, 200);
+    sgtest_reply_free(&r);
+
+    /* admin routes: no token, a wrong one, a tenant's one -> 401; the right one -> 200 */
+    struct {
+        const char *method, *path, *body;
+        long ok;
+    } admin[] = {
+        {"GET", "/admin/tenants", NULL, 200},
+        {"GET", "/admin/tenants/auth-a", NULL, 200},
+        {"GET", "/admin/tenants/auth-a/tokens", NULL, 200},
+        {"GET", "/admin/sessions", NULL, 200},
+        {"GET", "/admin/sessions?tenant=auth-a", NULL, 200},
+        {"GET", "/admin/usage?tenant=auth-a", NULL, 200},
+        {"PATCH", "/admin/tenants/auth-a", "{\"burst\":61}", 200},
+        {"POST", "/admin/tenants", "{\"name\":\"auth-admin-made\"}", 201},
+        {"POST", "/admin/tenants/auth-a/tokens", "{\"label\":\"x\"}", 201},
+    };
+    char *wrong_admin = sggw_fake_token(NULL);
+    for (size_t i = 0; i < sizeof(admin) / sizeof(admin[0]); i++) {
+        const char *who[] = {NULL, wrong_admin, tok};
+        for (size_t k = 0; k < 3; k++) {
+            sggw_call(gw, who[k], admin[i].method, admin[i].path, admin[i].body, &r);
+            if (r.status != 401)
+                fprintf(stderr, "admin route %s %s, token %zu:\n", admin[i].method, admin[i].path, k);
+            EXPECT_401(&r);
+            sgtest_reply_free(&r);
+        }
+        sggw_admin_call(gw, admin[i].method, admin[i].path, admin[i].body, &r);
+        if (r.status != admin[i].ok)
+            fprintf(stderr, "admin route %s %s with the admin token:\n", admin[i].method, admin[i].path);
+        o = SG_EXPECT_JSON(&r, admin[i].ok);
+        sgtest_reply_free(&r);
+        json_object_put(o);
+    }
+    free(wrong_admin);
+    /* and the admin token is no tenant token */
+    sggw_call(gw, sggw_gateway_admin_token(gw), "GET", "/sessions", NULL, &r);
+    EXPECT_401(&r);
+    sgtest_reply_free(&r);
+
+    free(t2);
+    free(t3);
+    free(t4);
+    free(tok);
+}
+
+/* What sandgate-admin changes in the SQLite file reaches a running gateway
+ * at once, and what the gateway writes reaches the file, with the default
+ * number of DB threads (2). */
+SGGW_TEST(test_admin_changes_reach_gateway)
+{
+    const char *env[] = {"SANDGATE_DB_WORKERS=2", NULL};
+    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(proxy), .env = env};
+    sggw_gateway_t *g2 = extra_gw = sggw_gateway_start(&opts);
+    SG_CHECK(g2 != NULL, NULL, "cannot start a gateway");
+    const char *dir = sggw_gateway_data_dir(g2);
+    char *tok = sggw_new_tenant(dir, "live-admin", NULL);
+    char url[256];
+    sgtest_reply_t r;
+
+    /* a burst, so that both DB threads have opened their connection */
+    enum { N = 16 };
+    sggw_par_req_t q[N];
+    snprintf(url, sizeof(url), "%s/sessions", sggw_gateway_url(g2));
+    memset(q, 0, sizeof(q));
+    for (int i = 0; i < N; i++)
+        q[i] = (sggw_par_req_t){.method = "GET", .url = url, .token = tok, .timeout_s = 30};
+    SG_CHECK(sggw_parallel(q, N) == 0, NULL, "cannot start threads");
+    for (int i = 0; i < N; i++) {
+        SG_ASSERT_STATUS(&q[i].reply, 200);
+        sgtest_reply_free(&q[i].reply);
+    }
+
+    /* a token made now works at once, on every request */
+    char *t2 = sggw_new_token(dir, "live-admin");
+    for (int i = 0; i < 10; i++) {
+        sggw_call(g2, t2, "GET", "/sessions", NULL, &r);
+        if (r.status != 200)
+            fprintf(stderr, "request %d with a token sandgate-admin made while the gateway runs:\n", i + 1);
+        SG_ASSERT_STATUS(&r, 200);
+        sgtest_reply_free(&r);
+    }
+    /* a revocation applies at once, on every request */
+    char *out = NULL;
+    SG_CHECK(sggw_admin(dir, &out, "token", "revoke", tok, NULL) == 0, NULL, "token revoke failed");
+    free(out);
+    for (int i = 0; i < 10; i++) {
+        sggw_call(g2, tok, "GET", "/sessions", NULL, &r);
+        if (r.status != 401)
+            fprintf(stderr, "request %d with a token revoked by sandgate-admin:\n", i + 1);
+        EXPECT_401(&r);
+        sgtest_reply_free(&r);
+    }
+    /* a new cap applies at once */
+    const char *cap[] = {"max_timeout=2", NULL};
+    sggw_tenant_set(dir, "live-admin", cap);
+    for (int i = 0; i < 4; i++) {
+        sggw_call(g2, t2, "POST", "/execute", "{\"code\":\"print(1)\",\"timeout\":5}", &r);
+        expect_bad_field(&r, "timeout");
+        sgtest_reply_free(&r);
+    }
+    /* and the gateway's own writes reach the file */
+    json_object *o = ephemeral(g2, t2, "{\"code\":\"print(1)\",\"lang\":\"python\"}");
+    json_object_put(o);
+    double deadline = sgtest_now() + 5;
+    for (;;) {
+        SG_CHECK(sggw_admin(dir, &out, "--json", "usage", "live-admin", NULL) == 0, NULL, "usage failed");
+        json_object *u = json_tokener_parse(out);
+        free(out);
+        SG_CHECK(u != NULL, NULL, "usage --json printed no JSON");
+        int64_t n = SG_INT(u, "executions");
+        json_object_put(u);
+        if (n == 1)
+            break;
+        SG_CHECK(sgtest_now() < deadline, NULL,
+                 "sandgate-admin usage shows %lld executions 5 s after the gateway answered one", (long long)n);
+        usleep(100000);
+    }
+    free(t2);
+    free(tok);
+    extra_gw = NULL;
+    SG_CHECK(sggw_gateway_stop(g2) == 0, NULL, "the gateway did not exit with status 0");
+}
+
+/* A session is usable, listed, and then gone, at once: the reply to
+ * POST /sessions and to DELETE means the records say so already — with the
+ * default 2 DB threads, which may take the next request's job before the
+ * previous one's record is written. (Tenant and token are made before the
+ * gateway's DB threads open the file, and no sandgate-admin runs after.) */
+SGGW_TEST(test_create_then_use_at_once)
+{
+    const char *env[] = {"SANDGATE_DB_WORKERS=2", NULL};
+    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(proxy), .env = env};
+    sggw_gateway_t *g2 = extra_gw = sggw_gateway_start(&opts);
+    SG_CHECK(g2 != NULL, NULL, "cannot start a gateway");
+    char *tok = sggw_new_tenant(sggw_gateway_data_dir(g2), "at-once", NULL);
+    char path[256];
+    sgtest_reply_t r;
+
+    for (int i = 0; i < 6; i++) {
+        char *sid = sggw_create_session(g2, tok, NULL, NULL);
+        pathf(path, sizeof(path), "/sessions/%s/execute", sid);
+        sggw_call(g2, tok, "POST", path, "{\"code\":\"print(1)\"}", &r);
+        if (r.status != 200)
+            fprintf(stderr, "round %d: an execute right after the create:\n", i + 1);
+        SG_ASSERT_STATUS(&r, 200);
+        sgtest_reply_free(&r);
+        SG_CHECK(sggw_lists(g2, tok, sid), NULL, "round %d: GET /sessions right after the create must list %s", i + 1,
+                 sid);
+        sggw_delete_session(g2, tok, sid);
+        SG_CHECK(!sggw_lists(g2, tok, sid), NULL, "round %d: GET /sessions right after DELETE still lists %s", i + 1,
+                 sid);
+        free(sid);
+    }
+    free(tok);
+    extra_gw = NULL;
+    SG_CHECK(sggw_gateway_stop(g2) == 0, NULL, "the gateway did not exit with status 0");
+}
+
+/* Every reply's headers are well formed: the rate-limit headers carry
+ * numbers, and a libcurl client can read every reply. */
+SGGW_TEST(test_reply_headers_well_formed)
+{
+    char *tok = sggw_new_tenant(data_dir(), "headers", NULL);
+    sgtest_reply_t r;
+    sggw_call(gw, tok, "GET", "/sessions", NULL, &r);
+    SG_ASSERT_STATUS(&r, 200);
+    const char *names[] = {"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"};
+    for (size_t i = 0; i < 3; i++) {
+        char *v = sgtest_reply_header(&r, names[i]);
+        SG_CHECK(v != NULL && *v != '\0' && strspn(v, "0123456789") == strlen(v), NULL,
+                 "%s must be a decimal number; the reply's headers:\n%s", names[i], r.headers);
+        if (i == 0)
+            SG_CHECK(strcmp(v, "60") == 0, NULL, "X-RateLimit-Limit must be the burst, 60 (got %s)", v);
+        free(v);
+    }
+    sgtest_reply_free(&r);
+
+    char url[256], auth[128];
+    snprintf(url, sizeof(url), "%s/sessions", sggw_gateway_url(gw));
+    snprintf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
+    const char *h[] = {auth, NULL};
+    for (int i = 0; i < 30; i++) {
+        sggw_http_curl("GET", url, NULL, 0, NULL, h, 30, &r);
+        if (r.status != 200)
+            fprintf(stderr, "libcurl, request %d: %s\n", i + 1, r.error);
+        SG_ASSERT_STATUS(&r, 200);
+        sgtest_reply_free(&r);
+    }
+    free(tok);
+}
+
+/* ------------------------------------------------------------------------
+ * 2. Tenants cannot see each other
+ * ------------------------------------------------------------------------ */
+
+/* An answer of tenant B about A's session must look exactly like one
+ * about a session that never existed. */
+static void expect_like_missing(const char *tok, const char *method, const char *fmt, const char *body,
+                                const char *ctype, const char *sid, const char *nosuch)
+{
+    char p1[256], p2[256];
+    sgtest_reply_t r1, r2;
+    pathf(p1, sizeof(p1), fmt, sid);
+    pathf(p2, sizeof(p2), fmt, nosuch);
+    char auth[128];
+    pathf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
+    const char *h[] = {auth, NULL};
+    call_hdr(method, p1, h, body, ctype, &r1);
+    call_hdr(method, p2, h, body, ctype, &r2);
+    if (r1.status != 404)
+        fprintf(stderr, "%s %s as another tenant:\n", method, p1);
+    json_object *o1 = SG_EXPECT_ERROR(&r1, 404, NULL);
+    json_object *o2 = SG_EXPECT_ERROR(&r2, 404, NULL);
+    SG_CHECK(strcmp(SG_STR(o1, "code"), SG_STR(o2, "code")) == 0, o1,
+             "another tenant's session must answer like a missing one (code \"%s\")", SG_STR(o2, "code"));
+    json_object_put(o1);
+    json_object_put(o2);
+    sgtest_reply_free(&r1);
+    sgtest_reply_free(&r2);
+}
+
+SGGW_TEST(test_cross_tenant)
+{
+    char *ta = sggw_new_tenant(data_dir(), "iso-a", NULL);
+    char *tb = sggw_new_tenant(data_dir(), "iso-b", NULL);
+    char nosuch[37], path[256];
+    sgtest_reply_t r;
+    random_uuid(nosuch);
+
+    char *sa = sggw_create_session(gw, ta, NULL, NULL);
+    json_object *o = sggw_execute(gw, ta, sa, "secret = 42\nprint('set')", 0);
+    expect_stdout(o, "set\n");
+    json_object_put(o);
+
+    expect_like_missing(tb, "GET", "/sessions/%s", NULL, NULL, sa, nosuch);
+    expect_like_missing(tb, "POST", "/sessions/%s/execute", "{\"code\":\"print(secret)\"}", "application/json", sa,
+                        nosuch);
+    expect_like_missing(tb, "POST", "/sessions/%s/commands", "{\"command\":\"echo hi > /sandbox/b.txt\"}",
+                        "application/json", sa, nosuch);
+    expect_like_missing(tb, "PUT", "/sessions/%s/files?path=b.txt", "from b", "application/octet-stream", sa, nosuch);
+    expect_like_missing(tb, "GET", "/sessions/%s/files?path=b.txt", NULL, NULL, sa, nosuch);
+    expect_like_missing(tb, "DELETE", "/sessions/%s", NULL, NULL, sa, nosuch);
+
+    /* A's session is untouched: alive, its state kept, no file from B */
+    o = sggw_execute(gw, ta, sa, "print(secret)", 0);
+    expect_stdout(o, "42\n");
+    json_object_put(o);
+    pathf(path, sizeof(path), "/sessions/%s/files?path=b.txt", sa);
+    sggw_call(gw, ta, "GET", path, NULL, &r);
+    o = SG_EXPECT_ERROR(&r, 404, NULL);
+    sgtest_reply_free(&r);
+    json_object_put(o);
+    pathf(path, sizeof(path), "/sessions/%s", sa);
+    sggw_call(gw, ta, "GET", path, NULL, &r);
+    o = SG_EXPECT_JSON(&r, 200);
+    sgtest_reply_free(&r);
+    SG_CHECK(strcmp(SG_STR(o, "session_id"), sa) == 0, o, "GET /sessions/{id} names another session");
+    json_object_put(o);
+
+    /* each tenant lists only its own */
+    char *sb = sggw_create_session(gw, tb, NULL, NULL);
+    json_object *la = sggw_list_sessions(gw, ta), *lb = sggw_list_sessions(gw, tb);
+    SG_CHECK(sgtest_json_array_has_string(SG_ARR(la, "sessions"), sa), la, "A does not list its session %s", sa);
+    SG_CHECK(!sgtest_json_array_has_string(SG_ARR(la, "sessions"), sb), la, "A lists B's session %s", sb);
+    SG_CHECK(json_object_array_length(SG_ARR(la, "sessions")) == 1, la, "A has exactly one session");
+    SG_CHECK(sgtest_json_array_has_string(SG_ARR(lb, "sessions"), sb), lb, "B does not list its session %s", sb);
+    SG_CHECK(json_object_array_length(SG_ARR(lb, "sessions")) == 1, lb, "B has exactly one session");
+    json_object_put(la);
+    json_object_put(lb);
+
+    /* the admin view agrees */
+    sggw_admin_call(gw, "GET", "/admin/sessions?tenant=iso-a", NULL, &r);
+    o = SG_EXPECT_JSON(&r, 200);
+    sgtest_reply_free(&r);
+    json_object *arr = SG_ARR(o, "sessions");
+    SG_CHECK(json_object_array_length(arr) == 1 &&
+                 strcmp(SG_STR(json_object_array_get_idx(arr, 0), "session_id"), sa) == 0,
+             o, "GET /admin/sessions?tenant=iso-a must list exactly %s", sa);
+    json_object_put(o);
+
+    sggw_delete_session(gw, tb, sb);
+    sggw_delete_session(gw, ta, sa);
+    SG_CHECK(!sggw_lists(gw, ta, sa), NULL, "A still lists %s after DELETE", sa);
+    free(sa);
+    free(sb);
+    free(ta);
+    free(tb);
+}
+
+/* ------------------------------------------------------------------------
+ * 3. The seeds' README examples, through the gateway
+ * ------------------------------------------------------------------------ */
+
+SGGW_TEST(test_seed003_examples)
+{
+    char *tok = sggw_new_tenant(data_dir(), "seed003", NULL);
+    sgtest_reply_t r;
+    char path[256];
+
+    /* Health Check */
+    sggw_call(gw, tok, "GET", "/", NULL, &r);
+    json_object *o = SG_EXPECT_JSON(&r, 200);
+    sgtest_reply_free(&r);
+    SG_CHECK(strcmp(SG_STR(o, "status"), "ok") == 0, o, "GET /");
+    json_object_put(o);
+
+    /* Create Session, as documented */
+    char *doc = sggw_create_session(gw, tok, "{\"lang\": \"python\", \"keep_template\": false}", NULL);
+    /* Execute Code in Session, as documented */
+    pathf(path, sizeof(path), "/sessions/%s/execute", doc);
+    o = sggw_post_result(gw, tok, path,
+                         json_tokener_parse("{\"code\": \"print('Hello, World!')\", \"libraries\": [\"numpy\"]}"));
+    expect_stdout(o, "Hello, World!\n");
+    SG_CHECK(strcmp(SG_STR(o, "stderr"), "") == 0 && SG_INT(o, "exit_code") == 0, o, "documented reply");
+    json_object_put(o);
+
+    /* Example Usage: Session-based Execution */
+    char *sid = sggw_create_session(gw, tok, "{\"lang\": \"python\"}", NULL);
+    pathf(path, sizeof(path), "/sessions/%s/execute", sid);
+    o = sggw_post_result(gw, tok, path,
+                         json_tokener_parse("{\"code\": \"import numpy as np\\nprint(np.array([1,2,3]).mean())\","
+                                            " \"libraries\": [\"numpy\"]}"));
+    expect_stdout(o, "2.0\n");
+    expect_success(o);
+    json_object_put(o);
+    /* 3. state is preserved: np is still defined */
+    o = sggw_post_result(gw, tok, path,
+                         json_tokener_parse("{\"code\": \"print(\\\"Previous imports are still available\\\")\\n"
+                                            "print(np.__version__)\"}"));
+    expect_success(o);
+    const char *out = SG_STR(o, "stdout");
+    const char *first = "Previous imports are still available\n";
+    SG_CHECK(strncmp(out, first, strlen(first)) == 0, o, "the first line");
+    const char *ver = out + strlen(first);
+    SG_CHECK(ver[0] >= '1' && ver[0] <= '9' && strchr(ver, '.') != NULL && ver[strlen(ver) - 1] == '\n', o,
+             "np.__version__ must print a version: np is still defined in the session");
+    json_object_put(o);
+
+    /* List Sessions */
+    json_object *l = sggw_list_sessions(gw, tok);
+    SG_CHECK(sgtest_json_array_has_string(SG_ARR(l, "sessions"), sid), l, "GET /sessions must list %s", sid);
+    SG_CHECK(sgtest_json_array_has_string(SG_ARR(l, "sessions"), doc), l, "GET /sessions must list %s", doc);
+    json_object_put(l);
+
+    /* 4. Clean up: Close Session -> {"status": "closed"} */
+    sggw_delete_session(gw, tok, sid);
+    sggw_delete_session(gw, tok, doc);
+    l = sggw_list_sessions(gw, tok);
+    SG_CHECK(!sgtest_json_array_has_string(SG_ARR(l, "sessions"), sid), l, "a closed session is still listed");
+    SG_CHECK(json_object_array_length(SG_ARR(l, "sessions")) == 0, l, "no sessions are left");
+    json_object_put(l);
+    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    SG_CHECK(cid == NULL || sgtest_docker_wait_gone(cid, REMOVAL_S, NULL) == 0, NULL,
+             "the container of closed session %s remains", sid);
+    free(cid);
+    pathf(path, sizeof(path), "/sessions/%s/execute", sid);
+    sggw_call(gw, tok, "POST", path, "{\"code\":\"print(1)\"}", &r);
+    o = SG_EXPECT_ERROR(&r, 404, NULL);
+    sgtest_reply_free(&r);
+    json_object_put(o);
+
+    /* Execute Code (Ephemeral), as documented */
+    o = ephemeral(gw, tok,
+                  "{\"code\": \"print('Hello, World!')\", \"lang\": \"python\", \"keep_template\": false,"
+                  " \"libraries\": []}");
+    expect_stdout(o, "Hello, World!\n");
+    SG_CHECK(strcmp(SG_STR(o, "stderr"), "") == 0 && SG_INT(o, "exit_code") == 0, o, "documented reply");
+    json_object_put(o);
+    /* Ephemeral Execution example */
+    o = ephemeral(gw, tok, "{\"code\": \"import sys\\nprint(f\\\"Python {sys.version}\\\")\", \"lang\": \"python\"}");
+    expect_success(o);
+    SG_CHECK(strncmp(SG_STR(o, "stdout"), "Python 3.", 9) == 0, o, "stdout must start with \"Python 3.\"");
+    json_object_put(o);
+    /* With Error Handling */
+    o = ephemeral(gw, tok, "{\"code\": \"print(undefined_variable)\", \"lang\": \"python\"}");
+    SG_CHECK(SG_INT(o, "exit_code") == 1, o, "exit_code must be 1");
+    SG_CHECK(strcmp(SG_STR(o, "stdout"), "") == 0, o, "stdout must be empty");
+    SG_CHECK(strstr(SG_STR(o, "stderr"), "NameError: name 'undefined_variable' is not defined") != NULL, o,
+             "stderr must hold the NameError");
+    SG_CHECK(!SG_BOOL(o, "success"), o, "a failed run is no success");
+    json_object_put(o);
+    free(sid);
+    free(doc);
+    free(tok);
+}
+
+SGGW_TEST(test_seed000_examples)
+{
+    char *tok = sggw_new_tenant(data_dir(), "seed000", NULL);
+    char path[256];
+
+    /* Create Session / Execute Code / List Sessions / Stop Session */
+    json_object *created = NULL;
+    char *sid = sggw_create_session(gw, tok, "{\"lang\": \"python\", \"keep_template\": false}", &created);
+    SG_CHECK(strcmp(SG_STR(created, "session_id"), sid) == 0, created, "session_id");
+    json_object_put(created);
+    pathf(path, sizeof(path), "/sessions/%s/execute", sid);
+    json_object *o = sggw_post_result(
+        gw, tok, path, json_tokener_parse("{\"code\": \"print('Hello, World!')\", \"libraries\": [\"numpy\"]}"));
+    expect_stdout(o, "Hello, World!\n");
+    SG_CHECK(strcmp(SG_STR(o, "stderr"), "") == 0 && SG_INT(o, "exit_code") == 0, o, "documented reply");
+    json_object_put(o);
+    json_object *l = sggw_list_sessions(gw, tok);
+    SG_CHECK(json_object_array_length(SG_ARR(l, "sessions")) == 1 &&
+                 sgtest_json_array_has_string(SG_ARR(l, "sessions"), sid),
+             l, "GET /sessions must list exactly %s", sid);
+    json_object_put(l);
+    sggw_delete_session(gw, tok, sid);
+    free(sid);
+
+    /* Example Usage: create, numpy, clean up */
+    sid = sggw_create_session(gw, tok, "{\"lang\": \"python\"}", NULL);
+    pathf(path, sizeof(path), "/sessions/%s/execute", sid);
+    o = sggw_post_result(gw, tok, path,
+                         json_tokener_parse("{\"code\": \"import numpy as np\\nprint(np.array([1,2,3]).mean())\","
+                                            " \"libraries\": [\"numpy\"]}"));
+    expect_stdout(o, "2.0\n");
+    expect_success(o);
+    json_object_put(o);
+    sggw_delete_session(gw, tok, sid);
+    SG_CHECK(!sggw_lists(gw, tok, sid), NULL, "%s is still listed after DELETE", sid);
+    free(sid);
+    free(tok);
+}
+
+/* ------------------------------------------------------------------------
+ * 4. Bad input
+ * ------------------------------------------------------------------------ */
+
+SGGW_TEST(test_bad_input)
+{
+    char *tok = sggw_new_tenant(data_dir(), "bad-input", NULL);
+    char auth[128], path[256];
+    sgtest_reply_t r;
+    json_object *o;
+    pathf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
+    const char *h[] = {auth, NULL};
+
+    /* malformed JSON */
+    const char *broken[] = {"{\"lang\":", "not json", "{\"lang\":\"python\"} trailing", "[1,2]", "\"python\""};
+    for (size_t i = 0; i < sizeof(broken) / sizeof(broken[0]); i++) {
+        call_hdr("POST", "/sessions", h, broken[i], "application/json", &r);
+        if (r.status != 400)
+            fprintf(stderr, "body %s:\n", broken[i]);
+        o = SG_EXPECT_ERROR(&r, 400, "bad_json");
+        sgtest_reply_free(&r);
+        json_object_put(o);
+    }
+    call_hdr("POST", "/execute", h, "{\"code\": \"print(1)\"", "application/json", &r);
+    o = SG_EXPECT_ERROR(&r, 400, "bad_json");
+    sgtest_reply_free(&r);
+    json_object_put(o);
+    /* ill-typed fields */
+    call_hdr("POST", "/execute", h, "{\"code\":\"print(1)\",\"timeout\":\"ten\"}", "application/json", &r);
+    expect_bad_field(&r, "timeout");
+    sgtest_reply_free(&r);
+    call_hdr("POST", "/sessions", h, "{\"lang\":7}", "application/json", &r);
+    expect_bad_field(&r, "lang");
+    sgtest_reply_free(&r);
+
+    /* wrong content type */
+    call_hdr("POST", "/sessions", h, "{\"lang\":\"python\"}", "text/plain", &r);
+    o = SG_EXPECT_ERROR(&r, 415, NULL);
+    sgtest_reply_free(&r);
+    json_object_put(o);
+    call_hdr("POST", "/execute", h, "{\"code\":\"print(1)\"}", "application/x-www-form-urlencoded", &r);
+    o = SG_EXPECT_ERROR(&r, 415, NULL);
+    sgtest_reply_free(&r);
+    json_object_put(o);
+
+    /* unknown routes: 404; known paths with a wrong method: 405 with Allow */
+    const char *unknown[] = {"/nope", "/sessions/a/b/c/d", "/session", "/executes", "/sessions/x/run"};
+    for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++) {
+        call_hdr("GET", unknown[i], h, NULL, NULL, &r);
+        if (r.status != 404)
+            fprintf(stderr, "GET %s:\n", unknown[i]);
+        o = SG_EXPECT_ERROR(&r, 404, NULL);
+        sgtest_reply_free(&r);
+        json_object_put(o);
+    }
+    char nosuch[37];
+    random_uuid(nosuch);
+    pathf(path, sizeof(path), "/sessions/%s", nosuch);
+    call_hdr("GET", path, h, NULL, NULL, &r);
+    o = SG_EXPECT_ERROR(&r, 404, NULL);
+    sgtest_reply_free(&r);
+    json_object_put(o);
+    call_hdr("GET", "/sessions/not-a-session-id", h, NULL, NULL, &r);
+    o = SG_EXPECT_ERROR(&r, 404, NULL);
+    sgtest_reply_free(&r);
+    json_object_put(o);
+    struct {
+        const char *method, *path;
+    } wrong[] = {{"PUT", "/sessions"}, {"DELETE", "/execute"}, {"GET", "/execute"},
+                 {"POST", "/"},        {"POST", "/sessions/%s"}, {"GET", "/sessions/%s/execute"},
+                 {"DELETE", "/sessions/%s/files?path=a"}, {"POST", "/metrics"}};
+    for (size_t i = 0; i < sizeof(wrong) / sizeof(wrong[0]); i++) {
+        pathf(path, sizeof(path), wrong[i].path, nosuch);
+        call_hdr(wrong[i].method, path, h, NULL, NULL, &r);
+        if (r.status != 405)
+            fprintf(stderr, "%s %s:\n", wrong[i].method, path);
+        o = SG_EXPECT_ERROR(&r, 405, NULL);
+        char *allow = sgtest_reply_header(&r, "Allow");
+        SG_CHECK(allow != NULL && *allow != '\0', o, "a 405 must carry Allow");
+        free(allow);
+        sgtest_reply_free(&r);
+        json_object_put(o);
+    }
+
+    free(tok);
+}
+
+/* A file above the gateway's SANDGATE_MAX_FILE_BYTES is refused with 413
+ * (the proxy behind it takes more); one at the cap is accepted. */
+SGGW_TEST(test_file_cap)
+{
+    char *tok = sggw_new_tenant(data_dir(), "file-cap", NULL);
+    char auth[128], url[512];
+    sgtest_reply_t r;
+    json_object *o;
+    pathf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
+    const char *h[] = {auth, NULL};
+
+    char *sid = sggw_create_session(gw, tok, NULL, NULL);
+    size_t n = GW_MAX_FILE_BYTES + 1;
+    char *blob = malloc(n);
+    memset(blob, 'z', n);
+    pathf(url, sizeof(url), "%s/sessions/%s/files?path=at_cap.bin", sggw_gateway_url(gw), sid);
+    sggw_http("PUT", url, blob, GW_MAX_FILE_BYTES, "application/octet-stream", h, 0, &r);
+    o = SG_EXPECT_JSON(&r, 200);
+    SG_CHECK(SG_INT(o, "size") == GW_MAX_FILE_BYTES, o, "size");
+    sgtest_reply_free(&r);
+    json_object_put(o);
+    pathf(url, sizeof(url), "%s/sessions/%s/files?path=above_cap.bin", sggw_gateway_url(gw), sid);
+    sggw_http("PUT", url, blob, n, "application/octet-stream", h, 0, &r);
+    free(blob);
+    if (r.status != 413)
+        fprintf(stderr, "a file of SANDGATE_MAX_FILE_BYTES + 1 = %zu bytes through the gateway:\n", n);
+    o = SG_EXPECT_ERROR(&r, 413, NULL);
+    sgtest_reply_free(&r);
+    json_object_put(o);
+    sggw_delete_session(gw, tok, sid);
+    free(sid);
+    free(tok);
+}
+
+/* A JSON body above SANDGATE_MAX_BODY_BYTES (default 4 MiB): 413, as JSON
+ * like every error. */
+SGGW_TEST(test_json_body_too_large)
+{
+    char *tok = sggw_new_tenant(data_dir(), "json-too-large", NULL);
+    char auth[128], url[512];
+    sgtest_reply_t r;
+    pathf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
+    const char *h[] = {auth, NULL};
+    size_t big = ((size_t)4 << 20) + 4096;
+    char *body = malloc(big + 1);
+    memset(body, ' ', big);
+    memcpy(body, "{\"code\":\"#", 10);
+    memset(body + 10, 'x', big - 20);
+    memcpy(body + big - 10, "\"}", 2);
+    body[big] = '\0';
+    pathf(url, sizeof(url), "%s/execute", sggw_gateway_url(gw));
+    sggw_http("POST", url, body, big, "application/json", h, 0, &r);
+    free(body);
+    json_object *o = SG_EXPECT_ERROR(&r, 413, NULL);
+    sgtest_reply_free(&r);
+    json_object_put(o);
+    sggw_call(gw, tok, "GET", "/sessions", NULL, &r);
+    SG_ASSERT_STATUS(&r, 200);
+    sgtest_reply_free(&r);
+    free(tok);
+}
+
+/* Oversized headers get an error status (only the status is asserted:
+ * h2o answers such requests itself), and the gateway serves on: 1 MiB (more
+ * than h2o reads at all), then 100 KB. */
+static void big_header_request(size_t hl, const char *tok, sgtest_reply_t *r)
+{
+    char auth[128], url[512];
+    pathf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
+    char *hbig = malloc(hl + 16);
+    memcpy(hbig, "X-Filler: ", 10);
+    memset(hbig + 10, 'a', hl);
+    hbig[10 + hl] = '\0';
+    const char *hh[] = {auth, hbig, NULL};
+    pathf(url, sizeof(url), "%s/sessions", sggw_gateway_url(gw));
+    sggw_http("GET", url, NULL, 0, NULL, hh, 30, r);
+    free(hbig);
+}
+
+SGGW_TEST(test_oversized_header)
+{
+    char *tok = sggw_new_tenant(data_dir(), "big-header", NULL);
+    sgtest_reply_t r;
+    size_t sizes[] = {1 << 20, 100 * 1024};
+    for (size_t i = 0; i < 2; i++) {
+        big_header_request(sizes[i], tok, &r);
+        SG_CHECK(r.status >= 400 && r.status < 500, NULL,
+                 "a request with a %zu KiB header must get a 4xx; got HTTP %ld (%s)", sizes[i] >> 10, r.status,
+                 r.error);
+        sgtest_reply_free(&r);
+        sggw_call(gw, tok, "GET", "/sessions", NULL, &r);
+        SG_ASSERT_STATUS(&r, 200);
+        sgtest_reply_free(&r);
+    }
+    free(tok);
+}
+
+/* Every limit applies on its own: a JSON body above SANDGATE_MAX_BODY_BYTES
+ * is refused even when SANDGATE_MAX_FILE_BYTES is larger. */
+SGGW_TEST(test_body_cap_own_limit)
+{
+    const char *env[] = {"SANDGATE_MAX_BODY_BYTES=4096", "SANDGATE_MAX_FILE_BYTES=65536", NULL};
+    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(proxy), .env = env};
+    sggw_gateway_t *g2 = extra_gw = sggw_gateway_start(&opts);
+    SG_CHECK(g2 != NULL, NULL, "cannot start a second gateway");
+    char *tok = sggw_new_tenant(sggw_gateway_data_dir(g2), "body-cap", NULL);
+    sgtest_reply_t r;
+
+    size_t n = 8192;
+    char *body = malloc(n + 1);
+    memset(body, 'x', n);
+    memcpy(body, "{\"code\":\"#", 10);
+    memcpy(body + n - 2, "\"}", 2);
+    body[n] = '\0';
+    sggw_call(g2, tok, "POST", "/execute", body, &r);
+    if (r.status != 413)
+        fprintf(stderr, "an 8 KiB JSON body with SANDGATE_MAX_BODY_BYTES=4096:\n");
+    json_object *o = SG_EXPECT_ERROR(&r, 413, NULL);
+    sgtest_reply_free(&r);
+    json_object_put(o);
+    free(body);
+
+    sggw_call(g2, tok, "GET", "/sessions", NULL, &r);
+    SG_ASSERT_STATUS(&r, 200);
+    sgtest_reply_free(&r);
+    SG_CHECK(sggw_gateway_alive(g2), NULL, "the gateway died");
+    free(tok);
+    extra_gw = NULL;
+    SG_CHECK(sggw_gateway_stop(g2) == 0, NULL, "the second gateway did not exit with status 0");
+}
+
+/* ------------------------------------------------------------------------
+ * 5. The tenant's caps
+ * ------------------------------------------------------------------------ */
+
+SGGW_TEST(test_caps)
+{
+    const char *caps[] = {"max_timeout=5", "max_memory_mb=256", "max_cpus=1", "allowed_langs=python",
+                          "network_allowed=0", NULL};
+    char *tok = sggw_new_tenant(data_dir(), "capped", caps);
+    sgtest_reply_t r;
+    char path[256];
+
+    sggw_call(gw, tok, "POST", "/sessions", "{\"lang\":\"python\",\"timeout\":10}", &r);
+    expect_bad_field(&r, "timeout");
+    sgtest_reply_free(&r);
+    sggw_call(gw, tok, "POST", "/sessions", "{\"lang\":\"python\",\"memory_mb\":512}", &r);
+    expect_bad_field(&r, "memory_mb");
+    sgtest_reply_free(&r);
+    sggw_call(gw, tok, "POST", "/sessions", "{\"lang\":\"python\",\"cpus\":2}", &r);
+    expect_bad_field(&r, "cpus");
+    sgtest_reply_free(&r);
+    sggw_call(gw, tok, "POST", "/sessions", "{\"lang\":\"javascript\"}", &r);
+    expect_bad_field(&r, "lang");
+    sgtest_reply_free(&r);
+    sggw_call(gw, tok, "POST", "/sessions", "{\"lang\":\"python\",\"network\":true}", &r);
+    expect_bad_field(&r, "network");
+    sgtest_reply_free(&r);
+    sggw_call(gw, tok, "POST", "/execute", "{\"code\":\"console.log(1)\",\"lang\":\"javascript\"}", &r);
+    expect_bad_field(&r, "lang");
+    sgtest_reply_free(&r);
+    sggw_call(gw, tok, "POST", "/execute", "{\"code\":\"print(1)\",\"timeout\":10}", &r);
+    expect_bad_field(&r, "timeout");
+    sgtest_reply_free(&r);
+    json_object *l = sggw_list_sessions(gw, tok);
+    SG_CHECK(json_object_array_length(SG_ARR(l, "sessions")) == 0, l, "a refused create left a session");
+    json_object_put(l);
+
+    /* at the caps: accepted, and the container really has them */
+    json_object *created = NULL;
+    char *sid = sggw_create_session(gw, tok, "{\"lang\":\"python\",\"timeout\":5,\"memory_mb\":256,\"cpus\":1}",
+                                    &created);
+    json_object_put(created);
+    pathf(path, sizeof(path), "/sessions/%s/execute", sid);
+    sggw_call(gw, tok, "POST", path, "{\"code\":\"print(1)\",\"timeout\":10}", &r);
+    expect_bad_field(&r, "timeout");
+    sgtest_reply_free(&r);
+    json_object *o = sggw_execute(gw, tok, sid, "print('ok')", 5);
+    expect_stdout(o, "ok\n");
+    json_object_put(o);
+    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    SG_CHECK(cid != NULL, NULL, "no container for session %s", sid);
+    json_object *c = sgtest_docker_inspect(cid, NULL);
+    SG_CHECK(c != NULL, NULL, "cannot inspect %s", cid);
+    json_object *mem = sgtest_jpath(c, "HostConfig.Memory");
+    SG_CHECK(mem != NULL && json_object_get_int64(mem) == 256LL << 20, sgtest_jpath(c, "HostConfig"),
+             "the container must have 256 MiB");
+    SG_CHECK(strcmp(json_object_get_string(sgtest_jpath(c, "HostConfig.NetworkMode")), "none") == 0,
+             sgtest_jpath(c, "HostConfig"), "no network");
+    json_object_put(c);
+    free(cid);
+    sggw_delete_session(gw, tok, sid);
+    free(sid);
+
+    /* without fields, the defaults are capped by the tenant's caps */
+    sid = sggw_create_session(gw, tok, "{\"lang\":\"python\"}", &created);
+    json_object *lim = SG_OBJ(created, "limits");
+    SG_CHECK(SG_INT(lim, "memory_mb") <= 256, created, "default memory must be capped at 256 MiB");
+    SG_CHECK(SG_DBL(lim, "timeout") <= 5, created, "default timeout must be capped at 5 s");
+    SG_CHECK(SG_DBL(lim, "cpus") <= 1, created, "default cpus must be capped at 1");
+    json_object_put(created);
+    /* a run longer than the cap is cut at the cap */
+    double t0 = sgtest_now();
+    o = sggw_execute(gw, tok, sid, "import time\ntime.sleep(30)", 0);
+    double took = sgtest_now() - t0;
+    SG_CHECK(SG_BOOL(o, "timed_out"), o, "a 30 s sleep must time out at the tenant's 5 s cap");
+    SG_CHECK(took < 5 + 10, o, "took %.1f s", took);
+    json_object_put(o);
+    sggw_delete_session(gw, tok, sid);
+    free(sid);
+    free(tok);
+}
+
+/* ------------------------------------------------------------------------
+ * 11. Limits without Redis (this gateway keeps its state in memory)
+ * ------------------------------------------------------------------------ */
+
+SGGW_TEST(test_memory_state_limits)
+{
+    const char *q[] = {"rate_per_min=60", "burst=3", "max_sessions=2", NULL};
+    char *tok = sggw_new_tenant(data_dir(), "mem-limits", q);
+    char url[256];
+    enum { N = 10 };
+    sggw_par_req_t reqs[N];
+
+    snprintf(url, sizeof(url), "%s/sessions", sggw_gateway_url(gw));
+    memset(reqs, 0, sizeof(reqs));
+    for (int i = 0; i < N; i++)
+        reqs[i] = (sggw_par_req_t){.method = "GET", .url = url, .token = tok, .timeout_s = 30};
+    SG_CHECK(sggw_parallel(reqs, N) == 0, NULL, "cannot start threads");
+    int ok = 0, limited = 0;
+    double first = reqs[0].started, last = reqs[0].finished;
+    for (int i = 0; i < N; i++) {
+        ok += reqs[i].reply.status == 200;
+        limited += reqs[i].reply.status == 429;
+        if (reqs[i].started < first)
+            first = reqs[i].started;
+        if (reqs[i].finished > last)
+            last = reqs[i].finished;
+    }
+    SG_CHECK(last - first < 1.0, NULL, "the batch took %.2f s: a token came back meanwhile", last - first);
+    SG_CHECK(ok == 3 && limited == 7, NULL, "burst 3: expected 3 x 200 and 7 x 429, got %d and %d", ok, limited);
+    for (int i = 0; i < N; i++)
+        sgtest_reply_free(&reqs[i].reply);
+
+    /* the session cap, with a fresh bucket */
+    const char *q2[] = {"rate_per_min=600", "burst=60", NULL};
+    sggw_tenant_set(data_dir(), "mem-limits", q2);
+    char body[] = "{\"lang\":\"python\"}";
+    enum { M = 5 };
+    sggw_par_req_t creates[M];
+    memset(creates, 0, sizeof(creates));
+    for (int i = 0; i < M; i++)
+        creates[i] = (sggw_par_req_t){.method = "POST", .url = url, .token = tok, .body = body,
+                                      .body_len = strlen(body), .content_type = "application/json",
+                                      .timeout_s = 60};
+    /* the rate bucket of burst 3 may still be empty: wait until a request passes */
+    double deadline = sgtest_now() + 10;
+    for (;;) {
+        sgtest_reply_t r;
+        sggw_call(gw, tok, "GET", "/sessions", NULL, &r);
+        long st = r.status;
+        sgtest_reply_free(&r);
+        if (st == 200)
+            break;
+        SG_CHECK(sgtest_now() < deadline, NULL, "the rate limit did not let a request through within 10 s");
+        usleep(100000);
+    }
+    SG_CHECK(sggw_parallel(creates, M) == 0, NULL, "cannot start threads");
+    char *sids[M];
+    int made = 0, refused = 0;
+    for (int i = 0; i < M; i++) {
+        if (creates[i].reply.status == 200) {
+            json_object *o = SG_JSON(&creates[i].reply);
+            sids[made++] = strdup(SG_STR(o, "session_id"));
+            json_object_put(o);
+        } else if (creates[i].reply.status == 429) {
+            json_object *o = SG_EXPECT_ERROR(&creates[i].reply, 429, NULL);
+            json_object_put(o);
+            refused++;
+        } else {
+            SG_ASSERT_STATUS(&creates[i].reply, 200);
+        }
+        sgtest_reply_free(&creates[i].reply);
+    }
+    SG_CHECK(made == 2 && refused == 3, NULL, "max_sessions 2: expected 2 created and 3 x 429, got %d and %d", made,
+             refused);
+    sggw_delete_session(gw, tok, sids[0]);
+    char *again = sggw_create_session(gw, tok, NULL, NULL);
+    sggw_delete_session(gw, tok, again);
+    free(again);
+    for (int i = 0; i < made; i++) {
+        if (i > 0)
+            sggw_delete_session(gw, tok, sids[i]);
+        free(sids[i]);
+    }
+    free(tok);
+}
+
+/* ------------------------------------------------------------------------
+ * 14. /metrics, and 502 when the proxy is gone
+ * ------------------------------------------------------------------------ */
+
+static char *get_metrics(sggw_gateway_t *g)
+{
+    sgtest_reply_t r;
+    sggw_call(g, NULL, "GET", "/metrics", NULL, &r);
+    SG_ASSERT_STATUS(&r, 200);
+    char *ct = sgtest_reply_header(&r, "Content-Type");
+    SG_CHECK(ct != NULL && strncmp(ct, "text/plain", 10) == 0, NULL, "/metrics must be text/plain, not %s",
+             ct ? ct : "none");
+    free(ct);
+    char *text = r.body;
+    r.body = NULL;
+    sgtest_reply_free(&r);
+    return text;
+}
+
+static void expect_metric(const char *text, const char *name, const char *labels, double want)
+{
+    double got = sggw_metric(text, name, labels);
+    if (got != want) {
+        fprintf(stderr, "---- /metrics ----\n%s----\n", text);
+        SG_FAIL(NULL, "%s{%s} is %g, expected %g", name, labels, got, want);
+    }
+}
+
+SGGW_TEST(test_metrics)
+{
+    /* a proxy and a gateway of its own: counts are exact, and the proxy can go */
+    char *pid2 = extra_proxy_id = sgtest_new_proxy_id();
+    const char *penv[] = {"SANDGATE_POOL_SIZE=0", NULL};
+    sgtest_proxy_t *p2 = extra_proxy = sgtest_proxy_start(pid2, penv);
+    SG_CHECK(p2 != NULL, NULL, "cannot start a second proxy");
+    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(p2)};
+    sggw_gateway_t *g2 = extra_gw = sggw_gateway_start(&opts);
+    SG_CHECK(g2 != NULL, NULL, "cannot start a second gateway");
+    const char *q[] = {"max_sessions=1", NULL};
+    char *tok = sggw_new_tenant(sggw_gateway_data_dir(g2), "metrics", q);
+    const char *qr[] = {"rate_per_min=1", "burst=1", NULL};
+    char *slow = sggw_new_tenant(sggw_gateway_data_dir(g2), "metrics-slow", qr);
+    sgtest_reply_t r;
+
+    char *text = get_metrics(g2);
+    SG_CHECK(strstr(text, "# TYPE sandgate_requests_total counter") != NULL, NULL, "TYPE line");
+    SG_CHECK(strstr(text, "# TYPE sandgate_execution_duration_seconds histogram") != NULL, NULL, "TYPE line");
+    expect_metric(text, "sandgate_execution_duration_seconds_count", "", 0);
+    free(text);
+
+    json_object *o = ephemeral(g2, tok, "{\"code\":\"print(1)\",\"lang\":\"python\"}");
+    expect_success(o);
+    json_object_put(o);
+    o = ephemeral(g2, tok, "{\"code\":\"import sys; sys.exit(3)\",\"lang\":\"python\"}");
+    SG_CHECK(SG_INT(o, "exit_code") == 3, o, "exit code 3");
+    json_object_put(o);
+    sggw_call(g2, slow, "GET", "/sessions", NULL, &r);
+    SG_ASSERT_STATUS(&r, 200);
+    sgtest_reply_free(&r);
+    sggw_call(g2, slow, "GET", "/sessions", NULL, &r);
+    json_object_put(SG_EXPECT_ERROR(&r, 429, NULL));
+    sgtest_reply_free(&r);
+
+    /* the live-session gauge follows (it is refreshed by the reaper) */
+    char *sid = sggw_create_session(g2, tok, NULL, NULL);
+    double deadline = sgtest_now() + 5;
+    for (;;) {
+        text = get_metrics(g2);
+        double live = sggw_metric(text, "sandgate_live_sessions", "");
+        free(text);
+        if (live == 1)
+            break;
+        SG_CHECK(sgtest_now() < deadline, NULL, "sandgate_live_sessions did not become 1 (is %g)", live);
+        usleep(100000);
+    }
+    sggw_delete_session(g2, tok, sid);
+    free(sid);
+
+    /* the proxy goes away */
+    extra_proxy = NULL;
+    SG_CHECK(sgtest_proxy_stop(p2) == 0, NULL, "the second proxy did not stop cleanly");
+    sggw_call(g2, tok, "POST", "/execute", "{\"code\":\"print(1)\",\"lang\":\"python\"}", &r);
+    json_object_put(SG_EXPECT_ERROR(&r, 502, "proxy_unavailable"));
+    sgtest_reply_free(&r);
+    /* a failed create gives its slot back: max_sessions 1, twice 502, not 429 */
+    for (int i = 0; i < 2; i++) {
+        sggw_call(g2, tok, "POST", "/sessions", "{\"lang\":\"python\"}", &r);
+        json_object_put(SG_EXPECT_ERROR(&r, 502, "proxy_unavailable"));
+        sgtest_reply_free(&r);
+    }
+
+    text = get_metrics(g2);
+    expect_metric(text, "sandgate_requests_total", "route=\"ephemeral_execute\",status=\"200\"", 2);
+    expect_metric(text, "sandgate_requests_total", "route=\"ephemeral_execute\",status=\"502\"", 1);
+    expect_metric(text, "sandgate_requests_total", "route=\"create_session\",status=\"502\"", 2);
+    expect_metric(text, "sandgate_requests_total", "route=\"list_sessions\",status=\"429\"", 1);
+    expect_metric(text, "sandgate_executions_total", "lang=\"python\",outcome=\"success\"", 1);
+    expect_metric(text, "sandgate_executions_total", "lang=\"python\",outcome=\"error\"", 1);
+    expect_metric(text, "sandgate_execution_duration_seconds_bucket", "le=\"+Inf\"", 2);
+    expect_metric(text, "sandgate_execution_duration_seconds_count", "", 2);
+    expect_metric(text, "sandgate_quota_rejections_total", "limit=\"rate\"", 1);
+    expect_metric(text, "sandgate_upstream_errors_total", "kind=\"unreachable\"", 3);
+    SG_CHECK(sggw_metric(text, "sandgate_live_sessions", "") >= 0, NULL, "sandgate_live_sessions is missing");
+    free(text);
+
+    free(tok);
+    free(slow);
+    extra_gw = NULL;
+    SG_CHECK(sggw_gateway_stop(g2) == 0, NULL, "the second gateway did not exit with status 0");
+    int left = sgtest_docker_count(pid2);
+    SG_CHECK(left == 0, NULL, "%d container(s) of %s remain", left, pid2); /* after_test removes them */
+}
+
+/* ------------------------------------------------------------------------
+ * 13. The event loop answers at once while executions are in flight
+ * ------------------------------------------------------------------------ */
+
+SGGW_TEST(test_loop_health)
+{
+    enum { NS = 10, NX = 20, PROBES = 10 };
+    const char *q[] = {"max_sessions=12", NULL};
+    char *tok = sggw_new_tenant(data_dir(), "health", q);
+    char url[256], xurl[NS][256];
+    sggw_par_req_t creates[NS], execs[NX];
+    const char cbody[] = "{\"lang\":\"python\"}";
+    const char xbody[] = "{\"code\":\"import time\\ntime.sleep(2)\\nprint('ok')\",\"timeout\":20}";
+    char *sids[NS];
+
+    snprintf(url, sizeof(url), "%s/sessions", sggw_gateway_url(gw));
+    memset(creates, 0, sizeof(creates));
+    for (int i = 0; i < NS; i++)
+        creates[i] = (sggw_par_req_t){.method = "POST", .url = url, .token = tok, .body = cbody,
+                                      .body_len = strlen(cbody), .content_type = "application/json",
+                                      .timeout_s = 120};
+    SG_CHECK(sggw_parallel(creates, NS) == 0, NULL, "cannot start threads");
+    for (int i = 0; i < NS; i++) {
+        json_object *o = SG_EXPECT_JSON(&creates[i].reply, 200);
+        sids[i] = strdup(SG_STR(o, "session_id"));
+        json_object_put(o);
+        sgtest_reply_free(&creates[i].reply);
+        snprintf(xurl[i], sizeof(xurl[i]), "%s/sessions/%s/execute", sggw_gateway_url(gw), sids[i]);
+    }
+
+    memset(execs, 0, sizeof(execs));
+    for (int i = 0; i < NX; i++)
+        execs[i] = (sggw_par_req_t){.method = "POST", .url = xurl[i % NS], .token = tok, .body = xbody,
+                                    .body_len = strlen(xbody), .content_type = "application/json",
+                                    .timeout_s = 60};
+    sggw_batch_t *b = sggw_batch_start(execs, NX);
+    SG_CHECK(b != NULL, NULL, "cannot start threads");
+    usleep(300000); /* let them reach the gateway; checked below: every probe ends before any execute */
+    double worst_root = 0, worst_401 = 0, probes_end = 0;
+    long bad_root = 0, bad_401 = 0;
+    char *fake = sggw_fake_token(NULL);
+    for (int i = 0; i < PROBES; i++) {
+        sgtest_reply_t r;
+        sggw_call(gw, NULL, "GET", "/", NULL, &r);
+        if (r.status != 200)
+            bad_root = r.status;
+        if (r.seconds > worst_root)
+            worst_root = r.seconds;
+        sgtest_reply_free(&r);
+        sggw_call(gw, fake, "GET", "/sessions", NULL, &r);
+        if (r.status != 401)
+            bad_401 = r.status;
+        if (r.seconds > worst_401)
+            worst_401 = r.seconds;
+        sgtest_reply_free(&r);
+        probes_end = sgtest_now();
+    }
+    free(fake);
+    sggw_batch_join(b);
+
+    double first_done = execs[0].finished, last_start = execs[0].started;
+    for (int i = 0; i < NX; i++) {
+        json_object *o = SG_EXPECT_JSON(&execs[i].reply, 200);
+        sggw_check_result(o);
+        expect_stdout(o, "ok\n");
+        json_object_put(o);
+        sgtest_reply_free(&execs[i].reply);
+        if (execs[i].finished < first_done)
+            first_done = execs[i].finished;
+        if (execs[i].started > last_start)
+            last_start = execs[i].started;
+    }
+    SG_CHECK(bad_root == 0, NULL, "GET / answered %ld under load", bad_root);
+    SG_CHECK(bad_401 == 0, NULL, "a bad token got %ld under load, not 401", bad_401);
+    SG_CHECK(probes_end < first_done, NULL, "the probes did not all run while the executions were in flight");
+    SG_CHECK(worst_root < FAST_S, NULL, "GET / took %.3f s with %d executions in flight", worst_root, NX);
+    SG_CHECK(worst_401 < FAST_S, NULL, "a 401 took %.3f s with %d executions in flight", worst_401, NX);
+
+    for (int i = 0; i < NS; i++) {
+        sggw_delete_session(gw, tok, sids[i]);
+        free(sids[i]);
+    }
+    free(tok);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_auth_matrix, after_test),
+        cmocka_unit_test_teardown(test_admin_changes_reach_gateway, after_test),
+        cmocka_unit_test_teardown(test_reply_headers_well_formed, after_test),
+        cmocka_unit_test_teardown(test_create_then_use_at_once, after_test),
+        cmocka_unit_test_teardown(test_cross_tenant, after_test),
+        cmocka_unit_test_teardown(test_seed003_examples, after_test),
+        cmocka_unit_test_teardown(test_seed000_examples, after_test),
+        cmocka_unit_test_teardown(test_bad_input, after_test),
+        cmocka_unit_test_teardown(test_file_cap, after_test),
+        cmocka_unit_test_teardown(test_json_body_too_large, after_test),
+        cmocka_unit_test_teardown(test_oversized_header, after_test),
+        cmocka_unit_test_teardown(test_body_cap_own_limit, after_test),
+        cmocka_unit_test_teardown(test_caps, after_test),
+        cmocka_unit_test_teardown(test_memory_state_limits, after_test),
+        cmocka_unit_test_teardown(test_metrics, after_test),
+        cmocka_unit_test_teardown(test_loop_health, after_test),
+    };
+    return cmocka_run_group_tests_name("gateway_api", tests, group_setup, group_teardown);
+}

@@ -1,0 +1,518 @@
+/*
+ * test_gateway_redis.c — the gateway and its Redis: the documented key
+ * schema (state.h; dashboards read it), and every kind of outage: Redis
+ * killed (and started again on the same port, empty, without its scripts),
+ * SCRIPT FLUSH under a running gateway, Redis hung (SIGSTOP), Redis down
+ * when the gateway starts.
+ *
+ * The documented policies during an outage: GET / and authenticated
+ * requests are served (the rate limit fails open), executions in existing
+ * sessions run (the daily quota fails open: the SQLite ledger still records
+ * them), creating a session is refused with 503 state_unavailable (the
+ * session cap cannot be kept without the shared count). When Redis is back
+ * everything works again without a gateway restart.
+ *
+ * Real components: a private redis-server (killed, stopped, started again
+ * by the tests), a sandgate-gateway, its SQLite file, a sandgate-proxy.
+ */
+#include "sggw.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RECOVER_S 15.0 /* the gateway reconnects with a backoff of at most 5 s */
+
+static sgtest_proxy_t *proxy;
+static char *proxy_id;
+static sggw_redis_t *redis;
+static sggw_gateway_t *gw;
+static sggw_gateway_t *extra_gw;
+static sggw_redis_t *extra_redis;
+
+static const char *data_dir(void)
+{
+    return sggw_gateway_data_dir(gw);
+}
+
+static void pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void pathf(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+    assert_true(n > 0 && (size_t)n < len);
+}
+
+static char *rcmd(sggw_redis_t *r, const char *fmt, const char *a, const char *b)
+{
+    int ok;
+    char *v = sggw_redis_cmd(r, &ok, fmt, a, b);
+    SG_CHECK(ok, NULL, "redis: %s failed: %s", fmt, v ? v : "no answer");
+    return v;
+}
+
+/* Field f of hash key as an integer (asserts it is one). */
+static int64_t hget_int(sggw_redis_t *r, const char *key, const char *f)
+{
+    char *v = rcmd(r, "HGET %s %s", key, f);
+    SG_CHECK(v != NULL && *v != '\0' && strspn(v, "0123456789-") == strlen(v), NULL, "HGET %s %s is \"%s\"", key, f,
+             v ? v : "(nil)");
+    int64_t n = atoll(v);
+    free(v);
+    return n;
+}
+
+/* Polls (up to 2 s) until key exists. */
+static void wait_key(const char *key)
+{
+    double deadline = sgtest_now() + 2;
+    for (;;) {
+        char *v = rcmd(redis, "EXISTS %s", key, NULL);
+        bool there = v != NULL && strcmp(v, "1") == 0;
+        free(v);
+        if (there)
+            return;
+        SG_CHECK(sgtest_now() < deadline, NULL, "%s does not exist 2 s after the reply", key);
+        usleep(10000);
+    }
+}
+
+static double zscore(sggw_redis_t *r, const char *key, const char *member)
+{
+    char *v = rcmd(r, "ZSCORE %s %s", key, member);
+    SG_CHECK(v != NULL, NULL, "%s does not hold %s", key, member);
+    double d = strtod(v, NULL);
+    free(v);
+    return d;
+}
+
+/* Polls POST /sessions until it is answered 200 (returns the id) or
+ * timeout_s pass; every answer meanwhile must be 503 state_unavailable. */
+static char *create_when_back(sggw_gateway_t *g, const char *tok, double timeout_s, double *took)
+{
+    double t0 = sgtest_now(), deadline = t0 + timeout_s;
+    for (;;) {
+        sgtest_reply_t r;
+        sggw_call(g, tok, "POST", "/sessions", "{\"lang\":\"python\"}", &r);
+        if (r.status == 200) {
+            json_object *o = SG_EXPECT_JSON(&r, 200);
+            char *sid = strdup(SG_STR(o, "session_id"));
+            json_object_put(o);
+            sgtest_reply_free(&r);
+            if (took != NULL)
+                *took = sgtest_now() - t0;
+            return sid;
+        }
+        json_object_put(SG_EXPECT_ERROR(&r, 503, "state_unavailable"));
+        sgtest_reply_free(&r);
+        SG_CHECK(sgtest_now() < deadline, NULL, "session creation did not work again within %.0f s", timeout_s);
+        usleep(200000);
+    }
+}
+
+static void admin_close(const char *sid)
+{
+    char path[128];
+    sgtest_reply_t r;
+    pathf(path, sizeof(path), "/admin/sessions/%s", sid);
+    sggw_admin_call(gw, "DELETE", path, NULL, &r);
+    SG_ASSERT_STATUS(&r, 200);
+    sgtest_reply_free(&r);
+}
+
+/* n sequential GET /sessions: how many were allowed (200) and limited (429). */
+static void count_rate(sggw_gateway_t *g, const char *tok, int n, int *ok, int *limited)
+{
+    *ok = *limited = 0;
+    for (int i = 0; i < n; i++) {
+        sgtest_reply_t r;
+        sggw_call(g, tok, "GET", "/sessions", NULL, &r);
+        if (r.status == 200)
+            (*ok)++;
+        else if (r.status == 429)
+            (*limited)++;
+        else
+            SG_ASSERT_STATUS(&r, 200);
+        sgtest_reply_free(&r);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Fixtures
+ * ------------------------------------------------------------------------ */
+
+static int group_setup(void **state)
+{
+    proxy_id = sgtest_new_proxy_id();
+    const char *env[] = {"SANDGATE_POOL_SIZE=2", NULL};
+    if (proxy_id == NULL || (proxy = sgtest_proxy_start(proxy_id, env)) == NULL)
+        return -1;
+    if ((redis = sggw_redis_start()) == NULL)
+        return -1;
+    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(proxy), .redis_url = sggw_redis_url(redis)};
+    gw = sggw_gateway_start(&o);
+    return gw != NULL ? 0 : -1;
+}
+
+/* After every test: Redis runs again (a test may have killed or stopped
+ * it), the gateway and the proxy lived through it. */
+static int after_test(void **state)
+{
+    sggw_after_test();
+    int rc = 0;
+    if (extra_gw != NULL)
+        sggw_gateway_stop(extra_gw);
+    extra_gw = NULL;
+    sggw_redis_stop(extra_redis);
+    extra_redis = NULL;
+    sggw_redis_resume(redis);
+    if (!sggw_redis_running(redis) && sggw_redis_restart(redis) != 0)
+        rc = -1;
+    if (!sgtest_proxy_alive(proxy) || !sggw_gateway_alive(gw)) {
+        fprintf(stderr, "a server died during this test\n");
+        sggw_print_logs(80);
+        rc = -1;
+    }
+    return rc;
+}
+
+static int group_teardown(void **state)
+{
+    int rc = 0;
+    if (gw != NULL && sggw_gateway_stop(gw) != 0) {
+        fprintf(stderr, "teardown: the gateway did not exit with status 0 on SIGTERM\n");
+        rc = -1;
+    }
+    gw = NULL;
+    sggw_redis_stop(redis);
+    redis = NULL;
+    if (proxy != NULL) {
+        sggw_proxy_close_all(proxy);
+        sgtest_proxy_stop(proxy);
+        proxy = NULL;
+    }
+    int left = sgtest_docker_count(proxy_id);
+    if (left != 0) {
+        fprintf(stderr, "teardown: %d container(s) of %s remain after the proxy stopped\n", left, proxy_id);
+        sgtest_docker_remove_all(proxy_id);
+        rc = -1;
+    }
+    free(proxy_id);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * The key schema
+ * ------------------------------------------------------------------------ */
+
+SGGW_TEST(test_key_schema)
+{
+    const char *q[] = {"idle_timeout=300", "max_lifetime=3600", NULL};
+    char *tok = sggw_new_tenant(data_dir(), "schema", q);
+    int64_t tid = sggw_tenant_id(data_dir(), "schema");
+    char key[128], tkey[128], stid[32];
+    snprintf(stid, sizeof(stid), "%lld", (long long)tid);
+
+    int64_t before = (int64_t)sggw_wall();
+    char *sid = sggw_create_session(gw, tok, NULL, NULL);
+    int64_t after = (int64_t)sggw_wall() + 1;
+
+    /* sg:session:<sid> HASH tenant, lang, created_at, last_used_at,
+     * idle_deadline, lifetime_deadline, executions. It is written right
+     * after the reply (the gateway does not wait for Redis): poll briefly. */
+    pathf(key, sizeof(key), "sg:session:%s", sid);
+    wait_key(key);
+    char *type = rcmd(redis, "TYPE %s", key, NULL);
+    SG_CHECK(type != NULL && strcmp(type, "hash") == 0, NULL, "%s must be a hash (is %s)", key, type ? type : "?");
+    free(type);
+    SG_CHECK(hget_int(redis, key, "tenant") == tid, NULL, "%s tenant", key);
+    char *lang = rcmd(redis, "HGET %s %s", key, "lang");
+    SG_CHECK(lang != NULL && strcmp(lang, "python") == 0, NULL, "%s lang must be python", key);
+    free(lang);
+    int64_t created = hget_int(redis, key, "created_at");
+    SG_CHECK(created >= before && created <= after, NULL, "%s created_at %lld not in [%lld, %lld]", key,
+             (long long)created, (long long)before, (long long)after);
+    SG_CHECK(hget_int(redis, key, "last_used_at") == created, NULL, "last_used_at of a new session");
+    int64_t idle = hget_int(redis, key, "idle_deadline");
+    int64_t life = hget_int(redis, key, "lifetime_deadline");
+    SG_CHECK(idle == created + 300, NULL, "idle_deadline must be created_at + idle_timeout");
+    SG_CHECK(life == created + 3600, NULL, "lifetime_deadline must be created_at + max_lifetime");
+    SG_CHECK(hget_int(redis, key, "executions") == 0, NULL, "executions of a new session");
+
+    /* the indexes: per-tenant set scored by lifetime, idle and lifetime zsets */
+    pathf(tkey, sizeof(tkey), "sg:tenant:%s:sessions", stid);
+    SG_CHECK(zscore(redis, tkey, sid) == (double)life, NULL, "%s must score %s by its lifetime deadline", tkey, sid);
+    SG_CHECK(zscore(redis, "sg:sessions:idle", sid) == (double)idle, NULL, "sg:sessions:idle score");
+    SG_CHECK(zscore(redis, "sg:sessions:lifetime", sid) == (double)life, NULL, "sg:sessions:lifetime score");
+    char *card = rcmd(redis, "ZCARD %s", tkey, NULL);
+    SG_CHECK(card != NULL && strcmp(card, "1") == 0, NULL, "%s must hold exactly the one session (no reservation left)",
+             tkey);
+    free(card);
+
+    /* a use moves last_used_at, the idle deadline and the count */
+    sleep(1); /* deadlines are whole seconds: let one pass so the move shows */
+    json_object_put(sggw_execute(gw, tok, sid, "print(1)", 0));
+    double deadline = sgtest_now() + 2;
+    while (hget_int(redis, key, "executions") != 1) {
+        SG_CHECK(sgtest_now() < deadline, NULL, "%s executions is not 1 2 s after an execute", key);
+        usleep(10000);
+    }
+    int64_t used = hget_int(redis, key, "last_used_at");
+    SG_CHECK(used > created, NULL, "last_used_at must move on a use");
+    SG_CHECK(hget_int(redis, key, "idle_deadline") == used + 300, NULL, "idle_deadline = last_used_at + 300");
+    SG_CHECK(zscore(redis, "sg:sessions:idle", sid) == (double)(used + 300), NULL, "the idle index follows");
+    SG_CHECK(hget_int(redis, key, "lifetime_deadline") == life, NULL, "a use does not move the lifetime");
+
+    /* sg:rate:<tid> STRING (GCRA time, ms) with an expiry */
+    char rkey[64];
+    pathf(rkey, sizeof(rkey), "sg:rate:%s", stid);
+    type = rcmd(redis, "TYPE %s", rkey, NULL);
+    SG_CHECK(type != NULL && strcmp(type, "string") == 0, NULL, "%s must be a string (is %s)", rkey, type ? type : "?");
+    free(type);
+    char *tat = rcmd(redis, "GET %s", rkey, NULL);
+    SG_CHECK(tat != NULL && strspn(tat, "0123456789") == strlen(tat) && atoll(tat) > before * 1000LL, NULL,
+             "%s must hold a time in ms (is %s)", rkey, tat ? tat : "(nil)");
+    free(tat);
+    char *pttl = rcmd(redis, "PTTL %s", rkey, NULL);
+    SG_CHECK(pttl != NULL && atoll(pttl) > 0, NULL, "%s must expire (PTTL %s)", rkey, pttl ? pttl : "?");
+    free(pttl);
+
+    /* sg:quota:<tid>:<yyyymmdd> HASH execs, seconds; expires within 3 days
+     * (the seconds are added after the reply: poll) */
+    char day[16], qkey[96];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(day, sizeof(day), "%Y%m%d", &tm);
+    pathf(qkey, sizeof(qkey), "sg:quota:%s:%s", stid, day);
+    SG_CHECK(hget_int(redis, qkey, "execs") == 1, NULL, "%s execs must be 1", qkey);
+    char *secs = NULL;
+    deadline = sgtest_now() + 2;
+    for (;;) {
+        secs = rcmd(redis, "HGET %s %s", qkey, "seconds");
+        if ((secs != NULL && strtod(secs, NULL) > 0) || sgtest_now() > deadline)
+            break;
+        free(secs);
+        usleep(10000);
+    }
+    SG_CHECK(secs != NULL && strtod(secs, NULL) > 0, NULL, "%s seconds must be > 0 (is %s)", qkey,
+             secs ? secs : "(nil)");
+    free(secs);
+    char *ttl = rcmd(redis, "TTL %s", qkey, NULL);
+    SG_CHECK(ttl != NULL && atoll(ttl) > 0 && atoll(ttl) <= 3 * 86400, NULL, "%s TTL %s must be in (0, 3 days]", qkey,
+             ttl ? ttl : "?");
+    free(ttl);
+
+    /* closed: no trace */
+    sggw_delete_session(gw, tok, sid);
+    char *ex = rcmd(redis, "EXISTS %s", key, NULL);
+    SG_CHECK(ex != NULL && strcmp(ex, "0") == 0, NULL, "%s must be gone after DELETE", key);
+    free(ex);
+    const char *zs[] = {tkey, "sg:sessions:idle", "sg:sessions:lifetime"};
+    for (int i = 0; i < 3; i++) {
+        char *v = rcmd(redis, "ZSCORE %s %s", zs[i], sid);
+        SG_CHECK(v == NULL, NULL, "%s still holds %s after DELETE", zs[i], sid);
+    }
+    free(sid);
+    free(tok);
+}
+
+/* ------------------------------------------------------------------------
+ * 10. Redis killed, then started again (empty, without scripts)
+ * ------------------------------------------------------------------------ */
+
+SGGW_TEST(test_redis_outage)
+{
+    const char *q[] = {"rate_per_min=60", "burst=5", NULL};
+    char *tok = sggw_new_tenant(data_dir(), "outage", q);
+    sgtest_reply_t r;
+    char *sid = sggw_create_session(gw, tok, NULL, NULL);
+    json_object_put(sggw_execute(gw, tok, sid, "x = 'before'", 0));
+
+    sggw_redis_kill(redis);
+
+    /* served: GET /, and (rate limit open) more requests than the burst */
+    sggw_call(gw, NULL, "GET", "/", NULL, &r);
+    SG_ASSERT_STATUS(&r, 200);
+    sgtest_reply_free(&r);
+    int ok, limited;
+    count_rate(gw, tok, 8, &ok, &limited);
+    SG_CHECK(ok == 8, NULL, "with Redis down the rate limit fails open: 8 of 8 expected, %d allowed, %d limited", ok,
+             limited);
+    /* executions in the existing session run, and are recorded */
+    json_object *o = sggw_execute(gw, tok, sid, "print(x)", 0);
+    SG_CHECK(strcmp(SG_STR(o, "stdout"), "before\n") == 0, o, "the session must still work");
+    json_object_put(o);
+    json_object_put(sggw_post_result(gw, tok, "/execute",
+                                     json_tokener_parse("{\"code\":\"print(1)\",\"lang\":\"python\"}")));
+    /* creating a session: 503 state_unavailable */
+    sggw_call(gw, tok, "POST", "/sessions", "{\"lang\":\"python\"}", &r);
+    json_object_put(SG_EXPECT_ERROR(&r, 503, "state_unavailable"));
+    sgtest_reply_free(&r);
+    /* metrics say so */
+    sggw_call(gw, NULL, "GET", "/metrics", NULL, &r);
+    SG_ASSERT_STATUS(&r, 200);
+    SG_CHECK(sggw_metric(r.body, "sandgate_redis_up", "") == 0, NULL, "sandgate_redis_up must be 0");
+    sgtest_reply_free(&r);
+
+    /* back, empty, on the same port: creating works again */
+    SG_CHECK(sggw_redis_restart(redis) == 0, NULL, "cannot start redis-server again on port %d",
+             sggw_redis_port(redis));
+    double took = 0;
+    char *sid2 = create_when_back(gw, tok, RECOVER_S, &took);
+    /* the scripts were loaded again: the rate limit applies once more (the
+     * new Redis starts with a full bucket of 5; the create took one) */
+    count_rate(gw, tok, 8, &ok, &limited);
+    SG_CHECK(ok >= 4 && ok <= 5 && ok + limited == 8, NULL,
+             "after Redis came back the burst of 5 must apply again: %d allowed, %d limited (create after %.1f s)",
+             ok, limited, took);
+    sggw_call(gw, NULL, "GET", "/metrics", NULL, &r);
+    SG_CHECK(sggw_metric(r.body, "sandgate_redis_up", "") == 1, NULL, "sandgate_redis_up must be 1 again");
+    sgtest_reply_free(&r);
+
+    /* the ledger has every execution, those during the outage included */
+    double deadline = sgtest_now() + 5;
+    for (;;) {
+        char *out = NULL;
+        SG_CHECK(sggw_admin(data_dir(), &out, "--json", "usage", "outage", NULL) == 0, NULL, "usage failed");
+        json_object *u = json_tokener_parse(out);
+        free(out);
+        int64_t n = u != NULL ? SG_INT(u, "executions") : -1;
+        json_object_put(u);
+        if (n == 3)
+            break;
+        SG_CHECK(n < 3 && sgtest_now() < deadline, NULL, "the ledger must hold the 3 executions (has %lld)",
+                 (long long)n);
+        usleep(100000);
+    }
+
+    /* clean up through the admin API (the tenant's bucket is empty now) */
+    admin_close(sid2);
+    admin_close(sid);
+    free(sid2);
+    free(sid);
+    free(tok);
+}
+
+/* ------------------------------------------------------------------------
+ * Scripts flushed under a running gateway
+ * ------------------------------------------------------------------------ */
+
+SGGW_TEST(test_script_flush)
+{
+    const char *q[] = {"rate_per_min=6", "burst=3", "execs_per_day=1000", NULL};
+    char *tok = sggw_new_tenant(data_dir(), "flush", q);
+    int ok;
+
+    char *v = sggw_redis_cmd(redis, &ok, "SCRIPT FLUSH");
+    SG_CHECK(ok, NULL, "SCRIPT FLUSH failed");
+    free(v);
+    /* every script of the gateway is needed again: reserve + commit, touch,
+     * quota, rate */
+    char *sid = sggw_create_session(gw, tok, NULL, NULL);
+    v = sggw_redis_cmd(redis, &ok, "SCRIPT FLUSH");
+    free(v);
+    json_object *o = sggw_execute(gw, tok, sid, "print('after flush')", 0);
+    SG_CHECK(strcmp(SG_STR(o, "stdout"), "after flush\n") == 0, o, "execute after SCRIPT FLUSH");
+    json_object_put(o);
+    /* two requests used, one left of the burst of 3 */
+    v = sggw_redis_cmd(redis, &ok, "SCRIPT FLUSH");
+    free(v);
+    int allowed, limited;
+    count_rate(gw, tok, 3, &allowed, &limited);
+    SG_CHECK(allowed == 1 && limited == 2, NULL,
+             "burst 3 after 2 requests: 1 allowed and 2 limited expected, got %d and %d", allowed, limited);
+    /* the counters are the real ones, not fresh: the record counted the execute */
+    char key[128];
+    pathf(key, sizeof(key), "sg:session:%s", sid);
+    SG_CHECK(hget_int(redis, key, "executions") == 1, NULL, "%s executions must be 1", key);
+
+    /* the tenant's bucket is empty: close through the admin API */
+    admin_close(sid);
+    free(sid);
+    free(tok);
+}
+
+/* ------------------------------------------------------------------------
+ * Redis hung (SIGSTOP)
+ * ------------------------------------------------------------------------ */
+
+SGGW_TEST(test_redis_hang)
+{
+    char *tok = sggw_new_tenant(data_dir(), "hang", NULL);
+    char *sid = sggw_create_session(gw, tok, NULL, NULL);
+    sgtest_reply_t r;
+
+    SG_CHECK(sggw_redis_pause(redis) == 0, NULL, "SIGSTOP redis-server");
+    /* the loop does not wait for Redis */
+    sggw_call(gw, NULL, "GET", "/", NULL, &r);
+    SG_ASSERT_STATUS(&r, 200);
+    SG_CHECK(r.seconds < 0.5, NULL, "GET / took %.2f s while Redis hangs", r.seconds);
+    sgtest_reply_free(&r);
+    /* a request that needs Redis is answered, within its 2 s command timeout */
+    sggw_call(gw, tok, "GET", "/sessions", NULL, &r);
+    SG_ASSERT_STATUS(&r, 200);
+    SG_CHECK(r.seconds < 5, NULL, "GET /sessions took %.2f s while Redis hangs", r.seconds);
+    sgtest_reply_free(&r);
+    sggw_call(gw, tok, "POST", "/sessions", "{\"lang\":\"python\"}", &r);
+    json_object_put(SG_EXPECT_ERROR(&r, 503, "state_unavailable"));
+    SG_CHECK(r.seconds < 5, NULL, "POST /sessions took %.2f s while Redis hangs", r.seconds);
+    sgtest_reply_free(&r);
+    json_object *o = sggw_execute(gw, tok, sid, "print('still')", 0);
+    json_object_put(o);
+
+    SG_CHECK(sggw_redis_resume(redis) == 0, NULL, "SIGCONT redis-server");
+    char *sid2 = create_when_back(gw, tok, RECOVER_S, NULL);
+    sggw_delete_session(gw, tok, sid2);
+    sggw_delete_session(gw, tok, sid);
+    free(sid2);
+    free(sid);
+    free(tok);
+}
+
+/* ------------------------------------------------------------------------
+ * Redis down when the gateway starts
+ * ------------------------------------------------------------------------ */
+
+SGGW_TEST(test_redis_down_at_start)
+{
+    extra_redis = sggw_redis_start();
+    SG_CHECK(extra_redis != NULL, NULL, "cannot start a second redis-server");
+    sggw_redis_kill(extra_redis);
+    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(proxy), .redis_url = sggw_redis_url(extra_redis)};
+    sggw_gateway_t *g = extra_gw = sggw_gateway_start(&opts);
+    SG_CHECK(g != NULL, NULL, "the gateway must start (and answer GET /) while its Redis is down");
+    char *tok = sggw_new_tenant(sggw_gateway_data_dir(g), "late-redis", NULL);
+    sgtest_reply_t r;
+    sggw_call(g, tok, "GET", "/sessions", NULL, &r);
+    SG_ASSERT_STATUS(&r, 200);
+    sgtest_reply_free(&r);
+    sggw_call(g, tok, "POST", "/sessions", "{\"lang\":\"python\"}", &r);
+    json_object_put(SG_EXPECT_ERROR(&r, 503, "state_unavailable"));
+    sgtest_reply_free(&r);
+
+    SG_CHECK(sggw_redis_restart(extra_redis) == 0, NULL, "cannot start the second redis-server");
+    char *sid = create_when_back(g, tok, RECOVER_S, NULL);
+    sggw_delete_session(g, tok, sid);
+    free(sid);
+    free(tok);
+    extra_gw = NULL;
+    SG_CHECK(sggw_gateway_stop(g) == 0, NULL, "the gateway did not exit with status 0");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_key_schema, after_test),
+        cmocka_unit_test_teardown(test_redis_outage, after_test),
+        cmocka_unit_test_teardown(test_script_flush, after_test),
+        cmocka_unit_test_teardown(test_redis_hang, after_test),
+        cmocka_unit_test_teardown(test_redis_down_at_start, after_test),
+    };
+    return cmocka_run_group_tests_name("gateway_redis", tests, group_setup, group_teardown);
+}

@@ -1,0 +1,269 @@
+/*
+ * sggw.h — support for the gateway tier's integration tests: a private
+ * redis-server, sandgate-gateway processes, the sandgate-admin command line,
+ * HTTP calls with bearer tokens (one at a time or many at once), and
+ * read-only looks into the gateway's SQLite file and Redis keys.
+ *
+ * Real components only: redis-server from PATH, SANDGATE_GATEWAY_BIN and
+ * SANDGATE_ADMIN_BIN (ctest sets both), real sockets on loopback.
+ *
+ * Every process started here dies with the test process (PR_SET_PDEATHSIG)
+ * and is killed by an atexit handler should a test end without stopping it;
+ * every temporary directory made here is removed by its stop function or,
+ * failing that, by the same atexit handler.
+ *
+ * Threads: like sgtest.h. Functions documented as asserting use the SG_*
+ * macros and may only be called from the cmocka test thread; sggw_http()
+ * and the batch functions are safe from any thread.
+ *
+ * Ownership: every `char *` and `json_object *` returned is the caller's
+ * (free() / json_object_put()) unless documented as borrowed.
+ */
+#ifndef SANDGATE_SGGW_H
+#define SANDGATE_SGGW_H
+
+#include "sgtest.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* ------------------------------------------------------------------------
+ * Temporary directories
+ * ------------------------------------------------------------------------ */
+
+/* A new private directory "$TMPDIR/<prefix>-XXXXXX" (malloc'd), or NULL. It
+ * is registered: sggw_rmtree() removes it, or the atexit handler does. */
+char *sggw_mkdtemp(const char *prefix);
+/* Removes dir and everything below it; unregisters it. 0 or -1. */
+int sggw_rmtree(const char *dir);
+
+/* ------------------------------------------------------------------------
+ * redis-server
+ * ------------------------------------------------------------------------ */
+
+typedef struct sggw_redis sggw_redis_t;
+
+/* Starts redis-server on a free loopback port in a private temporary
+ * directory with --save '' --appendonly no --bind 127.0.0.1; returns once
+ * it answers PING, or NULL (after printing why) within 10 s. */
+sggw_redis_t *sggw_redis_start(void);
+/* Kills the server (SIGKILL, after SIGCONT if stopped), reaps it, removes
+ * its directory, frees r. NULL is fine. */
+void sggw_redis_stop(sggw_redis_t *r);
+/* An outage: SIGKILL and reap; port and directory stay for a restart. */
+void sggw_redis_kill(sggw_redis_t *r);
+/* Starts the server again on the same port (after sggw_redis_kill); waits
+ * for PING. 0, or -1 after printing why. */
+int sggw_redis_restart(sggw_redis_t *r);
+/* A hang: SIGSTOP / SIGCONT. 0 or -1. */
+int sggw_redis_pause(sggw_redis_t *r);
+int sggw_redis_resume(sggw_redis_t *r);
+bool sggw_redis_running(sggw_redis_t *r);
+/* "redis://127.0.0.1:<port>", borrowed. */
+const char *sggw_redis_url(const sggw_redis_t *r);
+int sggw_redis_port(const sggw_redis_t *r);
+void sggw_redis_print_log(sggw_redis_t *r, int lines);
+
+/* One command on a fresh synchronous connection (hiredis' printf-like
+ * format); the reply as text:
+ *   status / string / error -> the text (an error as "ERR ..." etc.),
+ *   integer -> its decimal digits, nil -> NULL,
+ *   array -> its elements' texts joined by '\n' ("" when empty).
+ * *ok (if not NULL) is set to 1 when the server answered without error.
+ * Returns malloc'd text or NULL (nil, or no answer: then *ok = 0). */
+char *sggw_redis_cmd(const sggw_redis_t *r, int *ok, const char *fmt, ...);
+
+/* ------------------------------------------------------------------------
+ * sandgate-gateway
+ * ------------------------------------------------------------------------ */
+
+typedef struct sggw_gateway sggw_gateway_t;
+
+typedef struct {
+    const char *proxy_url;   /* SANDGATE_PROXY_URL; required */
+    const char *redis_url;   /* SANDGATE_REDIS_URL; NULL or "": memory state */
+    const char *data_dir;    /* SANDGATE_DATA_DIR; NULL: a private one, removed at stop */
+    const char *admin_token; /* SANDGATE_ADMIN_TOKEN; NULL: a random one */
+    int port;                /* 0: a free one */
+    const char *const *env;  /* more "KEY=VALUE" (NULL-terminated, may be NULL); they
+                              * override the defaults below */
+} sggw_opts_t;
+
+/* Starts SANDGATE_GATEWAY_BIN with HOST=127.0.0.1, PORT, the settings of o,
+ * SANDGATE_REAPER_INTERVAL_MS=200 and SANDGATE_DB_WORKERS=1 (see sggw.c for
+ * why) unless o->env says otherwise; the
+ * rest of the environment is inherited. stdout and stderr go to a log file
+ * in a private temporary directory. Returns once GET / answers 200, or NULL
+ * (after printing why and the log's tail) within 30 s. */
+sggw_gateway_t *sggw_gateway_start(const sggw_opts_t *o);
+/* SIGTERM, wait up to 20 s, then SIGKILL; frees g and its temporary
+ * directories (the data directory only if it was its own). Returns the wait
+ * status (printing the log's tail when it is not 0), or -1 if it had to be
+ * SIGKILLed. NULL returns 0. */
+int sggw_gateway_stop(sggw_gateway_t *g);
+/* SIGKILL, reap, free (a crash). */
+void sggw_gateway_kill9(sggw_gateway_t *g);
+bool sggw_gateway_alive(sggw_gateway_t *g);
+pid_t sggw_gateway_pid(const sggw_gateway_t *g);
+int sggw_gateway_port(const sggw_gateway_t *g);
+/* Borrowed: "http://127.0.0.1:<port>", the data directory, the admin token. */
+const char *sggw_gateway_url(const sggw_gateway_t *g);
+const char *sggw_gateway_data_dir(const sggw_gateway_t *g);
+const char *sggw_gateway_admin_token(const sggw_gateway_t *g);
+void sggw_gateway_print_log(sggw_gateway_t *g, int lines);
+/* 1 if the gateway's log holds `needle` (a plain substring). */
+bool sggw_gateway_log_has(sggw_gateway_t *g, const char *needle);
+
+/* Prints the log tails of every live gateway and redis-server (for a test
+ * that failed). */
+void sggw_print_logs(int lines);
+
+/* ------------------------------------------------------------------------
+ * sandgate-admin
+ * ------------------------------------------------------------------------ */
+
+/* Runs SANDGATE_ADMIN_BIN --data-dir data_dir ARGS... (args: NULL-
+ * terminated). *out and *err (if not NULL) get stdout and stderr (malloc'd,
+ * NUL-terminated). Returns the exit status, or -1 if it did not exit
+ * normally within 30 s (or could not start). */
+int sggw_admin_run(const char *data_dir, char **out, char **err, const char *const *args);
+/* The same with the args inline: sggw_admin(dir, &out, "tenant", "list", NULL). */
+int sggw_admin(const char *data_dir, char **out, ...) __attribute__((sentinel));
+
+/* Asserting (test thread): creates tenant `name`, sets the "key=value"
+ * quotas (NULL-terminated list, may be NULL) with `tenant set`, and creates
+ * one token. Returns the token (malloc'd): stdout of `token create`, which
+ * must be the token alone. */
+char *sggw_new_tenant(const char *data_dir, const char *name, const char *const *quotas);
+/* Asserting: `tenant set name k=v...`. */
+void sggw_tenant_set(const char *data_dir, const char *name, const char *const *kv);
+/* Asserting: the numeric id of tenant `name` (`tenant show --json`). */
+int64_t sggw_tenant_id(const char *data_dir, const char *name);
+/* Asserting: another token for an existing tenant. */
+char *sggw_new_token(const char *data_dir, const char *tenant);
+
+/* ------------------------------------------------------------------------
+ * HTTP with a bearer token
+ * ------------------------------------------------------------------------ */
+
+/* One request with extra header lines ("Name: value"; NULL-terminated, may
+ * be NULL), over a plain socket (one connection per request): the reply is
+ * taken as it comes, so that a malformed header is something a test can
+ * look at rather than a failed transfer (NUL bytes of the header block show
+ * as '\x1a'). Otherwise like sgtest_http(): 0 when an HTTP reply came back,
+ * -1 with out->error set. Every sggw_* call below goes through it. */
+int sggw_http(const char *method, const char *url, const void *body, size_t len, const char *content_type,
+              const char *const *headers, long timeout_s, sgtest_reply_t *out);
+/* The same through libcurl, as a typical client does it (libcurl refuses
+ * replies with a NUL byte in a header). */
+int sggw_http_curl(const char *method, const char *url, const void *body, size_t len, const char *content_type,
+                   const char *const *headers, long timeout_s, sgtest_reply_t *out);
+/* method g's URL + path, with "Authorization: Bearer <token>" unless token
+ * is NULL, json_body (may be NULL) as application/json. Default timeout. */
+int sggw_call(const sggw_gateway_t *g, const char *token, const char *method, const char *path, const char *json_body,
+              sgtest_reply_t *out);
+/* The same with a JSON object body (not consumed) and a timeout (<= 0: default). */
+int sggw_call_json(const sggw_gateway_t *g, const char *token, const char *method, const char *path,
+                   json_object *body, long timeout_s, sgtest_reply_t *out);
+/* A call of the admin API with g's admin token. */
+int sggw_admin_call(const sggw_gateway_t *g, const char *method, const char *path, const char *json_body,
+                    sgtest_reply_t *out);
+
+/* Many requests at once: one thread each; every thread waits on one barrier
+ * so that all requests leave together. */
+typedef struct {
+    /* in */
+    const char *method;
+    const char *url;         /* borrowed */
+    const char *token;       /* borrowed; NULL: no Authorization header */
+    const void *body;        /* borrowed, may be NULL */
+    size_t body_len;
+    const char *content_type;
+    long timeout_s;
+    /* out */
+    sgtest_reply_t reply;
+    int rc;
+    double started, finished; /* sgtest_now() around the call */
+} sggw_par_req_t;
+
+typedef struct sggw_batch sggw_batch_t;
+/* Starts the batch; NULL if threads cannot start (those started are
+ * released and joined first). */
+sggw_batch_t *sggw_batch_start(sggw_par_req_t *reqs, size_t n);
+/* Joins every thread, frees b (replies stay in reqs). */
+void sggw_batch_join(sggw_batch_t *b);
+/* Start + join: 0, or -1 if the batch could not start. */
+int sggw_parallel(sggw_par_req_t *reqs, size_t n);
+
+/* ------------------------------------------------------------------------
+ * The gateway's SQLite file, read-only
+ * ------------------------------------------------------------------------ */
+
+/* Opens <data_dir>/sandgate.db read-only, runs sql with the text
+ * parameters (NULL-terminated, may be NULL) bound to ?1, ?2 ..., and
+ * returns the first row's columns as text joined by '|' (NULL columns as
+ * ""), malloc'd. NULL when there is no row; *err (if not NULL, size 256)
+ * says why on failure ("" for no row). */
+char *sggw_db_row(const char *data_dir, const char *sql, const char *const *params, char *err);
+
+/* ------------------------------------------------------------------------
+ * Misc
+ * ------------------------------------------------------------------------ */
+
+/* A token of the right shape ("sgk_" + 8 of [a-z0-9] + "_" + 43 of
+ * base64url) that no store issued; malloc'd. With public_id not NULL, that
+ * public id is used (a wrong secret for an existing token). */
+char *sggw_fake_token(const char *public_id);
+/* Wall clock, seconds. */
+double sggw_wall(void);
+/* The value of the sample line "name{labels} value" of Prometheus text
+ * (labels exactly as given, "" for none) or -1 when absent. */
+double sggw_metric(const char *text, const char *name, const char *labels);
+
+/* ------------------------------------------------------------------------
+ * Public API helpers (asserting: test thread only)
+ * ------------------------------------------------------------------------ */
+
+/* POST /sessions with json_body (NULL: {"lang":"python"}); asserts 200, a
+ * 36-char session_id and status "active". Returns the id (malloc'd);
+ * *reply (if not NULL) gets the parsed reply. */
+char *sggw_create_session(const sggw_gateway_t *g, const char *token, const char *json_body, json_object **reply);
+/* Asserts the fields every execution result has, and that they agree. */
+void sggw_check_result(json_object *r);
+/* POST path with body (consumed); asserts 200 and a well-formed result. */
+json_object *sggw_post_result(const sggw_gateway_t *g, const char *token, const char *path, json_object *body);
+/* POST /sessions/{sid}/execute {"code", "timeout" if > 0}; asserts as above. */
+json_object *sggw_execute(const sggw_gateway_t *g, const char *token, const char *sid, const char *code, double timeout);
+/* DELETE /sessions/{sid}; asserts 200 {"status":"closed"}. */
+void sggw_delete_session(const sggw_gateway_t *g, const char *token, const char *sid);
+/* GET /sessions; asserts 200 and a "sessions" array of strings. Returns
+ * the whole reply object. */
+json_object *sggw_list_sessions(const sggw_gateway_t *g, const char *token);
+/* Closes every session proxy p still has (what a failed test left);
+ * not asserting. */
+void sggw_proxy_close_all(sgtest_proxy_t *p);
+/* true when GET /sessions of token lists sid. */
+bool sggw_lists(const sggw_gateway_t *g, const char *token, const char *sid);
+
+/* ------------------------------------------------------------------------
+ * Test bodies that show the servers' logs when they fail
+ * ------------------------------------------------------------------------ */
+
+/* SGGW_TEST(test_x) { ... } defines test_x, which records whether its body
+ * ran to the end; sggw_after_test() (call it from the teardown) prints the
+ * logs of every live gateway and redis-server when it did not. */
+extern int sggw_test_ok;
+#define SGGW_TEST(name)                                                                                                \
+    static void name##_body(void **state);                                                                             \
+    static void name(void **state)                                                                                     \
+    {                                                                                                                  \
+        sggw_test_ok = 0;                                                                                              \
+        name##_body(state);                                                                                            \
+        sggw_test_ok = 1;                                                                                              \
+    }                                                                                                                  \
+    static void name##_body(void **state)
+/* Returns 1 when the last SGGW_TEST failed (after printing the logs), else 0. */
+int sggw_after_test(void);
+
+#endif
