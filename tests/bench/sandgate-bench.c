@@ -44,6 +44,7 @@
 #define BENCH_COLD_MS 100.0             /* when Docker cannot say: a pool take is ~1 ms */
 #define BENCH_WARMUP 10                 /* executes before the timed ones */
 #define BENCH_TP_SECONDS 5.0            /* throughput phase wall time */
+#define BENCH_TP_MAX_EXEC 1000000       /* a bound on the phase, not its normal end */
 #define BENCH_IDLE_SETTLE_MS 3000       /* lets the pool refill before MemAvailable */
 #define BENCH_FLOOR_ONCE_RUNS 10
 #define BENCH_FLOOR_EXEC_RUNS 20
@@ -1087,13 +1088,13 @@ static void phase_throughput(const target_t *t)
     double t0 = 0, t1 = 0;
 
     fprintf(stderr, "sandgate-bench: %s: throughput, %ld clients, %.0f s or %ld executes\n", t->name, opt.clients,
-            BENCH_TP_SECONDS, opt.n * 5);
+            BENCH_TP_SECONDS, (long)BENCH_TP_MAX_EXEC);
     if (a == NULL || tid == NULL || g_stop) {
         r->failed = 1;
         goto Exit;
     }
     for (long i = 0; i < opt.clients; i++) {
-        a[i] = (tp_arg_t){.t = t, .row = r, .gate = &gate, .issued = &issued, .max_exec = opt.n * 5};
+        a[i] = (tp_arg_t){.t = t, .row = r, .gate = &gate, .issued = &issued, .max_exec = BENCH_TP_MAX_EXEC};
         if (pthread_create(&tid[i], NULL, tp_main, &a[i]) != 0) {
             row_err(r, "could start only %ld of %ld client threads", started, opt.clients);
             break;
@@ -1118,7 +1119,7 @@ static void phase_throughput(const target_t *t)
     }
     if (t1 > t0 && r->n > 0)
         row_note(r, "%.1f exec/s over %.1f s%s", r->n / ((t1 - t0) / 1e3), (t1 - t0) / 1e3,
-                 atomic_load(&issued) >= opt.n * 5 ? " (stopped at n*5 executes)" : "");
+                 atomic_load(&issued) >= BENCH_TP_MAX_EXEC ? " (stopped at the execute cap)" : "");
 Exit:
     free(a);
     free(tid);
