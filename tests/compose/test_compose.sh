@@ -23,6 +23,7 @@ export SANDGATE_BIND=127.0.0.1 SANDGATE_PORT=0 # 0: the engine picks a free host
 SANDGATE_ADMIN_TOKEN=$(head -c 24 /dev/urandom | base64 | tr -d '/+=')
 export SANDGATE_ADMIN_TOKEN
 export SANDGATE_LOG_LEVEL=info
+export SANDGATE_STORE_VOLUME= # no library installs here: no shared store volume is made
 unset COMPOSE_FILE COMPOSE_PROJECT_NAME DOCKER_CONTEXT
 
 # SANDGATE_COMPOSE picks the command; else the compose plugin when there is

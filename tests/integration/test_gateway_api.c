@@ -33,11 +33,15 @@ static sggw_gateway_t *extra_gw;
 static sgtest_proxy_t *extra_proxy;
 static char *extra_proxy_id;
 
+static sggw_db_writer_t *writer;
+
 static void cleanup_extra(void)
 {
     if (extra_gw != NULL)
         sggw_gateway_stop(extra_gw);
     extra_gw = NULL;
+    sggw_db_writer_close(writer); /* after the gateway: its close must not disturb it */
+    writer = NULL;
     if (extra_proxy != NULL)
         sgtest_proxy_stop(extra_proxy);
     extra_proxy = NULL;
@@ -415,18 +419,26 @@ SGGW_TEST(test_admin_changes_reach_gateway)
     char url[256];
     sgtest_reply_t r;
 
-    /* a burst, so that both DB threads have opened their connection */
-    enum { N = 16 };
-    sggw_par_req_t q[N];
-    snprintf(url, sizeof(url), "%s/sessions", sggw_gateway_url(g2));
-    memset(q, 0, sizeof(q));
-    for (int i = 0; i < N; i++)
-        q[i] = (sggw_par_req_t){.method = "GET", .url = url, .token = tok, .timeout_s = 30};
-    SG_CHECK(sggw_parallel(q, N) == 0, NULL, "cannot start threads");
-    for (int i = 0; i < N; i++) {
-        SG_ASSERT_STATUS(&q[i].reply, 200);
-        sgtest_reply_free(&q[i].reply);
-    }
+    /* both DB threads open their connection, one after the other: the first
+     * is kept busy by a write that waits for another writer's lock, so the
+     * next request goes to the second */
+    writer = sggw_db_writer_open(dir);
+    SG_CHECK(writer != NULL && sggw_db_writer_hold(writer, 1.0) == 0, NULL, "cannot take the SQLite write lock");
+    pathf(url, sizeof(url), "%s/admin/tenants", sggw_gateway_url(g2));
+    const char tbody[] = "{\"name\":\"live-admin-2\"}";
+    sggw_par_req_t q = {.method = "POST", .url = url, .token = sggw_gateway_admin_token(g2), .body = tbody,
+                        .body_len = strlen(tbody), .content_type = "application/json", .timeout_s = 30};
+    sggw_batch_t *b = sggw_batch_start(&q, 1);
+    SG_CHECK(b != NULL, NULL, "cannot start a thread");
+    usleep(200000); /* the admin write reaches its DB thread and waits there for the lock */
+    sggw_call(g2, tok, "GET", "/sessions", NULL, &r); /* (its thread opens the file once the lock is free) */
+    SG_ASSERT_STATUS(&r, 200);
+    sgtest_reply_free(&r);
+    sggw_batch_join(b);
+    json_object_put(SG_EXPECT_JSON(&q.reply, 201));
+    sgtest_reply_free(&q.reply);
+    sggw_db_writer_close(writer); /* like any sandgate-admin run, it closes its connection */
+    writer = NULL;
 
     /* a token made now works at once, on every request */
     char *t2 = sggw_new_token(dir, "live-admin");
@@ -480,30 +492,41 @@ SGGW_TEST(test_admin_changes_reach_gateway)
 }
 
 /* A session is usable, listed, and then gone, at once: the reply to
- * POST /sessions and to DELETE means the records say so already — with the
- * default 2 DB threads, which may take the next request's job before the
- * previous one's record is written. (Tenant and token are made before the
- * gateway's DB threads open the file, and no sandgate-admin runs after.) */
+ * POST /sessions (and to DELETE) means the next request sees it so. With
+ * the default 2 DB threads the next request's token check may run while
+ * the session's record is still waiting to be written: the file's write
+ * lock is busy now and then (the other DB thread writing usage rows,
+ * sandgate-admin). The test holds that lock for 0.5 s around the calls,
+ * then repeats them a few times without it. (Tenant and token are made
+ * before the gateway's DB threads open the file.) */
 SGGW_TEST(test_create_then_use_at_once)
 {
     const char *env[] = {"SANDGATE_DB_WORKERS=2", NULL};
     sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(proxy), .env = env};
     sggw_gateway_t *g2 = extra_gw = sggw_gateway_start(&opts);
     SG_CHECK(g2 != NULL, NULL, "cannot start a gateway");
-    char *tok = sggw_new_tenant(sggw_gateway_data_dir(g2), "at-once", NULL);
+    const char *dir = sggw_gateway_data_dir(g2);
+    char *tok = sggw_new_tenant(dir, "at-once", NULL);
     char path[256];
     sgtest_reply_t r;
 
-    for (int i = 0; i < 6; i++) {
+    writer = sggw_db_writer_open(dir);
+    SG_CHECK(writer != NULL, NULL, "cannot open the SQLite file");
+    for (int i = 0; i < 7; i++) {
+        if (i == 0)
+            SG_CHECK(sggw_db_writer_hold(writer, 0.5) == 0, NULL, "cannot take the SQLite write lock");
         char *sid = sggw_create_session(g2, tok, NULL, NULL);
         pathf(path, sizeof(path), "/sessions/%s/execute", sid);
         sggw_call(g2, tok, "POST", path, "{\"code\":\"print(1)\"}", &r);
         if (r.status != 200)
-            fprintf(stderr, "round %d: an execute right after the create:\n", i + 1);
+            fprintf(stderr, "round %d%s: an execute right after the create:\n", i + 1,
+                    i == 0 ? " (another writer holds the lock for 0.5 s)" : "");
         SG_ASSERT_STATUS(&r, 200);
         sgtest_reply_free(&r);
         SG_CHECK(sggw_lists(g2, tok, sid), NULL, "round %d: GET /sessions right after the create must list %s", i + 1,
                  sid);
+        if (i == 0) /* once more: the lock around DELETE */
+            SG_CHECK(sggw_db_writer_hold(writer, 0.5) == 0, NULL, "cannot take the SQLite write lock");
         sggw_delete_session(g2, tok, sid);
         SG_CHECK(!sggw_lists(g2, tok, sid), NULL, "round %d: GET /sessions right after DELETE still lists %s", i + 1,
                  sid);
@@ -512,6 +535,8 @@ SGGW_TEST(test_create_then_use_at_once)
     free(tok);
     extra_gw = NULL;
     SG_CHECK(sggw_gateway_stop(g2) == 0, NULL, "the gateway did not exit with status 0");
+    sggw_db_writer_close(writer);
+    writer = NULL;
 }
 
 /* Every reply's headers are well formed: the rate-limit headers carry

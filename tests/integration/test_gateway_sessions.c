@@ -12,7 +12,6 @@
  */
 #include "sggw.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,7 +137,7 @@ static void expect_gone_for_client(sggw_gateway_t *g, const char *tok, const cha
 static void align_wall(double frac)
 {
     double w = sggw_wall();
-    double wait = frac - (w - floor(w));
+    double wait = frac - (w - (double)(int64_t)w);
     if (wait < 0.05)
         wait += 1;
     usleep((useconds_t)(wait * 1e6));
@@ -191,6 +190,8 @@ static int after_test(void **state)
 static int group_teardown(void **state)
 {
     int rc = 0;
+    if (gw != NULL && sggw_gateway_quiesce(gw) != 0)
+        fprintf(stderr, "teardown: live sessions remain in the gateway's state\n");
     if (gw != NULL && sggw_gateway_stop(gw) != 0) {
         fprintf(stderr, "teardown: the gateway did not exit with status 0 on SIGTERM\n");
         rc = -1;

@@ -776,6 +776,25 @@ int sggw_gateway_stop(sggw_gateway_t *g)
     return result;
 }
 
+int sggw_gateway_quiesce(sggw_gateway_t *g)
+{
+    double deadline = sgtest_now() + 5;
+    for (;;) {
+        sgtest_reply_t r;
+        sggw_admin_call(g, "GET", "/admin/sessions", NULL, &r);
+        json_object *o = r.status == 200 ? json_tokener_parse(r.body) : NULL, *a = NULL;
+        bool empty = o != NULL && json_object_object_get_ex(o, "sessions", &a) &&
+                     json_object_is_type(a, json_type_array) && json_object_array_length(a) == 0;
+        json_object_put(o);
+        sgtest_reply_free(&r);
+        if (empty)
+            return 0;
+        if (sgtest_now() > deadline)
+            return -1;
+        usleep(20000);
+    }
+}
+
 void sggw_gateway_kill9(sggw_gateway_t *g)
 {
     if (g == NULL)
@@ -1630,6 +1649,70 @@ Done:
     sqlite3_finalize(st);
     sqlite3_close(db);
     return row;
+}
+
+struct sggw_db_writer {
+    sqlite3 *db;
+    pthread_t thread;
+    bool holding;
+    double hold_s;
+};
+
+static void *on_writer(void *ud)
+{
+    sggw_db_writer_t *w = ud;
+    usleep((useconds_t)(w->hold_s * 1e6));
+    sqlite3_exec(w->db, "ROLLBACK", NULL, NULL, NULL);
+    return NULL;
+}
+
+sggw_db_writer_t *sggw_db_writer_open(const char *data_dir)
+{
+    char path[700];
+    sggw_db_writer_t *w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return NULL;
+    snprintf(path, sizeof(path), "%s/sandgate.db", data_dir);
+    if (sqlite3_open_v2(path, &w->db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+        fprintf(stderr, "sggw: open %s: %s\n", path, w->db ? sqlite3_errmsg(w->db) : "out of memory");
+        sqlite3_close(w->db);
+        free(w);
+        return NULL;
+    }
+    sqlite3_busy_timeout(w->db, 5000);
+    return w;
+}
+
+static void writer_wait(sggw_db_writer_t *w)
+{
+    if (w->holding)
+        pthread_join(w->thread, NULL);
+    w->holding = false;
+}
+
+int sggw_db_writer_hold(sggw_db_writer_t *w, double hold_s)
+{
+    writer_wait(w);
+    w->hold_s = hold_s;
+    if (sqlite3_exec(w->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+        fprintf(stderr, "sggw: BEGIN IMMEDIATE: %s\n", sqlite3_errmsg(w->db));
+        return -1;
+    }
+    if (pthread_create(&w->thread, NULL, on_writer, w) != 0) {
+        sqlite3_exec(w->db, "ROLLBACK", NULL, NULL, NULL);
+        return -1;
+    }
+    w->holding = true;
+    return 0;
+}
+
+void sggw_db_writer_close(sggw_db_writer_t *w)
+{
+    if (w == NULL)
+        return;
+    writer_wait(w);
+    sqlite3_close(w->db);
+    free(w);
 }
 
 /* ------------------------------------------------------------------------

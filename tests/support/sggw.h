@@ -102,6 +102,10 @@ sggw_gateway_t *sggw_gateway_start(const sggw_opts_t *o);
  * status (printing the log's tail when it is not 0), or -1 if it had to be
  * SIGKILLed. NULL returns 0. */
 int sggw_gateway_stop(sggw_gateway_t *g);
+/* Waits (up to 5 s) until the admin API lists no live session, so that no
+ * session removal is still on its way through the state backend (call it
+ * before a stop that is not about shutdown races). 0, or -1 on timeout. */
+int sggw_gateway_quiesce(sggw_gateway_t *g);
 /* SIGKILL, reap, free (a crash). */
 void sggw_gateway_kill9(sggw_gateway_t *g);
 bool sggw_gateway_alive(sggw_gateway_t *g);
@@ -206,6 +210,18 @@ int sggw_parallel(sggw_par_req_t *reqs, size_t n);
  * ""), malloc'd. NULL when there is no row; *err (if not NULL, size 256)
  * says why on failure ("" for no row). */
 char *sggw_db_row(const char *data_dir, const char *sql, const char *const *params, char *err);
+
+/* Another writer of the file, as a sandgate-admin run or a busy DB thread
+ * would be: sggw_db_writer_open() opens a connection of its own;
+ * sggw_db_writer_hold() waits for its previous hold to end, takes the
+ * write lock (BEGIN IMMEDIATE) and has a thread give it up (ROLLBACK)
+ * hold_s seconds later (0, or -1 if the lock cannot be taken);
+ * sggw_db_writer_close() waits for the release and closes the connection
+ * (once the gateway has stopped, if the close must not disturb it). */
+typedef struct sggw_db_writer sggw_db_writer_t;
+sggw_db_writer_t *sggw_db_writer_open(const char *data_dir);
+int sggw_db_writer_hold(sggw_db_writer_t *w, double hold_s);
+void sggw_db_writer_close(sggw_db_writer_t *w);
 
 /* ------------------------------------------------------------------------
  * Misc

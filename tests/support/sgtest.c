@@ -312,17 +312,26 @@ sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extr
     size_t nextra = 0;
     while (extra_env != NULL && extra_env[nextra] != NULL)
         nextra++;
-    const char **set = calloc(nextra + 3, sizeof(*set));
+    const char **set = calloc(nextra + 4, sizeof(*set));
     if (set == NULL) {
         close(logfd);
         goto Error;
     }
-    for (size_t i = 0; i < nextra; i++)
+    /* Library installs stay off unless a test sets them up: then no shared
+     * store volume is made and no installer ever looks for a public index. */
+    static char no_store_kv[] = "SANDGATE_STORE_VOLUME=";
+    bool store_given = false;
+    for (size_t i = 0; i < nextra; i++) {
         set[i] = extra_env[i];
-    set[nextra] = host_kv;
-    set[nextra + 1] = port_kv;
-    set[nextra + 2] = id_kv;
-    char **envp = build_env(set, nextra + 3);
+        store_given = store_given || env_key_is(no_store_kv, extra_env[i]);
+    }
+    size_t nset = nextra;
+    set[nset++] = host_kv;
+    set[nset++] = port_kv;
+    set[nset++] = id_kv;
+    if (!store_given)
+        set[nset++] = no_store_kv;
+    char **envp = build_env(set, nset);
     free(set);
     if (envp == NULL) {
         close(logfd);
