@@ -190,12 +190,7 @@ typedef struct {
 static void health_work(sg_job_t *job)
 {
     health_job_t *j = (health_job_t *)job;
-    sg_docker_t *d = sg_workq_thread_data();
-    if (d == NULL) {
-        d = sg_docker_create();
-        sg_workq_set_thread_data(d, (void (*)(void *))sg_docker_destroy);
-    }
-    j->ok = sg_docker_ping(d, j->version, j->api, j->err, sizeof(j->err)) == 0;
+    j->ok = sg_docker_ping(sg_docker_thread(), j->version, j->api, j->err, sizeof(j->err)) == 0;
 }
 
 static void health_done(sg_job_t *job)

@@ -77,6 +77,31 @@ sg_docker_t *sg_docker_create(void)
     return d;
 }
 
+static pthread_key_t thread_key;
+static pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
+
+static void on_thread_exit(void *d)
+{
+    sg_docker_destroy(d);
+}
+
+static void make_thread_key(void)
+{
+    pthread_key_create(&thread_key, on_thread_exit);
+}
+
+sg_docker_t *sg_docker_thread(void)
+{
+    sg_docker_t *d;
+    pthread_once(&thread_key_once, make_thread_key);
+    d = pthread_getspecific(thread_key);
+    if (d == NULL) {
+        d = sg_docker_create();
+        pthread_setspecific(thread_key, d);
+    }
+    return d;
+}
+
 void sg_docker_destroy(sg_docker_t *d)
 {
     if (d == NULL)

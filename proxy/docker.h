@@ -25,6 +25,9 @@ const char *sg_docker_api_version(void);
 
 sg_docker_t *sg_docker_create(void);
 void sg_docker_destroy(sg_docker_t *d);
+/* The calling thread's own handle, made on first use, freed when the
+ * thread ends. */
+sg_docker_t *sg_docker_thread(void);
 
 /* One request; body may be NULL. The reply body goes into resp (capped). */
 int sg_docker_request(sg_docker_t *d, const char *method, const char *path, const char *body, size_t body_len,

@@ -1,4 +1,5 @@
 #include "install.h"
+#include "container.h"
 #include "docker.h"
 #include "log.h"
 #include "util.h"
@@ -10,8 +11,8 @@
 json_object *sg_install_container_config(const sg_session_t *s, const char *spec, const char *proxy_id)
 {
     const sg_sessions_conf_t *conf = sg_sessions_conf();
-    json_object *c = json_object_new_object(), *hc = json_object_new_object(), *labels = json_object_new_object();
-    json_object *env = json_object_new_array(), *arr, *mounts, *m;
+    json_object *c = json_object_new_object(), *hc = json_object_new_object();
+    json_object *env = json_object_new_array(), *arr, *tmpfs = json_object_new_object();
     char buf[2048];
 
     json_object_object_add(c, "Image", json_object_new_string(s->image));
@@ -32,37 +33,15 @@ json_object *sg_install_container_config(const sg_session_t *s, const char *spec
     json_object_array_add(env, json_object_new_string("SANDGATE_STORE=" SG_STORE_MOUNT));
     json_object_array_add(env, json_object_new_string("HOME=/tmp"));
     json_object_object_add(c, "Env", env);
-
-    json_object_object_add(labels, "sandgate.proxy", json_object_new_string(proxy_id));
-    json_object_object_add(labels, "sandgate.session", json_object_new_string(s->id));
-    json_object_object_add(labels, "sandgate.kind", json_object_new_string("installer"));
-    snprintf(buf, sizeof(buf), "%lld", (long long)sg_wall_s());
-    json_object_object_add(labels, "sandgate.created", json_object_new_string(buf));
-    json_object_object_add(c, "Labels", labels);
+    json_object_object_add(c, "Labels", sg_container_labels(proxy_id, s->id, NULL, "installer", sg_wall_s()));
 
     /* the package manager's network only: nothing of the session's runs here */
     json_object_object_add(hc, "NetworkMode", json_object_new_string(conf->install_network));
-    arr = json_object_new_array();
-    json_object_array_add(arr, json_object_new_string("ALL"));
-    json_object_object_add(hc, "CapDrop", arr);
-    arr = json_object_new_array();
-    json_object_array_add(arr, json_object_new_string("no-new-privileges"));
-    json_object_object_add(hc, "SecurityOpt", arr);
+    sg_container_harden(hc, 1024, 256, 1.0);
     json_object_object_add(hc, "ReadonlyRootfs", json_object_new_boolean(1));
-    m = json_object_new_object();
-    json_object_object_add(m, "/tmp", json_object_new_string("rw,exec,nosuid,nodev,size=512m,mode=1777"));
-    json_object_object_add(hc, "Tmpfs", m);
-    json_object_object_add(hc, "Memory", json_object_new_int64((int64_t)1024 << 20));
-    json_object_object_add(hc, "MemorySwap", json_object_new_int64((int64_t)1024 << 20));
-    json_object_object_add(hc, "PidsLimit", json_object_new_int64(256));
-    json_object_object_add(hc, "NanoCpus", json_object_new_int64(1000000000));
-    mounts = json_object_new_array();
-    m = json_object_new_object();
-    json_object_object_add(m, "Type", json_object_new_string("volume"));
-    json_object_object_add(m, "Source", json_object_new_string(conf->store_volume));
-    json_object_object_add(m, "Target", json_object_new_string(SG_STORE_MOUNT));
-    json_object_array_add(mounts, m);
-    json_object_object_add(hc, "Mounts", mounts);
+    json_object_object_add(tmpfs, "/tmp", json_object_new_string("rw,exec,nosuid,nodev,size=512m,mode=1777"));
+    json_object_object_add(hc, "Tmpfs", tmpfs);
+    json_object_object_add(hc, "Mounts", sg_container_store_mount(conf->store_volume, 0));
     json_object_object_add(c, "HostConfig", hc);
     return c;
 }
@@ -75,16 +54,6 @@ typedef struct {
     sg_fetch_cb cb;
     void *data;
 } fetch_job_t;
-
-static sg_docker_t *thread_docker(void)
-{
-    sg_docker_t *d = sg_workq_thread_data();
-    if (d == NULL) {
-        d = sg_docker_create();
-        sg_workq_set_thread_data(d, (void (*)(void *))sg_docker_destroy);
-    }
-    return d;
-}
 
 /* Keeps the last lines of a log that fit in out. */
 static void tail_into(char *out, size_t cap, const sg_buf_t *log)
@@ -110,7 +79,7 @@ static void fetch_work(sg_job_t *job)
 {
     fetch_job_t *j = (fetch_job_t *)job;
     const sg_sessions_conf_t *conf = sg_sessions_conf();
-    sg_docker_t *d = thread_docker();
+    sg_docker_t *d = sg_docker_thread();
     char id[72] = "", err[512];
     long code = -1;
     sg_buf_t log;

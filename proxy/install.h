@@ -19,8 +19,6 @@
 
 #include "session.h"
 
-/* Where the store is mounted, in sandboxes (read-only) and installers. */
-#define SG_STORE_MOUNT "/opt/sandgate/store"
 
 typedef struct {
     int ok;

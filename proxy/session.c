@@ -1,4 +1,5 @@
 #include "session.h"
+#include "container.h"
 #include "docker.h"
 #include "json.h"
 #include "log.h"
@@ -83,20 +84,10 @@ const sg_sessions_conf_t *sg_sessions_conf(void)
 
 /* ---- the Docker side, on worker threads ---------------------------------- */
 
-static sg_docker_t *thread_docker(void)
-{
-    sg_docker_t *d = sg_workq_thread_data();
-    if (d == NULL) {
-        d = sg_docker_create();
-        sg_workq_set_thread_data(d, (void (*)(void *))sg_docker_destroy);
-    }
-    return d;
-}
-
 json_object *sg_session_container_config(const sg_session_t *s, const char *proxy_id)
 {
-    json_object *c = json_object_new_object(), *hc = json_object_new_object(), *labels = json_object_new_object();
-    json_object *env = json_object_new_array(), *tmpfs = json_object_new_object(), *arr;
+    json_object *c = json_object_new_object(), *hc = json_object_new_object();
+    json_object *env = json_object_new_array(), *tmpfs = json_object_new_object(), *lc = json_object_new_object();
     char buf[160];
 
     json_object_object_add(c, "Image", json_object_new_string(s->image));
@@ -112,23 +103,13 @@ json_object *sg_session_container_config(const sg_session_t *s, const char *prox
     json_object_object_add(c, "AttachStderr", json_object_new_boolean(1));
     json_object_object_add(c, "Tty", json_object_new_boolean(0));
     json_object_object_add(c, "NetworkDisabled", json_object_new_boolean(!s->limits.network));
-
-    json_object_object_add(labels, "sandgate.proxy", json_object_new_string(proxy_id));
-    json_object_object_add(labels, "sandgate.session", json_object_new_string(s->id));
-    json_object_object_add(labels, "sandgate.lang", json_object_new_string(s->lang->name));
-    json_object_object_add(labels, "sandgate.kind",
-                           json_object_new_string(s->_pooled ? "pool" : s->ephemeral ? "ephemeral" : "session"));
-    snprintf(buf, sizeof(buf), "%lld", (long long)s->created_at);
-    json_object_object_add(labels, "sandgate.created", json_object_new_string(buf));
-    json_object_object_add(c, "Labels", labels);
+    json_object_object_add(c, "Labels",
+                           sg_container_labels(proxy_id, s->id, s->lang->name,
+                                               s->_pooled ? "pool" : s->ephemeral ? "ephemeral" : "session",
+                                               s->created_at));
 
     json_object_object_add(hc, "NetworkMode", json_object_new_string(s->limits.network ? "bridge" : "none"));
-    arr = json_object_new_array();
-    json_object_array_add(arr, json_object_new_string("ALL"));
-    json_object_object_add(hc, "CapDrop", arr);
-    arr = json_object_new_array();
-    json_object_array_add(arr, json_object_new_string("no-new-privileges"));
-    json_object_object_add(hc, "SecurityOpt", arr);
+    sg_container_harden(hc, s->limits.memory_mb, s->limits.pids, s->limits.cpus);
     /* A template session keeps its root writable and its work dir on the
      * container's own layer, so that the commit at close captures them. */
     json_object_object_add(hc, "ReadonlyRootfs", json_object_new_boolean(!s->keep_template));
@@ -138,27 +119,13 @@ json_object *sg_session_container_config(const sg_session_t *s, const char *prox
     snprintf(buf, sizeof(buf), "rw,exec,nosuid,nodev,size=%ldm,mode=1777", s->limits.tmpfs_mb);
     json_object_object_add(tmpfs, "/tmp", json_object_new_string(buf));
     json_object_object_add(hc, "Tmpfs", tmpfs);
-    json_object_object_add(hc, "Memory", json_object_new_int64((int64_t)s->limits.memory_mb << 20));
-    json_object_object_add(hc, "MemorySwap", json_object_new_int64((int64_t)s->limits.memory_mb << 20));
-    json_object_object_add(hc, "PidsLimit", json_object_new_int64(s->limits.pids));
-    json_object_object_add(hc, "NanoCpus", json_object_new_int64((int64_t)llround(s->limits.cpus * 1e9)));
     json_object_object_add(hc, "Init", json_object_new_boolean(0)); /* the agent is PID 1 and reaps */
-    if (conf.store_volume != NULL && conf.store_volume[0] != '\0' && s->lang->fetch_cmd != NULL) {
-        /* the package store (install.h), read-only: installs come from it */
-        json_object *mounts = json_object_new_array(), *m = json_object_new_object();
-        json_object_object_add(m, "Type", json_object_new_string("volume"));
-        json_object_object_add(m, "Source", json_object_new_string(conf.store_volume));
-        json_object_object_add(m, "Target", json_object_new_string("/opt/sandgate/store"));
-        json_object_object_add(m, "ReadOnly", json_object_new_boolean(1));
-        json_object_array_add(mounts, m);
-        json_object_object_add(hc, "Mounts", mounts);
-    }
-    {
-        json_object *lc = json_object_new_object();
-        json_object_object_add(lc, "Type", json_object_new_string("none"));
-        json_object_object_add(lc, "Config", json_object_new_object());
-        json_object_object_add(hc, "LogConfig", lc);
-    }
+    /* the package store (install.h), read-only: installs come from it */
+    if (conf.store_volume != NULL && conf.store_volume[0] != '\0' && s->lang->fetch_cmd != NULL)
+        json_object_object_add(hc, "Mounts", sg_container_store_mount(conf.store_volume, 1));
+    json_object_object_add(lc, "Type", json_object_new_string("none"));
+    json_object_object_add(lc, "Config", json_object_new_object());
+    json_object_object_add(hc, "LogConfig", lc);
     json_object_object_add(c, "HostConfig", hc);
     return c;
 }
@@ -263,7 +230,7 @@ Exit:
 static void create_work(sg_job_t *job)
 {
     create_job_t *j = (create_job_t *)job;
-    sg_docker_t *d = thread_docker();
+    sg_docker_t *d = sg_docker_thread();
     char err[512];
     int exists;
 
@@ -560,7 +527,7 @@ typedef struct {
 static void close_work(sg_job_t *job)
 {
     close_job_t *j = (close_job_t *)job;
-    sg_docker_t *d = thread_docker();
+    sg_docker_t *d = sg_docker_thread();
     char image_id[80], err[512];
 
     if (j->s->container_id[0] == '\0')

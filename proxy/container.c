@@ -1,0 +1,45 @@
+#include "container.h"
+
+#include <math.h>
+#include <stdio.h>
+
+void sg_container_harden(json_object *hc, int64_t memory_mb, int64_t pids, double cpus)
+{
+    json_object *arr = json_object_new_array();
+    json_object_array_add(arr, json_object_new_string("ALL"));
+    json_object_object_add(hc, "CapDrop", arr);
+    arr = json_object_new_array();
+    json_object_array_add(arr, json_object_new_string("no-new-privileges"));
+    json_object_object_add(hc, "SecurityOpt", arr);
+    json_object_object_add(hc, "Memory", json_object_new_int64(memory_mb << 20));
+    json_object_object_add(hc, "MemorySwap", json_object_new_int64(memory_mb << 20));
+    json_object_object_add(hc, "PidsLimit", json_object_new_int64(pids));
+    json_object_object_add(hc, "NanoCpus", json_object_new_int64((int64_t)llround(cpus * 1e9)));
+}
+
+json_object *sg_container_labels(const char *proxy_id, const char *session_id, const char *lang, const char *kind,
+                                 int64_t created)
+{
+    json_object *labels = json_object_new_object();
+    char buf[32];
+    json_object_object_add(labels, "sandgate.proxy", json_object_new_string(proxy_id));
+    json_object_object_add(labels, "sandgate.session", json_object_new_string(session_id));
+    if (lang != NULL)
+        json_object_object_add(labels, "sandgate.lang", json_object_new_string(lang));
+    json_object_object_add(labels, "sandgate.kind", json_object_new_string(kind));
+    snprintf(buf, sizeof(buf), "%lld", (long long)created);
+    json_object_object_add(labels, "sandgate.created", json_object_new_string(buf));
+    return labels;
+}
+
+json_object *sg_container_store_mount(const char *volume, int read_only)
+{
+    json_object *mounts = json_object_new_array(), *m = json_object_new_object();
+    json_object_object_add(m, "Type", json_object_new_string("volume"));
+    json_object_object_add(m, "Source", json_object_new_string(volume));
+    json_object_object_add(m, "Target", json_object_new_string(SG_STORE_MOUNT));
+    if (read_only)
+        json_object_object_add(m, "ReadOnly", json_object_new_boolean(1));
+    json_object_array_add(mounts, m);
+    return mounts;
+}

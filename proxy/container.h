@@ -1,0 +1,26 @@
+/*
+ * container.h — the pieces of a container's configuration that every kind
+ * of container the proxy makes shares (sandboxes, pooled ones, installers):
+ * the hardening, the labels that say who owns it, the package store mount.
+ * Pure: JSON in, JSON out.
+ */
+#ifndef SANDGATE_CONTAINER_H
+#define SANDGATE_CONTAINER_H
+
+#include <json-c/json.h>
+#include <stdint.h>
+
+/* Where the package store volume is mounted (install.h). */
+#define SG_STORE_MOUNT "/opt/sandgate/store"
+
+/* Adds CapDrop ["ALL"] and SecurityOpt ["no-new-privileges"] to a HostConfig,
+ * and Memory = MemorySwap, PidsLimit, NanoCpus. */
+void sg_container_harden(json_object *hc, int64_t memory_mb, int64_t pids, double cpus);
+/* Labels sandgate.proxy, sandgate.session, sandgate.kind, sandgate.created,
+ * and sandgate.lang when lang is not NULL. */
+json_object *sg_container_labels(const char *proxy_id, const char *session_id, const char *lang, const char *kind,
+                                 int64_t created);
+/* A Mounts array holding the store volume at SG_STORE_MOUNT. */
+json_object *sg_container_store_mount(const char *volume, int read_only);
+
+#endif
