@@ -76,3 +76,18 @@ void sg_config_print(const sg_cfg_entry_t *table, size_t n, FILE *fp)
     for (size_t i = 0; i < n; i++)
         fprintf(fp, "| `%s` | `%s` | %s |\n", table[i].env, table[i].def[0] ? table[i].def : "(empty)", table[i].help);
 }
+
+int sg_config_main(int argc, char **argv, const sg_cfg_entry_t *table, size_t n, const char *prog, const char *what)
+{
+    char err[512];
+    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "--config") == 0)) {
+        printf("%s: %s. Settings (environment):\n\n", prog, what);
+        sg_config_print(table, n, stdout);
+        return 0;
+    }
+    if (sg_config_load(table, n, err, sizeof(err)) != 0) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        return 2;
+    }
+    return -1;
+}

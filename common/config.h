@@ -27,6 +27,10 @@ int sg_config_load(const sg_cfg_entry_t *table, size_t n, char *err, size_t errl
 /* Parses one value as the loader would; for unit tests and callers that
  * validate user input against the same rules. */
 int sg_config_parse(const sg_cfg_entry_t *e, const char *value, char *err, size_t errlen);
+/* The start of a server's main(): with --help (or --config) prints what
+ * the program is and its table, and returns 0; on a bad setting prints it
+ * and returns 2; otherwise loads the table and returns -1 (go on). */
+int sg_config_main(int argc, char **argv, const sg_cfg_entry_t *table, size_t n, const char *prog, const char *what);
 /* Prints the table as Markdown rows: | `VAR` | default | help |. */
 void sg_config_print(const sg_cfg_entry_t *table, size_t n, FILE *fp);
 

@@ -74,15 +74,10 @@ int main(int argc, char **argv)
     sg_http_server_t *server;
     sg_store_t *st;
 
-    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "--config") == 0)) {
-        printf("sandgate-gateway: the public API. Settings (environment):\n\n");
-        sg_config_print(config_table, sizeof(config_table) / sizeof(config_table[0]), stdout);
-        return 0;
-    }
-    if (sg_config_load(config_table, sizeof(config_table) / sizeof(config_table[0]), err, sizeof(err)) != 0) {
-        fprintf(stderr, "sandgate-gateway: %s\n", err);
-        return 2;
-    }
+    int rc = sg_config_main(argc, argv, config_table, sizeof(config_table) / sizeof(config_table[0]), "sandgate-gateway",
+                            "the public API");
+    if (rc >= 0)
+        return rc;
     sg_log_init("sandgate-gateway", cfg.log_level);
     signal(SIGPIPE, SIG_IGN);
 

@@ -123,15 +123,10 @@ int main(int argc, char **argv)
     sg_docker_t *docker;
     int n;
 
-    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "--config") == 0)) {
-        printf("sandgate-proxy: the internal sandbox service. Settings (environment):\n\n");
-        sg_config_print(config_table, sizeof(config_table) / sizeof(config_table[0]), stdout);
-        return 0;
-    }
-    if (sg_config_load(config_table, sizeof(config_table) / sizeof(config_table[0]), err, sizeof(err)) != 0) {
-        fprintf(stderr, "sandgate-proxy: %s\n", err);
-        return 2;
-    }
+    int rc = sg_config_main(argc, argv, config_table, sizeof(config_table) / sizeof(config_table[0]), "sandgate-proxy",
+                            "the internal sandbox service");
+    if (rc >= 0)
+        return rc;
     sg_log_init("sandgate-proxy", cfg.log_level);
     signal(SIGPIPE, SIG_IGN);
 
