@@ -138,6 +138,7 @@ const char *sg_http_reason(int status)
     case 413: return "Payload Too Large";
     case 415: return "Unsupported Media Type";
     case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
     case 502: return "Bad Gateway";
     case 503: return "Service Unavailable";

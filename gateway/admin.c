@@ -386,15 +386,10 @@ static void sessions_tenant_done(sg_gw_job_t *job)
     admin_free(j);
 }
 
-static void force_close_done(sg_gw_job_t *job)
+static void on_force_closed(void *data)
 {
-    admin_job_t *j = (admin_job_t *)job;
+    admin_job_t *j = data;
     h2o_req_t *req = sg_http_hold_req(j->hold);
-    if (j->code != NULL || job->rc != 0) {
-        job_done(job);
-        return;
-    }
-    sg_gw_close_session(j->arg, (int64_t)j->from, "admin");
     if (req != NULL) {
         json_object *o = json_object_new_object();
         json_object_object_add(o, "status", json_object_new_string("closed"));
@@ -402,6 +397,16 @@ static void force_close_done(sg_gw_job_t *job)
         sg_http_send_json(req, 200, o);
     }
     admin_free(j);
+}
+
+static void force_close_done(sg_gw_job_t *job)
+{
+    admin_job_t *j = (admin_job_t *)job;
+    if (j->code != NULL || job->rc != 0) {
+        job_done(job);
+        return;
+    }
+    sg_gw_close_session(j->arg, (int64_t)j->from, "admin", on_force_closed, j);
 }
 
 static json_object *admin_body(h2o_req_t *req)

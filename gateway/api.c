@@ -304,7 +304,8 @@ static void record_execution(gw_req_t *g, const char *body, size_t len)
 static void touch_session(gw_req_t *g, int add_exec)
 {
     if (g->route != R_EPHEMERAL && g->sid[0])
-        sg_state_session_touch(sg_gw.state, g->sid, sg_wall_s(), g->tenant.idle_timeout, add_exec, noop_state_cb, NULL);
+        sg_state_session_touch(sg_gw.state, g->sid, sg_gw_now_up(), g->tenant.idle_timeout, add_exec, noop_state_cb,
+                               NULL);
 }
 
 /* The proxy no longer knows a session the records say is live (it was
@@ -312,7 +313,7 @@ static void touch_session(gw_req_t *g, int add_exec)
 static void maybe_session_lost(gw_req_t *g, const sg_upstream_reply_t *r)
 {
     if (r->status == 404 && g->sid[0] && strstr(r->body, "no_such_session") != NULL)
-        sg_gw_close_session(g->sid, g->tenant.id, "proxy_lost");
+        sg_gw_close_session(g->sid, g->tenant.id, "proxy_lost", NULL, NULL);
 }
 
 /* Finds the body of the last "result" event of a streamed reply. */
@@ -561,7 +562,7 @@ static void open_done(sg_gw_job_t *job)
         sg_error("session %s: cannot record it: %s", j->rec.id, job->err);
         json_object_put(j->reply);
         reply_error(j->g, 500, "internal", "the session could not be recorded: %s", job->err);
-        sg_gw_close_session(j->rec.id, j->rec.tenant_id, "deleted");
+        sg_gw_close_session(j->rec.id, j->rec.tenant_id, "deleted", NULL, NULL);
     } else {
         reply_json(j->g, 200, j->reply);
     }
@@ -589,7 +590,7 @@ static void on_create_reply(void *data, const sg_upstream_reply_t *r)
         gw_free(g);
         return;
     }
-    int64_t now = sg_wall_s();
+    int64_t now = sg_gw_now_up();
     sg_live_session_t live = {0};
     snprintf(live.id, sizeof(live.id), "%s", sid);
     live.tenant_id = g->tenant.id;
@@ -730,21 +731,26 @@ static void list_done(sg_gw_job_t *job)
     free(j);
 }
 
+/* The reply to a DELETE goes out once the close is on record: a GET
+ * /sessions right after must not list the session. */
+static void on_delete_recorded(void *data)
+{
+    gw_req_t *g = data;
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "status", json_object_new_string("closed"));
+    reply_json(g, 200, o);
+    gw_free(g);
+}
+
 static void on_delete_reply(void *data, const sg_upstream_reply_t *r)
 {
     gw_req_t *g = data;
     if (r->status == 0) {
         reply_upstream_failure(g, r);
     } else if (r->status == 200 || r->status == 404) {
-        /* gone on the proxy either way: close the records */
-        sg_gw_close_session(g->sid, g->tenant.id, "deleted");
-        if (r->status == 200) {
-            reply_raw(g, 200, r->content_type, r->body, r->body_len);
-        } else {
-            json_object *o = json_object_new_object();
-            json_object_object_add(o, "status", json_object_new_string("closed"));
-            reply_json(g, 200, o);
-        }
+        /* gone on the proxy either way: close the records, then reply */
+        sg_gw_close_session(g->sid, g->tenant.id, "deleted", on_delete_recorded, g);
+        return;
     } else {
         reply_raw(g, (int)r->status, r->content_type, r->body, r->body_len);
     }
@@ -941,6 +947,23 @@ int sg_gw_handle(void *app, h2o_req_t *req)
         snprintf(detail, sizeof(detail), "no route for %.*s %.*s", (int)req->method.len, req->method.base,
                  (int)(path.len > 200 ? 200 : path.len), path.base);
         return simple_error(req, "other", 404, "not_found", detail);
+    }
+
+    size_t header_bytes = 0;
+    for (size_t i = 0; i < req->headers.size; i++)
+        header_bytes += req->headers.entries[i].name->len + req->headers.entries[i].value.len + 4;
+    if (header_bytes > sg_gw.max_header_bytes) {
+        char detail[160];
+        snprintf(detail, sizeof(detail), "the request headers are %zu bytes, above the limit of %zu", header_bytes,
+                 sg_gw.max_header_bytes);
+        return simple_error(req, route_names[route], 431, "headers_too_large", detail);
+    }
+    size_t body_cap = route == R_FILES ? sg_gw.max_file_bytes : sg_gw.max_body;
+    if (req->entity.len > body_cap) {
+        char detail[160];
+        snprintf(detail, sizeof(detail), "the request body is %zu bytes, above the limit of %zu", req->entity.len,
+                 body_cap);
+        return simple_error(req, route_names[route], 413, "too_large", detail);
     }
 
     h2o_iovec_t token = sg_gw_bearer(req);

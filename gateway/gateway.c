@@ -41,12 +41,26 @@ static void db_done(sg_job_t *job)
 
 void sg_gw_db_submit(sg_gw_job_t *job)
 {
+    if (sg_gw.stopping && sg_gw.dbq == NULL) {
+        /* after the DB threads stopped: nothing can run it any more */
+        job->rc = -1;
+        snprintf(job->err, sizeof(job->err), "the gateway is shutting down");
+        job->done(job);
+        return;
+    }
     job->super.work = db_work;
     job->super.done = db_done;
     sg_workq_submit(sg_gw.dbq, &job->super);
 }
 
 /* ---- helpers ---- */
+
+int64_t sg_gw_now_up(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec + (ts.tv_nsec != 0);
+}
 
 void sg_gw_day(int64_t unix_s, char out[9])
 {
@@ -88,7 +102,16 @@ typedef struct {
     char sid[37];
     int64_t tenant;
     char reason[32];
+    void (*done)(void *data);
+    void *data;
 } close_t;
+
+static void close_free(close_t *c)
+{
+    if (c->done != NULL)
+        c->done(c->data);
+    free(c);
+}
 
 static void close_fn(sg_gw_job_t *job, sg_store_t *st)
 {
@@ -101,7 +124,7 @@ static void close_db_done(sg_gw_job_t *job)
     close_t *c = (close_t *)job;
     if (job->rc != 0)
         sg_error("session %s: cannot record its close: %s", c->sid, job->err);
-    free(c);
+    close_free(c);
 }
 
 static void on_proxy_deleted(void *data, const sg_upstream_reply_t *r)
@@ -121,7 +144,7 @@ static void on_state_removed(void *data, const sg_state_result_t *r)
     if (r->available && !r->ok && strcmp(c->reason, "deleted") != 0 && strcmp(c->reason, "admin") != 0 &&
         strcmp(c->reason, "proxy_lost") != 0) {
         /* the reaper of another gateway got there first */
-        free(c);
+        close_free(c);
         return;
     }
     sg_info("session %s: closing (%s)", c->sid, c->reason);
@@ -137,9 +160,11 @@ static void on_state_removed(void *data, const sg_state_result_t *r)
         sg_gw_db_submit(&c->job);
 }
 
-void sg_gw_close_session(const char *sid, int64_t tenant, const char *reason)
+void sg_gw_close_session(const char *sid, int64_t tenant, const char *reason, void (*done)(void *data), void *data)
 {
     close_t *c = calloc(1, sizeof(*c));
+    c->done = done;
+    c->data = data;
     snprintf(c->sid, sizeof(c->sid), "%s", sid);
     c->tenant = tenant;
     snprintf(c->reason, sizeof(c->reason), "%s", reason);
@@ -162,7 +187,7 @@ static void on_expired(void *data, int available, size_t n, const char *const *s
     if (!available)
         return; /* Redis is down: try again next round */
     for (size_t i = 0; i < n; i++)
-        sg_gw_close_session(sids[i], tenants[i], reasons[i]);
+        sg_gw_close_session(sids[i], tenants[i], reasons[i], NULL, NULL);
 }
 
 static void on_live_listed(void *data, int available, size_t n, const sg_live_session_t *list)
@@ -171,14 +196,111 @@ static void on_live_listed(void *data, int available, size_t n, const sg_live_se
         sg_metrics_set_live_sessions((long)n);
 }
 
+/* ---- rebuilding the live-session state from SQLite ---- */
+
+typedef struct {
+    sg_live_session_t s;
+    long idle_timeout;
+} rebuild_item_t;
+
+typedef struct {
+    sg_gw_job_t job;
+    rebuild_item_t *items;
+    size_t n, cap;
+    sg_store_t *st; /* during fn only */
+    sg_tenant_t tenant; /* the last one looked up */
+} rebuild_job_t;
+
+static void add_open(const sg_session_rec_t *r, void *data)
+{
+    rebuild_job_t *j = data;
+    if (j->n == j->cap) {
+        size_t cap = j->cap ? j->cap * 2 : 32;
+        rebuild_item_t *items = realloc(j->items, cap * sizeof(*items));
+        if (items == NULL)
+            return;
+        j->items = items;
+        j->cap = cap;
+    }
+    rebuild_item_t *it = &j->items[j->n++];
+    memset(it, 0, sizeof(*it));
+    snprintf(it->s.id, sizeof(it->s.id), "%s", r->id);
+    it->s.tenant_id = r->tenant_id;
+    snprintf(it->s.lang, sizeof(it->s.lang), "%s", r->lang);
+    it->s.created_at = it->s.last_used_at = r->created_at;
+    it->s.executions = r->executions;
+}
+
+static void rebuild_fn(sg_gw_job_t *job, sg_store_t *st)
+{
+    rebuild_job_t *j = (rebuild_job_t *)job;
+    job->rc = sg_store_session_list_open(st, 0, add_open, j, job->err, sizeof(job->err));
+    for (size_t i = 0; job->rc == 0 && i < j->n; i++) {
+        rebuild_item_t *it = &j->items[i];
+        if (j->tenant.id != it->s.tenant_id &&
+            sg_store_tenant_get(st, it->s.tenant_id, &j->tenant, job->err, sizeof(job->err)) != 1) {
+            sg_tenant_defaults(&j->tenant);
+            j->tenant.id = it->s.tenant_id;
+        }
+        it->idle_timeout = j->tenant.idle_timeout;
+        it->s.lifetime_deadline = it->s.created_at + j->tenant.max_lifetime;
+    }
+}
+
+typedef struct {
+    rebuild_item_t item;
+} rebuild_one_t;
+
+static void on_rebuilt(void *data, const sg_state_result_t *r)
+{
+    free(data);
+}
+
+static void on_rebuild_get(void *data, int available, const sg_live_session_t *live)
+{
+    rebuild_one_t *one = data;
+    if (!available || live != NULL) {
+        free(one);
+        return;
+    }
+    sg_info("session %s: back in the live state (it was open in the ledger only)", one->item.s.id);
+    one->item.s.idle_deadline = sg_gw_now_up() + one->item.idle_timeout;
+    sg_state_session_commit(sg_gw.state, NULL, &one->item.s, on_rebuilt, one);
+}
+
+static void rebuild_done(sg_gw_job_t *job)
+{
+    rebuild_job_t *j = (rebuild_job_t *)job;
+    if (job->rc != 0)
+        sg_error("rebuilding live sessions: %s", job->err);
+    for (size_t i = 0; job->rc == 0 && i < j->n; i++) {
+        rebuild_one_t *one = malloc(sizeof(*one));
+        one->item = j->items[i];
+        sg_state_session_get(sg_gw.state, one->item.s.id, on_rebuild_get, one);
+    }
+    free(j->items);
+    free(j);
+}
+
+void sg_gw_rebuild_sessions(void)
+{
+    rebuild_job_t *j = calloc(1, sizeof(*j));
+    j->job.fn = rebuild_fn;
+    j->job.done = rebuild_done;
+    sg_gw_db_submit(&j->job);
+}
+
 static void on_reaper_tick(h2o_timeout_entry_t *e)
 {
     if (!reaper_busy) {
         reaper_busy = 1;
         sg_state_sessions_expired(sg_gw.state, sg_wall_s(), 100, on_expired, NULL);
     }
-    if (reaper_rounds++ % 5 == 0)
+    if (reaper_rounds % 5 == 0)
         sg_state_sessions_list(sg_gw.state, 0, on_live_listed, NULL);
+    if (reaper_rounds % 10 == 0)
+        sg_gw_rebuild_sessions();
+    reaper_rounds++;
     h2o_timeout_link(sg_gw.loop, &reaper_timeout, &reaper_entry);
 }
 

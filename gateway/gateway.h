@@ -33,6 +33,8 @@ typedef struct {
     long reaper_interval_ms;
     size_t max_body;          /* JSON bodies */
     size_t max_file_bytes;    /* file uploads */
+    size_t max_header_bytes;  /* all request headers together */
+    int stopping;             /* shutting down: no new DB work */
 } sg_gw_t;
 
 extern sg_gw_t sg_gw;
@@ -54,12 +56,24 @@ void sg_gw_db_submit(sg_gw_job_t *job);
 int sg_gw_handle(void *app, h2o_req_t *req);
 int sg_gw_admin_handle(h2o_req_t *req, h2o_iovec_t *seg, int nseg);
 /* Closes a session everywhere (state, proxy, ledger) for a reason; used by
- * the reaper, the admin API and a proxy that lost the session. */
-void sg_gw_close_session(const char *sid, int64_t tenant, const char *reason);
+ * DELETE, the reaper, the admin API and a proxy that lost the session.
+ * done (may be NULL) runs once the close is on record in SQLite — or at
+ * once when another gateway's reaper closed it first. */
+void sg_gw_close_session(const char *sid, int64_t tenant, const char *reason, void (*done)(void *data), void *data);
 /* The reaper: every reaper_interval_ms, closes sessions past their idle or
  * lifetime deadline. */
 void sg_gw_reaper_start(void);
 
+/* Brings the live-session state back in line with SQLite: an open session
+ * the state does not know (the gateway restarted without Redis, or Redis
+ * restarted empty) is put back, with a full idle period and its lifetime
+ * deadline, so that it is reaped and counted again. Runs at start and every
+ * ten reaper rounds. */
+void sg_gw_rebuild_sessions(void);
+
+/* The wall clock in whole seconds, rounded up: deadlines computed from it
+ * are never early. */
+int64_t sg_gw_now_up(void);
 /* "yyyymmdd" of a unix time, UTC. */
 void sg_gw_day(int64_t unix_s, char out[9]);
 /* Constant-time comparison of a presented secret with the expected one. */

@@ -8,6 +8,7 @@
 #include "gateway.h"
 #include "http.h"
 #include "log.h"
+#include "util.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@ static struct {
     long reaper_interval_ms;
     long max_body;
     long max_file_bytes;
+    long max_header_bytes;
     long db_workers;
     const char *log_level;
 } cfg;
@@ -57,6 +59,8 @@ static const sg_cfg_entry_t config_table[] = {
      "how often expired sessions are looked for"},
     {"SANDGATE_MAX_BODY_BYTES", SG_CFG_INT, "4194304", 1024, 64 << 20, &cfg.max_body, "largest JSON request body"},
     {"SANDGATE_MAX_FILE_BYTES", SG_CFG_INT, "16777216", 1, 64 << 20, &cfg.max_file_bytes, "largest file upload"},
+    {"SANDGATE_MAX_HEADER_BYTES", SG_CFG_INT, "16384", 1024, 1 << 20, &cfg.max_header_bytes,
+     "largest request headers, all together (431 above)"},
     {"SANDGATE_DB_WORKERS", SG_CFG_INT, "2", 1, 64, &cfg.db_workers, "threads that run SQLite work"},
     {"SANDGATE_LOG_LEVEL", SG_CFG_STR, "info", 0, 0, &cfg.log_level, "error, warn, info or debug"},
 };
@@ -90,7 +94,10 @@ int main(int argc, char **argv)
     sg_info("database %s", sg_store_path(st));
     sg_store_close(st);
 
-    size_t max_body = (size_t)(cfg.max_body > cfg.max_file_bytes ? cfg.max_body : cfg.max_file_bytes);
+    /* Bodies up to twice the larger cap are read and refused with a JSON 413
+     * by the route (api.c); larger ones h2o refuses (with its own text 413)
+     * from their Content-Length, before reading them. */
+    size_t max_body = 2 * (size_t)(cfg.max_body > cfg.max_file_bytes ? cfg.max_body : cfg.max_file_bytes);
     server = sg_http_server_create(cfg.host, (int)cfg.port, max_body, sg_gw_handle, NULL, err, sizeof(err));
     if (server == NULL) {
         sg_error("%s", err);
@@ -108,6 +115,7 @@ int main(int argc, char **argv)
     sg_gw.reaper_interval_ms = cfg.reaper_interval_ms;
     sg_gw.max_body = (size_t)cfg.max_body;
     sg_gw.max_file_bytes = (size_t)cfg.max_file_bytes;
+    sg_gw.max_header_bytes = (size_t)cfg.max_header_bytes;
     sg_gw.upstream = sg_upstream_create(sg_gw.loop, cfg.proxy_url, (size_t)cfg.max_file_bytes + (1 << 20));
     if (cfg.redis_url[0] != '\0') {
         sg_gw.redis_configured = 1;
@@ -120,6 +128,7 @@ int main(int argc, char **argv)
         return 1;
     }
     sg_gw_reaper_start();
+    sg_gw_rebuild_sessions();
 
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
@@ -132,8 +141,16 @@ int main(int argc, char **argv)
 
     sg_info("signal %d: shutting down", (int)stop_signal);
     sg_http_server_stop_accepting(server);
-    sg_workq_destroy(sg_gw.dbq);
-    sg_upstream_destroy(sg_gw.upstream);
-    sg_state_destroy(sg_gw.state);
+    /* Let the work under way finish (replies, ledger rows, closes), for a
+     * few seconds at most; then stop the DB threads. The state and the
+     * upstream are left to the exit: callbacks of theirs may still want the
+     * other, and nothing of theirs needs saving. */
+    uint64_t deadline = sg_now_ms() + 10000;
+    while ((sg_workq_pending(sg_gw.dbq) != 0 || sg_upstream_in_flight(sg_gw.upstream) != 0) && sg_now_ms() < deadline)
+        h2o_evloop_run(sg_gw.loop, 100);
+    sg_gw.stopping = 1;
+    sg_workq_t *dbq = sg_gw.dbq;
+    sg_gw.dbq = NULL;      /* work submitted from now on fails at once */
+    sg_workq_destroy(dbq); /* runs the done() of what finished meanwhile */
     return 0;
 }

@@ -694,14 +694,19 @@ sg_store_t *sg_store_open(const char *data_dir, char *err, size_t errlen)
         goto NoMem;
     snprintf(st->path, n, "%s/" SG_STORE_FILE, data_dir);
 
-    /* create the file ourselves so that it is 0600 whatever the umask; SQLite
-     * gives the -wal and -shm files the database file's mode */
-    fd = open(st->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) {
+    /* Create the file ourselves so that it is 0600 whatever the umask (SQLite
+     * gives the -wal and -shm files the database file's mode) — but only when
+     * it does not exist: closing any descriptor of a file drops every POSIX
+     * lock this process holds on it, the locks of SQLite connections that
+     * other threads have open included. The gateway opens its store once
+     * before its DB threads start, so the file exists by then. */
+    fd = open(st->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        close(fd);
+    } else if (errno != EEXIST) {
         set_err(err, errlen, "%s: %s", st->path, strerror(errno));
         goto Error;
     }
-    close(fd);
     if (sqlite3_open_v2(st->path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
         set_err(err, errlen, "%s: %s", st->path, st->db != NULL ? sqlite3_errmsg(st->db) : "out of memory");
         goto Error;

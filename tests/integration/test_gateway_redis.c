@@ -407,6 +407,42 @@ SGGW_TEST(test_redis_outage)
     free(tok);
 }
 
+/* README: "session timeouts: the reaper waits for Redis; sessions are
+ * closed when it returns", and Redis "holds only what can be rebuilt". A
+ * session opened before Redis was lost (restarted empty: no persistence)
+ * is still closed by its idle timeout once Redis is back. */
+SGGW_TEST(test_timeouts_survive_redis_restart)
+{
+    const char *q[] = {"idle_timeout=2", "max_lifetime=600", NULL};
+    char *tok = sggw_new_tenant(data_dir(), "rebuilt", q);
+    char *sid = sggw_create_session(gw, tok, NULL, NULL);
+    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    SG_CHECK(cid != NULL, NULL, "no container for %s", sid);
+
+    sggw_redis_kill(redis);
+    SG_CHECK(sggw_redis_restart(redis) == 0, NULL, "cannot start redis-server again");
+    char *probe = create_when_back(gw, tok, RECOVER_S, NULL);
+    admin_close(probe);
+    free(probe);
+
+    /* idle since its creation: closed within 2 s + slack of Redis being back */
+    double deadline = sgtest_now() + 2 + 5;
+    while (sggw_lists(gw, tok, sid)) {
+        SG_CHECK(sgtest_now() < deadline, NULL,
+                 "session %s (idle_timeout 2) is still open 7 s after Redis came back (it was restarted empty)", sid);
+        usleep(100000);
+    }
+    SG_CHECK(sgtest_docker_wait_gone(cid, 15, NULL) == 0, NULL, "the container of %s remains", sid);
+    const char *params[] = {sid, NULL};
+    char *row = sggw_db_row(data_dir(), "SELECT close_reason FROM sessions WHERE id = ?1", params, NULL);
+    SG_CHECK(row != NULL && strcmp(row, "idle") == 0, NULL, "close_reason \"%s\", expected \"idle\"",
+             row ? row : "(no row)");
+    free(row);
+    free(cid);
+    free(sid);
+    free(tok);
+}
+
 /* ------------------------------------------------------------------------
  * Scripts flushed under a running gateway
  * ------------------------------------------------------------------------ */
@@ -570,6 +606,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_key_schema, after_test),
         cmocka_unit_test_teardown(test_redis_outage, after_test),
+        cmocka_unit_test_teardown(test_timeouts_survive_redis_restart, after_test),
         cmocka_unit_test_teardown(test_script_flush, after_test),
         cmocka_unit_test_teardown(test_redis_hang, after_test),
         cmocka_unit_test_teardown(test_redis_down_at_start, after_test),

@@ -666,14 +666,8 @@ sggw_gateway_t *sggw_gateway_start(const sggw_opts_t *o)
     size_t nextra = 0;
     while (o->env != NULL && o->env[nextra] != NULL)
         nextra++;
-    /* SANDGATE_DB_WORKERS=1: with more than one DB thread, the second one's
-     * sg_store_open() (open + close of sandgate.db) drops the POSIX locks of
-     * the first one's SQLite connection, and the next sandgate-admin run then
-     * deletes the WAL under the gateway (test_gateway_api.c:
-     * test_admin_changes_reach_gateway shows it). One thread keeps that bug
-     * from masking every other behaviour; tests that want the default say
-     * SANDGATE_DB_WORKERS=2 in their env. */
-    const char *defaults[] = {"SANDGATE_REAPER_INTERVAL_MS=200", "SANDGATE_DB_WORKERS=1", "HOST=127.0.0.1", port_kv,
+    /* the gateway's default number of DB threads (2) runs in every test */
+    const char *defaults[] = {"SANDGATE_REAPER_INTERVAL_MS=200", "HOST=127.0.0.1", port_kv,
                               proxy_kv, redis_kv, data_kv, admin_kv};
     size_t ndef = sizeof(defaults) / sizeof(defaults[0]);
     const char **set = calloc(ndef + nextra, sizeof(*set));
