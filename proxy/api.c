@@ -155,9 +155,11 @@ static sg_op_t *exec_op_for(sg_session_t *s, pending_t *p, int is_command)
 {
     if (is_command)
         return sg_op_exec(s, NULL, NULL, p->ex.code, NULL, NULL, "", 0, p->ex.timeout_s);
-    /* a compiled language compiles as the setup stage "compile" */
+    /* a compiled language compiles as the setup stage "compile"; a custom
+     * image has no kernel files: its code runs one-shot */
     return sg_op_exec(s, s->lang->compile_cmd, s->lang->compile_cmd != NULL ? "compile" : NULL, s->lang->run_cmd,
-                      s->lang->file_path, s->lang->kernel_cmd, p->ex.code, p->ex.code_len, p->ex.timeout_s);
+                      s->lang->file_path, s->foreign ? NULL : s->lang->kernel_cmd, p->ex.code, p->ex.code_len,
+                      p->ex.timeout_s);
 }
 
 /* The result of an execution that never ran because its libraries could
@@ -242,11 +244,24 @@ static void on_session_created(void *data, sg_session_t *s, int status, const ch
     pending_free(p);
 }
 
-static int is_template_image(const char *image)
+/* An image a session may name: a template this proxy kept, or one the
+ * operator's allow-list admits ("name:tag" exactly, or a prefix ending in
+ * "*"). */
+static int image_allowed(const sg_api_t *api, const char *image)
 {
-    const char *repo = sg_sessions_conf()->template_repo;
+    const char *repo = sg_sessions_conf()->template_repo, *p = api->image_allowlist;
     size_t rl = strlen(repo);
-    return strncmp(image, repo, rl) == 0 && image[rl] == ':';
+    if (strncmp(image, repo, rl) == 0 && image[rl] == ':')
+        return 1;
+    while (p != NULL && *p != '\0') {
+        const char *comma = strchr(p, ',');
+        size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
+        if (len != 0 && p[len - 1] == '*' ? strncmp(image, p, len - 1) == 0
+                                          : strlen(image) == len && strncmp(image, p, len) == 0)
+            return 1;
+        p = comma != NULL ? comma + 1 : NULL;
+    }
+    return 0;
 }
 
 static int post_sessions(sg_api_t *api, h2o_req_t *req)
@@ -261,10 +276,11 @@ static int post_sessions(sg_api_t *api, h2o_req_t *req)
         json_object_put(body);
         return 0;
     }
-    if (cr.image != NULL && !is_template_image(cr.image)) {
+    if (cr.image != NULL && !image_allowed(api, cr.image)) {
         sg_http_send_error(req, 400, "image_not_allowed",
-                           "field \"image\": only templates kept by this proxy (%s:<session id>) are allowed",
-                           sg_sessions_conf()->template_repo);
+                           "field \"image\": \"%s\" is neither a template kept by this proxy (%s:<session id>) nor "
+                           "admitted by the operator's allow-list",
+                           cr.image, sg_sessions_conf()->template_repo);
         json_object_put(body);
         return 0;
     }
@@ -444,6 +460,12 @@ static void run_with_libraries(pending_t *p, sg_session_t *s, int ephemeral, sg_
 
 static int check_libraries(sg_session_t *s, json_object *libs, sg_verr_t *e)
 {
+    if (s->foreign && libs != NULL && json_object_array_length(libs) != 0) {
+        e->status = 400;
+        e->code = "bad_library";
+        snprintf(e->detail, sizeof(e->detail), "libraries cannot be installed in a custom image");
+        return -1;
+    }
     for (size_t i = 0; libs != NULL && i < json_object_array_length(libs); i++) {
         if (sg_lib_check(s->lang, json_object_get_string(json_object_array_get_idx(libs, i)), NULL, e->detail,
                          sizeof(e->detail)) != 0) {
@@ -513,7 +535,9 @@ static int post_session_library(sg_api_t *api, h2o_req_t *req, sg_session_t *s)
         json_object_put(body);
         return 0;
     }
-    if (sg_lib_check(s->lang, name, version, err, sizeof(err)) != 0) {
+    if (s->foreign)
+        snprintf(err, sizeof(err), "libraries cannot be installed in a custom image");
+    if (s->foreign || sg_lib_check(s->lang, name, version, err, sizeof(err)) != 0) {
         sg_http_send_error(req, 400, "bad_library", "%s", err);
         json_object_put(body);
         return 0;

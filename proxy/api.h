@@ -11,6 +11,7 @@
 
 typedef struct {
     sg_policy_t policy;
+    const char *image_allowlist; /* custom images a session may name */
 } sg_api_t;
 
 /* The sg_http_handler_cb of the proxy; app is an sg_api_t. */

@@ -363,6 +363,12 @@ Exit:
 
 int sg_docker_image_exists(sg_docker_t *d, const char *image, char *err, size_t errlen)
 {
+    char id[80];
+    return sg_docker_image_id(d, image, id, err, errlen);
+}
+
+int sg_docker_image_id(sg_docker_t *d, const char *image, char id[80], char *err, size_t errlen)
+{
     char path[512];
     sg_buf_t resp;
     long status;
@@ -372,9 +378,12 @@ int sg_docker_image_exists(sg_docker_t *d, const char *image, char *err, size_t 
     sg_buf_init(&resp, DOCKER_REPLY_MAX);
     if (do_request(d, "GET", path, NULL, 0, &status, &resp, NULL, err, errlen) != 0)
         goto Exit;
-    if (status == 200)
+    if (status == 200) {
+        json_object *o = json_tokener_parse(resp.base), *v;
+        snprintf(id, 80, "%s", o != NULL && json_object_object_get_ex(o, "Id", &v) ? json_object_get_string(v) : "");
+        json_object_put(o);
         ret = 1;
-    else if (status == 404)
+    } else if (status == 404)
         ret = 0;
     else
         docker_error("inspect an image", status, &resp, err, errlen);
@@ -575,6 +584,6 @@ Exit:
 int sg_docker_volume_remove(sg_docker_t *d, const char *name, char *err, size_t errlen)
 {
     char path[300];
-    snprintf(path, sizeof(path), "/volumes/%s?force=1", name);
+    snprintf(path, sizeof(path), "/volumes/%s", name);
     return simple_call(d, "DELETE", path, "remove a volume", 204, 404, err, errlen);
 }

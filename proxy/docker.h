@@ -49,8 +49,10 @@ int sg_docker_container_commit(sg_docker_t *d, const char *id, const char *repo,
                                char *err, size_t errlen);
 /* GET /containers/json?all=1&filters={"label":[label]}; *out is the array. */
 int sg_docker_container_list(sg_docker_t *d, const char *label, json_object **out, char *err, size_t errlen);
-/* 1 if the image exists locally, 0 if not, -1 on error. */
+/* 1 if the image exists locally, 0 if not, -1 on error. With id non-NULL,
+ * the image's id ("sha256:...") goes there. */
 int sg_docker_image_exists(sg_docker_t *d, const char *image, char *err, size_t errlen);
+int sg_docker_image_id(sg_docker_t *d, const char *image, char id[80], char *err, size_t errlen);
 
 /* POST /containers/{id}/wait, bounded by timeout_ms: the exit status. */
 int sg_docker_container_wait(sg_docker_t *d, const char *id, long timeout_ms, long *exit_code, char *err,
@@ -59,7 +61,8 @@ int sg_docker_container_wait(sg_docker_t *d, const char *id, long timeout_ms, lo
  * to out (up to its cap). */
 int sg_docker_container_logs(sg_docker_t *d, const char *id, sg_buf_t *out, char *err, size_t errlen);
 /* POST /volumes/create (an existing volume of that name is fine); labels
- * is not consumed. DELETE /volumes/{name}?force=1 (a missing one is fine). */
+ * is not consumed. DELETE /volumes/{name} (a missing one is fine; one that a
+ * container still uses is an error). */
 int sg_docker_volume_create(sg_docker_t *d, const char *name, json_object *labels, char *err, size_t errlen);
 int sg_docker_volume_remove(sg_docker_t *d, const char *name, char *err, size_t errlen);
 

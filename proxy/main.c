@@ -4,11 +4,13 @@
  */
 #include "api.h"
 #include "config.h"
+#include "container.h"
 #include "docker.h"
 #include "http.h"
 #include "log.h"
 #include "reconcile.h"
 #include "session.h"
+#include "util.h"
 #include "workq.h"
 
 #include <signal.h>
@@ -44,6 +46,7 @@ static struct {
     const char *npm_registry;
     double install_timeout;
     const char *library_blocklist;
+    const char *image_allowlist;
     const char *log_level;
 } cfg;
 
@@ -94,8 +97,53 @@ static const sg_cfg_entry_t config_table[] = {
      "how long fetching one package may take, seconds"},
     {"SANDGATE_LIBRARY_BLOCKLIST", SG_CFG_STR, "os,subprocess,sys,importlib,ctypes,multiprocessing,threading", 0, 0,
      &cfg.library_blocklist, "package names refused for install, comma-separated"},
+    {"SANDGATE_IMAGE_ALLOWLIST", SG_CFG_STR, "", 0, 0, &cfg.image_allowlist,
+     "custom images a session may name (\"image\"), comma-separated: exact names, or prefixes ending in *"},
     {"SANDGATE_LOG_LEVEL", SG_CFG_STR, "info", 0, 0, &cfg.log_level, "error, warn, info or debug"},
 };
+
+static char agent_volume[128];
+
+/* Custom images have no agent: a volume holds the static one, copied from
+ * the python image's /usr/local/bin (Docker fills a new volume from the
+ * image's directory when a container first mounts it). Named after that
+ * image, so a rebuilt agent gets a new volume. */
+static int prepare_agent_volume(sg_docker_t *d, char *err, size_t errlen)
+{
+    char image[300], id[80], cid[72];
+    err[0] = '\0';
+    snprintf(image, sizeof(image), "%spython:latest", cfg.image_prefix);
+    if (sg_docker_image_id(d, image, id, err, errlen) != 1) {
+        if (err[0] == '\0')
+            snprintf(err, errlen, "image %s is missing", image);
+        return -1;
+    }
+    snprintf(agent_volume, sizeof(agent_volume), "sandgate-agent-%.12s", strncmp(id, "sha256:", 7) == 0 ? id + 7 : id);
+    json_object *labels = json_object_new_object();
+    json_object_object_add(labels, "sandgate.agent", json_object_new_string("1"));
+    int rc = sg_docker_volume_create(d, agent_volume, labels, err, errlen);
+    json_object_put(labels);
+    if (rc != 0)
+        return -1;
+    json_object *c = json_object_new_object(), *hc = json_object_new_object(), *ep = json_object_new_array();
+    json_object_object_add(c, "Image", json_object_new_string(image));
+    json_object_array_add(ep, json_object_new_string("/usr/local/bin/sandgate-agent"));
+    json_object_object_add(c, "Entrypoint", ep);
+    json_object_object_add(c, "Labels", sg_container_labels(cfg.proxy_id, "agent-volume", NULL, "agent-copy", sg_wall_s()));
+    json_object_object_add(hc, "NetworkMode", json_object_new_string("none"));
+    json_object *mounts = json_object_new_array(), *m = json_object_new_object();
+    json_object_object_add(m, "Type", json_object_new_string("volume"));
+    json_object_object_add(m, "Source", json_object_new_string(agent_volume));
+    json_object_object_add(m, "Target", json_object_new_string("/usr/local/bin"));
+    json_object_array_add(mounts, m);
+    json_object_object_add(hc, "Mounts", mounts);
+    json_object_object_add(c, "HostConfig", hc);
+    rc = sg_docker_container_create(d, c, cid, err, errlen);
+    json_object_put(c);
+    if (rc == 0)
+        rc = sg_docker_container_remove(d, cid, err, errlen);
+    return rc;
+}
 
 static volatile sig_atomic_t stop_signal;
 
@@ -156,6 +204,10 @@ int main(int argc, char **argv)
         json_object_put(labels);
     }
 
+    if (cfg.image_allowlist[0] != '\0' && prepare_agent_volume(docker, err, sizeof(err)) != 0) {
+        sg_error("custom images are allowed, but the agent volume cannot be made: %s", err);
+        return 1;
+    }
     memset(&api, 0, sizeof(api));
     api.policy.defaults.timeout_s = cfg.exec_timeout;
     api.policy.defaults.memory_mb = cfg.memory_mb;
@@ -168,6 +220,7 @@ int main(int argc, char **argv)
     api.policy.max_memory_mb = cfg.max_memory_mb;
     api.policy.max_cpus = cfg.max_cpus;
     api.policy.allow_network = cfg.allow_network;
+    api.image_allowlist = cfg.image_allowlist;
 
     size_t max_body = (size_t)(cfg.max_body > cfg.max_file_bytes ? cfg.max_body : cfg.max_file_bytes);
     server = sg_http_server_create(cfg.host, (int)cfg.port, max_body, sg_api_handle, &api, err, sizeof(err));
@@ -192,6 +245,7 @@ int main(int argc, char **argv)
     sconf.npm_registry = cfg.npm_registry;
     sconf.install_timeout_ms = (long)(cfg.install_timeout * 1000);
     sconf.library_blocklist = cfg.library_blocklist;
+    sconf.agent_volume = agent_volume;
     sconf.pool_limits = api.policy.defaults;
     sconf.agent_start_timeout_ms = (int)cfg.agent_start_timeout_ms;
     sg_sessions_init(&sconf);
@@ -216,6 +270,9 @@ int main(int argc, char **argv)
         sg_error("shutdown: cannot list containers: %s", err);
     else
         sg_info("shutdown: %d container(s) removed", n);
+    /* made again at the next start; another proxy still using it keeps it */
+    if (agent_volume[0] != '\0' && sg_docker_volume_remove(docker, agent_volume, err, sizeof(err)) != 0)
+        sg_info("shutdown: agent volume %s kept: %s", agent_volume, err);
     sg_docker_destroy(docker);
     return 0;
 }

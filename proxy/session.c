@@ -93,6 +93,13 @@ json_object *sg_session_container_config(const sg_session_t *s, const char *prox
     json_object_object_add(c, "Image", json_object_new_string(s->image));
     json_object_object_add(c, "User", json_object_new_string("1000:1000"));
     json_object_object_add(c, "WorkingDir", json_object_new_string("/sandbox"));
+    if (s->foreign) {
+        /* a custom image has no agent of its own: the static one is mounted in */
+        json_object *ep = json_object_new_array();
+        json_object_array_add(ep, json_object_new_string("/opt/sandgate/bin/sandgate-agent"));
+        json_object_object_add(c, "Entrypoint", ep);
+        json_object_object_add(c, "Cmd", json_object_new_array());
+    }
     json_object_array_add(env, json_object_new_string("SANDGATE_WORKDIR=/sandbox"));
     json_object_array_add(env, json_object_new_string("HOME=/sandbox"));
     json_object_object_add(c, "Env", env);
@@ -111,18 +118,29 @@ json_object *sg_session_container_config(const sg_session_t *s, const char *prox
     json_object_object_add(hc, "NetworkMode", json_object_new_string(s->limits.network ? "bridge" : "none"));
     sg_container_harden(hc, s->limits.memory_mb, s->limits.pids, s->limits.cpus);
     /* A template session keeps its root writable and its work dir on the
-     * container's own layer, so that the commit at close captures them. */
-    json_object_object_add(hc, "ReadonlyRootfs", json_object_new_boolean(!s->keep_template));
+     * container's own layer, so that the commit at close captures them; a
+     * session made from a template finds that work dir in its image. */
+    int on_layer = s->keep_template || s->from_template;
+    json_object_object_add(hc, "ReadonlyRootfs", json_object_new_boolean(!on_layer));
     snprintf(buf, sizeof(buf), "rw,exec,nosuid,nodev,size=%ldm,uid=1000,gid=1000,mode=0755", s->limits.tmpfs_mb);
-    if (!s->keep_template)
+    if (!on_layer)
         json_object_object_add(tmpfs, "/sandbox", json_object_new_string(buf));
     snprintf(buf, sizeof(buf), "rw,exec,nosuid,nodev,size=%ldm,mode=1777", s->limits.tmpfs_mb);
     json_object_object_add(tmpfs, "/tmp", json_object_new_string(buf));
     json_object_object_add(hc, "Tmpfs", tmpfs);
     json_object_object_add(hc, "Init", json_object_new_boolean(0)); /* the agent is PID 1 and reaps */
-    /* the package store (install.h), read-only: installs come from it */
-    if (conf.store_volume != NULL && conf.store_volume[0] != '\0' && s->lang->fetch_cmd != NULL)
+    if (s->foreign) {
+        json_object *mounts = json_object_new_array(), *m = json_object_new_object();
+        json_object_object_add(m, "Type", json_object_new_string("volume"));
+        json_object_object_add(m, "Source", json_object_new_string(conf.agent_volume));
+        json_object_object_add(m, "Target", json_object_new_string("/opt/sandgate/bin"));
+        json_object_object_add(m, "ReadOnly", json_object_new_boolean(1));
+        json_object_array_add(mounts, m);
+        json_object_object_add(hc, "Mounts", mounts);
+    } else if (conf.store_volume != NULL && conf.store_volume[0] != '\0' && s->lang->fetch_cmd != NULL) {
+        /* the package store (install.h), read-only: installs come from it */
         json_object_object_add(hc, "Mounts", sg_container_store_mount(conf.store_volume, 1));
+    }
     json_object_object_add(lc, "Type", json_object_new_string("none"));
     json_object_object_add(lc, "Config", json_object_new_object());
     json_object_object_add(hc, "LogConfig", lc);
@@ -378,9 +396,12 @@ static void session_start(const sg_create_req_t *req, int ephemeral, int pooled,
     s->state = SG_SESSION_STARTING;
     h2o_linklist_init_anchor(&s->_ops);
     sg_buf_init(&s->_inbuf, SG_AGENT_HEADER_SIZE + SG_AGENT_MAX_PAYLOAD);
-    if (req->image != NULL)
+    if (req->image != NULL) {
         snprintf(s->image, sizeof(s->image), "%s", req->image);
-    else
+        s->from_template = strncmp(req->image, conf.template_repo, strlen(conf.template_repo)) == 0 &&
+                           req->image[strlen(conf.template_repo)] == ':';
+        s->foreign = !s->from_template && strncmp(req->image, conf.image_prefix, strlen(conf.image_prefix)) != 0;
+    } else
         snprintf(s->image, sizeof(s->image), "%s%s:latest", conf.image_prefix, s->lang->name);
     if (pooled)
         pool[lang_index(s->lang)].nstarting++;

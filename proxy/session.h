@@ -45,6 +45,9 @@ typedef struct {
     const char *npm_registry;
     long install_timeout_ms;
     const char *library_blocklist; /* comma-separated names */
+    /* custom images (not built by sandgate): the static agent comes from this
+     * volume, mounted read-only at /opt/sandgate/bin; "" when none allowed */
+    const char *agent_volume;
 } sg_sessions_conf_t;
 
 typedef enum {
@@ -62,6 +65,8 @@ struct sg_session {
     sg_limits_t limits;
     int keep_template;
     int ephemeral;
+    int foreign;        /* a custom image: the agent is mounted in, code runs one-shot */
+    int from_template;  /* made from a keep_template image: its /sandbox is in the image */
     int64_t created_at;
     int64_t last_used_at;
     uint64_t executions;
