@@ -16,6 +16,8 @@
  */
 #include "sggw.h"
 
+#include <curl/curl.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1390,6 +1392,94 @@ SGGW_TEST(test_loop_health)
     free(tok);
 }
 
+/* ------------------------------------------------------------------------
+ * Streaming through the gateway: Server-Sent Events as the code prints,
+ * passed through as they come, and the execution still recorded.
+ * ------------------------------------------------------------------------ */
+
+typedef struct {
+    char *data;
+    size_t len;
+    double first_stdout; /* when the first stdout event arrived, s since start */
+    double t0;
+} sse_read_t;
+
+static size_t on_sse(char *p, size_t size, size_t n, void *arg)
+{
+    sse_read_t *rd = arg;
+    size_t len = size * n;
+    char *d = realloc(rd->data, rd->len + len + 1);
+    if (d == NULL)
+        return 0;
+    memcpy(d + rd->len, p, len);
+    rd->data = d;
+    rd->len += len;
+    d[rd->len] = '\0';
+    if (rd->first_stdout == 0 && strstr(d, "event: stdout") != NULL)
+        rd->first_stdout = sgtest_now() - rd->t0;
+    return len;
+}
+
+SGGW_TEST(test_streaming_through_gateway)
+{
+    char *tok = sggw_new_tenant(data_dir(), "streaming", NULL);
+    char *sid = sggw_create_session(gw, tok, "{\"lang\": \"python\"}", NULL);
+    char url[512], auth[160];
+    pathf(url, sizeof(url), "%s/sessions/%s/execute", sggw_gateway_url(gw), sid);
+    pathf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
+    const char *body = "{\"code\": \"import time\\nfor i in range(3):\\n    print(i, flush=True)\\n    time.sleep(0.5)\"}";
+
+    CURL *c = curl_easy_init();
+    struct curl_slist *h = NULL;
+    h = curl_slist_append(h, auth);
+    h = curl_slist_append(h, "Content-Type: application/json");
+    h = curl_slist_append(h, "Accept: text/event-stream");
+    sse_read_t rd = {0};
+    rd.t0 = sgtest_now();
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_sse);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &rd);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+    CURLcode rc = curl_easy_perform(c);
+    double total = sgtest_now() - rd.t0;
+    long status = 0;
+    char *ctype = NULL;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ctype);
+    SG_CHECK(rc == CURLE_OK && status == 200, NULL, "streamed execute: curl %d, status %ld", (int)rc, status);
+    SG_CHECK(ctype != NULL && strncmp(ctype, "text/event-stream", 17) == 0, NULL, "content type %s",
+             ctype ? ctype : "(none)");
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+
+    /* the first line came while the code still ran: before the last 0.5 s sleeps */
+    SG_CHECK(rd.first_stdout > 0 && total - rd.first_stdout > 0.8, NULL,
+             "first stdout event at %.2f s of %.2f s: not passed through as it came", rd.first_stdout, total);
+    char *res = strstr(rd.data, "event: result\ndata: ");
+    SG_CHECK(res != NULL, NULL, "no result event in: %s", rd.data);
+    json_object *o = json_tokener_parse(res + strlen("event: result\ndata: "));
+    SG_CHECK(o != NULL && SG_INT(o, "exit_code") == 0 && SG_BOOL(o, "success"), o, "the result event");
+    json_object_put(o);
+    size_t n0 = 0;
+    for (const char *q = rd.data; (q = strstr(q, "event: stdout")) != NULL; q++)
+        n0++;
+    SG_CHECK(n0 == 3, NULL, "%zu stdout events in: %s", n0, rd.data);
+    free(rd.data);
+
+    /* recorded like any execution */
+    sgtest_reply_t r;
+    sggw_admin_call(gw, "GET", "/admin/usage?tenant=streaming", NULL, &r);
+    o = SG_EXPECT_JSON(&r, 200);
+    sgtest_reply_free(&r);
+    SG_CHECK(SG_INT(o, "executions") == 1, o, "one usage row for the streamed execution");
+    json_object_put(o);
+    sggw_delete_session(gw, tok, sid);
+    free(sid);
+    free(tok);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1409,6 +1499,7 @@ int main(void)
         cmocka_unit_test_teardown(test_memory_state_limits, after_test),
         cmocka_unit_test_teardown(test_metrics, after_test),
         cmocka_unit_test_teardown(test_loop_health, after_test),
+        cmocka_unit_test_teardown(test_streaming_through_gateway, after_test),
     };
     return cmocka_run_group_tests_name("gateway_api", tests, group_setup, group_teardown);
 }
