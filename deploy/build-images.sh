@@ -35,25 +35,43 @@ input_hash() {
 CTX=$(mktemp -d "${TMPDIR:-/tmp}/sandgate-ctx.XXXXXX")
 trap 'rm -rf "$CTX"' EXIT
 
-for lang in "${langs[@]}"; do
-  dir=$IMAGES_DIR/$lang
-  [ -f "$dir/Dockerfile" ] || sg_die "no image for language '$lang' ($dir/Dockerfile)"
-  tag=sandgate/$lang:latest
+build_one() {
+  local lang=$1 dir=$IMAGES_DIR/$1 tag=sandgate/$1:latest hash old ctx start
   hash=$(input_hash "$dir")
   old=$(docker image inspect -f '{{.Id}} {{index .Config.Labels "sandgate.build-hash"}}' "$tag" 2>/dev/null || true)
   if [ "${old#* }" = "$hash" ]; then
     sg_log "images: $tag up to date"
-    continue
+    return 0
   fi
-
   ctx=$CTX/$lang
   mkdir "$ctx" && cp -a "$dir"/. "$ctx"/ && cp "$AGENT" "$ctx"/sandgate-agent
   start=$SECONDS
   if ! docker build --force-rm --label "sandgate.build-hash=$hash" -t "$tag" "$ctx" >"$CTX/$lang.log" 2>&1; then
     tail -n 30 "$CTX/$lang.log" >&2
-    sg_die "images: building $tag failed"
+    sg_log "images: building $tag failed"
+    return 1
   fi
   sg_log "images: built $tag in $((SECONDS - start)) s"
   # Drop the image this one replaces (fails harmlessly while containers use it).
   if [ -n "$old" ]; then docker image rm "${old%% *}" >/dev/null 2>&1 || true; fi
+}
+
+# Builds run SANDGATE_BUILD_JOBS at a time (default 2): most of a cold build
+# is apt downloading and unpacking, which overlaps well.
+jobs=${SANDGATE_BUILD_JOBS:-2} running=0 failed=0
+for lang in "${langs[@]}"; do
+  [ -f "$IMAGES_DIR/$lang/Dockerfile" ] || sg_die "no image for language '$lang' ($IMAGES_DIR/$lang/Dockerfile)"
 done
+for lang in "${langs[@]}"; do
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || failed=1
+    running=$((running - 1))
+  fi
+  build_one "$lang" &
+  running=$((running + 1))
+done
+while [ "$running" -gt 0 ]; do
+  wait -n || failed=1
+  running=$((running - 1))
+done
+[ "$failed" -eq 0 ] || sg_die "images: some builds failed (see above)"
