@@ -8,7 +8,8 @@ set -euo pipefail
 PKGS=(build-essential cmake pkg-config libh2o-evloop-dev libssl-dev
       libcurl4-openssl-dev libjson-c-dev libhiredis-dev libsqlite3-dev
       libcmocka-dev redis-server docker.io docker-compose debootstrap curl jq
-      ca-certificates)
+      ca-certificates sqlite3
+      python3 nodejs)  # the agent's unit tests run the kernels on the host
 
 missing=()
 for p in "${PKGS[@]}"; do
