@@ -21,7 +21,6 @@ typedef struct {
     sg_api_t *api;
     sg_exec_req_t ex;
     json_object *body;  /* keeps ex's strings alive */
-    char *setup_cmd;
     char *path;         /* files routes: the path as given, for the reply */
     sg_http_stream_t *stream;  /* streaming executions */
     sg_buf_t partial[2];       /* streamed stdout / stderr bytes that end inside a UTF-8 sequence */
@@ -46,7 +45,6 @@ static void pending_free(pending_t *p)
 {
     sg_http_hold_release(p->hold);
     json_object_put(p->body);
-    free(p->setup_cmd);
     free(p->path);
     sg_buf_free(&p->partial[0]);
     sg_buf_free(&p->partial[1]);
