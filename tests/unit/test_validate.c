@@ -14,6 +14,8 @@
 
 #include <cmocka.h>
 
+#include "libraries.h"
+#include "session.h"
 #include "validate.h"
 
 static const sg_policy_t policy = {
@@ -622,6 +624,53 @@ static void test_shell_quote_too_small(void **state)
     assert_string_equal(out, "''");
 }
 
+/* ---- libraries for a language (validate.c, libraries.c) ---- */
+
+static void test_libraries_for_compiled(void **state)
+{
+    sg_verr_t e;
+    json_object *libs = json_tokener_parse("[\"numpy\"]"), *none = json_tokener_parse("[]");
+    assert_int_equal(sg_validate_libraries_for(sg_lang_find("cpp", 3), libs, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_non_null(strstr(e.detail, "cpp"));
+    assert_int_equal(sg_validate_libraries_for(sg_lang_find("cpp", 3), none, &e), 0);
+    assert_int_equal(sg_validate_libraries_for(sg_lang_find("cpp", 3), NULL, &e), 0);
+    assert_int_equal(sg_validate_libraries_for(sg_lang_find("python", 6), libs, &e), 0);
+    json_object_put(libs);
+    json_object_put(none);
+}
+
+static void test_lib_check(void **state)
+{
+    sg_sessions_conf_t conf = {0};
+    char err[256];
+    const sg_lang_t *py = sg_lang_find("python", 6), *js = sg_lang_find("javascript", 10);
+    conf.library_blocklist = "os,subprocess,Some_Thing";
+    conf.store_volume = "";
+    sg_sessions_init(&conf);
+
+    assert_int_equal(sg_lib_check(py, "requests", "2.31.0", err, sizeof(err)), 0);
+    assert_int_equal(sg_lib_check(py, "requests", NULL, err, sizeof(err)), 0);
+    assert_int_equal(sg_lib_check(py, "requests", "latest", err, sizeof(err)), 0);
+    assert_int_equal(sg_lib_check(js, "@types/node", "20.1.0", err, sizeof(err)), 0);
+    /* the blocklist compares normalised names (PEP 503) */
+    assert_int_equal(sg_lib_check(py, "os", NULL, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "blocked"));
+    assert_int_equal(sg_lib_check(py, "OS", NULL, err, sizeof(err)), -1);
+    assert_int_equal(sg_lib_check(py, "some-thing", NULL, err, sizeof(err)), -1);
+    assert_int_equal(sg_lib_check(py, "some.thing", NULL, err, sizeof(err)), -1);
+    assert_int_equal(sg_lib_check(py, "osx", NULL, err, sizeof(err)), 0);
+    /* names and versions that could reach a shell are refused */
+    assert_int_equal(sg_lib_check(py, "numpy;rm -rf /", NULL, err, sizeof(err)), -1);
+    assert_int_equal(sg_lib_check(py, "numpy", "1.0; rm", err, sizeof(err)), -1);
+    assert_int_equal(sg_lib_check(py, "numpy", "x y", err, sizeof(err)), -1);
+    assert_int_equal(sg_lib_check(py, "numpy", ">=1.0", err, sizeof(err)), -1);
+    assert_int_equal(sg_lib_check(py, "numpy", "1.0'", err, sizeof(err)), -1);
+    /* a compiled language takes none */
+    assert_int_equal(sg_lib_check(sg_lang_find("go", 2), "x", NULL, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "go"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -650,6 +699,8 @@ int main(void)
         cmocka_unit_test(test_path_no_leading_slash),
         cmocka_unit_test(test_shell_quote),
         cmocka_unit_test(test_shell_quote_too_small),
+        cmocka_unit_test(test_libraries_for_compiled),
+        cmocka_unit_test(test_lib_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
