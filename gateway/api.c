@@ -32,11 +32,13 @@ typedef enum {
     R_EXECUTE,  /* POST /sessions/{id}/execute */
     R_COMMAND,  /* POST /sessions/{id}/commands */
     R_FILES,    /* PUT, GET /sessions/{id}/files */
-    R_EPHEMERAL /* POST /execute */
+    R_EPHEMERAL, /* POST /execute */
+    R_LIBRARIES  /* POST /sessions/{id}/libraries */
 } route_t;
 
-static const char *const route_names[] = {"create_session", "list_sessions", "get_session", "delete_session",
-                                          "execute",        "command",       "files",       "ephemeral_execute"};
+static const char *const route_names[] = {"create_session", "list_sessions", "get_session",       "delete_session",
+                                          "execute",        "command",       "files",             "ephemeral_execute",
+                                          "install_library"};
 
 typedef struct {
     sg_gw_job_t job; /* the auth job; first member */
@@ -692,7 +694,7 @@ static void on_plain_reply(void *data, const sg_upstream_reply_t *r)
         reply_upstream_failure(g, r);
     } else {
         maybe_session_lost(g, r);
-        if (g->route == R_FILES && r->status == 200)
+        if ((g->route == R_FILES || g->route == R_LIBRARIES) && r->status == 200)
             touch_session(g, 0);
         reply_raw(g, (int)r->status, r->content_type, r->body, r->body_len);
     }
@@ -784,6 +786,14 @@ static void dispatch(gw_req_t *g)
     case R_FILES:
         snprintf(path, sizeof(path), "/sessions/%s/files", g->sid);
         forward(g, g->method, path, sg_gw.call_timeout_ms, on_plain_reply);
+        return;
+    case R_LIBRARIES:
+        if (parse_json_body(g) != 0) {
+            gw_free(g);
+            return;
+        }
+        snprintf(path, sizeof(path), "/sessions/%s/libraries", g->sid);
+        forward(g, "POST", path, sg_gw.library_timeout_ms, on_plain_reply);
         return;
     case R_EXECUTE:
     case R_COMMAND:
@@ -942,6 +952,10 @@ int sg_gw_handle(void *app, h2o_req_t *req)
         if (!METHOD("GET") && !METHOD("PUT"))
             return method_not_allowed(req, "GET, PUT");
         route = R_FILES;
+    } else if (n == 3 && IS(0, "sessions") && IS(2, "libraries")) {
+        if (!METHOD("POST"))
+            return method_not_allowed(req, "POST");
+        route = R_LIBRARIES;
     } else {
         char detail[300];
         snprintf(detail, sizeof(detail), "no route for %.*s %.*s", (int)req->method.len, req->method.base,

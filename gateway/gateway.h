@@ -30,6 +30,7 @@ typedef struct {
     double default_cpus;
     long upstream_grace_ms;   /* added to an execution's timeout for the call to the proxy */
     long call_timeout_ms;     /* every other call to the proxy */
+    long library_timeout_ms;  /* a library install through the proxy */
     long reaper_interval_ms;
     size_t max_body;          /* JSON bodies */
     size_t max_file_bytes;    /* file uploads */

@@ -27,6 +27,7 @@ static struct {
     double default_cpus;
     long upstream_grace_ms;
     long call_timeout_ms;
+    long library_timeout_ms;
     long reaper_interval_ms;
     long max_body;
     long max_file_bytes;
@@ -55,6 +56,8 @@ static const sg_cfg_entry_t config_table[] = {
      "how much longer than an execution's timeout the gateway waits for the proxy"},
     {"SANDGATE_CALL_TIMEOUT_MS", SG_CFG_INT, "60000", 100, 3600000, &cfg.call_timeout_ms,
      "timeout of every other call to the proxy"},
+    {"SANDGATE_LIBRARY_TIMEOUT_MS", SG_CFG_INT, "300000", 1000, 3600000, &cfg.library_timeout_ms,
+     "timeout of a library install through the proxy (it may fetch from the package index)"},
     {"SANDGATE_REAPER_INTERVAL_MS", SG_CFG_INT, "1000", 10, 3600000, &cfg.reaper_interval_ms,
      "how often expired sessions are looked for"},
     {"SANDGATE_MAX_BODY_BYTES", SG_CFG_INT, "4194304", 1024, 64 << 20, &cfg.max_body, "largest JSON request body"},
@@ -112,6 +115,7 @@ int main(int argc, char **argv)
     sg_gw.default_cpus = cfg.default_cpus;
     sg_gw.upstream_grace_ms = cfg.upstream_grace_ms;
     sg_gw.call_timeout_ms = cfg.call_timeout_ms;
+    sg_gw.library_timeout_ms = cfg.library_timeout_ms;
     sg_gw.reaper_interval_ms = cfg.reaper_interval_ms;
     sg_gw.max_body = (size_t)cfg.max_body;
     sg_gw.max_file_bytes = (size_t)cfg.max_file_bytes;

@@ -1480,6 +1480,44 @@ SGGW_TEST(test_streaming_through_gateway)
     free(tok);
 }
 
+/* POST /sessions/{id}/libraries through the gateway: the proxy's answer
+ * passed back (this proxy has installs off: success false, with a reason),
+ * a refused name is the proxy's 400, another tenant's session a 404. */
+SGGW_TEST(test_libraries_route)
+{
+    char *tok = sggw_new_tenant(data_dir(), "libs-a", NULL), *other = sggw_new_tenant(data_dir(), "libs-b", NULL);
+    char *sid = sggw_create_session(gw, tok, "{\"lang\": \"python\"}", NULL);
+    char path[256];
+    sgtest_reply_t r;
+    pathf(path, sizeof(path), "/sessions/%s/libraries", sid);
+
+    sggw_call(gw, tok, "POST", path, "{\"package\": \"sgtest-nowhere\", \"version\": \"1.0\"}", &r);
+    json_object *o = SG_EXPECT_JSON(&r, 200);
+    sgtest_reply_free(&r);
+    SG_CHECK(!SG_BOOL(o, "success"), o, "success");
+    SG_CHECK(strstr(SG_STR(o, "message"), "sgtest-nowhere") != NULL, o, "the message names the package");
+    (void)SG_DBL(o, "installation_time");
+    json_object_put(o);
+
+    sggw_call(gw, tok, "POST", path, "{\"package\": \"os\"}", &r);
+    json_object_put(SG_EXPECT_ERROR(&r, 400, "bad_library"));
+    sgtest_reply_free(&r);
+    sggw_call(gw, tok, "POST", path, "not json", &r);
+    json_object_put(SG_EXPECT_ERROR(&r, 400, "bad_json"));
+    sgtest_reply_free(&r);
+    sggw_call(gw, other, "POST", path, "{\"package\": \"requests\"}", &r);
+    json_object_put(SG_EXPECT_ERROR(&r, 404, "no_such_session"));
+    sgtest_reply_free(&r);
+    sggw_call(gw, tok, "GET", path, NULL, &r);
+    json_object_put(SG_EXPECT_ERROR(&r, 405, NULL));
+    sgtest_reply_free(&r);
+
+    sggw_delete_session(gw, tok, sid);
+    free(sid);
+    free(tok);
+    free(other);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1500,6 +1538,7 @@ int main(void)
         cmocka_unit_test_teardown(test_metrics, after_test),
         cmocka_unit_test_teardown(test_loop_health, after_test),
         cmocka_unit_test_teardown(test_streaming_through_gateway, after_test),
+        cmocka_unit_test_teardown(test_libraries_route, after_test),
     };
     return cmocka_run_group_tests_name("gateway_api", tests, group_setup, group_teardown);
 }
