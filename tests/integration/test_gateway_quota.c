@@ -97,27 +97,7 @@ static int after_test(void **state)
 
 static int group_teardown(void **state)
 {
-    int rc = 0;
-    if (gw != NULL && sggw_gateway_quiesce(gw) != 0)
-        fprintf(stderr, "teardown: live sessions remain in the gateway's state\n");
-    if (gw != NULL && sggw_gateway_stop(gw) != 0) {
-        fprintf(stderr, "teardown: the gateway did not exit with status 0 on SIGTERM\n");
-        rc = -1;
-    }
-    gw = NULL;
-    sggw_redis_stop(redis);
-    redis = NULL;
-    if (proxy != NULL) {
-        sggw_proxy_close_all(proxy);
-        sgtest_proxy_stop(proxy);
-        proxy = NULL;
-    }
-    int left = sgtest_docker_count(proxy_id);
-    if (left != 0) {
-        fprintf(stderr, "teardown: %d container(s) of %s remain after the proxy stopped\n", left, proxy_id);
-        sgtest_docker_remove_all(proxy_id);
-        rc = -1;
-    }
+    int rc = sggw_stack_stop(&gw, &redis, &proxy, proxy_id);
     free(proxy_id);
     return rc;
 }

@@ -157,41 +157,6 @@ static int free_port(void)
     return port;
 }
 
-static bool env_key_is(const char *entry, const char *kv)
-{
-    size_t klen = strcspn(kv, "=");
-    return strncmp(entry, kv, klen) == 0 && entry[klen] == '=';
-}
-
-/* environ with the "KEY=VALUE" of set applied in order (a later one wins).
- * The strings are borrowed; free only the array. */
-static char **build_env(const char *const *set, size_t nset)
-{
-    size_t n = 0;
-    while (environ[n] != NULL)
-        n++;
-    char **envp = calloc(n + nset + 1, sizeof(*envp));
-    if (envp == NULL)
-        return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        bool overridden = false;
-        for (size_t j = 0; j < nset && !overridden; j++)
-            overridden = env_key_is(environ[i], set[j]);
-        if (!overridden)
-            envp[k++] = environ[i];
-    }
-    for (size_t j = 0; j < nset; j++) {
-        bool later = false;
-        for (size_t m = j + 1; m < nset && !later; m++)
-            later = env_key_is(set[m], set[j]);
-        if (!later)
-            envp[k++] = (char *)set[j];
-    }
-    envp[k] = NULL;
-    return envp;
-}
-
 /* Forks and execs argv[0] (a path, or a name looked up in PATH when
  * use_path) with envp (NULL: environ), stdin from /dev/null, stdout and
  * stderr appended to log (or to the fds out_fd / err_fd when log is NULL),
@@ -676,7 +641,7 @@ sggw_gateway_t *sggw_gateway_start(const sggw_opts_t *o)
     memcpy(set, defaults, sizeof(defaults));
     for (size_t i = 0; i < nextra; i++)
         set[ndef + i] = o->env[i];
-    char **envp = build_env(set, ndef + nextra);
+    char **envp = sgtest_build_env(set, ndef + nextra);
     free(set);
     if (envp == NULL)
         goto Error;
@@ -1873,4 +1838,30 @@ int sggw_after_test(void)
     sggw_print_logs(60);
     sggw_test_ok = 1;
     return 1;
+}
+
+int sggw_stack_stop(sggw_gateway_t **gw, sggw_redis_t **redis, sgtest_proxy_t **proxy, const char *proxy_id)
+{
+    int rc = 0;
+    if (*gw != NULL && sggw_gateway_quiesce(*gw) != 0)
+        fprintf(stderr, "teardown: live sessions remain in the gateway's state\n");
+    if (*gw != NULL && sggw_gateway_stop(*gw) != 0) {
+        fprintf(stderr, "teardown: the gateway did not exit with status 0 on SIGTERM\n");
+        rc = -1;
+    }
+    *gw = NULL;
+    sggw_redis_stop(*redis);
+    *redis = NULL;
+    if (*proxy != NULL) {
+        sggw_proxy_close_all(*proxy);
+        sgtest_proxy_stop(*proxy);
+        *proxy = NULL;
+    }
+    int left = sgtest_docker_count(proxy_id);
+    if (left != 0) {
+        fprintf(stderr, "teardown: %d container(s) of %s remain after the proxy stopped\n", left, proxy_id);
+        sgtest_docker_remove_all(proxy_id);
+        rc = -1;
+    }
+    return rc;
 }

@@ -279,6 +279,12 @@ extern int sggw_test_ok;
         sggw_test_ok = 1;                                                                                              \
     }                                                                                                                  \
     static void name##_body(void **state)
+/* The end of a gateway suite: stops the gateway (it must exit 0 on
+ * SIGTERM, and its live state is checked first), redis-server and the proxy
+ * (after closing its sessions), and checks that no container of proxy_id
+ * remains (removing any). Clears the pointers. 0, or -1 on a finding. */
+int sggw_stack_stop(sggw_gateway_t **gw, sggw_redis_t **redis, sgtest_proxy_t **proxy, const char *proxy_id);
+
 /* Returns 1 when the last SGGW_TEST failed (after printing the logs), else 0. */
 int sggw_after_test(void);
 

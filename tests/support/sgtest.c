@@ -199,16 +199,14 @@ static int free_port(void)
     return port;
 }
 
-static bool env_key_is(const char *entry, const char *key_of)
+bool sgtest_env_key_is(const char *entry, const char *key_of)
 {
     /* key_of is "KEY" or "KEY=VALUE"; compare the keys. */
     size_t klen = strcspn(key_of, "=");
     return strncmp(entry, key_of, klen) == 0 && entry[klen] == '=';
 }
 
-/* environ minus the keys we set, plus ours. NULL-terminated, strings of
- * `own` are malloc'd into own[] (freed by the caller after fork). */
-static char **build_env(const char *const *set, size_t nset)
+char **sgtest_build_env(const char *const *set, size_t nset)
 {
     size_t n = 0;
     while (environ[n] != NULL)
@@ -220,12 +218,17 @@ static char **build_env(const char *const *set, size_t nset)
     for (size_t i = 0; i < n; i++) {
         bool overridden = false;
         for (size_t j = 0; j < nset && !overridden; j++)
-            overridden = env_key_is(environ[i], set[j]);
+            overridden = sgtest_env_key_is(environ[i], set[j]);
         if (!overridden)
             envp[k++] = environ[i];
     }
-    for (size_t j = 0; j < nset; j++)
-        envp[k++] = (char *)set[j];
+    for (size_t j = 0; j < nset; j++) {
+        bool later = false;
+        for (size_t m = j + 1; m < nset && !later; m++)
+            later = sgtest_env_key_is(set[m], set[j]);
+        if (!later)
+            envp[k++] = (char *)set[j];
+    }
     envp[k] = NULL;
     return envp;
 }
@@ -323,7 +326,7 @@ sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extr
     bool store_given = false;
     for (size_t i = 0; i < nextra; i++) {
         set[i] = extra_env[i];
-        store_given = store_given || env_key_is(no_store_kv, extra_env[i]);
+        store_given = store_given || sgtest_env_key_is(no_store_kv, extra_env[i]);
     }
     size_t nset = nextra;
     set[nset++] = host_kv;
@@ -331,7 +334,7 @@ sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extr
     set[nset++] = id_kv;
     if (!store_given)
         set[nset++] = no_store_kv;
-    char **envp = build_env(set, nset);
+    char **envp = sgtest_build_env(set, nset);
     free(set);
     if (envp == NULL) {
         close(logfd);

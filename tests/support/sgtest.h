@@ -43,6 +43,12 @@ typedef struct sgtest_proxy sgtest_proxy_t;
  * whose sandgate.proxy label starts with "sgtest-". */
 char *sgtest_new_proxy_id(void);
 
+/* 1 if environment entry "KEY=..." has the key of key_of ("KEY" or "KEY=V"). */
+bool sgtest_env_key_is(const char *entry, const char *key_of);
+/* environ with the "KEY=VALUE" entries of set applied in order (a later one
+ * wins). The strings are borrowed: free only the array. */
+char **sgtest_build_env(const char *const *set, size_t nset);
+
 /* Starts SANDGATE_PROXY_BIN on a free loopback port with HOST, PORT and
  * SANDGATE_PROXY_ID set, plus the "KEY=VALUE" strings of extra_env (NULL
  * terminated, may be NULL); the rest of the environment is inherited.
