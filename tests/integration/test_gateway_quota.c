@@ -32,15 +32,6 @@ static const char *data_dir(void)
     return sggw_gateway_data_dir(gw);
 }
 
-static void pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void pathf(char *buf, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-    assert_true(n > 0 && (size_t)n < len);
-}
 
 /* A header that must be a decimal integer >= min; returns it. */
 static long int_header(const sgtest_reply_t *r, const char *name, long min)

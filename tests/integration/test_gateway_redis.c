@@ -37,15 +37,6 @@ static const char *data_dir(void)
     return sggw_gateway_data_dir(gw);
 }
 
-static void pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void pathf(char *buf, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-    assert_true(n > 0 && (size_t)n < len);
-}
 
 static char *rcmd(sggw_redis_t *r, const char *fmt, const char *a, const char *b)
 {

@@ -34,15 +34,6 @@ static const char *data_dir(void)
     return sggw_gateway_data_dir(gw);
 }
 
-static void pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void pathf(char *buf, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-    assert_true(n > 0 && (size_t)n < len);
-}
 
 /* Whether the admin API lists sid as live (a look that is no use of it). */
 static bool admin_lists(sggw_gateway_t *g, const char *tenant, const char *sid)

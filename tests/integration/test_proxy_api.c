@@ -29,35 +29,7 @@ static char *proxy_id;
  * Small helpers (test thread only)
  * ------------------------------------------------------------------------ */
 
-static void pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void pathf(char *buf, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-    assert_true(n > 0 && (size_t)n < len);
-}
 
-/* Checks the fields every execution result has, and that they agree. */
-static void check_result_shape(json_object *r)
-{
-    SG_STR(r, "stdout");
-    SG_STR(r, "stderr");
-    int64_t exit_code = SG_INT(r, "exit_code");
-    double t = SG_DBL(r, "execution_time");
-    bool success = SG_BOOL(r, "success");
-    bool timed_out = SG_BOOL(r, "timed_out");
-    bool truncated = SG_BOOL(r, "truncated");
-    const char *reason = SG_STR(r, "reason");
-    SG_STR(r, "stage");
-    SG_CHECK(t >= 0, r, "execution_time is negative");
-    SG_CHECK(success == (exit_code == 0 && !timed_out && !truncated &&
-                         strcmp(reason, "exited") == 0),
-             r, "success must be exit_code == 0 and not cut short");
-    SG_CHECK(timed_out == (strcmp(reason, "timeout") == 0), r,
-             "timed_out must match reason \"timeout\"");
-}
 
 static void expect_stdout(json_object *r, const char *want)
 {
@@ -119,7 +91,7 @@ static json_object *post_for_result(const char *path, json_object *body, double 
     if (seconds != NULL)
         *seconds = r.seconds;
     sgtest_reply_free(&r);
-    check_result_shape(o);
+    SG_CHECK_RESULT_SHAPE(o);
     return o;
 }
 
@@ -1201,7 +1173,7 @@ static void test_concurrency(void **state)
     double first_start = q[0].started, last_end = q[0].finished, first_end = q[0].finished;
     for (int i = 0; i < NPAR; i++) {
         json_object *o = SG_EXPECT_JSON(&q[i].reply, 200);
-        check_result_shape(o);
+        SG_CHECK_RESULT_SHAPE(o);
         expect_stdout(o, "done\n");
         expect_success(o);
         json_object_put(o);

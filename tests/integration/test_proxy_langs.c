@@ -103,31 +103,7 @@ static const lang_case_t ruby = {
  * Helpers (test thread only)
  * ------------------------------------------------------------------------ */
 
-static void pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void pathf(char *buf, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-    assert_true(n > 0 && (size_t)n < len);
-}
 
-/* The fields every execution result has, and that they agree. */
-static void check_result_shape(json_object *r)
-{
-    SG_STR(r, "stdout");
-    SG_STR(r, "stderr");
-    int64_t exit_code = SG_INT(r, "exit_code");
-    bool success = SG_BOOL(r, "success");
-    bool timed_out = SG_BOOL(r, "timed_out");
-    const char *reason = SG_STR(r, "reason");
-    SG_STR(r, "stage");
-    SG_CHECK(SG_DBL(r, "execution_time") >= 0, r, "execution_time is negative");
-    SG_CHECK(success == (exit_code == 0 && strcmp(reason, "exited") == 0), r,
-             "success must be exit_code == 0 and reason exited");
-    SG_CHECK(timed_out == (strcmp(reason, "timeout") == 0), r, "timed_out must match reason");
-}
 
 static void expect_str(json_object *r, const char *key, const char *want)
 {
@@ -184,7 +160,7 @@ static json_object *post_for_result(const char *path, json_object *body, double 
     if (seconds != NULL)
         *seconds = r.seconds;
     sgtest_reply_free(&r);
-    check_result_shape(o);
+    SG_CHECK_RESULT_SHAPE(o);
     return o;
 }
 

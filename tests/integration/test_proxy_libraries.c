@@ -854,15 +854,6 @@ static bool image_exists(const char *image)
  * The proxy API (test thread only)
  * ------------------------------------------------------------------------ */
 
-static void pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void pathf(char *buf, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-    assert_true(n > 0 && (size_t)n < len);
-}
 
 static char *create_session_on(sgtest_proxy_t *p, const char *lang)
 {
@@ -916,19 +907,6 @@ static json_object *libs_array(const char *const *libs)
     return a;
 }
 
-static void check_result_shape(json_object *r)
-{
-    SG_STR(r, "stdout");
-    SG_STR(r, "stderr");
-    int64_t exit_code = SG_INT(r, "exit_code");
-    bool success = SG_BOOL(r, "success");
-    const char *reason = SG_STR(r, "reason");
-    SG_STR(r, "stage");
-    SG_CHECK(SG_DBL(r, "execution_time") >= 0, r, "execution_time is negative");
-    SG_CHECK(success == (exit_code == 0 && !SG_BOOL(r, "timed_out") && !SG_BOOL(r, "truncated") &&
-                         strcmp(reason, "exited") == 0),
-             r, "success must be exit_code == 0 and not cut short");
-}
 
 static json_object *post_for_result_on(sgtest_proxy_t *p, const char *path, json_object *body)
 {
@@ -937,7 +915,7 @@ static json_object *post_for_result_on(sgtest_proxy_t *p, const char *path, json
     json_object_put(body);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
-    check_result_shape(o);
+    SG_CHECK_RESULT_SHAPE(o);
     return o;
 }
 

@@ -120,39 +120,7 @@ static int group_teardown(void **state)
  * Small helpers (test thread only)
  * ------------------------------------------------------------------------ */
 
-static void pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void pathf(char *buf, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-    assert_true(n > 0 && (size_t)n < len);
-}
 
-/* The fields every execution result has, and that they agree. */
-static void check_result_shape(json_object *r)
-{
-    SG_STR(r, "stdout");
-    SG_STR(r, "stderr");
-    int64_t exit_code = SG_INT(r, "exit_code");
-    double t = SG_DBL(r, "execution_time");
-    bool success = SG_BOOL(r, "success");
-    bool timed_out = SG_BOOL(r, "timed_out");
-    bool truncated = SG_BOOL(r, "truncated");
-    const char *reason = SG_STR(r, "reason");
-    const char *st = SG_STR(r, "state");
-    SG_STR(r, "stage");
-    SG_CHECK(t >= 0, r, "execution_time is negative");
-    SG_CHECK(success == (exit_code == 0 && !timed_out && !truncated &&
-                         strcmp(reason, "exited") == 0),
-             r, "success must be exit_code == 0 and not cut short");
-    SG_CHECK(timed_out == (strcmp(reason, "timeout") == 0), r,
-             "timed_out must match reason \"timeout\"");
-    SG_CHECK(strcmp(st, "kept") == 0 || strcmp(st, "new") == 0 || strcmp(st, "lost") == 0 ||
-                 strcmp(st, "none") == 0,
-             r, "state must be one of kept, new, lost, none");
-}
 
 static void expect_stdout(json_object *r, const char *want)
 {
@@ -246,7 +214,7 @@ static json_object *post_for_result(const char *path, json_object *body, double 
     if (seconds != NULL)
         *seconds = r.seconds;
     sgtest_reply_free(&r);
-    check_result_shape(o);
+    SG_CHECK_RESULT_SHAPE(o);
     return o;
 }
 
@@ -720,7 +688,7 @@ static void post_streamed(const char *path, json_object *body, bool accept_sse, 
         streamed_free(t);
         SG_FAIL(NULL, "streamed POST %s: %s; body starts: %s", path, why, head);
     }
-    check_result_shape(t->result);
+    SG_CHECK_RESULT_SHAPE(t->result);
     SG_CHECK(strcmp(SG_STR(t->result, "stdout"), "") == 0 &&
                  strcmp(SG_STR(t->result, "stderr"), "") == 0,
              t->result, "a streamed result carries empty stdout and stderr");

@@ -1372,3 +1372,34 @@ int sgtest_parallel(sgtest_par_req_t *reqs, size_t n)
     sgtest_batch_join(b);
     return 0;
 }
+
+void pathf(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+    assert_true(n > 0 && (size_t)n < len);
+}
+
+void sgtest__check_result_shape(json_object *r, const char *file, int line)
+{
+    sgtest__get_str(r, "stdout", file, line);
+    sgtest__get_str(r, "stderr", file, line);
+    int64_t exit_code = sgtest__get_int(r, "exit_code", file, line);
+    double t = sgtest__get_double(r, "execution_time", file, line);
+    bool success = sgtest__get_bool(r, "success", file, line);
+    bool timed_out = sgtest__get_bool(r, "timed_out", file, line);
+    bool truncated = sgtest__get_bool(r, "truncated", file, line);
+    const char *reason = sgtest__get_str(r, "reason", file, line);
+    const char *st = sgtest__get_str(r, "state", file, line);
+    sgtest__get_str(r, "stage", file, line);
+    if (t < 0)
+        sgtest__check_failed(r, file, line, "execution_time >= 0", "execution_time is negative");
+    if (success != (exit_code == 0 && !timed_out && !truncated && strcmp(reason, "exited") == 0))
+        sgtest__check_failed(r, file, line, "success", "success must be exit_code == 0 and not cut short");
+    if (timed_out != (strcmp(reason, "timeout") == 0))
+        sgtest__check_failed(r, file, line, "timed_out", "timed_out must match reason \"timeout\"");
+    if (strcmp(st, "kept") != 0 && strcmp(st, "new") != 0 && strcmp(st, "lost") != 0 && strcmp(st, "none") != 0)
+        sgtest__check_failed(r, file, line, "state", "state must be one of kept, new, lost, none");
+}

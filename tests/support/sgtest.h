@@ -136,6 +136,14 @@ int sgtest_call_json(const sgtest_proxy_t *p, const char *method, const char *pa
             sgtest__check_failed((obj), __FILE__, __LINE__, #cond, __VA_ARGS__);                   \
     } while (0)
 
+/* The fields every execution result has (docs/proxy-api.md), and that they
+ * agree: success is exit 0 and not cut short, timed_out is reason
+ * "timeout", state is one of kept/new/lost/none. */
+#define SG_CHECK_RESULT_SHAPE(r) sgtest__check_result_shape((r), __FILE__, __LINE__)
+void sgtest__check_result_shape(json_object *r, const char *file, int line);
+/* snprintf that must fit (the test fails otherwise). */
+void pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 void sgtest__assert_status(const sgtest_reply_t *r, long status, const char *file, int line);
 json_object *sgtest__json(const sgtest_reply_t *r, const char *file, int line);
 json_object *sgtest__expect_json(const sgtest_reply_t *r, long status, const char *file, int line);
