@@ -88,7 +88,6 @@ sg_http_server_t *sg_http_server_create(const char *host, int port, size_t max_b
     s->accept_ctx.hosts = s->config.hosts;
     s->listener = h2o_evloop_socket_create(s->ctx.loop, fd, H2O_SOCKET_FLAG_DONT_READ);
     s->listener->data = s;
-    h2o_socket_read_start(s->listener, on_accept);
     return s;
 
 Error:
@@ -97,6 +96,11 @@ Error:
     h2o_config_dispose(&s->config);
     free(s);
     return NULL;
+}
+
+void sg_http_server_start(sg_http_server_t *s)
+{
+    h2o_socket_read_start(s->listener, on_accept);
 }
 
 h2o_loop_t *sg_http_server_loop(sg_http_server_t *s)

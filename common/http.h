@@ -18,9 +18,12 @@ typedef int (*sg_http_handler_cb)(void *app, h2o_req_t *req);
 
 /* Listens on host:port (port 0 picks a free one) with its own h2o loop.
  * Bodies larger than max_body get 413 from h2o before they are read whole.
- * NULL on failure with err set. */
+ * Connections wait in the backlog until sg_http_server_start. NULL on
+ * failure with err set. */
 sg_http_server_t *sg_http_server_create(const char *host, int port, size_t max_body, sg_http_handler_cb cb, void *app,
                                         char *err, size_t errlen);
+/* Starts taking connections. */
+void sg_http_server_start(sg_http_server_t *s);
 h2o_loop_t *sg_http_server_loop(sg_http_server_t *s);
 h2o_context_t *sg_http_server_context(sg_http_server_t *s);
 int sg_http_server_port(sg_http_server_t *s);

@@ -251,8 +251,11 @@ typedef struct {
     rebuild_item_t item;
 } rebuild_one_t;
 
+static size_t rebuild_pending; /* state calls of rebuilds under way */
+
 static void on_rebuilt(void *data, const sg_state_result_t *r)
 {
+    rebuild_pending--;
     free(data);
 }
 
@@ -260,6 +263,7 @@ static void on_rebuild_get(void *data, int available, const sg_live_session_t *l
 {
     rebuild_one_t *one = data;
     if (!available || live != NULL) {
+        rebuild_pending--;
         free(one);
         return;
     }
@@ -276,10 +280,22 @@ static void rebuild_done(sg_gw_job_t *job)
     for (size_t i = 0; job->rc == 0 && i < j->n; i++) {
         rebuild_one_t *one = malloc(sizeof(*one));
         one->item = j->items[i];
+        rebuild_pending++;
         sg_state_session_get(sg_gw.state, one->item.s.id, on_rebuild_get, one);
     }
     free(j->items);
     free(j);
+}
+
+int sg_gw_rebuild_sessions_now(sg_store_t *st, int timeout_ms)
+{
+    rebuild_job_t *j = calloc(1, sizeof(*j));
+    uint64_t deadline = sg_now_ms() + (uint64_t)timeout_ms;
+    rebuild_fn(&j->job, st);
+    rebuild_done(&j->job);
+    while (rebuild_pending != 0 && sg_now_ms() < deadline)
+        h2o_evloop_run(sg_gw.loop, 10);
+    return rebuild_pending == 0 ? 0 : -1;
 }
 
 void sg_gw_rebuild_sessions(void)

@@ -71,6 +71,9 @@ void sg_gw_reaper_start(void);
  * deadline, so that it is reaped and counted again. Runs at start and every
  * ten reaper rounds. */
 void sg_gw_rebuild_sessions(void);
+/* The same at start, before requests are taken: on the calling thread with
+ * st, driving the loop until the state has answered (or timeout_ms). */
+int sg_gw_rebuild_sessions_now(sg_store_t *st, int timeout_ms);
 
 /* The wall clock in whole seconds, rounded up: deadlines computed from it
  * are never early. */

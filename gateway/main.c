@@ -95,7 +95,6 @@ int main(int argc, char **argv)
         return 1;
     }
     sg_info("database %s", sg_store_path(st));
-    sg_store_close(st);
 
     /* Bodies up to twice the larger cap are read and refused with a JSON 413
      * by the route (api.c); larger ones h2o refuses (with its own text 413)
@@ -131,11 +130,16 @@ int main(int argc, char **argv)
         sg_error("cannot start: %s", sg_gw.state == NULL ? err : "upstream");
         return 1;
     }
+    /* the live state knows every session open in the ledger before the
+     * first request is taken (a restart without Redis, or Redis emptied) */
+    if (sg_gw_rebuild_sessions_now(st, 5000) != 0)
+        sg_warn("the live state did not answer for every open session at start; the reaper will retry");
+    sg_store_close(st);
     sg_gw_reaper_start();
-    sg_gw_rebuild_sessions();
 
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
+    sg_http_server_start(server);
     sg_info("listening on %s:%d; proxy %s; state %s%s%s", cfg.host, sg_http_server_port(server), cfg.proxy_url,
             sg_state_backend(sg_gw.state), sg_gw.redis_configured ? " " : "", cfg.redis_url);
     if (cfg.admin_token[0] == '\0')

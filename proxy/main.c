@@ -257,6 +257,7 @@ int main(int argc, char **argv)
 
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
+    sg_http_server_start(server);
     sg_info("listening on %s:%d as proxy \"%s\"", cfg.host, sg_http_server_port(server), cfg.proxy_id);
     while (!stop_signal)
         h2o_evloop_run(loop, 1000);

@@ -217,6 +217,7 @@ static int group_setup(void **state)
         fprintf(stderr, "server: %s\n", err);
         return -1;
     }
+    sg_http_server_start(server);
     loop = sg_http_server_loop(server);
     snprintf(base_url, sizeof(base_url), "http://127.0.0.1:%d", sg_http_server_port(server));
     return 0;
