@@ -14,7 +14,7 @@ export SANDGATE_DATA_DIR; SANDGATE_DATA_DIR=$(mktemp -d /tmp/sgtest-run.XXXXXX)
 export SANDGATE_PROXY_ID=sgtest-run-$$ SANDGATE_POOL_SIZE=1 SANDGATE_STORE_VOLUME=
 export PORT HOST=127.0.0.1 SANDGATE_PROXY_PORT SANDGATE_REDIS_PORT
 PORT=$(free_port) SANDGATE_PROXY_PORT=$(free_port) SANDGATE_REDIS_PORT=$(free_port)
-log=$SANDGATE_DATA_DIR/../$(basename "$SANDGATE_DATA_DIR").log
+log=$(dirname "$SANDGATE_DATA_DIR")/$(basename "$SANDGATE_DATA_DIR").log
 pid=
 
 fail() { echo "test_run: FAILED: $*" >&2; tail -n 40 "$log" >&2 || true; exit 1; }
