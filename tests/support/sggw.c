@@ -200,41 +200,6 @@ static pid_t spawn(char *const *argv, char *const *envp, const char *log, int ou
     _exit(127);
 }
 
-typedef struct {
-    pid_t pid;
-    bool reaped;
-    int wstatus;
-} child_t;
-
-static bool child_reap(child_t *c, int flags)
-{
-    if (c->pid <= 0 || c->reaped)
-        return true;
-    int st;
-    pid_t r;
-    do {
-        r = waitpid(c->pid, &st, flags);
-    } while (r < 0 && errno == EINTR);
-    if (r == c->pid || (r < 0 && errno == ECHILD)) {
-        c->reaped = true;
-        c->wstatus = r == c->pid ? st : -1;
-        return true;
-    }
-    return false;
-}
-
-static void describe_exit(int st, char *buf, size_t len)
-{
-    if (st < 0)
-        snprintf(buf, len, "unknown status");
-    else if (WIFEXITED(st))
-        snprintf(buf, len, "exit status %d", WEXITSTATUS(st));
-    else if (WIFSIGNALED(st))
-        snprintf(buf, len, "killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
-    else
-        snprintf(buf, len, "status 0x%x", st);
-}
-
 static void print_tail(const char *path, int lines)
 {
     FILE *f = fopen(path, "rb");
@@ -316,7 +281,7 @@ static void random_hex(char *out, size_t nbytes)
  * ------------------------------------------------------------------------ */
 
 struct sggw_redis {
-    child_t child;
+    sgtest_child_t child;
     bool paused;
     int port;
     char *dir;
@@ -366,9 +331,9 @@ static int redis_spawn(sggw_redis_t *r)
     }
     double deadline = sgtest_now() + REDIS_START_DEADLINE_S;
     while (sgtest_now() < deadline) {
-        if (child_reap(&r->child, WNOHANG)) {
+        if (sgtest_child_reap(&r->child, WNOHANG)) {
             char why[96];
-            describe_exit(r->child.wstatus, why, sizeof(why));
+            sgtest_describe_exit(r->child.wstatus, why, sizeof(why));
             fprintf(stderr, "sggw: redis-server on port %d exited at once (%s); is it installed?\n", r->port, why);
             sggw_redis_print_log(r, 30);
             return -1;
@@ -381,7 +346,7 @@ static int redis_spawn(sggw_redis_t *r)
             REDIS_START_DEADLINE_S);
     sggw_redis_print_log(r, 30);
     kill(r->child.pid, SIGKILL);
-    child_reap(&r->child, 0);
+    sgtest_child_reap(&r->child, 0);
     return -1;
 }
 
@@ -422,7 +387,7 @@ void sggw_redis_kill(sggw_redis_t *r)
         if (r->paused)
             kill(r->child.pid, SIGCONT);
     }
-    child_reap(&r->child, 0);
+    sgtest_child_reap(&r->child, 0);
     r->paused = false;
 }
 
@@ -458,7 +423,7 @@ int sggw_redis_resume(sggw_redis_t *r)
 
 bool sggw_redis_running(sggw_redis_t *r)
 {
-    return r != NULL && !child_reap(&r->child, WNOHANG);
+    return r != NULL && !sgtest_child_reap(&r->child, WNOHANG);
 }
 
 void sggw_redis_stop(sggw_redis_t *r)
@@ -487,8 +452,8 @@ void sggw_redis_print_log(sggw_redis_t *r, int lines)
     if (r == NULL)
         return;
     char why[96] = "running";
-    if (child_reap(&r->child, WNOHANG))
-        describe_exit(r->child.wstatus, why, sizeof(why));
+    if (sgtest_child_reap(&r->child, WNOHANG))
+        sgtest_describe_exit(r->child.wstatus, why, sizeof(why));
     fprintf(stderr, "---- redis-server :%d (pid %d, %s%s): last %d lines of its log ----\n", r->port,
             (int)r->child.pid, why, r->paused ? ", SIGSTOPped" : "", lines);
     print_tail(r->log, lines);
@@ -573,7 +538,7 @@ char *sggw_redis_cmd(const sggw_redis_t *r, int *ok, const char *fmt, ...)
  * ------------------------------------------------------------------------ */
 
 struct sggw_gateway {
-    child_t child;
+    sgtest_child_t child;
     int port;
     char url[64];
     char *tmp;      /* log directory */
@@ -658,9 +623,9 @@ sggw_gateway_t *sggw_gateway_start(const sggw_opts_t *o)
     double deadline = sgtest_now() + GW_START_DEADLINE_S;
     long last = 0;
     for (;;) {
-        if (child_reap(&g->child, WNOHANG)) {
+        if (sgtest_child_reap(&g->child, WNOHANG)) {
             char why[96];
-            describe_exit(g->child.wstatus, why, sizeof(why));
+            sgtest_describe_exit(g->child.wstatus, why, sizeof(why));
             fprintf(stderr, "sggw: the gateway exited before answering GET / (%s)\n", why);
             sggw_gateway_print_log(g, 40);
             goto Error;
@@ -676,7 +641,7 @@ sggw_gateway_t *sggw_gateway_start(const sggw_opts_t *o)
                     GW_START_DEADLINE_S, last);
             sggw_gateway_print_log(g, 40);
             kill(g->child.pid, SIGKILL);
-            child_reap(&g->child, 0);
+            sgtest_child_reap(&g->child, 0);
             goto Error;
         }
         usleep(POLL_US);
@@ -715,14 +680,14 @@ int sggw_gateway_stop(sggw_gateway_t *g)
     if (!g->child.reaped)
         kill(g->child.pid, SIGTERM);
     double deadline = sgtest_now() + STOP_DEADLINE_S;
-    while (!child_reap(&g->child, WNOHANG) && sgtest_now() < deadline)
+    while (!sgtest_child_reap(&g->child, WNOHANG) && sgtest_now() < deadline)
         usleep(POLL_US);
     if (!g->child.reaped) {
         fprintf(stderr, "sggw: the gateway (pid %d) ignored SIGTERM for %.0f s; SIGKILL\n", (int)g->child.pid,
                 STOP_DEADLINE_S);
         sggw_gateway_print_log(g, 40);
         kill(g->child.pid, SIGKILL);
-        child_reap(&g->child, 0);
+        sgtest_child_reap(&g->child, 0);
         result = -1;
     } else {
         result = g->child.wstatus;
@@ -760,13 +725,13 @@ void sggw_gateway_kill9(sggw_gateway_t *g)
         return;
     if (!g->child.reaped)
         kill(g->child.pid, SIGKILL);
-    child_reap(&g->child, 0);
+    sgtest_child_reap(&g->child, 0);
     gateway_free(g);
 }
 
 bool sggw_gateway_alive(sggw_gateway_t *g)
 {
-    return g != NULL && !child_reap(&g->child, WNOHANG);
+    return g != NULL && !sgtest_child_reap(&g->child, WNOHANG);
 }
 
 pid_t sggw_gateway_pid(const sggw_gateway_t *g)
@@ -799,8 +764,8 @@ void sggw_gateway_print_log(sggw_gateway_t *g, int lines)
     if (g == NULL)
         return;
     char why[96] = "running";
-    if (child_reap(&g->child, WNOHANG))
-        describe_exit(g->child.wstatus, why, sizeof(why));
+    if (sgtest_child_reap(&g->child, WNOHANG))
+        sgtest_describe_exit(g->child.wstatus, why, sizeof(why));
     fprintf(stderr, "---- gateway %s (pid %d, %s): last %d lines of its log ----\n", g->url, (int)g->child.pid, why,
             lines);
     print_tail(g->log, lines);
@@ -837,7 +802,7 @@ static void on_exit_cleanup(void)
         if (g != NULL) {
             if (!g->child.reaped)
                 kill(g->child.pid, SIGKILL);
-            child_reap(&g->child, 0);
+            sgtest_child_reap(&g->child, 0);
         }
         sggw_redis_t *r = reg_redis[i];
         if (r != NULL)
@@ -946,7 +911,7 @@ int sggw_admin_run(const char *data_dir, char **out, char **err, const char *con
         free(argv);
         return -1;
     }
-    child_t c = {0};
+    sgtest_child_t c = {0};
     c.pid = spawn(argv, NULL, NULL, po[1], pe[1], NULL, false);
     free(argv);
     close(po[1]);
@@ -960,17 +925,17 @@ int sggw_admin_run(const char *data_dir, char **out, char **err, const char *con
     drain(po[0], pe[0], out, err, deadline);
     close(po[0]);
     close(pe[0]);
-    while (!child_reap(&c, WNOHANG) && sgtest_now() < deadline)
+    while (!sgtest_child_reap(&c, WNOHANG) && sgtest_now() < deadline)
         usleep(5000);
     if (!c.reaped) {
         fprintf(stderr, "sggw: sandgate-admin did not exit within %.0f s\n", ADMIN_DEADLINE_S);
         kill(c.pid, SIGKILL);
-        child_reap(&c, 0);
+        sgtest_child_reap(&c, 0);
         return -1;
     }
     if (!WIFEXITED(c.wstatus)) {
         char why[96];
-        describe_exit(c.wstatus, why, sizeof(why));
+        sgtest_describe_exit(c.wstatus, why, sizeof(why));
         fprintf(stderr, "sggw: sandgate-admin %s\n", why);
         return -1;
     }

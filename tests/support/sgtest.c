@@ -60,9 +60,7 @@ static void curl_ready(void)
  * ------------------------------------------------------------------------ */
 
 struct sgtest_proxy {
-    pid_t pid;
-    bool reaped;
-    int wstatus;
+    sgtest_child_t child;
     char id[128];
     char url[64];
     char dir[128];
@@ -128,22 +126,20 @@ static void print_file_tail(const char *path, int lines)
     free(buf);
 }
 
-static bool reap(sgtest_proxy_t *p, int flags);
-static void describe_exit(int st, char *buf, size_t len);
 
 const char *sgtest_proxy_status(sgtest_proxy_t *p)
 {
     static __thread char buf[96];
-    if (!reap(p, WNOHANG))
+    if (!sgtest_child_reap(&p->child, WNOHANG))
         return "running";
-    describe_exit(p->wstatus, buf, sizeof(buf));
+    sgtest_describe_exit(p->child.wstatus, buf, sizeof(buf));
     return buf;
 }
 
 void sgtest_proxy_print_log(sgtest_proxy_t *p, int lines)
 {
     fprintf(stderr, "---- proxy %s (pid %d, %s): %s; last %d lines of its log ----\n", p->id,
-            (int)p->pid, p->url, sgtest_proxy_status(p), lines);
+            (int)p->child.pid, p->url, sgtest_proxy_status(p), lines);
     print_file_tail(p->log, lines);
     fprintf(stderr, "---- end of proxy log ----\n");
 }
@@ -241,24 +237,24 @@ static void remove_tmp(sgtest_proxy_t *p)
         rmdir(p->dir);
 }
 
-static bool reap(sgtest_proxy_t *p, int flags)
+bool sgtest_child_reap(sgtest_child_t *c, int flags)
 {
-    if (p->reaped)
+    if (c->pid <= 0 || c->reaped)
         return true;
     int st;
     pid_t r;
     do {
-        r = waitpid(p->pid, &st, flags);
+        r = waitpid(c->pid, &st, flags);
     } while (r < 0 && errno == EINTR);
-    if (r == p->pid || (r < 0 && errno == ECHILD)) {
-        p->reaped = true;
-        p->wstatus = r == p->pid ? st : -1;
+    if (r == c->pid || (r < 0 && errno == ECHILD)) {
+        c->reaped = true;
+        c->wstatus = r == c->pid ? st : -1;
         return true;
     }
     return false;
 }
 
-static void describe_exit(int st, char *buf, size_t len)
+void sgtest_describe_exit(int st, char *buf, size_t len)
 {
     if (st < 0)
         snprintf(buf, len, "unknown status");
@@ -367,16 +363,16 @@ sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extr
         fprintf(stderr, "sgtest: fork: %s\n", strerror(errno));
         goto Error;
     }
-    p->pid = pid;
+    p->child.pid = pid;
 
     char url[96];
     snprintf(url, sizeof(url), "%s/", p->url);
     double deadline = sgtest_now() + START_DEADLINE_S;
     long last_status = 0;
     for (;;) {
-        if (reap(p, WNOHANG)) {
+        if (sgtest_child_reap(&p->child, WNOHANG)) {
             char why[96];
-            describe_exit(p->wstatus, why, sizeof(why));
+            sgtest_describe_exit(p->child.wstatus, why, sizeof(why));
             fprintf(stderr, "sgtest: proxy %s exited before answering GET / (%s)\n", p->id, why);
             sgtest_proxy_print_log(p, LOG_TAIL_LINES);
             goto Error;
@@ -392,8 +388,8 @@ sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extr
                             "(last status %ld)\n",
                     p->id, START_DEADLINE_S, last_status);
             sgtest_proxy_print_log(p, LOG_TAIL_LINES);
-            kill(p->pid, SIGKILL);
-            reap(p, 0);
+            kill(p->child.pid, SIGKILL);
+            sgtest_child_reap(&p->child, 0);
             goto Error;
         }
         pause_poll();
@@ -412,20 +408,20 @@ int sgtest_proxy_stop(sgtest_proxy_t *p)
     if (p == NULL)
         return 0;
     int result;
-    if (!p->reaped)
-        kill(p->pid, SIGTERM);
+    if (!p->child.reaped)
+        kill(p->child.pid, SIGTERM);
     double deadline = sgtest_now() + STOP_DEADLINE_S;
-    while (!reap(p, WNOHANG) && sgtest_now() < deadline)
+    while (!sgtest_child_reap(&p->child, WNOHANG) && sgtest_now() < deadline)
         pause_poll();
-    if (!p->reaped) {
+    if (!p->child.reaped) {
         fprintf(stderr, "sgtest: proxy %s (pid %d) ignored SIGTERM for %.0f s; SIGKILL\n", p->id,
-                (int)p->pid, STOP_DEADLINE_S);
+                (int)p->child.pid, STOP_DEADLINE_S);
         sgtest_proxy_print_log(p, LOG_TAIL_LINES);
-        kill(p->pid, SIGKILL);
-        reap(p, 0);
+        kill(p->child.pid, SIGKILL);
+        sgtest_child_reap(&p->child, 0);
         result = -1;
     } else {
-        result = p->wstatus;
+        result = p->child.wstatus;
         if (result != 0) {
             /* A sanitizer's exit report, a crash on shutdown: show it. */
             fprintf(stderr, "sgtest: proxy %s ended with %s after SIGTERM\n", p->id,
@@ -443,9 +439,9 @@ void sgtest_proxy_kill9(sgtest_proxy_t *p)
 {
     if (p == NULL)
         return;
-    if (!p->reaped)
-        kill(p->pid, SIGKILL);
-    reap(p, 0);
+    if (!p->child.reaped)
+        kill(p->child.pid, SIGKILL);
+    sgtest_child_reap(&p->child, 0);
     live_remove(p);
     remove_tmp(p);
     free(p);
@@ -463,12 +459,12 @@ const char *sgtest_proxy_id(const sgtest_proxy_t *p)
 
 pid_t sgtest_proxy_pid(const sgtest_proxy_t *p)
 {
-    return p->pid;
+    return p->child.pid;
 }
 
 bool sgtest_proxy_alive(sgtest_proxy_t *p)
 {
-    return !reap(p, WNOHANG);
+    return !sgtest_child_reap(&p->child, WNOHANG);
 }
 
 /* ------------------------------------------------------------------------

@@ -43,6 +43,17 @@ typedef struct sgtest_proxy sgtest_proxy_t;
  * whose sandgate.proxy label starts with "sgtest-". */
 char *sgtest_new_proxy_id(void);
 
+/* A child process of a test, and how it ended. */
+typedef struct {
+    pid_t pid;
+    bool reaped;
+    int wstatus; /* -1 when it was reaped elsewhere */
+} sgtest_child_t;
+/* waitpid with flags (0 or WNOHANG); true once the child has ended. */
+bool sgtest_child_reap(sgtest_child_t *c, int flags);
+/* "exit status 3", "killed by signal 9 (Killed)", ... */
+void sgtest_describe_exit(int wstatus, char *buf, size_t len);
+
 /* 1 if environment entry "KEY=..." has the key of key_of ("KEY" or "KEY=V"). */
 bool sgtest_env_key_is(const char *entry, const char *key_of);
 /* environ with the "KEY=VALUE" entries of set applied in order (a later one
