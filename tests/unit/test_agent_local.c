@@ -1101,6 +1101,42 @@ static void test_py_children_killed(void **state)
     assert_alive(kernel);
 }
 
+/* A fork() of the kernel copies the interpreter, and the copy runs on to
+ * the end of the code; it must end there, as a script's child would, and
+ * never answer for the kernel or read its requests. Here the child leaves
+ * the code long before the parent does: were its answer taken, this EXEC
+ * would end with its 7, and the parent's late answer would end the next. */
+static void test_py_fork_copy_never_answers(void **state)
+{
+    agent_t *a = *state;
+
+    kexpect(a, PY,
+            "import os, sys, time\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    print('child')\n"
+            "    sys.exit(7)\n"
+            "_, st = os.waitpid(pid, 0)\n"
+            "time.sleep(0.2)\n"
+            "print('parent', os.waitstatus_to_exitcode(st))",
+            0, SG_AGENT_STATE_NEW, "child\nparent 7\n");
+    /* A child that fails, and one that falls off the end of the code. */
+    kexpect(a, PY,
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    raise ValueError('in a copy')\n"
+            "time.sleep(0.2)\n"
+            "print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))",
+            0, SG_AGENT_STATE_KEPT, "1\n");
+    kexpect(a, PY,
+            "pid = os.fork()\n"
+            "if pid > 0:\n"
+            "    time.sleep(0.2)\n"
+            "    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))",
+            0, SG_AGENT_STATE_KEPT, "0\n");
+    kexpect(a, PY, "print(pid > 0, 'next')", 0, SG_AGENT_STATE_KEPT, "True next\n");
+}
+
 /* What a kernel writes between EXECs is discarded and never blocks it. */
 static void test_py_background_output(void **state)
 {
@@ -1404,6 +1440,7 @@ int main(void)
         T(test_py_output_cap),
         T(test_py_children_killed),
         T(test_py_background_output),
+        T(test_py_fork_copy_never_answers),
         T(test_kernel_setup),
         T(test_kernel_dies_between_execs),
         T(test_kernel_environment),

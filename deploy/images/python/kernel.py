@@ -93,7 +93,27 @@ def reap():
                 pass
 
 
+def forked_copy():
+    """In a child of os.fork(), a copy of this kernel: the agent's pipes are
+    the kernel's alone. Pointed at /dev/null, the copy can neither take the
+    next request nor answer for the kernel, whatever its code does."""
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 3, inheritable=False)
+        os.dup2(null, 4, inheritable=False)
+        os.close(null)
+    except OSError:
+        os.close(3)
+        os.close(4)
+
+
+KERNEL_PID = -1
+
+
 def main():
+    global KERNEL_PID
+    KERNEL_PID = os.getpid()
+    os.register_at_fork(after_in_child=forked_copy)
     workdir = os.environ.get("SANDGATE_WORKDIR") or os.getcwd()
     os.chdir(workdir)
     sys.path.insert(0, workdir)
@@ -127,6 +147,10 @@ def main():
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         status = run(source, filename, namespace)
         flush()
+        if os.getpid() != KERNEL_PID:
+            # A forked copy that ran to the end of the code: it ends there,
+            # as the child of a script would.
+            os._exit(status)
         os.write(4, b"%d\n" % status)
 
 
