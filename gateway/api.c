@@ -238,10 +238,20 @@ static void forward(gw_req_t *g, const char *method, const char *path, long time
 
 /* ---- records after an execution ---------------------------------------------- */
 
+/* An execution is answered only once its usage row is on record in
+ * SQLite: a client that has its result finds it in the ledger, and a
+ * gateway that dies after answering has lost nothing billable. The job
+ * carries the answer (a copy of the proxy's reply, or, streamed, only the
+ * end of the stream) to usage_done, which sends it. */
 typedef struct {
     sg_gw_job_t job;
     sg_usage_t usage;
     int count_session;
+    gw_req_t *g;
+    int status;
+    char ctype[128];
+    char *body;
+    size_t body_len;
 } usage_job_t;
 
 static void usage_fn(sg_gw_job_t *job, sg_store_t *st)
@@ -252,26 +262,68 @@ static void usage_fn(sg_gw_job_t *job, sg_store_t *st)
         job->rc = sg_store_session_count_exec(st, j->usage.session_id, job->err, sizeof(job->err));
 }
 
-static void usage_done(sg_gw_job_t *job)
-{
-    if (job->rc != 0)
-        sg_error("usage: cannot record an execution: %s", job->err);
-    free(job);
-}
-
 static void noop_state_cb(void *data, const sg_state_result_t *r)
 {
 }
 
-/* Records what the proxy said about one execution: ledger row, the day's
- * seconds, the session's idle deadline, metrics. */
-static void record_execution(gw_req_t *g, const char *body, size_t len)
+static void touch_session(gw_req_t *g, int add_exec)
 {
-    json_object *o = json_tokener_parse(body), *v;
+    if (g->route != R_EPHEMERAL && g->sid[0])
+        sg_state_session_touch(sg_gw.state, g->sid, sg_gw_now_up(), g->tenant.idle_timeout, add_exec, noop_state_cb,
+                               NULL);
+}
+
+/* Sends what the proxy answered to an execution (or ends the stream that
+ * already carried it) and lets the request go. */
+static void exec_answer(gw_req_t *g, int status, const char *ctype, const char *body, size_t len)
+{
+    if (g->want_stream) {
+        if (gw_http(g) != NULL && g->stream != NULL)
+            sg_http_stream_finish(g->stream);
+    } else {
+        reply_raw(g, status, ctype, body, len);
+    }
+    touch_session(g, status == 200);
+    gw_free(g);
+}
+
+static void usage_done(sg_gw_job_t *job)
+{
+    usage_job_t *j = (usage_job_t *)job;
+    if (job->rc != 0) {
+        /* The client still gets its result: the run happened. */
+        sg_error("usage: cannot record an execution of tenant %lld: %s", (long long)j->usage.tenant_id, job->err);
+    }
+    exec_answer(j->g, j->status, j->ctype, j->body != NULL ? j->body : "", j->body_len);
+    free(j->body);
+    free(j);
+}
+
+/* Records what the proxy said about one execution (`result`, its result
+ * object): ledger row, the day's seconds, metrics; the answer follows once
+ * the row is written. Returns -1 when out of memory (nothing submitted). */
+static int record_execution(gw_req_t *g, const char *result, size_t result_len, const sg_upstream_reply_t *r)
+{
+    char *text = strndup(result, result_len);
+    json_object *o = text != NULL ? json_tokener_parse(text) : NULL, *v;
     usage_job_t *j = calloc(1, sizeof(*j));
     double duration = 0;
 
-    (void)len;
+    free(text);
+    if (j == NULL || (!g->want_stream && (j->body = malloc(r->body_len + 1)) == NULL)) {
+        if (j != NULL)
+            free(j);
+        json_object_put(o);
+        return -1;
+    }
+    j->g = g;
+    j->status = (int)r->status;
+    snprintf(j->ctype, sizeof(j->ctype), "%s", r->content_type);
+    if (j->body != NULL) {
+        memcpy(j->body, r->body, r->body_len);
+        j->body[r->body_len] = '\0';
+        j->body_len = r->body_len;
+    }
     j->usage.tenant_id = g->tenant.id;
     snprintf(j->usage.session_id, sizeof(j->usage.session_id), "%s", g->route == R_EPHEMERAL ? "" : g->sid);
     snprintf(j->usage.lang, sizeof(j->usage.lang), "%s", g->lang);
@@ -295,19 +347,13 @@ static void record_execution(gw_req_t *g, const char *body, size_t len)
     j->count_session = g->route != R_EPHEMERAL;
     j->job.fn = usage_fn;
     j->job.done = usage_done;
-    sg_gw_db_submit(&j->job);
 
     sg_metrics_execution(g->lang[0] ? g->lang : "unknown",
                          j->usage.timed_out ? "timeout" : j->usage.exit_code == 0 ? "success" : "error", duration);
     sg_state_quota_add_seconds(sg_gw.state, g->tenant.id, g->day, duration, noop_state_cb, NULL);
     json_object_put(o);
-}
-
-static void touch_session(gw_req_t *g, int add_exec)
-{
-    if (g->route != R_EPHEMERAL && g->sid[0])
-        sg_state_session_touch(sg_gw.state, g->sid, sg_gw_now_up(), g->tenant.idle_timeout, add_exec, noop_state_cb,
-                               NULL);
+    sg_gw_db_submit(&j->job);
+    return 0;
 }
 
 /* The proxy no longer knows a session the records say is live (it was
@@ -338,6 +384,8 @@ static const char *stream_result(sg_buf_t *tail, size_t *len)
 static void on_exec_reply(void *data, const sg_upstream_reply_t *r)
 {
     gw_req_t *g = data;
+    const char *result = NULL;
+    size_t len = 0;
 
     if (r->status == 0) {
         sg_metrics_execution(g->lang[0] ? g->lang : "unknown", "failed", -1);
@@ -348,26 +396,21 @@ static void on_exec_reply(void *data, const sg_upstream_reply_t *r)
         gw_free(g);
         return;
     }
-    if (g->want_stream) {
-        size_t len = 0;
-        const char *res = r->status == 200 ? stream_result(&g->tail, &len) : NULL;
-        if (res != NULL) {
-            char *copy = strndup(res, len);
-            record_execution(g, copy, len);
-            free(copy);
-        }
-        if (gw_http(g) != NULL && g->stream != NULL)
-            sg_http_stream_finish(g->stream);
+    if (r->status == 200 && g->want_stream) {
+        result = stream_result(&g->tail, &len);
+    } else if (r->status == 200) {
+        result = r->body;
+        len = r->body_len;
     } else {
-        if (r->status == 200)
-            record_execution(g, r->body, r->body_len);
-        else if (r->status >= 500)
+        if (r->status >= 500)
             sg_metrics_upstream_error("5xx");
         maybe_session_lost(g, r);
-        reply_raw(g, (int)r->status, r->content_type, r->body, r->body_len);
     }
-    touch_session(g, r->status == 200);
-    gw_free(g);
+    if (result != NULL && record_execution(g, result, len, r) == 0)
+        return; /* answered by usage_done */
+    if (result != NULL)
+        sg_error("usage: out of memory; an execution of tenant %lld is not recorded", (long long)g->tenant.id);
+    exec_answer(g, (int)r->status, r->content_type, r->body, r->body_len);
 }
 
 /* ---- daily quotas ------------------------------------------------------------------ */

@@ -247,41 +247,37 @@ static void rebuild_fn(sg_gw_job_t *job, sg_store_t *st)
     }
 }
 
-typedef struct {
-    rebuild_item_t item;
-} rebuild_one_t;
-
 static size_t rebuild_pending; /* state calls of rebuilds under way */
 
-static void on_rebuilt(void *data, const sg_state_result_t *r)
-{
-    rebuild_pending--;
-    free(data);
-}
+typedef struct {
+    char sid[37];
+} rebuild_one_t;
 
-static void on_rebuild_get(void *data, int available, const sg_live_session_t *live)
+static void on_restored(void *data, const sg_state_result_t *r)
 {
     rebuild_one_t *one = data;
-    if (!available || live != NULL) {
-        rebuild_pending--;
-        free(one);
-        return;
-    }
-    sg_info("session %s: back in the live state (it was open in the ledger only)", one->item.s.id);
-    one->item.s.idle_deadline = sg_gw_now_up() + one->item.idle_timeout;
-    sg_state_session_commit(sg_gw.state, NULL, &one->item.s, on_rebuilt, one);
+    rebuild_pending--;
+    if (r->available && r->ok)
+        sg_info("session %s: back in the live state (it was open in the ledger only)", one->sid);
+    free(one);
 }
 
+/* Each session open in the ledger goes back into the live state unless it
+ * is there already or is being closed (sg_state_session_restore). */
 static void rebuild_done(sg_gw_job_t *job)
 {
     rebuild_job_t *j = (rebuild_job_t *)job;
     if (job->rc != 0)
         sg_error("rebuilding live sessions: %s", job->err);
     for (size_t i = 0; job->rc == 0 && i < j->n; i++) {
+        rebuild_item_t *it = &j->items[i];
         rebuild_one_t *one = malloc(sizeof(*one));
-        one->item = j->items[i];
+        if (one == NULL)
+            break;
+        snprintf(one->sid, sizeof(one->sid), "%s", it->s.id);
+        it->s.idle_deadline = sg_gw_now_up() + it->idle_timeout;
         rebuild_pending++;
-        sg_state_session_get(sg_gw.state, one->item.s.id, on_rebuild_get, one);
+        sg_state_session_restore(sg_gw.state, &it->s, on_restored, one);
     }
     free(j->items);
     free(j);

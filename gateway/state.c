@@ -163,6 +163,11 @@ void sg_state_session_remove(sg_state_t *st, const char *sid, int64_t tenant, sg
     st->ops->session_remove(st, sid, tenant, cb, data);
 }
 
+void sg_state_session_restore(sg_state_t *st, const sg_live_session_t *s, sg_state_cb cb, void *data)
+{
+    st->ops->session_restore(st, s, cb, data);
+}
+
 void sg_state_session_get(sg_state_t *st, const char *sid, sg_state_get_cb cb, void *data)
 {
     st->ops->session_get(st, sid, cb, data);

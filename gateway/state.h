@@ -98,8 +98,20 @@ void sg_state_session_commit(sg_state_t *st, const char *token, const sg_live_se
 void sg_state_session_touch(sg_state_t *st, const char *sid, int64_t now, long idle_timeout, int add_exec,
                             sg_state_cb cb, void *data);
 /* Removes the session everywhere. ok = 1 only for the caller that removed
- * it (so that of two gateways reaping at once, one closes it). */
+ * it (so that of two gateways reaping at once, one closes it). It also
+ * leaves a mark that the session was closed, kept SG_STATE_CLOSED_TTL
+ * seconds, which sg_state_session_restore honours. */
 void sg_state_session_remove(sg_state_t *st, const char *sid, int64_t tenant, sg_state_cb cb, void *data);
+/* Puts back a session the ledger says is open (the rebuild after a gateway
+ * restart or a lost Redis), atomically: only when it is not live and has no
+ * closed mark. A close removes the live record before the ledger records
+ * it, so a rebuild that read the ledger in between would otherwise bring a
+ * closing session back. ok = 1 when it was put back; count as for commit. */
+void sg_state_session_restore(sg_state_t *st, const sg_live_session_t *s, sg_state_cb cb, void *data);
+/* How long the closed mark lives, seconds: longer than a close can take
+ * from the live state to the ledger (SANDGATE_CALL_TIMEOUT_MS is at most
+ * an hour). */
+#define SG_STATE_CLOSED_TTL 7200
 
 typedef void (*sg_state_get_cb)(void *data, int available, const sg_live_session_t *s /* NULL: not live */);
 void sg_state_session_get(sg_state_t *st, const char *sid, sg_state_get_cb cb, void *data);

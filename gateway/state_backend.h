@@ -26,6 +26,7 @@ typedef struct {
     void (*session_touch)(sg_state_t *st, const char *sid, int64_t now, long idle_timeout, int add_exec, sg_state_cb cb,
                           void *data);
     void (*session_remove)(sg_state_t *st, const char *sid, int64_t tenant, sg_state_cb cb, void *data);
+    void (*session_restore)(sg_state_t *st, const sg_live_session_t *s, sg_state_cb cb, void *data);
     void (*session_get)(sg_state_t *st, const char *sid, sg_state_get_cb cb, void *data);
     void (*sessions_expired)(sg_state_t *st, int64_t now, size_t limit, sg_state_expired_cb cb, void *data);
     void (*sessions_list)(sg_state_t *st, int64_t tenant, sg_state_list_cb cb, void *data);

@@ -25,6 +25,12 @@ typedef struct {
     int64_t expires_s;
 } reservation_t;
 
+/* A session closed recently: sg_state_session_restore leaves it closed. */
+typedef struct {
+    char sid[37];
+    int64_t expires_s;
+} closed_mark_t;
+
 typedef struct {
     int64_t tenant;
     char day[16];
@@ -45,6 +51,7 @@ typedef struct {
     VEC(reservation_t) reservations;
     VEC(sg_live_session_t) sessions;
     VEC(quota_entry_t) quotas;
+    VEC(closed_mark_t) closed;
 } mem_state_t;
 
 /* Makes room for one more element; 0 or -1 (out of memory). */
@@ -241,17 +248,63 @@ static void mem_session_touch(sg_state_t *st, const char *sid, int64_t now, long
     cb(data, &r);
 }
 
+/* The closed mark of sid, if it has one that has not expired; expired
+ * marks are dropped on the way. */
+static closed_mark_t *find_closed(mem_state_t *m, const char *sid, int64_t now)
+{
+    closed_mark_t *found = NULL;
+    for (size_t i = 0; i < m->closed.n;) {
+        if (m->closed.e[i].expires_s <= now) {
+            VEC_SWAP_REMOVE(m->closed, i);
+            continue;
+        }
+        if (found == NULL && strcmp(m->closed.e[i].sid, sid) == 0)
+            found = &m->closed.e[i];
+        i++;
+    }
+    return found;
+}
+
 static void mem_session_remove(sg_state_t *st, const char *sid, int64_t tenant, sg_state_cb cb, void *data)
 {
     mem_state_t *m = mem(st);
     sg_state_result_t r = {.available = 1};
+    int64_t now = sg_state__now_s(st);
     size_t i;
+
+    closed_mark_t *mark = find_closed(m, sid, now);
+    if (mark == NULL && (mark = VEC_PUSH_SLOT(m->closed)) != NULL)
+        copy_str(mark->sid, sizeof(mark->sid), sid);
+    if (mark != NULL)
+        mark->expires_s = now + SG_STATE_CLOSED_TTL;
+    else
+        sg_error("state: out of memory marking session %s closed", sid);
     if (find_session(m, sid, &i) != NULL) {
         tenant = m->sessions.e[i].tenant_id;
         VEC_SWAP_REMOVE(m->sessions, i);
         r.ok = 1;
     }
     r.count = tenant_count(m, tenant);
+    cb(data, &r);
+}
+
+static void mem_session_restore(sg_state_t *st, const sg_live_session_t *s, sg_state_cb cb, void *data)
+{
+    mem_state_t *m = mem(st);
+    sg_state_result_t r = {.available = 1};
+
+    if (find_session(m, s->id, NULL) == NULL && find_closed(m, s->id, sg_state__now_s(st)) == NULL) {
+        sg_live_session_t *rec = VEC_PUSH_SLOT(m->sessions);
+        if (rec != NULL) {
+            *rec = *s;
+            rec->id[sizeof(rec->id) - 1] = '\0';
+            rec->lang[sizeof(rec->lang) - 1] = '\0';
+            r.ok = 1;
+        } else {
+            sg_error("state: out of memory restoring session %s", s->id);
+        }
+    }
+    r.count = tenant_count(m, s->tenant_id);
     cb(data, &r);
 }
 
@@ -401,6 +454,7 @@ static void mem_destroy(sg_state_t *st)
     free(m->reservations.e);
     free(m->sessions.e);
     free(m->quotas.e);
+    free(m->closed.e);
     free(m);
 }
 
@@ -414,6 +468,7 @@ static const sg_state_ops_t mem_ops = {
     .session_commit = mem_session_commit,
     .session_touch = mem_session_touch,
     .session_remove = mem_session_remove,
+    .session_restore = mem_session_restore,
     .session_get = mem_session_get,
     .sessions_expired = mem_sessions_expired,
     .sessions_list = mem_sessions_list,

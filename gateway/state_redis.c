@@ -64,6 +64,7 @@ enum {
     SCRIPT_COMMIT,
     SCRIPT_TOUCH,
     SCRIPT_REMOVE,
+    SCRIPT_RESTORE,
     SCRIPT_EXPIRED,
     SCRIPT_LIST,
     SCRIPT_QUOTA_RESERVE,
@@ -118,11 +119,12 @@ static script_t scripts[SCRIPT_COUNT] = {
                       "local e = redis.call('HINCRBY', KEYS[1], 'executions', ARGV[4])\n"
                       "redis.call('ZADD', KEYS[2], dl, ARGV[1])\n"
                       "return {1, e}\n"},
-    /* KEYS: idle index, record, tenant set, lifetime index. ARGV: sid.
-     * Whoever removes anything wins (the script is atomic, so of two
-     * callers exactly one does). The record's own tenant set is cleaned
-     * too, should the caller have named another tenant. */
-    [SCRIPT_REMOVE] = {"local t = redis.call('HGET', KEYS[2], 'tenant')\n"
+    /* KEYS: idle index, record, tenant set, lifetime index, closed mark.
+     * ARGV: sid, mark TTL s. Whoever removes anything wins (the script is
+     * atomic, so of two callers exactly one does). The record's own tenant
+     * set is cleaned too, should the caller have named another tenant. */
+    [SCRIPT_REMOVE] = {"redis.call('SET', KEYS[5], '1', 'EX', ARGV[2])\n"
+                       "local t = redis.call('HGET', KEYS[2], 'tenant')\n"
                        "local n = redis.call('ZREM', KEYS[1], ARGV[1]) + redis.call('DEL', KEYS[2])\n"
                        "  + redis.call('ZREM', KEYS[4], ARGV[1])\n"
                        "redis.call('ZREM', KEYS[3], ARGV[1])\n"
@@ -133,6 +135,19 @@ static script_t scripts[SCRIPT_COUNT] = {
                        "local ok = 0\n"
                        "if n > 0 then ok = 1 end\n"
                        "return {ok, redis.call('ZCARD', KEYS[3])}\n"},
+    /* KEYS: tenant set, record, idle index, lifetime index, closed mark.
+     * ARGV: sid, tenant, lang, created_at, last_used_at, idle_deadline,
+     * lifetime_deadline, executions. */
+    [SCRIPT_RESTORE] = {"if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('EXISTS', KEYS[5]) == 1 then\n"
+                        "  return {0, redis.call('ZCARD', KEYS[1])}\n"
+                        "end\n"
+                        "redis.call('ZADD', KEYS[1], ARGV[7], ARGV[1])\n"
+                        "redis.call('HSET', KEYS[2], 'tenant', ARGV[2], 'lang', ARGV[3], 'created_at', ARGV[4],\n"
+                        "  'last_used_at', ARGV[5], 'idle_deadline', ARGV[6], 'lifetime_deadline', ARGV[7],\n"
+                        "  'executions', ARGV[8])\n"
+                        "redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])\n"
+                        "redis.call('ZADD', KEYS[4], ARGV[7], ARGV[1])\n"
+                        "return {1, redis.call('ZCARD', KEYS[1])}\n"},
     /* KEYS: idle index, lifetime index. ARGV: now s, limit.
      * Returns sid, reason, tenant triples; lifetime first. */
     [SCRIPT_EXPIRED] = {"local out, seen, n = {}, {}, 0\n"
@@ -778,13 +793,35 @@ static void redis_session_touch(sg_state_t *_st, const char *sid, int64_t now, l
 
 static void redis_session_remove(sg_state_t *_st, const char *sid, int64_t tenant, sg_state_cb cb, void *data)
 {
-    redis_req_t *req = req_new(rs(_st), SCRIPT_REMOVE, 4, on_state, data);
+    redis_req_t *req = req_new(rs(_st), SCRIPT_REMOVE, 5, on_state, data);
     req->cb.state = cb;
     req_arg(req, "sg:sessions:idle");
     req_arg(req, "sg:session:%s", sid);
     req_arg(req, "sg:tenant:%" PRId64 ":sessions", tenant);
     req_arg(req, "sg:sessions:lifetime");
+    req_arg(req, "sg:closed:%s", sid);
     req_arg(req, "%s", sid);
+    req_arg(req, "%d", SG_STATE_CLOSED_TTL);
+    req_send(req);
+}
+
+static void redis_session_restore(sg_state_t *_st, const sg_live_session_t *s, sg_state_cb cb, void *data)
+{
+    redis_req_t *req = req_new(rs(_st), SCRIPT_RESTORE, 5, on_state, data);
+    req->cb.state = cb;
+    req_arg(req, "sg:tenant:%" PRId64 ":sessions", s->tenant_id);
+    req_arg(req, "sg:session:%.36s", s->id);
+    req_arg(req, "sg:sessions:idle");
+    req_arg(req, "sg:sessions:lifetime");
+    req_arg(req, "sg:closed:%.36s", s->id);
+    req_arg(req, "%.36s", s->id);
+    req_arg(req, "%" PRId64, s->tenant_id);
+    req_arg(req, "%.31s", s->lang);
+    req_arg(req, "%" PRId64, s->created_at);
+    req_arg(req, "%" PRId64, s->last_used_at);
+    req_arg(req, "%" PRId64, s->idle_deadline);
+    req_arg(req, "%" PRId64, s->lifetime_deadline);
+    req_arg(req, "%" PRId64, s->executions);
     req_send(req);
 }
 
@@ -892,6 +929,7 @@ static const sg_state_ops_t redis_ops = {
     .session_commit = redis_session_commit,
     .session_touch = redis_session_touch,
     .session_remove = redis_session_remove,
+    .session_restore = redis_session_restore,
     .session_get = redis_session_get,
     .sessions_expired = redis_sessions_expired,
     .sessions_list = redis_sessions_list,

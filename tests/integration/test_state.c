@@ -477,6 +477,13 @@ static sg_state_result_t remove_session(fixture_t *f, const char *sid, int64_t t
     return check_state(f, &w);
 }
 
+static sg_state_result_t restore(fixture_t *f, const sg_live_session_t *s)
+{
+    state_wait_t w = {0};
+    sg_state_session_restore(f->st, s, on_state, &w);
+    return check_state(f, &w);
+}
+
 static get_wait_t get(fixture_t *f, const char *sid)
 {
     get_wait_t w = {0};
@@ -753,6 +760,61 @@ static void test_remove_once(void **state)
     expired(f, now + 100000, 10, &e);
     assert_int_equal(e.n, 0);
     assert_int_equal(reserve(f, 501, 1, "u").ok, 1); /* the slot is free again */
+}
+
+/* The rebuild's call: puts back what the ledger says is open, but never
+ * over a live record, and never a session that was closed (its close may
+ * not be in the ledger yet). */
+static void test_restore(void **state)
+{
+    fixture_t *f = *state;
+    int64_t now = sg_wall_s();
+    sg_live_session_t s = make_session(601, "python", now, 900, 14400);
+    sg_state_result_t r = restore(f, &s);
+    assert_int_equal(r.ok, 1);
+    assert_int_equal(r.count, 1);
+    get_wait_t g = get(f, s.id);
+    assert_true(g.found);
+    assert_int_equal(g.s.tenant_id, 601);
+    assert_int_equal(g.s.idle_deadline, now + 900);
+    assert_int_equal(g.s.lifetime_deadline, now + 14400);
+    expired_wait_t e;
+    expired(f, now + 900, 10, &e);
+    assert_int_equal(e.n, 1);
+    assert_int_equal(reserve(f, 601, 1, "t").ok, 0); /* it holds the tenant's slot */
+
+    /* live already: the record stays as it is */
+    assert_int_equal(touch(f, s.id, now + 5, 900, 2).ok, 1);
+    r = restore(f, &s);
+    assert_int_equal(r.ok, 0);
+    assert_int_equal(r.count, 1);
+    g = get(f, s.id);
+    assert_int_equal(g.s.executions, 2);
+    assert_int_equal(g.s.last_used_at, now + 5);
+
+    /* closed: it stays closed */
+    assert_int_equal(remove_session(f, s.id, 601).ok, 1);
+    r = restore(f, &s);
+    assert_int_equal(r.ok, 0);
+    assert_int_equal(r.count, 0);
+    assert_false(get(f, s.id).found);
+    list_wait_t l;
+    list(f, 601, &l);
+    assert_int_equal(l.n, 0);
+
+    /* also when the remove found nothing (another gateway removed it first) */
+    sg_live_session_t t = make_session(601, "python", now, 900, 14400);
+    assert_int_equal(remove_session(f, t.id, 601).ok, 0);
+    assert_int_equal(restore(f, &t).ok, 0);
+
+    if (group_backend == BACKEND_MEMORY) {
+        /* the mark lasts SG_STATE_CLOSED_TTL (in Redis it is the key's TTL:
+         * test_key_schema) */
+        sg_state_set_clock_skew_ms(f->st, (SG_STATE_CLOSED_TTL - 2) * 1000LL);
+        assert_int_equal(restore(f, &t).ok, 0);
+        sg_state_set_clock_skew_ms(f->st, (SG_STATE_CLOSED_TTL + 1) * 1000LL);
+        assert_int_equal(restore(f, &t).ok, 1);
+    }
 }
 
 static int find_expired(const expired_wait_t *e, const char *sid)
@@ -1114,6 +1176,9 @@ static void test_key_schema(void **state)
 
     assert_int_equal(remove_session(f, s.id, 42).ok, 1);
     assert_int_equal(query_int("EXISTS %s", key, NULL), 0);
+    snprintf(key, sizeof(key), "sg:closed:%s", s.id);
+    ttl = query_int("TTL %s", key, NULL);
+    assert_true(ttl > SG_STATE_CLOSED_TTL - 10 && ttl <= SG_STATE_CLOSED_TTL);
     assert_int_equal(query_int("ZCARD sg:tenant:42:sessions", NULL, NULL), 1);
     assert_int_equal(query_int("ZCARD sg:sessions:idle", NULL, NULL), 0);
     assert_int_equal(query_int("ZCARD sg:sessions:lifetime", NULL, NULL), 0);
@@ -1305,6 +1370,7 @@ static void test_redis_hang(void **state)
         cmocka_unit_test_setup_teardown(test_reservation_expires, setup_, teardown_),                                  \
         cmocka_unit_test_setup_teardown(test_commit_get_touch, setup_, teardown_),                                     \
         cmocka_unit_test_setup_teardown(test_remove_once, setup_, teardown_),                                          \
+        cmocka_unit_test_setup_teardown(test_restore, setup_, teardown_),                                              \
         cmocka_unit_test_setup_teardown(test_expired, setup_, teardown_),                                              \
         cmocka_unit_test_setup_teardown(test_list, setup_, teardown_),                                                 \
         cmocka_unit_test_setup_teardown(test_quota_flow, setup_, teardown_),                                           \
