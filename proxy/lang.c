@@ -17,10 +17,22 @@
     "    try: m.version(n)\n"                                                                                                \
     "    except m.PackageNotFoundError: print(n)\n'"
 
+/* Fetches land in a private directory under .tmp and are renamed into
+ * place when complete, so that an install that reads the store (or a
+ * second fetch of the same package running at once) never sees a file or
+ * directory half written. Leftovers of killed installers go after an hour. */
+#define STORE_TMP(dir)                                                                                                       \
+    "s=\"$SANDGATE_STORE/" dir "\"; mkdir -p \"$s/.tmp\" || exit 1; "                                                         \
+    "find \"$s/.tmp\" -mindepth 1 -maxdepth 1 -mmin +60 -exec rm -rf {} + 2>/dev/null; "                                      \
+    "t=$(mktemp -d \"$s/.tmp/XXXXXX\") && chmod 755 \"$t\" || exit 1; "
+
 #define PY_FETCH                                                                                                             \
-    "h=${SANDGATE_INDEX#*://}; h=${h%%/*}; h=${h%%:*}; mkdir -p \"$SANDGATE_STORE/pip\" && "                                \
-    "exec python3 -m pip download --quiet --disable-pip-version-check --no-cache-dir --only-binary=:all: "                  \
-    "--dest \"$SANDGATE_STORE/pip\" --index-url \"$SANDGATE_INDEX\" --trusted-host \"$h\" \"$SANDGATE_SPEC\""
+    "h=${SANDGATE_INDEX#*://}; h=${h%%/*}; h=${h%%:*}; " STORE_TMP("pip")                                                     \
+    "python3 -m pip download --quiet --disable-pip-version-check --no-cache-dir --only-binary=:all: "                       \
+    "--dest \"$t\" --find-links \"$s\" --index-url \"$SANDGATE_INDEX\" --trusted-host \"$h\" \"$SANDGATE_SPEC\"; rc=$?; "    \
+    "if [ $rc -eq 0 ]; then for f in \"$t\"/*; do "                                                                          \
+    "[ -f \"$f\" ] && [ ! -e \"$s/${f##*/}\" ] && mv -f \"$f\" \"$s/\"; done; fi; "                                          \
+    "rm -rf \"$t\"; exit $rc"
 
 #define PY_INSTALL                                                                                                           \
     "PYTHONPATH=" PY_LIBS " python3 -m pip install --quiet --disable-pip-version-check --no-cache-dir --no-index "         \
@@ -35,10 +47,19 @@
     "  if (!dirs.some((d) => fs.existsSync(path.join(d, n, \"package.json\")))) console.log(n);\n"                          \
     "}' --"
 
+/* The first complete fetch of a spec is renamed into place; a second one
+ * finds the place taken (rename fails on a directory that is not empty)
+ * and is thrown away. A directory there without the package (left by an
+ * older, non-atomic fetch) is moved aside first. */
 #define JS_FETCH                                                                                                             \
-    "d=\"$SANDGATE_STORE/npm/$SANDGATE_SPEC\"; mkdir -p \"$d\" && "                                                          \
-    "exec npm install --silent --ignore-scripts --no-audit --no-fund --no-package-lock --no-save "                         \
-    "--registry \"$SANDGATE_INDEX\" --cache \"$SANDGATE_STORE/npm-cache\" --prefix \"$d\" \"$SANDGATE_SPEC\""
+    STORE_TMP("npm") "d=\"$s/$SANDGATE_SPEC\"; "                                                                              \
+    "case \"$SANDGATE_SPEC\" in ?*@*) n=\"${SANDGATE_SPEC%@*}\" ;; *) n=\"$SANDGATE_SPEC\" ;; esac; "                           \
+    "npm install --silent --ignore-scripts --no-audit --no-fund --no-package-lock --no-save "                               \
+    "--registry \"$SANDGATE_INDEX\" --cache \"$SANDGATE_STORE/npm-cache\" --prefix \"$t\" \"$SANDGATE_SPEC\"; rc=$?; "                     \
+    "if [ $rc -eq 0 ]; then mkdir -p \"$(dirname \"$d\")\" && { mv -T \"$t\" \"$d\" 2>/dev/null || "                            \
+    "test -f \"$d/node_modules/$n/package.json\" || { mv -T \"$d\" \"$t.old\" && mv -T \"$t\" \"$d\"; } || "                      \
+    "test -f \"$d/node_modules/$n/package.json\"; }; rc=$?; fi; "                                                           \
+    "rm -rf \"$t\" \"$t.old\"; exit $rc"
 
 #define JS_INSTALL                                                                                                           \
     "src=\"/opt/sandgate/store/npm/$SANDGATE_SPEC/node_modules\"; "                                                           \

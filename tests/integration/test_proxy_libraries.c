@@ -1406,6 +1406,14 @@ static void concurrent_installs(const char *lang, const char *package, const cha
         json_object *o = run_code(sid[i], code, NULL);
         expect_output(o, want);
         json_object_put(o);
+    }
+    /* the fetches' private directories are gone: only complete files and
+     * directories are left in the store */
+    json_object *o = run_cmd(sid[0], "find /opt/sandgate/store/pip/.tmp /opt/sandgate/store/npm/.tmp -mindepth 1");
+    SG_CHECK(strcmp(SG_STR(o, "stdout"), "") == 0 && strstr(SG_STR(o, "stderr"), "pip/.tmp") == NULL,
+             o, "a fetch left files behind in the store");
+    json_object_put(o);
+    for (int i = 0; i < 2; i++) {
         close_session(sid[i]);
         free(sid[i]);
     }
