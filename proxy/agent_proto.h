@@ -87,7 +87,10 @@
  * each EXEC the agent writes "<decimal byte length>\n<code>" to fd 3; the
  * kernel runs the code in its persistent namespace, flushes stdout and
  * stderr, then writes "<exit code>\n" to fd 4. An uncaught error prints its
- * traceback to stderr and answers 1. When the answer arrives the agent
+ * traceback to stderr and answers 1. Only the kernel process itself reads fd
+ * 3 and answers on fd 4: a copy made by fork() in the user's code must not
+ * (the python kernel points them at /dev/null in the child), or its answer
+ * would end this EXEC early and the kernel's own one would end the next. When the answer arrives the agent
  * drains what is already in the output pipes and ends the EXEC; every other
  * process the run started is killed, the kernel itself is kept. A timeout or
  * output limit kills the kernel with the rest (state LOST); a kernel that
