@@ -73,41 +73,11 @@ static char *create_session(const char *lang)
     return create_session_ex(lang, NULL, NULL);
 }
 
-static json_object *libs_array(const char *const *libs)
-{
-    json_object *a = json_object_new_array();
-    for (size_t i = 0; libs != NULL && libs[i] != NULL; i++)
-        json_object_array_add(a, json_object_new_string(libs[i]));
-    return a;
-}
-
-/* POSTs body (consumed) to path, expects 200 and a well-formed result. */
-static json_object *post_for_result(const char *path, json_object *body, double *seconds)
-{
-    sgtest_reply_t r;
-    sgtest_call_json(proxy, "POST", path, body, 0, &r);
-    json_object_put(body);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    if (seconds != NULL)
-        *seconds = r.seconds;
-    sgtest_reply_free(&r);
-    SG_CHECK_RESULT_SHAPE(o);
-    return o;
-}
-
 /* timeout <= 0: the field is left out. libs NULL: the field is left out. */
 static json_object *run_code_t(const char *sid, const char *code, const char *const *libs,
                                int timeout, double *seconds)
 {
-    json_object *b = json_object_new_object();
-    json_object_object_add(b, "code", json_object_new_string(code));
-    if (libs != NULL)
-        json_object_object_add(b, "libraries", libs_array(libs));
-    if (timeout > 0)
-        json_object_object_add(b, "timeout", json_object_new_int(timeout));
-    char path[256];
-    pathf(path, sizeof(path), "/sessions/%s/execute", sid);
-    return post_for_result(path, b, seconds);
+    return sgtest_run_code(proxy, sid, code, libs, timeout, seconds);
 }
 
 static json_object *run_code(const char *sid, const char *code)
@@ -117,13 +87,7 @@ static json_object *run_code(const char *sid, const char *code)
 
 static json_object *run_cmd_t(const char *sid, const char *cmd, int timeout, double *seconds)
 {
-    json_object *b = json_object_new_object();
-    json_object_object_add(b, "command", json_object_new_string(cmd));
-    if (timeout > 0)
-        json_object_object_add(b, "timeout", json_object_new_int(timeout));
-    char path[256];
-    pathf(path, sizeof(path), "/sessions/%s/commands", sid);
-    return post_for_result(path, b, seconds);
+    return sgtest_run_cmd(proxy, sid, cmd, timeout, seconds);
 }
 
 static json_object *run_cmd(const char *sid, const char *cmd)
@@ -133,12 +97,7 @@ static json_object *run_cmd(const char *sid, const char *cmd)
 
 static json_object *run_ephemeral(const char *lang, const char *code, const char *const *libs)
 {
-    json_object *b = json_object_new_object();
-    json_object_object_add(b, "code", json_object_new_string(code));
-    json_object_object_add(b, "lang", json_object_new_string(lang));
-    if (libs != NULL)
-        json_object_object_add(b, "libraries", libs_array(libs));
-    return post_for_result("/execute", b, NULL);
+    return sgtest_run_ephemeral(proxy, lang, code, libs, 0, NULL);
 }
 
 /* DELETE /sessions/{id}; then its container must go. docs/architecture.md:
@@ -146,20 +105,7 @@ static json_object *run_ephemeral(const char *lang, const char *code, const char
  * background, so this polls up to REMOVAL_S. */
 static void close_session(const char *sid)
 {
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
-    char path[256];
-    pathf(path, sizeof(path), "/sessions/%s", sid);
-    sgtest_reply_t r;
-    sgtest_call(proxy, "DELETE", path, NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
-    SG_CHECK(strcmp(SG_STR(o, "status"), "closed") == 0, o, "DELETE did not answer closed");
-    json_object_put(o);
-    SG_CHECK(cid != NULL, NULL, "session %s had no container of its own", sid);
-    SG_CHECK(sgtest_docker_wait_gone(cid, REMOVAL_S, NULL) == 0, NULL,
-             "container %s of closed session %s still exists %.0f s after DELETE", cid, sid,
-             REMOVAL_S);
-    free(cid);
+    sgtest_close_session(proxy, proxy_id, sid, NULL, REMOVAL_S);
 }
 
 static json_object *session_details(const char *sid)

@@ -150,65 +150,24 @@ static char *create_session(const char *lang)
     return id;
 }
 
-/* POSTs body (consumed) to path; expects 200 and a well-formed result. */
-static json_object *post_for_result(const char *path, json_object *body, double *seconds)
-{
-    sgtest_reply_t r;
-    sgtest_call_json(proxy, "POST", path, body, 0, &r);
-    json_object_put(body);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    if (seconds != NULL)
-        *seconds = r.seconds;
-    sgtest_reply_free(&r);
-    SG_CHECK_RESULT_SHAPE(o);
-    return o;
-}
-
 static json_object *run_code(const char *sid, const char *code, int timeout, double *seconds)
 {
-    json_object *b = json_object_new_object();
-    json_object_object_add(b, "code", json_object_new_string(code));
-    json_object_object_add(b, "timeout", json_object_new_int(timeout));
-    char path[256];
-    pathf(path, sizeof(path), "/sessions/%s/execute", sid);
-    return post_for_result(path, b, seconds);
+    return sgtest_run_code(proxy, sid, code, NULL, timeout, seconds);
 }
 
 static json_object *run_cmd(const char *sid, const char *cmd)
 {
-    json_object *b = json_object_new_object();
-    json_object_object_add(b, "command", json_object_new_string(cmd));
-    json_object_object_add(b, "timeout", json_object_new_int(30));
-    char path[256];
-    pathf(path, sizeof(path), "/sessions/%s/commands", sid);
-    return post_for_result(path, b, NULL);
+    return sgtest_run_cmd(proxy, sid, cmd, 30, NULL);
 }
 
 static json_object *run_ephemeral(const char *lang, const char *code, int timeout, double *seconds)
 {
-    json_object *b = json_object_new_object();
-    json_object_object_add(b, "code", json_object_new_string(code));
-    json_object_object_add(b, "lang", json_object_new_string(lang));
-    json_object_object_add(b, "timeout", json_object_new_int(timeout));
-    return post_for_result("/execute", b, seconds);
+    return sgtest_run_ephemeral(proxy, lang, code, NULL, timeout, seconds);
 }
 
 static void close_session(const char *sid)
 {
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
-    char path[256];
-    pathf(path, sizeof(path), "/sessions/%s", sid);
-    sgtest_reply_t r;
-    sgtest_call(proxy, "DELETE", path, NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
-    expect_str(o, "status", "closed");
-    json_object_put(o);
-    SG_CHECK(cid != NULL, NULL, "session %s had no container of its own", sid);
-    SG_CHECK(sgtest_docker_wait_gone(cid, REMOVAL_S, NULL) == 0, NULL,
-             "container %s of closed session %s still exists %.0f s after DELETE", cid, sid,
-             REMOVAL_S);
-    free(cid);
+    sgtest_close_session(proxy, proxy_id, sid, NULL, REMOVAL_S);
 }
 
 static void expect_no_ephemeral_left(void)
@@ -387,7 +346,7 @@ static void do_libraries_refused(const lang_case_t *L)
     json_object_object_add(b, "code", json_object_new_string(L->hello));
     json_object_object_add(b, "libraries", json_object_new_array());
     json_object_object_add(b, "timeout", json_object_new_int(COMPILE_TIMEOUT));
-    json_object *o = post_for_result(path, b, NULL);
+    json_object *o = sgtest_post_result(proxy, path, b, NULL);
     expect_clean(o, "Hello, World!\n");
     json_object_put(o);
     close_session(sid);

@@ -879,19 +879,7 @@ static char *create_session(const char *lang)
 
 static void close_session_on(sgtest_proxy_t *p, const char *pid, const char *sid)
 {
-    char *cid = sgtest_docker_session_container(pid, sid);
-    char path[256];
-    pathf(path, sizeof(path), "/sessions/%s", sid);
-    sgtest_reply_t r;
-    sgtest_call(p, "DELETE", path, NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
-    SG_CHECK(strcmp(SG_STR(o, "status"), "closed") == 0, o, "DELETE did not answer closed");
-    json_object_put(o);
-    SG_CHECK(cid != NULL, NULL, "session %s had no container of its own", sid);
-    SG_CHECK(sgtest_docker_wait_gone(cid, REMOVAL_S, NULL) == 0, NULL,
-             "container %s of closed session %s still exists %.0f s after DELETE", cid, sid, REMOVAL_S);
-    free(cid);
+    sgtest_close_session(p, pid, sid, NULL, REMOVAL_S);
 }
 
 static void close_session(const char *sid)
@@ -899,35 +887,9 @@ static void close_session(const char *sid)
     close_session_on(proxy, proxy_id, sid);
 }
 
-static json_object *libs_array(const char *const *libs)
-{
-    json_object *a = json_object_new_array();
-    for (size_t i = 0; libs != NULL && libs[i] != NULL; i++)
-        json_object_array_add(a, json_object_new_string(libs[i]));
-    return a;
-}
-
-
-static json_object *post_for_result_on(sgtest_proxy_t *p, const char *path, json_object *body)
-{
-    sgtest_reply_t r;
-    sgtest_call_json(p, "POST", path, body, 0, &r);
-    json_object_put(body);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
-    SG_CHECK_RESULT_SHAPE(o);
-    return o;
-}
-
 static json_object *run_code_on(sgtest_proxy_t *p, const char *sid, const char *code, const char *const *libs)
 {
-    json_object *b = json_object_new_object();
-    json_object_object_add(b, "code", json_object_new_string(code));
-    if (libs != NULL)
-        json_object_object_add(b, "libraries", libs_array(libs));
-    char path[256];
-    pathf(path, sizeof(path), "/sessions/%s/execute", sid);
-    return post_for_result_on(p, path, b);
+    return sgtest_run_code(p, sid, code, libs, 0, NULL);
 }
 
 static json_object *run_code(const char *sid, const char *code, const char *const *libs)
@@ -937,21 +899,12 @@ static json_object *run_code(const char *sid, const char *code, const char *cons
 
 static json_object *run_cmd(const char *sid, const char *cmd)
 {
-    json_object *b = json_object_new_object();
-    json_object_object_add(b, "command", json_object_new_string(cmd));
-    char path[256];
-    pathf(path, sizeof(path), "/sessions/%s/commands", sid);
-    return post_for_result_on(proxy, path, b);
+    return sgtest_run_cmd(proxy, sid, cmd, 0, NULL);
 }
 
 static json_object *run_ephemeral(const char *lang, const char *code, const char *const *libs)
 {
-    json_object *b = json_object_new_object();
-    json_object_object_add(b, "code", json_object_new_string(code));
-    json_object_object_add(b, "lang", json_object_new_string(lang));
-    if (libs != NULL)
-        json_object_object_add(b, "libraries", libs_array(libs));
-    return post_for_result_on(proxy, "/execute", b);
+    return sgtest_run_ephemeral(proxy, lang, code, libs, 0, NULL);
 }
 
 static void expect_output(json_object *r, const char *want)

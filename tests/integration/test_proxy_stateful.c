@@ -182,22 +182,7 @@ static char *create_session(const char *lang)
  * gone within REMOVAL_S. */
 static void close_session_c(const char *sid, const char *cid_known)
 {
-    char *cid = cid_known != NULL ? strdup(cid_known)
-                                  : sgtest_docker_session_container(proxy_id, sid);
-    SG_CHECK(cid != NULL, NULL, "session %s has no container of its own", sid);
-    char path[256];
-    pathf(path, sizeof(path), "/sessions/%s", sid);
-    sgtest_reply_t r;
-    sgtest_call(proxy, "DELETE", path, NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
-    SG_CHECK(strcmp(SG_STR(o, "status"), "closed") == 0, o, "DELETE did not answer closed");
-    json_object_put(o);
-    double waited = 0;
-    SG_CHECK(sgtest_docker_wait_gone(cid, REMOVAL_S, &waited) == 0, NULL,
-             "container %s of closed session %s still exists %.0f s after DELETE", cid, sid,
-             REMOVAL_S);
-    free(cid);
+    sgtest_close_session(proxy, proxy_id, sid, cid_known, REMOVAL_S);
 }
 
 static void close_session(const char *sid)
@@ -205,29 +190,10 @@ static void close_session(const char *sid)
     close_session_c(sid, NULL);
 }
 
-static json_object *post_for_result(const char *path, json_object *body, double *seconds)
-{
-    sgtest_reply_t r;
-    sgtest_call_json(proxy, "POST", path, body, 0, &r);
-    json_object_put(body);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    if (seconds != NULL)
-        *seconds = r.seconds;
-    sgtest_reply_free(&r);
-    SG_CHECK_RESULT_SHAPE(o);
-    return o;
-}
-
 /* timeout <= 0: the field is left out. */
 static json_object *run_code_t(const char *sid, const char *code, int timeout, double *seconds)
 {
-    json_object *b = json_object_new_object();
-    json_object_object_add(b, "code", json_object_new_string(code));
-    if (timeout > 0)
-        json_object_object_add(b, "timeout", json_object_new_int(timeout));
-    char path[256];
-    pathf(path, sizeof(path), "/sessions/%s/execute", sid);
-    return post_for_result(path, b, seconds);
+    return sgtest_run_code(proxy, sid, code, NULL, timeout, seconds);
 }
 
 static json_object *run_code(const char *sid, const char *code)
@@ -237,11 +203,7 @@ static json_object *run_code(const char *sid, const char *code)
 
 static json_object *run_cmd(const char *sid, const char *cmd)
 {
-    json_object *b = json_object_new_object();
-    json_object_object_add(b, "command", json_object_new_string(cmd));
-    char path[256];
-    pathf(path, sizeof(path), "/sessions/%s/commands", sid);
-    return post_for_result(path, b, NULL);
+    return sgtest_run_cmd(proxy, sid, cmd, 0, NULL);
 }
 
 /* Runs code, expects success, stdout `want` (NULL: not checked) and state

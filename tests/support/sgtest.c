@@ -1399,3 +1399,79 @@ void sgtest__check_result_shape(json_object *r, const char *file, int line)
     if (strcmp(st, "kept") != 0 && strcmp(st, "new") != 0 && strcmp(st, "lost") != 0 && strcmp(st, "none") != 0)
         sgtest__check_failed(r, file, line, "state", "state must be one of kept, new, lost, none");
 }
+
+/* ---- the proxy's session API ---- */
+
+json_object *sgtest_libs_array(const char *const *libs)
+{
+    json_object *a = json_object_new_array();
+    for (size_t i = 0; libs != NULL && libs[i] != NULL; i++)
+        json_object_array_add(a, json_object_new_string(libs[i]));
+    return a;
+}
+
+json_object *sgtest_post_result(const sgtest_proxy_t *p, const char *path, json_object *body, double *seconds)
+{
+    sgtest_reply_t r;
+    sgtest_call_json(p, "POST", path, body, 0, &r);
+    json_object_put(body);
+    json_object *o = SG_EXPECT_JSON(&r, 200);
+    if (seconds != NULL)
+        *seconds = r.seconds;
+    sgtest_reply_free(&r);
+    SG_CHECK_RESULT_SHAPE(o);
+    return o;
+}
+
+/* The body of an execute: `field` = text, plus libraries and timeout. */
+static json_object *run_body(const char *field, const char *text, const char *const *libs, int timeout)
+{
+    json_object *b = json_object_new_object();
+    json_object_object_add(b, field, json_object_new_string(text));
+    if (libs != NULL)
+        json_object_object_add(b, "libraries", sgtest_libs_array(libs));
+    if (timeout > 0)
+        json_object_object_add(b, "timeout", json_object_new_int(timeout));
+    return b;
+}
+
+json_object *sgtest_run_code(const sgtest_proxy_t *p, const char *sid, const char *code, const char *const *libs,
+                             int timeout, double *seconds)
+{
+    char path[256];
+    pathf(path, sizeof(path), "/sessions/%s/execute", sid);
+    return sgtest_post_result(p, path, run_body("code", code, libs, timeout), seconds);
+}
+
+json_object *sgtest_run_cmd(const sgtest_proxy_t *p, const char *sid, const char *cmd, int timeout, double *seconds)
+{
+    char path[256];
+    pathf(path, sizeof(path), "/sessions/%s/commands", sid);
+    return sgtest_post_result(p, path, run_body("command", cmd, NULL, timeout), seconds);
+}
+
+json_object *sgtest_run_ephemeral(const sgtest_proxy_t *p, const char *lang, const char *code,
+                                  const char *const *libs, int timeout, double *seconds)
+{
+    json_object *b = run_body("code", code, libs, timeout);
+    json_object_object_add(b, "lang", json_object_new_string(lang));
+    return sgtest_post_result(p, "/execute", b, seconds);
+}
+
+void sgtest_close_session(const sgtest_proxy_t *p, const char *proxy_id, const char *sid, const char *cid,
+                          double removal_s)
+{
+    char *own = cid != NULL ? strdup(cid) : sgtest_docker_session_container(proxy_id, sid);
+    char path[256];
+    pathf(path, sizeof(path), "/sessions/%s", sid);
+    sgtest_reply_t r;
+    sgtest_call(p, "DELETE", path, NULL, &r);
+    json_object *o = SG_EXPECT_JSON(&r, 200);
+    sgtest_reply_free(&r);
+    SG_CHECK(strcmp(SG_STR(o, "status"), "closed") == 0, o, "DELETE did not answer closed");
+    json_object_put(o);
+    SG_CHECK(own != NULL, NULL, "session %s had no container of its own", sid);
+    SG_CHECK(sgtest_docker_wait_gone(own, removal_s, NULL) == 0, NULL,
+             "container %s of closed session %s still exists %.0f s after DELETE", own, sid, removal_s);
+    free(own);
+}

@@ -152,6 +152,31 @@ int sgtest_call_json(const sgtest_proxy_t *p, const char *method, const char *pa
  * "timeout", state is one of kept/new/lost/none. */
 #define SG_CHECK_RESULT_SHAPE(r) sgtest__check_result_shape((r), __FILE__, __LINE__)
 void sgtest__check_result_shape(json_object *r, const char *file, int line);
+/* ------------------------------------------------------------------------
+ * The proxy's session API, as every proxy suite calls it. Each expects 200
+ * and a well-formed answer, and fails the test otherwise; results are
+ * checked with SG_CHECK_RESULT_SHAPE. `seconds` (may be NULL) gets the
+ * call's wall time; `libs` NULL and `timeout` <= 0 leave those fields out.
+ * ------------------------------------------------------------------------ */
+
+/* A JSON array of the NULL-terminated strings (none when libs is NULL). */
+json_object *sgtest_libs_array(const char *const *libs);
+/* POSTs body (consumed) to path and returns the execution result. */
+json_object *sgtest_post_result(const sgtest_proxy_t *p, const char *path, json_object *body, double *seconds);
+/* POST /sessions/{sid}/execute */
+json_object *sgtest_run_code(const sgtest_proxy_t *p, const char *sid, const char *code, const char *const *libs,
+                             int timeout, double *seconds);
+/* POST /sessions/{sid}/commands */
+json_object *sgtest_run_cmd(const sgtest_proxy_t *p, const char *sid, const char *cmd, int timeout, double *seconds);
+/* POST /execute */
+json_object *sgtest_run_ephemeral(const sgtest_proxy_t *p, const char *lang, const char *code,
+                                  const char *const *libs, int timeout, double *seconds);
+/* DELETE /sessions/{sid}: expects {"status":"closed"}, then the session's
+ * container (cid, or when NULL the one labelled with proxy_id and sid,
+ * looked up first) gone within removal_s. */
+void sgtest_close_session(const sgtest_proxy_t *p, const char *proxy_id, const char *sid, const char *cid,
+                          double removal_s);
+
 /* snprintf that must fit (the test fails otherwise). */
 void pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
