@@ -410,38 +410,7 @@ static int group_setup(void **state)
  * proxy is started again so that the tests after it still say something. */
 static int check_proxy_alive(void **state)
 {
-    if (proxy != NULL && sgtest_proxy_alive(proxy))
-        return 0;
-    if (proxy != NULL) {
-        fprintf(stderr, "the proxy died during this test:\n");
-        sgtest_proxy_print_log(proxy, 60);
-        sgtest_proxy_kill9(proxy);
-    }
-    proxy = start_proxy();
-    return -1;
-}
-
-static void close_all_sessions(void)
-{
-    sgtest_reply_t r;
-    sgtest_call(proxy, "GET", "/sessions", NULL, &r);
-    json_object *o = r.status == 200 ? json_tokener_parse(r.body) : NULL;
-    sgtest_reply_free(&r);
-    json_object *arr = NULL;
-    if (o != NULL && json_object_object_get_ex(o, "sessions", &arr) &&
-        json_object_is_type(arr, json_type_array)) {
-        for (size_t i = 0; i < json_object_array_length(arr); i++) {
-            char path[256];
-            snprintf(path, sizeof(path), "/sessions/%s",
-                     json_object_get_string(json_object_array_get_idx(arr, i)));
-            sgtest_reply_t d;
-            sgtest_call(proxy, "DELETE", path, NULL, &d);
-            if (d.status != 200)
-                fprintf(stderr, "teardown: DELETE %s: HTTP %ld %s\n", path, d.status, d.body);
-            sgtest_reply_free(&d);
-        }
-    }
-    json_object_put(o);
+    return sgtest_proxy_check_alive(&proxy, start_proxy);
 }
 
 /* Deletes what failed tests left, stops the proxy (which must exit 0: under
@@ -449,44 +418,9 @@ static void close_all_sessions(void)
  * labelled with its id remains. */
 static int group_teardown(void **state)
 {
-    int rc = 0;
-    if (proxy != NULL) {
-        close_all_sessions();
-        char l[192];
-        snprintf(l, sizeof(l), "sandgate.proxy=%s", proxy_id);
-        const char *labels[] = {l, NULL};
-        int left = sgtest_docker_wait_count(labels, 0, REMOVAL_S);
-        if (left != 0) {
-            fprintf(stderr, "teardown: %d container(s) labelled %s remain after every session "
-                            "was closed\n",
-                    left, l);
-            sgtest_proxy_print_log(proxy, 40);
-            rc = -1;
-        }
-        int st = sgtest_proxy_stop(proxy);
-        proxy = NULL;
-        if (st != 0) {
-            fprintf(stderr, "teardown: the proxy did not exit with status 0 on SIGTERM (wait "
-                            "status %d)\n",
-                    st);
-            rc = -1;
-        }
-        int after = sgtest_docker_count(proxy_id);
-        if (after != 0) {
-            fprintf(stderr, "teardown: %d container(s) of %s remain after the proxy stopped\n",
-                    after, proxy_id);
-            rc = -1;
-        }
-    }
-    if (proxy_id != NULL) {
-        int removed = sgtest_docker_remove_all(proxy_id);
-        if (removed != 0)
-            fprintf(stderr, "teardown: force-removed %d leftover container(s)\n", removed);
-        if (sgtest_docker_count(proxy_id) != 0)
-            rc = -1;
-        free(proxy_id);
-        proxy_id = NULL;
-    }
+    int rc = sgtest_proxy_finish(&proxy, proxy_id, REMOVAL_S);
+    free(proxy_id);
+    proxy_id = NULL;
     return rc;
 }
 

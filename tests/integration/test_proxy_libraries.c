@@ -1058,49 +1058,11 @@ static int group_setup(void **state)
     return proxy != NULL ? 0 : -1;
 }
 
-static void close_all_sessions_on(sgtest_proxy_t *p)
-{
-    sgtest_reply_t r;
-    sgtest_call(p, "GET", "/sessions", NULL, &r);
-    json_object *o = r.status == 200 ? json_tokener_parse(r.body) : NULL;
-    sgtest_reply_free(&r);
-    json_object *arr = NULL;
-    if (o != NULL && json_object_object_get_ex(o, "sessions", &arr) && json_object_is_type(arr, json_type_array)) {
-        for (size_t i = 0; i < json_object_array_length(arr); i++) {
-            char path[256];
-            snprintf(path, sizeof(path), "/sessions/%s", json_object_get_string(json_object_array_get_idx(arr, i)));
-            sgtest_reply_t d;
-            sgtest_call(p, "DELETE", path, NULL, &d);
-            if (d.status != 200)
-                fprintf(stderr, "teardown: DELETE %s: HTTP %ld %s\n", path, d.status, d.body);
-            sgtest_reply_free(&d);
-        }
-    }
-    json_object_put(o);
-}
-
 /* Stops p after closing its sessions; force-removes what it left; removes
  * its store volume. For teardowns (no assertions); -1 if anything was left. */
 static int shut_down(sgtest_proxy_t **pp, const char *pid, const char *volume)
 {
-    int rc = 0;
-    if (*pp != NULL) {
-        close_all_sessions_on(*pp);
-        char l[192];
-        snprintf(l, sizeof(l), "sandgate.proxy=%s", pid);
-        const char *labels[] = {l, NULL};
-        int left = sgtest_docker_wait_count(labels, 0, REMOVAL_S);
-        if (left != 0) {
-            fprintf(stderr, "teardown: %d container(s) of proxy %s remain\n", left, pid);
-            sgtest_proxy_print_log(*pp, 40);
-            rc = -1;
-        }
-        if (sgtest_proxy_stop(*pp) != 0)
-            rc = -1;
-        *pp = NULL;
-    }
-    if (pid != NULL && sgtest_docker_remove_all(pid) > 0)
-        rc = -1;
+    int rc = pid != NULL ? sgtest_proxy_finish(pp, pid, REMOVAL_S) : 0;
     if (volume[0] != '\0' && volume_status(volume) == 200 && volume_remove(volume) != 204)
         rc = -1;
     return rc;
@@ -1126,15 +1088,7 @@ static int group_teardown(void **state)
  * proxy is started again (same id: it reconciles what the dead one left). */
 static int check_proxy_alive(void **state)
 {
-    if (proxy_stopped_on_purpose || (proxy != NULL && sgtest_proxy_alive(proxy)))
-        return 0;
-    if (proxy != NULL) {
-        fprintf(stderr, "the proxy died during this test:\n");
-        sgtest_proxy_print_log(proxy, 60);
-        sgtest_proxy_kill9(proxy);
-    }
-    proxy = start_proxy();
-    return -1;
+    return proxy_stopped_on_purpose ? 0 : sgtest_proxy_check_alive(&proxy, start_proxy);
 }
 
 /* ------------------------------------------------------------------------
@@ -1685,7 +1639,7 @@ static void test_preinstalled(void **state)
 
 static void test_zz_nothing_left(void **state)
 {
-    close_all_sessions_on(proxy);
+    sgtest_close_all_sessions(proxy);
     char l1[192];
     snprintf(l1, sizeof(l1), "sandgate.proxy=%s", proxy_id);
     const char *labels[] = {l1, NULL};

@@ -82,32 +82,13 @@ static int group_setup(void **state)
  * proxy is started again (same id: it reconciles what the dead one left). */
 static int check_proxy_alive(void **state)
 {
-    (void)state;
-    if (proxy != NULL && sgtest_proxy_alive(proxy))
-        return 0;
-    if (proxy != NULL) {
-        fprintf(stderr, "the proxy died during this test:\n");
-        sgtest_proxy_print_log(proxy, 60);
-        sgtest_proxy_kill9(proxy);
-    }
-    proxy = start_proxy();
-    return -1;
+    return sgtest_proxy_check_alive(&proxy, start_proxy);
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    int rc = 0;
-    if (proxy != NULL) {
-        sgtest_proxy_stop(proxy);
-        proxy = NULL;
-    }
-    int removed = sgtest_docker_remove_all(proxy_id);
-    if (removed != 0) {
-        fprintf(stderr, "teardown: force-removed %d leftover container(s) of %s\n", removed,
-                proxy_id);
-        rc = -1;
-    }
+    int rc = sgtest_proxy_finish(&proxy, proxy_id, REMOVAL_S);
     for (size_t i = 0; i < ntmpdirs; i++)
         free(tmpdirs[i]);
     ntmpdirs = 0;

@@ -1400,6 +1400,75 @@ void sgtest__check_result_shape(json_object *r, const char *file, int line)
         sgtest__check_failed(r, file, line, "state", "state must be one of kept, new, lost, none");
 }
 
+/* ---- the harness of a suite with a proxy of its own ---- */
+
+void sgtest_close_all_sessions(const sgtest_proxy_t *p)
+{
+    sgtest_reply_t r;
+    sgtest_call(p, "GET", "/sessions", NULL, &r);
+    json_object *o = r.status == 200 ? json_tokener_parse(r.body) : NULL;
+    sgtest_reply_free(&r);
+    json_object *arr = NULL;
+    if (o != NULL && json_object_object_get_ex(o, "sessions", &arr) && json_object_is_type(arr, json_type_array)) {
+        for (size_t i = 0; i < json_object_array_length(arr); i++) {
+            char path[256];
+            snprintf(path, sizeof(path), "/sessions/%s", json_object_get_string(json_object_array_get_idx(arr, i)));
+            sgtest_reply_t d;
+            sgtest_call(p, "DELETE", path, NULL, &d);
+            if (d.status != 200)
+                fprintf(stderr, "teardown: DELETE %s: HTTP %ld %s\n", path, d.status, d.body);
+            sgtest_reply_free(&d);
+        }
+    }
+    json_object_put(o);
+}
+
+int sgtest_proxy_check_alive(sgtest_proxy_t **pp, sgtest_proxy_t *(*restart)(void))
+{
+    if (*pp != NULL && sgtest_proxy_alive(*pp))
+        return 0;
+    if (*pp != NULL) {
+        fprintf(stderr, "the proxy died during this test:\n");
+        sgtest_proxy_print_log(*pp, 60);
+        sgtest_proxy_kill9(*pp);
+    }
+    *pp = restart();
+    return -1;
+}
+
+int sgtest_proxy_finish(sgtest_proxy_t **pp, const char *proxy_id, double removal_s)
+{
+    int rc = 0;
+    if (*pp != NULL) {
+        sgtest_close_all_sessions(*pp);
+        char l[192];
+        snprintf(l, sizeof(l), "sandgate.proxy=%s", proxy_id);
+        const char *labels[] = {l, NULL};
+        int left = sgtest_docker_wait_count(labels, 0, removal_s);
+        if (left != 0) {
+            fprintf(stderr, "teardown: %d container(s) labelled %s remain after every session was closed\n", left,
+                    l);
+            sgtest_proxy_print_log(*pp, 40);
+            rc = -1;
+        }
+        int st = sgtest_proxy_stop(*pp);
+        *pp = NULL;
+        if (st != 0) {
+            fprintf(stderr, "teardown: proxy %s did not exit with status 0 on SIGTERM (wait status %d)\n", proxy_id,
+                    st);
+            rc = -1;
+        }
+    }
+    if (proxy_id != NULL) {
+        int removed = sgtest_docker_remove_all(proxy_id);
+        if (removed != 0) {
+            fprintf(stderr, "teardown: %d leftover container(s) of %s force-removed\n", removed, proxy_id);
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
 /* ---- the proxy's session API ---- */
 
 json_object *sgtest_libs_array(const char *const *libs)

@@ -177,6 +177,21 @@ json_object *sgtest_run_ephemeral(const sgtest_proxy_t *p, const char *lang, con
 void sgtest_close_session(const sgtest_proxy_t *p, const char *proxy_id, const char *sid, const char *cid,
                           double removal_s);
 
+/* ---- the harness of a suite that runs against one proxy of its own ---- */
+
+/* Deletes every session p lists (what a failed test left). */
+void sgtest_close_all_sessions(const sgtest_proxy_t *p);
+/* For a test's teardown: 0 while *pp is alive. A proxy that died during the
+ * test has its log printed and is replaced by restart() (the same id, so
+ * it reconciles what the dead one left), and the test fails (-1). */
+int sgtest_proxy_check_alive(sgtest_proxy_t **pp, sgtest_proxy_t *(*restart)(void));
+/* For a group teardown (no assertions): closes what *pp lists, waits up to
+ * removal_s for no container labelled with proxy_id to remain, stops the
+ * proxy (*pp = NULL), which must exit 0 (under ASan a leak or an error
+ * makes it fail), and force-removes whatever still carries proxy_id.
+ * Returns 0, or -1 with each problem printed. */
+int sgtest_proxy_finish(sgtest_proxy_t **pp, const char *proxy_id, double removal_s);
+
 /* snprintf that must fit (the test fails otherwise). */
 void pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
