@@ -323,6 +323,7 @@ struct sg_http_stream {
     sg_buf_t inflight; /* handed to h2o: valid until proceed */
     int sending;
     int finishing;
+    int broken;        /* past max_queued: ends with an error, not FINAL */
     int done;          /* FINAL sent, or the client went away */
 };
 
@@ -340,7 +341,8 @@ static void stream_flush(sg_http_stream_t *s)
     s->sending = 1;
     if (s->finishing)
         s->done = 1;
-    h2o_send(s->req, &buf, 1, s->finishing ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_IN_PROGRESS);
+    h2o_send(s->req, &buf, 1,
+             !s->finishing ? H2O_SEND_STATE_IN_PROGRESS : s->broken ? H2O_SEND_STATE_ERROR : H2O_SEND_STATE_FINAL);
 }
 
 static void on_stream_proceed(h2o_generator_t *gen, h2o_req_t *req)
@@ -383,12 +385,23 @@ sg_http_stream_t *sg_http_stream_start(h2o_req_t *req, int status, const char *c
     return s;
 }
 
+void sg_http_stream_abort(sg_http_stream_t *s)
+{
+    if (s->done || s->finishing)
+        return;
+    s->broken = 1;
+    s->finishing = 1;
+    stream_flush(s);
+}
+
 int sg_http_stream_write(sg_http_stream_t *s, const void *p, size_t len)
 {
     if (s->done || s->finishing)
         return -1;
-    if (sg_buf_append(&s->queued, p, len) != 0)
+    if (sg_buf_append(&s->queued, p, len) != 0) {
+        sg_http_stream_abort(s);
         return -1;
+    }
     stream_flush(s);
     return 0;
 }
@@ -407,12 +420,14 @@ int sg_http_stream_event(sg_http_stream_t *s, const char *event, json_object *da
     const char *js = json_object_to_json_string_length(data, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &jl);
     int rc = 0;
     size_t need = 7 + strlen(event) + 7 + jl + 2;
-    if (s->done || s->finishing || s->queued.len + need > s->queued.max) {
+    if (s->done || s->finishing) {
         rc = -1;
-    } else if (sg_buf_append(&s->queued, "event: ", 7) != 0 || sg_buf_append(&s->queued, event, strlen(event)) != 0 ||
+    } else if (s->queued.len + need > s->queued.max ||
+               sg_buf_append(&s->queued, "event: ", 7) != 0 || sg_buf_append(&s->queued, event, strlen(event)) != 0 ||
                sg_buf_append(&s->queued, "\ndata: ", 7) != 0 || sg_buf_append(&s->queued, js, jl) != 0 ||
                sg_buf_append(&s->queued, "\n\n", 2) != 0) {
         rc = -1;
+        sg_http_stream_abort(s);
     } else {
         stream_flush(s);
     }

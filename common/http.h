@@ -71,11 +71,16 @@ void sg_http_hold_release(sg_http_hold_t *h);
  * Status and headers go out at start; writes queue and go out as the client
  * takes them; finish sends what is queued and ends the reply. The stream
  * lives in the request's pool: use it only while the request lives (see
- * sg_http_hold). Writes past max_queued bytes waiting are dropped (-1). */
+ * sg_http_hold). A write that would pass max_queued bytes waiting (a client
+ * that does not read) aborts the stream (-1): what was queued goes out, then
+ * the reply ends as broken (HTTP/1.1: an invalid chunk, the connection
+ * closed) — never a stream with a piece silently left out. */
 typedef struct sg_http_stream sg_http_stream_t;
 sg_http_stream_t *sg_http_stream_start(h2o_req_t *req, int status, const char *content_type, size_t max_queued);
 int sg_http_stream_write(sg_http_stream_t *s, const void *p, size_t len);
 void sg_http_stream_finish(sg_http_stream_t *s);
+/* Ends the reply as broken (the client can tell it is incomplete). */
+void sg_http_stream_abort(sg_http_stream_t *s);
 /* Appends one Server-Sent Event: "event: <event>\ndata: <json>\n\n"; takes
  * ownership of data. */
 int sg_http_stream_event(sg_http_stream_t *s, const char *event, json_object *data);

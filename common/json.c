@@ -1,5 +1,6 @@
 #include "json.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,10 @@ int sg_json_get_num(json_object *o, const char *key, double *out, char *err, siz
         return -1;
     }
     *out = json_object_get_double(v);
+    if (!isfinite(*out)) { /* json-c reads NaN and Infinity */
+        snprintf(err, errlen, "field \"%s\" must be a finite number", key);
+        return -1;
+    }
     return 1;
 }
 

@@ -16,7 +16,8 @@ json_object *sg_json_parse_object(const char *p, size_t len, char *err, size_t e
 
 int sg_json_get_str(json_object *o, const char *key, const char **out, size_t *len, char *err, size_t errlen);
 int sg_json_get_bool(json_object *o, const char *key, int *out, char *err, size_t errlen);
-/* Integers and reals alike. */
+/* Integers and reals alike; NaN and the infinities (json-c reads them) are
+ * refused as not numbers (-1). */
 int sg_json_get_num(json_object *o, const char *key, double *out, char *err, size_t errlen);
 /* An array whose every element is a string. */
 int sg_json_get_str_array(json_object *o, const char *key, json_object **out, char *err, size_t errlen);

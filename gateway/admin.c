@@ -12,6 +12,7 @@
  *   DELETE /admin/sessions/{id}               force-close
  *   GET    /admin/usage?tenant=NAME[&from=UNIX&to=UNIX]   totals and rows
  */
+#include "fields.h"
 #include "gateway.h"
 #include "http.h"
 #include "json.h"
@@ -423,12 +424,16 @@ static void copy_seg(char *dst, size_t cap, h2o_iovec_t s)
     snprintf(dst, cap, "%.*s", (int)s.len, s.base);
 }
 
-static double query_num(h2o_req_t *req, const char *name, double def)
+/* A time query parameter (unix seconds): def when absent; -1 when it is not
+ * a finite number from 0 to year 10000. */
+static int query_time(h2o_req_t *req, const char *name, double def, double *out)
 {
     h2o_iovec_t v = sg_http_query_param(req, name);
-    if (v.base == NULL || v.len == 0)
-        return def;
-    return strtod(v.base, NULL);
+    if (v.base == NULL || v.len == 0) {
+        *out = def;
+        return 0;
+    }
+    return sg_gw_number_text(v.base, v.len, 0, 253402300800.0, out);
 }
 
 int sg_gw_admin_handle(h2o_req_t *req, h2o_iovec_t *seg, int n)
@@ -516,8 +521,16 @@ int sg_gw_admin_handle(h2o_req_t *req, h2o_iovec_t *seg, int n)
             return reply_error(req, 400, "bad_field", "query parameter \"tenant\" is required");
         j = job_new(req, usage_get);
         snprintf(j->name, sizeof(j->name), "%.*s", (int)t.len, t.base);
-        j->to = query_num(req, "to", (double)sg_wall_s() + 1);
-        j->from = query_num(req, "from", j->to - 86400 - 1);
+        const char *bad = query_time(req, "to", (double)sg_wall_s() + 1, &j->to) != 0                ? "to"
+                          : query_time(req, "from", j->to - 86400 - 1, &j->from) != 0 ? "from"
+                                                                                      : NULL;
+        if (bad != NULL) {
+            char detail[160];
+            admin_free(j);
+            snprintf(detail, sizeof(detail), "query parameter \"%s\" must be a unix time in seconds (a finite number)",
+                     bad);
+            return reply_error(req, 400, "bad_field", detail);
+        }
     } else {
         return reply_error(req, 404, "not_found", "no such admin route");
     }

@@ -12,7 +12,9 @@
 #include "http.h"
 #include "json.h"
 #include "log.h"
+#include "fields.h"
 #include "metrics.h"
+#include "sse_tail.h"
 #include "util.h"
 
 #include <math.h>
@@ -22,7 +24,7 @@
 #include <time.h>
 
 #define SSE_MAX_QUEUED (8u << 20)
-#define STREAM_TAIL_MAX (64u << 10)
+#define STREAM_EVENT_MAX (64u << 10) /* the result event is a few hundred bytes */
 
 typedef enum {
     R_CREATE,   /* POST /sessions */
@@ -67,9 +69,10 @@ typedef struct {
     char reservation[40];
     char day[9];
     double started_at;
+    uint64_t started_us;   /* monotonic, when the run was sent to the proxy */
 
     sg_http_stream_t *stream;
-    sg_buf_t tail;         /* the end of a streamed reply, for its result event */
+    sg_sse_tail_t tail;    /* a streamed reply, parsed as it passes for its result event */
     long up_status;
 } gw_req_t;
 
@@ -78,7 +81,7 @@ static void gw_free(gw_req_t *g)
     sg_http_hold_release(g->hold);
     free(g->body);
     json_object_put(g->json);
-    sg_buf_free(&g->tail);
+    sg_sse_tail_free(&g->tail);
     free(g);
 }
 
@@ -206,12 +209,7 @@ static void on_stream_head(void *data, long status, const char *content_type)
 static void on_stream_data(void *data, const char *p, size_t len)
 {
     gw_req_t *g = data;
-    /* keep the end of the stream: the result event is the last one */
-    if (sg_buf_append(&g->tail, p, len) != 0) {
-        sg_buf_consume(&g->tail, g->tail.len > len ? len : g->tail.len);
-        if (len < g->tail.max)
-            sg_buf_append(&g->tail, p, len);
-    }
+    sg_sse_tail_feed(&g->tail, p, len);
     if (gw_http(g) != NULL && g->stream != NULL)
         sg_http_stream_write(g->stream, p, len);
 }
@@ -299,6 +297,19 @@ static void usage_done(sg_gw_job_t *job)
     free(j);
 }
 
+/* The seconds an execution is billed: the wall time the proxy measured
+ * (from handing the run to the sandbox's agent to its end), never the
+ * duration the sandbox reported, which code inside it could forge. It
+ * cannot exceed what the gateway itself waited; when the reply has no
+ * usable wall_time (a stream that broke off), the gateway's own measure. */
+static double bill_seconds(const gw_req_t *g, double proxy_wall)
+{
+    double waited = (double)(sg_now_us() - g->started_us) / 1e6;
+    if (!isfinite(proxy_wall) || proxy_wall < 0 || proxy_wall > waited)
+        return waited;
+    return proxy_wall;
+}
+
 /* Records what the proxy said about one execution (`result`, its result
  * object): ledger row, the day's seconds, metrics; the answer follows once
  * the row is written. Returns -1 when out of memory (nothing submitted). */
@@ -307,7 +318,7 @@ static int record_execution(gw_req_t *g, const char *result, size_t result_len, 
     char *text = strndup(result, result_len);
     json_object *o = text != NULL ? json_tokener_parse(text) : NULL, *v;
     usage_job_t *j = calloc(1, sizeof(*j));
-    double duration = 0;
+    double duration = -1; /* none yet: bill_seconds falls back to the gateway's measure */
 
     free(text);
     if (j == NULL || (!g->want_stream && (j->body = malloc(r->body_len + 1)) == NULL)) {
@@ -332,8 +343,10 @@ static int record_execution(gw_req_t *g, const char *result, size_t result_len, 
     j->usage.started_at = g->started_at;
     j->usage.exit_code = -1;
     if (o != NULL) {
-        if (json_object_object_get_ex(o, "execution_time", &v))
+        if (json_object_object_get_ex(o, "wall_time", &v))
             duration = json_object_get_double(v);
+        else
+            duration = -1;
         if (json_object_object_get_ex(o, "exit_code", &v))
             j->usage.exit_code = json_object_get_int(v);
         if (json_object_object_get_ex(o, "timed_out", &v))
@@ -343,7 +356,8 @@ static int record_execution(gw_req_t *g, const char *result, size_t result_len, 
         if (json_object_object_get_ex(o, "stderr", &v))
             j->usage.output_bytes += json_object_get_string_len(v);
     }
-    j->usage.duration = duration;
+    j->usage.duration = bill_seconds(g, duration);
+    duration = j->usage.duration;
     j->count_session = g->route != R_EPHEMERAL;
     j->job.fn = usage_fn;
     j->job.done = usage_done;
@@ -364,23 +378,6 @@ static void maybe_session_lost(gw_req_t *g, const sg_upstream_reply_t *r)
         sg_gw_close_session(g->sid, g->tenant.id, "proxy_lost", NULL, NULL);
 }
 
-/* Finds the body of the last "result" event of a streamed reply. */
-static const char *stream_result(sg_buf_t *tail, size_t *len)
-{
-    static const char mark[] = "event: result\ndata: ";
-    const char *p = NULL, *s = tail->base;
-    if (s == NULL)
-        return NULL;
-    for (const char *q = strstr(s, mark); q != NULL; q = strstr(q + 1, mark))
-        p = q;
-    if (p == NULL)
-        return NULL;
-    p += sizeof(mark) - 1;
-    const char *end = strstr(p, "\n\n");
-    *len = end != NULL ? (size_t)(end - p) : strlen(p);
-    return p;
-}
-
 static void on_exec_reply(void *data, const sg_upstream_reply_t *r)
 {
     gw_req_t *g = data;
@@ -397,7 +394,14 @@ static void on_exec_reply(void *data, const sg_upstream_reply_t *r)
         return;
     }
     if (r->status == 200 && g->want_stream) {
-        result = stream_result(&g->tail, &len);
+        result = sg_sse_tail_result(&g->tail, &len);
+        if (result == NULL) {
+            /* the stream broke off before its result: the run still counts */
+            sg_warn("usage: a streamed execution of tenant %lld ended without its result event",
+                    (long long)g->tenant.id);
+            result = "{}";
+            len = 2;
+        }
     } else if (r->status == 200) {
         result = r->body;
         len = r->body_len;
@@ -457,6 +461,7 @@ static void start_execution(gw_req_t *g)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     g->started_at = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    g->started_us = sg_now_us();
     if (g->route == R_EPHEMERAL)
         snprintf(path, sizeof(path), "/execute");
     else
@@ -522,25 +527,19 @@ static int parse_json_body(gw_req_t *g)
     return 0;
 }
 
-/* Checks a number field against a cap, or sets it to def when absent.
- * Returns 0, or -1 after replying 400. */
-static int cap_number(gw_req_t *g, const char *field, double cap, double def, double *out)
+/* A number field of the body (fields.h): 0 with *out its value (def,
+ * capped, when absent), or -1 after replying 400 naming the field. */
+static int cap_number(gw_req_t *g, const char *field, double above, int whole, double cap, double def, double *out)
 {
-    json_object *v;
-    if (json_object_object_get_ex(g->json, field, &v) && v != NULL) {
-        if (!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double)) {
-            reply_error(g, 400, "bad_field", "field \"%s\" must be a number", field);
-            return -1;
-        }
-        double d = json_object_get_double(v);
-        if (d > cap) {
-            reply_error(g, 400, "above_cap", "field \"%s\" is %g, above this tenant's cap of %g", field, d, cap);
-            return -1;
-        }
-        *out = d;
-        return 0;
+    const char *code;
+    char detail[256];
+    int r = sg_gw_number_field(g->json, field, above, whole, cap, out, &code, detail, sizeof(detail));
+    if (r < 0) {
+        reply_error(g, 400, code, "%s", detail);
+        return -1;
     }
-    *out = def < cap ? def : cap;
+    if (r == 0)
+        *out = def < cap ? def : cap;
     return 0;
 }
 
@@ -667,13 +666,13 @@ static void route_create(gw_req_t *g)
 
     if (parse_json_body(g) != 0 || check_lang(g) != 0)
         goto Done;
-    if (cap_number(g, "timeout", g->tenant.max_timeout, sg_gw.default_timeout, &d) != 0)
+    if (cap_number(g, "timeout", 0, 0, g->tenant.max_timeout, sg_gw.default_timeout, &d) != 0)
         goto Done;
     json_object_object_add(g->json, "timeout", json_object_new_double(d));
-    if (cap_number(g, "memory_mb", (double)g->tenant.max_memory_mb, (double)sg_gw.default_memory_mb, &d) != 0)
+    if (cap_number(g, "memory_mb", 0, 1, (double)g->tenant.max_memory_mb, (double)sg_gw.default_memory_mb, &d) != 0)
         goto Done;
     json_object_object_add(g->json, "memory_mb", json_object_new_int64((int64_t)d));
-    if (cap_number(g, "cpus", g->tenant.max_cpus, sg_gw.default_cpus, &d) != 0)
+    if (cap_number(g, "cpus", 0, 0, g->tenant.max_cpus, sg_gw.default_cpus, &d) != 0)
         goto Done;
     json_object_object_add(g->json, "cpus", json_object_new_double(d));
     if (json_object_object_get_ex(g->json, "network", &v) && json_object_get_boolean(v) && !g->tenant.network_allowed) {
@@ -709,7 +708,7 @@ static void route_execution(gw_req_t *g)
     } else {
         snprintf(g->lang, sizeof(g->lang), "%s", g->sess.lang);
     }
-    if (cap_number(g, "timeout", g->tenant.max_timeout, sg_gw.default_timeout, &d) != 0)
+    if (cap_number(g, "timeout", 0, 0, g->tenant.max_timeout, sg_gw.default_timeout, &d) != 0)
         goto Done;
     if (!json_object_object_get_ex(g->json, "timeout", &v) || v == NULL) {
         /* a session's own default (set at create, already capped) applies */
@@ -1058,7 +1057,7 @@ int sg_gw_handle(void *app, h2o_req_t *req)
                  req->headers.entries[ct].value.base);
     if (route == R_EXECUTE || route == R_COMMAND || route == R_EPHEMERAL)
         wants_stream_header(g, req);
-    sg_buf_init(&g->tail, STREAM_TAIL_MAX);
+    sg_sse_tail_init(&g->tail, STREAM_EVENT_MAX);
     g->job.fn = auth_fn;
     g->job.done = auth_done;
     sg_gw_db_submit(&g->job);

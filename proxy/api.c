@@ -23,7 +23,12 @@ typedef struct {
     json_object *body;  /* keeps ex's strings alive */
     char *path;         /* files routes: the path as given, for the reply */
     sg_http_stream_t *stream;  /* streaming executions */
-    sg_buf_t partial[2];       /* streamed stdout / stderr bytes that end inside a UTF-8 sequence */
+    /* streamed stdout / stderr: the bytes of a UTF-8 sequence that the last
+     * chunk began and did not finish (at most 3), held for the next one */
+    struct {
+        char b[4];
+        size_t n;
+    } partial[2];
 } pending_t;
 
 static pending_t *pending_new(h2o_req_t *req, sg_api_t *api)
@@ -31,8 +36,6 @@ static pending_t *pending_new(h2o_req_t *req, sg_api_t *api)
     pending_t *p = calloc(1, sizeof(*p));
     p->hold = sg_http_hold(req);
     p->api = api;
-    sg_buf_init(&p->partial[0], 16);
-    sg_buf_init(&p->partial[1], 16);
     return p;
 }
 
@@ -46,8 +49,6 @@ static void pending_free(pending_t *p)
     sg_http_hold_release(p->hold);
     json_object_put(p->body);
     free(p->path);
-    sg_buf_free(&p->partial[0]);
-    sg_buf_free(&p->partial[1]);
     free(p);
 }
 
@@ -136,6 +137,7 @@ static json_object *exec_result_json(const sg_op_t *op)
     sg_json_add_bytes(o, "stderr", op->out[1].base != NULL ? op->out[1].base : "", op->out[1].len);
     json_object_object_add(o, "exit_code", json_object_new_int(op->exit_code));
     json_object_object_add(o, "execution_time", sg_json_new_double((double)op->duration_us / 1e6, 6));
+    json_object_object_add(o, "wall_time", sg_json_new_double((double)op->wall_us / 1e6, 6));
     json_object_object_add(o, "success",
                            json_object_new_boolean(op->reason == SG_AGENT_REASON_EXITED && op->exit_code == 0));
     json_object_object_add(o, "timed_out", json_object_new_boolean(timed_out));
@@ -169,6 +171,7 @@ static json_object *libraries_failed_json(const sg_lib_result_t *r)
     sg_json_add_bytes(o, "stderr", r->message, strlen(r->message));
     json_object_object_add(o, "exit_code", json_object_new_int(1));
     json_object_object_add(o, "execution_time", sg_json_new_double(0, 6));
+    json_object_object_add(o, "wall_time", sg_json_new_double(0, 6));
     json_object_object_add(o, "success", json_object_new_boolean(0));
     json_object_object_add(o, "timed_out", json_object_new_boolean(0));
     json_object_object_add(o, "truncated", json_object_new_boolean(0));
@@ -335,18 +338,35 @@ static void sse_output(pending_t *p, int stream, const char *data, size_t len)
     sg_http_stream_event(p->stream, stream == 1 ? "stdout" : "stderr", o);
 }
 
+/* Each chunk goes out at once as one event, whatever its size; only the
+ * bytes of a multibyte character it cuts in two (3 at most) wait for the
+ * next chunk, so that every event is valid UTF-8 and nothing is lost. */
 static void sse_on_output(sg_op_t *op, int stream, const uint8_t *data, size_t len)
 {
     pending_t *p = op->data;
-    sg_buf_t *part = &p->partial[stream - 1];
+    char *joined = NULL;
+    const char *s = (const char *)data;
+    size_t n = len;
 
-    if (pending_req(p) == NULL || sg_buf_append(part, data, len) != 0)
+    if (pending_req(p) == NULL || len == 0)
         return;
-    size_t n = sg_utf8_complete_len(part->base, part->len);
-    if (n != 0) {
-        sse_output(p, stream, part->base, n);
-        sg_buf_consume(part, n);
+    if (p->partial[stream - 1].n != 0) {
+        size_t held = p->partial[stream - 1].n;
+        if ((joined = malloc(held + len)) == NULL) {
+            sg_http_stream_abort(p->stream);
+            return;
+        }
+        memcpy(joined, p->partial[stream - 1].b, held);
+        memcpy(joined + held, data, len);
+        s = joined;
+        n = held + len;
     }
+    size_t complete = sg_utf8_complete_len(s, n);
+    p->partial[stream - 1].n = n - complete; /* <= 3 */
+    memcpy(p->partial[stream - 1].b, s + complete, n - complete);
+    if (complete != 0)
+        sse_output(p, stream, s, complete);
+    free(joined);
 }
 
 static void sse_finish(pending_t *p, sg_op_t *op)
@@ -354,8 +374,8 @@ static void sse_finish(pending_t *p, sg_op_t *op)
     if (pending_req(p) == NULL)
         return;
     for (int i = 0; i < 2; i++)
-        if (p->partial[i].len != 0) /* a sequence the output never finished */
-            sse_output(p, i + 1, p->partial[i].base, p->partial[i].len);
+        if (p->partial[i].n != 0) /* a sequence the output never finished */
+            sse_output(p, i + 1, p->partial[i].b, p->partial[i].n);
     if (op->failed) {
         json_object *o = json_object_new_object();
         json_object_object_add(o, "detail", json_object_new_string(op->errmsg));

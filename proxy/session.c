@@ -516,6 +516,8 @@ static void op_complete(sg_op_t *op)
 {
     sg_session_t *s = op->session;
     h2o_linklist_unlink(&op->_link);
+    if (op->_started_us != 0)
+        op->wall_us = sg_now_us() - op->_started_us;
     if (op->kind == SG_OP_EXEC && !op->failed)
         s->executions++;
     s->last_used_at = sg_wall_s();
@@ -703,22 +705,28 @@ Bad:
     session_broken(s, 502, "the sandbox agent sent a malformed message");
 }
 
+/* Handles every whole message in _inbuf, then drops them in one move (a
+ * read may hold thousands of small OUTPUT messages: moving the rest down
+ * after each would be quadratic). */
 static void process_inbuf(sg_session_t *s)
 {
+    size_t off = 0;
     sg_session_ref(s);
-    while (s->state == SG_SESSION_ACTIVE && s->_inbuf.len >= SG_AGENT_HEADER_SIZE) {
+    while (s->state == SG_SESSION_ACTIVE && s->_inbuf.len - off >= SG_AGENT_HEADER_SIZE) {
         sg_agent_header_t h;
-        if (sg_agent_header_decode((uint8_t *)s->_inbuf.base, &h) != 0) {
+        if (sg_agent_header_decode((uint8_t *)s->_inbuf.base + off, &h) != 0) {
             session_broken(s, 502, "the sandbox agent sent a malformed header");
             break;
         }
-        if (s->_inbuf.len < SG_AGENT_HEADER_SIZE + (size_t)h.len)
+        if (s->_inbuf.len - off < SG_AGENT_HEADER_SIZE + (size_t)h.len)
             break;
-        handle_message(s, &h, (uint8_t *)s->_inbuf.base + SG_AGENT_HEADER_SIZE);
+        handle_message(s, &h, (uint8_t *)s->_inbuf.base + off + SG_AGENT_HEADER_SIZE);
         if (s->state != SG_SESSION_ACTIVE)
             break;
-        sg_buf_consume(&s->_inbuf, SG_AGENT_HEADER_SIZE + h.len);
+        off += SG_AGENT_HEADER_SIZE + h.len;
     }
+    if (s->state == SG_SESSION_ACTIVE)
+        sg_buf_consume(&s->_inbuf, off);
     sg_session_unref(s);
 }
 

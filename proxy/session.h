@@ -110,7 +110,9 @@ struct sg_op {
     uint32_t signal;
     uint32_t reason;
     uint32_t flags;
-    uint64_t duration_us;
+    uint64_t duration_us; /* as the agent reported it: the sandbox could forge it */
+    uint64_t wall_us;     /* as the proxy measured it: from sending the op to the agent
+                           * to its answer (0 if never sent); what billing uses */
     char stage[32];
     uint32_t state;     /* sg_agent_state_t */
     sg_buf_t file;      /* GET_FILE data */

@@ -947,10 +947,17 @@ static void close_from(int low)
         close((int)fd);
 }
 
-/* In the forked child: become the leader of a new group, volunteer for the
- * OOM killer, put /dev/null on fd 0 and fds[i] on fd i + 1, close every
- * other fd, and exec the shell. The agent is single-threaded, so libc is
- * safe to use after fork; this function never returns. */
+/* In the forked child: become the leader of a new group, put /dev/null on
+ * fd 0 and fds[i] on fd i + 1, close every other fd, volunteer for the OOM
+ * killer, and exec the shell. The agent is single-threaded, so libc is
+ * safe to use after fork; this function never returns.
+ *
+ * The order matters: while the child still holds the agent's channel (its
+ * fds 0 and 1 are the container's stdin and stdout, through which the
+ * proxy reads the protocol) it stays non-dumpable as the agent is, so no
+ * other process of the sandbox's user may open /proc/<child>/fd/1 and
+ * write forged messages into the channel. Only once every descriptor is
+ * final does it become dumpable (needed to write its own oom_score_adj). */
 static void child_exec(exec_t *x, const char *cmd, const int *fds, int nfds)
 {
     char *argv[] = {"sh", "-c", (char *)cmd, NULL};
@@ -959,16 +966,6 @@ static void child_exec(exec_t *x, const char *cmd, const int *fds, int nfds)
     int fd, i, moved[5];
 
     setpgid(0, 0);
-    /* The agent is not dumpable, which makes /proc/self/ files root-owned;
-     * become dumpable first so the write is allowed (exec resets it anyway). */
-    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
-    fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        if (write(fd, "1000", 4) < 0) {
-            /* best effort */
-        }
-        close(fd);
-    }
     /* Move every source above the targets first, so that no dup2 below
      * overwrites a source still to be placed (the agent's own signalfd and
      * /dev/null are likely to sit on fds 3 and 4). */
@@ -982,6 +979,17 @@ static void child_exec(exec_t *x, const char *cmd, const int *fds, int nfds)
             _exit(127);
     }
     close_from(nfds + 1);
+    /* The descriptors are final: nothing of the agent's is left. The agent
+     * is not dumpable, which makes /proc/self/ files root-owned; become
+     * dumpable so the write is allowed (exec resets it anyway). */
+    prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+    fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (write(fd, "1000", 4) < 0) {
+            /* best effort */
+        }
+        close(fd);
+    }
     if (chdir(workdir) != 0) {
         dprintf(2, "sandgate-agent: cannot enter the work directory %s: %s\n", workdir, strerror(errno));
         _exit(127);
