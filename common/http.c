@@ -62,6 +62,9 @@ sg_http_server_t *sg_http_server_create(const char *host, int port, size_t max_b
     s->app = app;
     h2o_config_init(&s->config);
     s->config.max_request_entity_size = max_body;
+    /* no HTTP/2 over cleartext (Upgrade: h2c, or the prior-knowledge
+     * preface) unless sg_http_server_allow_h2c says so */
+    s->config.http1.upgrade_to_http2 = 0;
     h2o_hostconf_t *hostconf = h2o_config_register_host(&s->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     h2o_pathconf_t *pathconf = h2o_config_register_path(hostconf, "/", 0);
     handler_t *h = (handler_t *)h2o_create_handler(pathconf, sizeof(*h));
@@ -96,6 +99,11 @@ Error:
     h2o_config_dispose(&s->config);
     free(s);
     return NULL;
+}
+
+void sg_http_server_allow_h2c(sg_http_server_t *s, int allow)
+{
+    s->config.http1.upgrade_to_http2 = allow != 0;
 }
 
 void sg_http_server_start(sg_http_server_t *s)

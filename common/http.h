@@ -22,6 +22,10 @@ typedef int (*sg_http_handler_cb)(void *app, h2o_req_t *req);
  * failure with err set. */
 sg_http_server_t *sg_http_server_create(const char *host, int port, size_t max_body, sg_http_handler_cb cb, void *app,
                                         char *err, size_t errlen);
+/* HTTP/2 over cleartext (an "Upgrade: h2c" request, or the HTTP/2
+ * preface sent at once) is refused unless allowed here: such a request is
+ * answered over HTTP/1.1. Call before sg_http_server_start. */
+void sg_http_server_allow_h2c(sg_http_server_t *s, int allow);
 /* Starts taking connections. */
 void sg_http_server_start(sg_http_server_t *s);
 h2o_loop_t *sg_http_server_loop(sg_http_server_t *s);

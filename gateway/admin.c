@@ -446,7 +446,24 @@ int sg_gw_admin_handle(h2o_req_t *req, h2o_iovec_t *seg, int n)
 
     if (sg_gw.admin_token[0] == '\0')
         return reply_error(req, 404, "not_found", "the admin API is disabled (SANDGATE_ADMIN_TOKEN is not set)");
+    /* Guessing the admin token: an address that sent too many wrong ones is
+     * refused before its token is looked at (so no answer tells a right
+     * guess from a wrong one while it waits); the comparison itself stays
+     * constant-time. */
+    struct sockaddr_storage peer;
+    struct sockaddr *sa = NULL;
+    if (req->conn->callbacks->get_peername != NULL && req->conn->callbacks->get_peername(req->conn, (void *)&peer) != 0)
+        sa = (struct sockaddr *)&peer;
+    double now = (double)sg_now_us() / 1e6, wait = sg_throttle_wait(sg_gw.admin_throttle, sa, now);
+    if (wait > 0) {
+        char v[32];
+        snprintf(v, sizeof(v), "%.0f", ceil(wait));
+        sg_http_add_header(req, "retry-after", v);
+        return reply_error(req, 429, "too_many_failures",
+                           "too many wrong admin tokens from this address; try again after Retry-After seconds");
+    }
     if (tok.base == NULL || !sg_gw_secret_equal(tok.base, tok.len, sg_gw.admin_token)) {
+        sg_throttle_fail(sg_gw.admin_throttle, sa, now);
         sg_http_add_header(req, "www-authenticate", "Bearer realm=\"sandgate-admin\"");
         return reply_error(req, 401, "unauthorized", "the admin API needs Authorization: Bearer <admin token>");
     }

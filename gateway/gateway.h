@@ -13,6 +13,7 @@
 #include <h2o.h>
 
 #include "state.h"
+#include "throttle.h"
 #include "store.h"
 #include "upstream.h"
 #include "workq.h"
@@ -36,6 +37,7 @@ typedef struct {
     size_t max_file_bytes;    /* file uploads */
     size_t max_header_bytes;  /* all request headers together */
     int stopping;             /* shutting down: no new DB work */
+    sg_throttle_t *admin_throttle; /* wrong admin tokens per client address */
 } sg_gw_t;
 
 extern sg_gw_t sg_gw;

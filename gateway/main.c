@@ -33,6 +33,9 @@ static struct {
     long max_file_bytes;
     long max_header_bytes;
     long db_workers;
+    int http2_cleartext;
+    long admin_fail_limit;
+    double admin_fail_window;
     const char *log_level;
 } cfg;
 
@@ -65,6 +68,12 @@ static const sg_cfg_entry_t config_table[] = {
     {"SANDGATE_MAX_HEADER_BYTES", SG_CFG_INT, "16384", 1024, 1 << 20, &cfg.max_header_bytes,
      "largest request headers, all together (431 above)"},
     {"SANDGATE_DB_WORKERS", SG_CFG_INT, "2", 1, 64, &cfg.db_workers, "threads that run SQLite work"},
+    {"SANDGATE_HTTP2_CLEARTEXT", SG_CFG_BOOL, "0", 0, 0, &cfg.http2_cleartext,
+     "1 accepts HTTP/2 over cleartext (h2c upgrade, prior knowledge) on the public port"},
+    {"SANDGATE_ADMIN_FAIL_LIMIT", SG_CFG_INT, "10", 1, 1000000, &cfg.admin_fail_limit,
+     "wrong admin tokens from one client address in a window before it gets 429"},
+    {"SANDGATE_ADMIN_FAIL_WINDOW_S", SG_CFG_DOUBLE, "60", 0.1, 86400, &cfg.admin_fail_window,
+     "seconds of that window, and of the wait after it is full"},
     {"SANDGATE_LOG_LEVEL", SG_CFG_STR, "info", 0, 0, &cfg.log_level, "error, warn, info or debug"},
 };
 
@@ -105,7 +114,9 @@ int main(int argc, char **argv)
         sg_error("%s", err);
         return 1;
     }
+    sg_http_server_allow_h2c(server, cfg.http2_cleartext);
     sg_gw.loop = sg_http_server_loop(server);
+    sg_gw.admin_throttle = sg_throttle_create(cfg.admin_fail_limit, cfg.admin_fail_window);
     sg_gw.dbq = sg_workq_create(sg_gw.loop, (int)cfg.db_workers);
     sg_gw.data_dir = cfg.data_dir;
     sg_gw.admin_token = cfg.admin_token;
@@ -126,8 +137,8 @@ int main(int argc, char **argv)
     } else {
         sg_gw.state = sg_state_create_memory(sg_gw.loop);
     }
-    if (sg_gw.state == NULL || sg_gw.upstream == NULL) {
-        sg_error("cannot start: %s", sg_gw.state == NULL ? err : "upstream");
+    if (sg_gw.state == NULL || sg_gw.upstream == NULL || sg_gw.admin_throttle == NULL) {
+        sg_error("cannot start: %s", sg_gw.state == NULL ? err : sg_gw.upstream == NULL ? "upstream" : "memory");
         return 1;
     }
     /* the live state knows every session open in the ledger before the

@@ -34,6 +34,7 @@ static struct {
     long output_limit;
     long tmpfs_mb;
     int allow_network;
+    int http2_cleartext;
     long max_sessions;
     long pool_size;
     long max_file_bytes;
@@ -74,6 +75,8 @@ static const sg_cfg_entry_t config_table[] = {
     {"SANDGATE_OUTPUT_LIMIT", SG_CFG_INT, "1048576", 1024, 1 << 26, &cfg.output_limit,
      "bytes of stdout and of stderr kept per execution; past it the run is stopped and truncated is true"},
     {"SANDGATE_TMPFS_MB", SG_CFG_INT, "256", 1, 1 << 20, &cfg.tmpfs_mb, "size of the sandbox's /sandbox and /tmp, MiB"},
+    {"SANDGATE_HTTP2_CLEARTEXT", SG_CFG_BOOL, "0", 0, 0, &cfg.http2_cleartext,
+     "1 accepts HTTP/2 over cleartext (h2c upgrade, prior knowledge)"},
     {"SANDGATE_ALLOW_NETWORK", SG_CFG_BOOL, "0", 0, 0, &cfg.allow_network,
      "whether a session may ask for \"network\": true"},
     {"SANDGATE_MAX_SESSIONS", SG_CFG_INT, "200", 1, 1 << 20, &cfg.max_sessions, "live sessions at most"},
@@ -257,6 +260,7 @@ int main(int argc, char **argv)
 
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
+    sg_http_server_allow_h2c(server, cfg.http2_cleartext);
     sg_http_server_start(server);
     sg_info("listening on %s:%d as proxy \"%s\"", cfg.host, sg_http_server_port(server), cfg.proxy_id);
     while (!stop_signal)
