@@ -51,7 +51,10 @@ int sg_gw_number_text(const char *s, size_t len, double min, double max, double 
     memcpy(buf, s, len);
     buf[len] = '\0';
     if (!(buf[0] == '-' || buf[0] == '.' || (buf[0] >= '0' && buf[0] <= '9')))
-        return -1; /* no "nan", "inf", spaces or a sign strtod would take */
+        return -1; /* no "nan", "inf", spaces or a leading "+" */
+    for (size_t i = 0; i < len; i++)
+        if (strchr("0123456789.eE+-", buf[i]) == NULL || buf[i] == '\0')
+            return -1; /* decimal only: strtod would also take hex ("0x10") */
     errno = 0;
     d = strtod(buf, &end);
     if (*end != '\0' || errno != 0 || !isfinite(d) || d < min || d > max)

@@ -671,10 +671,50 @@ static void test_lib_check(void **state)
     assert_non_null(strstr(err, "go"));
 }
 
+/* ---- numbers that are not numbers (issue 9, item 6) ------------------------
+ * json-c reads the literals NaN and Infinity, and 1e308 / -1e300 are valid
+ * JSON: every numeric field refuses each with 400 naming the field, and
+ * nothing is converted first (under UBSan a cast of these would abort). */
+static const char *const BAD_NUMBERS[] = {"NaN", "nan", "Infinity", "-Infinity", "1e308", "-1e300", "1e999"};
+
+static void test_non_finite_numbers(void **state)
+{
+    static const char *const create_fields[] = {"timeout", "memory_mb", "cpus"};
+    char body[256], needle[64];
+    for (size_t i = 0; i < sizeof(BAD_NUMBERS) / sizeof(BAD_NUMBERS[0]); i++) {
+        for (size_t f = 0; f < 3; f++) {
+            snprintf(body, sizeof(body), "{\"%s\": %s}", create_fields[f], BAD_NUMBERS[i]);
+            json_object *o = json_tokener_parse(body);
+            if (o == NULL)
+                continue; /* json-c refuses this literal itself: the JSON parse is the 400 */
+            json_object_put(o);
+            snprintf(needle, sizeof(needle), "\"%s\"", create_fields[f]);
+            expect_create_err(body, &policy, "bad_field", needle);
+        }
+        snprintf(body, sizeof(body), "{\"code\": \"1\", \"timeout\": %s}", BAD_NUMBERS[i]);
+        json_object *o = json_tokener_parse(body);
+        if (o == NULL)
+            continue;
+        json_object_put(o);
+        expect_exec_err(body, "code", 0, "bad_field", "\"timeout\"");
+        snprintf(body, sizeof(body), "{\"command\": \"ls\", \"timeout\": %s}", BAD_NUMBERS[i]);
+        expect_exec_err(body, "command", 0, "bad_field", "\"timeout\"");
+        snprintf(body, sizeof(body), "{\"code\": \"1\", \"lang\": \"python\", \"timeout\": %s}", BAD_NUMBERS[i]);
+        expect_exec_err(body, "code", 1, "bad_field", "\"timeout\"");
+    }
+    /* json-c does read these as doubles (else the loop above tested nothing) */
+    json_object *o = json_tokener_parse("{\"a\": NaN, \"b\": Infinity, \"c\": 1e308}"), *v;
+    assert_non_null(o);
+    assert_true(json_object_object_get_ex(o, "a", &v) && json_object_is_type(v, json_type_double));
+    assert_true(json_object_object_get_ex(o, "b", &v) && json_object_is_type(v, json_type_double));
+    json_object_put(o);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_defaults),
+        cmocka_unit_test(test_non_finite_numbers),
         cmocka_unit_test(test_create_values),
         cmocka_unit_test(test_create_unknown_lang),
         cmocka_unit_test(test_create_keep_template_type),
