@@ -343,10 +343,9 @@ static int record_execution(gw_req_t *g, const char *result, size_t result_len, 
     j->usage.started_at = g->started_at;
     j->usage.exit_code = -1;
     if (o != NULL) {
-        if (json_object_object_get_ex(o, "wall_time", &v))
+        if (json_object_object_get_ex(o, "wall_time", &v) &&
+            (json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)))
             duration = json_object_get_double(v);
-        else
-            duration = -1;
         if (json_object_object_get_ex(o, "exit_code", &v))
             j->usage.exit_code = json_object_get_int(v);
         if (json_object_object_get_ex(o, "timed_out", &v))
