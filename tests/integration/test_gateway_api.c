@@ -142,7 +142,10 @@ static sggw_gateway_t *start_gateway(void)
 {
     char file_kv[64];
     snprintf(file_kv, sizeof(file_kv), "SANDGATE_MAX_FILE_BYTES=%d", GW_MAX_FILE_BYTES);
-    const char *env[] = {file_kv, NULL};
+    /* the auth matrix sends 27 wrong admin tokens from one address on
+     * purpose; the throttle on guessing has tests of its own
+     * (tests/security/test_sec_http.c) */
+    const char *env[] = {file_kv, "SANDGATE_ADMIN_FAIL_LIMIT=1000", NULL};
     sggw_opts_t o = {.proxy_url = sgtest_proxy_url(proxy), .env = env};
     return sggw_gateway_start(&o);
 }
