@@ -1714,6 +1714,7 @@ void sggw_check_result(json_object *r)
     bool timed_out = SG_BOOL(r, "timed_out");
     bool truncated = SG_BOOL(r, "truncated");
     SG_CHECK(t >= 0, r, "execution_time is negative");
+    SG_CHECK(SG_DBL(r, "wall_time") >= 0, r, "wall_time is negative");
     SG_CHECK(success == (exit_code == 0 && !timed_out && !truncated), r,
              "success must be exit_code == 0 and not cut short");
 }

@@ -1392,6 +1392,8 @@ void sgtest__check_result_shape(json_object *r, const char *file, int line)
     sgtest__get_str(r, "stage", file, line);
     if (t < 0)
         sgtest__check_failed(r, file, line, "execution_time >= 0", "execution_time is negative");
+    if (sgtest__get_double(r, "wall_time", file, line) < 0)
+        sgtest__check_failed(r, file, line, "wall_time >= 0", "wall_time is negative");
     if (success != (exit_code == 0 && !timed_out && !truncated && strcmp(reason, "exited") == 0))
         sgtest__check_failed(r, file, line, "success", "success must be exit_code == 0 and not cut short");
     if (timed_out != (strcmp(reason, "timeout") == 0))
