@@ -21,6 +21,15 @@
 #define REMOVAL_S 15.0
 #define OUTPUT_LIMIT (1u << 20) /* the proxy's default SANDGATE_OUTPUT_LIMIT */
 
+/* The unit the outputs repeat: a, é (2 bytes), € (3), 😀 (4), b, newline:
+ * 12 bytes, so that every write size below cuts characters somewhere. */
+static const char TEXT_UNIT[] = "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80" "b\n";
+/* Control characters: each is 6 bytes in JSON ("\u0001"), the largest
+ * events and queues a byte of output can make. */
+static const char CTRL_UNIT[] = "\x01\x02\x03\x04\x05\x06\x07\x08\x0b\x0c\x0e\x0f";
+#define UNIT_LEN 12
+static const char *unit = TEXT_UNIT;
+
 static sgtest_proxy_t *proxy;
 static char *proxy_id;
 static sggw_gateway_t *gw;
@@ -51,6 +60,7 @@ static int group_setup(void **state)
 static int after_test(void **state)
 {
     (void)state;
+    unit = TEXT_UNIT;
     int rc = sggw_after_test() ? -1 : 0;
     if (!sgtest_proxy_alive(proxy)) {
         fprintf(stderr, "the proxy died during this test\n");
@@ -150,15 +160,17 @@ SGGW_TEST(test_reader_splits)
  * The programs
  * ------------------------------------------------------------------------ */
 
-/* The unit the outputs repeat: a, é (2 bytes), € (3), 😀 (4), b, newline:
- * 12 bytes, so that every write size below cuts characters somewhere. */
-static const char UNIT[] = "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80" "b\n";
-#define UNIT_LEN 12
 
 static void expected(size_t n, size_t off, char *out)
 {
     for (size_t i = 0; i < n; i++)
-        out[i] = UNIT[(i + off) % UNIT_LEN];
+        out[i] = unit[(i + off) % UNIT_LEN];
+}
+
+static void unit_hex(char out[2 * UNIT_LEN + 1])
+{
+    for (size_t i = 0; i < UNIT_LEN; i++)
+        snprintf(out + 2 * i, 3, "%02x", (unsigned char)unit[i]);
 }
 
 /* The length of the longest prefix of s[0..n) that ends on a character. */
@@ -176,7 +188,7 @@ static size_t whole_chars(const char *s, size_t n)
 
 static const char PY[] =
     "import sys\n"
-    "U = 'a\\u00e9\\u20ac\\U0001F600b\\n'.encode()\n"
+    "U = bytes.fromhex('%s')\n"
     "def gen(n, off):\n"
     "    return (U * ((n + off) // len(U) + 1))[off:off + n]\n"
     "out, err = gen(%zu, 0), gen(%zu, 6)\n"
@@ -194,7 +206,7 @@ static const char PY[] =
 /* one block scope: the session's kernel runs every piece in one context */
 static const char JS[] =
     "(() => {\n"
-    "const U = Buffer.from('a\\u00e9\\u20ac\\u{1F600}b\\n');\n"
+    "const U = Buffer.from('%s', 'hex');\n"
     "function gen(n, off) {\n"
     "  const b = Buffer.alloc(n);\n"
     "  for (let i = 0; i < n; i++) b[i] = U[(i + off) %% U.length];\n"
@@ -213,8 +225,9 @@ static const char JS[] =
 
 static json_object *program_body(const char *lang, size_t nout, size_t nerr, int stream_field)
 {
-    char code[4096];
-    snprintf(code, sizeof(code), strcmp(lang, "python") == 0 ? PY : JS, nout, nerr);
+    char code[4096], hex[2 * UNIT_LEN + 1];
+    unit_hex(hex);
+    snprintf(code, sizeof(code), strcmp(lang, "python") == 0 ? PY : JS, hex, nout, nerr);
     json_object *b = json_object_new_object();
     json_object_object_add(b, "code", json_object_new_string(code));
     json_object_object_add(b, "timeout", json_object_new_int(60));
@@ -404,6 +417,25 @@ SGGW_TEST(test_javascript_through_gateway)
     through_gateway("javascript");
 }
 
+/* A megabyte of control characters on each stream, in writes of up to
+ * 64 KiB: the largest events there are (6 bytes of JSON per byte), through
+ * both hops at once. */
+SGGW_TEST(test_control_characters)
+{
+    unit = CTRL_UNIT;
+    char *psid = proxy_session("python");
+    target_t tp = {sgtest_proxy_url(proxy), NULL, psid, "python"};
+    compare_one(&tp, OUTPUT_LIMIT, OUTPUT_LIMIT, 0);
+    sgtest_close_session(proxy, proxy_id, psid, NULL, REMOVAL_S);
+    free(psid);
+    char *sid = sggw_create_session(gw, token(), "{\"lang\": \"javascript\"}", NULL);
+    target_t t = {sggw_gateway_url(gw), token(), sid, "javascript"};
+    compare_one(&t, OUTPUT_LIMIT, OUTPUT_LIMIT, 1);
+    sggw_delete_session(gw, token(), sid);
+    free(sid);
+    unit = TEXT_UNIT;
+}
+
 /* After all that, a fresh session still works, streamed and not. */
 SGGW_TEST(test_service_still_works)
 {
@@ -425,6 +457,7 @@ int main(void)
         cmocka_unit_test_teardown(test_javascript_through_proxy, after_test),
         cmocka_unit_test_teardown(test_python_through_gateway, after_test),
         cmocka_unit_test_teardown(test_javascript_through_gateway, after_test),
+        cmocka_unit_test_teardown(test_control_characters, after_test),
         cmocka_unit_test_teardown(test_service_still_works, after_test),
     };
     return cmocka_run_group_tests_name("sec_streaming", tests, group_setup, group_teardown);
