@@ -276,8 +276,10 @@ static void touch_session(gw_req_t *g, int add_exec)
 static void exec_answer(gw_req_t *g, int status, const char *ctype, const char *body, size_t len)
 {
     if (g->want_stream) {
-        if (gw_http(g) != NULL && g->stream != NULL)
+        if (gw_http(g) != NULL && g->stream != NULL && status != 0)
             sg_http_stream_finish(g->stream);
+        else if (gw_http(g) != NULL && g->stream != NULL)
+            sg_http_stream_abort(g->stream); /* the proxy's stream broke off */
     } else {
         reply_raw(g, status, ctype, body, len);
     }
@@ -383,19 +385,28 @@ static void on_exec_reply(void *data, const sg_upstream_reply_t *r)
     const char *result = NULL;
     size_t len = 0;
 
+    if (r->status == 0 && g->want_stream && g->up_status == 200 && !g->tail.saw_error) {
+        /* the proxy's stream broke off after the run began: the run still
+         * counts (at the gateway's own measure), and the client's stream is
+         * ended as broken, not as complete */
+        sg_warn("usage: a streamed execution of tenant %lld broke off: %s", (long long)g->tenant.id,
+                r->err != NULL ? r->err : "no reason");
+        if (record_execution(g, "{}", 2, r) == 0)
+            return; /* ended by usage_done */
+    }
     if (r->status == 0) {
         sg_metrics_execution(g->lang[0] ? g->lang : "unknown", "failed", -1);
         if (g->stream == NULL)
             reply_upstream_failure(g, r);
         else if (gw_http(g) != NULL)
-            sg_http_stream_finish(g->stream);
+            sg_http_stream_abort(g->stream);
         gw_free(g);
         return;
     }
     if (r->status == 200 && g->want_stream) {
         result = sg_sse_tail_result(&g->tail, &len);
-        if (result == NULL) {
-            /* the stream broke off before its result: the run still counts */
+        if (result == NULL && !g->tail.saw_error) {
+            /* the stream ended without its result: the run still counts */
             sg_warn("usage: a streamed execution of tenant %lld ended without its result event",
                     (long long)g->tenant.id);
             result = "{}";

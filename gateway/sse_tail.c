@@ -24,6 +24,8 @@ static void end_event(sg_sse_tail_t *t)
         sg_buf_reset(&t->result);
         t->have_result = sg_buf_append(&t->result, t->data.base, t->data.len) == 0;
     }
+    if (!t->event_over && strcmp(t->event, "error") == 0 && t->has_data)
+        t->saw_error = 1;
     t->event[0] = '\0';
     t->event_over = 0;
     sg_buf_reset(&t->data);

@@ -33,6 +33,7 @@ typedef struct {
     int has_data;
     sg_buf_t result; /* the data of the last whole "result" event */
     int have_result;
+    int saw_error;   /* a whole "error" event came (the run failed) */
 } sg_sse_tail_t;
 
 void sg_sse_tail_init(sg_sse_tail_t *t, size_t max_event);

@@ -181,13 +181,20 @@ static void serve_one(int c)
     if (is_exec)
         usleep(STANDIN_DELAY_US);
     if (streamed) {
+        /* "CUT": the stream breaks off after its first event; "ERROR": the
+         * run failed (an error event, as the proxy sends for a 502) */
+        int cut = strcmp(result, "CUT") == 0, err = strcmp(result, "ERROR") == 0;
         char events[1024];
-        int el = snprintf(events, sizeof(events), "event: stdout\ndata: {\"data\":\"hi\\n\"}\n\nevent: result\ndata: %s\n\n",
-                          result);
+        int el = err ? snprintf(events, sizeof(events),
+                                "event: error\ndata: {\"detail\":\"the agent died\",\"code\":\"sandbox_failed\"}\n\n")
+                     : snprintf(events, sizeof(events),
+                                "event: stdout\ndata: {\"data\":\"hi\\n\"}\n\nevent: result\ndata: %s\n\n", result);
         int hl = snprintf(reply, sizeof(reply),
                           "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n"
                           "Connection: close\r\n\r\n",
-                          el);
+                          cut ? el + 1000 : el);
+        if (cut)
+            el = 37; /* the first event only, then the connection closes */
         write_all(c, reply, (size_t)hl);
         write_all(c, events, (size_t)el);
         return;
@@ -299,6 +306,32 @@ SGGW_TEST(test_forged_durations_not_billed)
             total += d;
         }
     }
+    /* a stream that breaks off after the run began is billed (at the
+     * gateway's measure) and reaches the client as broken */
+    standin_set("CUT");
+    char eurl[128];
+    sgsse_result_t sr;
+    pathf(eurl, sizeof(eurl), "%s/execute", sggw_gateway_url(g));
+    double t0 = sgtest_now();
+    int rc = sgsse_post(eurl, tok, "{\"code\": \"1\", \"stream\": true}", NULL, 30, &sr);
+    double t1 = sgtest_now();
+    SG_CHECK(sr.status == 200 && (rc != 0 || sr.unterminated) && sgsse_last(&sr, "result") == NULL, NULL,
+             "a broken stream must reach the client as broken: curl %d (%s), %zu events", sr.curl_rc, sr.error, sr.nev);
+    sgsse_result_free(&sr);
+    double d = last_duration(g, "forger", ++nrows);
+    SG_CHECK(d >= STANDIN_DELAY_US / 1e6 - 0.01 && d <= t1 - t0 + 0.01, NULL,
+             "a broken stream: billed %g, outside the client's wall clock [%g, %g]", d, STANDIN_DELAY_US / 1e6, t1 - t0);
+    total += d;
+    /* a run that failed (an error event, the proxy's 502) is not billed, as
+     * a buffered 502 is not */
+    standin_set("ERROR");
+    SG_CHECK(sgsse_post(eurl, tok, "{\"code\": \"1\", \"stream\": true}", NULL, 30, &sr) == 0 &&
+                 sgsse_last(&sr, "error") != NULL,
+             NULL, "the error event reaches the client: %zu events", sr.nev);
+    sgsse_result_free(&sr);
+    json_object_put(usage_rows(g, "forger", NULL));
+    (void)last_duration(g, "forger", nrows); /* still nrows rows */
+
     /* the ledger's total is the sum, and the day's seconds are not used up */
     double seconds;
     json_object_put(usage_rows(g, "forger", &seconds));

@@ -118,6 +118,14 @@ static void test_sse_tail_pieces(void **state)
     /* an unterminated result event does not count */
     static const char cut[] = "event: result\ndata: {\"exit_code\":0}\n";
     assert_null(result_of(cut, sizeof(cut) - 1, 3, &rlen));
+    /* an error event is seen (the run failed: nothing to bill) */
+    static const char err[] = "event: stdout\ndata: {}\n\nevent: error\ndata: {\"code\":\"sandbox_failed\"}\n\n";
+    sg_sse_tail_t et;
+    sg_sse_tail_init(&et, 1024);
+    sg_sse_tail_feed(&et, err, sizeof(err) - 1);
+    assert_true(et.saw_error);
+    assert_null(sg_sse_tail_result(&et, &rlen));
+    sg_sse_tail_free(&et);
     /* the last of several counts */
     static const char two[] = "event: result\ndata: 1\n\nevent: result\ndata: 2\n\n";
     const char *r = result_of(two, sizeof(two) - 1, 5, &rlen);
