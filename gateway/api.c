@@ -8,11 +8,11 @@
  *   route -> [DB] token + session owner -> [state] rate -> route handler
  *   -> [state] quota / session slot -> [upstream] proxy -> [DB, state] records
  */
+#include "fields.h"
 #include "gateway.h"
 #include "http.h"
 #include "json.h"
 #include "log.h"
-#include "fields.h"
 #include "metrics.h"
 #include "sse_tail.h"
 #include "util.h"
