@@ -11,14 +11,14 @@
  * is the work dir or lies under it (checked through /proc/self/fd, after
  * symlinks), the leaf is one plain name (not empty, ".", "..", no '/');
  * a refusal names a known error code and a sentence; no descriptor leaks.
- * With create, the writable work dir is rebuilt after every input.
+ * With create, the directories made are removed after each input.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "agent_proto.h"
@@ -26,6 +26,30 @@
 #include "request.h"
 
 static char root[PATH_MAX];
+/* Directories the confinement made (in create mode), removed again after
+ * each input, newest first: the writable work dir is back as it was. */
+static char **made;
+static size_t n_made, cap_made;
+
+int mkdirat(int dfd, const char *path, mode_t mode)
+{
+    char at[64], dir[PATH_MAX];
+    int rc = (int)syscall(SYS_mkdirat, dfd, path, mode);
+    if (rc == 0) {
+        snprintf(at, sizeof(at), "/proc/self/fd/%d", dfd);
+        ssize_t n = readlink(at, dir, sizeof(dir) - 1);
+        CHECK(n > 0);
+        dir[n] = '\0';
+        if (n_made == cap_made) {
+            cap_made = cap_made ? cap_made * 2 : 16;
+            made = realloc(made, cap_made * sizeof(*made));
+        }
+        made[n_made] = malloc(strlen(dir) + strlen(path) + 2);
+        sprintf(made[n_made++], "%s/%s", dir, path);
+    }
+    return rc;
+}
+
 static char work_ro[PATH_MAX], work_rw[PATH_MAX];
 static char real_ro[PATH_MAX], real_rw[PATH_MAX];
 
@@ -75,18 +99,6 @@ static void populate(const char *w)
     ln(w, "a", "alias");
     ln(w, "../outside/secret", "secret");
     ln(w, "a/../../outside", "a/b/back");
-}
-
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-    return remove(p);
-}
-
-static void rebuild_rw(void)
-{
-    must(nftw(work_rw, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0, "nftw");
-    mk(work_rw, "");
-    populate(work_rw);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -163,7 +175,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     probe_after = dup(2);
     close(probe_after);
     CHECK(probe_after == probe_before);
-    if (create)
-        rebuild_rw();
+    while (n_made > 0) {
+        n_made--;
+        CHECK(rmdir(made[n_made]) == 0);
+        free(made[n_made]);
+    }
     return 0;
 }
