@@ -156,6 +156,25 @@ items.append(("trailing", bytes([1]) + b'{"code": "x"} garbage'))
 items.append(("deep", bytes([1]) + b'{"code": ' + b'[' * 40 + b']' * 40 + b'}'))
 write("fuzz_json_body", items)
 
+# ---- the gateway's bodies (first byte: bit 0 default caps, bit 1 create; fuzz_gw_body.c) ----
+gw = [
+    ("create", 2, '{"lang":"python","timeout":60,"memory_mb":512,"cpus":1}'),
+    ("create_caps", 3, '{"lang":"javascript","timeout":301,"memory_mb":2048,"cpus":2.5}'),
+    ("create_nan", 2, '{"timeout":NaN,"memory_mb":Infinity,"cpus":-Infinity}'),
+    ("create_huge", 2, '{"timeout":1e308,"memory_mb":1e300,"cpus":-1e300}'),
+    ("create_fraction", 2, '{"memory_mb":512.5,"cpus":0,"timeout":-1}'),
+    ("create_types", 2, '{"timeout":"30","memory_mb":[512],"cpus":null}'),
+    ("exec", 0, '{"code":"print(1)","timeout":30,"stream":true}'),
+    ("exec_tiny", 1, '{"code":"x","timeout":1e-300}'),
+    ("exec_lang", 4 * 2, '{"code":"x","lang":"javascript"}'),
+    ("exec_lang_nul", 4 * 3, '{"code":"x","lang":"python\\u0000go"}'),
+    ("exec_lang_long", 4 * 1, '{"code":"x","lang":"' + "p" * 40 + '"}'),
+    ("text_number", 0, '1.5e3'),
+    ("text_hex", 0, '0x10'),
+    ("text_nan", 0, 'nan'),
+]
+write("fuzz_gw_body", [(n, bytes([b]) + t.encode()) for n, b, t in gw])
+
 # ---- request targets ------------------------------------------------------------
 targets = [
     "/sessions/%s/files?path=data/input.csv" % SID,
