@@ -21,12 +21,13 @@
 #include <string.h>
 #include <time.h>
 
-#define SSE_MAX_QUEUED (8u << 20)
-#define STREAM_TAIL_MAX (64u << 10)
 /* The files route's query string: "?path=" and a path the proxy takes
  * (SG_MAX_PATH, 1024 bytes) with every byte percent-encoded, and some room.
  * A longer one is refused, never cut: a cut query names another file. */
 #define FILES_QUERY_MAX 3200
+
+#define SSE_MAX_QUEUED (8u << 20)
+#define STREAM_TAIL_MAX (64u << 10)
 
 typedef enum {
     R_CREATE,   /* POST /sessions */
