@@ -7,7 +7,8 @@
  * itself, anything the proxy could send, fed in pieces the mode byte
  * chooses, with a small or a large max_event. Invariants: the parser
  * agrees with a one-pass reference written from the SSE rules
- * (sse_tail.h) over the whole stream, whatever the pieces. Mode odd: the
+ * (sse_tail.h) over the whole stream, whatever the pieces: the same
+ * result event, and an error event seen or not alike. Mode odd: the
  * bytes are a program's output; the target builds the proxy's stream from
  * it (output events in pieces, then the result event, as sg_http_sse_event
  * writes them) and the parser must hand back exactly the result's JSON.
@@ -31,6 +32,7 @@ typedef struct {
     char *result;
     size_t result_len;
     int have_result;
+    int saw_error;
 } ref_t;
 
 static void ref_line(ref_t *r, const char *l, size_t len)
@@ -44,6 +46,8 @@ static void ref_line(ref_t *r, const char *l, size_t len)
             r->result_len = r->data_len;
             r->have_result = 1;
         }
+        if (!r->event_over && strcmp(r->event, "error") == 0 && r->has_data)
+            r->saw_error = 1;
         r->event[0] = '\0';
         r->event_over = r->data_over = r->has_data = 0;
         r->data_len = 0;
@@ -121,6 +125,7 @@ static void check_raw(const uint8_t *p, size_t len, uint8_t mode)
         CHECK(n <= max_event && res[n] == '\0');
         CHECK(n == r.result_len && memcmp(res, r.result, n) == 0);
     }
+    CHECK(t.saw_error == r.saw_error);
     sg_sse_tail_free(&t);
     free(r.data);
     free(r.result);

@@ -231,6 +231,10 @@ sse = [
     ("unterminated", b"\x00" + tail_ok[:-2].encode()),
     ("cut_mark", b"\x00" + b"vent: result\ndata: {}\n\n"),
     ("no_result", b"\x00" + ev("output", {"stream": "stderr", "data": "x"}).encode()),
+    ("error_event", b"\x00" + (ev("output", {"stream": "stdout", "data": "x"})
+                              + ev("error", {"detail": "the sandbox's agent exited", "code": "sandbox_broken"})).encode()),
+    ("crlf", b"\x00" + tail_ok.replace("\n", "\r\n").encode()),
+    ("small_max", b"\x06" + tail_ok.encode()),
     ("built_text", b"\x01" + "0\n1\n2\nh\u00e9llo \u2713 \U0001F600\n".encode()),
     ("built_mark", b"\x07" + b"event: result\ndata: {\"exit_code\":0}\n\n"),
     ("built_bytes", b"\x2b" + bytes(range(256))),
