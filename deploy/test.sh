@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, starts Docker, builds sandgate
-# and its images, then runs the unit and integration tests under ASan/UBSan.
+# and its images, then runs the unit and integration tests under ASan/UBSan,
+# then every libFuzzer target in fuzz/ for 20 s (fuzz/run.sh).
 # Usage: sudo ./deploy/test.sh   (from anywhere; CI runs it via .ci/run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,5 +45,11 @@ if [ -n "$leaked" ]; then
 fi
 [ -z "$older" ] || sg_log "note: sgtest-* containers from before this run (not touched): $older"
 
+sg_log "test: fuzz/run.sh (each libFuzzer target 20 s from its seed corpus)"
+frc=0
+./fuzz/run.sh 20 || frc=$?
+
 sg_log "test: $(grep -E 'tests passed|No tests were found' build-asan/ctest.log | tail -n 1 || echo "ctest exit $rc")"
+[ "$frc" = 0 ] && sg_log "test: fuzz targets passed" || sg_log "test: fuzz targets FAILED (fuzz/run.sh exit $frc)"
+[ "$rc" != 0 ] || rc=$frc
 exit "$rc"

@@ -23,6 +23,11 @@
 #include <string.h>
 #include <time.h>
 
+/* The files route's query string: "?path=" and a path the proxy takes
+ * (SG_MAX_PATH, 1024 bytes) with every byte percent-encoded, and some room.
+ * A longer one is refused, never cut: a cut query names another file. */
+#define FILES_QUERY_MAX 3200
+
 #define SSE_MAX_QUEUED (8u << 20)
 #define STREAM_EVENT_MAX (64u << 10) /* the result event is a few hundred bytes */
 
@@ -49,7 +54,7 @@ typedef struct {
     char method[8];
     char sid[37];
     char token[SG_TOKEN_MAX + 1];
-    char query[1100];      /* "?path=..." for files */
+    char query[FILES_QUERY_MAX]; /* "?path=..." for files */
     char *body;            /* a copy of the request body */
     size_t body_len;
     char content_type[128];
@@ -218,7 +223,7 @@ static void forward(gw_req_t *g, const char *method, const char *path, long time
 {
     const char *body = NULL, *ctype = NULL;
     size_t len = 0;
-    char full[1400];
+    char full[FILES_QUERY_MAX + 128];
 
     if (strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0)
         forward_body(g, &body, &len, &ctype);
@@ -1043,6 +1048,13 @@ int sg_gw_handle(void *app, h2o_req_t *req)
         snprintf(detail, sizeof(detail), "no session with id \"%.*s\"", (int)(seg[1].len > 64 ? 64 : seg[1].len),
                  seg[1].base);
         return simple_error(req, route_names[route], 404, "no_such_session", detail);
+    }
+
+    if (route == R_FILES && req->query_at != SIZE_MAX && req->path.len - req->query_at >= FILES_QUERY_MAX) {
+        char detail[160];
+        snprintf(detail, sizeof(detail), "the query string is %zu bytes, above the limit of %d",
+                 req->path.len - req->query_at, FILES_QUERY_MAX - 1);
+        return simple_error(req, route_names[route], 400, "bad_path", detail);
     }
 
     gw_req_t *g = calloc(1, sizeof(*g));

@@ -238,6 +238,48 @@ void sg_agent_get_rest(sg_agent_reader_t *r, const uint8_t **s, size_t *len)
     r->off = r->len;
 }
 
+int sg_agent_reply_decode(const sg_agent_header_t *h, const uint8_t *payload, sg_agent_reply_t *m)
+{
+    sg_agent_reader_t r;
+
+    memset(m, 0, sizeof(*m));
+    m->type = h->type;
+    sg_agent_reader_init(&r, payload, h->len);
+    switch (h->type) {
+    case SG_AGENT_READY:
+        sg_agent_get_u32(&r, &m->version);
+        sg_agent_get_str(&r, &m->data, &m->data_len);
+        break;
+    case SG_AGENT_OUTPUT:
+        if (sg_agent_get_u32(&r, &m->stream) != 0 || (m->stream != 1 && m->stream != 2))
+            return -1;
+        sg_agent_get_rest(&r, &m->data, &m->data_len);
+        break;
+    case SG_AGENT_EXIT:
+        sg_agent_get_i32(&r, &m->exit_code);
+        sg_agent_get_u32(&r, &m->signal);
+        sg_agent_get_u32(&r, &m->reason);
+        sg_agent_get_u64(&r, &m->duration_us);
+        sg_agent_get_u32(&r, &m->flags);
+        sg_agent_get_str(&r, &m->stage, &m->stage_len);
+        sg_agent_get_u32(&r, &m->state);
+        break;
+    case SG_AGENT_FILE:
+        sg_agent_get_rest(&r, &m->data, &m->data_len);
+        break;
+    case SG_AGENT_OK:
+        sg_agent_get_u64(&r, &m->ok_value);
+        break;
+    case SG_AGENT_ERROR:
+        sg_agent_get_u32(&r, &m->err_code);
+        sg_agent_get_str(&r, &m->message, &m->message_len);
+        break;
+    default:
+        return -1;
+    }
+    return r.failed ? -1 : 0;
+}
+
 const char *sg_agent_reason_name(uint32_t reason)
 {
     switch (reason) {

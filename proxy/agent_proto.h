@@ -217,6 +217,35 @@ int sg_agent_get_u64(sg_agent_reader_t *r, uint64_t *v);
 int sg_agent_get_str(sg_agent_reader_t *r, const uint8_t **s, size_t *len);
 void sg_agent_get_rest(sg_agent_reader_t *r, const uint8_t **s, size_t *len);
 
+/* A message of the agent (READY, OUTPUT, EXIT, FILE, OK, ERROR) decoded
+ * from its complete payload, as the proxy takes it. Byte fields point into
+ * the payload (not NUL-terminated); bytes after the last field are ignored
+ * (OUTPUT's and FILE's data is the rest). */
+typedef struct {
+    uint8_t type;
+    uint32_t version;        /* READY */
+    uint32_t stream;         /* OUTPUT: 1 stdout or 2 stderr */
+    const uint8_t *data;     /* OUTPUT, FILE: the bytes; READY: the work dir */
+    size_t data_len;
+    int32_t exit_code;       /* EXIT, as the payload says */
+    uint32_t signal;
+    uint32_t reason;
+    uint64_t duration_us;
+    uint32_t flags;
+    const uint8_t *stage;    /* EXIT */
+    size_t stage_len;
+    uint32_t state;
+    uint64_t ok_value;       /* OK */
+    uint32_t err_code;       /* ERROR */
+    const uint8_t *message;
+    size_t message_len;
+} sg_agent_reply_t;
+
+/* 0, or -1 when the type is not one of the agent's or the payload is
+ * malformed (too short for its fields, or OUTPUT on a stream other than 1
+ * or 2): a stream that says that cannot be trusted. */
+int sg_agent_reply_decode(const sg_agent_header_t *h, const uint8_t *payload, sg_agent_reply_t *m);
+
 const char *sg_agent_reason_name(uint32_t reason); /* "exited", "timeout", "out_of_memory", ... */
 const char *sg_agent_state_name(uint32_t state);   /* "none", "kept", "new", "lost" */
 

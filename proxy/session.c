@@ -648,54 +648,46 @@ static void on_stream_bytes(void *ctx, int stream, const uint8_t *p, size_t len)
 static void handle_message(sg_session_t *s, const sg_agent_header_t *h, const uint8_t *payload)
 {
     sg_op_t *op;
-    sg_agent_reader_t r;
-    const uint8_t *p;
-    size_t len;
+    sg_agent_reply_t m;
 
     if (h2o_linklist_is_empty(&s->_ops) || !s->_op_sent)
         return; /* nothing waits: an answer to an op that was given up */
     op = H2O_STRUCT_FROM_MEMBER(sg_op_t, _link, s->_ops.next);
     if (h->id != op->_id)
         return;
-    sg_agent_reader_init(&r, payload, h->len);
+    if (sg_agent_reply_decode(h, payload, &m) != 0)
+        goto Bad;
     switch (h->type) {
-    case SG_AGENT_OUTPUT: {
-        uint32_t stream;
-        if (sg_agent_get_u32(&r, &stream) != 0 || (stream != 1 && stream != 2))
-            goto Bad;
-        sg_agent_get_rest(&r, &p, &len);
+    case SG_AGENT_OUTPUT:
         if (op->on_output != NULL)
-            op->on_output(op, (int)stream, p, len);
+            op->on_output(op, (int)m.stream, m.data, m.data_len);
         /* the agent enforces the cap; this only stops a broken agent */
-        sg_buf_append(&op->out[stream - 1], p, len);
+        sg_buf_append(&op->out[m.stream - 1], m.data, m.data_len);
         return;
-    }
     case SG_AGENT_EXIT:
-        if (sg_agent_get_i32(&r, &op->exit_code) != 0 || sg_agent_get_u32(&r, &op->signal) != 0 ||
-            sg_agent_get_u32(&r, &op->reason) != 0 || sg_agent_get_u64(&r, &op->duration_us) != 0 ||
-            sg_agent_get_u32(&r, &op->flags) != 0 || sg_agent_get_str(&r, &p, &len) != 0 ||
-            sg_agent_get_u32(&r, &op->state) != 0)
-            goto Bad;
-        snprintf(op->stage, sizeof(op->stage), "%.*s", (int)len, (const char *)p);
+        op->exit_code = m.exit_code;
+        op->signal = m.signal;
+        op->reason = m.reason;
+        op->duration_us = m.duration_us;
+        op->flags = m.flags;
+        op->state = m.state;
+        snprintf(op->stage, sizeof(op->stage), "%.*s", (int)m.stage_len, (const char *)m.stage);
         break;
     case SG_AGENT_FILE:
-        sg_agent_get_rest(&r, &p, &len);
-        if (sg_buf_append(&op->file, p, len) != 0)
+        if (sg_buf_append(&op->file, m.data, m.data_len) != 0)
             goto Bad;
         break;
     case SG_AGENT_OK:
-        if (sg_agent_get_u64(&r, &op->ok_value) != 0)
-            goto Bad;
+        op->ok_value = m.ok_value;
         break;
     case SG_AGENT_ERROR:
-        if (sg_agent_get_u32(&r, &op->agent_err) != 0 || sg_agent_get_str(&r, &p, &len) != 0)
-            goto Bad;
+        op->agent_err = m.err_code;
         if (op->agent_err == 0)
             op->agent_err = SG_AGENT_ERR_IO;
-        snprintf(op->errmsg, sizeof(op->errmsg), "%.*s", (int)len, (const char *)p);
+        snprintf(op->errmsg, sizeof(op->errmsg), "%.*s", (int)m.message_len, (const char *)m.message);
         break;
     default:
-        goto Bad;
+        goto Bad; /* READY again, mid-session */
     }
     s->_op_sent = 0;
     op_complete(op);

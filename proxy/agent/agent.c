@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "agent_proto.h"
+#include "request.h"
 
 #define DEFAULT_WORKDIR "/sandbox"
 #define KILL_BUDGET_NS (2000LL * 1000 * 1000) /* give up killing after 2 s */
@@ -435,179 +436,36 @@ static void send_output(uint32_t id, uint32_t stream, const uint8_t *p, size_t l
     }
 }
 
-/* ---- paths ----------------------------------------------------------- */
+/* ---- files (request.h decodes and confines the paths) ---------------- */
 
-static char *dup_field(const uint8_t *s, size_t len)
+static void send_fail(uint32_t id, const sg_agent_fail_t *f)
 {
-    char *p;
-
-    if (memchr(s, '\0', len) != NULL)
-        return NULL;
-    p = malloc(len + 1);
-    if (p == NULL)
-        return NULL;
-    memcpy(p, s, len);
-    p[len] = '\0';
-    return p;
-}
-
-static uint32_t errno_to_err(int e)
-{
-    switch (e) {
-    case ENOENT:
-        return SG_AGENT_ERR_NOT_FOUND;
-    case ELOOP:
-    case ENOTDIR:
-    case EISDIR:
-    case ENAMETOOLONG:
-    case ENXIO: /* O_NONBLOCK open of a FIFO without reader */
-        return SG_AGENT_ERR_PATH;
-    }
-    return SG_AGENT_ERR_IO;
-}
-
-static void send_path_error(uint32_t id, const char *path, int e)
-{
-    uint32_t code = errno_to_err(e);
-
-    if (code == SG_AGENT_ERR_NOT_FOUND)
-        send_error(id, code, "The file \"%.200s\" does not exist.", path);
-    else if (e == EISDIR)
-        send_error(id, code, "The path \"%.200s\" names a directory, not a file.", path);
-    else if (code == SG_AGENT_ERR_PATH)
-        send_error(id, code, "The path \"%.200s\" goes through a symbolic link or something that is not a directory.",
-                   path);
-    else
-        send_error(id, code, "Cannot open \"%.200s\": %s.", path, strerror(e));
-}
-
-/* Open the directory that will hold the last component of `path`, starting
- * from the work dir and refusing to follow any symlink on the way. On success
- * the last component is copied to `leaf` and the fd is returned; on failure
- * an ERROR has been sent and -1 is returned. */
-static int open_parent(uint32_t id, const char *path, int create, char *leaf, size_t leafsz)
-{
-    size_t wlen = strlen(workdir);
-    const char *rel = path, *dots;
-    char *walk = NULL, *comp, *next, *after;
-    int dfd = -1, nfd;
-
-    if (*path == '/') {
-        if (strcmp(workdir, "/") == 0) {
-            rel = path + 1;
-        } else if (strncmp(path, workdir, wlen) == 0 && (path[wlen] == '/' || path[wlen] == '\0')) {
-            rel = path + wlen;
-        } else {
-            send_error(id, SG_AGENT_ERR_PATH, "The path \"%.200s\" is outside the work directory %s.", path, workdir);
-            goto Error;
-        }
-    }
-    /* Refuse ".." anywhere before touching the file system. */
-    for (dots = rel; (dots = strstr(dots, "..")) != NULL; dots += 2) {
-        if ((dots == rel || dots[-1] == '/') && (dots[2] == '/' || dots[2] == '\0')) {
-            send_error(id, SG_AGENT_ERR_PATH,
-                       "The path \"%.200s\" contains \"..\"; paths must stay inside the work directory.", path);
-            goto Error;
-        }
-    }
-    if ((walk = strdup(rel)) == NULL) {
-        send_error(id, SG_AGENT_ERR_IO, "Out of memory.");
-        goto Error;
-    }
-    dfd = open(workdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) {
-        send_error(id, SG_AGENT_ERR_IO, "Cannot open the work directory %s: %s.", workdir, strerror(errno));
-        goto Error;
-    }
-
-    leaf[0] = '\0';
-    for (comp = strtok_r(walk, "/", &next); comp != NULL; comp = after) {
-        after = strtok_r(NULL, "/", &next);
-        if (strcmp(comp, ".") == 0)
-            continue;
-        if (after == NULL) {
-            if (strlen(comp) >= leafsz) {
-                send_error(id, SG_AGENT_ERR_PATH, "The path \"%.200s\" has a name that is too long.", path);
-                goto Error;
-            }
-            strcpy(leaf, comp);
-            break;
-        }
-        nfd = openat(dfd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (nfd < 0 && errno == ENOENT && create) {
-            if (mkdirat(dfd, comp, 0755) != 0 && errno != EEXIST) {
-                send_error(id, SG_AGENT_ERR_IO, "Cannot create the directory \"%.200s\" for \"%.200s\": %s.", comp,
-                           path, strerror(errno));
-                goto Error;
-            }
-            nfd = openat(dfd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        }
-        if (nfd < 0) {
-            send_path_error(id, path, errno);
-            goto Error;
-        }
-        close(dfd);
-        dfd = nfd;
-    }
-    if (leaf[0] == '\0') {
-        send_error(id, SG_AGENT_ERR_PATH, "The path \"%.200s\" names a directory, not a file.", path);
-        goto Error;
-    }
-    free(walk);
-    return dfd;
-
-Error:
-    free(walk);
-    if (dfd >= 0)
-        close(dfd);
-    return -1;
-}
-
-/* Checks shared by PUT_FILE and GET_FILE; returns a NUL-terminated copy. */
-static char *take_path(uint32_t id, const uint8_t *s, size_t len)
-{
-    char *path;
-
-    if (len == 0) {
-        send_error(id, SG_AGENT_ERR_PATH, "The path is empty.");
-        return NULL;
-    }
-    if (memchr(s, '\0', len) != NULL) {
-        send_error(id, SG_AGENT_ERR_PATH, "The path contains a NUL byte.");
-        return NULL;
-    }
-    path = dup_field(s, len);
-    if (path == NULL)
-        send_error(id, SG_AGENT_ERR_IO, "Out of memory.");
-    return path;
+    send_error(id, f->code, "%s", f->msg);
 }
 
 static void handle_put(uint32_t id, const uint8_t *payload, size_t len)
 {
-    sg_agent_reader_t r;
-    const uint8_t *ps, *data;
-    size_t plen, dlen;
-    uint32_t mode;
-    char *path = NULL, leaf[NAME_MAX + 1];
+    sg_agent_put_req_t q;
+    sg_agent_fail_t f;
+    const char *path;
+    char leaf[NAME_MAX + 1];
     int dfd = -1, fd = -1;
     struct stat st;
 
-    sg_agent_reader_init(&r, payload, len);
-    sg_agent_get_str(&r, &ps, &plen);
-    sg_agent_get_u32(&r, &mode);
-    sg_agent_get_rest(&r, &data, &dlen);
-    if (r.failed) {
-        send_error(id, SG_AGENT_ERR_BAD_REQUEST, "The PUT_FILE request is malformed.");
+    if (sg_agent_put_req_decode(payload, len, &q, &f) != 0) {
+        send_fail(id, &f);
         goto Exit;
     }
-    if ((path = take_path(id, ps, plen)) == NULL)
+    path = q.path;
+    if ((dfd = sg_agent_open_parent(workdir, path, 1, leaf, sizeof(leaf), &f)) < 0) {
+        send_fail(id, &f);
         goto Exit;
-    if ((dfd = open_parent(id, path, 1, leaf, sizeof(leaf))) < 0)
-        goto Exit;
+    }
     /* O_NONBLOCK: opening a FIFO must fail (ENXIO), never hang the agent. */
-    fd = openat(dfd, leaf, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, (mode_t)(mode & 0777));
+    fd = openat(dfd, leaf, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, (mode_t)(q.mode & 0777));
     if (fd < 0) {
-        send_path_error(id, path, errno);
+        sg_agent_path_fail(&f, path, errno);
+        send_fail(id, &f);
         goto Exit;
     }
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -615,49 +473,48 @@ static void handle_put(uint32_t id, const uint8_t *payload, size_t len)
         goto Exit;
     }
     /* The umask and an existing file's mode must not win over the request. */
-    fchmod(fd, (mode_t)(mode & 0777));
-    if (write_full(fd, data, dlen) != 0) {
+    fchmod(fd, (mode_t)(q.mode & 0777));
+    if (write_full(fd, q.data, q.data_len) != 0) {
         send_error(id, SG_AGENT_ERR_IO, "Cannot write \"%.200s\": %s.", path, strerror(errno));
         goto Exit;
     }
-    send_ok(id, dlen);
+    send_ok(id, q.data_len);
 
 Exit:
     if (fd >= 0)
         close(fd);
     if (dfd >= 0)
         close(dfd);
-    free(path);
+    free(q.path);
 }
 
 static void handle_get(uint32_t id, const uint8_t *payload, size_t len)
 {
-    sg_agent_reader_t r;
-    const uint8_t *ps;
-    size_t plen, got = 0;
+    sg_agent_get_req_t q;
+    sg_agent_fail_t f;
+    size_t got = 0;
     uint32_t max_bytes;
-    char *path = NULL, leaf[NAME_MAX + 1];
+    const char *path;
+    char leaf[NAME_MAX + 1];
     uint8_t *data = NULL;
     int dfd = -1, fd = -1, rr;
     struct stat st;
     size_t start;
 
-    sg_agent_reader_init(&r, payload, len);
-    sg_agent_get_str(&r, &ps, &plen);
-    sg_agent_get_u32(&r, &max_bytes);
-    if (r.failed || r.off != r.len) {
-        send_error(id, SG_AGENT_ERR_BAD_REQUEST, "The GET_FILE request is malformed.");
+    if (sg_agent_get_req_decode(payload, len, &q, &f) != 0) {
+        send_fail(id, &f);
         goto Exit;
     }
-    if (max_bytes > SG_AGENT_MAX_PAYLOAD)
-        max_bytes = SG_AGENT_MAX_PAYLOAD; /* the reply must fit in one message */
-    if ((path = take_path(id, ps, plen)) == NULL)
+    path = q.path;
+    max_bytes = q.max_bytes;
+    if ((dfd = sg_agent_open_parent(workdir, path, 0, leaf, sizeof(leaf), &f)) < 0) {
+        send_fail(id, &f);
         goto Exit;
-    if ((dfd = open_parent(id, path, 0, leaf, sizeof(leaf))) < 0)
-        goto Exit;
+    }
     fd = openat(dfd, leaf, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
-        send_path_error(id, path, errno);
+        sg_agent_path_fail(&f, path, errno);
+        send_fail(id, &f);
         goto Exit;
     }
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -706,7 +563,7 @@ Exit:
         close(fd);
     if (dfd >= 0)
         close(dfd);
-    free(path);
+    free(q.path);
 }
 
 /* ---- EXEC ------------------------------------------------------------ */
@@ -1554,38 +1411,30 @@ static void exec_in_kernel(exec_t *x, int lost)
 
 static void handle_exec(uint32_t id, const uint8_t *payload, size_t len)
 {
-    sg_agent_reader_t r;
+    sg_agent_exec_req_t q;
+    sg_agent_fail_t f;
     exec_t x;
     run_t res;
-    const uint8_t *s[5];
-    size_t sl[5];
     uint32_t timeout_ms;
     char why[PATH_MAX + 128];
-    int i, stateful, lost = 0;
+    int stateful, lost = 0;
 
     memset(&x, 0, sizeof(x));
     x.id = id;
     x.state = SG_AGENT_STATE_NONE;
-    sg_agent_reader_init(&r, payload, len);
-    sg_agent_get_u32(&r, &timeout_ms);
-    sg_agent_get_u32(&r, &x.output_cap);
-    for (i = 0; i < 5; i++)
-        sg_agent_get_str(&r, &s[i], &sl[i]);
-    sg_agent_get_rest(&r, &x.code, &x.code_len);
-    if (r.failed) {
-        send_error(id, SG_AGENT_ERR_BAD_REQUEST, "The EXEC request is malformed.");
+    if (sg_agent_exec_req_decode(payload, len, &q, &f) != 0) {
+        send_fail(id, &f);
         goto Exit;
     }
-    x.setup_cmd = dup_field(s[0], sl[0]);
-    x.setup_stage = dup_field(s[1], sl[1]);
-    x.run_cmd = dup_field(s[2], sl[2]);
-    x.file_path = dup_field(s[3], sl[3]);
-    x.kernel_cmd = dup_field(s[4], sl[4]);
-    if (x.setup_cmd == NULL || x.setup_stage == NULL || x.run_cmd == NULL || x.file_path == NULL ||
-        x.kernel_cmd == NULL) {
-        send_error(id, SG_AGENT_ERR_BAD_REQUEST, "The EXEC request has a command, stage or path containing a NUL byte.");
-        goto Exit;
-    }
+    timeout_ms = q.timeout_ms;
+    x.output_cap = q.output_cap;
+    x.setup_cmd = q.setup_cmd;
+    x.setup_stage = q.setup_stage;
+    x.run_cmd = q.run_cmd;
+    x.file_path = q.file_path;
+    x.kernel_cmd = q.kernel_cmd;
+    x.code = q.code;
+    x.code_len = q.code_len;
     stateful = x.kernel_cmd[0] != '\0';
     x.envp = build_env(x.file_path);
     if (x.envp == NULL) {

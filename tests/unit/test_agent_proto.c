@@ -339,6 +339,113 @@ static void test_state_names(void **state)
     assert_string_equal(sg_agent_state_name(UINT32_MAX), "unknown");
 }
 
+/* ---- sg_agent_reply_decode: the proxy's reading of the agent's messages ---- */
+
+/* Decodes b's one message from a payload copied into a buffer of exactly its
+ * size (a sanitizer build sees any read past it). */
+static int reply_decode(const sg_agent_buf_t *b, size_t cut, sg_agent_reply_t *m, uint8_t **copy)
+{
+    sg_agent_header_t h;
+    size_t len;
+
+    assert_int_equal(sg_agent_header_decode(b->base, &h), 0);
+    len = h.len - cut;
+    h.len = (uint32_t)len;
+    *copy = malloc(len != 0 ? len : 1);
+    memcpy(*copy, b->base + SG_AGENT_HEADER_SIZE, len);
+    return sg_agent_reply_decode(&h, *copy, m);
+}
+
+static void test_reply_decode(void **state)
+{
+    sg_agent_buf_t b;
+    sg_agent_reply_t m;
+    uint8_t *copy;
+
+    sg_agent_buf_init(&b);
+    sg_agent_msg_begin(&b, SG_AGENT_EXIT, 7);
+    sg_agent_put_i32(&b, -1);
+    sg_agent_put_u32(&b, 9);
+    sg_agent_put_u32(&b, SG_AGENT_REASON_TIMEOUT);
+    sg_agent_put_u64(&b, 30000000);
+    sg_agent_put_u32(&b, SG_AGENT_EXIT_STDERR_TRUNCATED);
+    sg_agent_put_str(&b, "compile", 7);
+    sg_agent_put_u32(&b, SG_AGENT_STATE_LOST);
+    sg_agent_msg_end(&b, 0);
+    assert_int_equal(reply_decode(&b, 0, &m, &copy), 0);
+    assert_int_equal(m.type, SG_AGENT_EXIT);
+    assert_int_equal(m.exit_code, -1);
+    assert_int_equal(m.signal, 9);
+    assert_int_equal(m.reason, SG_AGENT_REASON_TIMEOUT);
+    assert_true(m.duration_us == 30000000);
+    assert_int_equal(m.flags, SG_AGENT_EXIT_STDERR_TRUNCATED);
+    assert_int_equal(m.stage_len, 7);
+    assert_memory_equal(m.stage, "compile", 7);
+    assert_ptr_equal(m.stage, copy + 28);
+    assert_int_equal(m.state, SG_AGENT_STATE_LOST);
+    free(copy);
+    /* one byte short, anywhere in the fields: refused */
+    for (size_t cut = 1; cut <= 4 + 4 + 4 + 8 + 4 + 4 + 7 + 4; cut++) {
+        assert_int_equal(reply_decode(&b, cut, &m, &copy), -1);
+        free(copy);
+    }
+
+    b.len = 0;
+    sg_agent_msg_begin(&b, SG_AGENT_OUTPUT, 8);
+    sg_agent_put_u32(&b, 2);
+    sg_agent_put_rest(&b, "err\n", 4);
+    sg_agent_msg_end(&b, 0);
+    assert_int_equal(reply_decode(&b, 0, &m, &copy), 0);
+    assert_int_equal(m.stream, 2);
+    assert_int_equal(m.data_len, 4);
+    assert_memory_equal(m.data, "err\n", 4);
+    free(copy);
+    b.base[SG_AGENT_HEADER_SIZE + 3] = 3; /* stream 3 */
+    assert_int_equal(reply_decode(&b, 0, &m, &copy), -1);
+    free(copy);
+    b.base[SG_AGENT_HEADER_SIZE + 3] = 0; /* stream 0 (stdin) */
+    assert_int_equal(reply_decode(&b, 0, &m, &copy), -1);
+    free(copy);
+
+    b.len = 0;
+    sg_agent_msg_begin(&b, SG_AGENT_ERROR, 9);
+    sg_agent_put_u32(&b, SG_AGENT_ERR_PATH);
+    sg_agent_put_str(&b, "no", 2);
+    sg_agent_put_rest(&b, "ignored", 7);
+    sg_agent_msg_end(&b, 0);
+    assert_int_equal(reply_decode(&b, 0, &m, &copy), 0);
+    assert_int_equal(m.err_code, SG_AGENT_ERR_PATH);
+    assert_int_equal(m.message_len, 2);
+    assert_memory_equal(m.message, "no", 2);
+    free(copy);
+
+    b.len = 0;
+    sg_agent_msg_begin(&b, SG_AGENT_OK, 10);
+    sg_agent_put_u64(&b, 12345);
+    sg_agent_msg_end(&b, 0);
+    assert_int_equal(reply_decode(&b, 0, &m, &copy), 0);
+    assert_true(m.ok_value == 12345);
+    free(copy);
+    assert_int_equal(reply_decode(&b, 1, &m, &copy), -1);
+    free(copy);
+
+    b.len = 0;
+    sg_agent_msg_begin(&b, SG_AGENT_FILE, 11);
+    sg_agent_msg_end(&b, 0);
+    assert_int_equal(reply_decode(&b, 0, &m, &copy), 0);
+    assert_int_equal(m.data_len, 0);
+    free(copy);
+
+    /* requests and unknown types are not the agent's to send */
+    b.base[0] = SG_AGENT_EXEC;
+    assert_int_equal(reply_decode(&b, 0, &m, &copy), -1);
+    free(copy);
+    b.base[0] = 200;
+    assert_int_equal(reply_decode(&b, 0, &m, &copy), -1);
+    free(copy);
+    sg_agent_buf_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -353,6 +460,7 @@ int main(void)
         cmocka_unit_test(test_empty_payload),
         cmocka_unit_test(test_reason_names),
         cmocka_unit_test(test_state_names),
+        cmocka_unit_test(test_reply_decode),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
