@@ -502,7 +502,9 @@ static void sse_finish(pending_t *p, sg_op_t *op)
         json_object *o = json_object_new_object();
         json_object_object_add(o, "detail", json_object_new_string(op->errmsg));
         json_object_object_add(o, "code",
-                               json_object_new_string(op->fail_status == 504 ? "sandbox_timeout" : "sandbox_failed"));
+                               json_object_new_string(op->fail_status == 504   ? "sandbox_timeout"
+                                                      : op->fail_status == 409 ? "request_cancelled"
+                                                                               : "sandbox_failed"));
         sg_http_stream_event(p->stream, "error", o);
     } else {
         sg_buf_reset(&op->out[0]);
