@@ -81,7 +81,8 @@ static h2o_linklist_t named = {&named, &named}; /* pendings with a rid */
 /* Admits p to s's queue: 0, or -1 after answering 429. */
 static int pending_admit(pending_t *p, h2o_req_t *req, sg_session_t *s)
 {
-    if ((long)s->waiting >= p->api->session_queue) {
+    long max = p->api->session_queue > 0 ? p->api->session_queue : 16;
+    if ((long)s->waiting >= max) {
         sg_http_add_header(req, "retry-after", "1");
         sg_http_send_error(req, 429, "session_busy",
                            "%u requests already wait on this session (the limit); try again when one has run",
