@@ -76,12 +76,16 @@ typedef struct {
     sg_upstream_done_cb up_done;  /* its callback */
     sg_upstream_req_t *cancel_up; /* DELETE /requests/{rid} while in flight */
     char rid[33];                 /* names an execution to the proxy (X-Sandgate-Request-Id) */
+    h2o_timeout_entry_t cancel_retry; /* the proxy did not have the request yet */
+    int cancel_tries;
 } gw_req_t;
 
 static void gw_free(gw_req_t *g)
 {
     sg_upstream_cancel(g->up);
     sg_upstream_cancel(g->cancel_up);
+    if (h2o_timeout_is_linked(&g->cancel_retry))
+        h2o_timeout_unlink(&g->cancel_retry);
     sg_http_hold_release(g->hold);
     free(g->body);
     json_object_put(g->json);
@@ -975,8 +979,14 @@ static void answer_gone(gw_req_t *g)
     gw_free(g);
 }
 
+#define CANCEL_TRIES 5
+#define CANCEL_RETRY_MS 100
+
+static void ask_cancel(gw_req_t *g);
+
 static void on_cancel_reply(void *data, const sg_upstream_reply_t *r)
 {
+    static h2o_timeout_t retry_timeout;
     gw_req_t *g = data;
     g->cancel_up = NULL;
     if (r->status == 200 && g->up != NULL) {
@@ -984,24 +994,45 @@ static void on_cancel_reply(void *data, const sg_upstream_reply_t *r)
         sg_upstream_cancel(g->up);
         g->up = NULL;
         answer_gone(g);
+    } else if (r->status == 404 && strcmp(r->code, "no_such_request") == 0 && g->up != NULL &&
+               g->cancel_tries < CANCEL_TRIES) {
+        /* not there yet (still on its way to the proxy), or over (its reply
+         * on its way back): ask again shortly while the call lasts */
+        if (retry_timeout.timeout == 0)
+            h2o_timeout_init(sg_gw.loop, &retry_timeout, CANCEL_RETRY_MS);
+        h2o_timeout_link(sg_gw.loop, &retry_timeout, &g->cancel_retry);
     }
     /* else the run goes on: on_exec_reply records it */
+}
+
+static void on_cancel_retry(h2o_timeout_entry_t *e)
+{
+    gw_req_t *g = H2O_STRUCT_FROM_MEMBER(gw_req_t, cancel_retry, e);
+    if (g->up != NULL)
+        ask_cancel(g);
+}
+
+static void ask_cancel(gw_req_t *g)
+{
+    char path[80];
+    g->cancel_tries++;
+    g->cancel_retry.cb = on_cancel_retry;
+    snprintf(path, sizeof(path), "/requests/%s", g->rid);
+    g->cancel_up = sg_upstream_start(sg_gw.upstream, "DELETE", path, NULL, 0, NULL, sg_gw.call_timeout_ms, NULL, NULL,
+                                     on_cancel_reply, g);
 }
 
 static void on_client_gone(void *data)
 {
     gw_req_t *g = data;
-    char path[80];
 
-    if (g->up == NULL || g->cancel_up != NULL)
+    if (g->up == NULL || g->cancel_up != NULL || g->cancel_tries != 0)
         return; /* not forwarded yet (forward() will see it), or asked already */
     switch (g->route) {
     case R_EXECUTE:
     case R_COMMAND:
     case R_EPHEMERAL:
-        snprintf(path, sizeof(path), "/requests/%s", g->rid);
-        g->cancel_up = sg_upstream_start(sg_gw.upstream, "DELETE", path, NULL, 0, NULL, sg_gw.call_timeout_ms, NULL,
-                                         NULL, on_cancel_reply, g);
+        ask_cancel(g);
         return;
     case R_GET:
     case R_FILES:
