@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -151,6 +152,7 @@ const char *sg_http_reason(int status)
     case 415: return "Unsupported Media Type";
     case 429: return "Too Many Requests";
     case 431: return "Request Header Fields Too Large";
+    case 499: return "Client Closed Request";
     case 500: return "Internal Server Error";
     case 502: return "Bad Gateway";
     case 503: return "Service Unavailable";
@@ -186,6 +188,8 @@ void sg_http_send_error(h2o_req_t *req, int status, const char *code, const char
     json_object *o = json_object_new_object();
     json_object_object_add(o, "detail", json_object_new_string(detail));
     json_object_object_add(o, "code", json_object_new_string(code));
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-sandgate-error"), 0, NULL,
+                          h2o_strdup(&req->pool, code, SIZE_MAX).base, strlen(code));
     sg_http_send_json(req, status, o);
 }
 
@@ -281,28 +285,102 @@ int sg_http_is_json(h2o_req_t *req)
 
 /* ---- holds ---- */
 
+/* One private epoll set per loop for the sockets of watched holds: h2o
+ * tells us when it is readable (an event is there); the events are taken
+ * one at a time, so that an on_gone that releases other holds never leaves
+ * a taken event pointing at freed memory. */
+typedef struct watcher {
+    h2o_loop_t *loop;
+    int epfd;
+    h2o_socket_t *sock;
+    struct watcher *next;
+} watcher_t;
+
+static watcher_t *watchers; /* the process's loops: a handful at most */
+
 struct sg_http_hold {
     h2o_req_t *req;
     struct hold_stub *stub;
+    void (*on_gone)(void *data);
+    void *data;
+    watcher_t *w; /* the epoll set holding fd, or NULL */
+    int fd;
+    int gone;
 };
 
 struct hold_stub {
     sg_http_hold_t *hold;
 };
 
+static void unwatch_fd(sg_http_hold_t *h)
+{
+    if (h->w != NULL) {
+        /* the fd is still open here: h2o disposes of a request before it
+         * closes its connection */
+        epoll_ctl(h->w->epfd, EPOLL_CTL_DEL, h->fd, NULL);
+        h->w = NULL;
+    }
+}
+
+static void hold_gone(sg_http_hold_t *h)
+{
+    unwatch_fd(h);
+    if (h->gone)
+        return;
+    h->gone = 1;
+    if (h->on_gone != NULL)
+        h->on_gone(h->data); /* may release h */
+}
+
+static void on_watch_ready(h2o_socket_t *sock, const char *err)
+{
+    watcher_t *w = sock->data;
+    struct epoll_event ev;
+
+    while (epoll_wait(w->epfd, &ev, 1, 0) == 1)
+        hold_gone(ev.data.ptr);
+}
+
+static watcher_t *watcher_of(h2o_loop_t *loop)
+{
+    watcher_t *w;
+    for (w = watchers; w != NULL; w = w->next)
+        if (w->loop == loop)
+            return w;
+    if ((w = calloc(1, sizeof(*w))) == NULL)
+        return NULL;
+    if ((w->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+        sg_error("http: cannot watch clients: epoll_create1: %s", strerror(errno));
+        free(w);
+        return NULL;
+    }
+    w->loop = loop;
+    w->sock = h2o_evloop_socket_create(loop, w->epfd, H2O_SOCKET_FLAG_DONT_READ);
+    w->sock->data = w;
+    h2o_socket_read_start(w->sock, on_watch_ready);
+    w->next = watchers;
+    watchers = w;
+    return w;
+}
+
 static void on_hold_stub_dispose(void *_stub)
 {
     struct hold_stub *stub = _stub;
-    if (stub->hold != NULL)
-        stub->hold->req = NULL;
+    sg_http_hold_t *h = stub->hold;
+    if (h == NULL)
+        return;
+    h->req = NULL;
+    /* disposed while held: unanswered, so the client went away */
+    hold_gone(h);
 }
 
 sg_http_hold_t *sg_http_hold(h2o_req_t *req)
 {
-    sg_http_hold_t *h = malloc(sizeof(*h));
+    sg_http_hold_t *h = calloc(1, sizeof(*h));
     if (h == NULL)
         h2o_fatal("out of memory");
     h->req = req;
+    h->fd = -1;
     h->stub = h2o_mem_alloc_shared(&req->pool, sizeof(*h->stub), on_hold_stub_dispose);
     h->stub->hold = h;
     return h;
@@ -313,10 +391,36 @@ h2o_req_t *sg_http_hold_req(sg_http_hold_t *h)
     return h->req;
 }
 
+void sg_http_hold_watch(sg_http_hold_t *h, void (*on_gone)(void *data), void *data)
+{
+    h2o_socket_t *sock;
+    watcher_t *w;
+    struct epoll_event ev = {.events = EPOLLRDHUP};
+
+    h->on_gone = on_gone;
+    h->data = data;
+    if (h->req == NULL || h->w != NULL || h->req->version >= 0x200 || h->req->conn->callbacks->get_socket == NULL)
+        return;
+    if ((sock = h->req->conn->callbacks->get_socket(h->req->conn)) == NULL ||
+        (w = watcher_of(h->req->conn->ctx->loop)) == NULL)
+        return;
+    h->fd = h2o_socket_get_fd(sock);
+    ev.data.ptr = h;
+    /* level-triggered: a FIN that came before the watch is reported too */
+    if (h->fd >= 0 && epoll_ctl(w->epfd, EPOLL_CTL_ADD, h->fd, &ev) == 0)
+        h->w = w;
+}
+
+int sg_http_hold_gone(sg_http_hold_t *h)
+{
+    return h->gone;
+}
+
 void sg_http_hold_release(sg_http_hold_t *h)
 {
     if (h == NULL)
         return;
+    unwatch_fd(h);
     if (h->req != NULL)
         h->stub->hold = NULL;
     free(h);

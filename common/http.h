@@ -37,7 +37,10 @@ void sg_http_server_stop_accepting(sg_http_server_t *s);
 const char *sg_http_reason(int status);
 /* Replies with obj serialized; takes ownership of obj. */
 void sg_http_send_json(h2o_req_t *req, int status, json_object *obj);
-/* Replies {"detail": <formatted>, "code": code}. */
+/* Replies {"detail": <formatted>, "code": code}, and names the code in the
+ * header X-Sandgate-Error as well: the code is the error's type, the one
+ * thing a caller branches on (the detail is text for people and may echo
+ * what the client sent). */
 void sg_http_send_error(h2o_req_t *req, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Replies with the bytes as given (copied into the request's pool). */
@@ -70,6 +73,24 @@ typedef struct sg_http_hold sg_http_hold_t;
 sg_http_hold_t *sg_http_hold(h2o_req_t *req);
 h2o_req_t *sg_http_hold_req(sg_http_hold_t *h);
 void sg_http_hold_release(sg_http_hold_t *h);
+
+/* Watches the client of a held request: on_gone(data) runs once, on the
+ * loop, when the client goes away before the hold is released — its
+ * connection was closed, or h2o disposed of the request unanswered. After
+ * on_gone the request may still be there (sg_http_hold_req): answer it as
+ * usual (h2o then finds the connection closed and frees it), or release.
+ *
+ * Why a watch: h2o 2.2.5's HTTP/1.1 stops reading a connection while its
+ * request is being handled, so a hang-up is noticed only when the reply is
+ * written. A watched HTTP/1 connection's socket goes into a private epoll
+ * set for EPOLLRDHUP (the peer's FIN) only — no data is read, nothing is
+ * polled: the cost is one epoll_ctl at watch and at release. A client that
+ * only half-closes (shutdown(SHUT_WR)) after its request counts as gone,
+ * as in nginx. HTTP/2 connections are read by h2o throughout: there the
+ * request's disposal says it. */
+void sg_http_hold_watch(sg_http_hold_t *h, void (*on_gone)(void *data), void *data);
+/* 1 once on_gone has run (or would have: the client is gone). */
+int sg_http_hold_gone(sg_http_hold_t *h);
 
 /* ---- streamed replies ----------------------------------------------------------
  * Status and headers go out at start; writes queue and go out as the client

@@ -387,11 +387,16 @@ static void sessions_tenant_done(sg_gw_job_t *job)
     admin_free(j);
 }
 
-static void on_force_closed(void *data)
+static void on_force_closed(void *data, int closed)
 {
     admin_job_t *j = data;
     h2o_req_t *req = sg_http_hold_req(j->hold);
-    if (req != NULL) {
+    if (req != NULL && !closed) {
+        sg_metrics_request("admin", 502);
+        sg_http_send_error(req, 502, "proxy_unavailable",
+                           "the sandbox service did not confirm that the session's container is removed; the "
+                           "session stays open and counted, and its close is retried until it does");
+    } else if (req != NULL) {
         json_object *o = json_object_new_object();
         json_object_object_add(o, "status", json_object_new_string("closed"));
         sg_metrics_request("admin", 200);

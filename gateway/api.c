@@ -79,10 +79,21 @@ typedef struct {
     sg_http_stream_t *stream;
     sg_sse_tail_t tail;    /* a streamed reply, parsed as it passes for its result event */
     long up_status;
+
+    sg_upstream_req_t *up;        /* the call to the proxy while in flight */
+    sg_upstream_done_cb up_done;  /* its callback */
+    sg_upstream_req_t *cancel_up; /* DELETE /requests/{rid} while in flight */
+    char rid[33];                 /* names an execution to the proxy (X-Sandgate-Request-Id) */
+    h2o_timeout_entry_t cancel_retry; /* the proxy did not have the request yet */
+    int cancel_tries;
 } gw_req_t;
 
 static void gw_free(gw_req_t *g)
 {
+    sg_upstream_cancel(g->up);
+    sg_upstream_cancel(g->cancel_up);
+    if (h2o_timeout_is_linked(&g->cancel_retry))
+        h2o_timeout_unlink(&g->cancel_retry);
     sg_http_hold_release(g->hold);
     free(g->body);
     json_object_put(g->json);
@@ -173,7 +184,9 @@ static void reply_too_many(gw_req_t *g, const char *limit, double retry_after, c
 /* An upstream failure with no reply from the proxy. */
 static void reply_upstream_failure(gw_req_t *g, const sg_upstream_reply_t *r)
 {
-    if (r->timed_out) {
+    if (sg_http_hold_gone(g->hold)) {
+        reply_error(g, 499, "client_closed", "the client went away");
+    } else if (r->timed_out) {
         sg_metrics_upstream_error("timeout");
         reply_error(g, 504, "upstream_timeout", "the sandbox service did not answer in time");
     } else {
@@ -219,23 +232,44 @@ static void on_stream_data(void *data, const char *p, size_t len)
         sg_http_stream_write(g->stream, p, len);
 }
 
+static void on_forwarded(void *data, const sg_upstream_reply_t *r)
+{
+    gw_req_t *g = data;
+    g->up = NULL;
+    g->up_done(g, r);
+}
+
+/* Sends the request on to the proxy; done gets the reply, or a failure
+ * (status 0) when the call cannot be made or the client has gone already. */
 static void forward(gw_req_t *g, const char *method, const char *path, long timeout_ms, sg_upstream_done_cb done)
 {
     const char *body = NULL, *ctype = NULL;
+    const char *headers[2] = {NULL, NULL};
+    char rid_header[64];
     size_t len = 0;
     char full[FILES_QUERY_MAX + 128];
 
+    g->up_done = done;
+    if (sg_http_hold_gone(g->hold)) {
+        sg_upstream_reply_t fail = {.err = "the client went away", .body = "", .content_type = "", .retry_after = "",
+                                    .code = ""};
+        done(g, &fail);
+        return;
+    }
     if (strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0)
         forward_body(g, &body, &len, &ctype);
+    if (g->rid[0]) {
+        snprintf(rid_header, sizeof(rid_header), "X-Sandgate-Request-Id: %s", g->rid);
+        headers[0] = rid_header;
+    }
     snprintf(full, sizeof(full), "%s%s", path, g->query);
-    sg_upstream_req_t *r = sg_upstream_start(sg_gw.upstream, method, full, body, len, ctype, timeout_ms,
-                                             g->want_stream ? on_stream_head : NULL,
-                                             g->want_stream ? on_stream_data : NULL, done, g);
-    if (r == NULL) {
-        sg_upstream_reply_t fail = {0};
-        fail.err = "cannot start a request to the proxy";
-        reply_upstream_failure(g, &fail);
-        gw_free(g);
+    g->up = sg_upstream_start_with_headers(sg_gw.upstream, method, full, headers, body, len, ctype, timeout_ms,
+                                           g->want_stream ? on_stream_head : NULL,
+                                           g->want_stream ? on_stream_data : NULL, on_forwarded, g);
+    if (g->up == NULL) {
+        sg_upstream_reply_t fail = {.err = "cannot start a request to the proxy", .body = "", .content_type = "",
+                                    .retry_after = "", .code = ""};
+        done(g, &fail);
     }
 }
 
@@ -377,11 +411,22 @@ static int record_execution(gw_req_t *g, const char *result, size_t result_len, 
 }
 
 /* The proxy no longer knows a session the records say is live (it was
- * restarted): close the records so that the tenant's slot comes back. */
+ * restarted): close the records so that the tenant's slot comes back. Only
+ * the error's type says so — the body's text may echo what the client sent
+ * (a file path). The close asks the proxy once more and frees the slot only
+ * on its answer. */
 static void maybe_session_lost(gw_req_t *g, const sg_upstream_reply_t *r)
 {
-    if (r->status == 404 && g->sid[0] && strstr(r->body, "no_such_session") != NULL)
+    if (r->status == 404 && g->sid[0] && g->route != R_EPHEMERAL && strcmp(r->code, "no_such_session") == 0)
         sg_gw_close_session(g->sid, g->tenant.id, "proxy_lost", NULL, NULL);
+}
+
+/* The proxy's Retry-After (a busy session, no capacity) goes to the client. */
+static void pass_retry_after(gw_req_t *g, const sg_upstream_reply_t *r)
+{
+    h2o_req_t *req = gw_http(g);
+    if (req != NULL && r->retry_after[0] != '\0' && (r->status == 429 || r->status == 503))
+        sg_http_add_header(req, "retry-after", r->retry_after);
 }
 
 static void on_exec_reply(void *data, const sg_upstream_reply_t *r)
@@ -424,6 +469,7 @@ static void on_exec_reply(void *data, const sg_upstream_reply_t *r)
         if (r->status >= 500)
             sg_metrics_upstream_error("5xx");
         maybe_session_lost(g, r);
+        pass_retry_after(g, r);
     }
     if (result != NULL && record_execution(g, result, len, r) == 0)
         return; /* answered by usage_done */
@@ -621,6 +667,7 @@ static void open_done(sg_gw_job_t *job)
         sg_error("session %s: cannot record it: %s", j->rec.id, job->err);
         json_object_put(j->reply);
         reply_error(j->g, 500, "internal", "the session could not be recorded: %s", job->err);
+        /* the proxy has a container for it: removed like any other */
         sg_gw_close_session(j->rec.id, j->rec.tenant_id, "deleted", NULL, NULL);
     } else {
         reply_json(j->g, 200, j->reply);
@@ -733,6 +780,12 @@ static void route_execution(gw_req_t *g)
             d = g->tenant.max_timeout;
     }
     g->timeout = d;
+    {
+        unsigned char rnd[16];
+        sg_random_bytes(rnd, sizeof(rnd));
+        for (size_t i = 0; i < sizeof(rnd); i++)
+            snprintf(g->rid + i * 2, 3, "%02x", rnd[i]);
+    }
     if (json_object_object_get_ex(g->json, "stream", &v) && json_object_get_boolean(v))
         g->want_stream = 1;
     if (g->want_stream) /* asked by Accept: the proxy is asked in the body */
@@ -751,6 +804,7 @@ static void on_plain_reply(void *data, const sg_upstream_reply_t *r)
         reply_upstream_failure(g, r);
     } else {
         maybe_session_lost(g, r);
+        pass_retry_after(g, r);
         if ((g->route == R_FILES || g->route == R_LIBRARIES) && r->status == 200)
             touch_session(g, 0);
         reply_raw(g, (int)r->status, r->content_type, r->body, r->body_len);
@@ -791,27 +845,22 @@ static void list_done(sg_gw_job_t *job)
 }
 
 /* The reply to a DELETE goes out once the close is on record: a GET
- * /sessions right after must not list the session. */
-static void on_delete_recorded(void *data)
+ * /sessions right after must not list the session. The close removes the
+ * container on the proxy first; when the proxy does not confirm it, the
+ * session stays (open, counted) and the close is retried in the
+ * background. */
+static void on_delete_closed(void *data, int closed)
 {
     gw_req_t *g = data;
-    json_object *o = json_object_new_object();
-    json_object_object_add(o, "status", json_object_new_string("closed"));
-    reply_json(g, 200, o);
-    gw_free(g);
-}
-
-static void on_delete_reply(void *data, const sg_upstream_reply_t *r)
-{
-    gw_req_t *g = data;
-    if (r->status == 0) {
-        reply_upstream_failure(g, r);
-    } else if (r->status == 200 || r->status == 404) {
-        /* gone on the proxy either way: close the records, then reply */
-        sg_gw_close_session(g->sid, g->tenant.id, "deleted", on_delete_recorded, g);
-        return;
+    if (closed) {
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "status", json_object_new_string("closed"));
+        reply_json(g, 200, o);
     } else {
-        reply_raw(g, (int)r->status, r->content_type, r->body, r->body_len);
+        sg_metrics_upstream_error("unreachable");
+        reply_error(g, 502, "proxy_unavailable",
+                    "the sandbox service did not confirm that the session's container is removed; the session stays "
+                    "open and counted until it does (the close is retried)");
     }
     gw_free(g);
 }
@@ -837,8 +886,7 @@ static void dispatch(gw_req_t *g)
         forward(g, "GET", path, sg_gw.call_timeout_ms, on_plain_reply);
         return;
     case R_DELETE:
-        snprintf(path, sizeof(path), "/sessions/%s", g->sid);
-        forward(g, "DELETE", path, sg_gw.call_timeout_ms, on_delete_reply);
+        sg_gw_close_session(g->sid, g->tenant.id, "deleted", on_delete_closed, g);
         return;
     case R_FILES:
         snprintf(path, sizeof(path), "/sessions/%s/files", g->sid);
@@ -922,6 +970,94 @@ static void auth_done(sg_gw_job_t *job)
     return;
 Free:
     gw_free(g);
+}
+
+/* ---- a client that goes away ------------------------------------------------------------
+ * Noticed while its request waits (sg_http_hold_watch). Before the proxy is
+ * called, forward() sees it and calls nothing. A call in flight:
+ *  - an execution asks the proxy first (DELETE /requests/{rid}): an
+ *    operation still waiting in the session's queue is dropped there (200),
+ *    and the transfer is cut; one that has started (409 request_started) or
+ *    is over (404) runs to its end, and its usage row is written as for any
+ *    other — a run that happened is billed;
+ *  - a file transfer, a library install, a session's details: the transfer
+ *    is cut; the proxy sees its client go and drops the operation if it
+ *    still waits (nothing of these is billed);
+ *  - creating and deleting a session run to their end: a session the proxy
+ *    made must be on record, and a close must finish. */
+
+static void answer_gone(gw_req_t *g)
+{
+    /* to nobody: h2o then finds the connection closed and frees it */
+    reply_error(g, 499, "client_closed", "the client went away");
+    gw_free(g);
+}
+
+#define CANCEL_TRIES 5
+#define CANCEL_RETRY_MS 100
+
+static void ask_cancel(gw_req_t *g);
+
+static void on_cancel_reply(void *data, const sg_upstream_reply_t *r)
+{
+    static h2o_timeout_t retry_timeout;
+    gw_req_t *g = data;
+    g->cancel_up = NULL;
+    if (r->status == 200 && g->up != NULL) {
+        sg_metrics_execution(g->lang[0] ? g->lang : "unknown", "cancelled", -1);
+        sg_upstream_cancel(g->up);
+        g->up = NULL;
+        answer_gone(g);
+    } else if (r->status == 404 && strcmp(r->code, "no_such_request") == 0 && g->up != NULL &&
+               g->cancel_tries < CANCEL_TRIES) {
+        /* not there yet (still on its way to the proxy), or over (its reply
+         * on its way back): ask again shortly while the call lasts */
+        if (retry_timeout.timeout == 0)
+            h2o_timeout_init(sg_gw.loop, &retry_timeout, CANCEL_RETRY_MS);
+        h2o_timeout_link(sg_gw.loop, &retry_timeout, &g->cancel_retry);
+    }
+    /* else the run goes on: on_exec_reply records it */
+}
+
+static void on_cancel_retry(h2o_timeout_entry_t *e)
+{
+    gw_req_t *g = H2O_STRUCT_FROM_MEMBER(gw_req_t, cancel_retry, e);
+    if (g->up != NULL)
+        ask_cancel(g);
+}
+
+static void ask_cancel(gw_req_t *g)
+{
+    char path[80];
+    g->cancel_tries++;
+    g->cancel_retry.cb = on_cancel_retry;
+    snprintf(path, sizeof(path), "/requests/%s", g->rid);
+    g->cancel_up = sg_upstream_start(sg_gw.upstream, "DELETE", path, NULL, 0, NULL, sg_gw.call_timeout_ms, NULL, NULL,
+                                     on_cancel_reply, g);
+}
+
+static void on_client_gone(void *data)
+{
+    gw_req_t *g = data;
+
+    if (g->up == NULL || g->cancel_up != NULL || g->cancel_tries != 0)
+        return; /* not forwarded yet (forward() will see it), or asked already */
+    switch (g->route) {
+    case R_EXECUTE:
+    case R_COMMAND:
+    case R_EPHEMERAL:
+        ask_cancel(g);
+        return;
+    case R_GET:
+    case R_FILES:
+    case R_LIBRARIES:
+        sg_upstream_cancel(g->up);
+        g->up = NULL;
+        answer_gone(g);
+        return;
+    default:
+        return;
+    }
 }
 
 /* ---- entry -------------------------------------------------------------------------------- */
@@ -1059,6 +1195,7 @@ int sg_gw_handle(void *app, h2o_req_t *req)
 
     gw_req_t *g = calloc(1, sizeof(*g));
     g->hold = sg_http_hold(req);
+    sg_http_hold_watch(g->hold, on_client_gone, g);
     g->route = route;
     snprintf(g->method, sizeof(g->method), "%.*s", (int)req->method.len, req->method.base);
     memcpy(g->token, token.base, token.len);

@@ -58,11 +58,21 @@ void sg_gw_db_submit(sg_gw_job_t *job);
 /* Routes of the public API (api.c) and the admin API (admin.c). */
 int sg_gw_handle(void *app, h2o_req_t *req);
 int sg_gw_admin_handle(h2o_req_t *req, h2o_iovec_t *seg, int nseg);
-/* Closes a session everywhere (state, proxy, ledger) for a reason; used by
- * DELETE, the reaper, the admin API and a proxy that lost the session.
- * done (may be NULL) runs once the close is on record in SQLite — or at
- * once when another gateway's reaper closed it first. */
-void sg_gw_close_session(const char *sid, int64_t tenant, const char *reason, void (*done)(void *data), void *data);
+/* Closes a session everywhere, for a reason ("deleted", "idle",
+ * "lifetime", "admin", "proxy_lost"), used by DELETE, the reaper, the admin
+ * API and a proxy that lost the session. The proxy removes the container
+ * first, or confirms it has none (404, code no_such_session); only then is
+ * the session taken out of the live state (its slot freed) and closed in
+ * the ledger. A removal the proxy does not confirm is tried again from the
+ * reaper (1 s, 2 s, ... 30 s apart) until it is; the session keeps its
+ * slot meanwhile. done (may be NULL) runs with closed = 1 once the close
+ * is on record, or with closed = 0 when the proxy did not confirm this
+ * attempt (the close goes on in the background; done is not called
+ * again). Asked again while one is under way, it joins that one. */
+void sg_gw_close_session(const char *sid, int64_t tenant, const char *reason, void (*done)(void *data, int closed),
+                         void *data);
+/* Closes under way or waiting for a retry (metrics, tests). */
+size_t sg_gw_closes_pending(void);
 /* The reaper: every reaper_interval_ms, closes sessions past their idle or
  * lifetime deadline. */
 void sg_gw_reaper_start(void);

@@ -25,6 +25,7 @@
 #include "buf.h"
 
 #include <curl/curl.h>
+#include <json-c/json.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -80,6 +81,7 @@ struct sg_upstream_req {
     long status; /* from the last status line seen */
     char content_type[256];
     char retry_after[64];
+    char code[48];
     unsigned head_sent : 1;
     unsigned too_large : 1;
     char curl_err[CURL_ERROR_SIZE];
@@ -156,6 +158,11 @@ static size_t on_curl_header(char *line, size_t size, size_t nitems, void *userp
             r->status = (sp[1] - '0') * 100 + (sp[2] - '0') * 10 + (sp[3] - '0');
         r->content_type[0] = '\0';
         r->retry_after[0] = '\0';
+        r->code[0] = '\0';
+    } else if (header_is(line, len, "x-sandgate-error", 16)) {
+        copy_header_value(r->code, sizeof(r->code), line + 17, len - 17);
+        if (!sg_upstream_code_valid(r->code))
+            r->code[0] = '\0';
     } else if (header_is(line, len, "content-type", 12)) {
         copy_header_value(r->content_type, sizeof(r->content_type), line + 13, len - 13);
     } else if (header_is(line, len, "retry-after", 11)) {
@@ -212,6 +219,38 @@ static int add_to_multi(sg_upstream_req_t *r)
 
 /* ---- finishing -------------------------------------------------------------- */
 
+int sg_upstream_code_valid(const char *code)
+{
+    size_t i;
+    for (i = 0; code[i] != '\0'; i++)
+        if (i >= 47 || !((code[i] >= 'a' && code[i] <= 'z') || (code[i] >= '0' && code[i] <= '9') || code[i] == '_'))
+            return 0;
+    return i != 0;
+}
+
+/* An older proxy names an error's type only in its JSON body: the "code"
+ * member of the top-level object, read by a JSON parser (text inside
+ * "detail" is a string value, never a member). */
+static void code_from_body(sg_upstream_req_t *r, const char *body, size_t len)
+{
+    json_tokener *tok;
+    json_object *o, *v;
+
+    if (r->code[0] != '\0' || len == 0 || strncasecmp(r->content_type, "application/json", 16) != 0)
+        return;
+    if ((tok = json_tokener_new()) == NULL)
+        return;
+    o = json_tokener_parse_ex(tok, body, (int)(len > INT32_MAX ? INT32_MAX : len));
+    if (o != NULL && json_object_is_type(o, json_type_object) && json_object_object_get_ex(o, "code", &v) &&
+        json_object_is_type(v, json_type_string) && json_object_get_string_len(v) < (int)sizeof(r->code)) {
+        snprintf(r->code, sizeof(r->code), "%s", json_object_get_string(v));
+        if (!sg_upstream_code_valid(r->code))
+            r->code[0] = '\0';
+    }
+    json_object_put(o);
+    json_tokener_free(tok);
+}
+
 static void finish_req(sg_upstream_req_t *r, CURLcode result)
 {
     sg_upstream_t *u = r->u;
@@ -226,6 +265,7 @@ static void finish_req(sg_upstream_req_t *r, CURLcode result)
     reply.status = reply_status(r);
     reply.content_type = r->content_type;
     reply.retry_after = r->retry_after;
+    reply.code = r->code;
     reply.body = "";
     if (r->too_large) {
         reply.err = too_large_err;
@@ -248,6 +288,8 @@ static void finish_req(sg_upstream_req_t *r, CURLcode result)
      * (too large, cut short, timed out mid-body): callers test status 0 */
     if (reply.err != NULL)
         reply.status = 0;
+    else if (reply.status >= 400)
+        code_from_body(r, reply.body, reply.body_len);
 
     /* streaming: a reply without a body still gets its head first */
     if (r->on_data != NULL && !r->head_sent && reply.status != 0 && reply.err == NULL) {
@@ -275,7 +317,8 @@ static void add_deferred(sg_upstream_t *u)
             sg_upstream_reply_t reply = {.err = "the request to the proxy could not be started",
                                          .body = "",
                                          .content_type = "",
-                                         .retry_after = ""};
+                                         .retry_after = "",
+                                         .code = ""};
             r->state = REQ_FINISHING;
             --u->in_flight;
             r->on_done(r->data, &reply);
@@ -511,6 +554,16 @@ sg_upstream_req_t *sg_upstream_start(sg_upstream_t *u, const char *method, const
                                      sg_upstream_head_cb on_head, sg_upstream_data_cb on_data,
                                      sg_upstream_done_cb on_done, void *data)
 {
+    return sg_upstream_start_with_headers(u, method, path, NULL, body, body_len, content_type, timeout_ms, on_head,
+                                          on_data, on_done, data);
+}
+
+sg_upstream_req_t *sg_upstream_start_with_headers(sg_upstream_t *u, const char *method, const char *path,
+                                                  const char *const *headers, const char *body, size_t body_len,
+                                                  const char *content_type, long timeout_ms,
+                                                  sg_upstream_head_cb on_head, sg_upstream_data_cb on_data,
+                                                  sg_upstream_done_cb on_done, void *data)
+{
     sg_upstream_req_t *r;
     struct curl_slist *h;
     char *url = NULL;
@@ -551,6 +604,11 @@ sg_upstream_req_t *sg_upstream_start(sg_upstream_t *u, const char *method, const
     if (h == NULL)
         goto Error;
     r->headers = h;
+    for (size_t i = 0; headers != NULL && headers[i] != NULL; i++) {
+        if ((h = curl_slist_append(r->headers, headers[i])) == NULL)
+            goto Error;
+        r->headers = h;
+    }
 
     if ((r->easy = curl_easy_init()) == NULL)
         goto Error;

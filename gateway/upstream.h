@@ -26,6 +26,10 @@ typedef struct {
     size_t body_len;
     const char *content_type; /* "" if none */
     const char *retry_after;  /* the reply's Retry-After header, "" if none */
+    const char *code;         /* an error reply's type: its X-Sandgate-Error header, or failing that
+                               * (an older proxy) the "code" field of its JSON body; "" if none.
+                               * Only [a-z0-9_], at most 47 characters. The one thing about an
+                               * error a caller may branch on — never search the body's text. */
 } sg_upstream_reply_t;
 
 /* The reply's status and headers, once, before any on_data (streaming only). */
@@ -36,6 +40,9 @@ typedef void (*sg_upstream_data_cb)(void *data, const char *p, size_t len);
  * and its strings are valid only during the call. After on_head, status 0
  * means the stream broke off (err says why). */
 typedef void (*sg_upstream_done_cb)(void *data, const sg_upstream_reply_t *r);
+
+/* 1 when code is an error type as the proxy names them: 1..47 of [a-z0-9_]. */
+int sg_upstream_code_valid(const char *code);
 
 /* base_url: "http://127.0.0.1:8000" (no trailing slash). */
 sg_upstream_t *sg_upstream_create(h2o_loop_t *loop, const char *base_url, size_t max_reply_bytes);
@@ -58,6 +65,13 @@ sg_upstream_req_t *sg_upstream_start(sg_upstream_t *u, const char *method, const
                                      size_t body_len, const char *content_type, long timeout_ms,
                                      sg_upstream_head_cb on_head, sg_upstream_data_cb on_data,
                                      sg_upstream_done_cb on_done, void *data);
+/* The same with extra request header lines ("Name: value", NULL-terminated;
+ * may be NULL), copied. */
+sg_upstream_req_t *sg_upstream_start_with_headers(sg_upstream_t *u, const char *method, const char *path,
+                                                  const char *const *headers, const char *body, size_t body_len,
+                                                  const char *content_type, long timeout_ms,
+                                                  sg_upstream_head_cb on_head, sg_upstream_data_cb on_data,
+                                                  sg_upstream_done_cb on_done, void *data);
 /* Stops a request; none of its callbacks runs after this. Callable from any
  * callback, including the request's own on_head/on_data. The handle is valid
  * until cancel, or until its on_done returns (cancel from inside its own

@@ -29,12 +29,23 @@ typedef struct {
         char b[4];
         size_t n;
     } partial[2];
+
+    /* the request's place in a session's queue (below) */
+    sg_session_t *slot;        /* the session whose waiting count it is in, or NULL */
+    sg_op_t *op;               /* its op while submitted and not done */
+    int started;               /* its op reached the agent: it runs to its end */
+    int cancelled;             /* its client went, or DELETE /requests/{rid}, before it started */
+    char rid[65];              /* X-Sandgate-Request-Id of an execution, "" if none */
+    h2o_linklist_t link;       /* in `named` while rid is set */
 } pending_t;
+
+static void on_pending_gone(void *data);
 
 static pending_t *pending_new(h2o_req_t *req, sg_api_t *api)
 {
     pending_t *p = calloc(1, sizeof(*p));
     p->hold = sg_http_hold(req);
+    sg_http_hold_watch(p->hold, on_pending_gone, p);
     p->api = api;
     return p;
 }
@@ -44,12 +55,141 @@ static h2o_req_t *pending_req(pending_t *p)
     return sg_http_hold_req(p->hold);
 }
 
+static void pending_unslot(pending_t *p);
+
 static void pending_free(pending_t *p)
 {
+    pending_unslot(p);
+    if (h2o_linklist_is_linked(&p->link))
+        h2o_linklist_unlink(&p->link);
     sg_http_hold_release(p->hold);
     json_object_put(p->body);
     free(p->path);
     free(p);
+}
+
+/* ---- a session's queue --------------------------------------------------------
+ * A request on a session (execute, command, file, library) waits from its
+ * admission until its op reaches the agent (an install: until it ends),
+ * holding its body. At most api->session_queue wait per session; past it,
+ * 429 session_busy. A waiting request is dropped — its op never runs — when
+ * its client goes away (sg_http_hold_watch) or the gateway cancels it by
+ * the id it gave (DELETE /requests/{rid}); one that has started runs to its
+ * end, and its reply goes to whoever is still there. */
+
+static h2o_linklist_t named = {&named, &named}; /* pendings with a rid */
+
+/* Admits p to s's queue: 0, or -1 after answering 429. */
+static int pending_admit(pending_t *p, h2o_req_t *req, sg_session_t *s)
+{
+    long max = p->api->session_queue > 0 ? p->api->session_queue : 16;
+    if ((long)s->waiting >= max) {
+        sg_http_add_header(req, "retry-after", "1");
+        sg_http_send_error(req, 429, "session_busy",
+                           "%u requests already wait on this session (the limit); try again when one has run",
+                           s->waiting);
+        return -1;
+    }
+    s->waiting++;
+    sg_session_ref(s);
+    p->slot = s;
+    return 0;
+}
+
+static void pending_unslot(pending_t *p)
+{
+    if (p->slot != NULL) {
+        p->slot->waiting--;
+        sg_session_unref(p->slot);
+        p->slot = NULL;
+    }
+}
+
+static void on_op_started(sg_op_t *op)
+{
+    pending_t *p = op->data;
+    p->started = 1;
+    pending_unslot(p);
+}
+
+/* Submits p's op (p->op while it is not done). */
+static void pending_submit(pending_t *p, sg_op_t *op, sg_op_cb done)
+{
+    p->op = op;
+    op->on_start = on_op_started;
+    sg_op_submit(op, done, p);
+}
+
+/* Gives p's op up unless it started. 1 if it had started (nothing
+ * changes), 0 if given up: a submitted op's callback runs now (p may be
+ * gone when this returns); otherwise the next step sees p->cancelled. */
+static int pending_cancel(pending_t *p)
+{
+    if (p->started)
+        return 1;
+    p->cancelled = 1;
+    if (p->op != NULL)
+        sg_op_cancel(p->op);
+    return 0;
+}
+
+static void on_pending_gone(void *data)
+{
+    pending_t *p = data;
+    if (p->op != NULL && !p->started)
+        sg_info("request %s: its client went away while it waited; dropped", p->rid[0] ? p->rid : "(unnamed)");
+    pending_cancel(p);
+}
+
+/* The answer to a request given up before it ran. */
+static void send_cancelled(h2o_req_t *req)
+{
+    sg_http_send_error(req, 409, "request_cancelled", "the request was cancelled before it started");
+}
+
+/* An execution named by the gateway: X-Sandgate-Request-Id (1 to 64 of
+ * [0-9a-zA-Z_-]), so that it can be cancelled while it waits. */
+static void pending_name(pending_t *p, h2o_req_t *req)
+{
+    ssize_t i = h2o_find_header_by_str(&req->headers, H2O_STRLIT("x-sandgate-request-id"), -1);
+    if (i < 0)
+        return;
+    h2o_iovec_t v = req->headers.entries[i].value;
+    if (v.len == 0 || v.len >= sizeof(p->rid))
+        return;
+    for (size_t k = 0; k < v.len; k++)
+        if (!((v.base[k] >= '0' && v.base[k] <= '9') || (v.base[k] >= 'a' && v.base[k] <= 'z') ||
+              (v.base[k] >= 'A' && v.base[k] <= 'Z') || v.base[k] == '_' || v.base[k] == '-'))
+            return;
+    memcpy(p->rid, v.base, v.len);
+    p->rid[v.len] = '\0';
+    h2o_linklist_insert(&named, &p->link);
+}
+
+/* DELETE /requests/{rid} */
+static int delete_request(h2o_req_t *req, h2o_iovec_t rid)
+{
+    pending_t *p = NULL;
+    for (h2o_linklist_t *l = named.next; l != &named; l = l->next) {
+        pending_t *q = H2O_STRUCT_FROM_MEMBER(pending_t, link, l);
+        if (strlen(q->rid) == rid.len && memcmp(q->rid, rid.base, rid.len) == 0) {
+            p = q;
+            break;
+        }
+    }
+    if (p == NULL) {
+        sg_http_send_error(req, 404, "no_such_request", "no request with id \"%.*s\" waits or runs",
+                           (int)(rid.len > 64 ? 64 : rid.len), rid.base);
+        return 0;
+    }
+    if (pending_cancel(p) != 0) {
+        sg_http_send_error(req, 409, "request_started", "the request has started; it runs to its end");
+        return 0;
+    }
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "status", json_object_new_string("cancelled"));
+    sg_http_send_json(req, 200, o);
+    return 0;
 }
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -112,6 +252,7 @@ static json_object *session_json(const sg_session_t *s)
     sg_rfc3339(s->last_used_at, t);
     json_object_object_add(o, "last_used_at", json_object_new_string(t));
     json_object_object_add(o, "executions", json_object_new_int64((int64_t)s->executions));
+    json_object_object_add(o, "waiting", json_object_new_int64((int64_t)s->waiting));
     json_object_object_add(o, "keep_template", json_object_new_boolean(s->keep_template));
     json_object_object_add(o, "limits", limits_json(&s->limits));
     return o;
@@ -122,7 +263,9 @@ static int send_op_failure(h2o_req_t *req, sg_op_t *op)
 {
     if (!op->failed)
         return 0;
-    if (op->fail_status == 504)
+    if (op->fail_status == 409)
+        send_cancelled(req);
+    else if (op->fail_status == 504)
         sg_http_send_error(req, 504, "sandbox_timeout", "%s", op->errmsg);
     else
         sg_http_send_error(req, 502, "sandbox_failed", "%s", op->errmsg);
@@ -234,7 +377,7 @@ static void on_session_created(void *data, sg_session_t *s, int status, const ch
     if (s == NULL) {
         if (req != NULL)
             sg_http_send_error(req, status, code, "%s", detail);
-    } else if (req != NULL) {
+    } else if (req != NULL && !sg_http_hold_gone(p->hold)) {
         sg_http_send_json(req, 200, session_json(s));
     } else {
         /* nobody is waiting for it: do not leave it behind */
@@ -380,7 +523,9 @@ static void sse_finish(pending_t *p, sg_op_t *op)
         json_object *o = json_object_new_object();
         json_object_object_add(o, "detail", json_object_new_string(op->errmsg));
         json_object_object_add(o, "code",
-                               json_object_new_string(op->fail_status == 504 ? "sandbox_timeout" : "sandbox_failed"));
+                               json_object_new_string(op->fail_status == 504   ? "sandbox_timeout"
+                                                      : op->fail_status == 409 ? "request_cancelled"
+                                                                               : "sandbox_failed"));
         sg_http_stream_event(p->stream, "error", o);
     } else {
         sg_buf_reset(&op->out[0]);
@@ -404,6 +549,7 @@ static void on_exec_done(sg_op_t *op)
 {
     pending_t *p = op->data;
     h2o_req_t *req = pending_req(p);
+    p->op = NULL;
     if (p->stream != NULL)
         sse_finish(p, op);
     else if (req != NULL && !send_op_failure(req, op))
@@ -412,11 +558,22 @@ static void on_exec_done(sg_op_t *op)
     pending_free(p);
 }
 
+static void ephemeral_exec_done(sg_op_t *op);
+
 /* Runs the execution once its libraries are there. */
 static void start_exec(pending_t *p, sg_session_t *s, int is_command, sg_op_cb done)
 {
     h2o_req_t *req = pending_req(p);
-    sg_op_t *op = exec_op_for(s, p, is_command);
+    sg_op_t *op;
+    if (p->cancelled) {
+        if (req != NULL)
+            send_cancelled(req);
+        if (done == ephemeral_exec_done)
+            sg_session_close(s, NULL, NULL);
+        pending_free(p);
+        return;
+    }
+    op = exec_op_for(s, p, is_command);
     if (op == NULL) {
         if (req != NULL)
             sg_http_send_error(req, 500, "internal", "out of memory");
@@ -427,7 +584,7 @@ static void start_exec(pending_t *p, sg_session_t *s, int is_command, sg_op_cb d
         p->stream = sg_http_stream_start(req, 200, "text/event-stream", SSE_MAX_QUEUED);
         op->on_output = sse_on_output;
     }
-    sg_op_submit(op, done, p);
+    pending_submit(p, op, done);
 }
 
 typedef struct {
@@ -440,7 +597,7 @@ typedef struct {
 static void on_libs_ready(void *data, const sg_lib_result_t *r)
 {
     libs_wait_t *w = data;
-    if (r->success) {
+    if (r->success || w->p->cancelled) {
         start_exec(w->p, w->s, 0, w->done);
     } else {
         h2o_req_t *req = pending_req(w->p);
@@ -510,6 +667,11 @@ static int post_session_exec(sg_api_t *api, h2o_req_t *req, sg_session_t *s, int
         pending_free(p);
         return 0;
     }
+    if (pending_admit(p, req, s) != 0) {
+        pending_free(p);
+        return 0;
+    }
+    pending_name(p, req);
     if (is_command)
         start_exec(p, s, 1, on_exec_done);
     else
@@ -562,6 +724,10 @@ static int post_session_library(sg_api_t *api, h2o_req_t *req, sg_session_t *s)
     }
     pending_t *p = pending_new(req, api);
     p->body = body;
+    if (pending_admit(p, req, s) != 0) {
+        pending_free(p);
+        return 0;
+    }
     sg_lib_install(s, name, version, on_library_installed, p);
     return 0;
 }
@@ -570,6 +736,7 @@ static void on_put_done(sg_op_t *op)
 {
     pending_t *p = op->data;
     h2o_req_t *req = pending_req(p);
+    p->op = NULL;
     if (req != NULL && !send_op_failure(req, op)) {
         if (op->agent_err != 0) {
             int st = op->agent_err == SG_AGENT_ERR_PATH || op->agent_err == SG_AGENT_ERR_BAD_REQUEST ? 400
@@ -619,7 +786,12 @@ static int session_files(sg_api_t *api, h2o_req_t *req, sg_session_t *s)
     }
     pending_t *p = pending_new(req, api);
     p->path = strdup(q.base);
-    sg_op_submit(op, on_put_done, p);
+    if (pending_admit(p, req, s) != 0) {
+        sg_op_free(op);
+        pending_free(p);
+        return 0;
+    }
+    pending_submit(p, op, on_put_done);
     return 0;
 }
 
@@ -630,6 +802,7 @@ static void ephemeral_exec_done(sg_op_t *op)
     pending_t *p = op->data;
     sg_session_t *s = op->session;
     h2o_req_t *req = pending_req(p);
+    p->op = NULL;
     if (req != NULL && !send_op_failure(req, op))
         sg_http_send_json(req, 200, exec_result_json(op));
     sg_session_ref(s);
@@ -647,6 +820,14 @@ static void ephemeral_ready(void *data, sg_session_t *s, int status, const char 
     if (s == NULL) {
         if (req != NULL)
             sg_http_send_error(req, status, code, "%s", detail);
+        pending_free(p);
+        return;
+    }
+    if (p->cancelled) {
+        if (req != NULL)
+            send_cancelled(req);
+        sg_session_close(s, NULL, NULL);
+        sg_session_unref(s);
         pending_free(p);
         return;
     }
@@ -678,6 +859,7 @@ static int post_execute(sg_api_t *api, h2o_req_t *req)
     }
     cr.lang = p->ex.lang;
     cr.limits = api->policy.defaults;
+    pending_name(p, req);
     sg_session_create(&cr, 1, ephemeral_ready, p);
     return 0;
 }
@@ -712,6 +894,8 @@ int sg_api_handle(void *app, h2o_req_t *req)
         return METHOD("GET") ? get_health(api, req) : method_not_allowed(req, "GET");
     if (n == 1 && IS(0, "execute"))
         return METHOD("POST") ? post_execute(api, req) : method_not_allowed(req, "POST");
+    if (n == 2 && IS(0, "requests"))
+        return METHOD("DELETE") ? delete_request(req, seg[1]) : method_not_allowed(req, "DELETE");
     if (n == 1 && IS(0, "sessions")) {
         if (METHOD("GET"))
             return get_sessions(req);

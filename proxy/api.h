@@ -12,6 +12,7 @@
 typedef struct {
     sg_policy_t policy;
     const char *image_allowlist; /* custom images a session may name */
+    long session_queue;          /* client requests that may wait on one session (SANDGATE_SESSION_QUEUE) */
 } sg_api_t;
 
 /* The sg_http_handler_cb of the proxy; app is an sg_api_t. */

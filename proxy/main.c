@@ -36,6 +36,7 @@ static struct {
     int allow_network;
     int http2_cleartext;
     long max_sessions;
+    long session_queue;
     long pool_size;
     long max_file_bytes;
     long max_body;
@@ -80,6 +81,8 @@ static const sg_cfg_entry_t config_table[] = {
     {"SANDGATE_ALLOW_NETWORK", SG_CFG_BOOL, "0", 0, 0, &cfg.allow_network,
      "whether a session may ask for \"network\": true"},
     {"SANDGATE_MAX_SESSIONS", SG_CFG_INT, "200", 1, 1 << 20, &cfg.max_sessions, "live sessions at most"},
+    {"SANDGATE_SESSION_QUEUE", SG_CFG_INT, "16", 1, 10000, &cfg.session_queue,
+     "requests that may wait behind a session's running one; past it 429 session_busy"},
     {"SANDGATE_POOL_SIZE", SG_CFG_INT, "2", 0, 1000, &cfg.pool_size,
      "ready containers kept per language, so that creating a session does not wait for one"},
     {"SANDGATE_MAX_FILE_BYTES", SG_CFG_INT, "16777216", 1, 64 << 20, &cfg.max_file_bytes,
@@ -224,6 +227,7 @@ int main(int argc, char **argv)
     api.policy.max_cpus = cfg.max_cpus;
     api.policy.allow_network = cfg.allow_network;
     api.image_allowlist = cfg.image_allowlist;
+    api.session_queue = cfg.session_queue;
 
     size_t max_body = (size_t)(cfg.max_body > cfg.max_file_bytes ? cfg.max_body : cfg.max_file_bytes);
     server = sg_http_server_create(cfg.host, (int)cfg.port, max_body, sg_api_handle, &api, err, sizeof(err));

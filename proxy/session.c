@@ -763,6 +763,8 @@ static void send_next(sg_session_t *s)
     s->_op_sent = 1;
     buf = h2o_iovec_init(op->_req.base, op->_req.len);
     h2o_socket_write(s->_sock, &buf, 1, on_write_done);
+    if (op->on_start != NULL)
+        op->on_start(op);
 }
 
 static sg_op_t *op_new(sg_session_t *s, sg_op_kind_t kind, sg_agent_msg_type_t type)
@@ -854,6 +856,21 @@ void sg_op_submit(sg_op_t *op, sg_op_cb cb, void *data)
     }
     h2o_linklist_insert(&s->_ops, &op->_link);
     send_next(s);
+}
+
+int sg_op_cancel(sg_op_t *op)
+{
+    sg_session_t *s = op->session;
+    if (op->_link.next == NULL || !h2o_linklist_is_linked(&op->_link))
+        return -1; /* done, or failed at submit */
+    if (s->_op_sent && s->_ops.next == &op->_link)
+        return -1; /* with the agent */
+    h2o_linklist_unlink(&op->_link);
+    op->failed = 1;
+    op->fail_status = 409;
+    snprintf(op->errmsg, sizeof(op->errmsg), "the request was cancelled before it started");
+    op->cb(op);
+    return 0;
 }
 
 void sg_op_free(sg_op_t *op)

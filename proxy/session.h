@@ -71,6 +71,7 @@ struct sg_session {
     int64_t last_used_at;
     uint64_t executions;
     sg_session_state_t state;
+    unsigned waiting;   /* client requests admitted and not yet started (api.c keeps it) */
 
     /* private */
     unsigned _refcnt;
@@ -99,10 +100,12 @@ struct sg_op {
     /* optional: called for each piece of output as it arrives (EXEC), before
      * it is added to out[] */
     void (*on_output)(sg_op_t *op, int stream, const uint8_t *p, size_t len);
+    /* optional: called once when the op is handed to the agent (it starts) */
+    void (*on_start)(sg_op_t *op);
 
     /* result */
-    int failed;         /* the agent died, answered garbage or not at all */
-    int fail_status;    /* HTTP status for a failure: 502 or 504 */
+    int failed;         /* the agent died, answered garbage or not at all, or cancelled */
+    int fail_status;    /* HTTP status for a failure: 502 or 504; 409 cancelled (sg_op_cancel) */
     char errmsg[256];
     uint32_t agent_err; /* ERROR reply: sg_agent_err_t, else 0 */
     sg_buf_t out[2];    /* stdout, stderr (EXEC) */
@@ -164,6 +167,11 @@ sg_op_t *sg_op_exec(sg_session_t *s, const char *setup_cmd, const char *setup_st
 sg_op_t *sg_op_put_file(sg_session_t *s, const char *path, const void *data, size_t len);
 sg_op_t *sg_op_get_file(sg_session_t *s, const char *path, uint32_t max_bytes);
 void sg_op_submit(sg_op_t *op, sg_op_cb cb, void *data);
+/* Takes a submitted op that still waits in its session's queue out of it:
+ * it never reaches the agent, and its cb runs now (failed, fail_status
+ * 409). Returns 0, or -1 when the op has started already (or is done):
+ * then nothing changes. */
+int sg_op_cancel(sg_op_t *op);
 void sg_op_free(sg_op_t *op);
 
 /* Watchdog: fails ops whose agent did not answer in time. Call about once a

@@ -1196,6 +1196,94 @@ static int dechunk(dbuf_t *b)
     return 0;
 }
 
+int sggw_http_open(const char *method, const char *url, const char *json_body, const char *const *headers)
+{
+    char host[256], line[1024];
+    const char *path;
+    int port, fd;
+    dbuf_t req = {.limit = (size_t)1 << 30};
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+
+    if (parse_url(url, host, sizeof(host), &port, &path) != 0 || inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
+        fprintf(stderr, "sggw_http_open: bad URL %s\n", url);
+        return -1;
+    }
+    sa.sin_port = htons((uint16_t)port);
+    snprintf(line, sizeof(line), "%s %s HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\nUser-Agent: sggw\r\n", method,
+             path, host, port);
+    dbuf_put(&req, line, strlen(line));
+    if (json_body != NULL) {
+        snprintf(line, sizeof(line), "Content-Type: application/json\r\nContent-Length: %zu\r\n", strlen(json_body));
+        dbuf_put(&req, line, strlen(line));
+    }
+    for (size_t i = 0; headers != NULL && headers[i] != NULL; i++) {
+        dbuf_put(&req, headers[i], strlen(headers[i]));
+        dbuf_put(&req, "\r\n", 2);
+    }
+    dbuf_put(&req, "\r\n", 2);
+    if (json_body != NULL)
+        dbuf_put(&req, json_body, strlen(json_body));
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        fprintf(stderr, "sggw_http_open: connect to %s: %s\n", url, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        free(req.base);
+        return -1;
+    }
+    for (size_t sent = 0; sent < req.len;) {
+        ssize_t n = send(fd, req.base + sent, req.len - sent, MSG_NOSIGNAL);
+        if (n <= 0) {
+            fprintf(stderr, "sggw_http_open: send to %s: %s\n", url, strerror(errno));
+            close(fd);
+            free(req.base);
+            return -1;
+        }
+        sent += (size_t)n;
+    }
+    free(req.base);
+    return fd;
+}
+
+int sggw_http_read_reply(int fd, long timeout_s, sgtest_reply_t *out)
+{
+    double deadline = sgtest_now() + (timeout_s > 0 ? timeout_s : SGTEST_HTTP_TIMEOUT);
+    dbuf_t in = {.limit = BODY_CAP + HEADER_CAP};
+    char buf[65536];
+    int rc = -1;
+
+    memset(out, 0, sizeof(*out));
+    for (;;) {
+        short ev = wait_fd(fd, POLLIN, deadline);
+        if (ev == 0) {
+            snprintf(out->error, sizeof(out->error), "timed out waiting for the reply");
+            goto Done;
+        }
+        ssize_t n = recv(fd, buf, sizeof(buf), 0);
+        if (n > 0)
+            dbuf_put(&in, buf, (size_t)n);
+        else if (n == 0 || (errno != EAGAIN && errno != EINTR))
+            break;
+    }
+    char *hend = in.base != NULL ? memmem(in.base, in.len, "\r\n\r\n", 4) : NULL;
+    if (hend == NULL || in.len < 12 || strncmp(in.base, "HTTP/1.", 7) != 0) {
+        snprintf(out->error, sizeof(out->error), "no HTTP reply (%zu bytes)", in.len);
+        goto Done;
+    }
+    size_t hlen = (size_t)(hend - in.base) + 4;
+    out->headers = strndup(in.base, hlen);
+    out->status = strtol(in.base + 9, NULL, 10);
+    out->body = malloc(in.len - hlen + 1);
+    memcpy(out->body, in.base + hlen, in.len - hlen);
+    out->body[in.len - hlen] = '\0';
+    out->body_len = in.len - hlen;
+    rc = 0;
+Done:
+    free(in.base);
+    close(fd);
+    return rc;
+}
+
 int sggw_http(const char *method, const char *url, const void *body, size_t len, const char *content_type,
               const char *const *headers, long timeout_s, sgtest_reply_t *out)
 {

@@ -159,6 +159,15 @@ char *sggw_new_token(const char *data_dir, const char *tenant);
  * -1 with out->error set. Every sggw_* call below goes through it. */
 int sggw_http(const char *method, const char *url, const void *body, size_t len, const char *content_type,
               const char *const *headers, long timeout_s, sgtest_reply_t *out);
+/* A client that hangs up: sends one request (json_body as application/json,
+ * may be NULL; extra header lines NULL-terminated, may be NULL) on a new
+ * blocking connection and returns the socket without reading anything, or
+ * -1 (after printing why). The caller close()s it to hang up, or reads the
+ * reply with sggw_http_read_reply(). */
+int sggw_http_open(const char *method, const char *url, const char *json_body, const char *const *headers);
+/* Reads the whole reply from such a socket (until the server closes it,
+ * or timeout_s) and closes it; out as sggw_http's. 0 or -1. */
+int sggw_http_read_reply(int fd, long timeout_s, sgtest_reply_t *out);
 /* The same through libcurl, as a typical client does it (libcurl refuses
  * replies with a NUL byte in a header). */
 int sggw_http_curl(const char *method, const char *url, const void *body, size_t len, const char *content_type,

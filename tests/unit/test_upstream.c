@@ -196,6 +196,19 @@ static int on_req(void *app, h2o_req_t *req)
         json_object_object_add(o, "body", json_object_new_string_len(req->entity.base != NULL ? req->entity.base : "",
                                                                       (int)req->entity.len));
         sg_http_send_json(req, 200, o);
+    } else if (h2o_memis(path.base, path.len, H2O_STRLIT("/typed-error"))) {
+        /* a detail that echoes the client's text, spelling another code */
+        sg_http_send_error(req, 404, "no_such_file", "no file \"no_such_session\" (\"code\":\"no_such_session\")");
+    } else if (h2o_memis(path.base, path.len, H2O_STRLIT("/legacy-error"))) {
+        /* an older proxy: the code in the body only */
+        static const char b[] = "{\"detail\":\"no file \\\"no_such_session\\\"\",\"code\":\"no_such_file\"}";
+        sg_http_send_body(req, 404, "application/json", b, sizeof(b) - 1);
+    } else if (h2o_memis(path.base, path.len, H2O_STRLIT("/untyped-error"))) {
+        static const char b[] = "{\"detail\":\"\\\"code\\\":\\\"no_such_session\\\"\"}";
+        sg_http_send_body(req, 404, "application/json", b, sizeof(b) - 1);
+    } else if (h2o_memis(path.base, path.len, H2O_STRLIT("/bad-code"))) {
+        sg_http_add_header(req, "X-Sandgate-Error", "No Such!");
+        sg_http_send_body(req, 404, "text/plain", "no_such_session", 15);
     } else if (h2o_memis(path.base, path.len, H2O_STRLIT("/retry"))) {
         sg_http_add_header(req, "Retry-After", "7");
         sg_http_send_error(req, 429, "busy", "come back later");
@@ -242,6 +255,7 @@ typedef struct {
     size_t body_len;
     char content_type[256];
     char retry_after[64];
+    char code[64];
     double done_at;
     /* streaming */
     int heads;
@@ -313,6 +327,8 @@ static void on_done(void *data, const sg_upstream_reply_t *reply)
     r->body_len = reply->body_len;
     snprintf(r->content_type, sizeof(r->content_type), "%s", reply->content_type);
     snprintf(r->retry_after, sizeof(r->retry_after), "%s", reply->retry_after);
+    assert_non_null(reply->code);
+    snprintf(r->code, sizeof(r->code), "%s", reply->code);
     if (r->destroy_on_done)
         sg_upstream_destroy(r->u);
 }
@@ -398,6 +414,45 @@ static void test_get(void **state)
     run_for(50);
     assert_int_equal(r.done, 1); /* exactly once */
     destroy_upstream(u);
+}
+
+/* An error's type is its code (X-Sandgate-Error, or the body's "code"
+ * member from an older proxy), never text found in the body. */
+static void test_error_code(void **state)
+{
+    static const struct {
+        const char *path;
+        long status;
+        const char *code;
+    } cases[] = {
+        {"/typed-error", 404, "no_such_file"},
+        {"/legacy-error", 404, "no_such_file"},
+        {"/untyped-error", 404, ""},
+        {"/bad-code", 404, ""},
+        {"/retry", 429, "busy"},
+        {"/fast", 200, ""},
+    };
+    sg_upstream_t *u = new_upstream(MIB);
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        result_t r = {0};
+        assert_non_null(get(u, cases[i].path, 2000, &r));
+        assert_true(run_until(&r.done, 2000));
+        assert_int_equal(r.status, cases[i].status);
+        if (strcmp(r.code, cases[i].code) != 0)
+            fail_msg("%s: code \"%s\", expected \"%s\"", cases[i].path, r.code, cases[i].code);
+        result_free(&r);
+    }
+    destroy_upstream(u);
+
+    assert_true(sg_upstream_code_valid("no_such_session"));
+    assert_true(sg_upstream_code_valid("a1_b"));
+    assert_false(sg_upstream_code_valid(""));
+    assert_false(sg_upstream_code_valid("No_such"));
+    assert_false(sg_upstream_code_valid("no such"));
+    assert_false(sg_upstream_code_valid("no-such"));
+    assert_true(sg_upstream_code_valid("abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstu"));   /* 47 */
+    assert_false(sg_upstream_code_valid("abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuv")); /* 48 */
 }
 
 static void test_post_echo(void **state)
@@ -835,6 +890,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_get),
+        cmocka_unit_test(test_error_code),
         cmocka_unit_test(test_post_echo),
         cmocka_unit_test(test_concurrent_no_blocking),
         cmocka_unit_test(test_timeout),
