@@ -8,6 +8,7 @@
  *   route -> [DB] token + session owner -> [state] rate -> route handler
  *   -> [state] quota / session slot -> [upstream] proxy -> [DB, state] records
  */
+#include "concurrency.h"
 #include "gateway.h"
 #include "http.h"
 #include "json.h"
@@ -65,16 +66,22 @@ typedef struct {
     char lang[32];
     double timeout;        /* seconds, the execution's */
     char reservation[40];
+    sg_exec_slot_t slot;   /* one of the tenant's max_concurrent_execs, while held */
     char day[9];
     double started_at;
 
     sg_http_stream_t *stream;
     sg_buf_t tail;         /* the end of a streamed reply, for its result event */
     long up_status;
+    sg_upstream_done_cb up_done;
+    char up_retry_after[16]; /* the proxy's Retry-After, passed on with its 429 / 503 */
 } gw_req_t;
 
+/* Every request ends here, whatever the path (reply, upstream failure,
+ * client gone, stream end): an execution slot it holds is given back. */
 static void gw_free(gw_req_t *g)
 {
+    sg_exec_slot_release(&g->slot);
     sg_http_hold_release(g->hold);
     free(g->body);
     json_object_put(g->json);
@@ -104,6 +111,8 @@ static void reply_prepare(gw_req_t *g, h2o_req_t *req, int status)
 {
     if (g->rate_known)
         add_rate_headers(req, &g->rate);
+    if ((status == 429 || status == 503) && g->up_retry_after[0])
+        sg_http_add_header(req, "retry-after", g->up_retry_after);
     sg_metrics_request(route_names[g->route], status);
 }
 
@@ -143,23 +152,29 @@ static void reply_raw(gw_req_t *g, int status, const char *ctype, const char *bo
     sg_http_send_body(req, status, ctype[0] ? ctype : "application/json", body, len);
 }
 
-static void reply_too_many(gw_req_t *g, const char *limit, double retry_after, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void reply_too_many(gw_req_t *g, const char *limit, double retry_after, const char *fmt, ...)
+static void vreply_429(gw_req_t *g, const char *code, const char *limit, double retry_after, const char *fmt,
+                       va_list ap)
 {
     char detail[512], v[32];
-    va_list ap;
     h2o_req_t *req = gw_http(g);
     sg_metrics_quota_rejection(limit);
     if (req == NULL)
         return;
-    va_start(ap, fmt);
     vsnprintf(detail, sizeof(detail), fmt, ap);
-    va_end(ap);
     snprintf(v, sizeof(v), "%.0f", ceil(retry_after) < 1 ? 1 : ceil(retry_after));
     sg_http_add_header(req, "retry-after", v);
     reply_prepare(g, req, 429);
-    sg_http_send_error(req, 429, "quota_exceeded", "%s", detail);
+    sg_http_send_error(req, 429, code, "%s", detail);
+}
+
+static void reply_too_many(gw_req_t *g, const char *limit, double retry_after, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void reply_too_many(gw_req_t *g, const char *limit, double retry_after, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vreply_429(g, "quota_exceeded", limit, retry_after, fmt, ap);
+    va_end(ap);
 }
 
 /* An upstream failure with no reply from the proxy. */
@@ -216,6 +231,14 @@ static void on_stream_data(void *data, const char *p, size_t len)
         sg_http_stream_write(g->stream, p, len);
 }
 
+/* Keeps what the reply to the client passes on from the proxy's headers. */
+static void on_upstream_done(void *data, const sg_upstream_reply_t *r)
+{
+    gw_req_t *g = data;
+    snprintf(g->up_retry_after, sizeof(g->up_retry_after), "%s", r->retry_after != NULL ? r->retry_after : "");
+    g->up_done(data, r);
+}
+
 static void forward(gw_req_t *g, const char *method, const char *path, long timeout_ms, sg_upstream_done_cb done)
 {
     const char *body = NULL, *ctype = NULL;
@@ -225,9 +248,10 @@ static void forward(gw_req_t *g, const char *method, const char *path, long time
     if (strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0)
         forward_body(g, &body, &len, &ctype);
     snprintf(full, sizeof(full), "%s%s", path, g->query);
+    g->up_done = done;
     sg_upstream_req_t *r = sg_upstream_start(sg_gw.upstream, method, full, body, len, ctype, timeout_ms,
                                              g->want_stream ? on_stream_head : NULL,
-                                             g->want_stream ? on_stream_data : NULL, done, g);
+                                             g->want_stream ? on_stream_data : NULL, on_upstream_done, g);
     if (r == NULL) {
         sg_upstream_reply_t fail = {0};
         fail.err = "cannot start a request to the proxy";
@@ -503,6 +527,53 @@ static void quota_reserve(gw_req_t *g)
                            on_quota, g);
 }
 
+/* ---- executions in flight ------------------------------------------------------------- */
+
+typedef struct {
+    gw_req_t *g;
+    void (*next)(gw_req_t *g);
+} slot_wait_t;
+
+static void reply_concurrency_limit(gw_req_t *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void reply_concurrency_limit(gw_req_t *g, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    /* a slot frees when one of the tenant's runs ends */
+    vreply_429(g, "concurrency_limit", "concurrent_execs", 1, fmt, ap);
+    va_end(ap);
+}
+
+static void on_exec_slot(void *data, int granted, long in_flight)
+{
+    slot_wait_t w = *(slot_wait_t *)data;
+    free(data);
+    if (!granted) {
+        reply_concurrency_limit(w.g, "the tenant already has %ld executions in flight, its limit of %ld", in_flight,
+                                w.g->tenant.max_concurrent_execs);
+        gw_free(w.g);
+        return;
+    }
+    w.next(w.g);
+}
+
+/* Takes one of the tenant's max_concurrent_execs for a call to the proxy
+ * that waits at most wait_ms, then runs next; past the cap: 429
+ * concurrency_limit. The slot goes back in gw_free. */
+static void exec_slot_take(gw_req_t *g, long wait_ms, void (*next)(gw_req_t *g))
+{
+    slot_wait_t *w = malloc(sizeof(*w));
+    if (w == NULL) {
+        reply_error(g, 500, "internal", "out of memory");
+        gw_free(g);
+        return;
+    }
+    w->g = g;
+    w->next = next;
+    sg_exec_slot_acquire(&g->slot, g->tenant.id, g->tenant.max_concurrent_execs,
+                         (wait_ms + 999) / 1000 + SG_EXEC_LEASE_MARGIN_S, on_exec_slot, w);
+}
+
 /* ---- caps ---------------------------------------------------------------------------- */
 
 /* Parses the body (400 on failure) into g->json. */
@@ -724,7 +795,8 @@ static void route_execution(gw_req_t *g)
     if (g->want_stream) /* asked by Accept: the proxy is asked in the body */
         json_object_object_add(g->json, "stream", json_object_new_boolean(1));
     sg_gw_day(sg_wall_s(), g->day);
-    quota_reserve(g);
+    /* the slot first: a run refused for concurrency does not use the day's quota */
+    exec_slot_take(g, (long)(g->timeout * 1000) + sg_gw.upstream_grace_ms, quota_reserve);
     return;
 Done:
     gw_free(g);
@@ -802,6 +874,15 @@ static void on_delete_reply(void *data, const sg_upstream_reply_t *r)
     gw_free(g);
 }
 
+/* A library install runs pip / npm in the sandbox (and may start an
+ * installer container): it holds an execution slot like a run of code. */
+static void forward_library(gw_req_t *g)
+{
+    char path[128];
+    snprintf(path, sizeof(path), "/sessions/%s/libraries", g->sid);
+    forward(g, "POST", path, sg_gw.library_timeout_ms, on_plain_reply);
+}
+
 static void dispatch(gw_req_t *g)
 {
     char path[128];
@@ -835,8 +916,7 @@ static void dispatch(gw_req_t *g)
             gw_free(g);
             return;
         }
-        snprintf(path, sizeof(path), "/sessions/%s/libraries", g->sid);
-        forward(g, "POST", path, sg_gw.library_timeout_ms, on_plain_reply);
+        exec_slot_take(g, sg_gw.library_timeout_ms, forward_library);
         return;
     case R_EXECUTE:
     case R_COMMAND:
