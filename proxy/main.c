@@ -3,6 +3,7 @@
  * runs code in them through the in-sandbox agent. See docs/architecture.md.
  */
 #include "api.h"
+#include "capacity.h"
 #include "config.h"
 #include "container.h"
 #include "docker.h"
@@ -35,6 +36,7 @@ static struct {
     long tmpfs_mb;
     int allow_network;
     long max_sessions;
+    long max_containers;
     long pool_size;
     long max_file_bytes;
     long max_body;
@@ -77,6 +79,8 @@ static const sg_cfg_entry_t config_table[] = {
     {"SANDGATE_ALLOW_NETWORK", SG_CFG_BOOL, "0", 0, 0, &cfg.allow_network,
      "whether a session may ask for \"network\": true"},
     {"SANDGATE_MAX_SESSIONS", SG_CFG_INT, "200", 1, 1 << 20, &cfg.max_sessions, "live sessions at most"},
+    {"SANDGATE_MAX_CONTAINERS", SG_CFG_INT, "256", 1, 1 << 20, &cfg.max_containers,
+     "containers of every kind at once (sessions, one-shot, pool, installers); past it 503 no_capacity"},
     {"SANDGATE_POOL_SIZE", SG_CFG_INT, "2", 0, 1000, &cfg.pool_size,
      "ready containers kept per language, so that creating a session does not wait for one"},
     {"SANDGATE_MAX_FILE_BYTES", SG_CFG_INT, "16777216", 1, 64 << 20, &cfg.max_file_bytes,
@@ -237,6 +241,7 @@ int main(int argc, char **argv)
     sconf.image_prefix = cfg.image_prefix;
     sconf.template_repo = cfg.template_repo;
     sconf.max_sessions = cfg.max_sessions;
+    sg_capacity_init(cfg.max_containers);
     sconf.max_file_bytes = cfg.max_file_bytes;
     sconf.pool_size = cfg.pool_size;
     sconf.store_volume = cfg.store_volume;
