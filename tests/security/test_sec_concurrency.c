@@ -119,12 +119,18 @@ static long int_header(const sgtest_reply_t *r, const char *name, long min)
 }
 
 /* 429 concurrency_limit, with Retry-After and the rate headers the other
- * 429s have. */
-static void expect_concurrency_429(const sgtest_reply_t *r)
+ * 429s have (absent only while Redis is down: the rate limit fails open). */
+static void expect_429_rate(const sgtest_reply_t *r, bool rate_headers)
 {
     json_object_put(SG_EXPECT_ERROR(r, 429, "concurrency_limit"));
     int_header(r, "Retry-After", 1);
-    int_header(r, "X-RateLimit-Limit", 1);
+    if (rate_headers)
+        int_header(r, "X-RateLimit-Limit", 1);
+}
+
+static void expect_concurrency_429(const sgtest_reply_t *r)
+{
+    expect_429_rate(r, true);
 }
 
 /* 503 no_capacity from the proxy, passed through, with Retry-After. */
@@ -237,10 +243,34 @@ static int small_stack_stop(void)
     return rc;
 }
 
+/* 0 once the gateway says its Redis is up (GET /metrics), -1 after timeout_s. */
+static int wait_redis_up(sggw_gateway_t *g, double timeout_s)
+{
+    double deadline = sgtest_now() + timeout_s;
+    for (;;) {
+        sgtest_reply_t r;
+        sggw_call(g, NULL, "GET", "/metrics", NULL, &r);
+        bool up = r.status == 200 && sggw_metric(r.body, "sandgate_redis_up", "") == 1;
+        sgtest_reply_free(&r);
+        if (up)
+            return 0;
+        if (sgtest_now() > deadline)
+            return -1;
+        usleep(100000);
+    }
+}
+
 static int after_test(void **state)
 {
     sggw_after_test();
     int rc = small_stack_stop();
+    if (redis != NULL && !sggw_redis_running(redis)) {
+        /* a test that killed it failed before starting it again */
+        fprintf(stderr, "redis-server was down after the test: starting it again\n");
+        if (sggw_redis_restart(redis) != 0 || wait_redis_up(gw_redis, 20) != 0)
+            return -1;
+        rc = -1;
+    }
     if (!sgtest_proxy_alive(proxy) || !sggw_gateway_alive(gw_redis) || !sggw_gateway_alive(gw_mem) ||
         !sggw_redis_running(redis)) {
         fprintf(stderr, "a server died during this test\n");
@@ -433,6 +463,70 @@ SGGW_TEST(test_mixed_flood_redis)
 SGGW_TEST(test_mixed_flood_memory)
 {
     mixed_flood(gw_mem, "mixed-m");
+}
+
+/* With Redis down the cap is kept by the gateway's own count (README,
+ * "When Redis is unreachable"): executions go on, the flood is still cut
+ * at 3; with Redis back, the shared count applies again. */
+SGGW_TEST(test_cap_holds_while_redis_down)
+{
+    sggw_gateway_t *g = gw_redis;
+    const char *q[] = {"max_concurrent_execs=3", NULL};
+    char *tok = sggw_new_tenant(sggw_gateway_data_dir(g), "outage", q);
+    enum { N = 10 };
+    sggw_par_req_t reqs[N];
+    char url[256];
+
+    sggw_redis_kill(redis);
+    pathf(url, sizeof(url), "%s/execute", sggw_gateway_url(g));
+    for (int i = 0; i < N; i++)
+        fill_post(&reqs[i], url, tok, sleep_body, 120);
+    SG_CHECK(sggw_parallel(reqs, N) == 0, NULL, "cannot start threads");
+    int ok = 0, limited = 0;
+    for (int i = 0; i < N; i++) {
+        sgtest_reply_t *r = &reqs[i].reply;
+        if (r->status == 200) {
+            expect_result(r, "");
+            ok++;
+        } else {
+            expect_429_rate(r, false);
+            limited++;
+        }
+        sgtest_reply_free(r);
+    }
+    SG_CHECK(ok == 3 && limited == N - 3, NULL,
+             "Redis down, max_concurrent_execs 3, 10 parallel one-shots: expected 3 x 200 and 7 x 429, got %d and %d",
+             ok, limited);
+    one_shots_succeed(g, tok, 3);
+
+    /* back: the slots live in Redis once more */
+    SG_CHECK(sggw_redis_restart(redis) == 0, NULL, "cannot start redis-server again");
+    SG_CHECK(wait_redis_up(g, 20) == 0, NULL, "the gateway did not use Redis again within 20 s");
+    char *sid = sggw_create_session(g, tok, NULL, NULL);
+    pathf(url, sizeof(url), "%s/sessions/%s/execute", sggw_gateway_url(g), sid);
+    const char *exec_body = "{\"code\":\"import time; time.sleep(2)\",\"timeout\":60}";
+    for (int i = 0; i < N; i++)
+        fill_post(&reqs[i], url, tok, exec_body, 120);
+    /* one at a time runs in the session; the cap still admits 3 */
+    SG_CHECK(sggw_parallel(reqs, 5) == 0, NULL, "cannot start threads");
+    ok = limited = 0;
+    for (int i = 0; i < 5; i++) {
+        sgtest_reply_t *r = &reqs[i].reply;
+        if (r->status == 200) {
+            expect_result(r, "");
+            ok++;
+        } else {
+            expect_concurrency_429(r);
+            limited++;
+        }
+        sgtest_reply_free(r);
+    }
+    SG_CHECK(ok == 3 && limited == 2, NULL, "Redis back: expected 3 x 200 and 2 x 429, got %d and %d", ok, limited);
+    redis_execs_drained(g, "outage");
+    sggw_delete_session(g, tok, sid);
+    free(sid);
+    fresh_session_works(g, tok);
+    free(tok);
 }
 
 /* ------------------------------------------------------------------------
@@ -656,6 +750,7 @@ int main(void)
         cmocka_unit_test_teardown(test_oneshot_flood_memory, after_test),
         cmocka_unit_test_teardown(test_mixed_flood_redis, after_test),
         cmocka_unit_test_teardown(test_mixed_flood_memory, after_test),
+        cmocka_unit_test_teardown(test_cap_holds_while_redis_down, after_test),
         cmocka_unit_test_teardown(test_zero_cap_runs_nothing, after_test),
         cmocka_unit_test_teardown(test_proxy_container_cap, after_test),
         cmocka_unit_test_teardown(test_pool_yields_to_requests, after_test),
