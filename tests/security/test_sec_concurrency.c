@@ -11,13 +11,16 @@
  *     with the state in Redis and in the gateway's process;
  *   - the same cap reached by mixing in-session executes, commands and
  *     one-shots;
+ *   - a client that hangs up, a proxy that does not answer: the slot comes
+ *     back (once the hung-up run is over), never leaks;
  *   - a tenant whose cap is 0 runs nothing (executes, commands, one-shots,
  *     library installs), but still creates sessions and moves files;
  *   - a flood past the proxy's own SANDGATE_MAX_CONTAINERS (every tenant's
  *     containers together): never more containers than the cap (sampled),
  *     503 no_capacity with Retry-After for the rest, passed through the
- *     gateway; and the warm pool, which counts against that cap, gives its
- *     ready containers up to requests instead of starving them.
+ *     gateway; the warm pool, which counts against that cap, gives its
+ *     ready containers up to requests instead of starving them; library
+ *     installer containers count too.
  * After each: the service and a fresh session still work.
  *
  * Real components: sandgate-proxy processes on the Docker engine (their own
@@ -529,6 +532,58 @@ SGGW_TEST(test_cap_holds_while_redis_down)
     free(tok);
 }
 
+/* A slot comes back however its request ends: a client that hangs up
+ * (once the run it started is over: the container was busy until then),
+ * a proxy that does not answer. */
+SGGW_TEST(test_slots_come_back)
+{
+    sggw_gateway_t *g = gw_redis;
+    const char *q[] = {"max_concurrent_execs=1", NULL};
+    char *tok = sggw_new_tenant(sggw_gateway_data_dir(g), "hangup", q);
+    char url[256];
+    sgtest_reply_t r;
+
+    /* the client gives up after 1 s; its run goes on for 2 s more */
+    pathf(url, sizeof(url), "%s/execute", sggw_gateway_url(g));
+    sggw_par_req_t hang;
+    fill_post(&hang, url, tok, sleep_body, 1);
+    SG_CHECK(sggw_parallel(&hang, 1) == 0, NULL, "cannot start a thread");
+    SG_CHECK(hang.reply.status == 0, NULL, "the client was to give up before the reply (got HTTP %ld)",
+             hang.reply.status);
+    sgtest_reply_free(&hang.reply);
+    sggw_call(g, tok, "POST", "/execute", print_body, &r);
+    expect_concurrency_429(&r); /* still running */
+    sgtest_reply_free(&r);
+    double deadline = sgtest_now() + 30;
+    for (;;) {
+        sggw_call(g, tok, "POST", "/execute", print_body, &r);
+        if (r.status == 200)
+            break;
+        expect_concurrency_429(&r);
+        sgtest_reply_free(&r);
+        SG_CHECK(sgtest_now() < deadline, NULL, "the slot of a client that hung up did not come back in 30 s");
+        usleep(200000);
+    }
+    expect_result(&r, "42\n");
+    sgtest_reply_free(&r);
+    redis_execs_drained(g, "hangup");
+
+    /* a gateway whose proxy does not answer: 502 every time, never 429 */
+    sggw_opts_t o = {.proxy_url = "http://127.0.0.1:9"};
+    sggw_gateway_t *dead = sggw_gateway_start(&o);
+    SG_CHECK(dead != NULL, NULL, "cannot start a gateway");
+    char *tok2 = sggw_new_tenant(sggw_gateway_data_dir(dead), "no-proxy", q);
+    for (int i = 0; i < 3; i++) {
+        sggw_call(dead, tok2, "POST", "/execute", print_body, &r);
+        json_object_put(SG_EXPECT_ERROR(&r, 502, "proxy_unavailable"));
+        sgtest_reply_free(&r);
+    }
+    free(tok2);
+    SG_CHECK(sggw_gateway_stop(dead) == 0, NULL, "the gateway did not exit with status 0");
+    fresh_session_works(g, tok);
+    free(tok);
+}
+
 /* ------------------------------------------------------------------------
  * 3. A cap of 0: nothing that runs code, whatever the route
  * ------------------------------------------------------------------------ */
@@ -612,12 +667,17 @@ SGGW_TEST(test_zero_cap_runs_nothing)
  * 4. The proxy's own cap on containers (every tenant together)
  * ------------------------------------------------------------------------ */
 
-/* A proxy of its own with SANDGATE_MAX_CONTAINERS=4 and a gateway on it. */
-static void small_stack_start(const char *pool_size)
+/* A proxy of its own with SANDGATE_MAX_CONTAINERS=4 (and `more` settings,
+ * NULL-terminated, may be NULL) and a gateway on it. */
+static void small_stack_start(const char *pool_size, const char *const *more)
 {
     char pool[64];
+    const char *env[8] = {"SANDGATE_MAX_CONTAINERS=4", pool};
     pathf(pool, sizeof(pool), "SANDGATE_POOL_SIZE=%s", pool_size);
-    const char *env[] = {"SANDGATE_MAX_CONTAINERS=4", pool, NULL};
+    for (size_t i = 0; more != NULL && more[i] != NULL; i++) {
+        SG_CHECK(i + 3 < sizeof(env) / sizeof(env[0]), NULL, "too many settings");
+        env[i + 2] = more[i];
+    }
     small_id = sgtest_new_proxy_id();
     SG_CHECK(small_id != NULL, NULL, "no proxy id");
     small_proxy = sgtest_proxy_start(small_id, env);
@@ -653,7 +713,7 @@ static void wait_containers(int64_t want, double timeout_s)
 
 SGGW_TEST(test_proxy_container_cap)
 {
-    small_stack_start("0");
+    small_stack_start("0", NULL);
     const char *dir = sggw_gateway_data_dir(small_gw);
     /* the tenant's own cap is not what stops this flood */
     const char *q[] = {"max_concurrent_execs=50", NULL};
@@ -704,7 +764,7 @@ SGGW_TEST(test_proxy_container_cap)
  * finds the cap reached takes the place of a ready pooled container. */
 SGGW_TEST(test_pool_yields_to_requests)
 {
-    small_stack_start("2");
+    small_stack_start("2", NULL);
     /* python 2, then javascript 1: the fourth slot stays free */
     wait_containers(3, 120);
     char l0[192];
@@ -743,6 +803,67 @@ SGGW_TEST(test_pool_yields_to_requests)
     free(tok);
 }
 
+/* Installer containers count too: with every slot taken by sessions, a
+ * library that must be fetched is refused (503 no_capacity, nothing
+ * started); with a slot free, the installer runs (and, its index being
+ * unreachable here, reports that) and is gone afterwards. */
+SGGW_TEST(test_installers_count)
+{
+    char store[200], store_kv[240];
+    pathf(store, sizeof(store), "sgtest-caps-store-%d", (int)getpid());
+    pathf(store_kv, sizeof(store_kv), "SANDGATE_STORE_VOLUME=%s", store);
+    /* nothing listens on port 9: a fetch fails at once */
+    const char *more[] = {store_kv, "SANDGATE_INSTALL_NETWORK=host", "SANDGATE_PIP_INDEX_URL=http://127.0.0.1:9/simple",
+                          NULL};
+    small_stack_start("0", more);
+    char *tok = sggw_new_tenant(sggw_gateway_data_dir(small_gw), "installs", NULL);
+    char *sid[4];
+    for (int i = 0; i < 4; i++)
+        sid[i] = sggw_create_session(small_gw, tok, NULL, NULL);
+    wait_containers(4, 10);
+
+    sampler_t smp;
+    sampler_start(&smp, small_id, NULL);
+    sgtest_reply_t r;
+    char path[128];
+    pathf(path, sizeof(path), "/sessions/%s/libraries", sid[0]);
+    sggw_call(small_gw, tok, "POST", path, "{\"package\":\"tabulate\"}", &r);
+    expect_no_capacity(&r);
+    sgtest_reply_free(&r);
+    /* an execute naming the library fails the same way, and runs nothing */
+    pathf(path, sizeof(path), "/sessions/%s/execute", sid[1]);
+    sggw_call(small_gw, tok, "POST", path, "{\"code\":\"print(1)\",\"libraries\":[\"tabulate\"]}", &r);
+    expect_no_capacity(&r);
+    sgtest_reply_free(&r);
+
+    /* a slot free: the installer starts, fails to reach the index, goes */
+    sggw_delete_session(small_gw, tok, sid[3]);
+    free(sid[3]);
+    wait_containers(3, 30);
+    pathf(path, sizeof(path), "/sessions/%s/libraries", sid[0]);
+    sggw_call(small_gw, tok, "POST", path, "{\"package\":\"tabulate\"}", &r);
+    json_object *o = SG_EXPECT_JSON(&r, 200);
+    SG_CHECK(!SG_BOOL(o, "success") && strstr(SG_STR(o, "message"), "package index") != NULL, o,
+             "with a slot free the installer must run (and fail on the unreachable index)");
+    json_object_put(o);
+    sgtest_reply_free(&r);
+    wait_containers(3, 30);
+    sampler_stop(&smp);
+    SG_CHECK(smp.max_seen <= 4, NULL, "Docker held %d containers of a proxy whose cap is 4", smp.max_seen);
+
+    for (int i = 0; i < 3; i++) {
+        sggw_delete_session(small_gw, tok, sid[i]);
+        free(sid[i]);
+    }
+    fresh_session_works(small_gw, tok);
+    free(tok);
+    SG_CHECK(small_stack_stop() == 0, NULL, "the small stack did not stop cleanly");
+    pathf(path, sizeof(path), "/volumes/%s?force=1", store);
+    sgtest_docker_call("DELETE", path, NULL, &r);
+    SG_CHECK(r.status == 204 || r.status == 404, NULL, "DELETE /volumes/%s: HTTP %ld", store, r.status);
+    sgtest_reply_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -751,9 +872,11 @@ int main(void)
         cmocka_unit_test_teardown(test_mixed_flood_redis, after_test),
         cmocka_unit_test_teardown(test_mixed_flood_memory, after_test),
         cmocka_unit_test_teardown(test_cap_holds_while_redis_down, after_test),
+        cmocka_unit_test_teardown(test_slots_come_back, after_test),
         cmocka_unit_test_teardown(test_zero_cap_runs_nothing, after_test),
         cmocka_unit_test_teardown(test_proxy_container_cap, after_test),
         cmocka_unit_test_teardown(test_pool_yields_to_requests, after_test),
+        cmocka_unit_test_teardown(test_installers_count, after_test),
     };
     return cmocka_run_group_tests_name("sec_concurrency", tests, group_setup, group_teardown);
 }
