@@ -8,6 +8,7 @@
  *   route -> [DB] token + session owner -> [state] rate -> route handler
  *   -> [state] quota / session slot -> [upstream] proxy -> [DB, state] records
  */
+#include "concurrency.h"
 #include "fields.h"
 #include "gateway.h"
 #include "http.h"
@@ -72,6 +73,7 @@ typedef struct {
     char lang[32];
     double timeout;        /* seconds, the execution's */
     char reservation[40];
+    sg_exec_slot_t slot;   /* one of the tenant's max_concurrent_execs, while held */
     char day[9];
     double started_at;
     uint64_t started_us;   /* monotonic, when the run was sent to the proxy */
@@ -86,14 +88,18 @@ typedef struct {
     char rid[33];                 /* names an execution to the proxy (X-Sandgate-Request-Id) */
     h2o_timeout_entry_t cancel_retry; /* the proxy did not have the request yet */
     int cancel_tries;
+    char up_retry_after[16]; /* the proxy's Retry-After, passed on with its 429 / 503 */
 } gw_req_t;
 
+/* Every request ends here, whatever the path (reply, upstream failure,
+ * client gone, stream end): an execution slot it holds is given back. */
 static void gw_free(gw_req_t *g)
 {
     sg_upstream_cancel(g->up);
     sg_upstream_cancel(g->cancel_up);
     if (h2o_timeout_is_linked(&g->cancel_retry))
         h2o_timeout_unlink(&g->cancel_retry);
+    sg_exec_slot_release(&g->slot);
     sg_http_hold_release(g->hold);
     free(g->body);
     json_object_put(g->json);
@@ -123,6 +129,8 @@ static void reply_prepare(gw_req_t *g, h2o_req_t *req, int status)
 {
     if (g->rate_known)
         add_rate_headers(req, &g->rate);
+    if ((status == 429 || status == 503) && g->up_retry_after[0])
+        sg_http_add_header(req, "retry-after", g->up_retry_after);
     sg_metrics_request(route_names[g->route], status);
 }
 
@@ -162,23 +170,29 @@ static void reply_raw(gw_req_t *g, int status, const char *ctype, const char *bo
     sg_http_send_body(req, status, ctype[0] ? ctype : "application/json", body, len);
 }
 
-static void reply_too_many(gw_req_t *g, const char *limit, double retry_after, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void reply_too_many(gw_req_t *g, const char *limit, double retry_after, const char *fmt, ...)
+static void vreply_429(gw_req_t *g, const char *code, const char *limit, double retry_after, const char *fmt,
+                       va_list ap)
 {
     char detail[512], v[32];
-    va_list ap;
     h2o_req_t *req = gw_http(g);
     sg_metrics_quota_rejection(limit);
     if (req == NULL)
         return;
-    va_start(ap, fmt);
     vsnprintf(detail, sizeof(detail), fmt, ap);
-    va_end(ap);
     snprintf(v, sizeof(v), "%.0f", ceil(retry_after) < 1 ? 1 : ceil(retry_after));
     sg_http_add_header(req, "retry-after", v);
     reply_prepare(g, req, 429);
-    sg_http_send_error(req, 429, "quota_exceeded", "%s", detail);
+    sg_http_send_error(req, 429, code, "%s", detail);
+}
+
+static void reply_too_many(gw_req_t *g, const char *limit, double retry_after, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void reply_too_many(gw_req_t *g, const char *limit, double retry_after, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vreply_429(g, "quota_exceeded", limit, retry_after, fmt, ap);
+    va_end(ap);
 }
 
 /* An upstream failure with no reply from the proxy. */
@@ -232,10 +246,13 @@ static void on_stream_data(void *data, const char *p, size_t len)
         sg_http_stream_write(g->stream, p, len);
 }
 
+/* Keeps what the reply to the client passes on from the proxy's headers
+ * (its Retry-After), then hands the reply to the route's callback. */
 static void on_forwarded(void *data, const sg_upstream_reply_t *r)
 {
     gw_req_t *g = data;
     g->up = NULL;
+    snprintf(g->up_retry_after, sizeof(g->up_retry_after), "%s", r->retry_after != NULL ? r->retry_after : "");
     g->up_done(g, r);
 }
 
@@ -421,14 +438,6 @@ static void maybe_session_lost(gw_req_t *g, const sg_upstream_reply_t *r)
         sg_gw_close_session(g->sid, g->tenant.id, "proxy_lost", NULL, NULL);
 }
 
-/* The proxy's Retry-After (a busy session, no capacity) goes to the client. */
-static void pass_retry_after(gw_req_t *g, const sg_upstream_reply_t *r)
-{
-    h2o_req_t *req = gw_http(g);
-    if (req != NULL && r->retry_after[0] != '\0' && (r->status == 429 || r->status == 503))
-        sg_http_add_header(req, "retry-after", r->retry_after);
-}
-
 static void on_exec_reply(void *data, const sg_upstream_reply_t *r)
 {
     gw_req_t *g = data;
@@ -469,7 +478,6 @@ static void on_exec_reply(void *data, const sg_upstream_reply_t *r)
         if (r->status >= 500)
             sg_metrics_upstream_error("5xx");
         maybe_session_lost(g, r);
-        pass_retry_after(g, r);
     }
     if (result != NULL && record_execution(g, result, len, r) == 0)
         return; /* answered by usage_done */
@@ -567,6 +575,53 @@ static void quota_reserve(gw_req_t *g)
 {
     sg_state_quota_reserve(sg_gw.state, g->tenant.id, g->day, g->tenant.execs_per_day, g->tenant.exec_seconds_per_day,
                            on_quota, g);
+}
+
+/* ---- executions in flight ------------------------------------------------------------- */
+
+typedef struct {
+    gw_req_t *g;
+    void (*next)(gw_req_t *g);
+} slot_wait_t;
+
+static void reply_concurrency_limit(gw_req_t *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void reply_concurrency_limit(gw_req_t *g, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    /* a slot frees when one of the tenant's runs ends */
+    vreply_429(g, "concurrency_limit", "concurrent_execs", 1, fmt, ap);
+    va_end(ap);
+}
+
+static void on_exec_slot(void *data, int granted, long in_flight)
+{
+    slot_wait_t w = *(slot_wait_t *)data;
+    free(data);
+    if (!granted) {
+        reply_concurrency_limit(w.g, "the tenant already has %ld executions in flight, its limit of %ld", in_flight,
+                                w.g->tenant.max_concurrent_execs);
+        gw_free(w.g);
+        return;
+    }
+    w.next(w.g);
+}
+
+/* Takes one of the tenant's max_concurrent_execs for a call to the proxy
+ * that waits at most wait_ms, then runs next; past the cap: 429
+ * concurrency_limit. The slot goes back in gw_free. */
+static void exec_slot_take(gw_req_t *g, long wait_ms, void (*next)(gw_req_t *g))
+{
+    slot_wait_t *w = malloc(sizeof(*w));
+    if (w == NULL) {
+        reply_error(g, 500, "internal", "out of memory");
+        gw_free(g);
+        return;
+    }
+    w->g = g;
+    w->next = next;
+    sg_exec_slot_acquire(&g->slot, g->tenant.id, g->tenant.max_concurrent_execs,
+                         (wait_ms + 999) / 1000 + SG_EXEC_LEASE_MARGIN_S, on_exec_slot, w);
 }
 
 /* ---- caps ---------------------------------------------------------------------------- */
@@ -791,7 +846,8 @@ static void route_execution(gw_req_t *g)
     if (g->want_stream) /* asked by Accept: the proxy is asked in the body */
         json_object_object_add(g->json, "stream", json_object_new_boolean(1));
     sg_gw_day(sg_wall_s(), g->day);
-    quota_reserve(g);
+    /* the slot first: a run refused for concurrency does not use the day's quota */
+    exec_slot_take(g, (long)(g->timeout * 1000) + sg_gw.upstream_grace_ms, quota_reserve);
     return;
 Done:
     gw_free(g);
@@ -804,7 +860,6 @@ static void on_plain_reply(void *data, const sg_upstream_reply_t *r)
         reply_upstream_failure(g, r);
     } else {
         maybe_session_lost(g, r);
-        pass_retry_after(g, r);
         if ((g->route == R_FILES || g->route == R_LIBRARIES) && r->status == 200)
             touch_session(g, 0);
         reply_raw(g, (int)r->status, r->content_type, r->body, r->body_len);
@@ -865,6 +920,15 @@ static void on_delete_closed(void *data, int closed)
     gw_free(g);
 }
 
+/* A library install runs pip / npm in the sandbox (and may start an
+ * installer container): it holds an execution slot like a run of code. */
+static void forward_library(gw_req_t *g)
+{
+    char path[128];
+    snprintf(path, sizeof(path), "/sessions/%s/libraries", g->sid);
+    forward(g, "POST", path, sg_gw.library_timeout_ms, on_plain_reply);
+}
+
 static void dispatch(gw_req_t *g)
 {
     char path[128];
@@ -897,8 +961,7 @@ static void dispatch(gw_req_t *g)
             gw_free(g);
             return;
         }
-        snprintf(path, sizeof(path), "/sessions/%s/libraries", g->sid);
-        forward(g, "POST", path, sg_gw.library_timeout_ms, on_plain_reply);
+        exec_slot_take(g, sg_gw.library_timeout_ms, forward_library);
         return;
     case R_EXECUTE:
     case R_COMMAND:

@@ -183,6 +183,17 @@ void sg_state_sessions_list(sg_state_t *st, int64_t tenant, sg_state_list_cb cb,
     st->ops->sessions_list(st, tenant, cb, data);
 }
 
+void sg_state_exec_acquire(sg_state_t *st, int64_t tenant, long max, const char *token, long lease_s, sg_state_cb cb,
+                           void *data)
+{
+    st->ops->exec_acquire(st, tenant, max, token, lease_s, cb, data);
+}
+
+void sg_state_exec_release(sg_state_t *st, int64_t tenant, const char *token, sg_state_cb cb, void *data)
+{
+    st->ops->exec_release(st, tenant, token, cb, data);
+}
+
 void sg_state_quota_reserve(sg_state_t *st, int64_t tenant, const char *day, long max_execs, double max_seconds,
                             sg_quota_cb cb, void *data)
 {

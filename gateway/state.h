@@ -20,6 +20,9 @@
  *   sg:sessions:lifetime      ZSET  session id -> lifetime deadline
  *   sg:rate:<tid>             STRING GCRA theoretical arrival time, ms
  *   sg:quota:<tid>:<yyyymmdd> HASH  execs, seconds (UTC day; expires after 3 days)
+ *   sg:tenant:<tid>:execs     ZSET  executions in flight of a tenant: token ->
+ *                                   lease deadline (unix s); the key expires
+ *                                   a minute after its last lease
  *
  * When Redis is configured but unreachable, each call says so
  * (available = 0) and the caller applies its per-limit policy (README).
@@ -125,6 +128,19 @@ void sg_state_sessions_expired(sg_state_t *st, int64_t now, size_t limit, sg_sta
 /* All live sessions (tenant 0) or one tenant's, for the admin API. */
 typedef void (*sg_state_list_cb)(void *data, int available, size_t n, const sg_live_session_t *list);
 void sg_state_sessions_list(sg_state_t *st, int64_t tenant, sg_state_list_cb cb, void *data);
+
+/* ---- executions in flight, per tenant ---- */
+
+/* Atomically: drops the tenant's executions whose lease has run out (a
+ * gateway that died mid-execution never released them), and if fewer than
+ * max remain, adds `token` with the lease deadline now + lease_s. ok = 1
+ * when the slot was taken (a token already held is renewed and stays one
+ * slot); count = executions in flight after the call. Exact under
+ * concurrency, like the session slots. */
+void sg_state_exec_acquire(sg_state_t *st, int64_t tenant, long max, const char *token, long lease_s, sg_state_cb cb,
+                           void *data);
+/* Ends an execution: ok = 1 if `token` was held; count as for acquire. */
+void sg_state_exec_release(sg_state_t *st, int64_t tenant, const char *token, sg_state_cb cb, void *data);
 
 /* ---- daily quotas (UTC day "yyyymmdd") ---- */
 typedef enum {

@@ -12,6 +12,8 @@
 
 /* How long a reservation holds a slot, seconds. */
 #define SG_STATE_RESERVATION_TTL 120
+/* How long a tenant's in-flight set outlives its last lease, seconds. */
+#define SG_STATE_EXECS_KEY_SLACK 60
 /* How long a day's quota counters live after seeding, seconds (3 days). */
 #define SG_STATE_QUOTA_TTL (3 * 86400)
 
@@ -30,6 +32,9 @@ typedef struct {
     void (*session_get)(sg_state_t *st, const char *sid, sg_state_get_cb cb, void *data);
     void (*sessions_expired)(sg_state_t *st, int64_t now, size_t limit, sg_state_expired_cb cb, void *data);
     void (*sessions_list)(sg_state_t *st, int64_t tenant, sg_state_list_cb cb, void *data);
+    void (*exec_acquire)(sg_state_t *st, int64_t tenant, long max, const char *token, long lease_s, sg_state_cb cb,
+                         void *data);
+    void (*exec_release)(sg_state_t *st, int64_t tenant, const char *token, sg_state_cb cb, void *data);
     void (*quota_reserve)(sg_state_t *st, int64_t tenant, const char *day, long max_execs, double max_seconds,
                           sg_quota_cb cb, void *data);
     void (*quota_seed)(sg_state_t *st, int64_t tenant, const char *day, int64_t execs, double seconds, sg_state_cb cb,

@@ -25,6 +25,14 @@ typedef struct {
     int64_t expires_s;
 } reservation_t;
 
+/* An execution in flight: holds one of its tenant's slots until released
+ * or until its lease runs out. */
+typedef struct {
+    int64_t tenant;
+    char *token;
+    int64_t deadline_s;
+} exec_lease_t;
+
 /* A session closed recently: sg_state_session_restore leaves it closed. */
 typedef struct {
     char sid[37];
@@ -52,6 +60,7 @@ typedef struct {
     VEC(sg_live_session_t) sessions;
     VEC(quota_entry_t) quotas;
     VEC(closed_mark_t) closed;
+    VEC(exec_lease_t) execs;
 } mem_state_t;
 
 /* Makes room for one more element; 0 or -1 (out of memory). */
@@ -367,6 +376,74 @@ static void mem_sessions_list(sg_state_t *st, int64_t tenant, sg_state_list_cb c
     free(list);
 }
 
+/* ---- executions in flight ------------------------------------------------------------ */
+
+static void drop_exec_at(mem_state_t *m, size_t i)
+{
+    free(m->execs.e[i].token);
+    VEC_SWAP_REMOVE(m->execs, i);
+}
+
+static void mem_exec_acquire(sg_state_t *st, int64_t tenant, long max, const char *token, long lease_s,
+                             sg_state_cb cb, void *data)
+{
+    mem_state_t *m = mem(st);
+    int64_t now = sg_state__now_s(st);
+    sg_state_result_t r = {.available = 1};
+    exec_lease_t *same = NULL;
+    long live = 0;
+
+    /* as ZREMRANGEBYSCORE -inf now: leases that ran out go */
+    for (size_t i = 0; i < m->execs.n;) {
+        exec_lease_t *e = &m->execs.e[i];
+        if (e->tenant == tenant && e->deadline_s <= now) {
+            drop_exec_at(m, i);
+            continue;
+        }
+        if (e->tenant == tenant) {
+            live++;
+            if (strcmp(e->token, token) == 0)
+                same = e;
+        }
+        i++;
+    }
+    if (same != NULL) {
+        same->deadline_s = now + lease_s;
+        r.ok = 1;
+    } else if (live < max) {
+        char *copy = strdup(token);
+        exec_lease_t *e = copy != NULL ? VEC_PUSH_SLOT(m->execs) : NULL;
+        if (e != NULL) {
+            e->tenant = tenant;
+            e->token = copy;
+            e->deadline_s = now + lease_s;
+            r.ok = 1;
+            live++;
+        } else {
+            free(copy);
+            sg_error("state: out of memory taking an execution slot");
+        }
+    }
+    r.count = live;
+    cb(data, &r);
+}
+
+static void mem_exec_release(sg_state_t *st, int64_t tenant, const char *token, sg_state_cb cb, void *data)
+{
+    mem_state_t *m = mem(st);
+    sg_state_result_t r = {.available = 1};
+    for (size_t i = 0; i < m->execs.n;) {
+        if (m->execs.e[i].tenant == tenant && strcmp(m->execs.e[i].token, token) == 0) {
+            drop_exec_at(m, i);
+            r.ok = 1;
+            continue;
+        }
+        r.count += m->execs.e[i].tenant == tenant;
+        i++;
+    }
+    cb(data, &r);
+}
+
 /* ---- quotas ------------------------------------------------------------------------ */
 
 /* The live entry of (tenant, day), dropping expired entries on the way. */
@@ -455,6 +532,9 @@ static void mem_destroy(sg_state_t *st)
     free(m->sessions.e);
     free(m->quotas.e);
     free(m->closed.e);
+    for (size_t i = 0; i < m->execs.n; i++)
+        free(m->execs.e[i].token);
+    free(m->execs.e);
     free(m);
 }
 
@@ -472,6 +552,8 @@ static const sg_state_ops_t mem_ops = {
     .session_get = mem_session_get,
     .sessions_expired = mem_sessions_expired,
     .sessions_list = mem_sessions_list,
+    .exec_acquire = mem_exec_acquire,
+    .exec_release = mem_exec_release,
     .quota_reserve = mem_quota_reserve,
     .quota_seed = mem_quota_seed,
     .quota_add_seconds = mem_quota_add_seconds,

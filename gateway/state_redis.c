@@ -67,6 +67,8 @@ enum {
     SCRIPT_RESTORE,
     SCRIPT_EXPIRED,
     SCRIPT_LIST,
+    SCRIPT_EXEC_ACQUIRE,
+    SCRIPT_EXEC_RELEASE,
     SCRIPT_QUOTA_RESERVE,
     SCRIPT_QUOTA_SEED,
     SCRIPT_QUOTA_ADD,
@@ -182,6 +184,22 @@ static script_t scripts[SCRIPT_COUNT] = {
                      "  end\n"
                      "end\n"
                      "return out\n"},
+    /* KEYS: tenant's in-flight set. ARGV: now s, max, token, lease deadline s,
+     * key slack s. Leases that ran out go first; a token already held is
+     * renewed. The key lives until slack s after its last lease. */
+    [SCRIPT_EXEC_ACQUIRE] = {"redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])\n"
+                             "local n = redis.call('ZCARD', KEYS[1])\n"
+                             "local held = redis.call('ZSCORE', KEYS[1], ARGV[3])\n"
+                             "if not held and n >= tonumber(ARGV[2]) then return {0, n} end\n"
+                             "redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])\n"
+                             "local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')\n"
+                             "local ttl = tonumber(last[2]) - tonumber(ARGV[1]) + tonumber(ARGV[5])\n"
+                             "if ttl < 1 then ttl = 1 end\n"
+                             "redis.call('EXPIRE', KEYS[1], math.floor(ttl))\n"
+                             "return {1, redis.call('ZCARD', KEYS[1])}\n"},
+    /* KEYS: tenant's in-flight set. ARGV: token. */
+    [SCRIPT_EXEC_RELEASE] = {"local ok = redis.call('ZREM', KEYS[1], ARGV[1])\n"
+                             "return {ok, redis.call('ZCARD', KEYS[1])}\n"},
     /* KEYS: quota key. ARGV: max execs, max seconds.
      * Returns {status, execs, seconds as a string}. */
     [SCRIPT_QUOTA_RESERVE] = {"if redis.call('EXISTS', KEYS[1]) == 0 then return {3, 0, '0'} end\n"
@@ -857,6 +875,30 @@ static void redis_sessions_list(sg_state_t *_st, int64_t tenant, sg_state_list_c
     req_send(req);
 }
 
+static void redis_exec_acquire(sg_state_t *_st, int64_t tenant, long max, const char *token, long lease_s,
+                               sg_state_cb cb, void *data)
+{
+    int64_t now = sg_state__now_s(_st);
+    redis_req_t *req = req_new(rs(_st), SCRIPT_EXEC_ACQUIRE, 1, on_state, data);
+    req->cb.state = cb;
+    req_arg(req, "sg:tenant:%" PRId64 ":execs", tenant);
+    req_arg(req, "%" PRId64, now);
+    req_arg(req, "%ld", max);
+    req_arg(req, "%.64s", token);
+    req_arg(req, "%" PRId64, now + lease_s);
+    req_arg(req, "%d", SG_STATE_EXECS_KEY_SLACK);
+    req_send(req);
+}
+
+static void redis_exec_release(sg_state_t *_st, int64_t tenant, const char *token, sg_state_cb cb, void *data)
+{
+    redis_req_t *req = req_new(rs(_st), SCRIPT_EXEC_RELEASE, 1, on_state, data);
+    req->cb.state = cb;
+    req_arg(req, "sg:tenant:%" PRId64 ":execs", tenant);
+    req_arg(req, "%.64s", token);
+    req_send(req);
+}
+
 static void redis_quota_reserve(sg_state_t *_st, int64_t tenant, const char *day, long max_execs, double max_seconds,
                                 sg_quota_cb cb, void *data)
 {
@@ -933,6 +975,8 @@ static const sg_state_ops_t redis_ops = {
     .session_get = redis_session_get,
     .sessions_expired = redis_sessions_expired,
     .sessions_list = redis_sessions_list,
+    .exec_acquire = redis_exec_acquire,
+    .exec_release = redis_exec_release,
     .quota_reserve = redis_quota_reserve,
     .quota_seed = redis_quota_seed,
     .quota_add_seconds = redis_quota_add_seconds,

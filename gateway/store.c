@@ -46,6 +46,7 @@ static const tenant_field_t tenant_fields[] = {
     TF(rate_per_min, F_LONG, 1, 1e9),
     TF(burst, F_LONG, 1, 1e9),
     TF(max_sessions, F_LONG, 0, 1e6),
+    TF(max_concurrent_execs, F_LONG, 0, 1e6),
     TF(execs_per_day, F_LONG, 0, 1e12),
     TF(exec_seconds_per_day, F_DOUBLE, 0, 1e12),
     TF(max_timeout, F_DOUBLE, 0.1, 86400),
@@ -78,6 +79,7 @@ void sg_tenant_defaults(sg_tenant_t *t)
     t->rate_per_min = 600;
     t->burst = 60;
     t->max_sessions = 10;
+    t->max_concurrent_execs = 8;
     t->execs_per_day = 10000;
     t->exec_seconds_per_day = 36000;
     t->max_timeout = 300;
@@ -422,6 +424,8 @@ static const char *const migrations[] = {
     " executions INTEGER NOT NULL DEFAULT 0);"
     "CREATE INDEX sessions_tenant ON sessions(tenant_id, created_at);"
     "CREATE INDEX sessions_open ON sessions(tenant_id, created_at) WHERE closed_at IS NULL;",
+    /* 1 -> 2: executions in flight per tenant */
+    "ALTER TABLE tenants ADD COLUMN max_concurrent_execs INTEGER NOT NULL DEFAULT 8;",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

@@ -31,6 +31,7 @@ typedef struct {
     long rate_per_min;         /* request rate: sustained requests per minute */
     long burst;                /* request rate: burst size */
     long max_sessions;         /* concurrent live sessions */
+    long max_concurrent_execs; /* executions, commands and installs in flight at once */
     long execs_per_day;        /* executions per UTC day */
     double exec_seconds_per_day; /* execution seconds per UTC day */
     double max_timeout;        /* per-execution timeout cap, seconds */
@@ -43,7 +44,7 @@ typedef struct {
 } sg_tenant_t;
 
 /* The defaults a new tenant gets (documented in the README):
- * rate_per_min 600, burst 60, max_sessions 10, execs_per_day 10000,
+ * rate_per_min 600, burst 60, max_sessions 10, max_concurrent_execs 8, execs_per_day 10000,
  * exec_seconds_per_day 36000, max_timeout 300, max_memory_mb 1024,
  * max_cpus 2, allowed_langs "*", network_allowed 0, idle_timeout 900,
  * max_lifetime 14400, disabled 0. */
@@ -53,6 +54,7 @@ void sg_tenant_defaults(sg_tenant_t *t);
  * "disabled" — as sandgate-admin `tenant set` and the admin API take them.
  * Ranges (inclusive; 0 in a count means none allowed, not unlimited):
  *   rate_per_min 1..1e9    burst 1..1e9          max_sessions 0..1e6
+ *   max_concurrent_execs 0..1e6
  *   execs_per_day 0..1e12  exec_seconds_per_day 0..1e12
  *   max_timeout 0.1..86400 max_memory_mb 16..1048576   max_cpus 0.01..1024
  *   allowed_langs "*" or "a,b" of [a-z0-9_+-]{1,31}, < 256 chars in all

@@ -1,4 +1,5 @@
 #include "api.h"
+#include "capacity.h"
 #include "docker.h"
 #include "http.h"
 #include "json.h"
@@ -199,6 +200,27 @@ static void send_verr(h2o_req_t *req, const sg_verr_t *e)
     sg_http_send_error(req, e->status, e->code, "%s", e->detail);
 }
 
+/* A session or an installer could not start: 503s (no_capacity, at_capacity,
+ * docker_unavailable) say when to try again. */
+static void send_start_failure(h2o_req_t *req, int status, const char *code, const char *detail)
+{
+    if (status == 503) {
+        char v[16];
+        snprintf(v, sizeof(v), "%d", SG_CAPACITY_RETRY_AFTER_S);
+        sg_http_add_header(req, "retry-after", v);
+    }
+    sg_http_send_error(req, status, code, "%s", detail);
+}
+
+static void send_lib_failure(h2o_req_t *req, const sg_lib_result_t *r)
+{
+    send_start_failure(req, r->http_status,
+                       r->http_status == 504   ? "sandbox_timeout"
+                       : r->http_status == 503 ? "no_capacity"
+                                               : "sandbox_failed",
+                       r->message);
+}
+
 static json_object *parse_body(h2o_req_t *req)
 {
     char err[256];
@@ -354,6 +376,8 @@ static void health_done(sg_job_t *job)
             json_object_object_add(o, "detail", json_object_new_string(j->err));
         }
         json_object_object_add(o, "sessions", json_object_new_int64((int64_t)sg_session_count()));
+        json_object_object_add(o, "containers", json_object_new_int64(sg_capacity_used()));
+        json_object_object_add(o, "max_containers", json_object_new_int64(sg_capacity_max()));
         sg_http_send_json(req, j->ok ? 200 : 503, o);
     }
     pending_free(j->p);
@@ -376,7 +400,7 @@ static void on_session_created(void *data, sg_session_t *s, int status, const ch
     h2o_req_t *req = pending_req(p);
     if (s == NULL) {
         if (req != NULL)
-            sg_http_send_error(req, status, code, "%s", detail);
+            send_start_failure(req, status, code, detail);
     } else if (req != NULL && !sg_http_hold_gone(p->hold)) {
         sg_http_send_json(req, 200, session_json(s));
     } else {
@@ -603,8 +627,7 @@ static void on_libs_ready(void *data, const sg_lib_result_t *r)
         h2o_req_t *req = pending_req(w->p);
         if (req != NULL) {
             if (r->http_status != 200)
-                sg_http_send_error(req, r->http_status, r->http_status == 504 ? "sandbox_timeout" : "sandbox_failed",
-                                   "%s", r->message);
+                send_lib_failure(req, r);
             else
                 sg_http_send_json(req, 200, libraries_failed_json(r));
         }
@@ -686,8 +709,7 @@ static void on_library_installed(void *data, const sg_lib_result_t *r)
     h2o_req_t *req = pending_req(p);
     if (req != NULL) {
         if (r->http_status != 200) {
-            sg_http_send_error(req, r->http_status, r->http_status == 504 ? "sandbox_timeout" : "sandbox_failed", "%s",
-                               r->message);
+            send_lib_failure(req, r);
         } else {
             json_object *o = json_object_new_object();
             json_object_object_add(o, "success", json_object_new_boolean(r->success));
@@ -819,7 +841,7 @@ static void ephemeral_ready(void *data, sg_session_t *s, int status, const char 
     h2o_req_t *req = pending_req(p);
     if (s == NULL) {
         if (req != NULL)
-            sg_http_send_error(req, status, code, "%s", detail);
+            send_start_failure(req, status, code, detail);
         pending_free(p);
         return;
     }

@@ -1,4 +1,5 @@
 #include "install.h"
+#include "capacity.h"
 #include "container.h"
 #include "docker.h"
 #include "log.h"
@@ -51,6 +52,7 @@ typedef struct {
     sg_session_t *s;
     json_object *config;
     sg_fetch_result_t r;
+    int has_slot; /* a container slot (capacity.h); without one, nothing is started */
     sg_fetch_cb cb;
     void *data;
 } fetch_job_t;
@@ -85,6 +87,12 @@ static void fetch_work(sg_job_t *job)
     sg_buf_t log;
     uint64_t t0 = sg_now_us();
 
+    if (!j->has_slot) {
+        j->r.no_capacity = 1;
+        snprintf(j->r.message, sizeof(j->r.message), "the proxy is at its limit of %ld containers",
+                 sg_capacity_max());
+        return;
+    }
     sg_buf_init(&log, 64 << 10);
     if (sg_docker_container_create(d, j->config, id, j->r.message, sizeof(j->r.message)) != 0 ||
         sg_docker_container_start(d, id, j->r.message, sizeof(j->r.message)) != 0)
@@ -109,9 +117,17 @@ static void fetch_done(sg_job_t *job)
 {
     fetch_job_t *j = (fetch_job_t *)job;
     json_object_put(j->config);
+    if (j->has_slot)
+        sg_capacity_give(); /* the installer was removed on the worker */
     j->cb(j->data, &j->r);
     sg_session_unref(j->s);
     free(j);
+}
+
+static void fetch_submit(void *data)
+{
+    fetch_job_t *j = data;
+    sg_workq_submit(sg_sessions_conf()->workq, &j->super);
 }
 
 void sg_install_fetch(sg_session_t *s, const char *spec, sg_fetch_cb cb, void *data)
@@ -124,5 +140,12 @@ void sg_install_fetch(sg_session_t *s, const char *spec, sg_fetch_cb cb, void *d
     j->config = sg_install_container_config(s, spec, sg_sessions_conf()->proxy_id);
     j->super.work = fetch_work;
     j->super.done = fetch_done;
-    sg_workq_submit(sg_sessions_conf()->workq, &j->super);
+    if (sg_capacity_take() == 0) {
+        j->has_slot = 1;
+    } else if (sg_pool_yield(fetch_submit, j) == 0) {
+        j->has_slot = 1; /* handed over once the pooled container is gone */
+        return;
+    }
+    /* without a slot the job only reports no_capacity (from the loop's queue) */
+    fetch_submit(j);
 }

@@ -23,6 +23,7 @@
 typedef struct {
     int ok;
     int timed_out;
+    int no_capacity;    /* SANDGATE_MAX_CONTAINERS reached: no installer was started */
     char message[1024]; /* the installer's last output lines, or why it failed */
     double seconds;
 } sg_fetch_result_t;
@@ -30,7 +31,9 @@ typedef struct {
 typedef void (*sg_fetch_cb)(void *data, const sg_fetch_result_t *r);
 
 /* Fetches spec ("name==1.0", "name@1.0", or a bare name) for the session's
- * language into the store. cb runs on the loop thread. */
+ * language into the store. cb runs on the loop thread, never before this
+ * returns. The installer counts against SANDGATE_MAX_CONTAINERS (a ready
+ * pooled container yields to it); at the cap, no_capacity. */
 void sg_install_fetch(sg_session_t *s, const char *spec, sg_fetch_cb cb, void *data);
 
 /* The installer container's configuration (pure; unit tested). */

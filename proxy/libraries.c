@@ -119,6 +119,8 @@ static void local_step(install_t *in);
 static void on_fetched(void *data, const sg_fetch_result_t *f)
 {
     install_t *in = data;
+    if (f->no_capacity)
+        in->r.http_status = 503;
     if (!f->ok) {
         snprintf(in->r.message, sizeof(in->r.message), "could not get %.200s from the package index%s: %.900s",
                  in->spec, f->timed_out ? " in time" : "", f->message);

@@ -3,6 +3,7 @@
  * runs code in them through the in-sandbox agent. See docs/architecture.md.
  */
 #include "api.h"
+#include "capacity.h"
 #include "config.h"
 #include "container.h"
 #include "docker.h"
@@ -37,6 +38,7 @@ static struct {
     int http2_cleartext;
     long max_sessions;
     long session_queue;
+    long max_containers;
     long pool_size;
     long max_file_bytes;
     long max_body;
@@ -83,6 +85,8 @@ static const sg_cfg_entry_t config_table[] = {
     {"SANDGATE_MAX_SESSIONS", SG_CFG_INT, "200", 1, 1 << 20, &cfg.max_sessions, "live sessions at most"},
     {"SANDGATE_SESSION_QUEUE", SG_CFG_INT, "16", 1, 10000, &cfg.session_queue,
      "requests that may wait behind a session's running one; past it 429 session_busy"},
+    {"SANDGATE_MAX_CONTAINERS", SG_CFG_INT, "256", 1, 1 << 20, &cfg.max_containers,
+     "containers of every kind at once (sessions, one-shot, pool, installers); past it 503 no_capacity"},
     {"SANDGATE_POOL_SIZE", SG_CFG_INT, "2", 0, 1000, &cfg.pool_size,
      "ready containers kept per language, so that creating a session does not wait for one"},
     {"SANDGATE_MAX_FILE_BYTES", SG_CFG_INT, "16777216", 1, 64 << 20, &cfg.max_file_bytes,
@@ -244,6 +248,7 @@ int main(int argc, char **argv)
     sconf.image_prefix = cfg.image_prefix;
     sconf.template_repo = cfg.template_repo;
     sconf.max_sessions = cfg.max_sessions;
+    sg_capacity_init(cfg.max_containers);
     sconf.max_file_bytes = cfg.max_file_bytes;
     sconf.pool_size = cfg.pool_size;
     sconf.store_volume = cfg.store_volume;

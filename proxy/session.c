@@ -1,4 +1,5 @@
 #include "session.h"
+#include "capacity.h"
 #include "container.h"
 #include "docker.h"
 #include "json.h"
@@ -75,6 +76,17 @@ static void list_remove(sg_session_t *s)
         table_count--;
     s->_where = SG_IN_NONE;
     sg_session_unref(s);
+}
+
+/* The container is gone (or was never made): its slot goes back, unless
+ * the pool handed it over to a request (sg_pool_yield). */
+static void slot_release(sg_session_t *s)
+{
+    if (!s->_has_slot)
+        return;
+    s->_has_slot = 0;
+    if (!s->_slot_handover)
+        sg_capacity_give();
 }
 
 const sg_sessions_conf_t *sg_sessions_conf(void)
@@ -342,6 +354,7 @@ static void create_done(sg_job_t *job)
     if (j->status != 200) {
         sg_warn("session %s: start failed: %s", s->id, j->err);
         s->state = SG_SESSION_DEAD;
+        slot_release(s);
         if (s->_pooled)
             pool[lang_index(s->lang)].retry_at_ms = sg_now_ms() + POOL_RETRY_MS;
         else
@@ -374,6 +387,7 @@ Exit:
     free(j);
 }
 
+/* The caller has taken a container slot for it (capacity.h). */
 static void session_start(const sg_create_req_t *req, int ephemeral, int pooled, sg_session_ready_cb cb, void *data)
 {
     sg_session_t *s = calloc(1, sizeof(*s));
@@ -382,11 +396,13 @@ static void session_start(const sg_create_req_t *req, int ephemeral, int pooled,
     if (s == NULL || j == NULL || sg_uuid4(s->id) != 0) {
         free(s);
         free(j);
+        sg_capacity_give();
         if (cb != NULL)
             cb(data, NULL, 500, "internal", "out of memory");
         return;
     }
     s->_refcnt = 1; /* handed to cb on success */
+    s->_has_slot = 1;
     s->lang = req->lang;
     s->limits = req->limits;
     s->keep_template = req->keep_template;
@@ -442,6 +458,8 @@ static sg_session_t *pool_take(const sg_create_req_t *req)
 void sg_pool_fill(void)
 {
     uint64_t now = sg_now_ms();
+    /* the pool counts, but leaves a quarter of the cap to requests */
+    long headroom = sg_capacity_max() / 4 > 1 ? sg_capacity_max() / 4 : 1;
     for (size_t i = 0; i < sg_lang_count() && i < MAX_LANGS; i++) {
         sg_create_req_t req = {0};
         if (now < pool[i].retry_at_ms)
@@ -450,14 +468,66 @@ void sg_pool_fill(void)
         req.limits = conf.pool_limits;
         /* a few at a time, so that refills never crowd out the workers a
          * request's own cold start needs */
-        while ((long)(pool[i].nready + pool[i].nstarting) < conf.pool_size && pool[i].nstarting < POOL_MAX_STARTING)
+        while ((long)(pool[i].nready + pool[i].nstarting) < conf.pool_size && pool[i].nstarting < POOL_MAX_STARTING) {
+            if (sg_capacity_take_spare(headroom) != 0)
+                return;
             session_start(&req, 0, 1, NULL, NULL);
+        }
     }
+}
+
+typedef struct {
+    void (*cb)(void *data);
+    void *data;
+} yield_t;
+
+static void on_yielded(void *data, const char *template_image, const char *err)
+{
+    yield_t y = *(yield_t *)data;
+    free(data);
+    y.cb(y.data);
+}
+
+int sg_pool_yield(void (*cb)(void *data), void *data)
+{
+    for (size_t i = 0; i < sg_lang_count() && i < MAX_LANGS; i++) {
+        for (h2o_linklist_t *l = pool[i].ready.next; l != &pool[i].ready; l = l->next) {
+            sg_session_t *s = H2O_STRUCT_FROM_MEMBER(sg_session_t, _link, l);
+            if (s->_close_requested || !s->_has_slot)
+                continue;
+            yield_t *y = malloc(sizeof(*y));
+            if (y == NULL)
+                return -1;
+            y->cb = cb;
+            y->data = data;
+            s->_slot_handover = 1;
+            sg_debug("pool: %s container %.12s removed to make room", s->lang->name, s->container_id);
+            sg_session_close(s, on_yielded, y);
+            return 0;
+        }
+    }
+    return -1;
 }
 
 size_t sg_pool_ready(const sg_lang_t *lang)
 {
     return pool[lang_index(lang)].nready;
+}
+
+/* A request waiting for a pooled container to make room. */
+typedef struct {
+    sg_create_req_t req;
+    char image[256];
+    int ephemeral;
+    sg_session_ready_cb cb;
+    void *data;
+} room_wait_t;
+
+static void on_room(void *data)
+{
+    room_wait_t *w = data;
+    session_start(&w->req, w->ephemeral, 0, w->cb, w->data); /* with the slot handed over */
+    free(w);
 }
 
 void sg_session_create(const sg_create_req_t *req, int ephemeral, sg_session_ready_cb cb, void *data)
@@ -481,7 +551,27 @@ void sg_session_create(const sg_create_req_t *req, int ephemeral, sg_session_rea
         cb(data, s, 200, NULL, NULL); /* gets our reference */
         return;
     }
-    session_start(req, ephemeral, 0, cb, data);
+    if (sg_capacity_take() == 0) {
+        session_start(req, ephemeral, 0, cb, data);
+        return;
+    }
+    room_wait_t *w = calloc(1, sizeof(*w));
+    if (w != NULL && (req->image == NULL || strlen(req->image) < sizeof(w->image))) {
+        w->req = *req;
+        if (req->image != NULL) {
+            strcpy(w->image, req->image);
+            w->req.image = w->image;
+        }
+        w->ephemeral = ephemeral;
+        w->cb = cb;
+        w->data = data;
+        if (sg_pool_yield(on_room, w) == 0)
+            return;
+    }
+    free(w);
+    char detail[128];
+    snprintf(detail, sizeof(detail), "the proxy is at its limit of %ld containers", sg_capacity_max());
+    cb(data, NULL, 503, "no_capacity", detail);
 }
 
 sg_session_t *sg_session_find(const char *id, size_t len)
@@ -581,6 +671,7 @@ static void close_done(sg_job_t *job)
         h2o_socket_close(s->_sock);
         s->_sock = NULL;
     }
+    slot_release(s);
     fail_ops(s, 502, "the session was closed while this operation waited");
     sg_info("session %s: closed%s%s", s->id, j->template_image[0] ? ", kept as " : "", j->template_image);
     if (j->cb != NULL)

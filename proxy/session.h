@@ -86,6 +86,8 @@ struct sg_session {
     int _close_requested;
     int _where; /* SG_IN_NONE, SG_IN_TABLE or SG_IN_POOL: which list _link is on */
     int _pooled; /* made by the pool: labelled sandgate.kind=pool */
+    int _has_slot; /* holds one of SANDGATE_MAX_CONTAINERS (capacity.h) until its container is gone */
+    int _slot_handover; /* evicted from the pool: its slot goes to whoever asked, not back */
 };
 
 typedef enum { SG_OP_EXEC, SG_OP_PUT_FILE, SG_OP_GET_FILE } sg_op_kind_t;
@@ -137,7 +139,10 @@ typedef void (*sg_session_ready_cb)(void *data, sg_session_t *s, int status, con
 void sg_sessions_init(const sg_sessions_conf_t *conf);
 const sg_sessions_conf_t *sg_sessions_conf(void);
 
-/* Starts a container for a session and connects to its agent. */
+/* Starts a container for a session and connects to its agent (or takes
+ * one from the pool). At SANDGATE_MAX_CONTAINERS a ready pooled container
+ * of any language is removed to make room (sg_pool_yield); when there is
+ * none, cb gets 503 no_capacity. */
 void sg_session_create(const sg_create_req_t *req, int ephemeral, sg_session_ready_cb cb, void *data);
 sg_session_t *sg_session_find(const char *id, size_t len);
 size_t sg_session_count(void);
@@ -158,6 +163,12 @@ void sg_session_close(sg_session_t *s, sg_session_closed_cb cb, void *data);
  * sg_pool_fill starts what is missing; it is called after every take and
  * from sg_sessions_tick (a language whose start failed waits a while). */
 void sg_pool_fill(void);
+/* The pool yields to requests: removes one ready pooled container and, once
+ * it is gone, calls cb with its container slot (capacity.h) handed to the
+ * caller, who must give it back when done. 0, or -1 (cb not called) when
+ * the pool has nothing ready. The pool itself fills only while a quarter
+ * of the cap stays free. */
+int sg_pool_yield(void (*cb)(void *data), void *data);
 size_t sg_pool_ready(const sg_lang_t *lang);
 
 /* Ops: create, then submit; the callback gets the result. */

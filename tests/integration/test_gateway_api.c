@@ -1372,7 +1372,8 @@ SGGW_TEST(test_metrics)
 SGGW_TEST(test_loop_health)
 {
     enum { NS = 10, NX = 20, PROBES = 10 };
-    const char *q[] = {"max_sessions=12", NULL};
+    /* 20 executions in flight at once: above the default max_concurrent_execs */
+    const char *q[] = {"max_sessions=12", "max_concurrent_execs=20", NULL};
     char *tok = sggw_new_tenant(data_dir(), "health", q);
     char url[256], xurl[NS][256];
     sggw_par_req_t creates[NS], execs[NX];

@@ -456,6 +456,20 @@ static sg_state_result_t unreserve(fixture_t *f, int64_t tenant, const char *tok
     return check_state(f, &w);
 }
 
+static sg_state_result_t exec_acquire(fixture_t *f, int64_t tenant, long max, const char *token, long lease_s)
+{
+    state_wait_t w = {0};
+    sg_state_exec_acquire(f->st, tenant, max, token, lease_s, on_state, &w);
+    return check_state(f, &w);
+}
+
+static sg_state_result_t exec_release(fixture_t *f, int64_t tenant, const char *token)
+{
+    state_wait_t w = {0};
+    sg_state_exec_release(f->st, tenant, token, on_state, &w);
+    return check_state(f, &w);
+}
+
 static sg_state_result_t commit(fixture_t *f, const char *token, const sg_live_session_t *s)
 {
     state_wait_t w = {0};
@@ -669,6 +683,93 @@ static void test_reservation_expires(void **state)
     assert_int_equal(reserve(f, 351, 2, "c").ok, 0);
     sg_state_set_clock_skew_ms(f->st, 121 * 1000);
     sg_state_result_t r = reserve(f, 351, 2, "c");
+    assert_int_equal(r.ok, 1);
+    assert_int_equal(r.count, 1);
+}
+
+/* max_concurrent_execs: 40 acquires issued at once (none answered before
+ * the last is sent), 3 slots: exactly 3 get one, whatever the interleaving;
+ * the count never passes 3; another tenant is untouched. */
+static void test_exec_concurrent(void **state)
+{
+    fixture_t *f = *state;
+    state_wait_t w[40];
+    char tokens[40][16];
+    memset(w, 0, sizeof(w));
+    for (int i = 0; i < 40; i++) {
+        snprintf(tokens[i], sizeof(tokens[i]), "x-%d", i);
+        sg_state_exec_acquire(f->st, 501, 3, tokens[i], 60, on_state, &w[i]);
+    }
+    int ok = 0;
+    for (int i = 0; i < 40; i++) {
+        RUN_UNTIL(f, w[i].done, WAIT_S);
+        assert_int_equal(w[i].done, 1);
+        assert_int_equal(w[i].r.available, 1);
+        ok += w[i].r.ok;
+        assert_true(w[i].r.count <= 3);
+    }
+    assert_int_equal(ok, 3);
+    sg_state_result_t r = exec_acquire(f, 501, 3, "late", 60);
+    assert_int_equal(r.ok, 0);
+    assert_int_equal(r.count, 3);
+    /* another tenant, and the session slots of the same tenant, are apart */
+    assert_int_equal(exec_acquire(f, 502, 3, "x-0", 60).ok, 1);
+    assert_int_equal(reserve(f, 501, 1, "session").ok, 1);
+
+    /* releasing one lets exactly one more in; a release of a token not held
+     * (twice, or never taken) frees nothing */
+    int first = -1;
+    for (int i = 0; i < 40 && first < 0; i++)
+        if (w[i].r.ok)
+            first = i;
+    r = exec_release(f, 501, tokens[first]);
+    assert_int_equal(r.ok, 1);
+    assert_int_equal(r.count, 2);
+    r = exec_release(f, 501, tokens[first]);
+    assert_int_equal(r.ok, 0);
+    assert_int_equal(r.count, 2);
+    assert_int_equal(exec_release(f, 501, "never").ok, 0);
+    memset(w, 0, sizeof(w));
+    for (int i = 0; i < 10; i++)
+        sg_state_exec_acquire(f->st, 501, 3, tokens[20 + i], 60, on_state, &w[i]);
+    ok = 0;
+    for (int i = 0; i < 10; i++) {
+        RUN_UNTIL(f, w[i].done, WAIT_S);
+        assert_int_equal(w[i].r.available, 1);
+        ok += w[i].r.ok;
+    }
+    assert_int_equal(ok, 1);
+
+    /* max 0: nothing runs */
+    r = exec_acquire(f, 503, 0, "a", 60);
+    assert_int_equal(r.ok, 0);
+    assert_int_equal(r.count, 0);
+}
+
+/* A slot whose holder never released it (a gateway killed mid-execution)
+ * comes back when its lease runs out, not before; a token acquired again
+ * renews its lease and stays one slot. */
+static void test_exec_lease_expires(void **state)
+{
+    fixture_t *f = *state;
+    assert_int_equal(exec_acquire(f, 551, 2, "a", 30).ok, 1);
+    assert_int_equal(exec_acquire(f, 551, 2, "b", 100).ok, 1);
+    assert_int_equal(exec_acquire(f, 551, 2, "c", 30).ok, 0);
+    sg_state_result_t r = exec_acquire(f, 551, 2, "b", 100); /* renewed, not a third */
+    assert_int_equal(r.ok, 1);
+    assert_int_equal(r.count, 2);
+    /* 28 s later both still hold (whatever second boundary was crossed) */
+    sg_state_set_clock_skew_ms(f->st, 28 * 1000);
+    assert_int_equal(exec_acquire(f, 551, 2, "c", 30).ok, 0);
+    /* 31 s: "a" ran out, "b" (100 s) did not */
+    sg_state_set_clock_skew_ms(f->st, 31 * 1000);
+    r = exec_acquire(f, 551, 2, "c", 30);
+    assert_int_equal(r.ok, 1);
+    assert_int_equal(r.count, 2);
+    assert_int_equal(exec_acquire(f, 551, 2, "d", 30).ok, 0);
+    /* 102 s: "b" ran out too, and so did "c" (31 + 30) */
+    sg_state_set_clock_skew_ms(f->st, 102 * 1000);
+    r = exec_acquire(f, 551, 2, "d", 30);
     assert_int_equal(r.ok, 1);
     assert_int_equal(r.count, 1);
 }
@@ -1182,6 +1283,22 @@ static void test_key_schema(void **state)
     assert_int_equal(query_int("ZCARD sg:tenant:42:sessions", NULL, NULL), 1);
     assert_int_equal(query_int("ZCARD sg:sessions:idle", NULL, NULL), 0);
     assert_int_equal(query_int("ZCARD sg:sessions:lifetime", NULL, NULL), 0);
+
+    /* executions in flight: a zset of tokens scored by lease deadline,
+     * expiring a minute after the last lease */
+    assert_int_equal(exec_acquire(f, 42, 8, "run-1", 100).ok, 1);
+    assert_int_equal(exec_acquire(f, 42, 8, "run-2", 40).ok, 1);
+    r = server_query("TYPE sg:tenant:42:execs");
+    assert_non_null(r);
+    assert_string_equal(r->str, "zset");
+    freeReplyObject(r);
+    score = query_int("ZSCORE sg:tenant:42:execs %s", "run-1", NULL);
+    assert_true(score >= now + 100 && score <= now + 102);
+    ttl = query_int("TTL sg:tenant:42:execs", NULL, NULL);
+    assert_true(ttl > 100 + 60 - 10 && ttl <= 102 + 60); /* the key outlives its last lease by 60 s */
+    assert_int_equal(exec_release(f, 42, "run-1").ok, 1);
+    assert_int_equal(exec_release(f, 42, "run-2").ok, 1);
+    assert_int_equal(query_int("EXISTS sg:tenant:42:execs", NULL, NULL), 0);
 }
 
 /* redis://host:port/<db> selects that database. */
@@ -1368,6 +1485,8 @@ static void test_redis_hang(void **state)
         cmocka_unit_test_setup_teardown(test_reserve_concurrent, setup_, teardown_),                                   \
         cmocka_unit_test_setup_teardown(test_unreserve, setup_, teardown_),                                            \
         cmocka_unit_test_setup_teardown(test_reservation_expires, setup_, teardown_),                                  \
+        cmocka_unit_test_setup_teardown(test_exec_concurrent, setup_, teardown_),                                      \
+        cmocka_unit_test_setup_teardown(test_exec_lease_expires, setup_, teardown_),                                   \
         cmocka_unit_test_setup_teardown(test_commit_get_touch, setup_, teardown_),                                     \
         cmocka_unit_test_setup_teardown(test_remove_once, setup_, teardown_),                                          \
         cmocka_unit_test_setup_teardown(test_restore, setup_, teardown_),                                              \

@@ -93,7 +93,7 @@ static void test_open_creates_wal_db(void **state)
     pragma_text(st, "PRAGMA busy_timeout", v, sizeof(v));
     assert_string_equal(v, "5000");
     pragma_text(st, "PRAGMA user_version", v, sizeof(v));
-    assert_string_equal(v, "1");
+    assert_string_equal(v, "2");
     pragma_text(st, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master WHERE type = 'table'"
                     " AND name NOT LIKE 'sqlite_%' ORDER BY name)",
                 v, sizeof(v));
@@ -143,6 +143,24 @@ static void test_open_errors(void **state)
     assert_null(sg_store_open(dir, err, sizeof(err)));
     assert_non_null(strstr(err, "newer"));
 
+    /* a database of schema 1 (before max_concurrent_execs) is migrated: its
+     * tenants get the default of 8 */
+    data_dir(dir, sizeof(dir), "open-v1");
+    st = open_ok(dir);
+    assert_int_equal(sg_store_tenant_create(st, "old", NULL, err, sizeof(err)), 0);
+    assert_int_equal(sqlite3_exec(sg_store_db(st),
+                                  "ALTER TABLE tenants DROP COLUMN max_concurrent_execs; PRAGMA user_version = 1",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sg_store_close(st);
+    st = open_ok(dir);
+    {
+        sg_tenant_t old;
+        assert_int_equal(sg_store_tenant_by_name(st, "old", &old, err, sizeof(err)), 1);
+        assert_int_equal(old.max_concurrent_execs, 8);
+    }
+    sg_store_close(st);
+
     /* a file that is not a database */
     data_dir(dir, sizeof(dir), "open-garbage");
     assert_int_equal(mkdir(dir, 0700), 0);
@@ -164,6 +182,7 @@ static void assert_defaults(const sg_tenant_t *t)
     assert_int_equal(t->rate_per_min, 600);
     assert_int_equal(t->burst, 60);
     assert_int_equal(t->max_sessions, 10);
+    assert_int_equal(t->max_concurrent_execs, 8);
     assert_int_equal(t->execs_per_day, 10000);
     assert_true(t->exec_seconds_per_day == 36000);
     assert_true(t->max_timeout == 300);
@@ -311,6 +330,8 @@ static void test_tenant_fields(void **state)
         {"rate_per_min", "12x", 0},      {"rate_per_min", "", 0},          {"rate_per_min", " 5", 0},
         {"rate_per_min", "1.5", 0},      {"burst", "1000000000", 1},          {"max_sessions", "0", 1},
         {"max_sessions", "-1", 0},       {"execs_per_day", "99999999999999999999", 0}, {"execs_per_day", "1000000000000", 1}, {"max_sessions", "1000001", 0},
+        {"max_concurrent_execs", "0", 1}, {"max_concurrent_execs", "3", 1}, {"max_concurrent_execs", "-1", 0},
+        {"max_concurrent_execs", "1000001", 0},
         {"exec_seconds_per_day", "0.5", 1}, {"exec_seconds_per_day", "nan", 0},
         {"exec_seconds_per_day", "inf", 0}, {"max_timeout", "0.1", 1},      {"max_timeout", "0", 0},
         {"max_timeout", "86401", 0},     {"max_memory_mb", "15", 0},       {"max_memory_mb", "16", 1},
@@ -392,7 +413,7 @@ static void test_tenant_fields(void **state)
     t.max_cpus = 0.25;
     int n = sg_tenant_format(&t, buf, sizeof(buf));
     assert_int_equal(n, (int)strlen(buf));
-    assert_string_equal(buf, "disabled=0 rate_per_min=600 burst=60 max_sessions=10 execs_per_day=10000 "
+    assert_string_equal(buf, "disabled=0 rate_per_min=600 burst=60 max_sessions=10 max_concurrent_execs=8 execs_per_day=10000 "
                              "exec_seconds_per_day=36000 max_timeout=300 max_memory_mb=1024 max_cpus=0.25 "
                              "allowed_langs=* network_allowed=0 idle_timeout=900 max_lifetime=14400");
     /* a short buffer is cut and NUL-terminated; the return says how much was needed */
@@ -409,7 +430,7 @@ static void test_tenant_fields(void **state)
     json_object *o = sg_tenant_to_json(&t);
     assert_string_equal(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN),
                         "{\"id\":3,\"name\":\"acme\",\"created_at\":1700000000,\"disabled\":false,\"rate_per_min\":600,"
-                        "\"burst\":60,\"max_sessions\":10,\"execs_per_day\":10000,\"exec_seconds_per_day\":36000,"
+                        "\"burst\":60,\"max_sessions\":10,\"max_concurrent_execs\":8,\"execs_per_day\":10000,\"exec_seconds_per_day\":36000,"
                         "\"max_timeout\":300,\"max_memory_mb\":1024,\"max_cpus\":0.25,\"allowed_langs\":\"*\","
                         "\"network_allowed\":true,\"idle_timeout\":900,\"max_lifetime\":14400}");
     json_object_put(o);

@@ -1,0 +1,91 @@
+/*
+ * concurrency.c — executions in flight per tenant (see concurrency.h).
+ */
+#include "concurrency.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gateway.h"
+#include "log.h"
+#include "util.h"
+
+/* The fallback count while the shared state does not answer; made on first
+ * use, kept for the life of the process. */
+static sg_state_t *local_state;
+
+typedef struct {
+    sg_exec_slot_t *slot;
+    long max;
+    long lease_s;
+    sg_exec_slot_cb cb;
+    void *data;
+} acquire_t;
+
+static void on_local(void *data, const sg_state_result_t *r)
+{
+    acquire_t *a = data;
+    if (r->ok)
+        a->slot->held = SG_EXEC_SLOT_LOCAL;
+    a->cb(a->data, r->ok, r->count);
+    free(a);
+}
+
+static void on_shared(void *data, const sg_state_result_t *r)
+{
+    acquire_t *a = data;
+    if (!r->available) {
+        /* fail open to this gateway's own count: an outage of the state
+         * must not stop executions, and the cap still holds per gateway */
+        if (local_state == NULL && (local_state = sg_state_create_memory(sg_gw.loop)) == NULL) {
+            sg_error("concurrency: out of memory; an execution of tenant %lld runs uncounted",
+                     (long long)a->slot->tenant);
+            a->cb(a->data, 1, 0);
+            free(a);
+            return;
+        }
+        sg_state_exec_acquire(local_state, a->slot->tenant, a->max, a->slot->token, a->lease_s, on_local, a);
+        return;
+    }
+    if (r->ok)
+        a->slot->held = SG_EXEC_SLOT_SHARED;
+    a->cb(a->data, r->ok, r->count);
+    free(a);
+}
+
+void sg_exec_slot_acquire(sg_exec_slot_t *slot, int64_t tenant, long max, long lease_s, sg_exec_slot_cb cb, void *data)
+{
+    unsigned char rnd[12];
+    acquire_t *a = malloc(sizeof(*a));
+
+    if (a == NULL) {
+        sg_error("concurrency: out of memory");
+        cb(data, 0, 0);
+        return;
+    }
+    sg_random_bytes(rnd, sizeof(rnd));
+    for (size_t i = 0; i < sizeof(rnd); i++)
+        snprintf(slot->token + i * 2, 3, "%02x", rnd[i]);
+    slot->tenant = tenant;
+    slot->held = 0;
+    a->slot = slot;
+    a->max = max;
+    a->lease_s = lease_s;
+    a->cb = cb;
+    a->data = data;
+    sg_state_exec_acquire(sg_gw.state, tenant, max, slot->token, lease_s, on_shared, a);
+}
+
+static void on_released(void *data, const sg_state_result_t *r)
+{
+}
+
+void sg_exec_slot_release(sg_exec_slot_t *slot)
+{
+    if (slot->held == SG_EXEC_SLOT_SHARED)
+        sg_state_exec_release(sg_gw.state, slot->tenant, slot->token, on_released, NULL);
+    else if (slot->held == SG_EXEC_SLOT_LOCAL && local_state != NULL)
+        sg_state_exec_release(local_state, slot->tenant, slot->token, on_released, NULL);
+    slot->held = 0;
+}
