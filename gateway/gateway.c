@@ -6,6 +6,8 @@
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
+#include "purge.h"
+#include "templates.h"
 #include "util.h"
 
 #include <openssl/crypto.h>
@@ -127,13 +129,21 @@ static void close_db_done(sg_gw_job_t *job)
     close_free(c);
 }
 
+static void submit_close(void *data)
+{
+    close_t *c = data;
+    sg_gw_db_submit(&c->job);
+}
+
 static void on_proxy_deleted(void *data, const sg_upstream_reply_t *r)
 {
     close_t *c = data;
     if (r->status != 200 && r->status != 404)
         sg_warn("session %s: the proxy did not delete it (%ld %s)", c->sid, r->status, r->err ? r->err : r->body);
-    /* the ledger records the close whatever the proxy said */
-    sg_gw_db_submit(&c->job);
+    /* the template it kept (if any) on record first, then the close, which
+     * the ledger records whatever the proxy said */
+    sg_gw_template_closed(c->tenant, c->sid, r->status == 200 ? r->body : NULL, r->status == 200 ? r->body_len : 0,
+                          submit_close, c);
 }
 
 static void on_state_removed(void *data, const sg_state_result_t *r)
@@ -149,8 +159,13 @@ static void on_state_removed(void *data, const sg_state_result_t *r)
     }
     sg_info("session %s: closing (%s)", c->sid, c->reason);
     sg_metrics_session_closed(c->reason);
-    if (strcmp(c->reason, "deleted") == 0 || strcmp(c->reason, "proxy_lost") == 0) {
-        /* the proxy has no container for it any more */
+    if (strcmp(c->reason, "proxy_lost") == 0) {
+        /* the proxy has no container for it any more: nothing was kept */
+        sg_gw_template_closed(c->tenant, c->sid, NULL, 0, submit_close, c);
+        return;
+    }
+    if (strcmp(c->reason, "deleted") == 0) {
+        /* the proxy answered the DELETE already (and its template is on record) */
         sg_gw_db_submit(&c->job);
         return;
     }
@@ -310,8 +325,10 @@ static void on_reaper_tick(h2o_timeout_entry_t *e)
     }
     if (reaper_rounds % 5 == 0)
         sg_state_sessions_list(sg_gw.state, 0, on_live_listed, NULL);
-    if (reaper_rounds % 10 == 0)
+    if (reaper_rounds % 10 == 0) {
         sg_gw_rebuild_sessions();
+        sg_gw_purge_sweep(); /* tenants sandgate-admin marked for deletion */
+    }
     reaper_rounds++;
     h2o_timeout_link(sg_gw.loop, &reaper_timeout, &reaper_entry);
 }

@@ -93,11 +93,11 @@ static void test_open_creates_wal_db(void **state)
     pragma_text(st, "PRAGMA busy_timeout", v, sizeof(v));
     assert_string_equal(v, "5000");
     pragma_text(st, "PRAGMA user_version", v, sizeof(v));
-    assert_string_equal(v, "1");
+    assert_string_equal(v, "2");
     pragma_text(st, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master WHERE type = 'table'"
                     " AND name NOT LIKE 'sqlite_%' ORDER BY name)",
                 v, sizeof(v));
-    assert_string_equal(v, "sessions,tenants,tokens,usage");
+    assert_string_equal(v, "sessions,templates,tenants,tokens,usage");
 
     assert_int_equal(stat(path, &sb), 0);
     assert_int_equal(sb.st_mode & 0777, 0600);
@@ -173,6 +173,7 @@ static void assert_defaults(const sg_tenant_t *t)
     assert_int_equal(t->network_allowed, 0);
     assert_int_equal(t->idle_timeout, 900);
     assert_int_equal(t->max_lifetime, 14400);
+    assert_int_equal(t->max_templates, 5);
 }
 
 static void collect_tenant(const sg_tenant_t *t, void *data)
@@ -394,7 +395,7 @@ static void test_tenant_fields(void **state)
     assert_int_equal(n, (int)strlen(buf));
     assert_string_equal(buf, "disabled=0 rate_per_min=600 burst=60 max_sessions=10 execs_per_day=10000 "
                              "exec_seconds_per_day=36000 max_timeout=300 max_memory_mb=1024 max_cpus=0.25 "
-                             "allowed_langs=* network_allowed=0 idle_timeout=900 max_lifetime=14400");
+                             "allowed_langs=* network_allowed=0 idle_timeout=900 max_lifetime=14400 max_templates=5");
     /* a short buffer is cut and NUL-terminated; the return says how much was needed */
     char small[20];
     assert_int_equal(sg_tenant_format(&t, small, sizeof(small)), n);
@@ -411,7 +412,7 @@ static void test_tenant_fields(void **state)
                         "{\"id\":3,\"name\":\"acme\",\"created_at\":1700000000,\"disabled\":false,\"rate_per_min\":600,"
                         "\"burst\":60,\"max_sessions\":10,\"execs_per_day\":10000,\"exec_seconds_per_day\":36000,"
                         "\"max_timeout\":300,\"max_memory_mb\":1024,\"max_cpus\":0.25,\"allowed_langs\":\"*\","
-                        "\"network_allowed\":true,\"idle_timeout\":900,\"max_lifetime\":14400}");
+                        "\"network_allowed\":true,\"idle_timeout\":900,\"max_lifetime\":14400,\"max_templates\":5}");
     json_object_put(o);
 
     assert_true(sg_tenant_name_valid("a"));
