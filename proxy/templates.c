@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     sg_job_t super;
@@ -16,6 +17,7 @@ typedef struct {
     int remove;          /* DELETE, else GET */
     char name[300];      /* DELETE: "<repo>:<session id>" */
     char owner[65];      /* GET: only this owner's ("" = all) */
+    int in_use;          /* DELETE: a live session of this proxy runs on it */
     json_object *list;   /* GET: the reply's array */
     long status;
     const char *code;
@@ -120,7 +122,15 @@ static void remove_work(tpl_job_t *j, sg_docker_t *d)
         snprintf(j->err, sizeof(j->err), "no template named \"%s\"", j->name);
         goto Exit;
     }
-    if (sg_docker_image_remove(d, j->name, &j->status, j->err, sizeof(j->err)) != 0) {
+    /* Docker refuses while any container of the image exists; those of
+     * sessions already closed are on their way out: wait for them */
+    for (int tries = 0;; tries++) {
+        if (sg_docker_image_remove(d, j->name, &j->status, j->err, sizeof(j->err)) == 0 || j->status != 409 ||
+            j->in_use || tries >= 50)
+            break;
+        usleep(200000);
+    }
+    if (j->status != 200 && j->status != 404) {
         if (j->status == 409) {
             j->code = "template_in_use";
             snprintf(j->err, sizeof(j->err), "template \"%s\" is in use by a session; close it first", j->name);
@@ -199,6 +209,13 @@ static int parse_name(h2o_iovec_t seg, char *out, size_t outlen)
     return 0;
 }
 
+static void check_in_use(sg_session_t *s, void *data)
+{
+    tpl_job_t *j = data;
+    if (strcmp(s->image, j->name) == 0)
+        j->in_use = 1;
+}
+
 int sg_templates_handle(h2o_req_t *req, h2o_iovec_t *seg, int n)
 {
     tpl_job_t *j;
@@ -232,6 +249,7 @@ int sg_templates_handle(h2o_req_t *req, h2o_iovec_t *seg, int n)
     } else {
         j->remove = 1;
         snprintf(j->name, sizeof(j->name), "%s", name);
+        sg_session_foreach(check_in_use, j);
     }
     j->hold = sg_http_hold(req);
     j->super.work = tpl_work;
