@@ -11,6 +11,9 @@
  *   GET    /admin/sessions[?tenant=NAME]      live sessions with deadlines
  *   DELETE /admin/sessions/{id}               force-close
  *   GET    /admin/usage?tenant=NAME[&from=UNIX&to=UNIX]   totals and rows
+ *   DELETE /admin/tenants/{name}              delete: sessions closed, templates removed (purge.c)
+ *   GET    /admin/templates[?tenant=NAME]     templates (templates.c)
+ *   DELETE /admin/templates/{name}            remove one
  */
 #include "fields.h"
 #include "gateway.h"
@@ -18,6 +21,8 @@
 #include "json.h"
 #include "log.h"
 #include "metrics.h"
+#include "purge.h"
+#include "templates.h"
 #include "util.h"
 
 #include <math.h>
@@ -495,8 +500,10 @@ int sg_gw_admin_handle(h2o_req_t *req, h2o_iovec_t *seg, int n)
                 return 0;
             j = job_new(req, tenant_patch);
             j->body = body;
+        } else if (METHOD("DELETE")) {
+            return sg_gw_tenant_delete_admin(req, seg[2]);
         } else {
-            return reply_error(req, 405, "method_not_allowed", "use GET or PATCH");
+            return reply_error(req, 405, "method_not_allowed", "use GET, PATCH or DELETE");
         }
         copy_seg(j->name, sizeof(j->name), seg[2]);
     } else if (n == 4 && IS(1, "tenants") && IS(3, "tokens")) {
@@ -535,6 +542,8 @@ int sg_gw_admin_handle(h2o_req_t *req, h2o_iovec_t *seg, int n)
         j = job_new(req, session_owner);
         copy_seg(j->arg, sizeof(j->arg), seg[2]);
         j->job.done = force_close_done;
+    } else if ((n == 2 || n == 3) && IS(1, "templates")) {
+        return sg_gw_templates_admin(req, seg, n);
     } else if (n == 2 && IS(1, "usage")) {
         if (!METHOD("GET"))
             return reply_error(req, 405, "method_not_allowed", "use GET");

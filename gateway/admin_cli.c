@@ -29,15 +29,20 @@ static const char usage_text[] =
     "  tenant list                        one line per tenant with its quotas\n"
     "  tenant show TENANT                 one tenant\n"
     "  tenant set TENANT KEY=VALUE...     change quotas (or disabled=1 to lock a tenant out)\n"
+    "  tenant delete TENANT               lock it out at once; the gateway then closes its\n"
+    "                                     sessions, removes its templates and its rows\n"
     "  token create TENANT [--label L]    print a new API token on stdout, alone\n"
     "  token revoke PUBLIC_ID_OR_TOKEN    revoke a token (at once)\n"
     "  token list TENANT                  public ids, labels, created, revoked (never secrets)\n"
     "  usage TENANT [--since UNIX] [--until UNIX]   execution totals over [since, until)\n"
     "\n"
     "TENANT is a tenant name (or its numeric id). KEYs: rate_per_min, burst,\n"
-    "max_sessions, max_concurrent_execs, execs_per_day, exec_seconds_per_day,\n"
-    "max_timeout, max_memory_mb, max_cpus, allowed_langs (\"*\" or \"python,go\"),\n"
-    "network_allowed, idle_timeout, max_lifetime, disabled.\n"
+    "max_sessions, max_concurrent_execs, max_templates, execs_per_day,
+"
+    "exec_seconds_per_day, max_timeout, max_memory_mb, max_cpus, allowed_langs
+"
+    "(\"*\" or \"python,go\"), network_allowed, idle_timeout, max_lifetime, disabled.
+"
     "\n"
     "The database is DIR/sandgate.db: DIR is --data-dir, else $SANDGATE_DATA_DIR,\n"
     "else " DEFAULT_DATA_DIR ". --json prints JSON instead of key=value lines.\n"
@@ -230,6 +235,23 @@ static int cmd_tenant_set(sg_store_t *st, const args_t *a)
     return show_tenant(&t, a->json);
 }
 
+/* The gateway finishes a deletion (gateway/purge.h): only it can reach the
+ * proxy that holds the tenant's sessions and templates. */
+static int cmd_tenant_delete(sg_store_t *st, const args_t *a)
+{
+    sg_tenant_t t;
+    char err[256];
+
+    if (find_tenant(st, a->pos[2], &t) <= 0)
+        return 1;
+    if (sg_store_tenant_mark_deleting(st, t.id, err, sizeof(err)) < 0)
+        return fail("%s", err);
+    fprintf(stderr, "sandgate-admin: tenant %s is disabled and marked for deletion; the gateway closes its sessions, "
+                    "removes its templates and deletes it within ten reaper rounds\n",
+            t.name);
+    return 0;
+}
+
 /* ---- token ---- */
 
 static int cmd_token_create(sg_store_t *st, const args_t *a)
@@ -387,6 +409,7 @@ static const command_t commands[] = {
     {"tenant", "list", 0, 0, cmd_tenant_list, 0},
     {"tenant", "show", 1, 1, cmd_tenant_show, 0},
     {"tenant", "set", 2, 1000, cmd_tenant_set, 0},
+    {"tenant", "delete", 1, 1, cmd_tenant_delete, 0},
     {"token", "create", 1, 1, cmd_token_create, OPT_LABEL},
     {"token", "revoke", 1, 1, cmd_token_revoke, 0},
     {"token", "list", 1, 1, cmd_token_list, 0},

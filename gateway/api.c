@@ -16,6 +16,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "sse_tail.h"
+#include "templates.h"
 #include "util.h"
 
 #include <math.h>
@@ -41,12 +42,14 @@ typedef enum {
     R_COMMAND,  /* POST /sessions/{id}/commands */
     R_FILES,    /* PUT, GET /sessions/{id}/files */
     R_EPHEMERAL, /* POST /execute */
-    R_LIBRARIES  /* POST /sessions/{id}/libraries */
+    R_LIBRARIES, /* POST /sessions/{id}/libraries */
+    R_TEMPLATES, /* GET /templates */
+    R_TEMPLATE_DELETE /* DELETE /templates/{name} */
 } route_t;
 
 static const char *const route_names[] = {"create_session", "list_sessions", "get_session",       "delete_session",
                                           "execute",        "command",       "files",             "ephemeral_execute",
-                                          "install_library"};
+                                          "install_library", "list_templates", "delete_template"};
 
 typedef struct {
     sg_gw_job_t job; /* the auth job; first member */
@@ -54,6 +57,8 @@ typedef struct {
     route_t route;
     char method[8];
     char sid[37];
+    char template_name[256]; /* DELETE /templates/{name} */
+    int64_t template_row;    /* a keep_template create's slot (templates.h), 0 if none */
     char token[SG_TOKEN_MAX + 1];
     char query[FILES_QUERY_MAX]; /* "?path=..." for files */
     char *body;            /* a copy of the request body */
@@ -690,11 +695,13 @@ static void on_reserved(void *data, const sg_state_result_t *r)
         /* fail closed: without the shared count the cap cannot be kept */
         sg_metrics_upstream_error("redis");
         reply_error(g, 503, "state_unavailable", "session accounting is unavailable (Redis does not answer); try again");
+        sg_gw_template_release(g->template_row);
         gw_free(g);
         return;
     }
     if (!r->ok) {
         reply_too_many(g, "sessions", 5, "the tenant already has %ld live sessions, its limit", g->tenant.max_sessions);
+        sg_gw_template_release(g->template_row);
         gw_free(g);
         return;
     }
@@ -710,7 +717,11 @@ typedef struct {
 
 static void open_fn(sg_gw_job_t *job, sg_store_t *st)
 {
-    job->rc = sg_store_session_open(st, &((open_job_t *)job)->rec, job->err, sizeof(job->err));
+    open_job_t *j = (open_job_t *)job;
+    job->rc = sg_store_session_open(st, &j->rec, job->err, sizeof(job->err));
+    if (job->rc == 0 && j->g->template_row != 0 &&
+        sg_store_template_bind(st, j->g->template_row, j->rec.id, job->err, sizeof(job->err)) != 0)
+        sg_error("session %s: cannot bind its template slot: %s", j->rec.id, job->err);
 }
 
 /* The reply goes out once the session is on record: the client's next
@@ -741,6 +752,7 @@ static void on_create_reply(void *data, const sg_upstream_reply_t *r)
         sid = json_object_get_string(v);
     if (sid == NULL || strlen(sid) != 36) {
         sg_state_session_unreserve(sg_gw.state, g->tenant.id, g->reservation, noop_state_cb, NULL);
+        sg_gw_template_release(g->template_row);
         if (r->status == 0)
             reply_upstream_failure(g, r);
         else if (r->status == 200)
@@ -776,6 +788,9 @@ static void on_create_reply(void *data, const sg_upstream_reply_t *r)
     sg_gw_db_submit(&j->job);
 }
 
+static void reserve_session(gw_req_t *g);
+static void on_admitted(void *data, int status, const char *code, const char *detail, int64_t row);
+
 static void route_create(gw_req_t *g)
 {
     double d;
@@ -796,20 +811,53 @@ static void route_create(gw_req_t *g)
         reply_error(g, 400, "network_not_allowed", "field \"network\": this tenant may not use the network");
         goto Done;
     }
+    /* a template (templates.h) is the only image a tenant may name, and only its own */
+    const char *image = NULL;
     if (json_object_object_get_ex(g->json, "image", &v) && v != NULL) {
-        reply_error(g, 400, "bad_field", "field \"image\" is not available through the gateway");
-        goto Done;
+        if (!json_object_is_type(v, json_type_string) || json_object_get_string_len(v) == 0 ||
+            json_object_get_string_len(v) > 255) {
+            reply_error(g, 400, "bad_field", "field \"image\" must be the name of one of this tenant's templates");
+            goto Done;
+        }
+        image = json_object_get_string(v);
     }
-    {
-        unsigned char rnd[12];
-        sg_random_bytes(rnd, sizeof(rnd));
-        for (size_t i = 0; i < sizeof(rnd); i++)
-            snprintf(g->reservation + i * 2, 3, "%02x", rnd[i]);
+    int keep = json_object_object_get_ex(g->json, "keep_template", &v) && json_object_is_type(v, json_type_boolean) &&
+               json_object_get_boolean(v);
+    /* the proxy labels a template with its owner, and starts one only for it */
+    json_object_object_add(g->json, "owner", json_object_new_string(g->tenant.name));
+    if (image != NULL || keep) {
+        sg_gw_templates_admit(&g->tenant, image, keep, on_admitted, g);
+        return;
     }
-    sg_state_session_reserve(sg_gw.state, g->tenant.id, g->tenant.max_sessions, g->reservation, on_reserved, g);
+    reserve_session(g);
     return;
 Done:
     gw_free(g);
+}
+
+/* A slot among the tenant's live sessions, then the create goes to the proxy. */
+static void reserve_session(gw_req_t *g)
+{
+    unsigned char rnd[12];
+    sg_random_bytes(rnd, sizeof(rnd));
+    for (size_t i = 0; i < sizeof(rnd); i++)
+        snprintf(g->reservation + i * 2, 3, "%02x", rnd[i]);
+    sg_state_session_reserve(sg_gw.state, g->tenant.id, g->tenant.max_sessions, g->reservation, on_reserved, g);
+}
+
+static void on_admitted(void *data, int status, const char *code, const char *detail, int64_t row)
+{
+    gw_req_t *g = data;
+    if (status != 0) {
+        if (status == 429)
+            reply_too_many(g, "templates", 60, "%s", detail);
+        else
+            reply_error(g, status, code, "%s", detail);
+        gw_free(g);
+        return;
+    }
+    g->template_row = row;
+    reserve_session(g);
 }
 
 static void route_execution(gw_req_t *g)
@@ -929,6 +977,16 @@ static void forward_library(gw_req_t *g)
     forward(g, "POST", path, sg_gw.library_timeout_ms, on_plain_reply);
 }
 
+static void on_template_reply(void *data, int status, const char *code, const char *detail, json_object *reply)
+{
+    gw_req_t *g = data;
+    if (reply != NULL)
+        reply_json(g, status, reply);
+    else
+        reply_error(g, status, code, "%s", detail);
+    gw_free(g);
+}
+
 static void dispatch(gw_req_t *g)
 {
     char path[128];
@@ -967,6 +1025,12 @@ static void dispatch(gw_req_t *g)
     case R_COMMAND:
     case R_EPHEMERAL:
         route_execution(g);
+        return;
+    case R_TEMPLATES:
+        sg_gw_templates_list(g->tenant.id, on_template_reply, g);
+        return;
+    case R_TEMPLATE_DELETE:
+        sg_gw_template_delete(g->tenant.id, g->template_name, on_template_reply, g);
         return;
     }
 }
@@ -1212,6 +1276,14 @@ int sg_gw_handle(void *app, h2o_req_t *req)
         if (!METHOD("POST"))
             return method_not_allowed(req, "POST");
         route = R_LIBRARIES;
+    } else if (n == 1 && IS(0, "templates")) {
+        if (!METHOD("GET"))
+            return method_not_allowed(req, "GET");
+        route = R_TEMPLATES;
+    } else if (n == 2 && IS(0, "templates")) {
+        if (!METHOD("DELETE"))
+            return method_not_allowed(req, "DELETE");
+        route = R_TEMPLATE_DELETE;
     } else {
         char detail[300];
         snprintf(detail, sizeof(detail), "no route for %.*s %.*s", (int)req->method.len, req->method.base,
@@ -1242,7 +1314,14 @@ int sg_gw_handle(void *app, h2o_req_t *req)
         return simple_error(req, route_names[route], 401, "unauthorized",
                             "an API token is required: Authorization: Bearer <token>");
     }
-    if (n >= 2 && (seg[1].len != 36 || !sg_is_uuid(seg[1].base, seg[1].len))) {
+    char template_name[256] = "";
+    if (route == R_TEMPLATE_DELETE && sg_gw_template_name(seg[1], template_name, sizeof(template_name)) != 0) {
+        char detail[160];
+        snprintf(detail, sizeof(detail), "no template named \"%.*s\"", (int)(seg[1].len > 64 ? 64 : seg[1].len),
+                 seg[1].base);
+        return simple_error(req, route_names[route], 404, "no_such_template", detail);
+    }
+    if (n >= 2 && route != R_TEMPLATE_DELETE && (seg[1].len != 36 || !sg_is_uuid(seg[1].base, seg[1].len))) {
         char detail[160];
         snprintf(detail, sizeof(detail), "no session with id \"%.*s\"", (int)(seg[1].len > 64 ? 64 : seg[1].len),
                  seg[1].base);
@@ -1262,7 +1341,9 @@ int sg_gw_handle(void *app, h2o_req_t *req)
     g->route = route;
     snprintf(g->method, sizeof(g->method), "%.*s", (int)req->method.len, req->method.base);
     memcpy(g->token, token.base, token.len);
-    if (n >= 2)
+    if (route == R_TEMPLATE_DELETE)
+        memcpy(g->template_name, template_name, sizeof(template_name));
+    else if (n >= 2)
         memcpy(g->sid, seg[1].base, 36);
     if (route == R_FILES && req->query_at != SIZE_MAX)
         snprintf(g->query, sizeof(g->query), "%.*s", (int)(req->path.len - req->query_at),

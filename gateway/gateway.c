@@ -6,6 +6,8 @@
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
+#include "purge.h"
+#include "templates.h"
 #include "util.h"
 
 #include <openssl/crypto.h>
@@ -190,12 +192,20 @@ static void on_state_removed(void *data, const sg_state_result_t *r)
 
 static void close_step(close_t *c);
 
+static void on_template_recorded(void *data)
+{
+    close_t *c = data;
+    sg_state_session_remove(sg_gw.state, c->sid, c->tenant, on_state_removed, c);
+}
+
 static void on_proxy_deleted(void *data, const sg_upstream_reply_t *r)
 {
     close_t *c = data;
     if (r->status == 200 || (r->status == 404 && strcmp(r->code, "no_such_session") == 0)) {
-        /* no container any more: now the slot may go */
-        sg_state_session_remove(sg_gw.state, c->sid, c->tenant, on_state_removed, c);
+        /* no container any more: the template it kept (if any) on record,
+         * then the slot may go */
+        sg_gw_template_closed(c->tenant, c->sid, r->status == 200 ? r->body : NULL, r->status == 200 ? r->body_len : 0,
+                              on_template_recorded, c);
         return;
     }
     c->busy = 0;
@@ -419,8 +429,10 @@ static void on_reaper_tick(h2o_timeout_entry_t *e)
     closes_retry();
     if (reaper_rounds % 5 == 0)
         sg_state_sessions_list(sg_gw.state, 0, on_live_listed, NULL);
-    if (reaper_rounds % 10 == 0)
+    if (reaper_rounds % 10 == 0) {
         sg_gw_rebuild_sessions();
+        sg_gw_purge_sweep(); /* tenants sandgate-admin marked for deletion */
+    }
     reaper_rounds++;
     h2o_timeout_link(sg_gw.loop, &reaper_timeout, &reaper_entry);
 }

@@ -56,6 +56,7 @@ static const tenant_field_t tenant_fields[] = {
     TF(network_allowed, F_BOOL, 0, 1),
     TF(idle_timeout, F_LONG, 1, 1e9),
     TF(max_lifetime, F_LONG, 1, 1e9),
+    TF(max_templates, F_LONG, 0, 1e6),
 };
 #undef TF
 #define N_TENANT_FIELDS (sizeof(tenant_fields) / sizeof(tenant_fields[0]))
@@ -89,6 +90,7 @@ void sg_tenant_defaults(sg_tenant_t *t)
     t->network_allowed = 0;
     t->idle_timeout = 900;
     t->max_lifetime = 14400;
+    t->max_templates = 5;
 }
 
 int sg_tenant_name_valid(const char *name)
@@ -424,8 +426,19 @@ static const char *const migrations[] = {
     " executions INTEGER NOT NULL DEFAULT 0);"
     "CREATE INDEX sessions_tenant ON sessions(tenant_id, created_at);"
     "CREATE INDEX sessions_open ON sessions(tenant_id, created_at) WHERE closed_at IS NULL;",
-    /* 1 -> 2: executions in flight per tenant */
-    "ALTER TABLE tenants ADD COLUMN max_concurrent_execs INTEGER NOT NULL DEFAULT 8;",
+    /* 1 -> 2: executions in flight per tenant; templates (store_templates.c)
+     * and their quota; tenant deletion */
+    "ALTER TABLE tenants ADD COLUMN max_concurrent_execs INTEGER NOT NULL DEFAULT 8;"
+    "ALTER TABLE tenants ADD COLUMN max_templates INTEGER NOT NULL DEFAULT 5;"
+    "ALTER TABLE tenants ADD COLUMN deleting INTEGER NOT NULL DEFAULT 0;"
+    "CREATE TABLE templates ("
+    " id INTEGER PRIMARY KEY,"
+    " tenant_id INTEGER NOT NULL REFERENCES tenants(id),"
+    " session_id TEXT UNIQUE,"
+    " name TEXT UNIQUE,"
+    " created_at INTEGER NOT NULL,"
+    " size_bytes INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX templates_tenant ON templates(tenant_id);",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

@@ -41,13 +41,14 @@ typedef struct {
     int network_allowed;
     long idle_timeout;         /* seconds without use before a session is closed */
     long max_lifetime;         /* seconds from creation before a session is closed */
+    long max_templates;        /* kept templates plus live keep_template sessions */
 } sg_tenant_t;
 
 /* The defaults a new tenant gets (documented in the README):
  * rate_per_min 600, burst 60, max_sessions 10, max_concurrent_execs 8, execs_per_day 10000,
  * exec_seconds_per_day 36000, max_timeout 300, max_memory_mb 1024,
  * max_cpus 2, allowed_langs "*", network_allowed 0, idle_timeout 900,
- * max_lifetime 14400, disabled 0. */
+ * max_lifetime 14400, max_templates 5, disabled 0. */
 void sg_tenant_defaults(sg_tenant_t *t);
 
 /* The settable fields of a tenant by name — the quota field names above plus
@@ -59,6 +60,7 @@ void sg_tenant_defaults(sg_tenant_t *t);
  *   max_timeout 0.1..86400 max_memory_mb 16..1048576   max_cpus 0.01..1024
  *   allowed_langs "*" or "a,b" of [a-z0-9_+-]{1,31}, < 256 chars in all
  *   network_allowed 0|1    idle_timeout 1..1e9   max_lifetime 1..1e9   disabled 0|1
+ *   max_templates 0..1e6
  * (booleans also take true/false/yes/no/on/off). sg_store_tenant_update
  * checks the same (sg_tenant_validate) and fails naming the field. */
 /* Parses value for field key into t. 0, or -1 with err naming the key. */
@@ -69,7 +71,7 @@ int sg_tenant_validate(const sg_tenant_t *t, char *err, size_t errlen);
 int sg_tenant_name_valid(const char *name);
 /* 1 if lang[0..len) is in t->allowed_langs (or that is "*"). */
 int sg_tenant_lang_allowed(const sg_tenant_t *t, const char *lang, size_t len);
-/* "disabled=0 rate_per_min=600 ... max_lifetime=14400" (every settable field,
+/* "disabled=0 rate_per_min=600 ... max_templates=5" (every settable field,
  * in the order above) into buf; returns the length snprintf would write. */
 int sg_tenant_format(const sg_tenant_t *t, char *buf, size_t len);
 /* {"id","name","created_at","disabled", every quota field}; new reference. */
@@ -171,6 +173,53 @@ int sg_store_session_get(sg_store_t *st, const char *id, sg_session_rec_t *out, 
 /* Open sessions (closed_at = 0), of one tenant or all (tenant_id 0). */
 int sg_store_session_list_open(sg_store_t *st, int64_t tenant_id, void (*fn)(const sg_session_rec_t *s, void *data),
                                void *data, char *err, size_t errlen);
+
+/* Templates: the images keep_template sessions leave (gateway/templates.c).
+ * A row is a tenant's template slot: made when a keep_template session is
+ * created (name "" and session_id "" until the proxy has answered), named
+ * when the session closes with its template kept, deleted when the
+ * template is removed or was not kept. */
+typedef struct {
+    int64_t id;
+    int64_t tenant_id;
+    char name[256];      /* "<repo>:<session id>"; "" while the session lives */
+    char session_id[37];
+    int64_t created_at;
+    int64_t size_bytes;
+} sg_template_rec_t;
+
+/* Takes a slot for a new keep_template session if the tenant has fewer
+ * than max (kept templates plus slots of live keep_template sessions; a
+ * slot whose session is gone, or that was never bound within grace_s, no
+ * longer counts and is dropped). One write transaction: exact under
+ * parallel creates on every gateway sharing the file. 1 and *row, 0 at the
+ * quota, -1 on error. */
+int sg_store_template_reserve(sg_store_t *st, int64_t tenant_id, long max, int64_t grace_s, int64_t *row, char *err,
+                              size_t errlen);
+/* The slot's session, once the proxy has made it. */
+int sg_store_template_bind(sg_store_t *st, int64_t row, const char *session_id, char *err, size_t errlen);
+/* Drops a slot by its row (a create that failed). */
+int sg_store_template_release(sg_store_t *st, int64_t row, char *err, size_t errlen);
+/* A session closed: with name (its template kept) the slot is named
+ * (made if missing); with name NULL the unnamed slot goes. */
+int sg_store_template_closed(sg_store_t *st, int64_t tenant_id, const char *session_id, const char *name,
+                             int64_t size_bytes, char *err, size_t errlen);
+/* 1 and *out if a kept template has that name, 0 if not. */
+int sg_store_template_get(sg_store_t *st, const char *name, sg_template_rec_t *out, char *err, size_t errlen);
+/* Kept templates (named), of one tenant or all (0), oldest first. */
+int sg_store_template_list(sg_store_t *st, int64_t tenant_id, void (*fn)(const sg_template_rec_t *t, void *data),
+                           void *data, char *err, size_t errlen);
+/* Removes a kept template's row; 1 removed, 0 none. */
+int sg_store_template_delete(sg_store_t *st, const char *name, char *err, size_t errlen);
+
+/* Deleting a tenant (its sessions closed and its templates removed first,
+ * by the gateway: gateway/purge.c). mark: disabled, and listed by
+ * list_deleting until purge removes its rows (tokens, usage, sessions,
+ * templates, the tenant) in one transaction. 1 done, 0 no such tenant. */
+int sg_store_tenant_mark_deleting(sg_store_t *st, int64_t id, char *err, size_t errlen);
+int sg_store_tenant_list_deleting(sg_store_t *st, void (*fn)(const sg_tenant_t *t, void *data), void *data, char *err,
+                                  size_t errlen);
+int sg_store_tenant_purge(sg_store_t *st, int64_t id, char *err, size_t errlen);
 
 /* The SQLite connection, for tests and diagnostics only. */
 struct sqlite3;

@@ -6,6 +6,7 @@
 #include "libraries.h"
 #include "log.h"
 #include "session.h"
+#include "templates.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -473,7 +474,7 @@ static int get_sessions(h2o_req_t *req)
     return 0;
 }
 
-static void on_session_closed(void *data, const char *template_image, const char *err)
+static void on_session_closed(void *data, const char *template_image, int64_t template_size, const char *err)
 {
     pending_t *p = data;
     h2o_req_t *req = pending_req(p);
@@ -483,8 +484,13 @@ static void on_session_closed(void *data, const char *template_image, const char
         } else {
             json_object *o = json_object_new_object();
             json_object_object_add(o, "status", json_object_new_string("closed"));
-            if (template_image != NULL)
+            if (template_image != NULL) {
+                json_object *t = json_object_new_object();
                 json_object_object_add(o, "template_image", json_object_new_string(template_image));
+                json_object_object_add(t, "name", json_object_new_string(template_image));
+                json_object_object_add(t, "size_bytes", json_object_new_int64(template_size));
+                json_object_object_add(o, "template", t);
+            }
             sg_http_send_json(req, 200, o);
         }
     }
@@ -918,6 +924,8 @@ int sg_api_handle(void *app, h2o_req_t *req)
         return METHOD("POST") ? post_execute(api, req) : method_not_allowed(req, "POST");
     if (n == 2 && IS(0, "requests"))
         return METHOD("DELETE") ? delete_request(req, seg[1]) : method_not_allowed(req, "DELETE");
+    if (n >= 1 && n <= 2 && IS(0, "templates"))
+        return sg_templates_handle(req, seg, n);
     if (n == 1 && IS(0, "sessions")) {
         if (METHOD("GET"))
             return get_sessions(req);

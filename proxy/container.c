@@ -43,3 +43,22 @@ json_object *sg_container_store_mount(const char *volume, int read_only)
     json_object_array_add(mounts, m);
     return mounts;
 }
+
+json_object *sg_container_workdir_volume(long size_mb)
+{
+    json_object *m = json_object_new_object(), *vo = json_object_new_object(), *dc = json_object_new_object();
+    json_object *opts = json_object_new_object();
+    char o[128];
+
+    snprintf(o, sizeof(o), "rw,nosuid,nodev,exec,size=%ldm,uid=1000,gid=1000,mode=0755", size_mb);
+    json_object_object_add(opts, "type", json_object_new_string("tmpfs"));
+    json_object_object_add(opts, "device", json_object_new_string("tmpfs"));
+    json_object_object_add(opts, "o", json_object_new_string(o));
+    json_object_object_add(dc, "Name", json_object_new_string("local"));
+    json_object_object_add(dc, "Options", opts);
+    json_object_object_add(vo, "DriverConfig", dc);
+    json_object_object_add(m, "Type", json_object_new_string("volume"));
+    json_object_object_add(m, "Target", json_object_new_string("/sandbox"));
+    json_object_object_add(m, "VolumeOptions", vo);
+    return m;
+}

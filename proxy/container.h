@@ -13,6 +13,10 @@
 /* Where the package store volume is mounted (install.h). */
 #define SG_STORE_MOUNT "/opt/sandgate/store"
 
+/* Where a template image keeps the work dir it was committed with: a
+ * session made from it gets a copy in its own /sandbox at start. */
+#define SG_TEMPLATE_WORKDIR "/opt/sandgate/template/sandbox"
+
 /* Adds CapDrop ["ALL"] and SecurityOpt ["no-new-privileges"] to a HostConfig,
  * and Memory = MemorySwap, PidsLimit, NanoCpus. */
 void sg_container_harden(json_object *hc, int64_t memory_mb, int64_t pids, double cpus);
@@ -22,5 +26,13 @@ json_object *sg_container_labels(const char *proxy_id, const char *session_id, c
                                  int64_t created);
 /* A Mounts array holding the store volume at SG_STORE_MOUNT. */
 json_object *sg_container_store_mount(const char *volume, int read_only);
+
+/* A Mounts entry: /sandbox on a volume of its own (anonymous, so removed
+ * with the container) held in a tmpfs of size_mb MiB, owned by 1000. Unlike
+ * a HostConfig.Tmpfs mount, Docker's archive API can read it, so a
+ * keep_template session's work dir can be copied out at close, and filled
+ * in at start for a session made from a template; its size is capped all
+ * the same. */
+json_object *sg_container_workdir_volume(long size_mb);
 
 #endif

@@ -15,6 +15,7 @@
 
 #define DOCKER_REPLY_MAX (16u << 20)
 #define DOCKER_TIMEOUT_MS 60000L
+#define DOCKER_ARCHIVE_TIMEOUT_MS 300000L
 
 struct sg_docker {
     CURL *curl;
@@ -142,8 +143,8 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
     return len;
 }
 
-static int do_request(sg_docker_t *d, const char *method, const char *path, const char *body, size_t body_len,
-                      long *status, sg_buf_t *resp, header_grab_t *grab, char *err, size_t errlen)
+static int do_request_ct(sg_docker_t *d, const char *method, const char *path, const char *ctype, const char *body,
+                         size_t body_len, long *status, sg_buf_t *resp, header_grab_t *grab, char *err, size_t errlen)
 {
     char url[1024];
     struct curl_slist *hdrs = NULL;
@@ -166,7 +167,7 @@ static int do_request(sg_docker_t *d, const char *method, const char *path, cons
         curl_easy_setopt(d->curl, CURLOPT_HEADERDATA, grab);
     }
     if (body != NULL) {
-        hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+        hdrs = curl_slist_append(hdrs, ctype);
         curl_easy_setopt(d->curl, CURLOPT_POSTFIELDS, body);
         curl_easy_setopt(d->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
     } else if (strcmp(method, "POST") == 0) {
@@ -187,6 +188,13 @@ static int do_request(sg_docker_t *d, const char *method, const char *path, cons
         return -1;
     }
     return 0;
+}
+
+static int do_request(sg_docker_t *d, const char *method, const char *path, const char *body, size_t body_len,
+                      long *status, sg_buf_t *resp, header_grab_t *grab, char *err, size_t errlen)
+{
+    return do_request_ct(d, method, path, "Content-Type: application/json", body, body_len, status, resp, grab, err,
+                         errlen);
 }
 
 int sg_docker_request(sg_docker_t *d, const char *method, const char *path, const char *body, size_t body_len,
@@ -300,8 +308,8 @@ int sg_docker_container_remove(sg_docker_t *d, const char *id, char *err, size_t
     return simple_call(d, "DELETE", path, "remove a container", 204, 404, err, errlen);
 }
 
-int sg_docker_container_commit(sg_docker_t *d, const char *id, const char *repo, const char *tag, char image_id[80],
-                               char *err, size_t errlen)
+int sg_docker_container_commit(sg_docker_t *d, const char *id, const char *repo, const char *tag, const char *config,
+                               char image_id[80], char *err, size_t errlen)
 {
     char path[512];
     sg_buf_t resp;
@@ -310,7 +318,9 @@ int sg_docker_container_commit(sg_docker_t *d, const char *id, const char *repo,
 
     snprintf(path, sizeof(path), "/commit?container=%s&repo=%s&tag=%s&pause=1", id, repo, tag);
     sg_buf_init(&resp, 1 << 20);
-    if (do_request(d, "POST", path, "{}", 2, &status, &resp, NULL, err, errlen) != 0)
+    if (config == NULL)
+        config = "{}";
+    if (do_request(d, "POST", path, config, strlen(config), &status, &resp, NULL, err, errlen) != 0)
         goto Exit;
     if (status != 201) {
         docker_error("commit a container", status, &resp, err, errlen);
@@ -388,6 +398,158 @@ int sg_docker_image_id(sg_docker_t *d, const char *image, char id[80], char *err
     else
         docker_error("inspect an image", status, &resp, err, errlen);
 Exit:
+    sg_buf_free(&resp);
+    return ret;
+}
+
+int sg_docker_image_inspect(sg_docker_t *d, const char *image, json_object **out, char *err, size_t errlen)
+{
+    char path[512];
+    sg_buf_t resp;
+    long status;
+    int ret = -1;
+
+    *out = NULL;
+    snprintf(path, sizeof(path), "/images/%s/json", image);
+    sg_buf_init(&resp, DOCKER_REPLY_MAX);
+    if (do_request(d, "GET", path, NULL, 0, &status, &resp, NULL, err, errlen) != 0)
+        goto Exit;
+    if (status == 404) {
+        ret = 0;
+        goto Exit;
+    }
+    if (status != 200) {
+        docker_error("inspect an image", status, &resp, err, errlen);
+        goto Exit;
+    }
+    *out = json_tokener_parse(resp.base);
+    if (*out == NULL || !json_object_is_type(*out, json_type_object)) {
+        json_object_put(*out);
+        *out = NULL;
+        snprintf(err, errlen, "Docker's image description was not a JSON object");
+        goto Exit;
+    }
+    ret = 1;
+Exit:
+    sg_buf_free(&resp);
+    return ret;
+}
+
+int sg_docker_image_list(sg_docker_t *d, const char *label, json_object **out, char *err, size_t errlen)
+{
+    char path[1024], *enc_filter;
+    sg_buf_t resp;
+    long status;
+    int ret = -1;
+
+    json_object *f = json_object_new_object(), *arr = json_object_new_array();
+    json_object_array_add(arr, json_object_new_string(label));
+    json_object_object_add(f, "label", arr);
+    enc_filter = curl_easy_escape(d->curl, json_object_to_json_string_ext(f, JSON_C_TO_STRING_PLAIN), 0);
+    json_object_put(f);
+    snprintf(path, sizeof(path), "/images/json?filters=%s", enc_filter);
+    curl_free(enc_filter);
+
+    *out = NULL;
+    sg_buf_init(&resp, DOCKER_REPLY_MAX);
+    if (do_request(d, "GET", path, NULL, 0, &status, &resp, NULL, err, errlen) != 0)
+        goto Exit;
+    if (status != 200) {
+        docker_error("list images", status, &resp, err, errlen);
+        goto Exit;
+    }
+    *out = json_tokener_parse(resp.base);
+    if (*out == NULL || !json_object_is_type(*out, json_type_array)) {
+        json_object_put(*out);
+        *out = NULL;
+        snprintf(err, errlen, "Docker's image list was not a JSON array");
+        goto Exit;
+    }
+    ret = 0;
+Exit:
+    sg_buf_free(&resp);
+    return ret;
+}
+
+int sg_docker_image_remove(sg_docker_t *d, const char *image, long *status, char *err, size_t errlen)
+{
+    char path[512];
+    sg_buf_t resp;
+    int ret = -1;
+
+    snprintf(path, sizeof(path), "/images/%s", image);
+    sg_buf_init(&resp, 1 << 20);
+    if (do_request(d, "DELETE", path, NULL, 0, status, &resp, NULL, err, errlen) != 0)
+        goto Exit;
+    if (*status != 200 && *status != 404) {
+        docker_error("remove an image", *status, &resp, err, errlen);
+        goto Exit;
+    }
+    ret = 0;
+Exit:
+    sg_buf_free(&resp);
+    return ret;
+}
+
+int sg_docker_container_pause(sg_docker_t *d, const char *id, char *err, size_t errlen)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/containers/%s/pause", id);
+    return simple_call(d, "POST", path, "pause a container", 204, 204, err, errlen);
+}
+
+int sg_docker_archive_get(sg_docker_t *d, const char *id, const char *path, sg_buf_t *out, char *err, size_t errlen)
+{
+    char url[1400], *enc = curl_easy_escape(d->curl, path, 0);
+    long status;
+    sg_buf_t msg;
+    int ret = -1;
+
+    snprintf(url, sizeof(url), "/containers/%s/archive?path=%s", id, enc != NULL ? enc : "");
+    curl_free(enc);
+    d->timeout_ms = DOCKER_ARCHIVE_TIMEOUT_MS;
+    if (do_request(d, "GET", url, NULL, 0, &status, out, NULL, err, errlen) != 0) {
+        d->timeout_ms = DOCKER_TIMEOUT_MS;
+        if (out->len + CURL_MAX_WRITE_SIZE > out->max)
+            snprintf(err, errlen, "the archive of %s is larger than %zu bytes", path, out->max);
+        return -1;
+    }
+    d->timeout_ms = DOCKER_TIMEOUT_MS;
+    if (status != 200) {
+        sg_buf_init(&msg, 1 << 16);
+        sg_buf_append(&msg, out->base, out->len < 4096 ? out->len : 4096);
+        docker_error("read an archive", status, &msg, err, errlen);
+        sg_buf_free(&msg);
+        sg_buf_reset(out);
+        goto Exit;
+    }
+    ret = 0;
+Exit:
+    return ret;
+}
+
+int sg_docker_archive_put(sg_docker_t *d, const char *id, const char *path, const void *tar, size_t len, char *err,
+                          size_t errlen)
+{
+    char url[1400], *enc = curl_easy_escape(d->curl, path, 0);
+    long status;
+    sg_buf_t resp;
+    int ret = -1;
+
+    snprintf(url, sizeof(url), "/containers/%s/archive?path=%s&noOverwriteDirNonDir=1", id, enc != NULL ? enc : "");
+    curl_free(enc);
+    sg_buf_init(&resp, 1 << 20);
+    d->timeout_ms = DOCKER_ARCHIVE_TIMEOUT_MS;
+    if (do_request_ct(d, "PUT", url, "Content-Type: application/x-tar", len != 0 ? tar : "", len, &status, &resp,
+                      NULL, err, errlen) != 0)
+        goto Exit;
+    if (status != 200) {
+        docker_error("write an archive", status, &resp, err, errlen);
+        goto Exit;
+    }
+    ret = 0;
+Exit:
+    d->timeout_ms = DOCKER_TIMEOUT_MS;
     sg_buf_free(&resp);
     return ret;
 }

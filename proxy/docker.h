@@ -44,15 +44,36 @@ int sg_docker_container_start(sg_docker_t *d, const char *id, char *err, size_t 
 /* DELETE /containers/{id}?force=1&v=1: kills and removes in one call; a
  * container already gone counts as success. */
 int sg_docker_container_remove(sg_docker_t *d, const char *id, char *err, size_t errlen);
-/* POST /commit: repo:tag from the container; image_id gets the new id. */
-int sg_docker_container_commit(sg_docker_t *d, const char *id, const char *repo, const char *tag, char image_id[80],
-                               char *err, size_t errlen);
+/* POST /commit: repo:tag from the container; image_id gets the new id.
+ * config (JSON text, NULL for "{}") overrides the container's config in the
+ * image (Docker merges the rest, labels included, from the container). */
+int sg_docker_container_commit(sg_docker_t *d, const char *id, const char *repo, const char *tag, const char *config,
+                               char image_id[80], char *err, size_t errlen);
+/* POST /containers/{id}/pause. */
+int sg_docker_container_pause(sg_docker_t *d, const char *id, char *err, size_t errlen);
+/* GET /containers/{id}/archive?path=PATH: the tar into out, whose cap
+ * bounds it (a larger one fails, err saying so). Works on a running or
+ * paused container, and reads volumes mounted in it (not tmpfs mounts). */
+int sg_docker_archive_get(sg_docker_t *d, const char *id, const char *path, sg_buf_t *out, char *err, size_t errlen);
+/* PUT /containers/{id}/archive?path=PATH (which must exist): extracts tar
+ * there. On a read-only root only a volume is writable. */
+int sg_docker_archive_put(sg_docker_t *d, const char *id, const char *path, const void *tar, size_t len, char *err,
+                          size_t errlen);
 /* GET /containers/json?all=1&filters={"label":[label]}; *out is the array. */
 int sg_docker_container_list(sg_docker_t *d, const char *label, json_object **out, char *err, size_t errlen);
 /* 1 if the image exists locally, 0 if not, -1 on error. With id non-NULL,
  * the image's id ("sha256:...") goes there. */
 int sg_docker_image_exists(sg_docker_t *d, const char *image, char *err, size_t errlen);
 int sg_docker_image_id(sg_docker_t *d, const char *image, char id[80], char *err, size_t errlen);
+/* GET /images/{image}/json: 1 and *out (the description), 0 if there is no
+ * such image, -1 on error. */
+int sg_docker_image_inspect(sg_docker_t *d, const char *image, json_object **out, char *err, size_t errlen);
+/* GET /images/json?filters={"label":[label]}; *out is the array. */
+int sg_docker_image_list(sg_docker_t *d, const char *label, json_object **out, char *err, size_t errlen);
+/* DELETE /images/{image} (no force: an image a container uses is refused,
+ * 409). 0 when removed or already gone (*status 200 or 404), -1 otherwise
+ * with *status Docker's answer (0 if none). */
+int sg_docker_image_remove(sg_docker_t *d, const char *image, long *status, char *err, size_t errlen);
 
 /* POST /containers/{id}/wait, bounded by timeout_ms: the exit status. */
 int sg_docker_container_wait(sg_docker_t *d, const char *id, long timeout_ms, long *exit_code, char *err,

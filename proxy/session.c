@@ -129,30 +129,39 @@ json_object *sg_session_container_config(const sg_session_t *s, const char *prox
 
     json_object_object_add(hc, "NetworkMode", json_object_new_string(s->limits.network ? "bridge" : "none"));
     sg_container_harden(hc, s->limits.memory_mb, s->limits.pids, s->limits.cpus);
-    /* A template session keeps its root writable and its work dir on the
-     * container's own layer, so that the commit at close captures them; a
-     * session made from a template finds that work dir in its image. */
-    int on_layer = s->keep_template || s->from_template;
-    json_object_object_add(hc, "ReadonlyRootfs", json_object_new_boolean(!on_layer));
+    /* The root is read-only for every session. A template session's work
+     * dir is a size-capped tmpfs like any other, but on a volume, which
+     * Docker's archive API can read at close (the commit) and fill at start
+     * (a session made from a template). */
+    int workdir_volume = s->keep_template || s->from_template;
+    json_object_object_add(hc, "ReadonlyRootfs", json_object_new_boolean(1));
     snprintf(buf, sizeof(buf), "rw,exec,nosuid,nodev,size=%ldm,uid=1000,gid=1000,mode=0755", s->limits.tmpfs_mb);
-    if (!on_layer)
+    if (!workdir_volume)
         json_object_object_add(tmpfs, "/sandbox", json_object_new_string(buf));
     snprintf(buf, sizeof(buf), "rw,exec,nosuid,nodev,size=%ldm,mode=1777", s->limits.tmpfs_mb);
     json_object_object_add(tmpfs, "/tmp", json_object_new_string(buf));
     json_object_object_add(hc, "Tmpfs", tmpfs);
     json_object_object_add(hc, "Init", json_object_new_boolean(0)); /* the agent is PID 1 and reaps */
+    json_object *mounts = NULL;
     if (s->foreign) {
-        json_object *mounts = json_object_new_array(), *m = json_object_new_object();
+        json_object *m = json_object_new_object();
+        mounts = json_object_new_array();
         json_object_object_add(m, "Type", json_object_new_string("volume"));
         json_object_object_add(m, "Source", json_object_new_string(conf.agent_volume));
         json_object_object_add(m, "Target", json_object_new_string("/opt/sandgate/bin"));
         json_object_object_add(m, "ReadOnly", json_object_new_boolean(1));
         json_object_array_add(mounts, m);
-        json_object_object_add(hc, "Mounts", mounts);
     } else if (conf.store_volume != NULL && conf.store_volume[0] != '\0' && s->lang->fetch_cmd != NULL) {
         /* the package store (install.h), read-only: installs come from it */
-        json_object_object_add(hc, "Mounts", sg_container_store_mount(conf.store_volume, 1));
+        mounts = sg_container_store_mount(conf.store_volume, 1);
     }
+    if (workdir_volume) {
+        if (mounts == NULL)
+            mounts = json_object_new_array();
+        json_object_array_add(mounts, sg_container_workdir_volume(s->limits.tmpfs_mb));
+    }
+    if (mounts != NULL)
+        json_object_object_add(hc, "Mounts", mounts);
     json_object_object_add(lc, "Type", json_object_new_string("none"));
     json_object_object_add(lc, "Config", json_object_new_object());
     json_object_object_add(hc, "LogConfig", lc);
@@ -257,6 +266,69 @@ Exit:
     return ret;
 }
 
+/* The largest tar of a work dir of size_mb MiB that is read back: its
+ * bytes plus room for the tar headers of many small files. */
+static size_t workdir_archive_max(long size_mb)
+{
+    return ((size_t)size_mb << 20) + ((size_t)size_mb << 17) + (1u << 20);
+}
+
+static const char *label_of(json_object *image, const char *key)
+{
+    json_object *cfg, *labels, *v;
+    if (!json_object_object_get_ex(image, "Config", &cfg) || !json_object_object_get_ex(cfg, "Labels", &labels) ||
+        !json_object_object_get_ex(labels, key, &v) || !json_object_is_type(v, json_type_string))
+        return NULL;
+    return json_object_get_string(v);
+}
+
+static int64_t image_size(json_object *image)
+{
+    json_object *v;
+    return json_object_object_get_ex(image, "Size", &v) ? json_object_get_int64(v) : 0;
+}
+
+/* A session made from a template: 1 if the template exists, was made by
+ * this repository's proxies and belongs to the session's owner (when the
+ * create named one), its base image then in s->base_image; 0 if not (as
+ * for an image that does not exist: another owner's template is not
+ * there for this one); -1 on a Docker error. */
+static int template_base(sg_session_t *s, sg_docker_t *d, char *err, size_t errlen)
+{
+    json_object *img = NULL;
+    const char *repo, *owner, *base;
+    int r = sg_docker_image_inspect(d, s->image, &img, err, errlen);
+    if (r != 1)
+        return r;
+    repo = label_of(img, "sandgate.template");
+    owner = label_of(img, "sandgate.owner");
+    base = label_of(img, "sandgate.template.base");
+    r = repo != NULL && strcmp(repo, conf.template_repo) == 0 && base != NULL && base[0] != '\0' &&
+        (s->owner[0] == '\0' || (owner != NULL && strcmp(owner, s->owner) == 0));
+    if (r)
+        snprintf(s->base_image, sizeof(s->base_image), "%s", base);
+    json_object_put(img);
+    return r;
+}
+
+/* Copies the template's work dir (SG_TEMPLATE_WORKDIR in its image) into
+ * the running session's /sandbox volume, before any code runs. */
+static int restore_workdir(sg_session_t *s, sg_docker_t *d, char *err, size_t errlen)
+{
+    sg_buf_t tar;
+    int ret = -1;
+
+    sg_buf_init(&tar, workdir_archive_max(s->limits.tmpfs_mb));
+    if (sg_docker_archive_get(d, s->container_id, SG_TEMPLATE_WORKDIR "/.", &tar, err, errlen) != 0)
+        goto Exit;
+    if (sg_docker_archive_put(d, s->container_id, "/sandbox", tar.base, tar.len, err, errlen) != 0)
+        goto Exit;
+    ret = 0;
+Exit:
+    sg_buf_free(&tar);
+    return ret;
+}
+
 static void create_work(sg_job_t *job)
 {
     create_job_t *j = (create_job_t *)job;
@@ -266,7 +338,8 @@ static void create_work(sg_job_t *job)
 
     j->status = 503;
     j->code = "docker_unavailable";
-    exists = sg_docker_image_exists(d, j->s->image, j->err, sizeof(j->err));
+    exists = j->s->from_template ? template_base(j->s, d, j->err, sizeof(j->err))
+                                 : sg_docker_image_exists(d, j->s->image, j->err, sizeof(j->err));
     if (exists < 0)
         return;
     if (exists == 0) {
@@ -275,6 +348,8 @@ static void create_work(sg_job_t *job)
         snprintf(j->err, sizeof(j->err), "image %s does not exist on this Docker engine", j->s->image);
         return;
     }
+    if (!j->s->from_template)
+        snprintf(j->s->base_image, sizeof(j->s->base_image), "%s", j->s->image);
     if (sg_docker_container_create(d, j->config, j->s->container_id, j->err, sizeof(j->err)) != 0)
         return;
     j->status = 500;
@@ -284,6 +359,8 @@ static void create_work(sg_job_t *job)
     if (sg_docker_container_start(d, j->s->container_id, j->err, sizeof(j->err)) != 0)
         goto Error;
     if (wait_ready(j, conf.agent_start_timeout_ms) != 0)
+        goto Error;
+    if (j->s->from_template && restore_workdir(j->s, d, j->err, sizeof(j->err)) != 0)
         goto Error;
     j->status = 200;
     return;
@@ -406,6 +483,8 @@ static void session_start(const sg_create_req_t *req, int ephemeral, int pooled,
     s->lang = req->lang;
     s->limits = req->limits;
     s->keep_template = req->keep_template;
+    if (req->owner != NULL)
+        snprintf(s->owner, sizeof(s->owner), "%s", req->owner);
     s->ephemeral = ephemeral;
     s->_pooled = pooled;
     s->created_at = s->last_used_at = sg_wall_s();
@@ -631,27 +710,99 @@ typedef struct {
     sg_session_t *s;
     int commit;
     char template_image[256];
+    int64_t template_size;
     char err[512];
     int failed;
     sg_session_closed_cb cb;
     void *data;
 } close_job_t;
 
+/* The container a template is committed from: the session's base image,
+ * never started, labelled as a template of this repository for its owner
+ * (the image inherits the labels), and removed by reconcile if the proxy
+ * dies before it does. */
+static json_object *template_builder_config(const sg_session_t *s)
+{
+    json_object *c = json_object_new_object(), *hc = json_object_new_object(), *env = json_object_new_array();
+    json_object *labels = sg_container_labels(conf.proxy_id, s->id, s->lang->name, "template", sg_wall_s());
+
+    json_object_object_add(labels, "sandgate.template", json_object_new_string(conf.template_repo));
+    json_object_object_add(labels, "sandgate.owner", json_object_new_string(s->owner));
+    json_object_object_add(labels, "sandgate.template.base", json_object_new_string(s->base_image));
+    json_object_object_add(c, "Image", json_object_new_string(s->base_image));
+    json_object_object_add(c, "User", json_object_new_string("1000:1000"));
+    json_object_object_add(c, "WorkingDir", json_object_new_string(SG_TEMPLATE_WORKDIR));
+    json_object_array_add(env, json_object_new_string("SANDGATE_WORKDIR=/sandbox"));
+    json_object_array_add(env, json_object_new_string("HOME=/sandbox"));
+    json_object_object_add(c, "Env", env);
+    json_object_object_add(c, "Labels", labels);
+    json_object_object_add(c, "NetworkDisabled", json_object_new_boolean(1));
+    json_object_object_add(hc, "NetworkMode", json_object_new_string("none"));
+    json_object_object_add(c, "HostConfig", hc);
+    return c;
+}
+
+/* keep_template: the session's work dir (a size-capped volume) is read
+ * with the container paused, written into a fresh container of the base
+ * image at SG_TEMPLATE_WORKDIR, and that container is committed. So a
+ * template is its base image plus one layer no larger than the work dir's
+ * cap, whatever the session did to its own container. */
+static int keep_workdir(close_job_t *j, sg_docker_t *d)
+{
+    sg_session_t *s = j->s;
+    json_object *cfg = NULL, *img = NULL;
+    char builder[72] = "", image_id[80], err[512];
+    sg_buf_t tar;
+    int ret = -1;
+
+    sg_buf_init(&tar, workdir_archive_max(s->limits.tmpfs_mb));
+    /* stops the tenant's processes writing while the work dir is read */
+    if (sg_docker_container_pause(d, s->container_id, err, sizeof(err)) != 0)
+        sg_warn("session %s: cannot pause it before keeping its work dir: %s", s->id, err);
+    if (sg_docker_archive_get(d, s->container_id, "/sandbox/.", &tar, j->err, sizeof(j->err)) != 0)
+        goto Exit;
+    cfg = template_builder_config(s);
+    if (sg_docker_container_create(d, cfg, builder, j->err, sizeof(j->err)) != 0) {
+        builder[0] = '\0';
+        goto Exit;
+    }
+    if (sg_docker_archive_put(d, builder, SG_TEMPLATE_WORKDIR, tar.base, tar.len, j->err, sizeof(j->err)) != 0)
+        goto Exit;
+    if (sg_docker_container_commit(d, builder, conf.template_repo, s->id, "{\"WorkingDir\":\"/sandbox\"}", image_id,
+                                   j->err, sizeof(j->err)) != 0)
+        goto Exit;
+    snprintf(j->template_image, sizeof(j->template_image), "%s:%s", conf.template_repo, s->id);
+    j->template_size = 0;
+    if (sg_docker_image_inspect(d, j->template_image, &img, err, sizeof(err)) == 1) {
+        j->template_size = image_size(img);
+        json_object_put(img);
+        img = NULL;
+        if (sg_docker_image_inspect(d, s->base_image, &img, err, sizeof(err)) == 1)
+            j->template_size -= image_size(img);
+        if (j->template_size < 0)
+            j->template_size = 0;
+    }
+    ret = 0;
+Exit:
+    if (builder[0] != '\0' && sg_docker_container_remove(d, builder, err, sizeof(err)) != 0)
+        sg_error("session %s: cannot remove the template's builder %.12s: %s", s->id, builder, err);
+    json_object_put(cfg);
+    json_object_put(img);
+    sg_buf_free(&tar);
+    return ret;
+}
+
 static void close_work(sg_job_t *job)
 {
     close_job_t *j = (close_job_t *)job;
     sg_docker_t *d = sg_docker_thread();
-    char image_id[80], err[512];
+    char err[512];
 
     if (j->s->container_id[0] == '\0')
         return;
-    if (j->commit) {
-        snprintf(j->template_image, sizeof(j->template_image), "%s:%s", conf.template_repo, j->s->id);
-        if (sg_docker_container_commit(d, j->s->container_id, conf.template_repo, j->s->id, image_id, j->err,
-                                       sizeof(j->err)) != 0) {
-            j->template_image[0] = '\0';
-            j->failed = 1;
-        }
+    if (j->commit && keep_workdir(j, d) != 0) {
+        j->template_image[0] = '\0';
+        j->failed = 1;
     }
     if (sg_docker_container_remove(d, j->s->container_id, err, sizeof(err)) != 0) {
         sg_error("session %s: cannot remove container %.12s: %s", j->s->id, j->s->container_id, err);
@@ -675,7 +826,7 @@ static void close_done(sg_job_t *job)
     fail_ops(s, 502, "the session was closed while this operation waited");
     sg_info("session %s: closed%s%s", s->id, j->template_image[0] ? ", kept as " : "", j->template_image);
     if (j->cb != NULL)
-        j->cb(j->data, j->template_image[0] ? j->template_image : NULL, j->failed ? j->err : NULL);
+        j->cb(j->data, j->template_image[0] ? j->template_image : NULL, j->template_size, j->failed ? j->err : NULL);
     sg_session_unref(s);
     free(j);
 }
@@ -687,7 +838,7 @@ void sg_session_close(sg_session_t *s, sg_session_closed_cb cb, void *data)
     if (s->_close_requested) {
         /* the container is being removed already */
         if (cb != NULL)
-            cb(data, NULL, NULL);
+            cb(data, NULL, 0, NULL);
         return;
     }
     s->_close_requested = 1;

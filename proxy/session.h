@@ -66,7 +66,9 @@ struct sg_session {
     int keep_template;
     int ephemeral;
     int foreign;        /* a custom image: the agent is mounted in, code runs one-shot */
-    int from_template;  /* made from a keep_template image: its /sandbox is in the image */
+    int from_template;  /* made from a keep_template image: its work dir is copied in at start */
+    char owner[65];     /* the create's "owner" ("" if none): a template is labelled with it */
+    char base_image[256]; /* what a template of this session is built on (set once the container starts) */
     int64_t created_at;
     int64_t last_used_at;
     uint64_t executions;
@@ -151,10 +153,12 @@ void sg_session_foreach(void (*fn)(sg_session_t *s, void *data), void *data);
 void sg_session_ref(sg_session_t *s);
 void sg_session_unref(sg_session_t *s);
 
-/* Unlists the session and removes its container (committing it first when
- * keep_template). Pending ops fail. cb gets the template image name (or
- * NULL) and an error (or NULL); it may be NULL. */
-typedef void (*sg_session_closed_cb)(void *data, const char *template_image, const char *err);
+/* Unlists the session and removes its container (keeping its work dir
+ * first as a template image when keep_template: docs/architecture.md).
+ * Pending ops fail. cb gets the template image name (or NULL), the bytes
+ * the template adds to its base image, and an error (or NULL); it may be
+ * NULL. */
+typedef void (*sg_session_closed_cb)(void *data, const char *template_image, int64_t template_size, const char *err);
 void sg_session_close(sg_session_t *s, sg_session_closed_cb cb, void *data);
 
 /* The warm pool: pool_size ready containers per language, made with

@@ -1,6 +1,7 @@
 #include "validate.h"
 #include "json.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -87,7 +88,21 @@ int sg_validate_create(json_object *body, const sg_policy_t *pol, sg_create_req_
         return fail(e, 400, "bad_field", "field \"image\" must be a string");
     if (r == 1 && (len == 0 || len > 255 || strlen(out->image) != len))
         return fail(e, 400, "bad_field", "field \"image\" must be an image name of 1 to 255 characters");
+    if ((r = sg_json_get_str(body, "owner", &out->owner, &len, e->detail, sizeof(e->detail))) < 0)
+        return fail(e, 400, "bad_field", "field \"owner\" must be a string");
+    if (r == 1 && !sg_validate_owner(out->owner, len))
+        return fail(e, 400, "bad_field", "field \"owner\" must be 1 to 64 of [A-Za-z0-9._-]");
     return 0;
+}
+
+int sg_validate_owner(const char *owner, size_t len)
+{
+    if (len == 0 || len > 64)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!isalnum((unsigned char)owner[i]) && owner[i] != '.' && owner[i] != '_' && owner[i] != '-')
+            return 0;
+    return 1;
 }
 
 int sg_validate_library_name(const char *name, size_t len, const char *package_manager)

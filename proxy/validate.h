@@ -45,8 +45,13 @@ typedef struct {
     int keep_template;
     sg_limits_t limits;
     const char *image; /* optional "image" field; NULL if absent */
+    const char *owner; /* optional "owner" (who the gateway creates for): a
+                        * template is labelled with it, and only the same
+                        * owner may start from it; NULL if absent */
 } sg_create_req_t;
 
+/* 1 if owner[0..len) is 1..64 of [A-Za-z0-9._-]. */
+int sg_validate_owner(const char *owner, size_t len);
 /* POST /sessions body. */
 int sg_validate_create(json_object *body, const sg_policy_t *pol, sg_create_req_t *out, sg_verr_t *e);
 

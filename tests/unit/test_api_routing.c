@@ -331,8 +331,24 @@ static void test_config_keep_template(void **state)
     make_session(&s);
     s.keep_template = 1;
     c = config(&s);
-    assert_false(bool_at(c, "HostConfig", "ReadonlyRootfs"));
+    /* the root stays read-only; /sandbox is a capped tmpfs on a volume the
+     * archive API can read at close */
+    assert_true(bool_at(c, "HostConfig", "ReadonlyRootfs"));
     assert_null(at(c, "HostConfig", "Tmpfs", "/sandbox", NULL));
+    {
+        json_object *mounts = at(c, "HostConfig", "Mounts", NULL), *m = NULL, *v;
+        assert_non_null(mounts);
+        for (size_t i = 0; i < json_object_array_length(mounts); i++)
+            if (json_object_object_get_ex(json_object_array_get_idx(mounts, i), "Target", &v) &&
+                strcmp(json_object_get_string(v), "/sandbox") == 0)
+                m = json_object_array_get_idx(mounts, i);
+        assert_non_null(m);
+        assert_string_equal(str_at(m, "Type", NULL), "volume");
+        json_object *opts = at(m, "VolumeOptions", "DriverConfig", "Options", NULL);
+        assert_string_equal(str_at(opts, "type", NULL), "tmpfs");
+        assert_true(has_opt(str_at(opts, "o", NULL), "size=64m"));
+        assert_true(has_opt(str_at(opts, "o", NULL), "nosuid"));
+    }
     /* /tmp stays a tmpfs, still capped */
     assert_true(has_opt(str_at(at(c, "HostConfig", NULL), "Tmpfs", "/tmp"), "size=64m"));
     /* the rest of the isolation does not change */

@@ -97,7 +97,7 @@ static void test_open_creates_wal_db(void **state)
     pragma_text(st, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master WHERE type = 'table'"
                     " AND name NOT LIKE 'sqlite_%' ORDER BY name)",
                 v, sizeof(v));
-    assert_string_equal(v, "sessions,tenants,tokens,usage");
+    assert_string_equal(v, "sessions,templates,tenants,tokens,usage");
 
     assert_int_equal(stat(path, &sb), 0);
     assert_int_equal(sb.st_mode & 0777, 0600);
@@ -192,6 +192,7 @@ static void assert_defaults(const sg_tenant_t *t)
     assert_int_equal(t->network_allowed, 0);
     assert_int_equal(t->idle_timeout, 900);
     assert_int_equal(t->max_lifetime, 14400);
+    assert_int_equal(t->max_templates, 5);
 }
 
 static void collect_tenant(const sg_tenant_t *t, void *data)
@@ -415,7 +416,7 @@ static void test_tenant_fields(void **state)
     assert_int_equal(n, (int)strlen(buf));
     assert_string_equal(buf, "disabled=0 rate_per_min=600 burst=60 max_sessions=10 max_concurrent_execs=8 execs_per_day=10000 "
                              "exec_seconds_per_day=36000 max_timeout=300 max_memory_mb=1024 max_cpus=0.25 "
-                             "allowed_langs=* network_allowed=0 idle_timeout=900 max_lifetime=14400");
+                             "allowed_langs=* network_allowed=0 idle_timeout=900 max_lifetime=14400 max_templates=5");
     /* a short buffer is cut and NUL-terminated; the return says how much was needed */
     char small[20];
     assert_int_equal(sg_tenant_format(&t, small, sizeof(small)), n);
@@ -432,7 +433,7 @@ static void test_tenant_fields(void **state)
                         "{\"id\":3,\"name\":\"acme\",\"created_at\":1700000000,\"disabled\":false,\"rate_per_min\":600,"
                         "\"burst\":60,\"max_sessions\":10,\"max_concurrent_execs\":8,\"execs_per_day\":10000,\"exec_seconds_per_day\":36000,"
                         "\"max_timeout\":300,\"max_memory_mb\":1024,\"max_cpus\":0.25,\"allowed_langs\":\"*\","
-                        "\"network_allowed\":true,\"idle_timeout\":900,\"max_lifetime\":14400}");
+                        "\"network_allowed\":true,\"idle_timeout\":900,\"max_lifetime\":14400,\"max_templates\":5}");
     json_object_put(o);
 
     assert_true(sg_tenant_name_valid("a"));
@@ -829,6 +830,95 @@ static void test_sessions(void **state)
 
 /* ---- restart, two connections, concurrent first opens ---- */
 
+static void count_template(const sg_template_rec_t *t, void *data)
+{
+    (*(int *)data)++;
+}
+
+static void count_deleting(const sg_tenant_t *t, void *data)
+{
+    (*(int *)data)++;
+}
+
+/* The template slots: the quota counts kept templates and slots of live
+ * sessions; a slot whose session closed, or an old unbound one, no longer
+ * counts; a kept template stays until deleted; purge takes everything. */
+static void test_templates(void **state)
+{
+    char dir[256], err[256];
+    const char *s1 = "11111111-1111-4111-8111-111111111111", *s2 = "22222222-2222-4222-8222-222222222222";
+    sg_tenant_t a, b;
+    sg_session_rec_t r;
+    sg_template_rec_t t;
+    int64_t row1 = 0, row2 = 0, row3 = 0;
+    int n = 0;
+    sg_store_t *st;
+
+    data_dir(dir, sizeof(dir), "templates");
+    st = open_ok(dir);
+    assert_int_equal(sg_store_tenant_create(st, "a", &a, err, sizeof(err)), 0);
+    assert_int_equal(sg_store_tenant_create(st, "b", &b, err, sizeof(err)), 0);
+    assert_int_equal(a.max_templates, 5);
+
+    /* two slots of a quota of 2; the third is refused; b is not affected */
+    assert_int_equal(sg_store_template_reserve(st, a.id, 2, 600, &row1, err, sizeof(err)), 1);
+    assert_int_equal(sg_store_template_reserve(st, a.id, 2, 600, &row2, err, sizeof(err)), 1);
+    assert_int_equal(sg_store_template_reserve(st, a.id, 2, 600, &row3, err, sizeof(err)), 0);
+    assert_int_equal(sg_store_template_reserve(st, b.id, 2, 600, &row3, err, sizeof(err)), 1);
+    /* a failed create gives its slot back */
+    assert_int_equal(sg_store_template_release(st, row2, err, sizeof(err)), 0);
+    assert_int_equal(sg_store_template_reserve(st, a.id, 2, 600, &row2, err, sizeof(err)), 1);
+
+    /* slots bound to sessions: one kept, one not */
+    r = session(s1, a.id, 0);
+    assert_int_equal(sg_store_session_open(st, &r, err, sizeof(err)), 0);
+    r = session(s2, a.id, 0);
+    assert_int_equal(sg_store_session_open(st, &r, err, sizeof(err)), 0);
+    assert_int_equal(sg_store_template_bind(st, row1, s1, err, sizeof(err)), 0);
+    assert_int_equal(sg_store_template_bind(st, row2, s2, err, sizeof(err)), 0);
+    /* the grace period over (0 s), a bound slot still counts while its session is open */
+    assert_int_equal(sg_store_template_reserve(st, a.id, 2, -10, &row3, err, sizeof(err)), 0);
+    assert_int_equal(sg_store_template_closed(st, a.id, s1, "repo:" "11111111-1111-4111-8111-111111111111", 1234, err,
+                                              sizeof(err)),
+                     0);
+    assert_int_equal(sg_store_session_close(st, s1, 0, "deleted", err, sizeof(err)), 0);
+    assert_int_equal(sg_store_template_closed(st, a.id, s2, NULL, 0, err, sizeof(err)), 0);
+    assert_int_equal(sg_store_session_close(st, s2, 0, "deleted", err, sizeof(err)), 0);
+    /* one kept template: one slot left */
+    assert_int_equal(sg_store_template_reserve(st, a.id, 2, 600, &row3, err, sizeof(err)), 1);
+    assert_int_equal(sg_store_template_reserve(st, a.id, 2, 600, &row2, err, sizeof(err)), 0);
+    /* an unbound slot past its grace no longer counts */
+    assert_int_equal(sg_store_template_reserve(st, a.id, 2, -10, &row2, err, sizeof(err)), 1);
+
+    assert_int_equal(sg_store_template_get(st, "repo:11111111-1111-4111-8111-111111111111", &t, err, sizeof(err)), 1);
+    assert_int_equal(t.tenant_id, a.id);
+    assert_string_equal(t.session_id, s1);
+    assert_int_equal(t.size_bytes, 1234);
+    assert_true(t.created_at > 1000000000);
+    assert_int_equal(sg_store_template_get(st, "repo:nothing", &t, err, sizeof(err)), 0);
+    assert_int_equal(sg_store_template_list(st, a.id, count_template, &n, err, sizeof(err)), 0);
+    assert_int_equal(n, 1); /* named ones only */
+    n = 0;
+    assert_int_equal(sg_store_template_list(st, b.id, count_template, &n, err, sizeof(err)), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(sg_store_template_delete(st, "repo:11111111-1111-4111-8111-111111111111", err, sizeof(err)), 1);
+    assert_int_equal(sg_store_template_delete(st, "repo:11111111-1111-4111-8111-111111111111", err, sizeof(err)), 0);
+
+    /* deleting a tenant: marked (disabled), listed, then purged with its rows */
+    assert_int_equal(sg_store_tenant_mark_deleting(st, a.id, err, sizeof(err)), 1);
+    assert_int_equal(sg_store_tenant_get(st, a.id, &a, err, sizeof(err)), 1);
+    assert_int_equal(a.disabled, 1);
+    n = 0;
+    assert_int_equal(sg_store_tenant_list_deleting(st, count_deleting, &n, err, sizeof(err)), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(sg_store_tenant_purge(st, a.id, err, sizeof(err)), 1);
+    assert_int_equal(sg_store_tenant_get(st, a.id, &a, err, sizeof(err)), 0);
+    assert_int_equal(sg_store_session_get(st, s1, &r, err, sizeof(err)), 0);
+    assert_int_equal(sg_store_tenant_get(st, b.id, &b, err, sizeof(err)), 1);
+    assert_int_equal(sg_store_tenant_purge(st, a.id, err, sizeof(err)), 0);
+    sg_store_close(st);
+}
+
 static void test_reopen_keeps_data(void **state)
 {
     char dir[256], err[256], tok[SG_TOKEN_MAX];
@@ -1130,6 +1220,7 @@ int main(void)
         cmocka_unit_test(test_tokens),
         cmocka_unit_test(test_usage),
         cmocka_unit_test(test_sessions),
+        cmocka_unit_test(test_templates),
         cmocka_unit_test(test_reopen_keeps_data),
         cmocka_unit_test(test_two_connections),
         cmocka_unit_test(test_concurrent_first_open),

@@ -174,6 +174,20 @@ static void test_create_keep_template_type(void **state)
     expect_create_err("{\"keep_template\":{}}", &policy, "bad_field", "\"keep_template\"");
 }
 
+/* "owner" becomes an image label and is compared with one: a plain name only */
+static void test_create_owner(void **state)
+{
+    sg_create_req_t r;
+    expect_create_ok("{\"owner\":\"acme-1.prod_x\"}", &policy, &r);
+    expect_create_err("{\"owner\":\"\"}", &policy, "bad_field", "\"owner\"");
+    expect_create_err("{\"owner\":\"a b\"}", &policy, "bad_field", "\"owner\"");
+    expect_create_err("{\"owner\":\"a\\u0000b\"}", &policy, "bad_field", "\"owner\"");
+    expect_create_err("{\"owner\":\"a=b,c\"}", &policy, "bad_field", "\"owner\"");
+    expect_create_err("{\"owner\":5}", &policy, "bad_field", "\"owner\"");
+    expect_create_err("{\"owner\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}", &policy,
+                      "bad_field", "\"owner\"");
+}
+
 static void test_create_timeout(void **state)
 {
     expect_create_err("{\"timeout\":0}", &policy, "bad_field", "\"timeout\"");
@@ -718,6 +732,7 @@ int main(void)
         cmocka_unit_test(test_create_values),
         cmocka_unit_test(test_create_unknown_lang),
         cmocka_unit_test(test_create_keep_template_type),
+        cmocka_unit_test(test_create_owner),
         cmocka_unit_test(test_create_timeout),
         cmocka_unit_test(test_create_memory),
         cmocka_unit_test(test_create_cpus),

@@ -1,0 +1,451 @@
+/*
+ * templates.c — tenants' templates (templates.h).
+ */
+#include "templates.h"
+#include "gateway.h"
+#include "http.h"
+#include "log.h"
+#include "metrics.h"
+#include "util.h"
+
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- admitting a create ---- */
+
+typedef struct {
+    sg_gw_job_t job;
+    int64_t tenant;
+    long max;
+    char image[256];
+    int has_image, keep;
+    int status;
+    const char *code;
+    char detail[400];
+    int64_t row;
+    sg_gw_tpl_admit_cb cb;
+    void *data;
+} admit_t;
+
+static void admit_fn(sg_gw_job_t *job, sg_store_t *st)
+{
+    admit_t *a = (admit_t *)job;
+    sg_template_rec_t t;
+    int rc;
+
+    if (a->has_image) {
+        rc = sg_store_template_get(st, a->image, &t, job->err, sizeof(job->err));
+        if (rc < 0) {
+            job->rc = -1;
+            return;
+        }
+        if (rc == 0 || t.tenant_id != a->tenant) {
+            a->status = 404;
+            a->code = "no_such_template";
+            snprintf(a->detail, sizeof(a->detail), "field \"image\": no template named \"%s\"", a->image);
+            return;
+        }
+    }
+    if (a->keep) {
+        rc = sg_store_template_reserve(st, a->tenant, a->max, SG_TEMPLATE_SLOT_GRACE_S, &a->row, job->err,
+                                       sizeof(job->err));
+        if (rc < 0) {
+            job->rc = -1;
+            return;
+        }
+        if (rc == 0) {
+            a->status = 429;
+            a->code = "quota_exceeded";
+            snprintf(a->detail, sizeof(a->detail),
+                     "the tenant has %ld templates and keep_template sessions, its limit (max_templates); delete one "
+                     "with DELETE /templates/{name}",
+                     a->max);
+        }
+    }
+}
+
+static void admit_done(sg_gw_job_t *job)
+{
+    admit_t *a = (admit_t *)job;
+    if (job->rc != 0)
+        a->cb(a->data, 500, "internal", job->err, 0);
+    else
+        a->cb(a->data, a->status, a->code, a->detail, a->row);
+    free(a);
+}
+
+void sg_gw_templates_admit(const sg_tenant_t *t, const char *image, int keep, sg_gw_tpl_admit_cb cb, void *data)
+{
+    admit_t *a = calloc(1, sizeof(*a));
+    a->tenant = t->id;
+    a->max = t->max_templates;
+    if (image != NULL) {
+        a->has_image = 1;
+        snprintf(a->image, sizeof(a->image), "%s", image);
+    }
+    a->keep = keep;
+    a->cb = cb;
+    a->data = data;
+    a->job.fn = admit_fn;
+    a->job.done = admit_done;
+    sg_gw_db_submit(&a->job);
+}
+
+/* ---- slots and records ---- */
+
+typedef struct {
+    sg_gw_job_t job;
+    int64_t tenant, row, size;
+    char sid[37];
+    char name[256];
+    int kept;
+    void (*done)(void *data);
+    void *data;
+} record_t;
+
+static void release_fn(sg_gw_job_t *job, sg_store_t *st)
+{
+    record_t *r = (record_t *)job;
+    job->rc = sg_store_template_release(st, r->row, job->err, sizeof(job->err));
+}
+
+static void closed_fn(sg_gw_job_t *job, sg_store_t *st)
+{
+    record_t *r = (record_t *)job;
+    job->rc = sg_store_template_closed(st, r->tenant, r->sid, r->kept ? r->name : NULL, r->size, job->err,
+                                       sizeof(job->err));
+}
+
+static void record_done(sg_gw_job_t *job)
+{
+    record_t *r = (record_t *)job;
+    if (job->rc != 0)
+        sg_error("template of session %s: cannot record it: %s", r->sid[0] ? r->sid : "(none)", job->err);
+    else if (r->kept)
+        sg_info("session %s: kept as template %s (%lld bytes)", r->sid, r->name, (long long)r->size);
+    if (r->done != NULL)
+        r->done(r->data);
+    free(r);
+}
+
+void sg_gw_template_release(int64_t row)
+{
+    if (row == 0)
+        return;
+    record_t *r = calloc(1, sizeof(*r));
+    r->row = row;
+    r->job.fn = release_fn;
+    r->job.done = record_done;
+    sg_gw_db_submit(&r->job);
+}
+
+void sg_gw_template_closed(int64_t tenant, const char *sid, const char *reply, size_t len, void (*done)(void *data),
+                           void *data)
+{
+    record_t *r = calloc(1, sizeof(*r));
+    json_object *o = reply != NULL && len != 0 ? json_tokener_parse(reply) : NULL, *t, *v;
+
+    r->tenant = tenant;
+    snprintf(r->sid, sizeof(r->sid), "%s", sid);
+    if (o != NULL && json_object_object_get_ex(o, "template", &t) && json_object_is_type(t, json_type_object) &&
+        json_object_object_get_ex(t, "name", &v) && json_object_is_type(v, json_type_string) &&
+        json_object_get_string_len(v) > 0 && (size_t)json_object_get_string_len(v) < sizeof(r->name)) {
+        snprintf(r->name, sizeof(r->name), "%s", json_object_get_string(v));
+        r->kept = 1;
+        if (json_object_object_get_ex(t, "size_bytes", &v))
+            r->size = json_object_get_int64(v);
+    }
+    json_object_put(o);
+    r->done = done;
+    r->data = data;
+    r->job.fn = closed_fn;
+    r->job.done = record_done;
+    sg_gw_db_submit(&r->job);
+}
+
+/* ---- listing ---- */
+
+typedef struct {
+    sg_gw_job_t job;
+    int64_t tenant;
+    int admin;
+    json_object *arr;
+    sg_gw_tpl_reply_cb cb;
+    void *data;
+} list_t;
+
+static void add_template(const sg_template_rec_t *t, void *data)
+{
+    list_t *l = data;
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "name", json_object_new_string(t->name));
+    json_object_object_add(o, "session_id", json_object_new_string(t->session_id));
+    json_object_object_add(o, "created_at", json_object_new_int64(t->created_at));
+    json_object_object_add(o, "size_bytes", json_object_new_int64(t->size_bytes));
+    if (l->admin)
+        json_object_object_add(o, "tenant_id", json_object_new_int64(t->tenant_id));
+    json_object_array_add(l->arr, o);
+}
+
+static void list_fn(sg_gw_job_t *job, sg_store_t *st)
+{
+    list_t *l = (list_t *)job;
+    job->rc = sg_store_template_list(st, l->tenant, add_template, l, job->err, sizeof(job->err));
+}
+
+static void list_done(sg_gw_job_t *job)
+{
+    list_t *l = (list_t *)job;
+    if (job->rc != 0) {
+        json_object_put(l->arr);
+        l->cb(l->data, 500, "internal", job->err, NULL);
+    } else {
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "templates", l->arr);
+        l->cb(l->data, 200, NULL, NULL, o);
+    }
+    free(l);
+}
+
+static void list_start(int64_t tenant, int admin, sg_gw_tpl_reply_cb cb, void *data)
+{
+    list_t *l = calloc(1, sizeof(*l));
+    l->tenant = tenant;
+    l->admin = admin;
+    l->arr = json_object_new_array();
+    l->cb = cb;
+    l->data = data;
+    l->job.fn = list_fn;
+    l->job.done = list_done;
+    sg_gw_db_submit(&l->job);
+}
+
+void sg_gw_templates_list(int64_t tenant, sg_gw_tpl_reply_cb cb, void *data)
+{
+    list_start(tenant, 0, cb, data);
+}
+
+/* ---- removing one: row looked up, image removed on the proxy, row removed ---- */
+
+typedef struct {
+    sg_gw_job_t job;
+    int64_t tenant;
+    char name[256];
+    int stage;       /* 0 lookup, 1 delete row */
+    int found;
+    sg_gw_tpl_reply_cb cb;
+    void *data;
+} del_t;
+
+static void del_fn(sg_gw_job_t *job, sg_store_t *st)
+{
+    del_t *d = (del_t *)job;
+    sg_template_rec_t t;
+    int rc;
+    if (d->stage == 0) {
+        rc = sg_store_template_get(st, d->name, &t, job->err, sizeof(job->err));
+        d->found = rc == 1 && (d->tenant == 0 || t.tenant_id == d->tenant);
+    } else {
+        rc = sg_store_template_delete(st, d->name, job->err, sizeof(job->err));
+    }
+    job->rc = rc < 0 ? -1 : 0;
+}
+
+static void del_finish(del_t *d, int status, const char *code, const char *detail)
+{
+    if (status == 200) {
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "status", json_object_new_string("deleted"));
+        json_object_object_add(o, "name", json_object_new_string(d->name));
+        d->cb(d->data, 200, NULL, NULL, o);
+    } else {
+        d->cb(d->data, status, code, detail, NULL);
+    }
+    free(d);
+}
+
+static void on_proxy_removed(void *data, const sg_upstream_reply_t *r)
+{
+    del_t *d = data;
+    char detail[400];
+    json_object *o, *v;
+
+    if (r->status == 200 || r->status == 404) {
+        /* gone on the proxy: the row goes */
+        d->stage = 1;
+        sg_gw_db_submit(&d->job);
+        return;
+    }
+    if (r->status == 409) {
+        snprintf(detail, sizeof(detail), "template \"%s\" is in use by a live session; close it first", d->name);
+        del_finish(d, 409, "template_in_use", detail);
+        return;
+    }
+    o = r->status != 0 ? json_tokener_parse(r->body) : NULL;
+    snprintf(detail, sizeof(detail), "the sandbox service did not remove the template: %s",
+             o != NULL && json_object_object_get_ex(o, "detail", &v) ? json_object_get_string(v)
+             : r->err != NULL                                         ? r->err
+                                                                      : "no reply");
+    json_object_put(o);
+    del_finish(d, r->status == 0 ? 502 : 503, r->status == 0 ? "proxy_unavailable" : "docker_unavailable", detail);
+}
+
+static void del_done(sg_gw_job_t *job)
+{
+    del_t *d = (del_t *)job;
+    char path[400], *enc;
+    CURL *c;
+
+    if (job->rc != 0) {
+        del_finish(d, 500, "internal", job->err);
+        return;
+    }
+    if (d->stage == 1) {
+        sg_info("template %s: deleted", d->name);
+        del_finish(d, 200, NULL, NULL);
+        return;
+    }
+    if (!d->found) {
+        char detail[400];
+        snprintf(detail, sizeof(detail), "no template named \"%s\"", d->name);
+        del_finish(d, 404, "no_such_template", detail);
+        return;
+    }
+    c = curl_easy_init();
+    enc = c != NULL ? curl_easy_escape(c, d->name, 0) : NULL;
+    snprintf(path, sizeof(path), "/templates/%s", enc != NULL ? enc : d->name);
+    curl_free(enc);
+    curl_easy_cleanup(c);
+    if (sg_upstream_start(sg_gw.upstream, "DELETE", path, NULL, 0, NULL, sg_gw.call_timeout_ms, NULL, NULL,
+                          on_proxy_removed, d) == NULL)
+        del_finish(d, 502, "proxy_unavailable", "cannot start a request to the sandbox service");
+}
+
+void sg_gw_template_delete(int64_t tenant, const char *name, sg_gw_tpl_reply_cb cb, void *data)
+{
+    del_t *d = calloc(1, sizeof(*d));
+    d->tenant = tenant;
+    snprintf(d->name, sizeof(d->name), "%s", name);
+    d->cb = cb;
+    d->data = data;
+    d->job.fn = del_fn;
+    d->job.done = del_done;
+    sg_gw_db_submit(&d->job);
+}
+
+static int hexval(int c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+int sg_gw_template_name(h2o_iovec_t seg, char *out, size_t outlen)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < seg.len; i++) {
+        int c = (unsigned char)seg.base[i];
+        if (c == '%') {
+            int hi = i + 2 < seg.len ? hexval(seg.base[i + 1]) : -1, lo = i + 2 < seg.len ? hexval(seg.base[i + 2]) : -1;
+            if (hi < 0 || lo < 0)
+                return -1;
+            c = hi * 16 + lo;
+            i += 2;
+        }
+        if (c == 0 || o + 1 >= outlen)
+            return -1;
+        out[o++] = (char)c;
+    }
+    out[o] = '\0';
+    return o != 0 ? 0 : -1;
+}
+
+/* ---- admin routes ---- */
+
+typedef struct {
+    sg_gw_job_t job;
+    sg_http_hold_t *hold;
+    char tenant_name[SG_TENANT_NAME_MAX + 1];
+    int64_t tenant;
+    int found;
+} admin_t;
+
+static void admin_reply(void *data, int status, const char *code, const char *detail, json_object *reply)
+{
+    sg_http_hold_t *hold = data;
+    h2o_req_t *req = sg_http_hold_req(hold);
+    if (req != NULL) {
+        sg_metrics_request("admin", status);
+        if (reply != NULL) {
+            sg_http_send_json(req, status, reply);
+            reply = NULL;
+        } else {
+            sg_http_send_error(req, status, code, "%s", detail);
+        }
+    }
+    json_object_put(reply);
+    sg_http_hold_release(hold);
+}
+
+static void admin_tenant_fn(sg_gw_job_t *job, sg_store_t *st)
+{
+    admin_t *a = (admin_t *)job;
+    sg_tenant_t t;
+    int rc = sg_store_tenant_by_name(st, a->tenant_name, &t, job->err, sizeof(job->err));
+    job->rc = rc < 0 ? -1 : 0;
+    a->found = rc == 1;
+    a->tenant = rc == 1 ? t.id : 0;
+}
+
+static void admin_tenant_done(sg_gw_job_t *job)
+{
+    admin_t *a = (admin_t *)job;
+    if (job->rc != 0)
+        admin_reply(a->hold, 500, "internal", job->err, NULL);
+    else if (!a->found)
+        admin_reply(a->hold, 404, "no_such_tenant", "no such tenant", NULL);
+    else
+        list_start(a->tenant, 1, admin_reply, a->hold);
+    free(a);
+}
+
+int sg_gw_templates_admin(h2o_req_t *req, h2o_iovec_t *seg, int n)
+{
+    char name[256];
+    if (n == 2) {
+        if (!sg_http_method_is(req, "GET")) {
+            sg_metrics_request("admin", 405);
+            sg_http_send_error(req, 405, "method_not_allowed", "use GET");
+            return 0;
+        }
+        h2o_iovec_t t = sg_http_query_param(req, "tenant");
+        if (t.base == NULL || t.len == 0) {
+            list_start(0, 1, admin_reply, sg_http_hold(req));
+            return 0;
+        }
+        if (t.len > SG_TENANT_NAME_MAX) {
+            sg_metrics_request("admin", 404);
+            sg_http_send_error(req, 404, "no_such_tenant", "no such tenant");
+            return 0;
+        }
+        admin_t *a = calloc(1, sizeof(*a));
+        a->hold = sg_http_hold(req);
+        memcpy(a->tenant_name, t.base, t.len);
+        a->job.fn = admin_tenant_fn;
+        a->job.done = admin_tenant_done;
+        sg_gw_db_submit(&a->job);
+        return 0;
+    }
+    if (!sg_http_method_is(req, "DELETE")) {
+        sg_metrics_request("admin", 405);
+        sg_http_send_error(req, 405, "method_not_allowed", "use DELETE");
+        return 0;
+    }
+    if (sg_gw_template_name(seg[2], name, sizeof(name)) != 0) {
+        sg_metrics_request("admin", 404);
+        sg_http_send_error(req, 404, "no_such_template", "no such template");
+        return 0;
+    }
+    sg_gw_template_delete(0, name, admin_reply, sg_http_hold(req));
+    return 0;
+}

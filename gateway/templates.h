@@ -1,0 +1,54 @@
+/*
+ * templates.h — tenants' templates: the images keep_template sessions leave
+ * on the proxy (docs/architecture.md). Each belongs to the tenant whose
+ * session made it, counts against its max_templates quota (kept templates
+ * plus live keep_template sessions, reserved in one SQLite transaction, so
+ * exact under parallel creates), is listed and removed through the public
+ * and admin APIs, and goes when the tenant is deleted (purge.c).
+ *
+ * Loop thread; the SQLite work runs on the DB threads.
+ */
+#ifndef SANDGATE_GW_TEMPLATES_H
+#define SANDGATE_GW_TEMPLATES_H
+
+#include <h2o.h>
+#include <json-c/json.h>
+
+#include "store.h"
+
+/* How long a slot whose create has not been recorded yet still counts. */
+#define SG_TEMPLATE_SLOT_GRACE_S 600
+
+/* A route's answer: status 200 with reply (handed over), or an error. */
+typedef void (*sg_gw_tpl_reply_cb)(void *data, int status, const char *code, const char *detail, json_object *reply);
+
+/* Before POST /sessions is forwarded: "image" (NULL if absent) must name one
+ * of the tenant's templates (anything else, another tenant's template
+ * included, is answered as unknown: 404 no_such_template); with keep a slot
+ * is reserved (429 quota_exceeded at max_templates). cb gets status 0 and
+ * the slot's row (0 if none) when the create may go on. */
+typedef void (*sg_gw_tpl_admit_cb)(void *data, int status, const char *code, const char *detail, int64_t row);
+void sg_gw_templates_admit(const sg_tenant_t *t, const char *image, int keep, sg_gw_tpl_admit_cb cb, void *data);
+/* The slot of a create that failed goes (row 0: nothing). */
+void sg_gw_template_release(int64_t row);
+/* A session closed on the proxy; reply (may be NULL) is the proxy's answer
+ * to its DELETE. Its template, when the reply names one, is recorded as
+ * the tenant's; otherwise the session's slot goes. done(data) runs after. */
+void sg_gw_template_closed(int64_t tenant, const char *sid, const char *reply, size_t len, void (*done)(void *data),
+                           void *data);
+
+/* GET /templates of a tenant: {"templates":[{"name","session_id","created_at","size_bytes"}]}. */
+void sg_gw_templates_list(int64_t tenant, sg_gw_tpl_reply_cb cb, void *data);
+/* DELETE /templates/{name}: removes the image on the proxy, then the row.
+ * tenant 0: any tenant's (admin). Another tenant's is a 404 as an unknown
+ * one; a template a live session uses is 409 template_in_use. */
+void sg_gw_template_delete(int64_t tenant, const char *name, sg_gw_tpl_reply_cb cb, void *data);
+/* Percent-decodes a template name from a path segment; 0, or -1 if it
+ * cannot be one (too long, NUL, bad escape). */
+int sg_gw_template_name(h2o_iovec_t seg, char *out, size_t outlen);
+
+/* The admin routes: GET /admin/templates[?tenant=NAME] (with "tenant" in
+ * each entry), DELETE /admin/templates/{name}. Authenticated by admin.c. */
+int sg_gw_templates_admin(h2o_req_t *req, h2o_iovec_t *seg, int n);
+
+#endif
