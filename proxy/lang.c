@@ -32,7 +32,7 @@
 #define JS_STORE SG_STORE_MOUNT "/npm"
 #define PY_ISOLATED "env -i /usr/bin/python3 -I -S"
 #define JS_ISOLATED "env -i /usr/bin/node"
-#define NOT_IN_STORE_EXIT "exit " SG_LANG_NOT_IN_STORE_STR
+#define NOT_IN_STORE_EXIT "{ echo \"$SANDGATE_SPEC is not in the package store\" >&2; exit " SG_LANG_NOT_IN_STORE_STR "; }"
 
 /* Prints each name (as given) that no distribution in the libs dir or the
  * image's own site directories provides. */
