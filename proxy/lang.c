@@ -22,16 +22,16 @@
  * Every interpreter started here is isolated from the sandbox user's files:
  * an empty environment (env -i), an absolute path, python with -I (no
  * PYTHON* variables, no user site, not the working directory) and -S (no
- * site module: no .pth, sitecustomize or usercustomize), node with builtins
- * only. The libraries directory, which the user can write, is read as data
+ * site module: no .pth, sitecustomize or usercustomize), node from / (no
+ * node_modules of the user's above it) requiring builtins only. The libraries directory, which the user can write, is read as data
  * (where to look for distributions or package.json), never put on a module
  * path. */
 #define PY_LIBS "/tmp/sandgate/libs/python"
 #define JS_LIBS "/tmp/sandgate/libs/node/node_modules"
 #define PY_STORE SG_STORE_MOUNT "/pip"
 #define JS_STORE SG_STORE_MOUNT "/npm"
-#define PY_ISOLATED "env -i /usr/bin/python3 -I -S"
-#define JS_ISOLATED "env -i /usr/bin/node"
+#define PY_ISOLATED "/usr/bin/env -i /usr/bin/python3 -I -S"
+#define JS_ISOLATED "cd / && exec /usr/bin/env -i /usr/bin/node"
 #define NOT_IN_STORE_EXIT "{ echo \"$SANDGATE_SPEC is not in the package store\" >&2; exit " SG_LANG_NOT_IN_STORE_STR "; }"
 
 /* Prints each name (as given) that no distribution in the libs dir or the
@@ -71,7 +71,7 @@
     "d=\"" PY_STORE "/$SANDGATE_SPEC\"; test -f \"$d/MANIFEST\" || " NOT_IN_STORE_EXIT "; "                                   \
     "r=$(while read -r h f; do case \"$f\" in ''|*/*) echo \"malformed line in $d/MANIFEST\" >&2; exit 1;; esac; "             \
     "printf '%s/%s --hash=sha256:%s\\n' \"$d\" \"$f\" \"$h\"; done < \"$d/MANIFEST\") || exit 1; "                              \
-    "printf '%s\\n' \"$r\" | env -i /usr/bin/python3 -I -m pip install --quiet --no-input --disable-pip-version-check "       \
+    "printf '%s\\n' \"$r\" | /usr/bin/env -i /usr/bin/python3 -I -m pip install --quiet --no-input --disable-pip-version-check "       \
     "--no-cache-dir --no-index --no-deps --require-hashes --upgrade --target " PY_LIBS " -r /dev/stdin >&2 && "             \
     "exec " PY_ISOLATED " -c 'import sys, importlib.metadata as m\n"                                                         \
     "print(next(iter(m.distributions(name=sys.argv[1], path=[\"" PY_LIBS "\"]))).version)\n' \"$SANDGATE_NAME\""
@@ -89,7 +89,7 @@
 #define JS_FETCH                                                                                                             \
     STORE_TMP("npm")                                                                                                         \
     "npm install --silent --ignore-scripts --no-audit --no-fund --no-package-lock --no-save "                               \
-    "--registry \"$SANDGATE_INDEX\" --cache \"$SANDGATE_STORE/npm-cache\" --prefix \"$t\" \"$SANDGATE_SPEC\"; rc=$?; "        \
+    "--registry \"$SANDGATE_INDEX\" --cache /tmp/npm-cache --prefix \"$t\" \"$SANDGATE_SPEC\"; rc=$?; "        \
     "if [ $rc -eq 0 ]; then (cd \"$t\" && find node_modules -type f -print0 | LC_ALL=C sort -z | "                            \
     "xargs -0r sha256sum -- > MANIFEST) && test -s \"$t/MANIFEST\" && mkdir -p \"$(dirname \"$d\")\" && "                    \
     "{ mv -T \"$t\" \"$d\" 2>/dev/null || test -f \"$d/MANIFEST\" || "                                                         \
@@ -104,7 +104,7 @@
  * never linked. */
 #define JS_INSTALL                                                                                                           \
     "d=\"" JS_STORE "/$SANDGATE_SPEC\"; test -f \"$d/MANIFEST\" || " NOT_IN_STORE_EXIT "; "                                   \
-    "exec " JS_ISOLATED " -e 'const fs = require(\"node:fs\"), path = require(\"node:path\"), "                               \
+    JS_ISOLATED " -e 'const fs = require(\"node:fs\"), path = require(\"node:path\"), "                               \
     "crypto = require(\"node:crypto\");\n"                                                                                   \
     "const [dir, dest, name] = process.argv.slice(1), top = path.join(dir, \"node_modules\"), files = [];\n"                \
     "const fail = (m) => { console.error(m); process.exit(1); };\n"                                                          \
