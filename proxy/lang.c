@@ -23,16 +23,17 @@
  * an empty environment (env -i), an absolute path, python with -I (no
  * PYTHON* variables, no user site, not the working directory) and -S (no
  * site module: no .pth, sitecustomize or usercustomize), node from / (no
- * node_modules of the user's above it) requiring builtins only. The libraries directory, which the user can write, is read as data
- * (where to look for distributions or package.json), never put on a module
- * path. */
+ * node_modules of the user's above it) requiring builtins only. The
+ * libraries directory, which the user can write, is read as data (where to
+ * look for distributions or package.json), never put on a module path. */
 #define PY_LIBS "/tmp/sandgate/libs/python"
 #define JS_LIBS "/tmp/sandgate/libs/node/node_modules"
 #define PY_STORE SG_STORE_MOUNT "/pip"
 #define JS_STORE SG_STORE_MOUNT "/npm"
 #define PY_ISOLATED "/usr/bin/env -i /usr/bin/python3 -I -S"
 #define JS_ISOLATED "cd / && exec /usr/bin/env -i /usr/bin/node"
-#define NOT_IN_STORE_EXIT "{ echo \"$SANDGATE_SPEC is not in the package store\" >&2; exit " SG_LANG_NOT_IN_STORE_STR "; }"
+#define NOT_IN_STORE_EXIT                                                                                                    \
+    "{ echo \"$SANDGATE_SPEC is not in the package store\" >&2; exit " SG_LANG_NOT_IN_STORE_STR "; }"
 
 /* Prints each name (as given) that no distribution in the libs dir or the
  * image's own site directories provides. */
@@ -49,30 +50,31 @@
  * directory that is not empty), a later one is thrown away. Leftovers of
  * killed installers go after an hour. */
 #define STORE_TMP(dir)                                                                                                       \
-    "s=\"$SANDGATE_STORE/" dir "\"; mkdir -p \"$s/.tmp\" || exit 1; "                                                         \
-    "find \"$s/.tmp\" -mindepth 1 -maxdepth 1 -mmin +60 -exec rm -rf {} + 2>/dev/null; "                                      \
-    "t=$(mktemp -d \"$s/.tmp/XXXXXX\") && chmod 755 \"$t\" || exit 1; d=\"$s/$SANDGATE_SPEC\"; "                              \
+    "s=\"$SANDGATE_STORE/" dir "\"; mkdir -p \"$s/.tmp\" || exit 1; "                                                        \
+    "find \"$s/.tmp\" -mindepth 1 -maxdepth 1 -mmin +60 -exec rm -rf {} + 2>/dev/null; "                                     \
+    "t=$(mktemp -d \"$s/.tmp/XXXXXX\") && chmod 755 \"$t\" || exit 1; d=\"$s/$SANDGATE_SPEC\"; "                             \
     "if [ -f \"$d/MANIFEST\" ]; then rm -rf \"$t\"; exit 0; fi; "
 
 /* Only the spec's own files are candidates (no --find-links into the store:
  * another spec's files never resolve this one). */
 #define PY_FETCH                                                                                                             \
-    "h=${SANDGATE_INDEX#*://}; h=${h%%/*}; h=${h%%:*}; " STORE_TMP("pip")                                                     \
-    "python3 -I -m pip download --quiet --no-input --disable-pip-version-check --no-cache-dir --only-binary=:all: "         \
+    "h=${SANDGATE_INDEX#*://}; h=${h%%/*}; h=${h%%:*}; " STORE_TMP("pip")                                                    \
+    "python3 -I -m pip download --quiet --no-input --disable-pip-version-check --no-cache-dir --only-binary=:all: "          \
     "--dest \"$t\" --index-url \"$SANDGATE_INDEX\" --trusted-host \"$h\" \"$SANDGATE_SPEC\"; rc=$?; "                        \
-    "if [ $rc -eq 0 ]; then (cd \"$t\" && sha256sum -- *.whl > MANIFEST) && "                                                 \
-    "{ mv -T \"$t\" \"$d\" 2>/dev/null || test -f \"$d/MANIFEST\"; }; rc=$?; fi; "                                            \
+    "if [ $rc -eq 0 ]; then (cd \"$t\" && sha256sum -- *.whl > MANIFEST) && "                                                \
+    "{ mv -T \"$t\" \"$d\" 2>/dev/null || test -f \"$d/MANIFEST\"; }; rc=$?; fi; "                                           \
     "rm -rf \"$t\"; exit $rc"
 
 /* pip installs exactly the manifest's files, each verified against its
  * hash (--require-hashes), without resolving anything (--no-deps
  * --no-index: the fetch recorded the dependencies too). */
 #define PY_INSTALL                                                                                                           \
-    "d=\"" PY_STORE "/$SANDGATE_SPEC\"; test -f \"$d/MANIFEST\" || " NOT_IN_STORE_EXIT "; "                                   \
-    "r=$(while read -r h f; do case \"$f\" in ''|*/*) echo \"malformed line in $d/MANIFEST\" >&2; exit 1;; esac; "             \
-    "printf '%s/%s --hash=sha256:%s\\n' \"$d\" \"$f\" \"$h\"; done < \"$d/MANIFEST\") || exit 1; "                              \
-    "printf '%s\\n' \"$r\" | /usr/bin/env -i /usr/bin/python3 -I -m pip install --quiet --no-input --disable-pip-version-check "       \
-    "--no-cache-dir --no-index --no-deps --require-hashes --upgrade --target " PY_LIBS " -r /dev/stdin >&2 && "             \
+    "d=\"" PY_STORE "/$SANDGATE_SPEC\"; test -f \"$d/MANIFEST\" || " NOT_IN_STORE_EXIT "; "                                  \
+    "r=$(while read -r h f; do case \"$f\" in ''|*/*) echo \"malformed line in $d/MANIFEST\" >&2; exit 1;; esac; "           \
+    "printf '%s/%s --hash=sha256:%s\\n' \"$d\" \"$f\" \"$h\"; done < \"$d/MANIFEST\") || exit 1; "                           \
+    "printf '%s\\n' \"$r\" | /usr/bin/env -i /usr/bin/python3 -I -m pip install --quiet --no-input "                         \
+    "--disable-pip-version-check --no-cache-dir --no-index --no-deps --require-hashes --upgrade "                            \
+    "--target " PY_LIBS " -r /dev/stdin >&2 && "                                                                             \
     "exec " PY_ISOLATED " -c 'import sys, importlib.metadata as m\n"                                                         \
     "print(next(iter(m.distributions(name=sys.argv[1], path=[\"" PY_LIBS "\"]))).version)\n' \"$SANDGATE_NAME\""
 
@@ -80,7 +82,7 @@
  * nor node's global directories (the image's own packages). */
 #define JS_MISSING                                                                                                           \
     JS_ISOLATED " -e 'const fs = require(\"node:fs\"), path = require(\"node:path\");\n"                                     \
-    "const dirs = [\"" JS_LIBS "\", ...require(\"node:module\").globalPaths];\n"                                              \
+    "const dirs = [\"" JS_LIBS "\", ...require(\"node:module\").globalPaths];\n"                                             \
     "for (const n of process.argv.slice(1))\n"                                                                               \
     "  if (!dirs.some((d) => fs.existsSync(path.join(d, n, \"package.json\")))) console.log(n);\n' --"
 
@@ -88,12 +90,12 @@
  * is moved aside first. */
 #define JS_FETCH                                                                                                             \
     STORE_TMP("npm")                                                                                                         \
-    "npm install --silent --ignore-scripts --no-audit --no-fund --no-package-lock --no-save "                               \
-    "--registry \"$SANDGATE_INDEX\" --cache /tmp/npm-cache --prefix \"$t\" \"$SANDGATE_SPEC\"; rc=$?; "        \
-    "if [ $rc -eq 0 ]; then (cd \"$t\" && find node_modules -type f -print0 | LC_ALL=C sort -z | "                            \
+    "npm install --silent --ignore-scripts --no-audit --no-fund --no-package-lock --no-save "                                \
+    "--registry \"$SANDGATE_INDEX\" --cache /tmp/npm-cache --prefix \"$t\" \"$SANDGATE_SPEC\"; rc=$?; "                      \
+    "if [ $rc -eq 0 ]; then (cd \"$t\" && find node_modules -type f -print0 | LC_ALL=C sort -z | "                           \
     "xargs -0r sha256sum -- > MANIFEST) && test -s \"$t/MANIFEST\" && mkdir -p \"$(dirname \"$d\")\" && "                    \
-    "{ mv -T \"$t\" \"$d\" 2>/dev/null || test -f \"$d/MANIFEST\" || "                                                         \
-    "{ mv -T \"$d\" \"$t.old\" && mv -T \"$t\" \"$d\"; } || test -f \"$d/MANIFEST\"; }; rc=$?; fi; "                           \
+    "{ mv -T \"$t\" \"$d\" 2>/dev/null || test -f \"$d/MANIFEST\" || "                                                       \
+    "{ mv -T \"$d\" \"$t.old\" && mv -T \"$t\" \"$d\"; } || test -f \"$d/MANIFEST\"; }; rc=$?; fi; "                         \
     "rm -rf \"$t\" \"$t.old\"; exit $rc"
 
 /* Every file of the manifest is checked (a regular file, reached through
@@ -103,31 +105,32 @@
  * into the libs dir. npm's .bin links are the only exception: they are
  * never linked. */
 #define JS_INSTALL                                                                                                           \
-    "d=\"" JS_STORE "/$SANDGATE_SPEC\"; test -f \"$d/MANIFEST\" || " NOT_IN_STORE_EXIT "; "                                   \
-    JS_ISOLATED " -e 'const fs = require(\"node:fs\"), path = require(\"node:path\"), "                               \
+    "d=\"" JS_STORE "/$SANDGATE_SPEC\"; test -f \"$d/MANIFEST\" || " NOT_IN_STORE_EXIT "; "                                  \
+    JS_ISOLATED " -e 'const fs = require(\"node:fs\"), path = require(\"node:path\"), "                                      \
     "crypto = require(\"node:crypto\");\n"                                                                                   \
-    "const [dir, dest, name] = process.argv.slice(1), top = path.join(dir, \"node_modules\"), files = [];\n"                \
+    "const [dir, dest, name] = process.argv.slice(1), top = path.join(dir, \"node_modules\"), files = [];\n"                 \
     "const fail = (m) => { console.error(m); process.exit(1); };\n"                                                          \
     "for (const l of fs.readFileSync(path.join(dir, \"MANIFEST\"), \"utf8\").split(\"\\n\")) {\n"                            \
     "  if (l === \"\") continue;\n"                                                                                          \
     "  const m = /^([0-9a-f]{64})  node_modules\\/(.+)$/.exec(l);\n"                                                         \
-    "  if (m === null || m[2].split(\"/\").some((p) => p === \"\" || p === \".\" || p === \"..\"))\n"                         \
+    "  if (m === null || m[2].split(\"/\").some((p) => p === \"\" || p === \".\" || p === \"..\"))\n"                        \
     "    fail(\"malformed line in \" + dir + \"/MANIFEST\");\n"                                                              \
     "  const f = path.join(top, m[2]);\n"                                                                                    \
-    "  if (fs.realpathSync(f) !== f || !fs.lstatSync(f).isFile()) fail(f + \" is not a regular file of the store\");\n"     \
+    "  if (fs.realpathSync(f) !== f || !fs.lstatSync(f).isFile()) fail(f + \" is not a regular file of the store\");\n"      \
     "  if (crypto.createHash(\"sha256\").update(fs.readFileSync(f)).digest(\"hex\") !== m[1])\n"                             \
     "    fail(f + \" does not match the sha256 recorded when it was fetched\");\n"                                           \
     "  files.push(m[2]);\n"                                                                                                  \
     "}\n"                                                                                                                    \
-    "if (!files.includes(name + \"/package.json\")) fail(dir + \" does not hold \" + name);\n"                                \
-    "const listed = new Set(files), walk = (rel) => {\n"                                                                      \
-    "  for (const e of fs.readdirSync(path.join(top, rel), { withFileTypes: true })) {\n"                                  \
+    "if (!files.includes(name + \"/package.json\")) fail(dir + \" does not hold \" + name);\n"                               \
+    "const listed = new Set(files), walk = (rel) => {\n"                                                                     \
+    "  for (const e of fs.readdirSync(path.join(top, rel), { withFileTypes: true })) {\n"                                    \
     "    const r = rel === \"\" ? e.name : rel + \"/\" + e.name;\n"                                                          \
-    "    if (e.isDirectory()) walk(r);\n"                                                                                   \
-    "    else if (!listed.has(r) && !(e.isSymbolicLink() && /^(@[^/]+\\/)?[^/]+\\/node_modules\\/\\.bin\\/[^/]+$|^\\.bin\\/[^/]+$/.test(r)))\n" \
-    "      fail(path.join(top, r) + \" was not there when it was fetched\");\n"                                           \
-    "  }\n"                                                                                                                 \
-    "};\n"                                                                                                                  \
+    "    if (e.isDirectory()) walk(r);\n"                                                                                    \
+    "    else if (!listed.has(r) &&\n"                                                                                       \
+    "             !(e.isSymbolicLink() && /^(@[^/]+\\/)?[^/]+\\/node_modules\\/\\.bin\\/[^/]+$|^\\.bin\\/[^/]+$/.test(r)))\n" \
+    "      fail(path.join(top, r) + \" was not there when it was fetched\");\n"                                              \
+    "  }\n"                                                                                                                  \
+    "};\n"                                                                                                                   \
     "walk(\"\");\n"                                                                                                          \
     "for (const f of files) {\n"                                                                                             \
     "  const to = path.join(dest, f);\n"                                                                                     \

@@ -274,8 +274,14 @@ size_t sg_lib_match_missing(char *const *names, size_t n, const char *out, size_
             if (!missing[i])
                 missing[i] = 1, marked++;
         } else if (l != 0) {
-            sg_debug("library check: ignoring a line that names no requested library: \"%.*s\"",
-                     (int)(l > 200 ? 200 : l), p);
+            /* the sandbox's bytes, made printable before they reach the log */
+            char shown[201];
+            size_t k;
+            for (k = 0; k < l && k + 1 < sizeof(shown); k++)
+                shown[k] = p[k] >= 0x20 && p[k] < 0x7f ? p[k] : '?';
+            shown[k] = '\0';
+            sg_debug("library check: ignoring a line that names no requested library: \"%s\"%s", shown,
+                     l > k ? " (cut)" : "");
         }
         p += l + (nl != NULL);
     }
