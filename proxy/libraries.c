@@ -1,5 +1,6 @@
 #include "libraries.h"
 #include "install.h"
+#include "lang.h"
 #include "log.h"
 #include "util.h"
 #include "validate.h"
@@ -143,8 +144,10 @@ static void on_local_done(sg_op_t *op)
         tail_line(&op->out[0], in->r.installed_version, sizeof(in->r.installed_version));
         snprintf(in->r.message, sizeof(in->r.message), "installed %s %s%s", in->name, in->r.installed_version,
                  in->fetched ? "" : " from the package store");
-    } else if (!in->fetched && sg_sessions_conf()->store_volume[0] != '\0') {
-        /* not in the store yet: fetch it, then install again */
+    } else if (!in->fetched && op->reason == SG_AGENT_REASON_EXITED && op->exit_code == SG_LANG_NOT_IN_STORE &&
+               sg_sessions_conf()->store_volume[0] != '\0') {
+        /* not in the store yet: fetch it, then install again (any other
+         * failure, a hash mismatch among them, is the answer) */
         sg_op_free(op);
         sg_install_fetch(in->s, in->spec, on_fetched, in);
         return;
@@ -178,12 +181,20 @@ static void local_step(install_t *in)
 void sg_lib_install(sg_session_t *s, const char *name, const char *version, sg_lib_cb cb, void *data)
 {
     install_t *in = calloc(1, sizeof(*in));
+    char err[300];
     sg_session_ref(s);
     in->s = s;
     in->cb = cb;
     in->data = data;
     in->t0 = sg_now_us();
     in->r.http_status = 200;
+    /* the only door to an installer: nothing unchecked goes through it */
+    if (sg_lib_check(s->lang, name, version, err, sizeof(err)) != 0) {
+        sg_error("library install refused: %s", err);
+        snprintf(in->r.message, sizeof(in->r.message), "%s", err);
+        install_finish(in);
+        return;
+    }
     snprintf(in->name, sizeof(in->name), "%s", name);
     if (version != NULL && version[0] != '\0' && strcmp(version, "latest") != 0)
         snprintf(in->spec, sizeof(in->spec), "%s%s%s", name, s->lang->version_sep, version);
@@ -196,8 +207,10 @@ void sg_lib_install(sg_session_t *s, const char *name, const char *version, sg_l
 
 typedef struct {
     sg_session_t *s;
-    char **missing;
+    char **names;           /* the request's names, checked */
+    unsigned char *missing; /* per name: the check said it is missing */
     size_t n, next;
+    size_t ninstalled;
     uint64_t t0;
     sg_lib_result_t r;
     sg_lib_cb cb;
@@ -209,7 +222,8 @@ static void ensure_finish(ensure_t *e)
     e->r.installation_time = (double)(sg_now_us() - e->t0) / 1e6;
     e->cb(e->data, &e->r);
     for (size_t i = 0; i < e->n; i++)
-        free(e->missing[i]);
+        free(e->names[i]);
+    free(e->names);
     free(e->missing);
     sg_session_unref(e->s);
     free(e);
@@ -226,19 +240,54 @@ static void on_one_installed(void *data, const sg_lib_result_t *r)
         ensure_finish(e);
         return;
     }
+    e->ninstalled++;
     ensure_next(e);
 }
 
 static void ensure_next(ensure_t *e)
 {
+    while (e->next < e->n && !e->missing[e->next])
+        e->next++;
     if (e->next == e->n) {
         e->r.success = 1;
-        snprintf(e->r.message, sizeof(e->r.message), "%zu librar%s installed", e->n, e->n == 1 ? "y" : "ies");
+        snprintf(e->r.message, sizeof(e->r.message), "%zu librar%s installed", e->ninstalled,
+                 e->ninstalled == 1 ? "y" : "ies");
         ensure_finish(e);
         return;
     }
-    const char *name = e->missing[e->next++];
+    /* the request's own (checked) string, never the sandbox's line */
+    const char *name = e->names[e->next++];
     sg_lib_install(e->s, name, NULL, on_one_installed, e);
+}
+
+size_t sg_lib_match_missing(char *const *names, size_t n, const char *out, size_t len, unsigned char *missing)
+{
+    size_t marked = 0;
+    const char *p = out, *end = out + len;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t l = nl != NULL ? (size_t)(nl - p) : (size_t)(end - p);
+        size_t i;
+        for (i = 0; i < n; i++)
+            if (strlen(names[i]) == l && memcmp(names[i], p, l) == 0)
+                break;
+        if (i < n) {
+            /* the first of equal names: a name given twice is installed once */
+            if (!missing[i])
+                missing[i] = 1, marked++;
+        } else if (l != 0) {
+            /* the sandbox's bytes, made printable before they reach the log */
+            char shown[201];
+            size_t k;
+            for (k = 0; k < l && k + 1 < sizeof(shown); k++)
+                shown[k] = p[k] >= 0x20 && p[k] < 0x7f ? p[k] : '?';
+            shown[k] = '\0';
+            sg_debug("library check: ignoring a line that names no requested library: \"%s\"%s", shown,
+                     l > k ? " (cut)" : "");
+        }
+        p += l + (nl != NULL);
+    }
+    return marked;
 }
 
 static void on_missing_listed(sg_op_t *op)
@@ -252,17 +301,9 @@ static void on_missing_listed(sg_op_t *op)
         ensure_finish(e);
         return;
     }
-    /* one missing name per line */
-    const char *p = op->out[0].base != NULL ? op->out[0].base : "";
-    while (*p != '\0') {
-        const char *nl = strchr(p, '\n');
-        size_t len = nl != NULL ? (size_t)(nl - p) : strlen(p);
-        if (len != 0 && len < 215) {
-            e->missing = realloc(e->missing, (e->n + 1) * sizeof(char *));
-            e->missing[e->n++] = strndup(p, len);
-        }
-        p += len + (nl != NULL);
-    }
+    /* The check ran in the sandbox, so its output is the sandbox's word:
+     * it only selects among the names the request gave (one a line). */
+    sg_lib_match_missing(e->names, e->n, op->out[0].base != NULL ? op->out[0].base : "", op->out[0].len, e->missing);
     sg_op_free(op);
     ensure_next(e);
 }
@@ -279,12 +320,30 @@ void sg_lib_ensure(sg_session_t *s, json_object *libs, sg_lib_cb cb, void *data)
     e->data = data;
     e->t0 = sg_now_us();
     e->r.http_status = 200;
+    e->names = calloc(n + 1, sizeof(char *));
+    e->missing = calloc(n + 1, 1);
+    if (cmd == NULL || e->names == NULL || e->missing == NULL) {
+        free(cmd);
+        snprintf(e->r.message, sizeof(e->r.message), "out of memory");
+        ensure_finish(e);
+        return;
+    }
     strcpy(cmd, s->lang->missing_cmd);
     for (size_t i = 0; i < n; i++) {
         json_object *v = json_object_array_get_idx(libs, i);
+        const char *name = json_object_get_string(v);
+        if (!json_object_is_type(v, json_type_string) ||
+            sg_lib_check(s->lang, name, NULL, e->r.message, sizeof(e->r.message)) != 0 ||
+            (e->names[i] = strdup(name)) == NULL) {
+            e->n = i;
+            free(cmd);
+            ensure_finish(e); /* api.c checked them: not reached */
+            return;
+        }
+        e->n = i + 1;
         size_t len = strlen(cmd);
         cmd[len++] = ' ';
-        sg_shell_quote(json_object_get_string(v), (size_t)json_object_get_string_len(v), cmd + len, cap - len);
+        sg_shell_quote(name, strlen(name), cmd + len, cap - len);
     }
     sg_op_t *op = sg_op_exec(s, NULL, NULL, cmd, NULL, NULL, "", 0, 30.0);
     free(cmd);

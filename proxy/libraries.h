@@ -29,11 +29,20 @@ typedef void (*sg_lib_cb)(void *data, const sg_lib_result_t *r);
  * 0, or -1 with a sentence in err (for a 400). */
 int sg_lib_check(const sg_lang_t *lang, const char *name, const char *version, char *err, size_t errlen);
 
-/* Installs name (version may be NULL or "latest"). */
+/* Installs name (version may be NULL or "latest"). Checks them with
+ * sg_lib_check itself and refuses what fails (the callback gets the reason):
+ * nothing reaches an installer that the check did not pass. */
 void sg_lib_install(sg_session_t *s, const char *name, const char *version, sg_lib_cb cb, void *data);
 
 /* Installs whatever of libs (an array of names, already checked) is not
- * importable yet; success when all are. */
+ * importable yet; success when all are. Which are missing is asked of the
+ * sandbox (lang->missing_cmd), so that answer only chooses among libs: a
+ * line that is not exactly one of them is ignored. */
 void sg_lib_ensure(sg_session_t *s, json_object *libs, sg_lib_cb cb, void *data);
+
+/* Sets missing[i] for each names[i] (of n) that a line of out[0..len)
+ * names exactly, once for names given twice; other lines are ignored
+ * (logged at debug). Returns how many were newly marked. Pure. */
+size_t sg_lib_match_missing(char *const *names, size_t n, const char *out, size_t len, unsigned char *missing);
 
 #endif

@@ -1,0 +1,977 @@
+/* sglibs.c — see sglibs.h. */
+#include "sglibs.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <openssl/evp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------
+ * Bytes: a growable buffer, CRC-32, digests, base64
+ * ------------------------------------------------------------------------ */
+
+typedef struct {
+    unsigned char *p;
+    size_t len, cap;
+} bytes_t;
+
+static void b_put(bytes_t *b, const void *d, size_t n)
+{
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n)
+            cap *= 2;
+        unsigned char *p = realloc(b->p, cap);
+        assert_non_null(p);
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n != 0)
+        memcpy(b->p + b->len, d, n);
+    b->len += n;
+}
+
+static void b_u8(bytes_t *b, unsigned v)
+{
+    unsigned char c = (unsigned char)v;
+    b_put(b, &c, 1);
+}
+
+static void b_u16(bytes_t *b, unsigned v)
+{
+    unsigned char c[2] = {(unsigned char)v, (unsigned char)(v >> 8)};
+    b_put(b, c, 2);
+}
+
+static void b_u32(bytes_t *b, uint32_t v)
+{
+    unsigned char c[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
+                          (unsigned char)(v >> 24)};
+    b_put(b, c, 4);
+}
+
+static void b_free(bytes_t *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof(*b));
+}
+
+static uint32_t crc32_of(const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    uint32_t crc = 0xFFFFFFFFu;
+    while (n--) {
+        crc ^= *p++;
+        for (int k = 0; k < 8; k++)
+            crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+    }
+    return ~crc;
+}
+
+/* md must hold EVP_MAX_MD_SIZE bytes; returns the digest's length. */
+static unsigned digest(const EVP_MD *type, const void *d, size_t n, unsigned char *md)
+{
+    unsigned len = 0;
+    assert_int_equal(EVP_Digest(d, n, md, &len, type, NULL), 1);
+    return len;
+}
+
+static void hex_of(const unsigned char *md, unsigned n, char *out)
+{
+    for (unsigned i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", md[i]);
+}
+
+/* urlsafe: '-' '_' and no padding (wheel RECORD); else standard, padded. */
+static void base64_of(const unsigned char *d, size_t n, bool urlsafe, char *out)
+{
+    const char *a = urlsafe ? "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+                            : "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < n ? (uint32_t)d[i + 1] << 8 : 0) |
+                     (i + 2 < n ? d[i + 2] : 0);
+        out[o++] = a[v >> 18 & 63];
+        out[o++] = a[v >> 12 & 63];
+        if (i + 1 < n)
+            out[o++] = a[v >> 6 & 63];
+        else if (!urlsafe)
+            out[o++] = '=';
+        if (i + 2 < n)
+            out[o++] = a[v & 63];
+        else if (!urlsafe)
+            out[o++] = '=';
+    }
+    out[o] = '\0';
+}
+
+/* ------------------------------------------------------------------------
+ * Archives: a stored ZIP (wheels), a ustar tar, gzip with stored blocks
+ * ------------------------------------------------------------------------ */
+
+typedef struct {
+    const char *name;
+    const char *data;
+} entry_t;
+
+#define DOS_DATE_1980_01_01 0x21
+
+static void zip_build(const entry_t *e, size_t n, bytes_t *out)
+{
+    uint32_t crc[16], off[16];
+    assert_true(n <= 16);
+    for (size_t i = 0; i < n; i++) {
+        size_t nl = strlen(e[i].name), dl = strlen(e[i].data);
+        crc[i] = crc32_of(e[i].data, dl);
+        off[i] = (uint32_t)out->len;
+        b_u32(out, 0x04034b50); /* local file header */
+        b_u16(out, 20);         /* version needed */
+        b_u16(out, 0);          /* flags */
+        b_u16(out, 0);          /* stored */
+        b_u16(out, 0);          /* time */
+        b_u16(out, DOS_DATE_1980_01_01);
+        b_u32(out, crc[i]);
+        b_u32(out, (uint32_t)dl);
+        b_u32(out, (uint32_t)dl);
+        b_u16(out, (unsigned)nl);
+        b_u16(out, 0); /* extra */
+        b_put(out, e[i].name, nl);
+        b_put(out, e[i].data, dl);
+    }
+    size_t cd = out->len;
+    for (size_t i = 0; i < n; i++) {
+        size_t nl = strlen(e[i].name), dl = strlen(e[i].data);
+        b_u32(out, 0x02014b50); /* central directory header */
+        b_u16(out, 3 << 8 | 20); /* made by: Unix */
+        b_u16(out, 20);
+        b_u16(out, 0);
+        b_u16(out, 0);
+        b_u16(out, 0);
+        b_u16(out, DOS_DATE_1980_01_01);
+        b_u32(out, crc[i]);
+        b_u32(out, (uint32_t)dl);
+        b_u32(out, (uint32_t)dl);
+        b_u16(out, (unsigned)nl);
+        b_u16(out, 0); /* extra */
+        b_u16(out, 0); /* comment */
+        b_u16(out, 0); /* disk */
+        b_u16(out, 0); /* internal attributes */
+        b_u32(out, (uint32_t)0100644 << 16);
+        b_u32(out, off[i]);
+        b_put(out, e[i].name, nl);
+    }
+    size_t cd_size = out->len - cd;
+    b_u32(out, 0x06054b50); /* end of central directory */
+    b_u16(out, 0);
+    b_u16(out, 0);
+    b_u16(out, (unsigned)n);
+    b_u16(out, (unsigned)n);
+    b_u32(out, (uint32_t)cd_size);
+    b_u32(out, (uint32_t)cd);
+    b_u16(out, 0);
+}
+
+static void tar_add(bytes_t *out, const char *name, const char *data)
+{
+    unsigned char h[512] = {0};
+    size_t dl = strlen(data);
+    assert_true(strlen(name) < 100);
+    memcpy(h, name, strlen(name));
+    memcpy(h + 100, "0000644", 8);
+    memcpy(h + 108, "0001750", 8);
+    memcpy(h + 116, "0001750", 8);
+    snprintf((char *)h + 124, 12, "%011o", (unsigned)dl);
+    snprintf((char *)h + 136, 12, "%011o", 1700000000u);
+    memset(h + 148, ' ', 8);
+    h[156] = '0';
+    memcpy(h + 257, "ustar", 6);
+    memcpy(h + 263, "00", 2);
+    unsigned sum = 0;
+    for (size_t i = 0; i < sizeof(h); i++)
+        sum += h[i];
+    snprintf((char *)h + 148, 7, "%06o", sum);
+    h[155] = ' ';
+    b_put(out, h, sizeof(h));
+    b_put(out, data, dl);
+    static const unsigned char zero[512];
+    if (dl % 512 != 0)
+        b_put(out, zero, 512 - dl % 512);
+}
+
+static void tar_end(bytes_t *out)
+{
+    static const unsigned char zero[1024];
+    b_put(out, zero, sizeof(zero));
+}
+
+static void gzip_stored(const bytes_t *in, bytes_t *out)
+{
+    static const unsigned char hdr[10] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};
+    b_put(out, hdr, sizeof(hdr));
+    size_t off = 0;
+    do {
+        size_t n = in->len - off > 65535 ? 65535 : in->len - off;
+        b_u8(out, off + n == in->len ? 1 : 0); /* BFINAL, BTYPE 00 (stored) */
+        b_u16(out, (unsigned)n);
+        b_u16(out, (unsigned)~n & 0xFFFF);
+        b_put(out, in->p + off, n);
+        off += n;
+    } while (off < in->len);
+    b_u32(out, crc32_of(in->p, in->len));
+    b_u32(out, (uint32_t)in->len);
+}
+
+/* ------------------------------------------------------------------------
+ * Files
+ * ------------------------------------------------------------------------ */
+
+void sglibs_mkdirs(const char *path)
+{
+    char p[1024];
+    snprintf(p, sizeof(p), "%s", path);
+    for (char *s = p + 1; *s != '\0'; s++) {
+        if (*s == '/') {
+            *s = '\0';
+            if (mkdir(p, 0755) != 0 && errno != EEXIST)
+                SG_FAIL(NULL, "mkdir %s: %s", p, strerror(errno));
+            *s = '/';
+        }
+    }
+    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+        SG_FAIL(NULL, "mkdir %s: %s", p, strerror(errno));
+}
+
+void sglibs_write(const char *root, const char *rel, const void *data, size_t n)
+{
+    char path[1024], dir[1024];
+    snprintf(path, sizeof(path), "%s/%s", root, rel);
+    snprintf(dir, sizeof(dir), "%s", path);
+    *strrchr(dir, '/') = '\0';
+    sglibs_mkdirs(dir);
+    FILE *f = fopen(path, "wb");
+    if (f == NULL)
+        SG_FAIL(NULL, "fopen %s: %s", path, strerror(errno));
+    SG_CHECK(fwrite(data, 1, n, f) == n && fclose(f) == 0, NULL, "cannot write %s", path);
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    return remove(path);
+}
+
+void sglibs_rm_tree(const char *path)
+{
+    if (path[0] != '\0')
+        nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+/* ------------------------------------------------------------------------
+ * The package index: a static file server on 127.0.0.1
+ * ------------------------------------------------------------------------ */
+
+#define MAX_PATHS 128
+#define MAX_HELD 64
+
+typedef struct {
+    char path[256];
+    int count;
+} hit_t;
+
+struct sglibs_server {
+    int lfd, port;
+    bool hold; /* accept and hold every connection, never answer */
+    char root[300];
+    pthread_t thread;
+    bool running;
+    int wake[2];
+    pthread_mutex_t mu;
+    pthread_cond_t idle;
+    int active; /* connections being answered */
+    hit_t hits[MAX_PATHS];
+    int nhits, total;
+    int held[MAX_HELD], nheld, accepted;
+};
+
+
+typedef struct {
+    sglibs_server_t *srv;
+    int fd;
+} conn_t;
+
+static void send_all(int fd, const void *d, size_t n)
+{
+    const char *p = d;
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w <= 0)
+            return;
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+static void record_hit(sglibs_server_t *s, const char *path)
+{
+    pthread_mutex_lock(&s->mu);
+    s->total++;
+    int i;
+    for (i = 0; i < s->nhits; i++)
+        if (strcmp(s->hits[i].path, path) == 0)
+            break;
+    if (i == s->nhits && s->nhits < MAX_PATHS)
+        snprintf(s->hits[s->nhits++].path, sizeof(s->hits[0].path), "%s", path);
+    if (i < s->nhits)
+        s->hits[i].count++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int sglibs_hits(sglibs_server_t *s, const char *prefix)
+{
+    int n = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->nhits; i++)
+        if (strncmp(s->hits[i].path, prefix, strlen(prefix)) == 0)
+            n += s->hits[i].count;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    bytes_t b = {0};
+    char buf[8192];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) {
+        if (b.len + n > b.cap) {
+            size_t cap = b.cap ? b.cap * 2 : 16384;
+            while (cap < b.len + n)
+                cap *= 2;
+            unsigned char *p = realloc(b.p, cap);
+            if (p == NULL)
+                break;
+            b.p = p;
+            b.cap = cap;
+        }
+        memcpy(b.p + b.len, buf, n);
+        b.len += n;
+    }
+    fclose(f);
+    *len = b.len;
+    return b.p != NULL ? (char *)b.p : calloc(1, 1);
+}
+
+static void serve(sglibs_server_t *s, int fd)
+{
+    char req[8192];
+    size_t got = 0;
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    while (got + 1 < sizeof(req)) {
+        ssize_t r = recv(fd, req + got, sizeof(req) - 1 - got, 0);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+        req[got] = '\0';
+        if (strstr(req, "\r\n\r\n") != NULL)
+            break;
+    }
+    req[got] = '\0';
+    char method[16] = "", target[512] = "";
+    if (sscanf(req, "%15s %511s", method, target) != 2)
+        return;
+    target[strcspn(target, "?#")] = '\0';
+    record_hit(s, target);
+
+    /* a path of the tree, never outside it; a directory serves its index */
+    char path[1024] = "", *body = NULL;
+    size_t len = 0;
+    const char *type = "application/octet-stream";
+    bool ok = target[0] == '/' && strstr(target, "..") == NULL && strchr(target, '%') == NULL &&
+              (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0);
+    struct stat st;
+    if (ok) {
+        snprintf(path, sizeof(path), "%s%s", s->root, target);
+        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+            size_t pl = strlen(path);
+            while (pl > 0 && path[pl - 1] == '/')
+                path[--pl] = '\0';
+            snprintf(path + pl, sizeof(path) - pl, "/index.html");
+            type = "text/html";
+            if (stat(path, &st) != 0) {
+                snprintf(path + pl, sizeof(path) - pl, "/index.json");
+                type = "application/json";
+            }
+        }
+        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+            ok = false;
+    }
+    if (ok)
+        body = slurp(path, &len);
+    char head[512];
+    if (body != NULL) {
+        int n = snprintf(head, sizeof(head),
+                         "HTTP/1.0 200 OK\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                         "Connection: close\r\n\r\n",
+                         type, len);
+        send_all(fd, head, (size_t)n);
+        if (strcmp(method, "HEAD") != 0)
+            send_all(fd, body, len);
+    } else {
+        static const char nf[] = "HTTP/1.0 404 Not Found\r\nContent-Type: text/plain\r\n"
+                                 "Content-Length: 10\r\nConnection: close\r\n\r\nnot found\n";
+        send_all(fd, nf, sizeof(nf) - 1);
+    }
+    fprintf(stderr, "index: %s %s -> %d\n", method, target, body != NULL ? 200 : 404);
+    free(body);
+}
+
+static void *conn_thread(void *arg)
+{
+    conn_t *c = arg;
+    serve(c->srv, c->fd);
+    shutdown(c->fd, SHUT_WR);
+    close(c->fd);
+    pthread_mutex_lock(&c->srv->mu);
+    if (--c->srv->active == 0)
+        pthread_cond_broadcast(&c->srv->idle);
+    pthread_mutex_unlock(&c->srv->mu);
+    free(c);
+    return NULL;
+}
+
+static void *accept_thread(void *arg)
+{
+    sglibs_server_t *s = arg;
+    for (;;) {
+        struct pollfd pf[2] = {{.fd = s->lfd, .events = POLLIN}, {.fd = s->wake[0], .events = POLLIN}};
+        if (poll(pf, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (pf[1].revents != 0)
+            break;
+        int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        pthread_mutex_lock(&s->mu);
+        s->accepted++;
+        if (s->hold) {
+            if (s->nheld < MAX_HELD)
+                s->held[s->nheld++] = fd;
+            else
+                close(fd);
+            pthread_mutex_unlock(&s->mu);
+            continue;
+        }
+        s->active++;
+        pthread_mutex_unlock(&s->mu);
+        conn_t *c = malloc(sizeof(*c));
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (c != NULL) {
+            c->srv = s;
+            c->fd = fd;
+        }
+        if (c == NULL || pthread_create(&t, &attr, conn_thread, c) != 0) {
+            close(fd);
+            free(c);
+            pthread_mutex_lock(&s->mu);
+            s->active--;
+            pthread_mutex_unlock(&s->mu);
+        }
+        pthread_attr_destroy(&attr);
+    }
+    return NULL;
+}
+
+sglibs_server_t *sglibs_server_start(const char *root, bool hold)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof(a);
+    sglibs_server_t *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    s->lfd = -1;
+    s->wake[0] = s->wake[1] = -1;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->idle, NULL);
+    s->hold = hold;
+    snprintf(s->root, sizeof(s->root), "%s", root != NULL ? root : "");
+    s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s->lfd < 0 || bind(s->lfd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(s->lfd, 64) != 0 ||
+        getsockname(s->lfd, (struct sockaddr *)&a, &al) != 0 || pipe2(s->wake, O_CLOEXEC) != 0) {
+        fprintf(stderr, "index server: cannot listen on 127.0.0.1: %s\n", strerror(errno));
+        sglibs_server_free(s);
+        return NULL;
+    }
+    s->port = ntohs(a.sin_port);
+    if (pthread_create(&s->thread, NULL, accept_thread, s) != 0) {
+        sglibs_server_free(s);
+        return NULL;
+    }
+    s->running = true;
+    return s;
+}
+
+void sglibs_server_stop(sglibs_server_t *s)
+{
+    if (s == NULL)
+        return;
+    if (s->running) {
+        if (write(s->wake[1], "x", 1) != 1)
+            perror("index server: wake");
+        pthread_join(s->thread, NULL);
+        s->running = false;
+    }
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 10;
+    pthread_mutex_lock(&s->mu);
+    while (s->active > 0)
+        if (pthread_cond_timedwait(&s->idle, &s->mu, &dl) == ETIMEDOUT)
+            break;
+    if (s->active > 0)
+        fprintf(stderr, "index server: %d connection(s) still being answered\n", s->active);
+    for (int i = 0; i < s->nheld; i++)
+        close(s->held[i]);
+    s->nheld = 0;
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < 2; i++)
+        if (s->wake[i] >= 0)
+            close(s->wake[i]), s->wake[i] = -1;
+    if (s->lfd >= 0)
+        close(s->lfd), s->lfd = -1;
+}
+
+int sglibs_accepted(sglibs_server_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int n = s->accepted;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+bool sglibs_port_closed(int port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                            .sin_port = htons((uint16_t)port)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    bool closed = connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0 && errno == ECONNREFUSED;
+    close(fd);
+    return closed;
+}
+
+
+void sglibs_server_free(sglibs_server_t *s)
+{
+    if (s == NULL)
+        return;
+    sglibs_server_stop(s);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->idle);
+    free(s);
+}
+
+int sglibs_port(const sglibs_server_t *s)
+{
+    return s->port;
+}
+
+int sglibs_total(sglibs_server_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int n = s->total;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+/* ------------------------------------------------------------------------
+ * The packages
+ * ------------------------------------------------------------------------ */
+
+void sglibs_wheel(const char *root, const char *dist, const char *version, const char *build, const char *init_py,
+                  char *file, size_t cap)
+{
+    char init[2048], metadata[512], wheel[256], record[2048];
+    char dist_info[160], init_name[160], meta_name[200], wheel_name[200], record_name[200];
+    unsigned char md[EVP_MAX_MD_SIZE];
+    char b64[128];
+
+    if (init_py != NULL)
+        snprintf(init, sizeof(init), "%s", init_py);
+    else
+        snprintf(init, sizeof(init),
+                 "\"\"\"sandgate's test package (built by tests/support/sglibs.c).\"\"\"\n"
+                 "VALUE = 42\nVERSION = \"%s\"\n\n\ndef double(x):\n    return 2 * x\n",
+                 version);
+    snprintf(metadata, sizeof(metadata),
+             "Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: sandgate test package\n", dist, version);
+    snprintf(wheel, sizeof(wheel), "Wheel-Version: 1.0\nGenerator: sgtest\nRoot-Is-Purelib: true\n%s%s%sTag: py3-none-any\n",
+             build != NULL ? "Build: " : "", build != NULL ? build : "", build != NULL ? "\n" : "");
+    snprintf(dist_info, sizeof(dist_info), "%s-%s.dist-info", dist, version);
+    snprintf(init_name, sizeof(init_name), "%s/__init__.py", dist);
+    snprintf(meta_name, sizeof(meta_name), "%s/METADATA", dist_info);
+    snprintf(wheel_name, sizeof(wheel_name), "%s/WHEEL", dist_info);
+    snprintf(record_name, sizeof(record_name), "%s/RECORD", dist_info);
+
+    size_t rl = 0;
+    const entry_t hashed[] = {{init_name, init}, {meta_name, metadata}, {wheel_name, wheel}};
+    for (size_t i = 0; i < 3; i++) {
+        unsigned n = digest(EVP_sha256(), hashed[i].data, strlen(hashed[i].data), md);
+        base64_of(md, n, true, b64);
+        rl += (size_t)snprintf(record + rl, sizeof(record) - rl, "%s,sha256=%s,%zu\n", hashed[i].name,
+                               b64, strlen(hashed[i].data));
+    }
+    snprintf(record + rl, sizeof(record) - rl, "%s,,\n", record_name);
+
+    const entry_t entries[] = {{init_name, init}, {meta_name, metadata}, {wheel_name, wheel},
+                               {record_name, record}};
+    bytes_t zip = {0};
+    zip_build(entries, 4, &zip);
+    snprintf(file, cap, "%s-%s%s%s-py3-none-any.whl", dist, version, build != NULL ? "-" : "",
+             build != NULL ? build : "");
+    char rel[400];
+    snprintf(rel, sizeof(rel), "packages/%s", file);
+    sglibs_write(root, rel, zip.p, zip.len);
+    b_free(&zip);
+}
+
+void sglibs_simple_index(const char *root, int port, const char *norm, char *const *files, size_t n)
+{
+    char html[8192], rel[300], path[1024];
+    unsigned char md[EVP_MAX_MD_SIZE];
+    char hex[2 * EVP_MAX_MD_SIZE + 1];
+    size_t o = (size_t)snprintf(html, sizeof(html), "<!DOCTYPE html>\n<html><body>\n");
+    for (size_t i = 0; i < n; i++) {
+        size_t len;
+        snprintf(path, sizeof(path), "%s/packages/%s", root, files[i]);
+        char *whl = slurp(path, &len);
+        SG_CHECK(whl != NULL, NULL, "cannot read back %s", path);
+        hex_of(md, digest(EVP_sha256(), whl, len, md), hex);
+        free(whl);
+        o += (size_t)snprintf(html + o, sizeof(html) - o,
+                              "<a href=\"http://127.0.0.1:%d/packages/%s#sha256=%s\">%s</a><br/>\n", port,
+                              files[i], hex, files[i]);
+        SG_CHECK(o < sizeof(html), NULL, "the index page of %s is too long", norm);
+    }
+    snprintf(html + o, sizeof(html) - o, "</body></html>\n");
+    snprintf(rel, sizeof(rel), "simple/%s/index.html", norm);
+    sglibs_write(root, rel, html, strlen(html));
+    snprintf(html, sizeof(html), "<!DOCTYPE html>\n<html><body>\n<a href=\"%s/\">%s</a>\n</body></html>\n", norm,
+             norm);
+    sglibs_write(root, "simple/index.html", html, strlen(html));
+}
+
+void sglibs_npm_package(const char *root, int port, const char *name, const char *version, const char *index_js,
+                        char *tgz, size_t cap)
+{
+    char pkg_json[512], rel[400];
+    snprintf(pkg_json, sizeof(pkg_json),
+             "{\n  \"name\": \"%s\",\n  \"version\": \"%s\",\n  \"description\": \"sandgate test package\",\n"
+             "  \"main\": \"index.js\",\n  \"license\": \"MIT\"\n}\n",
+             name, version);
+    bytes_t tar = {0}, gz = {0};
+    tar_add(&tar, "package/package.json", pkg_json);
+    tar_add(&tar, "package/index.js", index_js);
+    tar_end(&tar);
+    gzip_stored(&tar, &gz);
+    b_free(&tar);
+    snprintf(tgz, cap, "%s-%s.tgz", name, version);
+    snprintf(rel, sizeof(rel), "%s/-/%s", name, tgz);
+    sglibs_write(root, rel, gz.p, gz.len);
+
+    unsigned char md[EVP_MAX_MD_SIZE];
+    char sha1[2 * EVP_MAX_MD_SIZE + 1], b64[200], integrity[220], url[400];
+    hex_of(md, digest(EVP_sha1(), gz.p, gz.len, md), sha1);
+    base64_of(md, digest(EVP_sha512(), gz.p, gz.len, md), false, b64);
+    snprintf(integrity, sizeof(integrity), "sha512-%s", b64);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/%s/-/%s", port, name, tgz);
+    b_free(&gz);
+
+    json_object *doc = json_object_new_object(), *tags = json_object_new_object();
+    json_object *versions = json_object_new_object(), *v = json_object_new_object();
+    json_object *dist = json_object_new_object();
+    json_object_object_add(doc, "name", json_object_new_string(name));
+    json_object_object_add(tags, "latest", json_object_new_string(version));
+    json_object_object_add(doc, "dist-tags", tags);
+    json_object_object_add(v, "name", json_object_new_string(name));
+    json_object_object_add(v, "version", json_object_new_string(version));
+    json_object_object_add(v, "main", json_object_new_string("index.js"));
+    json_object_object_add(dist, "tarball", json_object_new_string(url));
+    json_object_object_add(dist, "shasum", json_object_new_string(sha1));
+    json_object_object_add(dist, "integrity", json_object_new_string(integrity));
+    json_object_object_add(v, "dist", dist);
+    json_object_object_add(versions, version, v);
+    json_object_object_add(doc, "versions", versions);
+    const char *s = json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PLAIN);
+    snprintf(rel, sizeof(rel), "%s/index.json", name);
+    sglibs_write(root, rel, s, strlen(s));
+    json_object_put(doc);
+}
+
+/* ------------------------------------------------------------------------
+ * Docker: installers created (from the event log), volumes
+ * ------------------------------------------------------------------------ */
+
+/* ------------------------------------------------------------------------
+ * Docker: installer containers created (from the event log), volumes
+ * ------------------------------------------------------------------------ */
+
+sglibs_wall_t sglibs_wall_now(void)
+{
+    sglibs_wall_t t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return t;
+}
+
+int sglibs_installers_created_since(const char *pid, sglibs_wall_t since)
+{
+    sglibs_wall_t until = sglibs_wall_now();
+    char l1[192];
+    snprintf(l1, sizeof(l1), "sandgate.proxy=%s", pid);
+    json_object *f = json_object_new_object(), *a;
+    a = json_object_new_array();
+    json_object_array_add(a, json_object_new_string("container"));
+    json_object_object_add(f, "type", a);
+    a = json_object_new_array();
+    json_object_array_add(a, json_object_new_string("create"));
+    json_object_object_add(f, "event", a);
+    a = json_object_new_array();
+    json_object_array_add(a, json_object_new_string(l1));
+    json_object_array_add(a, json_object_new_string("sandgate.kind=installer"));
+    json_object_object_add(f, "label", a);
+    char *enc = sgtest_urlencode(json_object_to_json_string_ext(f, JSON_C_TO_STRING_PLAIN));
+    json_object_put(f);
+    char path[1024];
+    snprintf(path, sizeof(path), "/events?since=%lld.%09ld&until=%lld.%09ld&filters=%s",
+             (long long)since.tv_sec, since.tv_nsec, (long long)until.tv_sec, until.tv_nsec, enc);
+    free(enc);
+    sgtest_reply_t r;
+    sgtest_docker_call("GET", path, NULL, &r);
+    if (r.status != 200)
+        SG_FAIL(NULL, "docker GET /events: HTTP %ld %s %s", r.status, r.error, r.body);
+    int n = 0;
+    for (char *line = strtok(r.body, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        json_object *e = json_tokener_parse(line);
+        json_object *act = e != NULL ? sgtest_jpath(e, "Action") : NULL;
+        if (act != NULL && strcmp(json_object_get_string(act), "create") == 0)
+            n++;
+        json_object_put(e);
+    }
+    sgtest_reply_free(&r);
+    return n;
+}
+
+int sglibs_installers_now(const char *pid)
+{
+    char l1[192];
+    snprintf(l1, sizeof(l1), "sandgate.proxy=%s", pid);
+    const char *labels[] = {l1, "sandgate.kind=installer", NULL};
+    json_object *a = sgtest_docker_list(labels);
+    if (a == NULL)
+        SG_FAIL(NULL, "cannot list containers from Docker");
+    int n = (int)json_object_array_length(a);
+    json_object_put(a);
+    return n;
+}
+
+long sglibs_volume_status(const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/volumes/%s", name);
+    sgtest_reply_t r;
+    sgtest_docker_call("GET", path, NULL, &r);
+    long st = r.status;
+    sgtest_reply_free(&r);
+    return st;
+}
+
+long sglibs_volume_remove(const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/volumes/%s?force=1", name);
+    sgtest_reply_t r;
+    sgtest_docker_call("DELETE", path, NULL, &r);
+    long st = r.status;
+    if (st != 204 && st != 404)
+        fprintf(stderr, "removing volume %s: HTTP %ld %s %s\n", name, st, r.error, r.body);
+    sgtest_reply_free(&r);
+    return st;
+}
+
+int sglibs_volume_run(const char *volume, const char *image, const char *label_proxy_id, const char *script,
+                      char **out)
+{
+    json_object *c = json_object_new_object(), *a, *hc = json_object_new_object(), *m, *mounts;
+    json_object *labels = json_object_new_object();
+    json_object_object_add(c, "Image", json_object_new_string(image));
+    json_object_object_add(c, "User", json_object_new_string("1000:1000"));
+    a = json_object_new_array();
+    json_object_array_add(a, json_object_new_string("/bin/sh"));
+    json_object_array_add(a, json_object_new_string("-c"));
+    json_object_object_add(c, "Entrypoint", a);
+    a = json_object_new_array();
+    json_object_array_add(a, json_object_new_string(script));
+    json_object_object_add(c, "Cmd", a);
+    json_object_object_add(labels, "sandgate.proxy", json_object_new_string(label_proxy_id));
+    json_object_object_add(labels, "sandgate.kind", json_object_new_string("sgtest-helper"));
+    json_object_object_add(c, "Labels", labels);
+    json_object_object_add(hc, "NetworkMode", json_object_new_string("none"));
+    m = json_object_new_object();
+    json_object_object_add(m, "Type", json_object_new_string("volume"));
+    json_object_object_add(m, "Source", json_object_new_string(volume));
+    json_object_object_add(m, "Target", json_object_new_string("/opt/sandgate/store"));
+    mounts = json_object_new_array();
+    json_object_array_add(mounts, m);
+    json_object_object_add(hc, "Mounts", mounts);
+    json_object_object_add(c, "HostConfig", hc);
+
+    sgtest_reply_t r;
+    sgtest_docker_call("POST", "/containers/create", json_object_to_json_string_ext(c, JSON_C_TO_STRING_PLAIN), &r);
+    json_object_put(c);
+    if (r.status != 201)
+        SG_FAIL(NULL, "docker create (helper on %s): HTTP %ld %s %s", volume, r.status, r.error, r.body);
+    json_object *o = json_tokener_parse(r.body);
+    sgtest_reply_free(&r);
+    json_object *idv = o != NULL ? sgtest_jpath(o, "Id") : NULL;
+    SG_CHECK(idv != NULL, o, "no Id from docker create");
+    char id[128], path[256];
+    snprintf(id, sizeof(id), "%s", json_object_get_string(idv));
+    json_object_put(o);
+
+    int code = -1;
+    pathf(path, sizeof(path), "/containers/%s/start", id);
+    sgtest_docker_call("POST", path, NULL, &r);
+    long st = r.status;
+    sgtest_reply_free(&r);
+    if (st == 204) {
+        pathf(path, sizeof(path), "/containers/%s/wait", id);
+        sgtest_docker_call("POST", path, NULL, &r);
+        json_object *w = r.status == 200 ? json_tokener_parse(r.body) : NULL;
+        json_object *sc = w != NULL ? sgtest_jpath(w, "StatusCode") : NULL;
+        if (sc != NULL)
+            code = json_object_get_int(sc);
+        json_object_put(w);
+        sgtest_reply_free(&r);
+    }
+    if (out != NULL) {
+        /* the multiplexed log: 8-byte headers {stream, 0, 0, 0, size BE} */
+        pathf(path, sizeof(path), "/containers/%s/logs?stdout=1&stderr=1", id);
+        sgtest_docker_call("GET", path, NULL, &r);
+        bytes_t b = {0};
+        for (size_t off = 0; r.status == 200 && off + 8 <= r.body_len;) {
+            const unsigned char *h = (const unsigned char *)r.body + off;
+            size_t n = (size_t)h[4] << 24 | (size_t)h[5] << 16 | (size_t)h[6] << 8 | h[7];
+            if (off + 8 + n > r.body_len)
+                break;
+            b_put(&b, h + 8, n);
+            off += 8 + n;
+        }
+        b_put(&b, "", 1);
+        *out = (char *)b.p;
+        sgtest_reply_free(&r);
+    }
+    pathf(path, sizeof(path), "/containers/%s?force=1", id);
+    sgtest_docker_call("DELETE", path, NULL, &r);
+    sgtest_reply_free(&r);
+    SG_CHECK(st == 204 && code >= 0, NULL, "the helper container on %s did not run (start: HTTP %ld)", volume, st);
+    return code;
+}
+
+int sglibs_random_hex(char *out, size_t nbytes)
+{
+    unsigned char rnd[16];
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (nbytes > sizeof(rnd) || fd < 0 || read(fd, rnd, nbytes) != (ssize_t)nbytes) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    for (size_t i = 0; i < nbytes; i++)
+        sprintf(out + 2 * i, "%02x", rnd[i]);
+    return 0;
+}
+
+char *sglibs_create_session(const sgtest_proxy_t *p, const char *lang)
+{
+    json_object *body = json_object_new_object();
+    json_object_object_add(body, "lang", json_object_new_string(lang));
+    json_object_object_add(body, "keep_template", json_object_new_boolean(0));
+    sgtest_reply_t r;
+    sgtest_call_json(p, "POST", "/sessions", body, 0, &r);
+    json_object_put(body);
+    json_object *o = SG_EXPECT_JSON(&r, 200);
+    sgtest_reply_free(&r);
+    const char *id = SG_STR(o, "session_id");
+    SG_CHECK(*id != '\0', o, "empty session_id");
+    char *copy = strdup(id);
+    json_object_put(o);
+    return copy;
+}
+
+/* ------------------------------------------------------------------------
+ * The proxy's library calls
+ * ------------------------------------------------------------------------ */
+
+void sglibs_check_install_shape(json_object *o)
+{
+    bool success = SG_BOOL(o, "success");
+    SG_STR(o, "message");
+    double t = SG_DBL(o, "installation_time");
+    SG_BOOL(o, "from_store");
+    SG_CHECK(t >= 0, o, "installation_time is negative");
+    json_object *v = NULL;
+    SG_CHECK(json_object_object_get_ex(o, "installed_version", &v), o, "installed_version is missing");
+    if (success)
+        SG_CHECK(json_object_is_type(v, json_type_string) && json_object_get_string_len(v) > 0, o,
+                 "a successful install must name the installed version");
+    else
+        SG_CHECK(v == NULL, o, "a failed install has installed_version null");
+}
+
+json_object *sglibs_install(const sgtest_proxy_t *p, const char *sid, const char *package, const char *version,
+                               double *seconds)
+{
+    json_object *b = json_object_new_object();
+    json_object_object_add(b, "package", json_object_new_string(package));
+    if (version != NULL)
+        json_object_object_add(b, "version", json_object_new_string(version));
+    char path[256];
+    pathf(path, sizeof(path), "/sessions/%s/libraries", sid);
+    sgtest_reply_t r;
+    sgtest_call_json(p, "POST", path, b, 0, &r);
+    json_object_put(b);
+    json_object *o = SG_EXPECT_JSON(&r, 200);
+    if (seconds != NULL)
+        *seconds = r.seconds;
+    sgtest_reply_free(&r);
+    sglibs_check_install_shape(o);
+    return o;
+}
+
+
+void sglibs_expect_installed(json_object *o, const char *version, bool from_store)
+{
+    if (!SG_BOOL(o, "success"))
+        SG_FAIL(o, "the install failed");
+    if (strcmp(SG_STR(o, "installed_version"), version) != 0)
+        SG_FAIL(o, "installed_version: expected \"%s\"", version);
+    if (SG_BOOL(o, "from_store") != from_store)
+        SG_FAIL(o, "from_store: expected %s", from_store ? "true" : "false");
+    SG_CHECK(SG_DBL(o, "installation_time") > 0, o, "installation_time must be > 0");
+}
