@@ -88,7 +88,6 @@ json_object *sg_session_container_config(const sg_session_t *s, const char *prox
 {
     json_object *c = json_object_new_object(), *hc = json_object_new_object();
     json_object *env = json_object_new_array(), *tmpfs = json_object_new_object(), *lc = json_object_new_object();
-    char buf[160];
 
     json_object_object_add(c, "Image", json_object_new_string(s->image));
     json_object_object_add(c, "User", json_object_new_string("1000:1000"));
@@ -122,11 +121,10 @@ json_object *sg_session_container_config(const sg_session_t *s, const char *prox
      * session made from a template finds that work dir in its image. */
     int on_layer = s->keep_template || s->from_template;
     json_object_object_add(hc, "ReadonlyRootfs", json_object_new_boolean(!on_layer));
-    snprintf(buf, sizeof(buf), "rw,exec,nosuid,nodev,size=%ldm,uid=1000,gid=1000,mode=0755", s->limits.tmpfs_mb);
     if (!on_layer)
-        json_object_object_add(tmpfs, "/sandbox", json_object_new_string(buf));
-    snprintf(buf, sizeof(buf), "rw,exec,nosuid,nodev,size=%ldm,mode=1777", s->limits.tmpfs_mb);
-    json_object_object_add(tmpfs, "/tmp", json_object_new_string(buf));
+        sg_container_tmpfs(tmpfs, "/sandbox", "rw,exec,nosuid,nodev,uid=1000,gid=1000,mode=0755", s->limits.tmpfs_mb);
+    sg_container_tmpfs(tmpfs, "/tmp", "rw,exec,nosuid,nodev,mode=1777", s->limits.tmpfs_mb);
+    sg_container_shm(tmpfs);
     json_object_object_add(hc, "Tmpfs", tmpfs);
     json_object_object_add(hc, "Init", json_object_new_boolean(0)); /* the agent is PID 1 and reaps */
     if (s->foreign) {
