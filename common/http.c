@@ -374,7 +374,11 @@ sg_http_stream_t *sg_http_stream_start(h2o_req_t *req, int status, const char *c
     sg_buf_init(&s->inflight, max_queued);
     req->res.status = status;
     req->res.reason = sg_http_reason(status);
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, content_type, strlen(content_type));
+    /* h2o keeps the header's pointer until it writes the headers: copy the
+     * caller's string (the gateway's points into an upstream reply that may
+     * be freed before the first flush) */
+    h2o_iovec_t ct = h2o_strdup(&req->pool, content_type, SIZE_MAX);
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, ct.base, ct.len);
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-cache"));
     h2o_start_response(req, &s->super);
     /* send the headers now, so that the client sees the stream begin */
