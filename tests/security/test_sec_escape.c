@@ -308,7 +308,25 @@ SGGW_TEST(test_signals_to_pid1_do_not_kill_the_session)
     SG_CHECK(c != NULL, NULL, "the session's container is gone after the signals");
     SG_CHECK(json_object_get_boolean(sgtest_jpath(c, "State.Running")), c, "the container must still run");
     json_object_put(c);
+    r = py(tok, sid, "print(x + 1)");
+    expect_stdout(r, "42\n");
+    SG_CHECK(strcmp(SG_STR(r, "state"), "kept") == 0, r, "the interpreter must have survived the signals");
+    json_object_put(r);
+
+    /* SIGKILL to every process the user may signal (kill -1) from a
+     * command: the session's interpreter goes, the agent and the session stay */
+    r = sh(tok, sid, "kill -9 -1; echo survived");
+    expect_stdout(r, "survived\n"); /* kill(-1) spares the caller (and PID 1) */
+    json_object_put(r);
+    c = sgtest_docker_inspect(cid, NULL);
+    SG_CHECK(c != NULL && json_object_get_boolean(sgtest_jpath(c, "State.Running")), c,
+             "the container must still run after kill -9 -1");
+    json_object_put(c);
     free(cid);
+    r = py(tok, sid, "x = 41\nprint(x + 1)");
+    expect_stdout(r, "42\n");
+    SG_CHECK(strcmp(SG_STR(r, "state"), "new") == 0, r, "the killed interpreter is replaced by a new one");
+    json_object_put(r);
     expect_service_works(tok, sid, 1);
     free(sid);
     free(tok);
@@ -630,6 +648,14 @@ SGGW_TEST(test_forged_protocol_bytes_on_stdout_are_data)
     json_object_put(r);
     free(cmd);
 
+    /* one-shot, no session */
+    json_object *ob = json_object_new_object();
+    json_object_object_add(ob, "code", json_object_new_string(code));
+    json_object_object_add(ob, "lang", json_object_new_string("python"));
+    r = sggw_post_result(gw, tok, "/execute", ob);
+    expect_real_result(r, &x, "one-shot");
+    json_object_put(r);
+
     /* streamed */
     char url[512], auth[160];
     pathf(url, sizeof(url), "%s/sessions/%s/execute", sggw_gateway_url(gw), sid);
@@ -660,7 +686,7 @@ SGGW_TEST(test_forged_protocol_bytes_on_stdout_are_data)
     json_object_put(b);
     free(code);
 
-    /* billed as what really happened: three executions, none of them 77 or ~36 minutes */
+    /* billed as what really happened: five executions, none of them 77 or ~36 minutes */
     char tid[32];
     pathf(tid, sizeof(tid), "%lld", (long long)sggw_tenant_id(sggw_gateway_data_dir(gw), "forger"));
     const char *params[] = {tid, NULL};
@@ -673,14 +699,14 @@ SGGW_TEST(test_forged_protocol_bytes_on_stdout_are_data)
                           "coalesce(max(timed_out), -1) FROM usage WHERE tenant_id = ?1",
                           params, err);
         SG_CHECK(row != NULL, NULL, "usage: %s", err);
-        if (atoi(row) >= 4 || sgtest_now() > deadline)
+        if (atoi(row) >= 5 || sgtest_now() > deadline)
             break;
         usleep(50000);
     }
     int count = 0, maxexit = 0, maxto = 0;
     double maxdur = 0;
     SG_CHECK(sscanf(row, "%d|%d|%lf|%d", &count, &maxexit, &maxdur, &maxto) == 4, NULL, "usage row %s", row);
-    SG_CHECK(count == 4 && maxexit == 0 && maxdur < 60 && maxto == 0, NULL,
+    SG_CHECK(count == 5 && maxexit == 0 && maxdur < 60 && maxto == 0, NULL,
              "usage rows (count|max exit|max duration|max timed_out) %s: the forged result was billed", row);
     free(row);
 
