@@ -13,17 +13,14 @@
  * sessions and fresh ones still work, and the group teardown checks that no
  * container of this proxy is left.
  */
-#include "sggw.h"
+#include "sgsec.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-static sgtest_proxy_t *proxy;
-static char *proxy_id;
-static sggw_redis_t *redis;
-static sggw_gateway_t *gw;
+static sgsec_stack_t st;
 
 #define VICTIM_PORT 8765
 #define PIDS_LIMIT 128 /* the proxy's default SANDGATE_PIDS_LIMIT */
@@ -35,36 +32,12 @@ static sggw_gateway_t *gw;
 static char *tenant(const char *name)
 {
     const char *q[] = {"network_allowed=1", "rate_per_min=60000", "burst=1000", NULL};
-    return sggw_new_tenant(sggw_gateway_data_dir(gw), name, q);
+    return sgsec_tenant(&st, name, q);
 }
 
 static json_object *py(const char *tok, const char *sid, const char *code)
 {
-    return sggw_execute(gw, tok, sid, code, 120);
-}
-
-static void expect_stdout(json_object *res, const char *want)
-{
-    SG_CHECK(strcmp(SG_STR(res, "stdout"), want) == 0, res, "stdout must be exactly:\n%s", want);
-    SG_CHECK(strcmp(SG_STR(res, "reason"), "exited") == 0, res, "the run must end by itself");
-}
-
-/* The session still runs code (and closes), and a fresh one of the tenant does too. */
-static void expect_service_works(const char *tok, const char *sid)
-{
-    json_object *r;
-    if (sid != NULL) {
-        r = py(tok, sid, "print(6 * 7)");
-        expect_stdout(r, "42\n");
-        json_object_put(r);
-        sggw_delete_session(gw, tok, sid);
-    }
-    char *fresh = sggw_create_session(gw, tok, NULL, NULL);
-    r = py(tok, fresh, "print(6 * 7)");
-    expect_stdout(r, "42\n");
-    json_object_put(r);
-    sggw_delete_session(gw, tok, fresh);
-    free(fresh);
+    return sgsec_py(&st, tok, sid, code);
 }
 
 /* The IPv4 address and gateway of a session's container on its network
@@ -72,7 +45,7 @@ static void expect_service_works(const char *tok, const char *sid)
 static void container_ip(const char *sid, char ip[64], char gwip[64])
 {
     ip[0] = gwip[0] = '\0';
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    char *cid = sgtest_docker_session_container(st.proxy_id, sid);
     SG_CHECK(cid != NULL, NULL, "session %s has no container", sid);
     json_object *c = sgtest_docker_inspect(cid, NULL);
     SG_CHECK(c != NULL, NULL, "cannot inspect %s", cid);
@@ -164,7 +137,7 @@ static void victim_self_check(const char *tok, const char *sid, const char *ip)
           "c = socket.create_connection(('%s', %d), timeout=5)\nprint(c.recv(64).decode())\nc.close()\n", ip,
           VICTIM_PORT);
     json_object *r = py(tok, sid, code);
-    expect_stdout(r, "victim-data\n");
+    SGSEC_EXPECT_STDOUT(r, "victim-data\n");
     json_object_put(r);
 }
 
@@ -181,9 +154,9 @@ static void victim_hits(const char *tok, const char *sid, int want)
 /* The ports of the service on this machine the sandbox must not reach. */
 static void service_ports(char *buf, size_t len)
 {
-    const char *u = sgtest_proxy_url(proxy);
+    const char *u = sgtest_proxy_url(st.proxy);
     int proxy_port = atoi(strrchr(u, ':') + 1);
-    pathf(buf, len, "[%d, %d, %d, 2375, 2376]", proxy_port, sggw_gateway_port(gw), sggw_redis_port(redis));
+    pathf(buf, len, "[%d, %d, %d, 2375, 2376]", proxy_port, sggw_gateway_port(st.gw), sggw_redis_port(st.redis));
 }
 
 /* ------------------------------------------------------------------------
@@ -193,7 +166,7 @@ static void service_ports(char *buf, size_t len)
 SGGW_TEST(test_cannot_see_other_sessions_processes)
 {
     char *vt = tenant("ps-victim"), *at = tenant("ps-attacker");
-    char *vs = sggw_create_session(gw, vt, NULL, NULL), *as = sggw_create_session(gw, at, NULL, NULL);
+    char *vs = sggw_create_session(st.gw, vt, NULL, NULL), *as = sggw_create_session(st.gw, at, NULL, NULL);
     /* the victim names one of its threads, which lives on between executions */
     const char *mark = "import ctypes, threading, time\n"
                        "def hold():\n"
@@ -219,14 +192,14 @@ SGGW_TEST(test_cannot_see_other_sessions_processes)
     json_object_put(r);
     /* positive control: the marker is there to be found */
     r = py(vt, vs, look);
-    expect_stdout(r, "marker True\nfew True\nservice ['sandgate-agent']\n");
+    SGSEC_EXPECT_STDOUT(r, "marker True\nfew True\nservice ['sandgate-agent']\n");
     json_object_put(r);
     /* the attacker sees its own agent and nothing of the victim or the host */
     r = py(at, as, look);
-    expect_stdout(r, "marker False\nfew True\nservice ['sandgate-agent']\n");
+    SGSEC_EXPECT_STDOUT(r, "marker False\nfew True\nservice ['sandgate-agent']\n");
     json_object_put(r);
-    expect_service_works(at, as);
-    expect_service_works(vt, vs);
+    sgsec_expect_service_works(&st, at, as, 0);
+    sgsec_expect_service_works(&st, vt, vs, 0);
     free(vs);
     free(as);
     free(vt);
@@ -242,8 +215,8 @@ SGGW_TEST(test_cannot_see_other_sessions_processes)
 SGGW_TEST(test_no_route_to_another_sandbox)
 {
     char *vt = tenant("net-victim"), *at = tenant("net-attacker");
-    char *vs = sggw_create_session(gw, vt, "{\"lang\":\"python\",\"network\":true}", NULL);
-    char *as = sggw_create_session(gw, at, NULL, NULL);
+    char *vs = sggw_create_session(st.gw, vt, "{\"lang\":\"python\",\"network\":true}", NULL);
+    char *as = sggw_create_session(st.gw, at, NULL, NULL);
     char vip[64], vgw[64], aip[64], agw[64];
     container_ip(vs, vip, vgw);
     container_ip(as, aip, agw);
@@ -251,7 +224,7 @@ SGGW_TEST(test_no_route_to_another_sandbox)
     SG_CHECK(aip[0] == '\0', NULL, "a session without network must have no address, has %s", aip);
 
     json_object *r = py(vt, vs, LISTENER);
-    expect_stdout(r, "listening\n");
+    SGSEC_EXPECT_STDOUT(r, "listening\n");
     json_object_put(r);
     victim_self_check(vt, vs, vip);
 
@@ -266,15 +239,15 @@ SGGW_TEST(test_no_route_to_another_sandbox)
           "print('interfaces', sorted(os.listdir('/sys/class/net')))\n",
           SCANNER, vip, vgw, ports, ports);
     r = py(at, as, code);
-    expect_stdout(r, "victim open=[] ENETUNREACH:65535\n"
+    SGSEC_EXPECT_STDOUT(r, "victim open=[] ENETUNREACH:65535\n"
                      "host open=[] ENETUNREACH:5\n"
                      "loopback open=[] ECONNREFUSED:5\n"
                      "docker.sock ENOENT ENOENT\n"
                      "interfaces ['lo']\n");
     json_object_put(r);
     victim_hits(vt, vs, 1);
-    expect_service_works(at, as);
-    expect_service_works(vt, vs);
+    sgsec_expect_service_works(&st, at, as, 0);
+    sgsec_expect_service_works(&st, vt, vs, 0);
     free(vs);
     free(as);
     free(vt);
@@ -287,15 +260,15 @@ SGGW_TEST(test_no_route_to_another_sandbox)
 SGGW_TEST(test_no_route_to_another_sandbox_with_network)
 {
     char *vt = tenant("netw-victim"), *at = tenant("netw-attacker");
-    char *vs = sggw_create_session(gw, vt, "{\"lang\":\"python\",\"network\":true}", NULL);
-    char *as = sggw_create_session(gw, at, "{\"lang\":\"python\",\"network\":true}", NULL);
+    char *vs = sggw_create_session(st.gw, vt, "{\"lang\":\"python\",\"network\":true}", NULL);
+    char *as = sggw_create_session(st.gw, at, "{\"lang\":\"python\",\"network\":true}", NULL);
     char vip[64], vgw[64], aip[64], agw[64];
     container_ip(vs, vip, vgw);
     container_ip(as, aip, agw);
     SG_CHECK(vip[0] != '\0' && aip[0] != '\0', NULL, "both sessions must have an address");
 
     json_object *r = py(vt, vs, LISTENER);
-    expect_stdout(r, "listening\n");
+    SGSEC_EXPECT_STDOUT(r, "listening\n");
     json_object_put(r);
     victim_self_check(vt, vs, vip);
 
@@ -318,8 +291,8 @@ SGGW_TEST(test_no_route_to_another_sandbox_with_network)
     SG_CHECK(strstr(out, "\ndocker.sock ENOENT ENOENT\n") != NULL, r, "no Docker socket");
     json_object_put(r);
     victim_hits(vt, vs, 1);
-    expect_service_works(at, as);
-    expect_service_works(vt, vs);
+    sgsec_expect_service_works(&st, at, as, 0);
+    sgsec_expect_service_works(&st, vt, vs, 0);
     free(vs);
     free(as);
     free(vt);
@@ -349,14 +322,14 @@ static json_object *bomb_against_victim(const char *at, const char *as, const ch
         double t0 = sgtest_now();
         json_object *r = py(vt, vs, "print(6 * 7)");
         base[i] = sgtest_now() - t0;
-        expect_stdout(r, "42\n");
+        SGSEC_EXPECT_STDOUT(r, "42\n");
         json_object_put(r);
     }
     qsort(base, 7, sizeof(base[0]), cmp_double);
     double bound = 20 * base[3] > 2.0 ? 20 * base[3] : 2.0;
 
     char url[512];
-    pathf(url, sizeof(url), "%s/sessions/%s/execute", sggw_gateway_url(gw), as);
+    pathf(url, sizeof(url), "%s/sessions/%s/execute", sggw_gateway_url(st.gw), as);
     json_object *b = json_object_new_object();
     json_object_object_add(b, "code", json_object_new_string(bomb));
     json_object_object_add(b, "timeout", json_object_new_int(60));
@@ -381,7 +354,7 @@ static json_object *bomb_against_victim(const char *at, const char *as, const ch
         vstart[nv] = sggw_wall();
         json_object *r = py(vt, vs, "print(6 * 7)");
         vend[nv] = sggw_wall();
-        expect_stdout(r, "42\n");
+        SGSEC_EXPECT_STDOUT(r, "42\n");
         json_object_put(r);
         nv++;
     }
@@ -412,7 +385,7 @@ static json_object *bomb_against_victim(const char *at, const char *as, const ch
 SGGW_TEST(test_fork_bomb_does_not_slow_another_tenant)
 {
     char *vt = tenant("fork-victim"), *at = tenant("fork-attacker");
-    char *vs = sggw_create_session(gw, vt, NULL, NULL), *as = sggw_create_session(gw, at, NULL, NULL);
+    char *vs = sggw_create_session(st.gw, vt, NULL, NULL), *as = sggw_create_session(st.gw, at, NULL, NULL);
     /* every process forks as fast as it can and spins, for 8 s */
     json_object *res = bomb_against_victim(at, as, vt, vs,
                                            "import errno, os, time\n"
@@ -436,8 +409,8 @@ SGGW_TEST(test_fork_bomb_does_not_slow_another_tenant)
     SG_CHECK(strstr(out, " ['EAGAIN'] True\n") != NULL, res,
              "the bomb must hit the pids cap (EAGAIN, and no more than %d children)", PIDS_LIMIT);
     json_object_put(res);
-    expect_service_works(at, as);
-    expect_service_works(vt, vs);
+    sgsec_expect_service_works(&st, at, as, 0);
+    sgsec_expect_service_works(&st, vt, vs, 0);
     free(vs);
     free(as);
     free(vt);
@@ -447,7 +420,7 @@ SGGW_TEST(test_fork_bomb_does_not_slow_another_tenant)
 SGGW_TEST(test_memory_bomb_does_not_slow_another_tenant)
 {
     char *vt = tenant("mem-victim"), *at = tenant("mem-attacker");
-    char *vs = sggw_create_session(gw, vt, NULL, NULL), *as = sggw_create_session(gw, at, NULL, NULL);
+    char *vs = sggw_create_session(st.gw, vt, NULL, NULL), *as = sggw_create_session(st.gw, at, NULL, NULL);
     /* for 8 s: a child fills memory until it is killed, then the next one */
     json_object *res = bomb_against_victim(at, as, vt, vs,
                                            "import os, time\n"
@@ -468,8 +441,8 @@ SGGW_TEST(test_memory_bomb_does_not_slow_another_tenant)
     const char *out = SG_STR(res, "stdout");
     SG_CHECK(strstr(out, " True 0\n") != NULL, res, "every memory hog must be killed by the memory limit");
     json_object_put(res);
-    expect_service_works(at, as);
-    expect_service_works(vt, vs);
+    sgsec_expect_service_works(&st, at, as, 0);
+    sgsec_expect_service_works(&st, vt, vs, 0);
     free(vs);
     free(as);
     free(vt);
@@ -482,33 +455,18 @@ SGGW_TEST(test_memory_bomb_does_not_slow_another_tenant)
 
 static int group_setup(void **state)
 {
-    proxy_id = sgtest_new_proxy_id();
-    const char *env[] = {"SANDGATE_POOL_SIZE=2", "SANDGATE_ALLOW_NETWORK=1", NULL};
-    if (proxy_id == NULL || (proxy = sgtest_proxy_start(proxy_id, env)) == NULL)
-        return -1;
-    if ((redis = sggw_redis_start()) == NULL)
-        return -1;
-    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(proxy), .redis_url = sggw_redis_url(redis)};
-    gw = sggw_gateway_start(&o);
-    return gw != NULL ? 0 : -1;
+    const char *env[] = {"SANDGATE_ALLOW_NETWORK=1", NULL};
+    return sgsec_stack_start(&st, env);
 }
 
 static int after_test(void **state)
 {
-    sggw_after_test();
-    if (!sgtest_proxy_alive(proxy) || !sggw_gateway_alive(gw) || !sggw_redis_running(redis)) {
-        fprintf(stderr, "a server died during this test\n");
-        sggw_print_logs(80);
-        return -1;
-    }
-    return 0;
+    return sgsec_after_test(&st);
 }
 
 static int group_teardown(void **state)
 {
-    int rc = sggw_stack_stop(&gw, &redis, &proxy, proxy_id);
-    free(proxy_id);
-    return rc;
+    return sgsec_stack_stop(&st);
 }
 
 int main(void)
