@@ -173,6 +173,77 @@ SGGW_TEST(test_cannot_open_raw_socket)
     free(tok);
 }
 
+/* The privileges of a sandbox process, and the system calls that need more
+ * (open_by_handle_at is the call of the "shocker" escape, mknod of a block
+ * device a way to the host's disks). */
+SGGW_TEST(test_cannot_use_privileged_syscalls)
+{
+    char *tok = sgsec_tenant(&st, "syscalls", NULL);
+    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    json_object *r = py(tok, sid,
+                        "import ctypes, errno, os, platform, stat\n"
+                        "x = 41\n"
+                        "assert platform.machine() == 'x86_64', 'syscall numbers below are x86_64'\n"
+                        "libc = ctypes.CDLL(None, use_errno=True)\n"
+                        "libc.syscall.restype = ctypes.c_long\n"
+                        "def sc(*a):\n"
+                        "    v = libc.syscall(*[ctypes.c_long(i) for i in a])\n"
+                        "    return 'ok' if v >= 0 else errno.errorcode[ctypes.get_errno()]\n"
+                        "buf = ctypes.create_string_buffer(256)\n"
+                        "p = ctypes.addressof(buf)\n"
+                        "print('open_by_handle_at', sc(304, -100, p, 0))\n"
+                        "print('init_module', sc(175, p, 16, p))\n"
+                        "print('finit_module', sc(313, 0, p, 0))\n"
+                        "print('delete_module', sc(176, p, 0))\n"
+                        "print('kexec_load', sc(246, 0, 0, 0, 0))\n"
+                        "print('reboot', sc(169, 0xfee1dead, 672274793, 0x4321fedc, 0))\n"
+                        "print('swapon', sc(167, p, 0))\n"
+                        "print('settimeofday', sc(164, p, 0))\n"
+                        "print('clock_settime', sc(227, 0, p))\n"
+                        "print('sethostname', sc(170, p, 4))\n"
+                        "print('bpf', sc(321, 5, p, 72))\n"
+                        "print('perf_event_open', sc(298, p, 0, -1, -1, 0))\n"
+                        "print('keyctl', sc(250, 0, 0, 0, 0, 0))\n"
+                        "print('iopl', sc(172, 3))\n"
+                        "print('setuid 0', sc(105, 0))\n"
+                        "try:\n"
+                        "    os.mknod('/tmp/disk', stat.S_IFBLK | 0o600, os.makedev(8, 0))\n"
+                        "    print('mknod block MADE')\n"
+                        "except OSError as e:\n"
+                        "    print('mknod block', errno.errorcode[e.errno])\n"
+                        "st = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)\n"
+                        "for k in ('Uid', 'CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb', 'NoNewPrivs', 'Seccomp'):\n"
+                        "    print(k, st[k].split()[0])\n");
+    SGSEC_EXPECT_STDOUT(r, "open_by_handle_at EPERM\n"
+                           "init_module EPERM\n"
+                           "finit_module EPERM\n"
+                           "delete_module EPERM\n"
+                           "kexec_load EPERM\n"
+                           "reboot EPERM\n"
+                           "swapon EPERM\n"
+                           "settimeofday EPERM\n"
+                           "clock_settime EPERM\n"
+                           "sethostname EPERM\n"
+                           "bpf EPERM\n"
+                           "perf_event_open EPERM\n"
+                           "keyctl EPERM\n"
+                           "iopl EPERM\n"
+                           "setuid 0 EPERM\n"
+                           "mknod block EPERM\n"
+                           "Uid 1000\n"
+                           "CapInh 0000000000000000\n"
+                           "CapPrm 0000000000000000\n"
+                           "CapEff 0000000000000000\n"
+                           "CapBnd 0000000000000000\n"
+                           "CapAmb 0000000000000000\n"
+                           "NoNewPrivs 1\n"
+                           "Seccomp 2\n");
+    json_object_put(r);
+    sgsec_expect_service_works(&st, tok, sid, 1);
+    free(sid);
+    free(tok);
+}
+
 /* ------------------------------------------------------------------------
  * The agent (PID 1): tracing, signals, its descriptors, its environment
  * ------------------------------------------------------------------------ */
@@ -482,7 +553,9 @@ SGGW_TEST(test_argv_flood_is_contained)
 static int group_setup(void **state)
 {
     /* secrets of the proxy's own that no sandbox may see */
-    const char *env[] = {"DOCKER_HOST=unix:///var/run/docker.sock", "SANDGATE_TEST_CANARY=" PROXY_CANARY, NULL};
+    const char *env[] = {"DOCKER_HOST=unix:///var/run/docker.sock", "SANDGATE_TEST_CANARY=" PROXY_CANARY,
+                         "SANDGATE_PIP_INDEX_URL=https://index-user:" PROXY_CANARY "@index.invalid/simple",
+                         "SANDGATE_NPM_REGISTRY=https://npm-user:" PROXY_CANARY "@npm.invalid/", NULL};
     return sgsec_stack_start(&st, env);
 }
 
@@ -502,6 +575,7 @@ int main(void)
         cmocka_unit_test_teardown(test_cannot_write_proc_sys, after_test),
         cmocka_unit_test_teardown(test_cannot_mount, after_test),
         cmocka_unit_test_teardown(test_cannot_open_raw_socket, after_test),
+        cmocka_unit_test_teardown(test_cannot_use_privileged_syscalls, after_test),
         cmocka_unit_test_teardown(test_cannot_ptrace_the_agent, after_test),
         cmocka_unit_test_teardown(test_signals_to_pid1_do_not_kill_the_session, after_test),
         cmocka_unit_test_teardown(test_cannot_read_agent_fds, after_test),
