@@ -471,12 +471,17 @@ SGGW_TEST(test_inode_flood_is_contained)
     json_object *r = py(tok, sid,
                         "import errno, os, shutil\n"
                         "x = 41\n"
-                        "for d in ('/sandbox/flood', '/tmp/flood', '/dev/shm/flood'):\n"
+                        "for d in ('/sandbox/flood', '/tmp/flood', '/dev/shm/flood', '/sandbox/links'):\n"
                         "    os.makedirs(d, exist_ok=True)\n"
                         "    n, res = 0, 'NO LIMIT'\n"
                         "    try:\n"
                         "        while n < 300000:\n"
-                        "            os.close(os.open('%s/%d' % (d, n), os.O_CREAT | os.O_WRONLY, 0o644))\n"
+                        "            if d.endswith('links'):  # names without inodes of their own\n"
+                        "                if n == 0:\n"
+                        "                    open(d + '/f', 'w').close()\n"
+                        "                os.link(d + '/f', '%s/%d' % (d, n))\n"
+                        "            else:\n"
+                        "                os.close(os.open('%s/%d' % (d, n), os.O_CREAT | os.O_WRONLY, 0o644))\n"
                         "            n += 1\n"
                         "    except OSError as e:\n"
                         "        res = errno.errorcode[e.errno]\n"
@@ -485,17 +490,17 @@ SGGW_TEST(test_inode_flood_is_contained)
     const char *out = SG_STR(r, "stdout");
     SG_CHECK(strcmp(SG_STR(r, "reason"), "exited") == 0 && SG_INT(r, "exit_code") == 0, r,
              "the flood must end by ENOSPC, not by the memory limit");
-    const char *dirs[] = {"/sandbox/flood", "/tmp/flood", "/dev/shm/flood"};
-    const long caps[] = {WORK_INODES, WORK_INODES, SHM_INODES};
+    const char *dirs[] = {"/sandbox/flood", "/tmp/flood", "/dev/shm/flood", "/sandbox/links"};
+    const long caps[] = {WORK_INODES, WORK_INODES, SHM_INODES, WORK_INODES};
     const char *l = out;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         char d[64], res[32];
         long n = -1;
         SG_CHECK(sscanf(l, "%63s %31s %ld", d, res, &n) == 3 && strcmp(d, dirs[i]) == 0, r, "line %d", i + 1);
         SG_CHECK(strcmp(res, "ENOSPC") == 0 && n > caps[i] / 2 && n <= caps[i], r,
                  "%s: the flood must stop with ENOSPC at the cap of %ld inodes", d, caps[i]);
         l = strchr(l, '\n');
-        SG_CHECK(l != NULL, r, "three lines");
+        SG_CHECK(l != NULL, r, "four lines");
         l++;
     }
     json_object_put(r);
