@@ -375,7 +375,8 @@ SGGW_TEST(test_cannot_read_agent_fds)
                        "print('map_files', t(lambda: os.listdir('/proc/1/map_files')))\n"
                        "print('environ', t(lambda: open('/proc/1/environ', 'rb').read()))\n"
                        "print('cwd', t(lambda: os.listdir('/proc/1/cwd/')))\n"
-                       "print('root', t(lambda: os.listdir('/proc/1/root/')))\n";
+                       "print('root', t(lambda: os.listdir('/proc/1/root/')))\n"
+                       "print('oom_score_adj', t(lambda: open('/proc/1/oom_score_adj', 'w').write('1000')))\n";
     const char *want = "list fd EACCES\n"
                        "0 read EACCES\n0 write EACCES\n0 link EACCES\n"
                        "1 read EACCES\n1 write EACCES\n1 link EACCES\n"
@@ -384,7 +385,8 @@ SGGW_TEST(test_cannot_read_agent_fds)
                        "map_files EACCES\n"
                        "environ EACCES\n"
                        "cwd EACCES\n"
-                       "root EACCES\n";
+                       "root EACCES\n"
+                       "oom_score_adj EACCES\n";
     json_object *r = py(tok, sid, code);
     SGSEC_EXPECT_STDOUT(r, want);
     json_object_put(r);

@@ -206,6 +206,50 @@ SGGW_TEST(test_cannot_see_other_sessions_processes)
     free(at);
 }
 
+/* SysV shared memory and abstract unix sockets are per IPC and network
+ * namespace: the victim makes both; the attacker, on the same Docker
+ * network, finds neither. */
+SGGW_TEST(test_cannot_reach_another_sandbox_by_ipc)
+{
+    char *vt = tenant("ipc-victim"), *at = tenant("ipc-attacker");
+    char *vs = sggw_create_session(st.gw, vt, "{\"lang\":\"python\",\"network\":true}", NULL);
+    char *as = sggw_create_session(st.gw, at, "{\"lang\":\"python\",\"network\":true}", NULL);
+    const char *probe = "import ctypes, errno, socket\n"
+                        "libc = ctypes.CDLL(None, use_errno=True)\n"
+                        "v = libc.shmget(0x5347, 0, 0)\n"
+                        "print('shm', 'FOUND' if v >= 0 else errno.errorcode[ctypes.get_errno()])\n"
+                        "s = socket.socket(socket.AF_UNIX)\n"
+                        "try:\n"
+                        "    s.connect('\\0sgvictim-abstract')\n"
+                        "    print('abstract CONNECTED')\n"
+                        "except OSError as e:\n"
+                        "    print('abstract', errno.errorcode[e.errno])\n"
+                        "s.close()\n";
+    json_object *r = py(vt, vs,
+                        "import ctypes, socket\n"
+                        "libc = ctypes.CDLL(None, use_errno=True)\n"
+                        "shmid = libc.shmget(0x5347, 4096, 0o1666)\n"
+                        "abstract = socket.socket(socket.AF_UNIX)\n"
+                        "abstract.bind('\\0sgvictim-abstract')\n"
+                        "abstract.listen(8)\n"
+                        "print(shmid >= 0)\n");
+    SGSEC_EXPECT_STDOUT(r, "True\n");
+    json_object_put(r);
+    /* positive control: both are there to be found */
+    r = py(vt, vs, probe);
+    SGSEC_EXPECT_STDOUT(r, "shm FOUND\nabstract CONNECTED\n");
+    json_object_put(r);
+    r = py(at, as, probe);
+    SGSEC_EXPECT_STDOUT(r, "shm ENOENT\nabstract ECONNREFUSED\n");
+    json_object_put(r);
+    sgsec_expect_service_works(&st, at, as, 0);
+    sgsec_expect_service_works(&st, vt, vs, 0);
+    free(vs);
+    free(as);
+    free(vt);
+    free(at);
+}
+
 /* ------------------------------------------------------------------------
  * The network
  * ------------------------------------------------------------------------ */
@@ -473,6 +517,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_cannot_see_other_sessions_processes, after_test),
+        cmocka_unit_test_teardown(test_cannot_reach_another_sandbox_by_ipc, after_test),
         cmocka_unit_test_teardown(test_no_route_to_another_sandbox, after_test),
         cmocka_unit_test_teardown(test_no_route_to_another_sandbox_with_network, after_test),
         cmocka_unit_test_teardown(test_fork_bomb_does_not_slow_another_tenant, after_test),
