@@ -17,6 +17,19 @@ void sg_container_harden(json_object *hc, int64_t memory_mb, int64_t pids, doubl
     json_object_object_add(hc, "NanoCpus", json_object_new_int64((int64_t)llround(cpus * 1e9)));
 }
 
+void sg_container_tmpfs(json_object *tmpfs, const char *path, const char *opts, long size_mb)
+{
+    char buf[256];
+    long inodes = (long)(((int64_t)size_mb << 20) / SG_TMPFS_BYTES_PER_INODE);
+    snprintf(buf, sizeof(buf), "%s,size=%ldm,nr_inodes=%ld", opts, size_mb, inodes > 0 ? inodes : 1);
+    json_object_object_add(tmpfs, path, json_object_new_string(buf));
+}
+
+void sg_container_shm(json_object *tmpfs)
+{
+    sg_container_tmpfs(tmpfs, "/dev/shm", "rw,noexec,nosuid,nodev,mode=1777", SG_SHM_MB);
+}
+
 json_object *sg_container_labels(const char *proxy_id, const char *session_id, const char *lang, const char *kind,
                                  int64_t created)
 {

@@ -20,6 +20,19 @@
 /* Adds CapDrop ["ALL"] and SecurityOpt ["no-new-privileges"] to a HostConfig,
  * and Memory = MemorySwap, PidsLimit, NanoCpus. */
 void sg_container_harden(json_object *hc, int64_t memory_mb, int64_t pids, double cpus);
+/* One inode per this many bytes of a tmpfs's size: without a cap a tmpfs
+ * takes about half the host's RAM pages of inodes, and empty files cost no
+ * blocks, so a sandbox could make millions of them. */
+#define SG_TMPFS_BYTES_PER_INODE 4096
+/* Size of a sandbox's /dev/shm, MiB (Docker's default). */
+#define SG_SHM_MB 64
+
+/* Adds a tmpfs at `path` to a HostConfig.Tmpfs object: the mount options
+ * `opts`, then size=<size_mb>m and nr_inodes for SG_TMPFS_BYTES_PER_INODE. */
+void sg_container_tmpfs(json_object *tmpfs, const char *path, const char *opts, long size_mb);
+/* Adds /dev/shm (SG_SHM_MB, noexec) to a Tmpfs object, in place of Docker's
+ * own, which has no inode cap. */
+void sg_container_shm(json_object *tmpfs);
 /* Labels sandgate.proxy, sandgate.session, sandgate.kind, sandgate.created,
  * and sandgate.lang when lang is not NULL. */
 json_object *sg_container_labels(const char *proxy_id, const char *session_id, const char *lang, const char *kind,

@@ -743,6 +743,86 @@ Exit:
     return ret;
 }
 
+#define ICC_OPTION "com.docker.network.bridge.enable_icc"
+
+/* 1 when network `name` exists and keeps its containers apart, 0 when it
+ * does not exist, -1 on error (or when it exists without the option). */
+static int network_check(sg_docker_t *d, const char *name, char *err, size_t errlen)
+{
+    char path[300];
+    sg_buf_t resp;
+    long status;
+    int ret = -1;
+    json_object *o = NULL, *opts, *v;
+
+    snprintf(path, sizeof(path), "/networks/%s", name);
+    sg_buf_init(&resp, 1 << 20);
+    if (do_request(d, "GET", path, NULL, 0, &status, &resp, NULL, err, errlen) != 0)
+        goto Exit;
+    if (status == 404) {
+        ret = 0;
+        goto Exit;
+    }
+    if (status != 200) {
+        docker_error("inspect a network", status, &resp, err, errlen);
+        goto Exit;
+    }
+    o = json_tokener_parse(resp.base);
+    if (o == NULL || !json_object_object_get_ex(o, "Options", &opts) || !json_object_object_get_ex(opts, ICC_OPTION, &v) ||
+        strcmp(json_object_get_string(v), "false") != 0) {
+        snprintf(err, errlen,
+                 "the Docker network %s lets its containers reach each other (" ICC_OPTION
+                 " is not \"false\"); remove it, or name another one",
+                 name);
+        goto Exit;
+    }
+    ret = 1;
+Exit:
+    json_object_put(o);
+    sg_buf_free(&resp);
+    return ret;
+}
+
+int sg_docker_network_isolated(sg_docker_t *d, const char *name, json_object *labels, char *err, size_t errlen)
+{
+    json_object *o = NULL, *opts;
+    sg_buf_t resp;
+    size_t len;
+    long status;
+    int ret = -1, rc;
+
+    sg_buf_init(&resp, 1 << 16);
+    if ((rc = network_check(d, name, err, errlen)) != 0) {
+        ret = rc > 0 ? 0 : -1;
+        goto Exit;
+    }
+    o = json_object_new_object();
+    opts = json_object_new_object();
+    json_object_object_add(opts, ICC_OPTION, json_object_new_string("false"));
+    json_object_object_add(o, "Name", json_object_new_string(name));
+    json_object_object_add(o, "Driver", json_object_new_string("bridge"));
+    json_object_object_add(o, "CheckDuplicate", json_object_new_boolean(1));
+    json_object_object_add(o, "Options", opts);
+    json_object_object_add(o, "Labels", json_object_get(labels));
+    const char *body = json_object_to_json_string_length(o, JSON_C_TO_STRING_PLAIN, &len);
+    if (do_request(d, "POST", "/networks/create", body, len, &status, &resp, NULL, err, errlen) != 0)
+        goto Exit;
+    if (status == 409) {
+        /* another proxy made it meanwhile */
+        ret = network_check(d, name, err, errlen) == 1 ? 0 : -1;
+        goto Exit;
+    }
+    if (status != 201 && status != 200) {
+        docker_error("create a network", status, &resp, err, errlen);
+        goto Exit;
+    }
+    ret = 0;
+Exit:
+    json_object_put(o);
+    sg_buf_free(&resp);
+    return ret;
+}
+
 int sg_docker_volume_remove(sg_docker_t *d, const char *name, char *err, size_t errlen)
 {
     char path[300];

@@ -87,6 +87,12 @@ int sg_docker_container_logs(sg_docker_t *d, const char *id, sg_buf_t *out, char
 int sg_docker_volume_create(sg_docker_t *d, const char *name, json_object *labels, char *err, size_t errlen);
 int sg_docker_volume_remove(sg_docker_t *d, const char *name, char *err, size_t errlen);
 
+/* The bridge network `name` with traffic between its containers off
+ * (com.docker.network.bridge.enable_icc "false"): created with labels (not
+ * consumed) when missing; one that exists must have that option, or this
+ * fails rather than put sandboxes where they can reach each other. */
+int sg_docker_network_isolated(sg_docker_t *d, const char *name, json_object *labels, char *err, size_t errlen);
+
 /* POST /containers/{id}/attach with stdin, stdout and stderr, hijacked:
  * returns in *fd a connected socket (blocking mode, close-on-exec) on which
  * the container's stdin is written raw and its stdout/stderr arrive as

@@ -46,6 +46,7 @@ static struct {
     long agent_start_timeout_ms;
     const char *store_volume;
     const char *install_network;
+    const char *sandbox_network;
     const char *pip_index_url;
     const char *npm_registry;
     double install_timeout;
@@ -100,6 +101,9 @@ static const sg_cfg_entry_t config_table[] = {
      "Docker volume of fetched packages, mounted read-only in sandboxes; empty disables library installs"},
     {"SANDGATE_INSTALL_NETWORK", SG_CFG_STR, "bridge", 0, 0, &cfg.install_network,
      "Docker network of installer containers (the only ones that reach the package index)"},
+    {"SANDGATE_SANDBOX_NETWORK", SG_CFG_STR, SG_SANDBOX_NETWORK, 0, 0, &cfg.sandbox_network,
+     "Docker network of sessions with \"network\": true; a bridge with traffic between its containers off, "
+     "created at start when missing"},
     {"SANDGATE_PIP_INDEX_URL", SG_CFG_STR, "https://pypi.org/simple", 0, 0, &cfg.pip_index_url,
      "the Python package index (PEP 503), e.g. a company mirror"},
     {"SANDGATE_NPM_REGISTRY", SG_CFG_STR, "https://registry.npmjs.org/", 0, 0, &cfg.npm_registry, "the npm registry"},
@@ -214,6 +218,19 @@ int main(int argc, char **argv)
         json_object_put(labels);
     }
 
+    if (cfg.allow_network) {
+        /* Docker's default bridge lets containers reach each other: sessions
+         * with the network get one where they cannot (it outlives proxies) */
+        json_object *labels = json_object_new_object();
+        json_object_object_add(labels, "sandgate.network", json_object_new_string("1"));
+        rc = sg_docker_network_isolated(docker, cfg.sandbox_network, labels, err, sizeof(err));
+        json_object_put(labels);
+        if (rc != 0) {
+            sg_error("sessions may have the network, but: %s", err);
+            return 1;
+        }
+    }
+
     if (cfg.image_allowlist[0] != '\0' && prepare_agent_volume(docker, err, sizeof(err)) != 0) {
         sg_error("custom images are allowed, but the agent volume cannot be made: %s", err);
         return 1;
@@ -253,6 +270,7 @@ int main(int argc, char **argv)
     sconf.pool_size = cfg.pool_size;
     sconf.store_volume = cfg.store_volume;
     sconf.install_network = cfg.install_network;
+    sconf.sandbox_network = cfg.sandbox_network;
     sconf.pip_index_url = cfg.pip_index_url;
     sconf.npm_registry = cfg.npm_registry;
     sconf.install_timeout_ms = (long)(cfg.install_timeout * 1000);

@@ -100,7 +100,6 @@ json_object *sg_session_container_config(const sg_session_t *s, const char *prox
 {
     json_object *c = json_object_new_object(), *hc = json_object_new_object();
     json_object *env = json_object_new_array(), *tmpfs = json_object_new_object(), *lc = json_object_new_object();
-    char buf[160];
 
     json_object_object_add(c, "Image", json_object_new_string(s->image));
     json_object_object_add(c, "User", json_object_new_string("1000:1000"));
@@ -127,7 +126,9 @@ json_object *sg_session_container_config(const sg_session_t *s, const char *prox
                                                s->_pooled ? "pool" : s->ephemeral ? "ephemeral" : "session",
                                                s->created_at));
 
-    json_object_object_add(hc, "NetworkMode", json_object_new_string(s->limits.network ? "bridge" : "none"));
+    json_object_object_add(hc, "NetworkMode", json_object_new_string(!s->limits.network           ? "none"
+                                                               : conf.sandbox_network != NULL ? conf.sandbox_network
+                                                                                              : SG_SANDBOX_NETWORK));
     sg_container_harden(hc, s->limits.memory_mb, s->limits.pids, s->limits.cpus);
     /* The root is read-only for every session. A template session's work
      * dir is a size-capped tmpfs like any other, but on a volume, which
@@ -135,11 +136,10 @@ json_object *sg_session_container_config(const sg_session_t *s, const char *prox
      * (a session made from a template). */
     int workdir_volume = s->keep_template || s->from_template;
     json_object_object_add(hc, "ReadonlyRootfs", json_object_new_boolean(1));
-    snprintf(buf, sizeof(buf), "rw,exec,nosuid,nodev,size=%ldm,uid=1000,gid=1000,mode=0755", s->limits.tmpfs_mb);
     if (!workdir_volume)
-        json_object_object_add(tmpfs, "/sandbox", json_object_new_string(buf));
-    snprintf(buf, sizeof(buf), "rw,exec,nosuid,nodev,size=%ldm,mode=1777", s->limits.tmpfs_mb);
-    json_object_object_add(tmpfs, "/tmp", json_object_new_string(buf));
+        sg_container_tmpfs(tmpfs, "/sandbox", "rw,exec,nosuid,nodev,uid=1000,gid=1000,mode=0755", s->limits.tmpfs_mb);
+    sg_container_tmpfs(tmpfs, "/tmp", "rw,exec,nosuid,nodev,mode=1777", s->limits.tmpfs_mb);
+    sg_container_shm(tmpfs);
     json_object_object_add(hc, "Tmpfs", tmpfs);
     json_object_object_add(hc, "Init", json_object_new_boolean(0)); /* the agent is PID 1 and reaps */
     json_object *mounts = NULL;

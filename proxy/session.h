@@ -12,6 +12,10 @@
 #ifndef SANDGATE_SESSION_H
 #define SANDGATE_SESSION_H
 
+/* The default Docker network of sessions with the network: never Docker's
+ * default bridge, where containers reach each other. */
+#define SG_SANDBOX_NETWORK "sandgate-sandbox"
+
 #include <h2o.h>
 #include <stdint.h>
 
@@ -41,6 +45,8 @@ typedef struct {
     /* library installs (install.h) */
     const char *store_volume;     /* "" disables installs */
     const char *install_network;  /* NetworkMode of installer containers */
+    const char *sandbox_network;  /* NetworkMode of sessions with the network (isolated, see main.c);
+                                   * NULL: SG_SANDBOX_NETWORK */
     const char *pip_index_url;
     const char *npm_registry;
     long install_timeout_ms;

@@ -339,10 +339,20 @@ static void quit(int code)
     exit(code);
 }
 
+/* Whether the kernel itself filled in the sender of a signal. kill() and
+ * tgkill() (SI_USER, SI_TKILL) and the kernel's own signals (SI_KERNEL) do;
+ * with sigqueue() and rt_sigqueueinfo() (negative codes) the sender writes
+ * si_pid itself, so any process could claim to be an outsider (0). */
+static int sender_is_known(const struct signalfd_siginfo *si)
+{
+    return si->ssi_code == SI_USER || si->ssi_code == SI_TKILL || si->ssi_code == SI_KERNEL;
+}
+
 /* Drain the signalfd. SIGCHLD needs nothing more than reap(). A termination
  * signal is honoured only from outside: user code runs under our uid and
  * could otherwise end the sandbox with `kill 1`. ssi_pid is 0 when the
- * sender lives outside our pid namespace (docker stop). */
+ * sender lives outside our pid namespace (docker stop), and is believed
+ * only when the kernel wrote it. */
 static void handle_signals(void)
 {
     struct signalfd_siginfo si;
@@ -350,6 +360,11 @@ static void handle_signals(void)
     while (read(sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
         if (si.ssi_signo == SIGCHLD)
             continue;
+        if (!sender_is_known(&si)) {
+            logmsg("ignoring signal %u with a sender it chose itself (code %d, pid %u)", si.ssi_signo, si.ssi_code,
+                   si.ssi_pid);
+            continue;
+        }
         if (si.ssi_pid != 0 && is_descendant((pid_t)si.ssi_pid)) {
             logmsg("ignoring signal %u from sandboxed process %u", si.ssi_signo, si.ssi_pid);
             continue;

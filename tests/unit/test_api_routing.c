@@ -248,10 +248,17 @@ static void test_config_isolation(void **state)
     assert_true(has_opt(opts, "exec"));
     assert_false(has_opt(opts, "noexec"));
     assert_true(has_opt(opts, "size=64m"));
+    assert_true(has_opt(opts, "nr_inodes=16384")); /* one inode per 4 KiB */
     opts = str_at(hc, "Tmpfs", "/tmp");
     assert_true(has_opt(opts, "exec"));
     assert_false(has_opt(opts, "noexec"));
     assert_true(has_opt(opts, "size=64m"));
+    assert_true(has_opt(opts, "nr_inodes=16384"));
+    /* /dev/shm is ours, with an inode cap (Docker's own has none) */
+    opts = str_at(hc, "Tmpfs", "/dev/shm");
+    assert_true(has_opt(opts, "noexec"));
+    assert_true(has_opt(opts, "size=64m"));
+    assert_true(has_opt(opts, "nr_inodes=16384"));
 
     assert_string_equal(str_at(hc, "LogConfig", "Type"), "none");
     json_object_put(c);
@@ -259,7 +266,8 @@ static void test_config_isolation(void **state)
     s.limits.network = 1;
     c = config(&s);
     assert_false(bool_at(c, "NetworkDisabled", NULL));
-    assert_string_equal(str_at(c, "HostConfig", "NetworkMode"), "bridge");
+    /* never Docker's default bridge, where containers reach each other */
+    assert_string_equal(str_at(c, "HostConfig", "NetworkMode"), "sandgate-sandbox");
     /* network does not loosen anything else */
     assert_true(array_has(at(c, "HostConfig", "CapDrop", NULL), "ALL"));
     assert_true(bool_at(c, "HostConfig", "ReadonlyRootfs"));

@@ -1,0 +1,594 @@
+/*
+ * test_sec_escape.c — what a tenant's code cannot do from inside its
+ * sandbox: write kernel settings, mount, open raw sockets, trace or signal
+ * the agent, read the agent's descriptors or environment, or exhaust inodes
+ * or argv space. (test_sec_escape_channel.c: what it cannot pass off to the
+ * service as anything but data.)
+ *
+ * Every test is one attack performed through the public API by an ordinary
+ * tenant (a real gateway on a private redis-server, a real proxy on the
+ * Docker engine: sgsec.h), with the exact outcome asserted (the errno name
+ * the user code sees), then the attacked session (where it should survive)
+ * and a fresh session of the same tenant are used again. The group teardown
+ * checks that no container of this proxy is left.
+ */
+#include "sgsec.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static sgsec_stack_t st;
+
+static json_object *py(const char *tok, const char *sid, const char *code)
+{
+    return sgsec_py(&st, tok, sid, code);
+}
+
+static json_object *sh(const char *tok, const char *sid, const char *cmd)
+{
+    return sgsec_sh(&st, tok, sid, cmd);
+}
+
+/* A secret the proxy is given that no sandbox may see. */
+#define PROXY_CANARY "proxy-canary-7d1f0c2e9b"
+
+/* The inode cap of /sandbox and /tmp with the proxy's default 256 MiB
+ * tmpfs (one inode per 4 KiB, proxy/container.c), and of /dev/shm. */
+#define WORK_INODES 65536
+#define SHM_INODES 16384
+
+/* ------------------------------------------------------------------------
+ * Kernel settings, mounts, raw sockets
+ * ------------------------------------------------------------------------ */
+
+static char *host_read(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char buf[512] = "";
+    if (f != NULL) {
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        buf[n] = '\0';
+        fclose(f);
+    }
+    return strdup(buf);
+}
+
+SGGW_TEST(test_cannot_write_proc_sys)
+{
+    char *tok = sgsec_tenant(&st, "procsys", NULL);
+    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    char *core_before = host_read("/proc/sys/kernel/core_pattern");
+    char *host_before = host_read("/proc/sys/kernel/hostname");
+
+    json_object *r = py(tok, sid,
+                        "import errno\n"
+                        "x = 41\n"
+                        "def attempt(path, data):\n"
+                        "    try:\n"
+                        "        with open(path, 'w') as f:\n"
+                        "            f.write(data)\n"
+                        "        return 'WRITTEN'\n"
+                        "    except OSError as e:\n"
+                        "        return errno.errorcode[e.errno]\n"
+                        "before = open('/proc/sys/kernel/hostname').read()\n"
+                        "for p, d in [('/proc/sys/kernel/hostname', 'pwned\\n'),\n"
+                        "             ('/proc/sys/kernel/core_pattern', '|/tmp/x %p\\n'),\n"
+                        "             ('/proc/sys/vm/drop_caches', '3\\n'),\n"
+                        "             ('/proc/sys/net/ipv4/ip_forward', '1\\n'),\n"
+                        "             ('/proc/sysrq-trigger', 'b'),\n"
+                        "             ('/sys/kernel/uevent_helper', '/tmp/x'),\n"
+                        "             ('/sys/fs/cgroup/pids/pids.max', 'max')]:\n"
+                        "    print(p, attempt(p, d))\n"
+                        "print('hostname unchanged', open('/proc/sys/kernel/hostname').read() == before)\n");
+    SGSEC_EXPECT_STDOUT(r, "/proc/sys/kernel/hostname EROFS\n"
+                     "/proc/sys/kernel/core_pattern EROFS\n"
+                     "/proc/sys/vm/drop_caches EROFS\n"
+                     "/proc/sys/net/ipv4/ip_forward EROFS\n"
+                     "/proc/sysrq-trigger ENOENT\n"
+                     "/sys/kernel/uevent_helper EROFS\n"
+                     "/sys/fs/cgroup/pids/pids.max EROFS\n"
+                     "hostname unchanged True\n");
+    json_object_put(r);
+
+    /* and seen from the host */
+    char *core_after = host_read("/proc/sys/kernel/core_pattern");
+    char *host_after = host_read("/proc/sys/kernel/hostname");
+    SG_CHECK(strcmp(core_before, core_after) == 0, NULL, "the host's core_pattern changed: %s", core_after);
+    SG_CHECK(strcmp(host_before, host_after) == 0, NULL, "the host's hostname changed: %s", host_after);
+    free(core_before);
+    free(core_after);
+    free(host_before);
+    free(host_after);
+
+    sgsec_expect_service_works(&st, tok, sid, 1);
+    free(sid);
+    free(tok);
+}
+
+SGGW_TEST(test_cannot_mount)
+{
+    char *tok = sgsec_tenant(&st, "mount", NULL);
+    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    json_object *r = py(tok, sid,
+                        "import ctypes, errno, os\n"
+                        "x = 41\n"
+                        "libc = ctypes.CDLL(None, use_errno=True)\n"
+                        "def rc(v):\n"
+                        "    return 'ok' if v == 0 else errno.errorcode[ctypes.get_errno()]\n"
+                        "os.makedirs('/tmp/m', exist_ok=True)\n"
+                        "print('mount tmpfs', rc(libc.mount(b'none', b'/tmp/m', b'tmpfs', 0, None)))\n"
+                        "print('mount proc', rc(libc.mount(b'proc', b'/tmp/m', b'proc', 0, None)))\n"
+                        "print('bind root', rc(libc.mount(b'/', b'/tmp/m', None, 4096, None)))\n"
+                        "print('remount root rw', rc(libc.mount(None, b'/', None, 32, None)))\n"
+                        "print('umount proc/sys', rc(libc.umount2(b'/proc/sys', 2)))\n"
+                        "print('unshare user', rc(libc.unshare(0x10000000)))\n"
+                        "print('unshare mount', rc(libc.unshare(0x00020000)))\n"
+                        "print('chroot', rc(libc.chroot(b'/tmp')))\n"
+                        "print('mounted', os.path.ismount('/tmp/m'))\n");
+    SGSEC_EXPECT_STDOUT(r, "mount tmpfs EPERM\n"
+                     "mount proc EPERM\n"
+                     "bind root EPERM\n"
+                     "remount root rw EPERM\n"
+                     "umount proc/sys EPERM\n"
+                     "unshare user EPERM\n"
+                     "unshare mount EPERM\n"
+                     "chroot EPERM\n"
+                     "mounted False\n");
+    json_object_put(r);
+    sgsec_expect_service_works(&st, tok, sid, 1);
+    free(sid);
+    free(tok);
+}
+
+SGGW_TEST(test_cannot_open_raw_socket)
+{
+    char *tok = sgsec_tenant(&st, "rawsock", NULL);
+    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    json_object *r = py(tok, sid,
+                        "import socket, errno\n"
+                        "x = 41\n"
+                        "def s(fam, typ, proto):\n"
+                        "    try:\n"
+                        "        socket.socket(fam, typ, proto).close()\n"
+                        "        return 'OPENED'\n"
+                        "    except OSError as e:\n"
+                        "        return errno.errorcode[e.errno]\n"
+                        "print('raw icmp', s(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))\n"
+                        "print('raw tcp', s(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP))\n"
+                        "print('raw ip', s(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW))\n"
+                        "print('raw icmpv6', s(socket.AF_INET6, socket.SOCK_RAW, 58))\n"
+                        "print('packet', s(socket.AF_PACKET, socket.SOCK_RAW, 0x0300))\n"
+                        "print('packet dgram', s(socket.AF_PACKET, socket.SOCK_DGRAM, 0x0300))\n");
+    SGSEC_EXPECT_STDOUT(r, "raw icmp EPERM\n"
+                     "raw tcp EPERM\n"
+                     "raw ip EPERM\n"
+                     "raw icmpv6 EPERM\n"
+                     "packet EPERM\n"
+                     "packet dgram EPERM\n");
+    json_object_put(r);
+    sgsec_expect_service_works(&st, tok, sid, 1);
+    free(sid);
+    free(tok);
+}
+
+/* The privileges of a sandbox process, and the system calls that need more
+ * (open_by_handle_at is the call of the "shocker" escape, mknod of a block
+ * device a way to the host's disks). */
+SGGW_TEST(test_cannot_use_privileged_syscalls)
+{
+    char *tok = sgsec_tenant(&st, "syscalls", NULL);
+    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    json_object *r = py(tok, sid,
+                        "import ctypes, errno, os, platform, stat\n"
+                        "x = 41\n"
+                        "assert platform.machine() == 'x86_64', 'syscall numbers below are x86_64'\n"
+                        "libc = ctypes.CDLL(None, use_errno=True)\n"
+                        "libc.syscall.restype = ctypes.c_long\n"
+                        "def sc(*a):\n"
+                        "    v = libc.syscall(*[ctypes.c_long(i) for i in a])\n"
+                        "    return 'ok' if v >= 0 else errno.errorcode[ctypes.get_errno()]\n"
+                        "buf = ctypes.create_string_buffer(256)\n"
+                        "p = ctypes.addressof(buf)\n"
+                        "print('open_by_handle_at', sc(304, -100, p, 0))\n"
+                        "print('init_module', sc(175, p, 16, p))\n"
+                        "print('finit_module', sc(313, 0, p, 0))\n"
+                        "print('delete_module', sc(176, p, 0))\n"
+                        "print('kexec_load', sc(246, 0, 0, 0, 0))\n"
+                        "print('reboot', sc(169, 0xfee1dead, 672274793, 0x4321fedc, 0))\n"
+                        "print('swapon', sc(167, p, 0))\n"
+                        "print('settimeofday', sc(164, p, 0))\n"
+                        "print('clock_settime', sc(227, 0, p))\n"
+                        "print('sethostname', sc(170, p, 4))\n"
+                        "print('bpf', sc(321, 5, p, 72))\n"
+                        "print('perf_event_open', sc(298, p, 0, -1, -1, 0))\n"
+                        "print('keyctl', sc(250, 0, 0, 0, 0, 0))\n"
+                        "print('iopl', sc(172, 3))\n"
+                        "print('setuid 0', sc(105, 0))\n"
+                        "try:\n"
+                        "    os.mknod('/tmp/disk', stat.S_IFBLK | 0o600, os.makedev(8, 0))\n"
+                        "    print('mknod block MADE')\n"
+                        "except OSError as e:\n"
+                        "    print('mknod block', errno.errorcode[e.errno])\n"
+                        "st = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)\n"
+                        "for k in ('Uid', 'CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb', 'NoNewPrivs', 'Seccomp'):\n"
+                        "    print(k, st[k].split()[0])\n");
+    SGSEC_EXPECT_STDOUT(r, "open_by_handle_at EPERM\n"
+                           "init_module EPERM\n"
+                           "finit_module EPERM\n"
+                           "delete_module EPERM\n"
+                           "kexec_load EPERM\n"
+                           "reboot EPERM\n"
+                           "swapon EPERM\n"
+                           "settimeofday EPERM\n"
+                           "clock_settime EPERM\n"
+                           "sethostname EPERM\n"
+                           "bpf EPERM\n"
+                           "perf_event_open EPERM\n"
+                           "keyctl EPERM\n"
+                           "iopl EPERM\n"
+                           "setuid 0 EPERM\n"
+                           "mknod block EPERM\n"
+                           "Uid 1000\n"
+                           "CapInh 0000000000000000\n"
+                           "CapPrm 0000000000000000\n"
+                           "CapEff 0000000000000000\n"
+                           "CapBnd 0000000000000000\n"
+                           "CapAmb 0000000000000000\n"
+                           "NoNewPrivs 1\n"
+                           "Seccomp 2\n");
+    json_object_put(r);
+    sgsec_expect_service_works(&st, tok, sid, 1);
+    free(sid);
+    free(tok);
+}
+
+/* ------------------------------------------------------------------------
+ * The agent (PID 1): tracing, signals, its descriptors, its environment
+ * ------------------------------------------------------------------------ */
+
+SGGW_TEST(test_cannot_ptrace_the_agent)
+{
+    char *tok = sgsec_tenant(&st, "ptrace", NULL);
+    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    json_object *r = py(tok, sid,
+                        "import ctypes, errno\n"
+                        "x = 41\n"
+                        "libc = ctypes.CDLL(None, use_errno=True)\n"
+                        "libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]\n"
+                        "def rc(v):\n"
+                        "    return 'ok' if v >= 0 else errno.errorcode[ctypes.get_errno()]\n"
+                        "print('attach', rc(libc.ptrace(16, 1, None, None)))\n"
+                        "print('seize', rc(libc.ptrace(0x4206, 1, None, None)))\n"
+                        "def op(path, mode):\n"
+                        "    try:\n"
+                        "        open(path, mode).close()\n"
+                        "        return 'OPENED'\n"
+                        "    except OSError as e:\n"
+                        "        return errno.errorcode[e.errno]\n"
+                        "print('mem read', op('/proc/1/mem', 'rb'))\n"
+                        "print('mem write', op('/proc/1/mem', 'r+b'))\n"
+                        "class iovec(ctypes.Structure):\n"
+                        "    _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]\n"
+                        "buf = ctypes.create_string_buffer(8)\n"
+                        "loc = iovec(ctypes.cast(buf, ctypes.c_void_p), 8)\n"
+                        "rem = iovec(0x400000, 8)\n"
+                        "f = libc.process_vm_readv\n"
+                        "f.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p,\n"
+                        "              ctypes.c_ulong, ctypes.c_ulong]\n"
+                        "f.restype = ctypes.c_ssize_t\n"
+                        "print('vm_readv', rc(f(1, ctypes.byref(loc), 1, ctypes.byref(rem), 1, 0)))\n");
+    SGSEC_EXPECT_STDOUT(r, "attach EPERM\n"
+                     "seize EPERM\n"
+                     "mem read EACCES\n"
+                     "mem write EACCES\n"
+                     "vm_readv EPERM\n");
+    json_object_put(r);
+    sgsec_expect_service_works(&st, tok, sid, 1);
+    free(sid);
+    free(tok);
+}
+
+/* kill(1, ...) for every termination signal, and the same signals queued
+ * with a forged sender (rt_sigqueueinfo with si_pid 0, as a sender outside
+ * the namespace would be, and si_pid 1): the agent lives on, and so does
+ * the session's interpreter. */
+SGGW_TEST(test_signals_to_pid1_do_not_kill_the_session)
+{
+    char *tok = sgsec_tenant(&st, "signals", NULL);
+    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    char *cid = sgtest_docker_session_container(st.proxy_id, sid);
+    SG_CHECK(cid != NULL, NULL, "session %s has no container", sid);
+
+    json_object *r = py(tok, sid,
+                        "import ctypes, errno, os, signal, time\n"
+                        "x = 41\n"
+                        "libc = ctypes.CDLL(None, use_errno=True)\n"
+                        "for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,\n"
+                        "          signal.SIGSEGV, signal.SIGPIPE, signal.SIGSTOP, signal.SIGKILL):\n"
+                        "    os.kill(1, s)\n"
+                        "    time.sleep(0.05)\n"
+                        "os.kill(1, signal.SIGCONT)\n"
+                        "class siginfo(ctypes.Structure):\n"
+                        "    _fields_ = [('signo', ctypes.c_int), ('err', ctypes.c_int), ('code', ctypes.c_int),\n"
+                        "                ('pad', ctypes.c_int), ('pid', ctypes.c_int), ('uid', ctypes.c_uint),\n"
+                        "                ('rest', ctypes.c_char * 104)]\n"
+                        "queued = []\n"
+                        "for sender in (0, 1):\n"
+                        "    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n"
+                        "        si = siginfo(s, 0, -1, 0, sender, 0)\n"
+                        "        rc = libc.syscall(129, 1, s, ctypes.byref(si))\n"
+                        "        queued.append('ok' if rc == 0 else errno.errorcode[ctypes.get_errno()])\n"
+                        "        time.sleep(0.05)\n"
+                        "time.sleep(0.5)\n"
+                        "print('queued', ' '.join(queued))\n");
+    SGSEC_EXPECT_STDOUT(r, "queued ok ok ok ok ok ok\n");
+    json_object_put(r);
+
+    json_object *c = sgtest_docker_inspect(cid, NULL);
+    SG_CHECK(c != NULL, NULL, "the session's container is gone after the signals");
+    SG_CHECK(json_object_get_boolean(sgtest_jpath(c, "State.Running")), c, "the container must still run");
+    json_object_put(c);
+    r = py(tok, sid, "print(x + 1)");
+    SGSEC_EXPECT_STDOUT(r, "42\n");
+    SG_CHECK(strcmp(SG_STR(r, "state"), "kept") == 0, r, "the interpreter must have survived the signals");
+    json_object_put(r);
+
+    /* SIGKILL to every process the user may signal (kill -1) from a
+     * command: the session's interpreter goes, the agent and the session stay */
+    r = sh(tok, sid, "kill -9 -1; echo survived");
+    SGSEC_EXPECT_STDOUT(r, "survived\n"); /* kill(-1) spares the caller (and PID 1) */
+    json_object_put(r);
+    c = sgtest_docker_inspect(cid, NULL);
+    SG_CHECK(c != NULL && json_object_get_boolean(sgtest_jpath(c, "State.Running")), c,
+             "the container must still run after kill -9 -1");
+    json_object_put(c);
+    free(cid);
+    r = py(tok, sid, "x = 41\nprint(x + 1)");
+    SGSEC_EXPECT_STDOUT(r, "42\n");
+    SG_CHECK(strcmp(SG_STR(r, "state"), "new") == 0, r, "the killed interpreter is replaced by a new one");
+    json_object_put(r);
+    sgsec_expect_service_works(&st, tok, sid, 1);
+    free(sid);
+    free(tok);
+}
+
+SGGW_TEST(test_cannot_read_agent_fds)
+{
+    char *tok = sgsec_tenant(&st, "agentfds", NULL);
+    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    const char *code = "import errno, os\n"
+                       "x = 41\n"
+                       "def t(f):\n"
+                       "    try:\n"
+                       "        f()\n"
+                       "        return 'ALLOWED'\n"
+                       "    except OSError as e:\n"
+                       "        return errno.errorcode[e.errno]\n"
+                       "print('list fd', t(lambda: os.listdir('/proc/1/fd')))\n"
+                       "for n in (0, 1, 2):\n"
+                       "    print(n, 'read', t(lambda: open('/proc/1/fd/%d' % n, 'rb', buffering=0).close()))\n"
+                       "    print(n, 'write', t(lambda: open('/proc/1/fd/%d' % n, 'wb', buffering=0).close()))\n"
+                       "    print(n, 'link', t(lambda: os.readlink('/proc/1/fd/%d' % n)))\n"
+                       "print('fdinfo', t(lambda: os.listdir('/proc/1/fdinfo')))\n"
+                       "print('map_files', t(lambda: os.listdir('/proc/1/map_files')))\n"
+                       "print('environ', t(lambda: open('/proc/1/environ', 'rb').read()))\n"
+                       "print('cwd', t(lambda: os.listdir('/proc/1/cwd/')))\n"
+                       "print('root', t(lambda: os.listdir('/proc/1/root/')))\n"
+                       "print('oom_score_adj', t(lambda: open('/proc/1/oom_score_adj', 'w').write('1000')))\n";
+    const char *want = "list fd EACCES\n"
+                       "0 read EACCES\n0 write EACCES\n0 link EACCES\n"
+                       "1 read EACCES\n1 write EACCES\n1 link EACCES\n"
+                       "2 read EACCES\n2 write EACCES\n2 link EACCES\n"
+                       "fdinfo EACCES\n"
+                       "map_files EACCES\n"
+                       "environ EACCES\n"
+                       "cwd EACCES\n"
+                       "root EACCES\n"
+                       "oom_score_adj EACCES\n";
+    json_object *r = py(tok, sid, code);
+    SGSEC_EXPECT_STDOUT(r, want);
+    json_object_put(r);
+
+    /* the same from a shell command (a child of the agent, not of the kernel) */
+    char cmd[4096];
+    char *esc = strdup(code), *p;
+    for (p = esc; *p; p++)
+        if (*p == '"')
+            SG_FAIL(NULL, "the probe must not hold a double quote");
+    pathf(cmd, sizeof(cmd), "python3 -c \"%s\"", esc);
+    free(esc);
+    r = sh(tok, sid, cmd);
+    SGSEC_EXPECT_STDOUT(r, want);
+    json_object_put(r);
+    sgsec_expect_service_works(&st, tok, sid, 1);
+    free(sid);
+    free(tok);
+}
+
+SGGW_TEST(test_environment_holds_no_secrets)
+{
+    char *tok = sgsec_tenant(&st, "secrets", NULL);
+    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    /* everything a process can read about environments: its own, every
+     * visible process's, and the command lines */
+    const char *code = "import os, glob\n"
+                       "x = 41\n"
+                       "out = []\n"
+                       "for k, v in os.environ.items():\n"
+                       "    out.append('env %s=%s' % (k, v))\n"
+                       "for f in glob.glob('/proc/[0-9]*/environ') + glob.glob('/proc/[0-9]*/cmdline'):\n"
+                       "    try:\n"
+                       "        out.append('%s %s' % (f, open(f, 'rb').read().replace(b'\\0', b' ').decode()))\n"
+                       "    except OSError as e:\n"
+                       "        out.append('%s %s' % (f, e.strerror))\n"
+                       "for p in ('/var/run/docker.sock', '/run/docker.sock', '/run/secrets', '/.dockerenv'):\n"
+                       "    out.append('%s %s' % (p, os.path.exists(p)))\n"
+                       "print('\\n'.join(out))\n";
+    json_object *r = py(tok, sid, code);
+    SG_CHECK(strcmp(SG_STR(r, "reason"), "exited") == 0 && SG_INT(r, "exit_code") == 0, r, "the probe ran");
+    const char *out = SG_STR(r, "stdout");
+    const char *secrets[] = {sggw_gateway_admin_token(st.gw),
+                             sggw_redis_url(st.redis),
+                             tok,
+                             PROXY_CANARY,
+                             st.proxy_id,
+                             "redis://",
+                             "DOCKER_",
+                             "SANDGATE_ADMIN",
+                             "SANDGATE_REDIS",
+                             "SANDGATE_PROXY",
+                             "SANDGATE_DATA_DIR",
+                             "SANDGATE_STORE",
+                             "TOKEN",
+                             "PASSWORD",
+                             "SECRET",
+                             NULL};
+    for (int i = 0; secrets[i] != NULL; i++)
+        SG_CHECK(strstr(out, secrets[i]) == NULL, r, "the sandbox can read \"%s\"", secrets[i]);
+    /* the agent's own environment is closed to it */
+    SG_CHECK(strstr(out, "/proc/1/environ Permission denied\n") != NULL, r, "/proc/1/environ must be unreadable");
+    SG_CHECK(strstr(out, "/var/run/docker.sock False\n") != NULL && strstr(out, "/run/docker.sock False\n") != NULL,
+             r, "no Docker socket in the sandbox");
+    SG_CHECK(strstr(out, "/run/secrets False\n") != NULL, r, "no secrets directory in the sandbox");
+    /* only the variables the sandbox is meant to have from sandgate */
+    for (const char *l = out; (l = strstr(l, "env SANDGATE_")) != NULL; l++)
+        SG_CHECK(strncmp(l, "env SANDGATE_WORKDIR=", 21) == 0 || strncmp(l, "env SANDGATE_FILE=", 18) == 0, r,
+                 "an unexpected SANDGATE_ variable in the sandbox");
+    json_object_put(r);
+    sgsec_expect_service_works(&st, tok, sid, 1);
+    free(sid);
+    free(tok);
+}
+/* ------------------------------------------------------------------------
+ * Floods
+ * ------------------------------------------------------------------------ */
+
+SGGW_TEST(test_inode_flood_is_contained)
+{
+    char *tok = sgsec_tenant(&st, "inodes", NULL);
+    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    /* past every cap the product sets, below what the memory limit allows */
+    json_object *r = py(tok, sid,
+                        "import errno, os, shutil\n"
+                        "x = 41\n"
+                        "for d in ('/sandbox/flood', '/tmp/flood', '/dev/shm/flood', '/sandbox/links'):\n"
+                        "    os.makedirs(d, exist_ok=True)\n"
+                        "    n, res = 0, 'NO LIMIT'\n"
+                        "    try:\n"
+                        "        while n < 300000:\n"
+                        "            if d.endswith('links'):  # names without inodes of their own\n"
+                        "                if n == 0:\n"
+                        "                    open(d + '/f', 'w').close()\n"
+                        "                os.link(d + '/f', '%s/%d' % (d, n))\n"
+                        "            else:\n"
+                        "                os.close(os.open('%s/%d' % (d, n), os.O_CREAT | os.O_WRONLY, 0o644))\n"
+                        "            n += 1\n"
+                        "    except OSError as e:\n"
+                        "        res = errno.errorcode[e.errno]\n"
+                        "    print(d, res, n)\n"
+                        "    shutil.rmtree(d)\n");
+    const char *out = SG_STR(r, "stdout");
+    SG_CHECK(strcmp(SG_STR(r, "reason"), "exited") == 0 && SG_INT(r, "exit_code") == 0, r,
+             "the flood must end by ENOSPC, not by the memory limit");
+    const char *dirs[] = {"/sandbox/flood", "/tmp/flood", "/dev/shm/flood", "/sandbox/links"};
+    const long caps[] = {WORK_INODES, WORK_INODES, SHM_INODES, WORK_INODES};
+    const char *l = out;
+    for (int i = 0; i < 4; i++) {
+        char d[64], res[32];
+        long n = -1;
+        SG_CHECK(sscanf(l, "%63s %31s %ld", d, res, &n) == 3 && strcmp(d, dirs[i]) == 0, r, "line %d", i + 1);
+        SG_CHECK(strcmp(res, "ENOSPC") == 0 && n > caps[i] / 2 && n <= caps[i], r,
+                 "%s: the flood must stop with ENOSPC at the cap of %ld inodes", d, caps[i]);
+        l = strchr(l, '\n');
+        SG_CHECK(l != NULL, r, "four lines");
+        l++;
+    }
+    json_object_put(r);
+
+    /* the same flood as a shell command (a child of the agent) */
+    r = sh(tok, sid, "mkdir /sandbox/f2 && cd /sandbox/f2 && i=0; while [ $i -lt 100000 ]; do "
+                     "true > $i 2>/dev/null || break; i=$((i+1)); done; echo $i; cd / && rm -rf /sandbox/f2");
+    long n = atol(SG_STR(r, "stdout"));
+    SG_CHECK(n > WORK_INODES / 2 && n <= WORK_INODES, r, "the shell's flood stops at the cap");
+    json_object_put(r);
+    sgsec_expect_service_works(&st, tok, sid, 1);
+    free(sid);
+    free(tok);
+}
+
+SGGW_TEST(test_argv_flood_is_contained)
+{
+    char *tok = sgsec_tenant(&st, "argv", NULL);
+    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    json_object *r = py(tok, sid,
+                        "import errno, os, subprocess\n"
+                        "x = 41\n"
+                        "def run(argv, env=None):\n"
+                        "    try:\n"
+                        "        subprocess.run(argv, env=env, stdout=subprocess.DEVNULL)\n"
+                        "        return 'RAN'\n"
+                        "    except OSError as e:\n"
+                        "        return errno.errorcode[e.errno]\n"
+                        "print('one huge arg', run(['/bin/true', 'A' * (256 << 10)]))\n"
+                        "print('many args', run(['/bin/true'] + ['x'] * (4 << 20)))\n"
+                        "print('huge env', run(['/bin/true'], {'V%d' % i: 'v' * 4096 for i in range(4096)}))\n");
+    SGSEC_EXPECT_STDOUT(r, "one huge arg E2BIG\nmany args E2BIG\nhuge env E2BIG\n");
+    json_object_put(r);
+
+    /* a command past what one exec argument may hold: refused cleanly */
+    size_t big = 300 << 10;
+    char *cmd = malloc(big + 16);
+    strcpy(cmd, "echo ");
+    memset(cmd + 5, 'A', big);
+    cmd[5 + big] = '\0';
+    r = sh(tok, sid, cmd);
+    free(cmd);
+    SG_CHECK(SG_INT(r, "exit_code") == 127 && !SG_BOOL(r, "success"), r, "the oversized command must fail to start");
+    SG_CHECK(strstr(SG_STR(r, "stderr"), "Argument list too long") != NULL, r, "and say why (E2BIG)");
+    json_object_put(r);
+    sgsec_expect_service_works(&st, tok, sid, 1);
+    free(sid);
+    free(tok);
+}
+
+/* ------------------------------------------------------------------------
+ * Fixtures
+ * ------------------------------------------------------------------------ */
+
+static int group_setup(void **state)
+{
+    /* secrets of the proxy's own that no sandbox may see */
+    const char *env[] = {"DOCKER_HOST=unix:///var/run/docker.sock", "SANDGATE_TEST_CANARY=" PROXY_CANARY,
+                         "SANDGATE_PIP_INDEX_URL=https://index-user:" PROXY_CANARY "@index.invalid/simple",
+                         "SANDGATE_NPM_REGISTRY=https://npm-user:" PROXY_CANARY "@npm.invalid/", NULL};
+    return sgsec_stack_start(&st, env);
+}
+
+static int after_test(void **state)
+{
+    return sgsec_after_test(&st);
+}
+
+static int group_teardown(void **state)
+{
+    return sgsec_stack_stop(&st);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_cannot_write_proc_sys, after_test),
+        cmocka_unit_test_teardown(test_cannot_mount, after_test),
+        cmocka_unit_test_teardown(test_cannot_open_raw_socket, after_test),
+        cmocka_unit_test_teardown(test_cannot_use_privileged_syscalls, after_test),
+        cmocka_unit_test_teardown(test_cannot_ptrace_the_agent, after_test),
+        cmocka_unit_test_teardown(test_signals_to_pid1_do_not_kill_the_session, after_test),
+        cmocka_unit_test_teardown(test_cannot_read_agent_fds, after_test),
+        cmocka_unit_test_teardown(test_environment_holds_no_secrets, after_test),
+        cmocka_unit_test_teardown(test_inode_flood_is_contained, after_test),
+        cmocka_unit_test_teardown(test_argv_flood_is_contained, after_test),
+    };
+    return cmocka_run_group_tests_name("sec_escape", tests, group_setup, group_teardown);
+}

@@ -1,0 +1,527 @@
+/*
+ * test_sec_interference.c — what one tenant's sandbox cannot do to another
+ * tenant's or to the service: see its processes, reach its container over
+ * the network (with the network off, and with it on for tenants allowed to
+ * use it), reach the proxy, the gateway, Redis or the Docker engine, or slow
+ * its executions down with a fork bomb or a memory bomb.
+ *
+ * Every attack is performed through the public API by an ordinary tenant (a
+ * real gateway on a private redis-server, a real proxy that allows the
+ * network, on the Docker engine); every containment is asserted as the exact
+ * outcome the attacker's code sees, and the victim's side is checked too
+ * (what its listener saw, how long its executions took). Then the attacked
+ * sessions and fresh ones still work, and the group teardown checks that no
+ * container of this proxy is left.
+ */
+#include "sgsec.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static sgsec_stack_t st;
+
+#define VICTIM_PORT 8765
+#define PIDS_LIMIT 128 /* the proxy's default SANDGATE_PIDS_LIMIT */
+
+/* ------------------------------------------------------------------------
+ * Helpers
+ * ------------------------------------------------------------------------ */
+
+static char *tenant(const char *name)
+{
+    const char *q[] = {"network_allowed=1", "rate_per_min=60000", "burst=1000", NULL};
+    return sgsec_tenant(&st, name, q);
+}
+
+static json_object *py(const char *tok, const char *sid, const char *code)
+{
+    return sgsec_py(&st, tok, sid, code);
+}
+
+/* The IPv4 address and gateway of a session's container on its network
+ * ("" when it has none). */
+static void container_ip(const char *sid, char ip[64], char gwip[64])
+{
+    ip[0] = gwip[0] = '\0';
+    char *cid = sgtest_docker_session_container(st.proxy_id, sid);
+    SG_CHECK(cid != NULL, NULL, "session %s has no container", sid);
+    json_object *c = sgtest_docker_inspect(cid, NULL);
+    SG_CHECK(c != NULL, NULL, "cannot inspect %s", cid);
+    json_object *nets = sgtest_jpath(c, "NetworkSettings.Networks");
+    if (nets != NULL) {
+        json_object_object_foreach(nets, name, n)
+        {
+            json_object *v;
+            (void)name;
+            if (json_object_object_get_ex(n, "IPAddress", &v) && json_object_get_string_len(v) > 0)
+                snprintf(ip, 64, "%s", json_object_get_string(v));
+            if (json_object_object_get_ex(n, "Gateway", &v) && json_object_get_string_len(v) > 0)
+                snprintf(gwip, 64, "%s", json_object_get_string(v));
+        }
+    }
+    json_object_put(c);
+    free(cid);
+}
+
+/* The victim: a listener on VICTIM_PORT in a thread of its interpreter
+ * (threads outlive executions), which counts the connections it accepts. */
+static const char *LISTENER = "import socket, threading\n"
+                              "srv = socket.socket()\n"
+                              "srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                              "srv.bind(('0.0.0.0', 8765))\n"
+                              "srv.listen(128)\n"
+                              "hits = [0]\n"
+                              "def serve():\n"
+                              "    while True:\n"
+                              "        c, a = srv.accept()\n"
+                              "        hits[0] += 1\n"
+                              "        c.sendall(b'victim-data')\n"
+                              "        c.close()\n"
+                              "threading.Thread(target=serve, daemon=True).start()\n"
+                              "print('listening')\n";
+
+/* Python: scan(ip, ports, wait) connects to every port at once (in batches
+ * of 4096, non-blocking, waiting up to `wait` s for each batch) and prints
+ * "<label> open=[ports that accepted] <outcome>:<count> ...". */
+static const char *SCANNER =
+    "import errno, os, select, socket, time\n"
+    "def scan(label, ip, ports, wait):\n"
+    "    opened, outcomes = [], {}\n"
+    "    def note(p, e):\n"
+    "        k = 'CONNECTED' if e == 0 else errno.errorcode.get(e, str(e))\n"
+    "        outcomes[k] = outcomes.get(k, 0) + 1\n"
+    "        if e == 0:\n"
+    "            opened.append(p)\n"
+    "    for i in range(0, len(ports), 4096):\n"
+    "        socks = {}\n"
+    "        poll = select.poll()\n"
+    "        for p in ports[i:i + 4096]:\n"
+    "            s = socket.socket()\n"
+    "            s.setblocking(False)\n"
+    "            e = s.connect_ex((ip, p))\n"
+    "            if e == errno.EINPROGRESS:\n"
+    "                socks[s.fileno()] = (s, p)\n"
+    "                poll.register(s, select.POLLOUT)\n"
+    "            else:\n"
+    "                note(p, e)\n"
+    "                s.close()\n"
+    "        deadline = time.time() + wait\n"
+    "        while socks and time.time() < deadline:\n"
+    "            for fd, ev in poll.poll(max(1, int((deadline - time.time()) * 1000))):\n"
+    "                s, p = socks.pop(fd)\n"
+    "                poll.unregister(fd)\n"
+    "                note(p, s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))\n"
+    "                s.close()\n"
+    "        for s, p in socks.values():\n"
+    "            note(p, -1)\n"
+    "            s.close()\n"
+    "    print(label, 'open=%s' % opened, ' '.join('%s:%d' % kv for kv in sorted(outcomes.items())))\n"
+    "def unix(path):\n"
+    "    s = socket.socket(socket.AF_UNIX)\n"
+    "    try:\n"
+    "        s.connect(path)\n"
+    "        return 'CONNECTED'\n"
+    "    except OSError as e:\n"
+    "        return errno.errorcode[e.errno]\n"
+    "    finally:\n"
+    "        s.close()\n";
+
+/* The victim connects to itself at ip (the positive control: the listener
+ * is reachable where the attacker aims), then reports its hit count. */
+static void victim_self_check(const char *tok, const char *sid, const char *ip)
+{
+    char code[512];
+    pathf(code, sizeof(code),
+          "c = socket.create_connection(('%s', %d), timeout=5)\nprint(c.recv(64).decode())\nc.close()\n", ip,
+          VICTIM_PORT);
+    json_object *r = py(tok, sid, code);
+    SGSEC_EXPECT_STDOUT(r, "victim-data\n");
+    json_object_put(r);
+}
+
+static void victim_hits(const char *tok, const char *sid, int want)
+{
+    char w[32];
+    json_object *r = py(tok, sid, "import time; time.sleep(0.3); print(hits[0])");
+    pathf(w, sizeof(w), "%d\n", want);
+    SG_CHECK(strcmp(SG_STR(r, "stdout"), w) == 0, r, "the victim's listener must have seen only its own %d connection(s)",
+             want);
+    json_object_put(r);
+}
+
+/* The ports of the service on this machine the sandbox must not reach. */
+static void service_ports(char *buf, size_t len)
+{
+    const char *u = sgtest_proxy_url(st.proxy);
+    int proxy_port = atoi(strrchr(u, ':') + 1);
+    pathf(buf, len, "[%d, %d, %d, 2375, 2376]", proxy_port, sggw_gateway_port(st.gw), sggw_redis_port(st.redis));
+}
+
+/* ------------------------------------------------------------------------
+ * Processes
+ * ------------------------------------------------------------------------ */
+
+SGGW_TEST(test_cannot_see_other_sessions_processes)
+{
+    char *vt = tenant("ps-victim"), *at = tenant("ps-attacker");
+    char *vs = sggw_create_session(st.gw, vt, NULL, NULL), *as = sggw_create_session(st.gw, at, NULL, NULL);
+    /* the victim names one of its threads, which lives on between executions */
+    const char *mark = "import ctypes, threading, time\n"
+                       "def hold():\n"
+                       "    ctypes.CDLL(None).prctl(15, b'sgvictim4242', 0, 0, 0)\n"
+                       "    while True:\n"
+                       "        time.sleep(1)\n"
+                       "threading.Thread(target=hold, daemon=True).start()\n"
+                       "time.sleep(0.2)\n";
+    const char *look = "import glob, os\n"
+                       "names = {}\n"
+                       "for d in glob.glob('/proc/[0-9]*'):\n"
+                       "    for t in glob.glob(d + '/task/*/comm'):\n"
+                       "        try:\n"
+                       "            names[open(t).read().strip()] = True\n"
+                       "        except OSError:\n"
+                       "            pass\n"
+                       "pids = len(glob.glob('/proc/[0-9]*'))\n"
+                       "print('marker', 'sgvictim4242' in names)\n"
+                       "print('few', pids < 10)\n"
+                       "print('service', sorted(n for n in names if n.startswith(('dockerd', 'containerd', 'sandgate-', "
+                       "'redis', 'runc'))))\n";
+    json_object *r = py(vt, vs, mark);
+    json_object_put(r);
+    /* positive control: the marker is there to be found */
+    r = py(vt, vs, look);
+    SGSEC_EXPECT_STDOUT(r, "marker True\nfew True\nservice ['sandgate-agent']\n");
+    json_object_put(r);
+    /* the attacker sees its own agent and nothing of the victim or the host */
+    r = py(at, as, look);
+    SGSEC_EXPECT_STDOUT(r, "marker False\nfew True\nservice ['sandgate-agent']\n");
+    json_object_put(r);
+    sgsec_expect_service_works(&st, at, as, 0);
+    sgsec_expect_service_works(&st, vt, vs, 0);
+    free(vs);
+    free(as);
+    free(vt);
+    free(at);
+}
+
+/* SysV shared memory and abstract unix sockets are per IPC and network
+ * namespace: the victim makes both; the attacker, on the same Docker
+ * network, finds neither. */
+SGGW_TEST(test_cannot_reach_another_sandbox_by_ipc)
+{
+    char *vt = tenant("ipc-victim"), *at = tenant("ipc-attacker");
+    char *vs = sggw_create_session(st.gw, vt, "{\"lang\":\"python\",\"network\":true}", NULL);
+    char *as = sggw_create_session(st.gw, at, "{\"lang\":\"python\",\"network\":true}", NULL);
+    const char *probe = "import ctypes, errno, socket\n"
+                        "libc = ctypes.CDLL(None, use_errno=True)\n"
+                        "v = libc.shmget(0x5347, 0, 0)\n"
+                        "print('shm', 'FOUND' if v >= 0 else errno.errorcode[ctypes.get_errno()])\n"
+                        "s = socket.socket(socket.AF_UNIX)\n"
+                        "try:\n"
+                        "    s.connect('\\0sgvictim-abstract')\n"
+                        "    print('abstract CONNECTED')\n"
+                        "except OSError as e:\n"
+                        "    print('abstract', errno.errorcode[e.errno])\n"
+                        "s.close()\n";
+    json_object *r = py(vt, vs,
+                        "import ctypes, socket\n"
+                        "libc = ctypes.CDLL(None, use_errno=True)\n"
+                        "shmid = libc.shmget(0x5347, 4096, 0o1666)\n"
+                        "abstract = socket.socket(socket.AF_UNIX)\n"
+                        "abstract.bind('\\0sgvictim-abstract')\n"
+                        "abstract.listen(8)\n"
+                        "print(shmid >= 0)\n");
+    SGSEC_EXPECT_STDOUT(r, "True\n");
+    json_object_put(r);
+    /* positive control: both are there to be found */
+    r = py(vt, vs, probe);
+    SGSEC_EXPECT_STDOUT(r, "shm FOUND\nabstract CONNECTED\n");
+    json_object_put(r);
+    r = py(at, as, probe);
+    SGSEC_EXPECT_STDOUT(r, "shm ENOENT\nabstract ECONNREFUSED\n");
+    json_object_put(r);
+    sgsec_expect_service_works(&st, at, as, 0);
+    sgsec_expect_service_works(&st, vt, vs, 0);
+    free(vs);
+    free(as);
+    free(vt);
+    free(at);
+}
+
+/* ------------------------------------------------------------------------
+ * The network
+ * ------------------------------------------------------------------------ */
+
+/* The attacker without network: nothing but its own loopback, and nothing
+ * listens there. The victim has the network, so it has an address to aim at. */
+SGGW_TEST(test_no_route_to_another_sandbox)
+{
+    char *vt = tenant("net-victim"), *at = tenant("net-attacker");
+    char *vs = sggw_create_session(st.gw, vt, "{\"lang\":\"python\",\"network\":true}", NULL);
+    char *as = sggw_create_session(st.gw, at, NULL, NULL);
+    char vip[64], vgw[64], aip[64], agw[64];
+    container_ip(vs, vip, vgw);
+    container_ip(as, aip, agw);
+    SG_CHECK(vip[0] != '\0' && vgw[0] != '\0', NULL, "the victim (network on) must have an address");
+    SG_CHECK(aip[0] == '\0', NULL, "a session without network must have no address, has %s", aip);
+
+    json_object *r = py(vt, vs, LISTENER);
+    SGSEC_EXPECT_STDOUT(r, "listening\n");
+    json_object_put(r);
+    victim_self_check(vt, vs, vip);
+
+    char ports[128], code[8192];
+    service_ports(ports, sizeof(ports));
+    pathf(code, sizeof(code),
+          "%s"
+          "scan('victim', '%s', list(range(1, 65536)), 1)\n"
+          "scan('host', '%s', %s, 1)\n"
+          "scan('loopback', '127.0.0.1', %s, 1)\n"
+          "print('docker.sock', unix('/var/run/docker.sock'), unix('/run/docker.sock'))\n"
+          "print('interfaces', sorted(os.listdir('/sys/class/net')))\n",
+          SCANNER, vip, vgw, ports, ports);
+    r = py(at, as, code);
+    SGSEC_EXPECT_STDOUT(r, "victim open=[] ENETUNREACH:65535\n"
+                     "host open=[] ENETUNREACH:5\n"
+                     "loopback open=[] ECONNREFUSED:5\n"
+                     "docker.sock ENOENT ENOENT\n"
+                     "interfaces ['lo']\n");
+    json_object_put(r);
+    victim_hits(vt, vs, 1);
+    sgsec_expect_service_works(&st, at, as, 0);
+    sgsec_expect_service_works(&st, vt, vs, 0);
+    free(vs);
+    free(as);
+    free(vt);
+    free(at);
+}
+
+/* Both tenants may use the network and do: the attacker still cannot reach
+ * the victim's container on any port, nor the service's ports on the host
+ * through the network's gateway, nor the Docker engine. */
+SGGW_TEST(test_no_route_to_another_sandbox_with_network)
+{
+    char *vt = tenant("netw-victim"), *at = tenant("netw-attacker");
+    char *vs = sggw_create_session(st.gw, vt, "{\"lang\":\"python\",\"network\":true}", NULL);
+    char *as = sggw_create_session(st.gw, at, "{\"lang\":\"python\",\"network\":true}", NULL);
+    char vip[64], vgw[64], aip[64], agw[64];
+    container_ip(vs, vip, vgw);
+    container_ip(as, aip, agw);
+    SG_CHECK(vip[0] != '\0' && aip[0] != '\0', NULL, "both sessions must have an address");
+
+    json_object *r = py(vt, vs, LISTENER);
+    SGSEC_EXPECT_STDOUT(r, "listening\n");
+    json_object_put(r);
+    victim_self_check(vt, vs, vip);
+
+    char ports[128], code[8192];
+    service_ports(ports, sizeof(ports));
+    pathf(code, sizeof(code),
+          "%s"
+          "scan('victim', '%s', list(range(1, 65536)), 1.5)\n"
+          "scan('host', '%s', %s, 3)\n"
+          "scan('loopback', '127.0.0.1', %s, 1)\n"
+          "print('docker.sock', unix('/var/run/docker.sock'), unix('/run/docker.sock'))\n",
+          SCANNER, vip, agw, ports, ports);
+    r = py(at, as, code);
+    const char *out = SG_STR(r, "stdout");
+    SG_CHECK(strncmp(out, "victim open=[] ", 15) == 0 && strstr(out, "CONNECTED") == NULL, r,
+             "the attacker must reach no port of the victim's container");
+    SG_CHECK(strstr(out, "\nhost open=[] ECONNREFUSED:5\n") != NULL, r,
+             "the service's ports are not reachable through the network's gateway");
+    SG_CHECK(strstr(out, "\nloopback open=[] ECONNREFUSED:5\n") != NULL, r, "nothing listens on the own loopback");
+    SG_CHECK(strstr(out, "\ndocker.sock ENOENT ENOENT\n") != NULL, r, "no Docker socket");
+    json_object_put(r);
+    victim_hits(vt, vs, 1);
+    sgsec_expect_service_works(&st, at, as, 0);
+    sgsec_expect_service_works(&st, vt, vs, 0);
+    free(vs);
+    free(as);
+    free(vt);
+    free(at);
+}
+
+/* ------------------------------------------------------------------------
+ * Bombs
+ * ------------------------------------------------------------------------ */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Runs `bomb` (which prints "<start> <end> <rest>" with its own wall
+ * times first) in the attacker's session while the victim, another tenant,
+ * runs short executions; asserts that every victim execution inside the
+ * bomb's window took at most max(2 s, 20 x its median before the bomb), and
+ * that there were at least 5 of them. Returns the bomb's result. */
+static json_object *bomb_against_victim(const char *at, const char *as, const char *vt, const char *vs,
+                                        const char *bomb)
+{
+    double base[7];
+    for (int i = 0; i < 7; i++) {
+        double t0 = sgtest_now();
+        json_object *r = py(vt, vs, "print(6 * 7)");
+        base[i] = sgtest_now() - t0;
+        SGSEC_EXPECT_STDOUT(r, "42\n");
+        json_object_put(r);
+    }
+    qsort(base, 7, sizeof(base[0]), cmp_double);
+    double bound = 20 * base[3] > 2.0 ? 20 * base[3] : 2.0;
+
+    char url[512];
+    pathf(url, sizeof(url), "%s/sessions/%s/execute", sggw_gateway_url(st.gw), as);
+    json_object *b = json_object_new_object();
+    json_object_object_add(b, "code", json_object_new_string(bomb));
+    json_object_object_add(b, "timeout", json_object_new_int(60));
+    const char *body = json_object_to_json_string(b);
+    sggw_par_req_t req = {.method = "POST",
+                          .url = url,
+                          .token = at,
+                          .body = body,
+                          .body_len = strlen(body),
+                          .content_type = "application/json",
+                          .timeout_s = 90};
+    sggw_batch_t *batch = sggw_batch_start(&req, 1);
+    SG_CHECK(batch != NULL, NULL, "cannot start the bomb's request");
+
+    enum { MAXV = 400 };
+    static double vstart[MAXV], vend[MAXV];
+    int nv = 0;
+    /* the victim works for 12 s from the bomb's launch (the bomb lasts 8 s
+     * from its start); only its executions inside the bomb's window count */
+    double until = sgtest_now() + 12;
+    while (nv < MAXV && sgtest_now() < until) {
+        vstart[nv] = sggw_wall();
+        json_object *r = py(vt, vs, "print(6 * 7)");
+        vend[nv] = sggw_wall();
+        SGSEC_EXPECT_STDOUT(r, "42\n");
+        json_object_put(r);
+        nv++;
+    }
+    sggw_batch_join(batch);
+    json_object_put(b);
+    SG_ASSERT_STATUS(&req.reply, 200);
+    json_object *res = SG_JSON(&req.reply);
+    sgtest_reply_free(&req.reply);
+    double bs = 0, be = 0;
+    SG_CHECK(sscanf(SG_STR(res, "stdout"), "%lf %lf", &bs, &be) == 2 && be > bs, res, "the bomb's window");
+    int inside = 0;
+    double worst = 0;
+    for (int i = 0; i < nv; i++) {
+        if (vstart[i] < bs || vend[i] > be)
+            continue;
+        inside++;
+        if (vend[i] - vstart[i] > worst)
+            worst = vend[i] - vstart[i];
+    }
+    SG_CHECK(inside >= 5, res, "only %d victim executions ran during the bomb (%.2f s); the test proved nothing", inside,
+             be - bs);
+    SG_CHECK(worst <= bound, res,
+             "during the bomb a victim execution took %.2f s (median before %.3f s, bound %.2f s, %d executions)", worst,
+             base[3], bound, inside);
+    return res;
+}
+
+SGGW_TEST(test_fork_bomb_does_not_slow_another_tenant)
+{
+    char *vt = tenant("fork-victim"), *at = tenant("fork-attacker");
+    char *vs = sggw_create_session(st.gw, vt, NULL, NULL), *as = sggw_create_session(st.gw, at, NULL, NULL);
+    /* every process forks as fast as it can and spins, for 8 s */
+    json_object *res = bomb_against_victim(at, as, vt, vs,
+                                           "import errno, os, time\n"
+                                           "t0 = time.time()\n"
+                                           "end = t0 + 8\n"
+                                           "me = os.getpid()\n"
+                                           "fails, kids = {}, 0\n"
+                                           "while time.time() < end:\n"
+                                           "    try:\n"
+                                           "        pid = os.fork()\n"
+                                           "    except OSError as e:\n"
+                                           "        k = errno.errorcode[e.errno]\n"
+                                           "        fails[k] = fails.get(k, 0) + 1\n"
+                                           "        continue\n"
+                                           "    if pid != 0 and os.getpid() == me:\n"
+                                           "        kids += 1\n"
+                                           "if os.getpid() != me:\n"
+                                           "    os._exit(0)\n"
+                                           "print('%.3f %.3f' % (t0, time.time()), sorted(fails), kids <= 128)\n");
+    const char *out = SG_STR(res, "stdout");
+    SG_CHECK(strstr(out, " ['EAGAIN'] True\n") != NULL, res,
+             "the bomb must hit the pids cap (EAGAIN, and no more than %d children)", PIDS_LIMIT);
+    json_object_put(res);
+    sgsec_expect_service_works(&st, at, as, 0);
+    sgsec_expect_service_works(&st, vt, vs, 0);
+    free(vs);
+    free(as);
+    free(vt);
+    free(at);
+}
+
+SGGW_TEST(test_memory_bomb_does_not_slow_another_tenant)
+{
+    char *vt = tenant("mem-victim"), *at = tenant("mem-attacker");
+    char *vs = sggw_create_session(st.gw, vt, NULL, NULL), *as = sggw_create_session(st.gw, at, NULL, NULL);
+    /* for 8 s: a child fills memory until it is killed, then the next one */
+    json_object *res = bomb_against_victim(at, as, vt, vs,
+                                           "import os, time\n"
+                                           "t0 = time.time()\n"
+                                           "killed = other = 0\n"
+                                           "while time.time() < t0 + 8:\n"
+                                           "    pid = os.fork()\n"
+                                           "    if pid == 0:\n"
+                                           "        x = []\n"
+                                           "        while True:\n"
+                                           "            x.append(b'x' * (16 << 20))\n"
+                                           "    _, st = os.waitpid(pid, 0)\n"
+                                           "    if os.WIFSIGNALED(st) and os.WTERMSIG(st) == 9:\n"
+                                           "        killed += 1\n"
+                                           "    else:\n"
+                                           "        other += 1\n"
+                                           "print('%.3f %.3f' % (t0, time.time()), killed > 0, other)\n");
+    const char *out = SG_STR(res, "stdout");
+    SG_CHECK(strstr(out, " True 0\n") != NULL, res, "every memory hog must be killed by the memory limit");
+    json_object_put(res);
+    sgsec_expect_service_works(&st, at, as, 0);
+    sgsec_expect_service_works(&st, vt, vs, 0);
+    free(vs);
+    free(as);
+    free(vt);
+    free(at);
+}
+
+/* ------------------------------------------------------------------------
+ * Fixtures
+ * ------------------------------------------------------------------------ */
+
+static int group_setup(void **state)
+{
+    const char *env[] = {"SANDGATE_ALLOW_NETWORK=1", NULL};
+    return sgsec_stack_start(&st, env);
+}
+
+static int after_test(void **state)
+{
+    return sgsec_after_test(&st);
+}
+
+static int group_teardown(void **state)
+{
+    return sgsec_stack_stop(&st);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_cannot_see_other_sessions_processes, after_test),
+        cmocka_unit_test_teardown(test_cannot_reach_another_sandbox_by_ipc, after_test),
+        cmocka_unit_test_teardown(test_no_route_to_another_sandbox, after_test),
+        cmocka_unit_test_teardown(test_no_route_to_another_sandbox_with_network, after_test),
+        cmocka_unit_test_teardown(test_fork_bomb_does_not_slow_another_tenant, after_test),
+        cmocka_unit_test_teardown(test_memory_bomb_does_not_slow_another_tenant, after_test),
+    };
+    return cmocka_run_group_tests_name("sec_interference", tests, group_setup, group_teardown);
+}

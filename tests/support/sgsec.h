@@ -1,0 +1,51 @@
+/*
+ * sgsec.h — what the attack suites of tests/security/ share: the stack they
+ * attack (a sandgate-proxy of their own, a private redis-server, a gateway
+ * on both), ordinary tenants, code and commands run as such a tenant, and
+ * the check that ends every attack: the service still works.
+ *
+ * Built on sggw.h; the same threading and ownership rules apply (functions
+ * documented as asserting run on the cmocka test thread only).
+ */
+#ifndef SANDGATE_SGSEC_H
+#define SANDGATE_SGSEC_H
+
+#include "sggw.h"
+
+typedef struct {
+    sgtest_proxy_t *proxy;
+    char *proxy_id;
+    sggw_redis_t *redis;
+    sggw_gateway_t *gw;
+} sgsec_stack_t;
+
+/* The suite's stack: a proxy with SANDGATE_POOL_SIZE=2 and the "KEY=VALUE"
+ * strings of proxy_env (NULL-terminated, may be NULL), a redis-server, a
+ * gateway on them. 0, or -1 after printing why (for a group setup). */
+int sgsec_stack_start(sgsec_stack_t *st, const char *const *proxy_env);
+/* For a test's teardown: prints the logs if the test failed; -1 when a
+ * server died during it. */
+int sgsec_after_test(sgsec_stack_t *st);
+/* For the group teardown: sggw_stack_stop() (the gateway exits 0, no
+ * container of the proxy is left), frees the proxy id. 0 or -1. */
+int sgsec_stack_stop(sgsec_stack_t *st);
+
+/* Asserting: a tenant with the "key=value" quotas (may be NULL); its token. */
+char *sgsec_tenant(const sgsec_stack_t *st, const char *name, const char *const *quotas);
+/* Asserting: POST /sessions/{sid}/execute {"code", "timeout": 120}: the result. */
+json_object *sgsec_py(const sgsec_stack_t *st, const char *tok, const char *sid, const char *code);
+/* Asserting: POST /sessions/{sid}/commands {"command", "timeout": 60}: the result. */
+json_object *sgsec_sh(const sgsec_stack_t *st, const char *tok, const char *sid, const char *cmd);
+
+/* Asserts a result's stdout is exactly `want` and the run ended by itself
+ * (reason "exited"). */
+#define SGSEC_EXPECT_STDOUT(res, want) sgsec__expect_stdout((res), (want), __FILE__, __LINE__)
+void sgsec__expect_stdout(json_object *res, const char *want, const char *file, int line);
+
+/* The end of every attack (asserting): the attacked session sid (if not
+ * NULL) still runs code — with its interpreter's state when kept_x is set
+ * (the attack's code set x = 41 first) — and is closed; then a fresh
+ * session of the tenant runs code and is closed. */
+void sgsec_expect_service_works(const sgsec_stack_t *st, const char *tok, const char *sid, int kept_x);
+
+#endif
