@@ -37,12 +37,9 @@ static const char usage_text[] =
     "  usage TENANT [--since UNIX] [--until UNIX]   execution totals over [since, until)\n"
     "\n"
     "TENANT is a tenant name (or its numeric id). KEYs: rate_per_min, burst,\n"
-    "max_sessions, max_concurrent_execs, max_templates, execs_per_day,
-"
-    "exec_seconds_per_day, max_timeout, max_memory_mb, max_cpus, allowed_langs
-"
-    "(\"*\" or \"python,go\"), network_allowed, idle_timeout, max_lifetime, disabled.
-"
+    "max_sessions, max_concurrent_execs, max_templates, execs_per_day,\n"
+    "exec_seconds_per_day, max_timeout, max_memory_mb, max_cpus, allowed_langs\n"
+    "(\"*\" or \"python,go\"), network_allowed, idle_timeout, max_lifetime, disabled.\n"
     "\n"
     "The database is DIR/sandgate.db: DIR is --data-dir, else $SANDGATE_DATA_DIR,\n"
     "else " DEFAULT_DATA_DIR ". --json prints JSON instead of key=value lines.\n"

@@ -560,7 +560,7 @@ typedef struct {
     void *data;
 } yield_t;
 
-static void on_yielded(void *data, const char *template_image, const char *err)
+static void on_yielded(void *data, const char *template_image, int64_t template_size, const char *err)
 {
     yield_t y = *(yield_t *)data;
     free(data);

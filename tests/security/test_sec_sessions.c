@@ -46,7 +46,7 @@ static const char *data_dir(void)
 /* A tenant whose rate and daily quotas never get in the way. */
 static char *new_tenant(const char *name, const char *extra1, const char *extra2)
 {
-    const char *q[] = {"rate_per_min=100000", "burst=10000", "execs_per_day=100000", extra1, extra2, NULL};
+    const char *q[] = {"rate_per_min=100000", "burst=10000", "execs_per_day=100000", "max_concurrent_execs=64", extra1, extra2, NULL};
     return sggw_new_tenant(data_dir(), name, q);
 }
 

@@ -143,13 +143,15 @@ static void test_open_errors(void **state)
     assert_null(sg_store_open(dir, err, sizeof(err)));
     assert_non_null(strstr(err, "newer"));
 
-    /* a database of schema 1 (before max_concurrent_execs) is migrated: its
-     * tenants get the default of 8 */
+    /* a database of schema 1 (before max_concurrent_execs, templates and
+     * their quota) is migrated: its tenants get the defaults of 8 and 5 */
     data_dir(dir, sizeof(dir), "open-v1");
     st = open_ok(dir);
     assert_int_equal(sg_store_tenant_create(st, "old", NULL, err, sizeof(err)), 0);
     assert_int_equal(sqlite3_exec(sg_store_db(st),
-                                  "ALTER TABLE tenants DROP COLUMN max_concurrent_execs; PRAGMA user_version = 1",
+                                  "DROP TABLE templates; ALTER TABLE tenants DROP COLUMN max_concurrent_execs; "
+                                  "ALTER TABLE tenants DROP COLUMN max_templates; "
+                                  "ALTER TABLE tenants DROP COLUMN deleting; PRAGMA user_version = 1",
                                   NULL, NULL, NULL),
                      SQLITE_OK);
     sg_store_close(st);
@@ -158,6 +160,7 @@ static void test_open_errors(void **state)
         sg_tenant_t old;
         assert_int_equal(sg_store_tenant_by_name(st, "old", &old, err, sizeof(err)), 1);
         assert_int_equal(old.max_concurrent_execs, 8);
+        assert_int_equal(old.max_templates, 5);
     }
     sg_store_close(st);
 
