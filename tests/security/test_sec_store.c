@@ -24,9 +24,11 @@
  * unrequested names, that another session gets the genuine package, and
  * that the service and a fresh session still work.
  *
- * The proxy is called directly: the gateway forwards these calls unchanged
- * and adds nothing to the attack. Tests run in order (the store fills up).
+ * Attack 1 goes through the gateway, one tenant against another; the others
+ * call the proxy directly (the gateway forwards those calls unchanged and
+ * adds nothing to them). Tests run in order (the store fills up).
  */
+#include "sggw.h"
 #include "sglibs.h"
 
 #include <openssl/evp.h>
@@ -40,6 +42,7 @@
 #define INJECT_TRIES 8 /* executions the spying thread has to reach a check */
 
 static sgtest_proxy_t *proxy;
+static sggw_gateway_t *gw; /* in front of proxy, for the attacks of one tenant on another */
 static char *proxy_id;
 static char store_volume[128];
 
@@ -199,12 +202,21 @@ static int group_setup(void **state)
         return -1;
     snprintf(store_volume, sizeof(store_volume), "%s-store", proxy_id);
     proxy = start_proxy();
-    return proxy != NULL ? 0 : -1;
+    if (proxy == NULL)
+        return -1;
+    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(proxy)};
+    gw = sggw_gateway_start(&o);
+    return gw != NULL ? 0 : -1;
 }
 
 static int group_teardown(void **state)
 {
-    int rc = proxy_id != NULL ? sgtest_proxy_finish(&proxy, proxy_id, REMOVAL_S) : 0;
+    int rc = 0;
+    if (gw != NULL && sggw_gateway_stop(gw) != 0)
+        rc = -1;
+    gw = NULL;
+    if (proxy_id != NULL && sgtest_proxy_finish(&proxy, proxy_id, REMOVAL_S) != 0)
+        rc = -1;
     if (store_volume[0] != '\0' && sglibs_volume_status(store_volume) == 200 &&
         sglibs_volume_remove(store_volume) != 204)
         rc = -1;
@@ -219,14 +231,35 @@ static int check_proxy_alive(void **state)
     return sgtest_proxy_check_alive(&proxy, start_proxy);
 }
 
+static int after_gateway_test(void **state)
+{
+    int failed = sggw_after_test();
+    return check_proxy_alive(state) != 0 || failed || !sggw_gateway_alive(gw) ? -1 : 0;
+}
+
+/* Through the gateway, as tenant tok: execute (code, libs) or a command. */
+static json_object *gw_run(const char *tok, const char *sid, const char *field, const char *text,
+                           const char *const *libs)
+{
+    char path[256];
+    pathf(path, sizeof(path), "/sessions/%s/%s", sid, strcmp(field, "code") == 0 ? "execute" : "commands");
+    json_object *b = json_object_new_object();
+    json_object_object_add(b, field, json_object_new_string(text));
+    if (libs != NULL)
+        json_object_object_add(b, "libraries", sgtest_libs_array(libs));
+    return sggw_post_result(gw, tok, path, b);
+}
+
 /* ------------------------------------------------------------------------
  * 1. python: planted startup files print a fetch
  * ------------------------------------------------------------------------ */
 
-static void test_py_planted_startup_files(void **state)
+SGGW_TEST(test_py_planted_startup_files)
 {
     char code[2048];
-    char *sid = sglibs_create_session(proxy, "python");
+    const char *data = sggw_gateway_data_dir(gw);
+    char *attacker = sggw_new_tenant(data, "store-attacker", NULL), *victim = sggw_new_tenant(data, "store-victim", NULL);
+    char *sid = sggw_create_session(gw, attacker, "{\"lang\": \"python\"}", NULL);
 
     /* every place python runs code from at start-up that the sandbox user
      * can write: the libraries directory (on the old check's PYTHONPATH) and
@@ -244,21 +277,21 @@ static void test_py_planted_startup_files(void **state)
           "open(user + '/usercustomize.py', 'w').write(hook)\n"
           "print('planted in', libs, 'and', user)",
           attack_py);
-    json_object *o = run_code(sid, code, NULL);
+    json_object *o = gw_run(attacker, sid, "code", code, NULL);
     expect_stdout_has(o, "planted in");
     json_object_put(o);
     /* the planted files work: any python started the ordinary way prints them */
-    o = run_cmd(sid, "PYTHONPATH=/tmp/sandgate/libs/python python3 -c pass");
+    o = gw_run(attacker, sid, "command", "PYTHONPATH=/tmp/sandgate/libs/python python3 -c pass", NULL);
     SG_CHECK(strstr(SG_STR(o, "stdout"), evil_whl) != NULL, o, "the planted sitecustomize.py does not run");
     json_object_put(o);
-    o = run_cmd(sid, "python3 -c pass");
+    o = gw_run(attacker, sid, "command", "python3 -c pass", NULL);
     SG_CHECK(strstr(SG_STR(o, "stdout"), evil_whl) != NULL, o, "the planted usercustomize.py does not run");
     json_object_put(o);
 
     /* the attack: an execute whose libraries make the check run */
     const char *libs[] = {"numpy", py_p, NULL};
     py_import_code(code, sizeof(code));
-    o = run_code(sid, code, libs);
+    o = gw_run(attacker, sid, "code", code, libs);
     expect_stdout_has(o, "value=genuine version=1.0");
     json_object_put(o);
     expect_nothing_fetched("after the planted start-up files");
@@ -266,23 +299,27 @@ static void test_py_planted_startup_files(void **state)
     pathf(whl, sizeof(whl), "/packages/%s-1.0-py3-none-any.whl", py_p);
     SG_CHECK(sglibs_hits(index_srv, whl) == 1, NULL, "the genuine %s was fetched %d time(s), expected once", whl,
              sglibs_hits(index_srv, whl));
-    close_session(sid);
+    sggw_delete_session(gw, attacker, sid);
+    free(sid);
     int before = sglibs_total(index_srv);
 
     /* another tenant asking for the same name gets the genuine package */
-    sid = sglibs_create_session(proxy, "python");
+    sid = sggw_create_session(gw, victim, "{\"lang\": \"python\"}", NULL);
     const char *libs2[] = {py_p, NULL};
-    o = run_code(sid, code, libs2);
+    o = gw_run(victim, sid, "code", code, libs2);
     expect_stdout_has(o, "value=genuine version=1.0");
     SG_CHECK(strstr(SG_STR(o, "stdout"), "evil") == NULL, o, "the second session got the attacker's package");
     json_object_put(o);
-    o = run_code(sid, "print(6 * 7)", NULL);
+    o = gw_run(victim, sid, "code", "print(6 * 7)", NULL);
     expect_stdout_has(o, "42");
     json_object_put(o);
-    close_session(sid);
+    sggw_delete_session(gw, victim, sid);
+    free(sid);
     expect_nothing_fetched("after a second session installed the package");
     SG_CHECK(sglibs_total(index_srv) == before, NULL, "the second session's install asked the index: the store "
                                                        "should have served it");
+    free(attacker);
+    free(victim);
 }
 
 /* ------------------------------------------------------------------------
@@ -323,6 +360,7 @@ static void test_py_injected_check_output(void **state)
           "LINES = %s\n"
           "def spy():\n"
           "    seen = set()\n"
+          "    open('/tmp/sgsec-spy-ready', 'w').close()\n"
           "    while True:\n"
           "        for p in os.listdir('/proc'):\n"
           "            if not p.isdigit() or p in seen:\n"
@@ -347,7 +385,11 @@ static void test_py_injected_check_output(void **state)
           "                    f.write('%%s %%r\\n' %% (p, e))\n"
           "        time.sleep(0.0002)\n"
           "threading.Thread(target=spy, daemon=True).start()\n"
-          "print('spy started')",
+          "for _ in range(500):\n"
+          "    if os.path.exists('/tmp/sgsec-spy-ready'):\n"
+          "        print('spy started')\n"
+          "        break\n"
+          "    time.sleep(0.01)",
           literal);
     json_object *o = run_code(sid, code, NULL);
     expect_stdout_has(o, "spy started");
@@ -404,6 +446,7 @@ static void test_js_planted_and_injected(void **state)
           "const fs = require('fs');\n"
           "const LINES = ${JSON.stringify(%s)};\n"
           "const seen = new Set(), nap = new Int32Array(new SharedArrayBuffer(4));\n"
+          "fs.writeFileSync('/tmp/sgsec-spy-ready', '');\n"
           "for (;;) {\n"
           "  let pids = [];\n"
           "  try { pids = fs.readdirSync('/proc'); } catch (e) {}\n"
@@ -423,7 +466,9 @@ static void test_js_planted_and_injected(void **state)
           "  Atomics.wait(nap, 0, 0, 0.2);\n"
           "}`, { eval: true });\n"
           "w.unref();\n"
-          "console.log('spy started');",
+          "const nap = new Int32Array(new SharedArrayBuffer(4));\n"
+          "for (let i = 0; i < 500 && !require('fs').existsSync('/tmp/sgsec-spy-ready'); i++) Atomics.wait(nap, 0, 0, 10);\n"
+          "if (require('fs').existsSync('/tmp/sgsec-spy-ready')) console.log('spy started');",
           lines_js);
     o = run_code(sid, code, NULL);
     expect_stdout_has(o, "spy started");
@@ -638,7 +683,7 @@ static void test_zz_service_still_works(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_py_planted_startup_files, check_proxy_alive),
+        cmocka_unit_test_teardown(test_py_planted_startup_files, after_gateway_test),
         cmocka_unit_test_teardown(test_py_injected_check_output, check_proxy_alive),
         cmocka_unit_test_teardown(test_js_planted_and_injected, check_proxy_alive),
         cmocka_unit_test_teardown(test_py_store_pinning, check_proxy_alive),
