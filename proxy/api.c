@@ -610,7 +610,7 @@ static void start_exec(pending_t *p, sg_session_t *s, int is_command, sg_op_cb d
         pending_free(p);
         return;
     }
-    if (req != NULL && done == on_exec_done && wants_stream(req, p->body)) {
+    if (req != NULL && (done == on_exec_done || done == ephemeral_exec_done) && wants_stream(req, p->body)) {
         p->stream = sg_http_stream_start(req, 200, "text/event-stream", SSE_MAX_QUEUED);
         op->on_output = sse_on_output;
     }
@@ -831,7 +831,9 @@ static void ephemeral_exec_done(sg_op_t *op)
     sg_session_t *s = op->session;
     h2o_req_t *req = pending_req(p);
     p->op = NULL;
-    if (req != NULL && !send_op_failure(req, op))
+    if (p->stream != NULL)
+        sse_finish(p, op);
+    else if (req != NULL && !send_op_failure(req, op))
         sg_http_send_json(req, 200, exec_result_json(op));
     sg_session_ref(s);
     sg_op_free(op);

@@ -436,6 +436,47 @@ SGGW_TEST(test_control_characters)
     unit = TEXT_UNIT;
 }
 
+/* One-shot runs stream too (a container of their own each). */
+SGGW_TEST(test_one_shot)
+{
+    static const char *const langs[] = {"python", "javascript"};
+    static const size_t sizes[] = {17, 65537};
+    for (size_t l = 0; l < 2; l++) {
+        for (size_t k = 0; k < 2; k++) {
+            for (int via_gw = 0; via_gw < 2; via_gw++) {
+                json_object *body = program_body(langs[l], sizes[k], sizes[k] / 2, 0);
+                json_object_object_add(body, "lang", json_object_new_string(langs[l]));
+                const char *js = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
+                json_object *buf = via_gw ? sggw_post_result(gw, token(), "/execute", json_object_get(body))
+                                          : sgtest_post_result(proxy, "/execute", json_object_get(body), NULL);
+                char url[256];
+                pathf(url, sizeof(url), "%s/execute", via_gw ? sggw_gateway_url(gw) : sgtest_proxy_url(proxy));
+                const char *hdrs[] = {"Accept: text/event-stream", NULL};
+                sgsse_result_t r;
+                int rc = sgsse_post(url, via_gw ? token() : NULL, js, hdrs, 120, &r);
+                json_object_put(body);
+                SG_CHECK(rc == 0 && r.status == 200 && strncmp(r.ctype, "text/event-stream", 17) == 0 &&
+                             !r.unterminated && r.nev >= 1 && strcmp(r.ev[r.nev - 1].name, "result") == 0,
+                         buf, "one-shot %s via the %s: curl \"%s\", HTTP %ld, %s, %zu events", langs[l],
+                         via_gw ? "gateway" : "proxy", r.error, r.status, r.ctype, r.nev);
+                char *sout, *serr;
+                size_t lout, lerr;
+                SG_CHECK(sgsse_concat(&r, "stdout", &sout, &lout) == 0 && sgsse_concat(&r, "stderr", &serr, &lerr) == 0,
+                         NULL, "output events are {\"data\": string}");
+                sgsse_result_free(&r);
+                const char *bout = SG_STR(buf, "stdout"), *berr = SG_STR(buf, "stderr");
+                SG_CHECK(lout == strlen(bout) && memcmp(sout, bout, lout) == 0 && lerr == strlen(berr) &&
+                             memcmp(serr, berr, lerr) == 0,
+                         NULL, "one-shot %s via the %s, %zu bytes: streamed output differs from the buffered one",
+                         langs[l], via_gw ? "gateway" : "proxy", sizes[k]);
+                free(sout);
+                free(serr);
+                json_object_put(buf);
+            }
+        }
+    }
+}
+
 /* After all that, a fresh session still works, streamed and not. */
 SGGW_TEST(test_service_still_works)
 {
@@ -458,6 +499,7 @@ int main(void)
         cmocka_unit_test_teardown(test_python_through_gateway, after_test),
         cmocka_unit_test_teardown(test_javascript_through_gateway, after_test),
         cmocka_unit_test_teardown(test_control_characters, after_test),
+        cmocka_unit_test_teardown(test_one_shot, after_test),
         cmocka_unit_test_teardown(test_service_still_works, after_test),
     };
     return cmocka_run_group_tests_name("sec_streaming", tests, group_setup, group_teardown);
