@@ -354,6 +354,34 @@ SGGW_TEST(test_signals_to_pid1_do_not_kill_the_session)
     free(tok);
 }
 
+/* Resource limits of the agent: prlimit() on another process needs only
+ * the same uid and gid, and the agent runs as the sandbox user, so user
+ * code could lower PID 1's limits (RLIMIT_NOFILE: no pipe for the next
+ * run; RLIMIT_CPU: SIGKILL by the kernel, which PID 1 cannot ignore). The
+ * session must survive: the call must be refused. */
+SGGW_TEST(test_cannot_lower_the_agents_limits)
+{
+    char *tok = sgsec_tenant(&st, "prlimit", NULL);
+    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    json_object *r = py(tok, sid,
+                        "import errno, resource\n"
+                        "x = 41\n"
+                        "def lower(what, to):\n"
+                        "    try:\n"
+                        "        resource.prlimit(1, what, to)\n"
+                        "        return 'LOWERED'\n"
+                        "    except OSError as e:\n"
+                        "        return errno.errorcode[e.errno]\n"
+                        "print('nofile', lower(resource.RLIMIT_NOFILE, (8, 8)))\n"
+                        "print('nproc', lower(resource.RLIMIT_NPROC, (1, 1)))\n"
+                        "print('as', lower(resource.RLIMIT_AS, (1 << 20, 1 << 20)))\n");
+    SGSEC_EXPECT_STDOUT(r, "nofile EPERM\nnproc EPERM\nas EPERM\n");
+    json_object_put(r);
+    sgsec_expect_service_works(&st, tok, sid, 1);
+    free(sid);
+    free(tok);
+}
+
 SGGW_TEST(test_cannot_read_agent_fds)
 {
     char *tok = sgsec_tenant(&st, "agentfds", NULL);
@@ -585,6 +613,7 @@ int main(void)
         cmocka_unit_test_teardown(test_cannot_use_privileged_syscalls, after_test),
         cmocka_unit_test_teardown(test_cannot_ptrace_the_agent, after_test),
         cmocka_unit_test_teardown(test_signals_to_pid1_do_not_kill_the_session, after_test),
+        cmocka_unit_test_teardown(test_cannot_lower_the_agents_limits, after_test),
         cmocka_unit_test_teardown(test_cannot_read_agent_fds, after_test),
         cmocka_unit_test_teardown(test_environment_holds_no_secrets, after_test),
         cmocka_unit_test_teardown(test_inode_flood_is_contained, after_test),
