@@ -358,7 +358,8 @@ SGGW_TEST(test_signals_to_pid1_do_not_kill_the_session)
  * the same uid and gid, and the agent runs as the sandbox user, so user
  * code could lower PID 1's limits (RLIMIT_NOFILE: no pipe for the next
  * run; RLIMIT_CPU: SIGKILL by the kernel, which PID 1 cannot ignore). The
- * session must survive: the call must be refused. */
+ * agent's system call filter refuses it, on the 64-bit and the 32-bit
+ * system call tables; a process's own limits stay its own to set. */
 SGGW_TEST(test_cannot_lower_the_agents_limits)
 {
     char *tok = sgsec_tenant(&st, "prlimit", NULL);
@@ -374,8 +375,29 @@ SGGW_TEST(test_cannot_lower_the_agents_limits)
                         "        return errno.errorcode[e.errno]\n"
                         "print('nofile', lower(resource.RLIMIT_NOFILE, (8, 8)))\n"
                         "print('nproc', lower(resource.RLIMIT_NPROC, (1, 1)))\n"
-                        "print('as', lower(resource.RLIMIT_AS, (1 << 20, 1 << 20)))\n");
-    SGSEC_EXPECT_STDOUT(r, "nofile EPERM\nnproc EPERM\nas EPERM\n");
+                        "print('as', lower(resource.RLIMIT_AS, (1 << 20, 1 << 20)))\n"
+                        "# the same through the 32-bit system call table (int 0x80, prlimit64 = 340)\n"
+                        "import ctypes, platform, struct\n"
+                        "assert platform.machine() == 'x86_64', 'the code below is x86_64'\n"
+                        "libc = ctypes.CDLL(None, use_errno=True)\n"
+                        "libc.mmap.restype = ctypes.c_void_p\n"
+                        "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,\n"
+                        "                      ctypes.c_int, ctypes.c_long]\n"
+                        "page = libc.mmap(None, 4096, 7, 0x2 | 0x20 | 0x40, -1, 0)  # rwx, below 4 GiB\n"
+                        "lim = page + 2048\n"
+                        "ctypes.memmove(lim, struct.pack('<QQ', 8, 8), 16)\n"
+                        "u32 = lambda v: struct.pack('<I', v)\n"
+                        "code = (b'\\x53' + b'\\xb8' + u32(340) + b'\\xbb' + u32(1) + b'\\xb9' + u32(7) +\n"
+                        "        b'\\xba' + u32(lim) + b'\\xbe' + u32(0) + b'\\xcd\\x80' + b'\\x5b' + b'\\xc3')\n"
+                        "ctypes.memmove(page, code, len(code))\n"
+                        "rc = ctypes.CFUNCTYPE(ctypes.c_int)(page)()\n"
+                        "print('compat nofile', 'LOWERED' if rc == 0 else errno.errorcode[-rc])\n"
+                        "# its own limits stay the user's to set\n"
+                        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+                        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))\n"
+                        "resource.prlimit(0, resource.RLIMIT_NOFILE, (soft, hard))\n"
+                        "print('own', resource.getrlimit(resource.RLIMIT_NOFILE) == (soft, hard))\n");
+    SGSEC_EXPECT_STDOUT(r, "nofile EPERM\nnproc EPERM\nas EPERM\ncompat nofile EPERM\nown True\n");
     json_object_put(r);
     sgsec_expect_service_works(&st, tok, sid, 1);
     free(sid);
