@@ -7,7 +7,11 @@
  *   - it is not dumpable, so user code cannot open /proc/<agent>/fd/{0,1} and
  *     read requests or forge replies;
  *   - as PID 1 of its namespace it cannot be killed from inside; elsewhere (in
- *     tests) it is a child subreaper, so orphans still come back to it;
+ *     tests) it is a child subreaper, so orphans still come back to it; a
+ *     termination signal counts only from outside, with a sender the kernel
+ *     wrote (handle_signals);
+ *   - every run is under a system call filter that refuses prlimit() on
+ *     another process, so user code cannot lower the agent's limits;
  *   - user code gets oom_score_adj 1000, so the OOM killer picks it first;
  *   - after every run, every descendant is found through /proc and killed,
  *     including those that called setsid() and double-forked.
