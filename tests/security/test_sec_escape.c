@@ -506,6 +506,20 @@ SGGW_TEST(test_environment_holds_no_secrets)
     for (const char *l = out; (l = strstr(l, "env SANDGATE_")) != NULL; l++)
         SG_CHECK(strncmp(l, "env SANDGATE_WORKDIR=", 21) == 0 || strncmp(l, "env SANDGATE_FILE=", 18) == 0, r,
                  "an unexpected SANDGATE_ variable in the sandbox");
+
+    /* what the agent's environ (closed to user code) holds, seen from outside:
+     * the container's environment, and nothing of Docker's mounted in */
+    char *cid = sgtest_docker_session_container(st.proxy_id, sid);
+    SG_CHECK(cid != NULL, NULL, "session %s has no container", sid);
+    json_object *c = sgtest_docker_inspect(cid, NULL);
+    SG_CHECK(c != NULL, NULL, "cannot inspect %s", cid);
+    const char *env = json_object_to_json_string(sgtest_jpath(c, "Config.Env"));
+    const char *mounts = json_object_to_json_string(sgtest_jpath(c, "Mounts"));
+    for (int i = 0; secrets[i] != NULL; i++)
+        SG_CHECK(strstr(env, secrets[i]) == NULL, c, "the container's environment holds \"%s\"", secrets[i]);
+    SG_CHECK(strstr(mounts, "docker.sock") == NULL, c, "the Docker socket is mounted in the sandbox");
+    json_object_put(c);
+    free(cid);
     json_object_put(r);
     sgsec_expect_service_works(&st, tok, sid, 1);
     free(sid);
