@@ -114,9 +114,8 @@ json_object *sg_session_container_config(const sg_session_t *s, const char *prox
                                                s->_pooled ? "pool" : s->ephemeral ? "ephemeral" : "session",
                                                s->created_at));
 
-    json_object_object_add(hc, "NetworkMode", json_object_new_string(!s->limits.network           ? "none"
-                                                               : conf.sandbox_network != NULL ? conf.sandbox_network
-                                                                                              : SG_SANDBOX_NETWORK));
+    const char *net = conf.sandbox_network != NULL ? conf.sandbox_network : SG_SANDBOX_NETWORK;
+    json_object_object_add(hc, "NetworkMode", json_object_new_string(s->limits.network ? net : "none"));
     sg_container_harden(hc, s->limits.memory_mb, s->limits.pids, s->limits.cpus);
     /* A template session keeps its root writable and its work dir on the
      * container's own layer, so that the commit at close captures them; a
