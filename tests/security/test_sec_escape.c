@@ -211,7 +211,8 @@ SGGW_TEST(test_cannot_use_privileged_syscalls)
                         "    print('mknod block MADE')\n"
                         "except OSError as e:\n"
                         "    print('mknod block', errno.errorcode[e.errno])\n"
-                        "st = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)\n"
+                        "lines = open('/proc/self/status').read().splitlines()\n"
+                        "st = dict(l.split(':\\t', 1) for l in lines if ':\\t' in l)\n"
                         "for k in ('Uid', 'CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb', 'NoNewPrivs', 'Seccomp'):\n"
                         "    print(k, st[k].split()[0])\n");
     SGSEC_EXPECT_STDOUT(r, "open_by_handle_at EPERM\n"
@@ -525,6 +526,7 @@ SGGW_TEST(test_environment_holds_no_secrets)
     free(sid);
     free(tok);
 }
+
 /* ------------------------------------------------------------------------
  * Floods
  * ------------------------------------------------------------------------ */
