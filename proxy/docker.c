@@ -768,8 +768,8 @@ static int network_check(sg_docker_t *d, const char *name, char *err, size_t err
         goto Exit;
     }
     o = json_tokener_parse(resp.base);
-    if (o == NULL || !json_object_object_get_ex(o, "Options", &opts) || !json_object_object_get_ex(opts, ICC_OPTION, &v) ||
-        strcmp(json_object_get_string(v), "false") != 0) {
+    if (o == NULL || !json_object_object_get_ex(o, "Options", &opts) ||
+        !json_object_object_get_ex(opts, ICC_OPTION, &v) || strcmp(json_object_get_string(v), "false") != 0) {
         snprintf(err, errlen,
                  "the Docker network %s lets its containers reach each other (" ICC_OPTION
                  " is not \"false\"); remove it, or name another one",

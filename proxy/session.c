@@ -126,9 +126,8 @@ json_object *sg_session_container_config(const sg_session_t *s, const char *prox
                                                s->_pooled ? "pool" : s->ephemeral ? "ephemeral" : "session",
                                                s->created_at));
 
-    json_object_object_add(hc, "NetworkMode", json_object_new_string(!s->limits.network           ? "none"
-                                                               : conf.sandbox_network != NULL ? conf.sandbox_network
-                                                                                              : SG_SANDBOX_NETWORK));
+    const char *net = conf.sandbox_network != NULL ? conf.sandbox_network : SG_SANDBOX_NETWORK;
+    json_object_object_add(hc, "NetworkMode", json_object_new_string(s->limits.network ? net : "none"));
     sg_container_harden(hc, s->limits.memory_mb, s->limits.pids, s->limits.cpus);
     /* The root is read-only for every session. A template session's work
      * dir is a size-capped tmpfs like any other, but on a volume, which

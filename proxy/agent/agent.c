@@ -7,7 +7,11 @@
  *   - it is not dumpable, so user code cannot open /proc/<agent>/fd/{0,1} and
  *     read requests or forge replies;
  *   - as PID 1 of its namespace it cannot be killed from inside; elsewhere (in
- *     tests) it is a child subreaper, so orphans still come back to it;
+ *     tests) it is a child subreaper, so orphans still come back to it; a
+ *     termination signal counts only from outside, with a sender the kernel
+ *     wrote (handle_signals);
+ *   - every run is under a system call filter that refuses prlimit() on
+ *     another process, so user code cannot lower the agent's limits;
  *   - user code gets oom_score_adj 1000, so the OOM killer picks it first;
  *   - after every run, every descendant is found through /proc and killed,
  *     including those that called setsid() and double-forked.
@@ -37,7 +41,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -688,6 +697,66 @@ static void free_env(char **envp)
     free(envp);
 }
 
+/* ---- the system call filter of user code ------------------------------- */
+
+/* prlimit() on another process needs only the same uid and gid, and user
+ * code runs as the agent's user: without this filter it could lower the
+ * agent's limits (RLIMIT_NOFILE: no pipe for the next run; RLIMIT_CPU: a
+ * SIGKILL from the kernel, which even PID 1 takes). The filter, inherited by
+ * every descendant, refuses prlimit64 with a pid other than 0 ("myself",
+ * what setrlimit and getrlimit use) with EPERM, on the native system call
+ * table and on the compat one a 64-bit process can still reach. */
+#if defined(__x86_64__)
+#define FILTER_ARCH AUDIT_ARCH_X86_64
+#define FILTER_COMPAT_ARCH AUDIT_ARCH_I386
+#define FILTER_COMPAT_NR_PRLIMIT64 340
+#define FILTER_NR_MASK 0xbfffffffu /* x32 numbers are the native ones with bit 30 set */
+#elif defined(__aarch64__)
+#define FILTER_ARCH AUDIT_ARCH_AARCH64
+#define FILTER_COMPAT_ARCH AUDIT_ARCH_ARM
+#define FILTER_COMPAT_NR_PRLIMIT64 369
+#define FILTER_NR_MASK 0xffffffffu
+#endif
+
+#ifdef FILTER_ARCH
+static int install_filter(void)
+{
+    struct sock_filter prog[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, FILTER_ARCH, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, FILTER_COMPAT_ARCH, 4, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        /* native */
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_STMT(BPF_ALU | BPF_AND | BPF_K, FILTER_NR_MASK),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_prlimit64, 3, 5),
+        /* compat */
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, FILTER_COMPAT_NR_PRLIMIT64, 1, 3),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW), /* not reached */
+        /* prlimit64: the pid is an int, the low half of the first argument */
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+                                               + 4
+#endif
+                 ),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+    };
+    struct sock_fprog fprog = {(unsigned short)(sizeof(prog) / sizeof(prog[0])), prog};
+
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        return -1;
+    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog, 0, 0);
+}
+#else
+static int install_filter(void)
+{
+    return 0; /* no filter for this architecture yet */
+}
+#endif
+
 static int mkdir_parents(const char *path)
 {
     char buf[PATH_MAX], *p;
@@ -872,6 +941,10 @@ static void child_exec(exec_t *x, const char *cmd, const int *fds, int nfds)
         sigaction(i, &sa, NULL);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
+    if (install_filter() != 0) {
+        dprintf(2, "sandgate-agent: cannot install the system call filter: %s\n", strerror(errno));
+        _exit(127);
+    }
     execve("/bin/sh", argv, x->envp);
     dprintf(2, "sandgate-agent: cannot run /bin/sh: %s\n", strerror(errno));
     _exit(127);

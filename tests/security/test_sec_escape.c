@@ -211,7 +211,8 @@ SGGW_TEST(test_cannot_use_privileged_syscalls)
                         "    print('mknod block MADE')\n"
                         "except OSError as e:\n"
                         "    print('mknod block', errno.errorcode[e.errno])\n"
-                        "st = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)\n"
+                        "lines = open('/proc/self/status').read().splitlines()\n"
+                        "st = dict(l.split(':\\t', 1) for l in lines if ':\\t' in l)\n"
                         "for k in ('Uid', 'CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb', 'NoNewPrivs', 'Seccomp'):\n"
                         "    print(k, st[k].split()[0])\n");
     SGSEC_EXPECT_STDOUT(r, "open_by_handle_at EPERM\n"
@@ -354,6 +355,56 @@ SGGW_TEST(test_signals_to_pid1_do_not_kill_the_session)
     free(tok);
 }
 
+/* Resource limits of the agent: prlimit() on another process needs only
+ * the same uid and gid, and the agent runs as the sandbox user, so user
+ * code could lower PID 1's limits (RLIMIT_NOFILE: no pipe for the next
+ * run; RLIMIT_CPU: SIGKILL by the kernel, which PID 1 cannot ignore). The
+ * agent's system call filter refuses it, on the 64-bit and the 32-bit
+ * system call tables; a process's own limits stay its own to set. */
+SGGW_TEST(test_cannot_lower_the_agents_limits)
+{
+    char *tok = sgsec_tenant(&st, "prlimit", NULL);
+    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    json_object *r = py(tok, sid,
+                        "import errno, resource\n"
+                        "x = 41\n"
+                        "def lower(what, to):\n"
+                        "    try:\n"
+                        "        resource.prlimit(1, what, to)\n"
+                        "        return 'LOWERED'\n"
+                        "    except OSError as e:\n"
+                        "        return errno.errorcode[e.errno]\n"
+                        "print('nofile', lower(resource.RLIMIT_NOFILE, (8, 8)))\n"
+                        "print('nproc', lower(resource.RLIMIT_NPROC, (1, 1)))\n"
+                        "print('as', lower(resource.RLIMIT_AS, (1 << 20, 1 << 20)))\n"
+                        "# the same through the 32-bit system call table (int 0x80, prlimit64 = 340)\n"
+                        "import ctypes, platform, struct\n"
+                        "assert platform.machine() == 'x86_64', 'the code below is x86_64'\n"
+                        "libc = ctypes.CDLL(None, use_errno=True)\n"
+                        "libc.mmap.restype = ctypes.c_void_p\n"
+                        "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,\n"
+                        "                      ctypes.c_int, ctypes.c_long]\n"
+                        "page = libc.mmap(None, 4096, 7, 0x2 | 0x20 | 0x40, -1, 0)  # rwx, below 4 GiB\n"
+                        "lim = page + 2048\n"
+                        "ctypes.memmove(lim, struct.pack('<QQ', 8, 8), 16)\n"
+                        "u32 = lambda v: struct.pack('<I', v)\n"
+                        "code = (b'\\x53' + b'\\xb8' + u32(340) + b'\\xbb' + u32(1) + b'\\xb9' + u32(7) +\n"
+                        "        b'\\xba' + u32(lim) + b'\\xbe' + u32(0) + b'\\xcd\\x80' + b'\\x5b' + b'\\xc3')\n"
+                        "ctypes.memmove(page, code, len(code))\n"
+                        "rc = ctypes.CFUNCTYPE(ctypes.c_int)(page)()\n"
+                        "print('compat nofile', 'LOWERED' if rc == 0 else errno.errorcode[-rc])\n"
+                        "# its own limits stay the user's to set\n"
+                        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+                        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))\n"
+                        "resource.prlimit(0, resource.RLIMIT_NOFILE, (soft, hard))\n"
+                        "print('own', resource.getrlimit(resource.RLIMIT_NOFILE) == (soft, hard))\n");
+    SGSEC_EXPECT_STDOUT(r, "nofile EPERM\nnproc EPERM\nas EPERM\ncompat nofile EPERM\nown True\n");
+    json_object_put(r);
+    sgsec_expect_service_works(&st, tok, sid, 1);
+    free(sid);
+    free(tok);
+}
+
 SGGW_TEST(test_cannot_read_agent_fds)
 {
     char *tok = sgsec_tenant(&st, "agentfds", NULL);
@@ -456,11 +507,26 @@ SGGW_TEST(test_environment_holds_no_secrets)
     for (const char *l = out; (l = strstr(l, "env SANDGATE_")) != NULL; l++)
         SG_CHECK(strncmp(l, "env SANDGATE_WORKDIR=", 21) == 0 || strncmp(l, "env SANDGATE_FILE=", 18) == 0, r,
                  "an unexpected SANDGATE_ variable in the sandbox");
+
+    /* what the agent's environ (closed to user code) holds, seen from outside:
+     * the container's environment, and nothing of Docker's mounted in */
+    char *cid = sgtest_docker_session_container(st.proxy_id, sid);
+    SG_CHECK(cid != NULL, NULL, "session %s has no container", sid);
+    json_object *c = sgtest_docker_inspect(cid, NULL);
+    SG_CHECK(c != NULL, NULL, "cannot inspect %s", cid);
+    const char *env = json_object_to_json_string(sgtest_jpath(c, "Config.Env"));
+    const char *mounts = json_object_to_json_string(sgtest_jpath(c, "Mounts"));
+    for (int i = 0; secrets[i] != NULL; i++)
+        SG_CHECK(strstr(env, secrets[i]) == NULL, c, "the container's environment holds \"%s\"", secrets[i]);
+    SG_CHECK(strstr(mounts, "docker.sock") == NULL, c, "the Docker socket is mounted in the sandbox");
+    json_object_put(c);
+    free(cid);
     json_object_put(r);
     sgsec_expect_service_works(&st, tok, sid, 1);
     free(sid);
     free(tok);
 }
+
 /* ------------------------------------------------------------------------
  * Floods
  * ------------------------------------------------------------------------ */
@@ -585,6 +651,7 @@ int main(void)
         cmocka_unit_test_teardown(test_cannot_use_privileged_syscalls, after_test),
         cmocka_unit_test_teardown(test_cannot_ptrace_the_agent, after_test),
         cmocka_unit_test_teardown(test_signals_to_pid1_do_not_kill_the_session, after_test),
+        cmocka_unit_test_teardown(test_cannot_lower_the_agents_limits, after_test),
         cmocka_unit_test_teardown(test_cannot_read_agent_fds, after_test),
         cmocka_unit_test_teardown(test_environment_holds_no_secrets, after_test),
         cmocka_unit_test_teardown(test_inode_flood_is_contained, after_test),

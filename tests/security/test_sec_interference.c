@@ -146,8 +146,8 @@ static void victim_hits(const char *tok, const char *sid, int want)
     char w[32];
     json_object *r = py(tok, sid, "import time; time.sleep(0.3); print(hits[0])");
     pathf(w, sizeof(w), "%d\n", want);
-    SG_CHECK(strcmp(SG_STR(r, "stdout"), w) == 0, r, "the victim's listener must have seen only its own %d connection(s)",
-             want);
+    SG_CHECK(strcmp(SG_STR(r, "stdout"), w) == 0, r,
+             "the victim's listener must have seen only its own %d connection(s)", want);
     json_object_put(r);
 }
 
@@ -186,8 +186,8 @@ SGGW_TEST(test_cannot_see_other_sessions_processes)
                        "pids = len(glob.glob('/proc/[0-9]*'))\n"
                        "print('marker', 'sgvictim4242' in names)\n"
                        "print('few', pids < 10)\n"
-                       "print('service', sorted(n for n in names if n.startswith(('dockerd', 'containerd', 'sandgate-', "
-                       "'redis', 'runc'))))\n";
+                       "service = ('dockerd', 'containerd', 'sandgate-', 'redis', 'runc')\n"
+                       "print('service', sorted(n for n in names if n.startswith(service)))\n";
     json_object *r = py(vt, vs, mark);
     json_object_put(r);
     /* positive control: the marker is there to be found */
@@ -418,11 +418,11 @@ static json_object *bomb_against_victim(const char *at, const char *as, const ch
         if (vend[i] - vstart[i] > worst)
             worst = vend[i] - vstart[i];
     }
-    SG_CHECK(inside >= 5, res, "only %d victim executions ran during the bomb (%.2f s); the test proved nothing", inside,
-             be - bs);
+    SG_CHECK(inside >= 5, res, "only %d victim executions ran during the bomb (%.2f s); the test proved nothing",
+             inside, be - bs);
     SG_CHECK(worst <= bound, res,
-             "during the bomb a victim execution took %.2f s (median before %.3f s, bound %.2f s, %d executions)", worst,
-             base[3], bound, inside);
+             "during the bomb a victim execution took %.2f s (median before %.3f s, bound %.2f s, %d executions)",
+             worst, base[3], bound, inside);
     return res;
 }
 
