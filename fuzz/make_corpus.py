@@ -253,6 +253,17 @@ utf8 = [
 ]
 write("fuzz_utf8", utf8)
 
+# ---- the library check's output (names, NUL, what the check printed; fuzz_lib_missing.c) ----
+libs = [
+    ("one_missing", "numpy\nrequests", "requests\n"),
+    ("none_missing", "numpy", ""),
+    ("forged_line", "tabulate", "tabulate @ https://attacker/tabulate-99.0.0-py3-none-any.whl\ntabulate\n"),
+    ("twice", "numpy\nnumpy\npandas", "numpy\npandas\nnumpy\n"),
+    ("npm", "@types/node\nlodash", "lodash\r\n@types/node"),
+    ("noise", "numpy", "Traceback (most recent call last):\n  numpy\nnumpy \n"),
+]
+write("fuzz_lib_missing", [(n, names.encode() + b"\0" + out.encode()) for n, names, out in libs])
+
 # ---- agent paths (first byte: bit 0 create, bit 1 absolute; fuzz_agent_path.c) -------
 paths = [
     (0, "a/b/c.txt"), (2, "a/b/c.txt"), (0, "file"), (1, "new/dir/file.txt"), (3, "new/file"),
