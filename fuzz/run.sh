@@ -9,6 +9,8 @@
 #              SANDGATE_FUZZ_BUILD build directory (default build-fuzz).
 # A failing input is kept in build-fuzz/artifacts/<target>/; replay it with
 #   build-fuzz/fuzz/<target> build-fuzz/artifacts/<target>/crash-...
+# Seeds: fuzz/corpus/<target>/, written by fuzz/make_corpus.py; once a bug
+# is fixed, its input goes there too. Each fuzz_*.c says what it checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-20}
