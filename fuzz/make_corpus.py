@@ -275,6 +275,19 @@ tenant = [
 ]
 write("fuzz_tenant_fields", [(n, t) for n, t in tenant])
 
+# ---- template names (first byte: output size - 1; fuzz_template_name.c) ----
+tpl = [
+    ("plain", 255, "sandgate/python:3f2a9c1e-7b4d-4e8a-9f00-12ab34cd56ef"),
+    ("encoded", 255, "sandgate%2Fpython%3A3f2a9c1e-7b4d-4e8a-9f00-12ab34cd56ef"),
+    ("nul", 255, "x%00y"),
+    ("bad_escape", 255, "x%4"),
+    ("bad_hex", 255, "x%zz"),
+    ("tight", 4, "abcd"),
+    ("fits", 4, "abc"),
+    ("long", 255, "a" * 300),
+]
+write("fuzz_template_name", [(n, bytes([b]) + t.encode()) for n, b, t in tpl])
+
 # ---- agent paths (first byte: bit 0 create, bit 1 absolute; fuzz_agent_path.c) -------
 paths = [
     (0, "a/b/c.txt"), (2, "a/b/c.txt"), (0, "file"), (1, "new/dir/file.txt"), (3, "new/file"),
