@@ -253,6 +253,41 @@ utf8 = [
 ]
 write("fuzz_utf8", utf8)
 
+# ---- the library check's output (names, NUL, what the check printed; fuzz_lib_missing.c) ----
+libs = [
+    ("one_missing", "numpy\nrequests", "requests\n"),
+    ("none_missing", "numpy", ""),
+    ("forged_line", "tabulate", "tabulate @ https://attacker/tabulate-99.0.0-py3-none-any.whl\ntabulate\n"),
+    ("twice", "numpy\nnumpy\npandas", "numpy\npandas\nnumpy\n"),
+    ("npm", "@types/node\nlodash", "lodash\r\n@types/node"),
+    ("noise", "numpy", "Traceback (most recent call last):\n  numpy\nnumpy \n"),
+]
+write("fuzz_lib_missing", [(n, names.encode() + b"\0" + out.encode()) for n, names, out in libs])
+
+# ---- tenant quota fields (key=value lines; fuzz_tenant_fields.c) ----
+tenant = [
+    ("set", "max_sessions=5\nmax_timeout=60\nmax_cpus=0.5\nallowed_langs=python,javascript\nnetwork_allowed=yes"),
+    ("bounds", "max_memory_mb=16\nmax_memory_mb=1048576\nexec_seconds_per_day=1e12\nmax_cpus=0.01"),
+    ("refused", "max_memory_mb=1048577\nmax_timeout=NaN\nrate_per_min=0x10\nmax_cpus=inf\nburst=-1"),
+    ("odd", "disabled=TRUE\nidle_timeout=1\nmax_lifetime=1000000000\nallowed_langs=*\nunknown=1"),
+    ("precision", "max_timeout=0.1000004\nexec_seconds_per_day=0.0000001\nmax_cpus=1023.9999999"),
+    ("langs", "allowed_langs=c++,go,a_b-c\nallowed_langs=python,,go\nallowed_langs=" + "x" * 300),
+]
+write("fuzz_tenant_fields", [(n, t) for n, t in tenant])
+
+# ---- template names (first byte: output size - 1; fuzz_template_name.c) ----
+tpl = [
+    ("plain", 255, "sandgate/python:3f2a9c1e-7b4d-4e8a-9f00-12ab34cd56ef"),
+    ("encoded", 255, "sandgate%2Fpython%3A3f2a9c1e-7b4d-4e8a-9f00-12ab34cd56ef"),
+    ("nul", 255, "x%00y"),
+    ("bad_escape", 255, "x%4"),
+    ("bad_hex", 255, "x%zz"),
+    ("tight", 4, "abcd"),
+    ("fits", 4, "abc"),
+    ("long", 255, "a" * 300),
+]
+write("fuzz_template_name", [(n, bytes([b]) + t.encode()) for n, b, t in tpl])
+
 # ---- agent paths (first byte: bit 0 create, bit 1 absolute; fuzz_agent_path.c) -------
 paths = [
     (0, "a/b/c.txt"), (2, "a/b/c.txt"), (0, "file"), (1, "new/dir/file.txt"), (3, "new/file"),
