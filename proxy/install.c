@@ -142,8 +142,8 @@ void sg_install_fetch(sg_session_t *s, const char *spec, sg_fetch_cb cb, void *d
     j->super.done = fetch_done;
     if (sg_capacity_take() == 0) {
         j->has_slot = 1;
-    } else if (sg_pool_yield(fetch_submit, j) == 0) {
-        j->has_slot = 1; /* handed over once the pooled container is gone */
+    } else if (sg_slot_await(fetch_submit, j) == 0) {
+        j->has_slot = 1; /* handed over once a container being removed is gone */
         return;
     }
     /* without a slot the job only reports no_capacity (from the loop's queue) */

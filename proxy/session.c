@@ -78,15 +78,26 @@ static void list_remove(sg_session_t *s)
     sg_session_unref(s);
 }
 
-/* The container is gone (or was never made): its slot goes back, unless
- * the pool handed it over to a request (sg_pool_yield). */
+/* Sessions whose container is being removed and whose slot no request has
+ * claimed yet (sg_slot_await), oldest close first. */
+static h2o_linklist_t closing = {&closing, &closing};
+
+/* The container is gone (or was never made): its slot goes back, or to the
+ * request that claimed it (sg_slot_await), which runs now. */
 static void slot_release(sg_session_t *s)
 {
+    if (h2o_linklist_is_linked(&s->_closing_link))
+        h2o_linklist_unlink(&s->_closing_link);
     if (!s->_has_slot)
         return;
     s->_has_slot = 0;
-    if (!s->_slot_handover)
+    if (s->_handover_cb != NULL) {
+        void (*cb)(void *data) = s->_handover_cb;
+        s->_handover_cb = NULL;
+        cb(s->_handover_data);
+    } else {
         sg_capacity_give();
+    }
 }
 
 const sg_sessions_conf_t *sg_sessions_conf(void)
@@ -554,37 +565,34 @@ void sg_pool_fill(void)
     }
 }
 
-typedef struct {
-    void (*cb)(void *data);
-    void *data;
-} yield_t;
-
-static void on_yielded(void *data, const char *template_image, int64_t template_size, const char *err)
-{
-    yield_t y = *(yield_t *)data;
-    free(data);
-    y.cb(y.data);
-}
-
 int sg_pool_yield(void (*cb)(void *data), void *data)
 {
     for (size_t i = 0; i < sg_lang_count() && i < MAX_LANGS; i++) {
         for (h2o_linklist_t *l = pool[i].ready.next; l != &pool[i].ready; l = l->next) {
             sg_session_t *s = H2O_STRUCT_FROM_MEMBER(sg_session_t, _link, l);
-            if (s->_close_requested || !s->_has_slot)
+            if (s->_close_requested || !s->_has_slot || s->_handover_cb != NULL)
                 continue;
-            yield_t *y = malloc(sizeof(*y));
-            if (y == NULL)
-                return -1;
-            y->cb = cb;
-            y->data = data;
-            s->_slot_handover = 1;
+            s->_handover_cb = cb;
+            s->_handover_data = data;
             sg_debug("pool: %s container %.12s removed to make room", s->lang->name, s->container_id);
-            sg_session_close(s, on_yielded, y);
+            sg_session_close(s, NULL, NULL);
             return 0;
         }
     }
     return -1;
+}
+
+int sg_slot_await(void (*cb)(void *data), void *data)
+{
+    if (!h2o_linklist_is_empty(&closing)) {
+        sg_session_t *s = H2O_STRUCT_FROM_MEMBER(sg_session_t, _closing_link, closing.next);
+        h2o_linklist_unlink(&s->_closing_link);
+        s->_handover_cb = cb;
+        s->_handover_data = data;
+        sg_debug("session %s: the slot of its container, being removed, goes to a request", s->id);
+        return 0;
+    }
+    return sg_pool_yield(cb, data);
 }
 
 size_t sg_pool_ready(const sg_lang_t *lang)
@@ -643,7 +651,7 @@ void sg_session_create(const sg_create_req_t *req, int ephemeral, sg_session_rea
         w->ephemeral = ephemeral;
         w->cb = cb;
         w->data = data;
-        if (sg_pool_yield(on_room, w) == 0)
+        if (sg_slot_await(on_room, w) == 0)
             return;
     }
     free(w);
@@ -843,6 +851,8 @@ void sg_session_close(sg_session_t *s, sg_session_closed_cb cb, void *data)
     s->_close_requested = 1;
     sg_session_ref(s); /* the close job's, taken before the list's goes */
     list_remove(s);
+    if (s->_has_slot && s->_handover_cb == NULL)
+        h2o_linklist_insert(&closing, &s->_closing_link); /* its slot can be claimed */
     if (s->state != SG_SESSION_DEAD)
         s->state = SG_SESSION_CLOSING;
     j = calloc(1, sizeof(*j));

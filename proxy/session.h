@@ -95,7 +95,10 @@ struct sg_session {
     int _where; /* SG_IN_NONE, SG_IN_TABLE or SG_IN_POOL: which list _link is on */
     int _pooled; /* made by the pool: labelled sandgate.kind=pool */
     int _has_slot; /* holds one of SANDGATE_MAX_CONTAINERS (capacity.h) until its container is gone */
-    int _slot_handover; /* evicted from the pool: its slot goes to whoever asked, not back */
+    h2o_linklist_t _closing_link; /* in `closing` while its container is removed with its slot unclaimed */
+    /* the request its slot goes to once the container is gone (not back), or NULL */
+    void (*_handover_cb)(void *data);
+    void *_handover_data;
 };
 
 typedef enum { SG_OP_EXEC, SG_OP_PUT_FILE, SG_OP_GET_FILE } sg_op_kind_t;
@@ -148,9 +151,9 @@ void sg_sessions_init(const sg_sessions_conf_t *conf);
 const sg_sessions_conf_t *sg_sessions_conf(void);
 
 /* Starts a container for a session and connects to its agent (or takes
- * one from the pool). At SANDGATE_MAX_CONTAINERS a ready pooled container
- * of any language is removed to make room (sg_pool_yield); when there is
- * none, cb gets 503 no_capacity. */
+ * one from the pool). At SANDGATE_MAX_CONTAINERS it waits for a slot that
+ * is on its way back (sg_slot_await); when there is none, cb gets 503
+ * no_capacity. */
 void sg_session_create(const sg_create_req_t *req, int ephemeral, sg_session_ready_cb cb, void *data);
 sg_session_t *sg_session_find(const char *id, size_t len);
 size_t sg_session_count(void);
@@ -179,6 +182,14 @@ void sg_pool_fill(void);
  * the pool has nothing ready. The pool itself fills only while a quarter
  * of the cap stays free. */
 int sg_pool_yield(void (*cb)(void *data), void *data);
+/* For a request that found the cap reached: the slot of a container whose
+ * removal is under way already (a one-shot's just answered, a closed
+ * session's) goes to it once that container is gone, else a ready pooled
+ * container is removed for it (sg_pool_yield); cb then runs with the slot,
+ * which the caller must give back when done. 0, or -1 (cb not called) when
+ * no slot can come: the caller answers no_capacity. A slot on its way back
+ * is claimed by one request at most, so waiting is bounded by removals. */
+int sg_slot_await(void (*cb)(void *data), void *data);
 size_t sg_pool_ready(const sg_lang_t *lang);
 
 /* Ops: create, then submit; the callback gets the result. */
