@@ -754,7 +754,13 @@ SGGW_TEST(test_proxy_container_cap)
 
     /* afterwards everything works: as many at once as the cap, and a session */
     one_shots_succeed(small_gw, tok, 4);
+    /* at once again: the containers of the last ones are still being
+     * removed, and their slots go to these (never a fifth container) */
+    sampler_start(&smp, small_id, NULL);
+    one_shots_succeed(small_gw, tok, 4);
     fresh_session_works(small_gw, tok);
+    sampler_stop(&smp);
+    SG_CHECK(smp.max_seen <= 4, NULL, "Docker held %d containers of a proxy whose cap is 4", smp.max_seen);
     wait_containers(0, 30);
     free(tok);
 }
