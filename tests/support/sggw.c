@@ -1919,3 +1919,100 @@ int sggw_stack_stop(sggw_gateway_t **gw, sggw_redis_t **redis, sgtest_proxy_t **
     }
     return rc;
 }
+
+/* ------------------------------------------------------------------------
+ * A suite's stack
+ * ------------------------------------------------------------------------ */
+
+static int stack_copy_env(char **dst, const char *const *src, const char *what)
+{
+    size_t n = 0;
+    for (; src != NULL && src[n] != NULL; n++) {
+        if (n >= SGGW_STACK_MAX_ENV) {
+            fprintf(stderr, "sggw_stack_start: more than %d %s settings\n", SGGW_STACK_MAX_ENV, what);
+            return -1;
+        }
+        if ((dst[n] = strdup(src[n])) == NULL)
+            return -1;
+    }
+    dst[n] = NULL;
+    return 0;
+}
+
+static void stack_free_env(char **env)
+{
+    for (size_t i = 0; env[i] != NULL; i++) {
+        free(env[i]);
+        env[i] = NULL;
+    }
+}
+
+static sgtest_proxy_t *stack_proxy_start(sggw_stack_t *st)
+{
+    return sgtest_proxy_start(st->proxy_id, (const char *const *)st->proxy_env);
+}
+
+static sggw_gateway_t *stack_gateway_start(sggw_stack_t *st)
+{
+    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(st->proxy),
+                     .redis_url = st->redis != NULL ? sggw_redis_url(st->redis) : NULL,
+                     .env = (const char *const *)st->gateway_env};
+    return sggw_gateway_start(&o);
+}
+
+int sggw_stack_start(sggw_stack_t *st, const sggw_stack_opts_t *o)
+{
+    static const char *const default_proxy_env[] = {"SANDGATE_POOL_SIZE=1", NULL};
+
+    memset(st, 0, sizeof(*st));
+    if (stack_copy_env(st->proxy_env, o->proxy_env != NULL ? o->proxy_env : default_proxy_env, "proxy") != 0 ||
+        stack_copy_env(st->gateway_env, o->gateway_env, "gateway") != 0)
+        return -1;
+    st->proxy_id = o->proxy_id != NULL ? strdup(o->proxy_id) : sgtest_new_proxy_id();
+    if (st->proxy_id == NULL || (st->proxy = stack_proxy_start(st)) == NULL)
+        return -1;
+    if (o->redis && (st->redis = sggw_redis_start()) == NULL)
+        return -1;
+    st->gw = stack_gateway_start(st);
+    return st->gw != NULL ? 0 : -1;
+}
+
+int sggw_stack_after_test(sggw_stack_t *st)
+{
+    int rc = sggw_after_test() ? -1 : 0;
+    st->gw_restarted = false;
+    if (st->redis != NULL && !sggw_redis_running(st->redis)) {
+        fprintf(stderr, "redis-server died during this test\n");
+        sggw_redis_print_log(st->redis, 40);
+        sggw_redis_kill(st->redis);
+        if (sggw_redis_restart(st->redis) != 0)
+            fprintf(stderr, "redis-server did not start again\n");
+        rc = -1;
+    }
+    if (st->proxy != NULL && !sgtest_proxy_alive(st->proxy)) {
+        fprintf(stderr, "the proxy died during this test\n");
+        sgtest_proxy_print_log(st->proxy, 60);
+        sgtest_proxy_kill9(st->proxy);
+        st->proxy = stack_proxy_start(st);
+        rc = -1;
+    }
+    if (!sggw_gateway_alive(st->gw)) {
+        fprintf(stderr, "the gateway died during this test\n");
+        sggw_gateway_print_log(st->gw, 80);
+        sggw_gateway_kill9(st->gw);
+        st->gw = stack_gateway_start(st);
+        st->gw_restarted = true;
+        rc = -1;
+    }
+    return rc;
+}
+
+int sggw_stack_end(sggw_stack_t *st)
+{
+    int rc = sggw_stack_stop(&st->gw, &st->redis, &st->proxy, st->proxy_id);
+    free(st->proxy_id);
+    st->proxy_id = NULL;
+    stack_free_env(st->proxy_env);
+    stack_free_env(st->gateway_env);
+    return rc;
+}

@@ -12,22 +12,18 @@
 
 #include "sggw.h"
 
-typedef struct {
-    sgtest_proxy_t *proxy;
-    char *proxy_id;
-    sggw_redis_t *redis;
-    sggw_gateway_t *gw;
-} sgsec_stack_t;
+/* The stack the attacks run on (sggw.h's, always with a redis-server). */
+typedef sggw_stack_t sgsec_stack_t;
 
 /* The suite's stack: a proxy with SANDGATE_POOL_SIZE=2 and the "KEY=VALUE"
  * strings of proxy_env (NULL-terminated, may be NULL), a redis-server, a
  * gateway on them. 0, or -1 after printing why (for a group setup). */
 int sgsec_stack_start(sgsec_stack_t *st, const char *const *proxy_env);
-/* For a test's teardown: prints the logs if the test failed; -1 when a
- * server died during it. */
+/* For a test's teardown: sggw_stack_after_test() (the logs if the test
+ * failed; a server that died is reported and started again). 0 or -1. */
 int sgsec_after_test(sgsec_stack_t *st);
-/* For the group teardown: sggw_stack_stop() (the gateway exits 0, no
- * container of the proxy is left), frees the proxy id. 0 or -1. */
+/* For the group teardown: sggw_stack_end() (the gateway exits 0, no
+ * container of the proxy is left). 0 or -1. */
 int sgsec_stack_stop(sgsec_stack_t *st);
 
 /* Asserting: a tenant with the "key=value" quotas (may be NULL); its token. */
