@@ -32,21 +32,9 @@ static sggw_stack_t stack;
 
 static int group_setup(void **state)
 {
-    (void)state;
+    *state = &stack;
     sggw_stack_opts_t o = {.redis = false};
     return sggw_stack_start(&stack, &o);
-}
-
-static int after_test(void **state)
-{
-    (void)state;
-    return sggw_stack_after_test(&stack);
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    return sggw_stack_end(&stack);
 }
 
 /* The usage rows of a tenant, newest last (the admin API). */
@@ -388,8 +376,8 @@ SGGW_TEST(test_real_stack_bill_is_proxy_wall_time)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_forged_durations_not_billed, after_test),
-        cmocka_unit_test_teardown(test_real_stack_bill_is_proxy_wall_time, after_test),
+        cmocka_unit_test_teardown(test_forged_durations_not_billed, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_real_stack_bill_is_proxy_wall_time, sggw_stack_teardown),
     };
-    return cmocka_run_group_tests_name("sec_billing", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("sec_billing", tests, group_setup, sggw_stack_group_teardown);
 }

@@ -625,6 +625,7 @@ SGGW_TEST(test_argv_flood_is_contained)
 
 static int group_setup(void **state)
 {
+    *state = &st;
     /* secrets of the proxy's own that no sandbox may see */
     const char *env[] = {"DOCKER_HOST=unix:///var/run/docker.sock", "SANDGATE_TEST_CANARY=" PROXY_CANARY,
                          "SANDGATE_PIP_INDEX_URL=https://index-user:" PROXY_CANARY "@index.invalid/simple",
@@ -632,30 +633,20 @@ static int group_setup(void **state)
     return sgsec_stack_start(&st, env);
 }
 
-static int after_test(void **state)
-{
-    return sgsec_after_test(&st);
-}
-
-static int group_teardown(void **state)
-{
-    return sgsec_stack_stop(&st);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_cannot_write_proc_sys, after_test),
-        cmocka_unit_test_teardown(test_cannot_mount, after_test),
-        cmocka_unit_test_teardown(test_cannot_open_raw_socket, after_test),
-        cmocka_unit_test_teardown(test_cannot_use_privileged_syscalls, after_test),
-        cmocka_unit_test_teardown(test_cannot_ptrace_the_agent, after_test),
-        cmocka_unit_test_teardown(test_signals_to_pid1_do_not_kill_the_session, after_test),
-        cmocka_unit_test_teardown(test_cannot_lower_the_agents_limits, after_test),
-        cmocka_unit_test_teardown(test_cannot_read_agent_fds, after_test),
-        cmocka_unit_test_teardown(test_environment_holds_no_secrets, after_test),
-        cmocka_unit_test_teardown(test_inode_flood_is_contained, after_test),
-        cmocka_unit_test_teardown(test_argv_flood_is_contained, after_test),
+        cmocka_unit_test_teardown(test_cannot_write_proc_sys, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_cannot_mount, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_cannot_open_raw_socket, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_cannot_use_privileged_syscalls, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_cannot_ptrace_the_agent, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_signals_to_pid1_do_not_kill_the_session, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_cannot_lower_the_agents_limits, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_cannot_read_agent_fds, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_environment_holds_no_secrets, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_inode_flood_is_contained, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_argv_flood_is_contained, sggw_stack_teardown),
     };
-    return cmocka_run_group_tests_name("sec_escape", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("sec_escape", tests, group_setup, sggw_stack_group_teardown);
 }

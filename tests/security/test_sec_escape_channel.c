@@ -404,24 +404,15 @@ SGGW_TEST(test_files_api_symlink_race)
 
 static int group_setup(void **state)
 {
+    *state = &st;
     return sgsec_stack_start(&st, NULL);
-}
-
-static int after_test(void **state)
-{
-    return sgsec_after_test(&st);
-}
-
-static int group_teardown(void **state)
-{
-    return sgsec_stack_stop(&st);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_forged_protocol_bytes_on_stdout_are_data, after_test),
-        cmocka_unit_test_teardown(test_files_api_symlink_race, after_test),
+        cmocka_unit_test_teardown(test_forged_protocol_bytes_on_stdout_are_data, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_files_api_symlink_race, sggw_stack_teardown),
     };
-    return cmocka_run_group_tests_name("sec_escape_channel", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("sec_escape_channel", tests, group_setup, sggw_stack_group_teardown);
 }

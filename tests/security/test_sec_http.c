@@ -35,7 +35,7 @@ static sggw_gateway_t *extra_gw;
 
 static int group_setup(void **state)
 {
-    (void)state;
+    *state = &stack;
     char limit[64], window[64];
     snprintf(limit, sizeof(limit), "SANDGATE_ADMIN_FAIL_LIMIT=%d", FAIL_LIMIT);
     snprintf(window, sizeof(window), "SANDGATE_ADMIN_FAIL_WINDOW_S=%d", FAIL_WINDOW_S);
@@ -52,12 +52,6 @@ static int after_test(void **state)
         sggw_gateway_stop(extra_gw);
     extra_gw = NULL;
     return rc;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    return sggw_stack_end(&stack);
 }
 
 /* ------------------------------------------------------------------------
@@ -262,5 +256,5 @@ int main(void)
         cmocka_unit_test_teardown(test_h2c_refused, after_test),
         cmocka_unit_test_teardown(test_admin_token_guessing, after_test),
     };
-    return cmocka_run_group_tests_name("sec_http", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("sec_http", tests, group_setup, sggw_stack_group_teardown);
 }

@@ -24,21 +24,9 @@ static const char *const BAD[] = {"NaN", "Infinity", "-Infinity", "1e308", "-1e3
 
 static int group_setup(void **state)
 {
-    (void)state;
+    *state = &stack;
     sggw_stack_opts_t o = {.redis = false};
     return sggw_stack_start(&stack, &o);
-}
-
-static int after_test(void **state)
-{
-    (void)state;
-    return sggw_stack_after_test(&stack);
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    return sggw_stack_end(&stack);
 }
 
 /* A 400 whose detail names `field` (quoted, or as the admin API names its
@@ -198,9 +186,9 @@ SGGW_TEST(test_admin_numbers)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_session_create_numbers, after_test),
-        cmocka_unit_test_teardown(test_execution_numbers, after_test),
-        cmocka_unit_test_teardown(test_admin_numbers, after_test),
+        cmocka_unit_test_teardown(test_session_create_numbers, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_execution_numbers, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_admin_numbers, sggw_stack_teardown),
     };
-    return cmocka_run_group_tests_name("sec_input", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("sec_input", tests, group_setup, sggw_stack_group_teardown);
 }

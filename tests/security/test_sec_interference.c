@@ -499,29 +499,20 @@ SGGW_TEST(test_memory_bomb_does_not_slow_another_tenant)
 
 static int group_setup(void **state)
 {
+    *state = &st;
     const char *env[] = {"SANDGATE_ALLOW_NETWORK=1", NULL};
     return sgsec_stack_start(&st, env);
-}
-
-static int after_test(void **state)
-{
-    return sgsec_after_test(&st);
-}
-
-static int group_teardown(void **state)
-{
-    return sgsec_stack_stop(&st);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_cannot_see_other_sessions_processes, after_test),
-        cmocka_unit_test_teardown(test_cannot_reach_another_sandbox_by_ipc, after_test),
-        cmocka_unit_test_teardown(test_no_route_to_another_sandbox, after_test),
-        cmocka_unit_test_teardown(test_no_route_to_another_sandbox_with_network, after_test),
-        cmocka_unit_test_teardown(test_fork_bomb_does_not_slow_another_tenant, after_test),
-        cmocka_unit_test_teardown(test_memory_bomb_does_not_slow_another_tenant, after_test),
+        cmocka_unit_test_teardown(test_cannot_see_other_sessions_processes, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_cannot_reach_another_sandbox_by_ipc, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_no_route_to_another_sandbox, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_no_route_to_another_sandbox_with_network, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_fork_bomb_does_not_slow_another_tenant, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_memory_bomb_does_not_slow_another_tenant, sggw_stack_teardown),
     };
-    return cmocka_run_group_tests_name("sec_interference", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("sec_interference", tests, group_setup, sggw_stack_group_teardown);
 }

@@ -238,6 +238,7 @@ static int64_t usage_executions(const char *tenant)
 
 static int group_setup(void **state)
 {
+    *state = &stack;
     /* calls to the proxy give up after 5 s: the test of a proxy that does
      * not answer waits that long */
     const char *penv[] = {"SANDGATE_POOL_SIZE=2", NULL};
@@ -253,11 +254,6 @@ static int after_test(void **state)
         proxy_stopped = false;
     }
     return sggw_stack_after_test(&stack);
-}
-
-static int group_teardown(void **state)
-{
-    return sggw_stack_end(&stack);
 }
 
 /* ------------------------------------------------------------------------
@@ -696,5 +692,5 @@ int main(void)
         cmocka_unit_test_teardown(test_abandoned_requests_never_run, after_test),
         cmocka_unit_test_teardown(test_gateway_cancels_for_a_client_that_left, after_test),
     };
-    return cmocka_run_group_tests_name("sec_sessions", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("sec_sessions", tests, group_setup, sggw_stack_group_teardown);
 }

@@ -197,6 +197,7 @@ static void service_works(const char *tok)
 
 static int group_setup(void **state)
 {
+    *state = &stack;
     char repo_kv[160];
     char *id = sgtest_new_proxy_id();
     if (id == NULL)
@@ -208,11 +209,6 @@ static int group_setup(void **state)
     int rc = sggw_stack_start(&stack, &o);
     free(id);
     return rc;
-}
-
-static int after_test(void **state)
-{
-    return sggw_stack_after_test(&stack);
 }
 
 static int group_teardown(void **state)
@@ -493,10 +489,10 @@ SGGW_TEST(test_tenant_delete_removes_templates)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_keep_template_disk_capped, after_test),
-        cmocka_unit_test_teardown(test_max_templates, after_test),
-        cmocka_unit_test_teardown(test_other_tenants_template, after_test),
-        cmocka_unit_test_teardown(test_tenant_delete_removes_templates, after_test),
+        cmocka_unit_test_teardown(test_keep_template_disk_capped, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_max_templates, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_other_tenants_template, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_tenant_delete_removes_templates, sggw_stack_teardown),
     };
     return cmocka_run_group_tests_name("sec_templates", tests, group_setup, group_teardown);
 }

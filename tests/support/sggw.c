@@ -2016,3 +2016,13 @@ int sggw_stack_end(sggw_stack_t *st)
     stack_free_env(st->gateway_env);
     return rc;
 }
+
+int sggw_stack_teardown(void **state)
+{
+    return sggw_stack_after_test(*state);
+}
+
+int sggw_stack_group_teardown(void **state)
+{
+    return sggw_stack_end(*state);
+}

@@ -335,5 +335,11 @@ int sggw_stack_after_test(sggw_stack_t *st);
 /* For the group teardown: sggw_stack_stop() (the gateway exits 0, no
  * container of the proxy is left), frees what st holds. 0 or -1. */
 int sggw_stack_end(sggw_stack_t *st);
+/* The same as cmocka fixtures, for a suite whose group setup hands its
+ * stack on as the group state (*state = &stack; cmocka passes it to every
+ * test and teardown): sggw_stack_teardown() for cmocka_unit_test_teardown,
+ * sggw_stack_group_teardown() for cmocka_run_group_tests_name. */
+int sggw_stack_teardown(void **state);
+int sggw_stack_group_teardown(void **state);
 
 #endif

@@ -25,16 +25,6 @@ int sgsec_stack_start(sgsec_stack_t *st, const char *const *proxy_env)
     return sggw_stack_start(st, &o);
 }
 
-int sgsec_after_test(sgsec_stack_t *st)
-{
-    return sggw_stack_after_test(st);
-}
-
-int sgsec_stack_stop(sgsec_stack_t *st)
-{
-    return sggw_stack_end(st);
-}
-
 char *sgsec_tenant(const sgsec_stack_t *st, const char *name, const char *const *quotas)
 {
     return sggw_new_tenant(sggw_gateway_data_dir(st->gw), name, quotas);

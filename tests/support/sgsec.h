@@ -17,14 +17,11 @@ typedef sggw_stack_t sgsec_stack_t;
 
 /* The suite's stack: a proxy with SANDGATE_POOL_SIZE=2 and the "KEY=VALUE"
  * strings of proxy_env (NULL-terminated, may be NULL), a redis-server, a
- * gateway on them. 0, or -1 after printing why (for a group setup). */
+ * gateway on them (sggw_stack_start()). 0, or -1 after printing why (for a
+ * group setup). */
 int sgsec_stack_start(sgsec_stack_t *st, const char *const *proxy_env);
-/* For a test's teardown: sggw_stack_after_test() (the logs if the test
- * failed; a server that died is reported and started again). 0 or -1. */
-int sgsec_after_test(sgsec_stack_t *st);
-/* For the group teardown: sggw_stack_end() (the gateway exits 0, no
- * container of the proxy is left). 0 or -1. */
-int sgsec_stack_stop(sgsec_stack_t *st);
+/* Its test and group teardowns are sggw_stack_teardown() and
+ * sggw_stack_group_teardown() (the group setup sets *state = st). */
 
 /* Asserting: a tenant with the "key=value" quotas (may be NULL); its token. */
 char *sgsec_tenant(const sgsec_stack_t *st, const char *name, const char *const *quotas);
