@@ -60,30 +60,6 @@ static void expect_container_gone(const char *cid, const char *sid, const char *
              "%s: the container %.12s of session %s still exists %.0f s later", how, cid, sid, REMOVAL_S);
 }
 
-/* Polls the SQLite row of sid until it is closed; checks the reason. */
-static void expect_db_closed(const char *sid, const char *reason)
-{
-    const char *params[] = {sid, NULL};
-    char err[256];
-    double deadline = sgtest_now() + 10;
-    for (;;) {
-        char *row = sggw_db_row(data_dir(), "SELECT coalesce(closed_at, 0), coalesce(close_reason, '') FROM sessions "
-                                            "WHERE id = ?1",
-                                params, err);
-        SG_CHECK(row != NULL, NULL, "no sessions row for %s (%s)", sid, err);
-        if (strncmp(row, "0|", 2) != 0) {
-            char *bar = strchr(row, '|');
-            SG_CHECK(bar != NULL && strcmp(bar + 1, reason) == 0, NULL, "session %s: close_reason \"%s\", not \"%s\"",
-                     sid, bar != NULL ? bar + 1 : row, reason);
-            free(row);
-            return;
-        }
-        free(row);
-        SG_CHECK(sgtest_now() < deadline, NULL, "the sessions row of %s is still open", sid);
-        usleep(50000);
-    }
-}
-
 static bool db_open(const char *sid)
 {
     const char *params[] = {sid, NULL};
@@ -92,23 +68,6 @@ static bool db_open(const char *sid)
     bool open = row != NULL && strcmp(row, "0") == 0;
     free(row);
     return open;
-}
-
-/* Whether the admin API lists sid as live for tenant (a look that is no use). */
-static bool admin_lists(const char *tenant, const char *sid)
-{
-    char path[256];
-    sgtest_reply_t r;
-    pathf(path, sizeof(path), "/admin/sessions?tenant=%s", tenant);
-    sggw_admin_call(stack.gw, "GET", path, NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
-    json_object *a = SG_ARR(o, "sessions");
-    bool found = false;
-    for (size_t i = 0; i < json_object_array_length(a) && !found; i++)
-        found = strcmp(SG_STR(json_object_array_get_idx(a, i), "session_id"), sid) == 0;
-    json_object_put(o);
-    return found;
 }
 
 /* POST /sessions: the status, and the id (malloc'd) on 200. */
@@ -300,7 +259,7 @@ SGGW_TEST(test_error_text_does_not_close_the_session)
     }
     /* the session is untouched: listed, live, open, its container running and working */
     SG_CHECK(sggw_lists(stack.gw, tok, sid), NULL, "GET /sessions no longer lists %s", sid);
-    SG_CHECK(admin_lists("errtext", sid), NULL, "the live state lost %s", sid);
+    SG_CHECK(sggw_admin_lists(stack.gw, "errtext", sid), NULL, "the live state lost %s", sid);
     SG_CHECK(db_open(sid), NULL, "the ledger closed %s", sid);
     SG_CHECK(sgtest_docker_exists(cid) == 1, NULL, "the container of %s is gone", sid);
     json_object *res = sggw_execute(stack.gw, tok, sid, "print('still here')", 10);
@@ -339,7 +298,7 @@ SGGW_TEST(test_every_close_removes_the_container)
     sid = sggw_create_session(stack.gw, tok_idle, NULL, NULL);
     char *cid = container_of(sid);
     expect_container_gone(cid, sid, "idle");
-    expect_db_closed(sid, "idle");
+    sggw_expect_db_closed(data_dir(), sid, "idle");
     SG_CHECK(try_create(tok_idle, &other) == 200, NULL, "the idle session's slot must be free once it is gone");
     sggw_delete_session(stack.gw, tok_idle, other);
     free(other);
@@ -351,7 +310,7 @@ SGGW_TEST(test_every_close_removes_the_container)
     cid = container_of(sid);
     json_object_put(sggw_execute(stack.gw, tok_life, sid, "print(1)", 10));
     expect_container_gone(cid, sid, "lifetime");
-    expect_db_closed(sid, "lifetime");
+    sggw_expect_db_closed(data_dir(), sid, "lifetime");
     SG_CHECK(try_create(tok_life, &other) == 200, NULL, "the expired session's slot must be free once it is gone");
     sggw_delete_session(stack.gw, tok_life, other);
     free(other);
@@ -363,7 +322,7 @@ SGGW_TEST(test_every_close_removes_the_container)
     cid = container_of(sid);
     sggw_delete_session(stack.gw, tok, sid);
     expect_container_gone(cid, sid, "DELETE");
-    expect_db_closed(sid, "deleted");
+    sggw_expect_db_closed(data_dir(), sid, "deleted");
     free(cid);
     free(sid);
 
@@ -377,7 +336,7 @@ SGGW_TEST(test_every_close_removes_the_container)
     json_object_put(SG_EXPECT_JSON(&r, 200));
     sgtest_reply_free(&r);
     expect_container_gone(cid, sid, "admin force-close");
-    expect_db_closed(sid, "admin");
+    sggw_expect_db_closed(data_dir(), sid, "admin");
     free(cid);
     free(sid);
 
@@ -394,7 +353,7 @@ SGGW_TEST(test_every_close_removes_the_container)
     sggw_call(stack.gw, tok, "POST", path, "{\"code\":\"print(1)\"}", &r);
     json_object_put(SG_EXPECT_ERROR(&r, 404, "no_such_session"));
     sgtest_reply_free(&r);
-    expect_db_closed(sid, "proxy_lost");
+    sggw_expect_db_closed(data_dir(), sid, "proxy_lost");
     SG_CHECK(try_create(tok, &other) == 200, NULL, "the lost session's slot must come back");
     sggw_delete_session(stack.gw, tok, other);
     free(other);
@@ -426,7 +385,7 @@ SGGW_TEST(test_close_is_retried_until_the_proxy_confirms)
     json_object_put(SG_EXPECT_ERROR(&r, 502, "proxy_unavailable"));
     sgtest_reply_free(&r);
     /* nothing let go: live, open, counted, and the container is there */
-    SG_CHECK(admin_lists("close-retry", sid), NULL, "the live state let %s go unconfirmed", sid);
+    SG_CHECK(sggw_admin_lists(stack.gw, "close-retry", sid), NULL, "the live state let %s go unconfirmed", sid);
     SG_CHECK(db_open(sid), NULL, "the ledger closed %s unconfirmed", sid);
     SG_CHECK(try_create(tok, &other) == 429, NULL, "the tenant's only slot must still be taken");
     SG_CHECK(sgtest_docker_exists(cid) == 1, NULL, "the container went without the proxy?");
@@ -434,9 +393,9 @@ SGGW_TEST(test_close_is_retried_until_the_proxy_confirms)
     SG_CHECK(kill(sgtest_proxy_pid(stack.proxy), SIGCONT) == 0, NULL, "cannot resume the proxy");
     proxy_stopped = false;
     expect_container_gone(cid, sid, "a retried close");
-    expect_db_closed(sid, "admin");
+    sggw_expect_db_closed(data_dir(), sid, "admin");
     double deadline = sgtest_now() + 10;
-    while (admin_lists("close-retry", sid)) {
+    while (sggw_admin_lists(stack.gw, "close-retry", sid)) {
         SG_CHECK(sgtest_now() < deadline, NULL, "%s is still live after its container went", sid);
         usleep(50000);
     }

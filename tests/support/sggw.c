@@ -1882,6 +1882,46 @@ bool sggw_lists(const sggw_gateway_t *g, const char *token, const char *sid)
     return has;
 }
 
+bool sggw_admin_lists(const sggw_gateway_t *g, const char *tenant, const char *sid)
+{
+    char path[256];
+    sgtest_reply_t r;
+    pathf(path, sizeof(path), "/admin/sessions?tenant=%s", tenant);
+    sggw_admin_call(g, "GET", path, NULL, &r);
+    json_object *o = SG_EXPECT_JSON(&r, 200);
+    sgtest_reply_free(&r);
+    json_object *a = SG_ARR(o, "sessions");
+    bool found = false;
+    for (size_t i = 0; i < json_object_array_length(a) && !found; i++)
+        found = strcmp(SG_STR(json_object_array_get_idx(a, i), "session_id"), sid) == 0;
+    json_object_put(o);
+    return found;
+}
+
+void sggw_expect_db_closed(const char *data_dir, const char *sid, const char *reason)
+{
+    const char *params[] = {sid, NULL};
+    char err[256];
+    char *row = NULL;
+    double deadline = sgtest_now() + 10;
+    for (;;) {
+        free(row);
+        row = sggw_db_row(data_dir,
+                          "SELECT coalesce(closed_at, 0), coalesce(close_reason, '') FROM sessions WHERE id = ?1",
+                          params, err);
+        SG_CHECK(row != NULL, NULL, "no sessions row for %s in the SQLite file (%s)", sid, err);
+        if (strncmp(row, "0|", 2) != 0)
+            break;
+        SG_CHECK(sgtest_now() < deadline, NULL, "the sessions row of %s is still open 10 s after it closed", sid);
+        usleep(50000);
+    }
+    char *bar = strchr(row, '|');
+    SG_CHECK(bar != NULL && strcmp(bar + 1, reason) == 0, NULL, "session %s: close_reason \"%s\", expected \"%s\"",
+             sid, bar ? bar + 1 : row, reason);
+    SG_CHECK(atoll(row) > 1000000000LL, NULL, "session %s: closed_at %s is no unix time", sid, row);
+    free(row);
+}
+
 int sggw_test_ok = 1;
 
 int sggw_after_test(void)

@@ -270,6 +270,12 @@ json_object *sggw_list_sessions(const sggw_gateway_t *g, const char *token);
 void sggw_proxy_close_all(sgtest_proxy_t *p);
 /* true when GET /sessions of token lists sid. */
 bool sggw_lists(const sggw_gateway_t *g, const char *token, const char *sid);
+/* true when the admin API lists sid live for tenant (a look that is no use
+ * of the session). */
+bool sggw_admin_lists(const sggw_gateway_t *g, const char *tenant, const char *sid);
+/* Polls (up to 10 s) the SQLite row of sid until it is closed; asserts its
+ * close_reason and that closed_at is a unix time. */
+void sggw_expect_db_closed(const char *data_dir, const char *sid, const char *reason);
 
 /* ------------------------------------------------------------------------
  * Test bodies that show the servers' logs when they fail
