@@ -33,26 +33,12 @@ static const char *data_dir(void)
 }
 
 
-/* A header that must be a decimal integer >= min; returns it. */
-static long int_header(const sgtest_reply_t *r, const char *name, long min)
-{
-    char *v = sgtest_reply_header(r, name);
-    bool ok = v != NULL && *v != '\0' && strspn(v, "0123456789") == strlen(v);
-    long n = ok ? strtol(v, NULL, 10) : -1;
-    if (!ok || n < min) {
-        fprintf(stderr, "headers:\n%s\n", r->headers);
-        SG_FAIL(NULL, "%s must be an integer >= %ld (got \"%s\")", name, min, v ? v : "(none)");
-    }
-    free(v);
-    return n;
-}
-
 /* A 429 of a quota or rate limit: JSON quota_exceeded and Retry-After >= 1. */
 static long expect_429(const sgtest_reply_t *r)
 {
     json_object *o = SG_EXPECT_ERROR(r, 429, "quota_exceeded");
     json_object_put(o);
-    return int_header(r, "Retry-After", 1);
+    return sggw_int_header(r, "Retry-After", 1);
 }
 
 /* ------------------------------------------------------------------------
@@ -131,9 +117,9 @@ SGGW_TEST(test_rate_limit_exact)
             SG_ASSERT_STATUS(r, 200);
         }
         /* every answer says where the tenant stands */
-        long limit = int_header(r, "X-RateLimit-Limit", 0);
-        long remaining = int_header(r, "X-RateLimit-Remaining", 0);
-        int_header(r, "X-RateLimit-Reset", 0);
+        long limit = sggw_int_header(r, "X-RateLimit-Limit", 0);
+        long remaining = sggw_int_header(r, "X-RateLimit-Remaining", 0);
+        sggw_int_header(r, "X-RateLimit-Reset", 0);
         SG_CHECK(limit == 5, NULL, "X-RateLimit-Limit must be the burst, 5 (got %ld)", limit);
         SG_CHECK(remaining <= 5, NULL, "X-RateLimit-Remaining %ld is above the burst", remaining);
         if (r->status == 429)

@@ -107,28 +107,14 @@ static void sampler_stop(sampler_t *s)
  * Replies
  * ------------------------------------------------------------------------ */
 
-/* A header that must be a decimal integer >= min. */
-static long int_header(const sgtest_reply_t *r, const char *name, long min)
-{
-    char *v = sgtest_reply_header(r, name);
-    bool ok = v != NULL && *v != '\0' && strspn(v, "0123456789") == strlen(v);
-    long n = ok ? strtol(v, NULL, 10) : -1;
-    if (!ok || n < min) {
-        fprintf(stderr, "headers:\n%s\n", r->headers);
-        SG_FAIL(NULL, "%s must be an integer >= %ld (got \"%s\")", name, min, v ? v : "(none)");
-    }
-    free(v);
-    return n;
-}
-
 /* 429 concurrency_limit, with Retry-After and the rate headers the other
  * 429s have (absent only while Redis is down: the rate limit fails open). */
 static void expect_429_rate(const sgtest_reply_t *r, bool rate_headers)
 {
     json_object_put(SG_EXPECT_ERROR(r, 429, "concurrency_limit"));
-    int_header(r, "Retry-After", 1);
+    sggw_int_header(r, "Retry-After", 1);
     if (rate_headers)
-        int_header(r, "X-RateLimit-Limit", 1);
+        sggw_int_header(r, "X-RateLimit-Limit", 1);
 }
 
 static void expect_concurrency_429(const sgtest_reply_t *r)
@@ -140,7 +126,7 @@ static void expect_concurrency_429(const sgtest_reply_t *r)
 static void expect_no_capacity(const sgtest_reply_t *r)
 {
     json_object_put(SG_EXPECT_ERROR(r, 503, "no_capacity"));
-    int_header(r, "Retry-After", 1);
+    sggw_int_header(r, "Retry-After", 1);
 }
 
 /* A successful execution result whose stdout is `out` (NULL: any). */

@@ -1882,6 +1882,19 @@ bool sggw_lists(const sggw_gateway_t *g, const char *token, const char *sid)
     return has;
 }
 
+long sggw_int_header(const sgtest_reply_t *r, const char *name, long min)
+{
+    char *v = sgtest_reply_header(r, name);
+    bool ok = v != NULL && *v != '\0' && strspn(v, "0123456789") == strlen(v);
+    long n = ok ? strtol(v, NULL, 10) : -1;
+    if (!ok || n < min) {
+        fprintf(stderr, "headers:\n%s\n", r->headers);
+        SG_FAIL(NULL, "%s must be an integer >= %ld (got \"%s\")", name, min, v ? v : "(none)");
+    }
+    free(v);
+    return n;
+}
+
 bool sggw_admin_lists(const sggw_gateway_t *g, const char *tenant, const char *sid)
 {
     char path[256];

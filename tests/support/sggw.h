@@ -182,6 +182,9 @@ int sggw_call_json(const sggw_gateway_t *g, const char *token, const char *metho
 /* A call of the admin API with g's admin token. */
 int sggw_admin_call(const sggw_gateway_t *g, const char *method, const char *path, const char *json_body,
                     sgtest_reply_t *out);
+/* Asserting (test thread): the reply header `name` is a decimal integer >=
+ * min (the headers are printed when not); returns it. */
+long sggw_int_header(const sgtest_reply_t *r, const char *name, long min);
 
 /* Many requests at once: one thread each; every thread waits on one barrier
  * so that all requests leave together. */
