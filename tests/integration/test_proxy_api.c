@@ -44,33 +44,9 @@ static void expect_success(json_object *r)
         SG_FAIL(r, "expected a successful run");
 }
 
-/* POST /sessions with {"lang": lang, "keep_template": false} plus the
- * fields of extra (may be NULL, consumed). Returns the new id (malloc'd);
- * *reply_out, if given, gets the parsed reply. */
-static char *create_session_ex(const char *lang, json_object *extra, json_object **reply_out)
-{
-    json_object *body = extra ? extra : json_object_new_object();
-    json_object_object_add(body, "lang", json_object_new_string(lang));
-    json_object_object_add(body, "keep_template", json_object_new_boolean(0));
-    sgtest_reply_t r;
-    sgtest_call_json(proxy, "POST", "/sessions", body, 0, &r);
-    json_object_put(body);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
-    const char *id = SG_STR(o, "session_id");
-    SG_CHECK(*id != '\0', o, "empty session_id");
-    SG_CHECK(strcmp(SG_STR(o, "status"), "active") == 0, o, "new session is not active");
-    char *copy = strdup(id);
-    if (reply_out != NULL)
-        *reply_out = o;
-    else
-        json_object_put(o);
-    return copy;
-}
-
 static char *create_session(const char *lang)
 {
-    return create_session_ex(lang, NULL, NULL);
+    return sgtest_create_session(proxy, lang, NULL, NULL);
 }
 
 /* timeout <= 0: the field is left out. libs NULL: the field is left out. */
@@ -378,7 +354,7 @@ static void test_session_details(void **state)
     json_object *extra = json_object_new_object();
     json_object_object_add(extra, "timeout", json_object_new_int(7));
     json_object_object_add(extra, "memory_mb", json_object_new_int(256));
-    char *sid = create_session_ex("python", extra, &created);
+    char *sid = sgtest_create_session(proxy, "python", extra, &created);
     time_t now = time(NULL);
 
     /* The create reply carries the contract's fields too. */
@@ -564,7 +540,7 @@ static void test_timeout_code(void **state)
     /* A session's own default timeout applies when execute names none. */
     json_object *extra = json_object_new_object();
     json_object_object_add(extra, "timeout", json_object_new_int(2));
-    sid = create_session_ex("python", extra, NULL);
+    sid = sgtest_create_session(proxy, "python", extra, NULL);
     o = run_code_t(sid, "while True: pass", NULL, 0, &secs);
     expect_timed_out(o, secs, 2);
     json_object_put(o);
@@ -811,7 +787,7 @@ static void test_memory_bomb(void **state)
 {
     json_object *extra = json_object_new_object();
     json_object_object_add(extra, "memory_mb", json_object_new_int(128));
-    char *sid = create_session_ex("python", extra, NULL);
+    char *sid = sgtest_create_session(proxy, "python", extra, NULL);
     require_caps(sid, true, true);
     json_object *c = inspect_session(sid);
     SG_CHECK(jpath_int(c, "HostConfig.Memory") == 128LL * 1024 * 1024, sgtest_jpath(c, "HostConfig"),

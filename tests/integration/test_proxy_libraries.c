@@ -77,7 +77,7 @@ static bool image_exists(const char *image)
 
 static char *create_session_on(sgtest_proxy_t *p, const char *lang)
 {
-    return sglibs_create_session(p, lang);
+    return sgtest_create_session(p, lang, NULL, NULL);
 }
 
 static char *create_session(const char *lang)
@@ -131,15 +131,8 @@ static json_object *install(const char *sid, const char *package, const char *ve
 /* A refused POST .../libraries: 400 bad_library naming `names` (may be NULL). */
 static void expect_refused(const char *sid, const char *package, const char *version, const char *names)
 {
-    json_object *b = json_object_new_object();
-    json_object_object_add(b, "package", json_object_new_string(package));
-    if (version != NULL)
-        json_object_object_add(b, "version", json_object_new_string(version));
-    char path[256];
-    pathf(path, sizeof(path), "/sessions/%s/libraries", sid);
     sgtest_reply_t r;
-    sgtest_call_json(proxy, "POST", path, b, 0, &r);
-    json_object_put(b);
+    sglibs_post_library(proxy, sid, package, version, &r);
     json_object *o = SG_EXPECT_ERROR(&r, 400, "bad_library");
     sgtest_reply_free(&r);
     if (names != NULL && strstr(SG_STR(o, "detail"), names) == NULL)

@@ -907,23 +907,6 @@ int sglibs_random_hex(char *out, size_t nbytes)
     return 0;
 }
 
-char *sglibs_create_session(const sgtest_proxy_t *p, const char *lang)
-{
-    json_object *body = json_object_new_object();
-    json_object_object_add(body, "lang", json_object_new_string(lang));
-    json_object_object_add(body, "keep_template", json_object_new_boolean(0));
-    sgtest_reply_t r;
-    sgtest_call_json(p, "POST", "/sessions", body, 0, &r);
-    json_object_put(body);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
-    const char *id = SG_STR(o, "session_id");
-    SG_CHECK(*id != '\0', o, "empty session_id");
-    char *copy = strdup(id);
-    json_object_put(o);
-    return copy;
-}
-
 /* ------------------------------------------------------------------------
  * The proxy's library calls
  * ------------------------------------------------------------------------ */
@@ -944,8 +927,8 @@ void sglibs_check_install_shape(json_object *o)
         SG_CHECK(v == NULL, o, "a failed install has installed_version null");
 }
 
-json_object *sglibs_install(const sgtest_proxy_t *p, const char *sid, const char *package, const char *version,
-                               double *seconds)
+int sglibs_post_library(const sgtest_proxy_t *p, const char *sid, const char *package, const char *version,
+                        sgtest_reply_t *out)
 {
     json_object *b = json_object_new_object();
     json_object_object_add(b, "package", json_object_new_string(package));
@@ -953,9 +936,16 @@ json_object *sglibs_install(const sgtest_proxy_t *p, const char *sid, const char
         json_object_object_add(b, "version", json_object_new_string(version));
     char path[256];
     pathf(path, sizeof(path), "/sessions/%s/libraries", sid);
-    sgtest_reply_t r;
-    sgtest_call_json(p, "POST", path, b, 0, &r);
+    int rc = sgtest_call_json(p, "POST", path, b, 0, out);
     json_object_put(b);
+    return rc;
+}
+
+json_object *sglibs_install(const sgtest_proxy_t *p, const char *sid, const char *package, const char *version,
+                               double *seconds)
+{
+    sgtest_reply_t r;
+    sglibs_post_library(p, sid, package, version, &r);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     if (seconds != NULL)
         *seconds = r.seconds;

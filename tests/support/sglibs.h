@@ -97,11 +97,13 @@ int sglibs_volume_run(const char *volume, const char *image, const char *label_p
 
 /* ---- the proxy's library calls (assert) ----------------------------------- */
 
-/* POST /sessions {"lang"}: the new session's id (malloc'd). */
-char *sglibs_create_session(const sgtest_proxy_t *p, const char *lang);
 /* The fields of every POST /sessions/{id}/libraries reply, and that they
  * agree: installed_version is a string exactly when success is true. */
 void sglibs_check_install_shape(json_object *o);
+/* POST /sessions/{sid}/libraries {"package", "version" if not NULL}: the
+ * reply, whatever it is, in *out (sgtest_call_json()'s return). */
+int sglibs_post_library(const sgtest_proxy_t *p, const char *sid, const char *package, const char *version,
+                        sgtest_reply_t *out);
 /* POST /sessions/{sid}/libraries; version NULL leaves the field out. The
  * parsed 200 reply (shape checked); *seconds gets the call's wall time. */
 json_object *sglibs_install(const sgtest_proxy_t *p, const char *sid, const char *package, const char *version,
