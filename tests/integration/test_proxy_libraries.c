@@ -163,13 +163,8 @@ static sgtest_proxy_t *start_proxy(void)
 static int group_setup(void **state)
 {
     char hex[33];
-    const char *tmp = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof(tmpdir), "%s/sgtest-libraries-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (mkdtemp(tmpdir) == NULL || sglibs_random_hex(hex, 6) != 0) {
-        perror("setup");
-        tmpdir[0] = '\0';
+    if (sglibs_suite_dir(tmpdir, sizeof(tmpdir), "sgtest-libraries", hex, 6) != 0)
         return -1;
-    }
     snprintf(wwwroot, sizeof(wwwroot), "%s/www", tmpdir);
     snprintf(py_name, sizeof(py_name), "sgtestpkg_%s", hex);
     snprintf(py_norm, sizeof(py_norm), "sgtestpkg-%s", hex);

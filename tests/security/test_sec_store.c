@@ -154,13 +154,8 @@ static sgtest_proxy_t *start_proxy(void)
 static int group_setup(void **state)
 {
     char hex[33], file[160], *files[1];
-    const char *tmp = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof(tmpdir), "%s/sgtest-secstore-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (mkdtemp(tmpdir) == NULL || sglibs_random_hex(hex, 6) != 0) {
-        perror("setup");
-        tmpdir[0] = '\0';
+    if (sglibs_suite_dir(tmpdir, sizeof(tmpdir), "sgtest-secstore", hex, 6) != 0)
         return -1;
-    }
     snprintf(wwwroot, sizeof(wwwroot), "%s/www", tmpdir);
     snprintf(evilroot, sizeof(evilroot), "%s/evil", wwwroot);
     snprintf(py_p, sizeof(py_p), "sgsecpkg_%s", hex);

@@ -907,6 +907,18 @@ int sglibs_random_hex(char *out, size_t nbytes)
     return 0;
 }
 
+int sglibs_suite_dir(char *dir, size_t size, const char *name, char *hex, size_t nbytes)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, size, "%s/%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
+    if (mkdtemp(dir) == NULL || sglibs_random_hex(hex, nbytes) != 0) {
+        perror("setup");
+        dir[0] = '\0';
+        return -1;
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------------
  * The proxy's library calls
  * ------------------------------------------------------------------------ */

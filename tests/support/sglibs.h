@@ -31,6 +31,11 @@ void sglibs_write(const char *root, const char *rel, const void *data, size_t n)
 void sglibs_rm_tree(const char *path);
 /* nbytes (<= 16) random bytes as 2*nbytes hex digits and a NUL; 0 or -1. */
 int sglibs_random_hex(char *out, size_t nbytes);
+/* A suite's private directory "$TMPDIR/<name>-XXXXXX" (/tmp without
+ * TMPDIR) into dir (size bytes), and nbytes random bytes as hex in hex (as
+ * sglibs_random_hex()). 0, or -1 after perror() with dir "" (for a group
+ * setup; sglibs_rm_tree(dir) removes it). */
+int sglibs_suite_dir(char *dir, size_t size, const char *name, char *hex, size_t nbytes);
 
 /* ---- the index server ---------------------------------------------------- */
 
