@@ -10,6 +10,7 @@
  * Every test closes the sessions it opens; the group teardown checks that
  * nothing is left and force-removes whatever a failed test leaked.
  */
+#include "sglibs.h"
 #include "sgtest.h"
 
 #include <stdio.h>
@@ -140,20 +141,6 @@ static int64_t jpath_int(json_object *o, const char *dotted)
     if (v == NULL || !json_object_is_type(v, json_type_int))
         SG_FAIL(NULL, "%s is missing or not an integer", dotted);
     return json_object_get_int64(v);
-}
-
-/* Labels of containers of this proxy with a given extra label. */
-static int count_labelled(const char *extra_label)
-{
-    char l1[192];
-    snprintf(l1, sizeof(l1), "sandgate.proxy=%s", proxy_id);
-    const char *labels[] = {l1, extra_label, NULL};
-    json_object *a = sgtest_docker_list(labels);
-    if (a == NULL)
-        SG_FAIL(NULL, "cannot list containers from Docker");
-    int n = (int)json_object_array_length(a);
-    json_object_put(a);
-    return n;
 }
 
 /* docs/proxy-api.md: an ephemeral run's container is removed right after
@@ -318,7 +305,7 @@ static void test_seed_readme_examples(void **state)
     sgtest_reply_free(&r);
     SG_CHECK(sgtest_docker_exists(cid) == 0, NULL, "container %s of closed session remains", cid);
     free(cid);
-    SG_CHECK(count_labelled("sandgate.kind=session") == 0, NULL, "session containers remain");
+    SG_CHECK(sglibs_count_labelled(proxy_id, "sandgate.kind=session") == 0, NULL, "session containers remain");
     expect_no_ephemeral_left();
     free(sid);
 }

@@ -141,14 +141,8 @@ static char *file_base64(const char *path)
 
 static sgtest_proxy_t *start_proxy(void)
 {
-    char pip_kv[160], npm_kv[160], store_kv[200], timeout_kv[64];
-    snprintf(pip_kv, sizeof(pip_kv), "SANDGATE_PIP_INDEX_URL=http://127.0.0.1:%d/simple", sglibs_port(index_srv));
-    snprintf(npm_kv, sizeof(npm_kv), "SANDGATE_NPM_REGISTRY=http://127.0.0.1:%d/", sglibs_port(index_srv));
-    snprintf(store_kv, sizeof(store_kv), "SANDGATE_STORE_VOLUME=%s", store_volume);
-    snprintf(timeout_kv, sizeof(timeout_kv), "SANDGATE_INSTALL_TIMEOUT=%d", INSTALL_TIMEOUT_S);
-    const char *env[] = {"SANDGATE_POOL_SIZE=0", "SANDGATE_INSTALL_NETWORK=host", "SANDGATE_LOG_LEVEL=debug",
-                         pip_kv, npm_kv, store_kv, timeout_kv, NULL};
-    return sgtest_proxy_start(proxy_id, env);
+    const char *more[] = {"SANDGATE_LOG_LEVEL=debug", NULL};
+    return sglibs_proxy_start(proxy_id, index_srv, store_volume, INSTALL_TIMEOUT_S, more);
 }
 
 static int group_setup(void **state)

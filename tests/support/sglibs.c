@@ -592,6 +592,36 @@ int sglibs_port(const sglibs_server_t *s)
     return s->port;
 }
 
+sgtest_proxy_t *sglibs_proxy_start(const char *proxy_id, const sglibs_server_t *index, const char *store_volume,
+                                   int install_timeout_s, const char *const *more)
+{
+    char pip_kv[160], npm_kv[160], store_kv[200], timeout_kv[64];
+    const char *env[16];
+    size_t n = 0;
+    snprintf(pip_kv, sizeof(pip_kv), "SANDGATE_PIP_INDEX_URL=http://127.0.0.1:%d/simple", sglibs_port(index));
+    snprintf(npm_kv, sizeof(npm_kv), "SANDGATE_NPM_REGISTRY=http://127.0.0.1:%d/", sglibs_port(index));
+    snprintf(store_kv, sizeof(store_kv), "SANDGATE_STORE_VOLUME=%s", store_volume);
+    snprintf(timeout_kv, sizeof(timeout_kv), "SANDGATE_INSTALL_TIMEOUT=%d", install_timeout_s);
+    env[n++] = "SANDGATE_POOL_SIZE=0";
+    env[n++] = "SANDGATE_INSTALL_NETWORK=host";
+    env[n++] = pip_kv;
+    env[n++] = npm_kv;
+    env[n++] = store_kv;
+    env[n++] = timeout_kv;
+    for (size_t i = 0; more != NULL && more[i] != NULL; i++) {
+        if (n + 1 >= sizeof(env) / sizeof(env[0])) {
+            fprintf(stderr, "sglibs_proxy_start: too many settings\n");
+            return NULL;
+        }
+        env[n++] = more[i];
+    }
+    env[n] = NULL;
+    sgtest_proxy_t *p = sgtest_proxy_start(proxy_id, env);
+    if (p == NULL)
+        fprintf(stderr, "cannot start the proxy\n");
+    return p;
+}
+
 int sglibs_total(sglibs_server_t *s)
 {
     pthread_mutex_lock(&s->mu);
@@ -778,9 +808,14 @@ int sglibs_installers_created_since(const char *pid, sglibs_wall_t since)
 
 int sglibs_installers_now(const char *pid)
 {
+    return sglibs_count_labelled(pid, "sandgate.kind=installer");
+}
+
+int sglibs_count_labelled(const char *pid, const char *extra)
+{
     char l1[192];
     snprintf(l1, sizeof(l1), "sandgate.proxy=%s", pid);
-    const char *labels[] = {l1, "sandgate.kind=installer", NULL};
+    const char *labels[] = {l1, extra, NULL};
     json_object *a = sgtest_docker_list(labels);
     if (a == NULL)
         SG_FAIL(NULL, "cannot list containers from Docker");

@@ -51,6 +51,13 @@ void sglibs_server_stop(sglibs_server_t *s);
 /* Stops (if needed) and frees; NULL does nothing. */
 void sglibs_server_free(sglibs_server_t *s);
 int sglibs_port(const sglibs_server_t *s);
+/* Starts a proxy of its own (proxy_id) whose installers reach index (pip
+ * and npm) over the host's network and keep what they install on the
+ * Docker volume store_volume: SANDGATE_POOL_SIZE=0,
+ * SANDGATE_INSTALL_TIMEOUT=install_timeout_s and the "KEY=VALUE" of more
+ * (NULL-terminated, may be NULL). NULL after printing why. */
+sgtest_proxy_t *sglibs_proxy_start(const char *proxy_id, const sglibs_server_t *index, const char *store_volume,
+                                   int install_timeout_s, const char *const *more);
 /* Requests so far whose path starts with prefix ("" for all). */
 int sglibs_hits(sglibs_server_t *s, const char *prefix);
 /* Requests so far. */
@@ -88,6 +95,9 @@ sglibs_wall_t sglibs_wall_now(void);
 int sglibs_installers_created_since(const char *pid, sglibs_wall_t since);
 /* Installer containers of proxy pid that exist now. Asserts. */
 int sglibs_installers_now(const char *pid);
+/* How many containers of proxy pid carry the label extra ("key=value")
+ * too (asserts that Docker answers). */
+int sglibs_count_labelled(const char *pid, const char *extra);
 /* GET /volumes/<name>: 200 exists, 404 not. */
 long sglibs_volume_status(const char *name);
 /* DELETE /volumes/<name>?force=1: the HTTP status (204, or 404 if absent). */
