@@ -128,15 +128,19 @@ static const char *SCANNER =
     "    finally:\n"
     "        s.close()\n";
 
-/* The victim connects to itself at ip (the positive control: the listener
- * is reachable where the attacker aims), then reports its hit count. */
-static void victim_self_check(const char *tok, const char *sid, const char *ip)
+/* The victim starts its listener (LISTENER) and connects to itself at ip
+ * (the positive control: the listener is reachable where the attacker
+ * aims). */
+static void victim_listens(const char *tok, const char *sid, const char *ip)
 {
+    json_object *r = py(tok, sid, LISTENER);
+    SGSEC_EXPECT_STDOUT(r, "listening\n");
+    json_object_put(r);
     char code[512];
     pathf(code, sizeof(code),
           "c = socket.create_connection(('%s', %d), timeout=5)\nprint(c.recv(64).decode())\nc.close()\n", ip,
           VICTIM_PORT);
-    json_object *r = py(tok, sid, code);
+    r = py(tok, sid, code);
     SGSEC_EXPECT_STDOUT(r, "victim-data\n");
     json_object_put(r);
 }
@@ -157,6 +161,18 @@ static void service_ports(char *buf, size_t len)
     const char *u = sgtest_proxy_url(st.proxy);
     int proxy_port = atoi(strrchr(u, ':') + 1);
     pathf(buf, len, "[%d, %d, %d, 2375, 2376]", proxy_port, sggw_gateway_port(st.gw), sggw_redis_port(st.redis));
+}
+
+/* The end of every attack of tenant at (session as) on tenant vt (session
+ * vs): both sessions still work, and fresh ones too; frees the four. */
+static void both_still_work(char *at, char *as, char *vt, char *vs)
+{
+    sgsec_expect_service_works(&st, at, as, 0);
+    sgsec_expect_service_works(&st, vt, vs, 0);
+    free(vs);
+    free(as);
+    free(vt);
+    free(at);
 }
 
 /* ------------------------------------------------------------------------
@@ -198,12 +214,7 @@ SGGW_TEST(test_cannot_see_other_sessions_processes)
     r = py(at, as, look);
     SGSEC_EXPECT_STDOUT(r, "marker False\nfew True\nservice ['sandgate-agent']\n");
     json_object_put(r);
-    sgsec_expect_service_works(&st, at, as, 0);
-    sgsec_expect_service_works(&st, vt, vs, 0);
-    free(vs);
-    free(as);
-    free(vt);
-    free(at);
+    both_still_work(at, as, vt, vs);
 }
 
 /* SysV shared memory and abstract unix sockets are per IPC and network
@@ -242,12 +253,7 @@ SGGW_TEST(test_cannot_reach_another_sandbox_by_ipc)
     r = py(at, as, probe);
     SGSEC_EXPECT_STDOUT(r, "shm ENOENT\nabstract ECONNREFUSED\n");
     json_object_put(r);
-    sgsec_expect_service_works(&st, at, as, 0);
-    sgsec_expect_service_works(&st, vt, vs, 0);
-    free(vs);
-    free(as);
-    free(vt);
-    free(at);
+    both_still_work(at, as, vt, vs);
 }
 
 /* ------------------------------------------------------------------------
@@ -267,10 +273,8 @@ SGGW_TEST(test_no_route_to_another_sandbox)
     SG_CHECK(vip[0] != '\0' && vgw[0] != '\0', NULL, "the victim (network on) must have an address");
     SG_CHECK(aip[0] == '\0', NULL, "a session without network must have no address, has %s", aip);
 
-    json_object *r = py(vt, vs, LISTENER);
-    SGSEC_EXPECT_STDOUT(r, "listening\n");
-    json_object_put(r);
-    victim_self_check(vt, vs, vip);
+    victim_listens(vt, vs, vip);
+    json_object *r;
 
     char ports[128], code[8192];
     service_ports(ports, sizeof(ports));
@@ -290,12 +294,7 @@ SGGW_TEST(test_no_route_to_another_sandbox)
                      "interfaces ['lo']\n");
     json_object_put(r);
     victim_hits(vt, vs, 1);
-    sgsec_expect_service_works(&st, at, as, 0);
-    sgsec_expect_service_works(&st, vt, vs, 0);
-    free(vs);
-    free(as);
-    free(vt);
-    free(at);
+    both_still_work(at, as, vt, vs);
 }
 
 /* Both tenants may use the network and do: the attacker still cannot reach
@@ -311,10 +310,8 @@ SGGW_TEST(test_no_route_to_another_sandbox_with_network)
     container_ip(as, aip, agw);
     SG_CHECK(vip[0] != '\0' && aip[0] != '\0', NULL, "both sessions must have an address");
 
-    json_object *r = py(vt, vs, LISTENER);
-    SGSEC_EXPECT_STDOUT(r, "listening\n");
-    json_object_put(r);
-    victim_self_check(vt, vs, vip);
+    victim_listens(vt, vs, vip);
+    json_object *r;
 
     char ports[128], code[8192];
     service_ports(ports, sizeof(ports));
@@ -335,12 +332,7 @@ SGGW_TEST(test_no_route_to_another_sandbox_with_network)
     SG_CHECK(strstr(out, "\ndocker.sock ENOENT ENOENT\n") != NULL, r, "no Docker socket");
     json_object_put(r);
     victim_hits(vt, vs, 1);
-    sgsec_expect_service_works(&st, at, as, 0);
-    sgsec_expect_service_works(&st, vt, vs, 0);
-    free(vs);
-    free(as);
-    free(vt);
-    free(at);
+    both_still_work(at, as, vt, vs);
 }
 
 /* ------------------------------------------------------------------------
@@ -453,12 +445,7 @@ SGGW_TEST(test_fork_bomb_does_not_slow_another_tenant)
     SG_CHECK(strstr(out, " ['EAGAIN'] True\n") != NULL, res,
              "the bomb must hit the pids cap (EAGAIN, and no more than %d children)", PIDS_LIMIT);
     json_object_put(res);
-    sgsec_expect_service_works(&st, at, as, 0);
-    sgsec_expect_service_works(&st, vt, vs, 0);
-    free(vs);
-    free(as);
-    free(vt);
-    free(at);
+    both_still_work(at, as, vt, vs);
 }
 
 SGGW_TEST(test_memory_bomb_does_not_slow_another_tenant)
@@ -485,12 +472,7 @@ SGGW_TEST(test_memory_bomb_does_not_slow_another_tenant)
     const char *out = SG_STR(res, "stdout");
     SG_CHECK(strstr(out, " True 0\n") != NULL, res, "every memory hog must be killed by the memory limit");
     json_object_put(res);
-    sgsec_expect_service_works(&st, at, as, 0);
-    sgsec_expect_service_works(&st, vt, vs, 0);
-    free(vs);
-    free(as);
-    free(vt);
-    free(at);
+    both_still_work(at, as, vt, vs);
 }
 
 /* ------------------------------------------------------------------------
