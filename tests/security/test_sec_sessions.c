@@ -215,6 +215,18 @@ static int after_test(void **state)
     return sggw_stack_after_test(&stack);
 }
 
+/* The end of a test on session sid (container cid) of tenant tok: DELETE
+ * removes the container, a fresh session works; frees the three. */
+static void close_and_check(char *tok, char *sid, char *cid)
+{
+    sggw_delete_session(stack.gw, tok, sid);
+    expect_container_gone(cid, sid, "DELETE");
+    expect_service_works(tok);
+    free(cid);
+    free(sid);
+    free(tok);
+}
+
 /* ------------------------------------------------------------------------
  * Error text is not an error type
  * ------------------------------------------------------------------------ */
@@ -275,12 +287,7 @@ SGGW_TEST(test_error_text_does_not_close_the_session)
              "the proxy must hold this session alone");
     json_object_put(o);
 
-    sggw_delete_session(stack.gw, tok, sid);
-    expect_container_gone(cid, sid, "DELETE");
-    expect_service_works(tok);
-    free(cid);
-    free(sid);
-    free(tok);
+    close_and_check(tok, sid, cid);
 }
 
 /* ------------------------------------------------------------------------
@@ -434,6 +441,18 @@ static void call_init(call_t *c, const char *tok, const char *sid, const char *c
 
 #define LONG_RUN "import subprocess; subprocess.run(['sleep', '6'])"
 
+/* Starts LONG_RUN in session sid (container cid) on a thread of its own
+ * and waits until it runs; sggw_batch_join() the result. */
+static sggw_batch_t *start_long_run(call_t *lng, const char *tok, const char *sid, const char *cid)
+{
+    memset(lng, 0, sizeof(*lng));
+    call_init(lng, tok, sid, LONG_RUN, 60);
+    sggw_batch_t *lb = sggw_batch_start(&lng->req, 1);
+    SG_CHECK(lb != NULL, NULL, "cannot start a thread");
+    wait_running(cid, "sleep 6", 15);
+    return lb;
+}
+
 /* 40 requests at once on a session whose one run takes 6 s: 16 wait, the
  * rest are refused at once with 429 session_busy and Retry-After; the
  * waiting ones run afterwards, and the service still works. */
@@ -446,11 +465,7 @@ SGGW_TEST(test_session_queue_is_bounded)
     static call_t lng, calls[N];
     sggw_par_req_t reqs[N];
 
-    memset(&lng, 0, sizeof(lng));
-    call_init(&lng, tok, sid, LONG_RUN, 60);
-    sggw_batch_t *lb = sggw_batch_start(&lng.req, 1);
-    SG_CHECK(lb != NULL, NULL, "cannot start a thread");
-    wait_running(cid, "sleep 6", 15);
+    sggw_batch_t *lb = start_long_run(&lng, tok, sid, cid);
 
     for (int i = 0; i < N; i++) {
         memset(&calls[i], 0, sizeof(calls[i]));
@@ -493,12 +508,7 @@ SGGW_TEST(test_session_queue_is_bounded)
     json_object *res = sggw_execute(stack.gw, tok, sid, "print('after')", 10);
     SG_CHECK(strcmp(SG_STR(res, "stdout"), "after\n") == 0, res, "the session must work afterwards");
     json_object_put(res);
-    sggw_delete_session(stack.gw, tok, sid);
-    expect_container_gone(cid, sid, "DELETE");
-    expect_service_works(tok);
-    free(cid);
-    free(sid);
-    free(tok);
+    close_and_check(tok, sid, cid);
 }
 
 /* A direct client of the proxy queues 16 requests behind a long run and
@@ -515,11 +525,7 @@ SGGW_TEST(test_abandoned_requests_never_run)
     static call_t lng;
 
     json_object_put(sggw_execute(stack.gw, tok, sid, "open('/sandbox/log', 'w').close()", 10));
-    memset(&lng, 0, sizeof(lng));
-    call_init(&lng, tok, sid, LONG_RUN, 60);
-    sggw_batch_t *lb = sggw_batch_start(&lng.req, 1);
-    SG_CHECK(lb != NULL, NULL, "cannot start a thread");
-    wait_running(cid, "sleep 6", 15);
+    sggw_batch_t *lb = start_long_run(&lng, tok, sid, cid);
     long done_before = proxy_field(sid, "executions");
 
     pathf(url, sizeof(url), "%s/sessions/%s/execute", sgtest_proxy_url(stack.proxy), sid);
@@ -561,12 +567,7 @@ SGGW_TEST(test_abandoned_requests_never_run)
     SG_CHECK(count_lines(log, "kept") == 2, NULL, "the 2 kept requests must have run:\n%s", log);
     free(log);
 
-    sggw_delete_session(stack.gw, tok, sid);
-    expect_container_gone(cid, sid, "DELETE");
-    expect_service_works(tok);
-    free(cid);
-    free(sid);
-    free(tok);
+    close_and_check(tok, sid, cid);
 }
 
 /* A client of the gateway hangs up while its execute waits behind a long
@@ -584,11 +585,7 @@ SGGW_TEST(test_gateway_cancels_for_a_client_that_left)
 
     json_object_put(sggw_execute(stack.gw, tok, sid, "open('/sandbox/log', 'w').close()", 10));
     int64_t billed = usage_executions("cancel");
-    memset(&lng, 0, sizeof(lng));
-    call_init(&lng, tok, sid, LONG_RUN, 60);
-    sggw_batch_t *lb = sggw_batch_start(&lng.req, 1);
-    SG_CHECK(lb != NULL, NULL, "cannot start a thread");
-    wait_running(cid, "sleep 6", 15);
+    sggw_batch_t *lb = start_long_run(&lng, tok, sid, cid);
     long done_before = proxy_field(sid, "executions");
 
     pathf(url, sizeof(url), "%s/sessions/%s/execute", sggw_gateway_url(stack.gw), sid);
@@ -633,12 +630,7 @@ SGGW_TEST(test_gateway_cancels_for_a_client_that_left)
     sgtest_reply_free(&r);
     SG_CHECK(SG_INT(o, "waiting") == 0, o, "nothing waits");
     json_object_put(o);
-    sggw_delete_session(stack.gw, tok, sid);
-    expect_container_gone(cid, sid, "DELETE");
-    expect_service_works(tok);
-    free(cid);
-    free(sid);
-    free(tok);
+    close_and_check(tok, sid, cid);
 }
 
 int main(void)
