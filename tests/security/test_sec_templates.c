@@ -32,15 +32,21 @@ static const char *data_dir(void)
 
 /* ---- Docker: the images of the test's repository ---- */
 
-/* 1 if the image exists, 0 if not. */
-static int image_exists(const char *name)
+/* GET /images/{name}/json into *r (asserts that Docker answers). */
+static void image_inspect(const char *name, sgtest_reply_t *r)
 {
     char path[400];
-    sgtest_reply_t r;
     char *enc = sgtest_urlencode(name);
     pathf(path, sizeof(path), "/images/%s/json", enc);
     free(enc);
-    SG_CHECK(sgtest_docker_call("GET", path, NULL, &r) == 0, NULL, "Docker did not answer");
+    SG_CHECK(sgtest_docker_call("GET", path, NULL, r) == 0, NULL, "Docker did not answer");
+}
+
+/* 1 if the image exists, 0 if not. */
+static int image_exists(const char *name)
+{
+    sgtest_reply_t r;
+    image_inspect(name, &r);
     int found = r.status == 200;
     SG_CHECK(r.status == 200 || r.status == 404, NULL, "image inspect: %ld", r.status);
     sgtest_reply_free(&r);
@@ -49,12 +55,8 @@ static int image_exists(const char *name)
 
 static int64_t image_size(const char *name)
 {
-    char path[400];
     sgtest_reply_t r;
-    char *enc = sgtest_urlencode(name);
-    pathf(path, sizeof(path), "/images/%s/json", enc);
-    free(enc);
-    SG_CHECK(sgtest_docker_call("GET", path, NULL, &r) == 0, NULL, "Docker did not answer");
+    image_inspect(name, &r);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     int64_t size = SG_INT(o, "Size");
