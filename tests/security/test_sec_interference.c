@@ -163,6 +163,20 @@ static void service_ports(char *buf, size_t len)
     pathf(buf, len, "[%d, %d, %d, 2375, 2376]", proxy_port, sggw_gateway_port(st.gw), sggw_redis_port(st.redis));
 }
 
+/* Runs probe in the victim's session vs (the positive control: what the
+ * attack looks for is there) and in the attacker's session as; each must
+ * print exactly what is given. */
+static void probe_both(const char *vt, const char *vs, const char *victim_sees, const char *at, const char *as,
+                       const char *attacker_sees, const char *probe)
+{
+    json_object *r = py(vt, vs, probe);
+    SGSEC_EXPECT_STDOUT(r, victim_sees);
+    json_object_put(r);
+    r = py(at, as, probe);
+    SGSEC_EXPECT_STDOUT(r, attacker_sees);
+    json_object_put(r);
+}
+
 /* The end of every attack of tenant at (session as) on tenant vt (session
  * vs): both sessions still work, and fresh ones too; frees the four. */
 static void both_still_work(char *at, char *as, char *vt, char *vs)
@@ -206,14 +220,10 @@ SGGW_TEST(test_cannot_see_other_sessions_processes)
                        "print('service', sorted(n for n in names if n.startswith(service)))\n";
     json_object *r = py(vt, vs, mark);
     json_object_put(r);
-    /* positive control: the marker is there to be found */
-    r = py(vt, vs, look);
-    SGSEC_EXPECT_STDOUT(r, "marker True\nfew True\nservice ['sandgate-agent']\n");
-    json_object_put(r);
-    /* the attacker sees its own agent and nothing of the victim or the host */
-    r = py(at, as, look);
-    SGSEC_EXPECT_STDOUT(r, "marker False\nfew True\nservice ['sandgate-agent']\n");
-    json_object_put(r);
+    /* positive control: the marker is there to be found; the attacker sees
+     * its own agent and nothing of the victim or the host */
+    probe_both(vt, vs, "marker True\nfew True\nservice ['sandgate-agent']\n", at, as,
+               "marker False\nfew True\nservice ['sandgate-agent']\n", look);
     both_still_work(at, as, vt, vs);
 }
 
@@ -247,12 +257,7 @@ SGGW_TEST(test_cannot_reach_another_sandbox_by_ipc)
     SGSEC_EXPECT_STDOUT(r, "True\n");
     json_object_put(r);
     /* positive control: both are there to be found */
-    r = py(vt, vs, probe);
-    SGSEC_EXPECT_STDOUT(r, "shm FOUND\nabstract CONNECTED\n");
-    json_object_put(r);
-    r = py(at, as, probe);
-    SGSEC_EXPECT_STDOUT(r, "shm ENOENT\nabstract ECONNREFUSED\n");
-    json_object_put(r);
+    probe_both(vt, vs, "shm FOUND\nabstract CONNECTED\n", at, as, "shm ENOENT\nabstract ECONNREFUSED\n", probe);
     both_still_work(at, as, vt, vs);
 }
 

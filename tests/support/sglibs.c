@@ -824,24 +824,27 @@ int sglibs_count_labelled(const char *pid, const char *extra)
     return n;
 }
 
-long sglibs_volume_status(const char *name)
+/* method /volumes/<name><query> on Docker's API into *r: the status. */
+static long volume_call(const char *method, const char *name, const char *query, sgtest_reply_t *r)
 {
     char path[256];
-    snprintf(path, sizeof(path), "/volumes/%s", name);
+    snprintf(path, sizeof(path), "/volumes/%s%s", name, query);
+    sgtest_docker_call(method, path, NULL, r);
+    return r->status;
+}
+
+long sglibs_volume_status(const char *name)
+{
     sgtest_reply_t r;
-    sgtest_docker_call("GET", path, NULL, &r);
-    long st = r.status;
+    long st = volume_call("GET", name, "", &r);
     sgtest_reply_free(&r);
     return st;
 }
 
 long sglibs_volume_remove(const char *name)
 {
-    char path[256];
-    snprintf(path, sizeof(path), "/volumes/%s?force=1", name);
     sgtest_reply_t r;
-    sgtest_docker_call("DELETE", path, NULL, &r);
-    long st = r.status;
+    long st = volume_call("DELETE", name, "?force=1", &r);
     if (st != 204 && st != 404)
         fprintf(stderr, "removing volume %s: HTTP %ld %s %s\n", name, st, r.error, r.body);
     sgtest_reply_free(&r);
