@@ -123,6 +123,18 @@ static void expect_output(json_object *r, const char *want)
         SG_FAIL(r, "expected a successful run");
 }
 
+/* code with libs in a new python session, which then closes: stdout must be
+ * exactly want. */
+static void run_in_new_session(const char *code, const char *const *libs, const char *want)
+{
+    char *sid = create_session("python");
+    json_object *o = run_code(sid, code, libs);
+    expect_output(o, want);
+    json_object_put(o);
+    close_session(sid);
+    free(sid);
+}
+
 static json_object *install(const char *sid, const char *package, const char *version)
 {
     return sglibs_install(proxy, sid, package, version, NULL);
@@ -309,12 +321,7 @@ static void test_pip_from_store(void **state)
      * first fetch, never by another spec's), so it is fetched once ... */
     const char *libs[] = {py_name, NULL};
     t0 = sglibs_wall_now();
-    sid = create_session("python");
-    o = run_code(sid, code, libs);
-    expect_output(o, "42\n");
-    json_object_put(o);
-    close_session(sid);
-    free(sid);
+    run_in_new_session(code, libs, "42\n");
     created = sglibs_installers_created_since(proxy_id, t0);
     SG_CHECK(created == 1, NULL, "%d installer container(s) were created for the spec \"%s\", expected 1", created,
              py_name);
@@ -323,12 +330,7 @@ static void test_pip_from_store(void **state)
      * POST /execute */
     t0 = sglibs_wall_now();
     before = sglibs_hits(index_srv, "");
-    sid = create_session("python");
-    o = run_code(sid, code, libs);
-    expect_output(o, "42\n");
-    json_object_put(o);
-    close_session(sid);
-    free(sid);
+    run_in_new_session(code, libs, "42\n");
     o = run_ephemeral("python", code, libs);
     expect_output(o, "42\n");
     json_object_put(o);
