@@ -30,6 +30,13 @@ char *sgsec_tenant(const sgsec_stack_t *st, const char *name, const char *const 
     return sggw_new_tenant(sggw_gateway_data_dir(st->gw), name, quotas);
 }
 
+char *sgsec_begin(const sgsec_stack_t *st, const char *name, const char *const *quotas, char **sid)
+{
+    char *tok = sgsec_tenant(st, name, quotas);
+    *sid = sggw_create_session(st->gw, tok, NULL, NULL);
+    return tok;
+}
+
 json_object *sgsec_py(const sgsec_stack_t *st, const char *tok, const char *sid, const char *code)
 {
     return sggw_execute(st->gw, tok, sid, code, 120);
@@ -71,4 +78,11 @@ void sgsec_expect_service_works(const sgsec_stack_t *st, const char *tok, const 
     json_object_put(r);
     sggw_delete_session(st->gw, tok, fresh);
     free(fresh);
+}
+
+void sgsec_end(const sgsec_stack_t *st, char *tok, char *sid, int kept_x)
+{
+    sgsec_expect_service_works(st, tok, sid, kept_x);
+    free(sid);
+    free(tok);
 }

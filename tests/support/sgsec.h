@@ -25,6 +25,9 @@ int sgsec_stack_start(sgsec_stack_t *st, const char *const *proxy_env);
 
 /* Asserting: a tenant with the "key=value" quotas (may be NULL); its token. */
 char *sgsec_tenant(const sgsec_stack_t *st, const char *name, const char *const *quotas);
+/* Asserting: the start of most attacks: a tenant `name` with the quotas (may
+ * be NULL) and a new python session of it (*sid, malloc'd); its token. */
+char *sgsec_begin(const sgsec_stack_t *st, const char *name, const char *const *quotas, char **sid);
 /* Asserting: POST /sessions/{sid}/execute {"code", "timeout": 120}: the result. */
 json_object *sgsec_py(const sgsec_stack_t *st, const char *tok, const char *sid, const char *code);
 /* Asserting: POST /sessions/{sid}/commands {"command", "timeout": 60}: the result. */
@@ -40,5 +43,9 @@ void sgsec__expect_stdout(json_object *res, const char *want, const char *file, 
  * (the attack's code set x = 41 first) — and is closed; then a fresh
  * session of the tenant runs code and is closed. */
 void sgsec_expect_service_works(const sgsec_stack_t *st, const char *tok, const char *sid, int kept_x);
+
+/* Asserting: their end: sgsec_expect_service_works(st, tok, sid, kept_x),
+ * then frees tok and sid. */
+void sgsec_end(const sgsec_stack_t *st, char *tok, char *sid, int kept_x);
 
 #endif
