@@ -279,7 +279,6 @@ SGGW_TEST(test_no_route_to_another_sandbox)
     SG_CHECK(aip[0] == '\0', NULL, "a session without network must have no address, has %s", aip);
 
     victim_listens(vt, vs, vip);
-    json_object *r;
 
     char ports[128], code[8192];
     service_ports(ports, sizeof(ports));
@@ -291,7 +290,7 @@ SGGW_TEST(test_no_route_to_another_sandbox)
           "print('docker.sock', unix('/var/run/docker.sock'), unix('/run/docker.sock'))\n"
           "print('interfaces', sorted(os.listdir('/sys/class/net')))\n",
           SCANNER, vip, vgw, ports, ports);
-    r = py(at, as, code);
+    json_object *r = py(at, as, code);
     SGSEC_EXPECT_STDOUT(r, "victim open=[] ENETUNREACH:65535\n"
                      "host open=[] ENETUNREACH:5\n"
                      "loopback open=[] ECONNREFUSED:5\n"
@@ -316,7 +315,6 @@ SGGW_TEST(test_no_route_to_another_sandbox_with_network)
     SG_CHECK(vip[0] != '\0' && aip[0] != '\0', NULL, "both sessions must have an address");
 
     victim_listens(vt, vs, vip);
-    json_object *r;
 
     char ports[128], code[8192];
     service_ports(ports, sizeof(ports));
@@ -327,7 +325,7 @@ SGGW_TEST(test_no_route_to_another_sandbox_with_network)
           "scan('loopback', '127.0.0.1', %s, 1)\n"
           "print('docker.sock', unix('/var/run/docker.sock'), unix('/run/docker.sock'))\n",
           SCANNER, vip, agw, ports, ports);
-    r = py(at, as, code);
+    json_object *r = py(at, as, code);
     const char *out = SG_STR(r, "stdout");
     SG_CHECK(strncmp(out, "victim open=[] ", 15) == 0 && strstr(out, "CONNECTED") == NULL, r,
              "the attacker must reach no port of the victim's container");
