@@ -690,7 +690,8 @@ SGGW_TEST(test_seed003_examples)
     SG_CHECK(strcmp(SG_STR(o, "stderr"), "") == 0 && SG_INT(o, "exit_code") == 0, o, "documented reply");
     json_object_put(o);
     /* Ephemeral Execution example */
-    o = ephemeral(stack.gw, tok, "{\"code\": \"import sys\\nprint(f\\\"Python {sys.version}\\\")\", \"lang\": \"python\"}");
+    o = ephemeral(stack.gw, tok,
+                  "{\"code\": \"import sys\\nprint(f\\\"Python {sys.version}\\\")\", \"lang\": \"python\"}");
     expect_success(o);
     SG_CHECK(strncmp(SG_STR(o, "stdout"), "Python 3.", 9) == 0, o, "stdout must start with \"Python 3.\"");
     json_object_put(o);

@@ -223,7 +223,8 @@ SGGW_TEST(test_daily_execs_quota)
     /* other requests and other tenants are not affected */
     json_object *l = sggw_list_sessions(stack.gw, tok);
     json_object_put(l);
-    o = sggw_post_result(stack.gw, other, "/execute", json_tokener_parse("{\"code\":\"print(1)\",\"lang\":\"python\"}"));
+    o = sggw_post_result(stack.gw, other, "/execute",
+                         json_tokener_parse("{\"code\":\"print(1)\",\"lang\":\"python\"}"));
     json_object_put(o);
 
     /* the ledger holds exactly the 3 that ran */

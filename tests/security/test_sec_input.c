@@ -45,7 +45,8 @@ static void expect_400_naming(const sgtest_reply_t *r, const char *field, const 
 static void expect_serving(const char *token)
 {
     SG_CHECK(sggw_gateway_alive(stack.gw), NULL, "the gateway died (%s)", "");
-    char *sid = sggw_create_session(stack.gw, token, "{\"lang\": \"python\", \"timeout\": 10, \"memory_mb\": 256}", NULL);
+    char *sid =
+        sggw_create_session(stack.gw, token, "{\"lang\": \"python\", \"timeout\": 10, \"memory_mb\": 256}", NULL);
     json_object *o = sggw_execute(stack.gw, token, sid, "print(6 * 7)", 5);
     SG_CHECK(strcmp(SG_STR(o, "stdout"), "42\n") == 0, o, "a fresh session runs code");
     json_object_put(o);

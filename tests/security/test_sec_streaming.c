@@ -418,7 +418,8 @@ SGGW_TEST(test_one_shot)
                 json_object *buf = via_gw ? sggw_post_result(stack.gw, token(), "/execute", json_object_get(body))
                                           : sgtest_post_result(stack.proxy, "/execute", json_object_get(body), NULL);
                 char url[256];
-                pathf(url, sizeof(url), "%s/execute", via_gw ? sggw_gateway_url(stack.gw) : sgtest_proxy_url(stack.proxy));
+                pathf(url, sizeof(url), "%s/execute",
+                      via_gw ? sggw_gateway_url(stack.gw) : sgtest_proxy_url(stack.proxy));
                 const char *hdrs[] = {"Accept: text/event-stream", NULL};
                 sgsse_result_t r;
                 int rc = sgsse_post(url, via_gw ? token() : NULL, js, hdrs, 120, &r);
