@@ -126,6 +126,23 @@ typedef struct {
 
 #define DOS_DATE_1980_01_01 0x21
 
+/* The fields a local file header and a central directory header share,
+ * from "version needed" to the extra field's length: a stored entry of dl
+ * bytes named by nl bytes, dated 1980-01-01 00:00. */
+static void zip_entry_fields(bytes_t *out, uint32_t crc, size_t dl, size_t nl)
+{
+    b_u16(out, 20); /* version needed */
+    b_u16(out, 0);  /* flags */
+    b_u16(out, 0);  /* stored */
+    b_u16(out, 0);  /* time */
+    b_u16(out, DOS_DATE_1980_01_01);
+    b_u32(out, crc);
+    b_u32(out, (uint32_t)dl);
+    b_u32(out, (uint32_t)dl);
+    b_u16(out, (unsigned)nl);
+    b_u16(out, 0); /* extra */
+}
+
 static void zip_build(const entry_t *e, size_t n, bytes_t *out)
 {
     uint32_t crc[16], off[16];
@@ -135,34 +152,16 @@ static void zip_build(const entry_t *e, size_t n, bytes_t *out)
         crc[i] = crc32_of(e[i].data, dl);
         off[i] = (uint32_t)out->len;
         b_u32(out, 0x04034b50); /* local file header */
-        b_u16(out, 20);         /* version needed */
-        b_u16(out, 0);          /* flags */
-        b_u16(out, 0);          /* stored */
-        b_u16(out, 0);          /* time */
-        b_u16(out, DOS_DATE_1980_01_01);
-        b_u32(out, crc[i]);
-        b_u32(out, (uint32_t)dl);
-        b_u32(out, (uint32_t)dl);
-        b_u16(out, (unsigned)nl);
-        b_u16(out, 0); /* extra */
+        zip_entry_fields(out, crc[i], dl, nl);
         b_put(out, e[i].name, nl);
         b_put(out, e[i].data, dl);
     }
     size_t cd = out->len;
     for (size_t i = 0; i < n; i++) {
         size_t nl = strlen(e[i].name), dl = strlen(e[i].data);
-        b_u32(out, 0x02014b50); /* central directory header */
+        b_u32(out, 0x02014b50);  /* central directory header */
         b_u16(out, 3 << 8 | 20); /* made by: Unix */
-        b_u16(out, 20);
-        b_u16(out, 0);
-        b_u16(out, 0);
-        b_u16(out, 0);
-        b_u16(out, DOS_DATE_1980_01_01);
-        b_u32(out, crc[i]);
-        b_u32(out, (uint32_t)dl);
-        b_u32(out, (uint32_t)dl);
-        b_u16(out, (unsigned)nl);
-        b_u16(out, 0); /* extra */
+        zip_entry_fields(out, crc[i], dl, nl);
         b_u16(out, 0); /* comment */
         b_u16(out, 0); /* disk */
         b_u16(out, 0); /* internal attributes */
