@@ -27,9 +27,7 @@
 #define REMOVAL_S 15.0
 #define FAST_S 0.2 /* what "answers at once" means under load */
 
-static sgtest_proxy_t *proxy;
-static char *proxy_id;
-static sggw_gateway_t *gw;
+static sggw_stack_t stack;
 /* what a single test starts for itself; after_test stops it whatever happened */
 static sggw_gateway_t *extra_gw;
 static sgtest_proxy_t *extra_proxy;
@@ -62,7 +60,7 @@ static void cleanup_extra(void)
 
 static const char *data_dir(void)
 {
-    return sggw_gateway_data_dir(gw);
+    return sggw_gateway_data_dir(stack.gw);
 }
 
 /* A uuid nobody issued. */
@@ -115,7 +113,7 @@ static void call_hdr(const char *method, const char *path, const char *const *hd
                      const char *ctype, sgtest_reply_t *r)
 {
     char url[2048];
-    pathf(url, sizeof(url), "%s%s", sggw_gateway_url(gw), path);
+    pathf(url, sizeof(url), "%s%s", sggw_gateway_url(stack.gw), path);
     sggw_http(method, url, body, body ? strlen(body) : 0, ctype, hdrs, 0, r);
 }
 
@@ -132,80 +130,26 @@ static void expect_bad_field(const sgtest_reply_t *r, const char *field)
  * Fixtures
  * ------------------------------------------------------------------------ */
 
-static sgtest_proxy_t *start_proxy(void)
+static int group_setup(void **state)
 {
-    const char *env[] = {"SANDGATE_POOL_SIZE=2", NULL};
-    return sgtest_proxy_start(proxy_id, env);
-}
-
-static sggw_gateway_t *start_gateway(void)
-{
+    *state = &stack;
     char file_kv[64];
     snprintf(file_kv, sizeof(file_kv), "SANDGATE_MAX_FILE_BYTES=%d", GW_MAX_FILE_BYTES);
     /* the auth matrix sends 27 wrong admin tokens from one address on
      * purpose; the throttle on guessing has tests of its own
      * (tests/security/test_sec_http.c) */
-    const char *env[] = {file_kv, "SANDGATE_ADMIN_FAIL_LIMIT=1000", NULL};
-    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(proxy), .env = env};
-    return sggw_gateway_start(&o);
-}
-
-static int group_setup(void **state)
-{
-    proxy_id = sgtest_new_proxy_id();
-    if (proxy_id == NULL || (proxy = start_proxy()) == NULL)
-        return -1;
-    gw = start_gateway();
-    return gw != NULL ? 0 : -1;
+    const char *genv[] = {file_kv, "SANDGATE_ADMIN_FAIL_LIMIT=1000", NULL};
+    const char *penv[] = {"SANDGATE_POOL_SIZE=2", NULL};
+    sggw_stack_opts_t o = {.proxy_env = penv, .gateway_env = genv};
+    return sggw_stack_start(&stack, &o);
 }
 
 /* After every test: the logs when it failed; both servers must have lived
  * through it (they are started again so that later tests still run). */
 static int after_test(void **state)
 {
-    int rc = 0;
-    sggw_after_test();
+    int rc = sggw_stack_after_test(&stack);
     cleanup_extra();
-    if (!sgtest_proxy_alive(proxy)) {
-        fprintf(stderr, "the proxy died during this test\n");
-        sgtest_proxy_print_log(proxy, 60);
-        sgtest_proxy_kill9(proxy);
-        proxy = start_proxy();
-        rc = -1;
-    }
-    if (!sggw_gateway_alive(gw)) {
-        fprintf(stderr, "the gateway died during this test\n");
-        sggw_gateway_print_log(gw, 80);
-        sggw_gateway_kill9(gw);
-        gw = start_gateway();
-        rc = -1;
-    }
-    return rc;
-}
-
-static int group_teardown(void **state)
-{
-    int rc = 0;
-    if (gw != NULL) {
-        int st = sggw_gateway_stop(gw);
-        gw = NULL;
-        if (st != 0) {
-            fprintf(stderr, "teardown: the gateway did not exit with status 0 on SIGTERM (wait status %d)\n", st);
-            rc = -1;
-        }
-    }
-    if (proxy != NULL) {
-        sggw_proxy_close_all(proxy);
-        sgtest_proxy_stop(proxy);
-        proxy = NULL;
-    }
-    int left = sgtest_docker_count(proxy_id);
-    if (left != 0) {
-        fprintf(stderr, "teardown: %d container(s) of %s remain after the proxy stopped\n", left, proxy_id);
-        sgtest_docker_remove_all(proxy_id);
-        rc = -1;
-    }
-    free(proxy_id);
     return rc;
 }
 
@@ -221,7 +165,7 @@ SGGW_TEST(test_auth_matrix)
     random_uuid(u);
 
     /* GET / needs no token */
-    sggw_call(gw, NULL, "GET", "/", NULL, &r);
+    sggw_call(stack.gw, NULL, "GET", "/", NULL, &r);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     SG_CHECK(strcmp(SG_STR(o, "status"), "ok") == 0, o, "GET / must answer {\"status\":\"ok\"}");
@@ -243,7 +187,7 @@ SGGW_TEST(test_auth_matrix)
     };
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         pathf(path, sizeof(path), routes[i].path, u);
-        sggw_call(gw, NULL, routes[i].method, path, routes[i].body, &r);
+        sggw_call(stack.gw, NULL, routes[i].method, path, routes[i].body, &r);
         if (r.status != 401)
             fprintf(stderr, "route %s %s:\n", routes[i].method, path);
         EXPECT_401(&r);
@@ -251,7 +195,7 @@ SGGW_TEST(test_auth_matrix)
     }
 
     /* the token works, with the scheme in any case */
-    sggw_call(gw, tok, "GET", "/sessions", NULL, &r);
+    sggw_call(stack.gw, tok, "GET", "/sessions", NULL, &r);
     SG_ASSERT_STATUS(&r, 200);
     sgtest_reply_free(&r);
     pathf(hdr, sizeof(hdr), "Authorization: bearer %s", tok);
@@ -303,7 +247,7 @@ SGGW_TEST(test_auth_matrix)
     char *t2 = sggw_new_token(data_dir(), "auth-a");
     char *t3 = sggw_new_token(data_dir(), "auth-a");
     char *t4 = sggw_new_token(data_dir(), "auth-a");
-    sggw_call(gw, t2, "GET", "/sessions", NULL, &r);
+    sggw_call(stack.gw, t2, "GET", "/sessions", NULL, &r);
     SG_ASSERT_STATUS(&r, 200);
     sgtest_reply_free(&r);
     char pub2[9];
@@ -311,27 +255,27 @@ SGGW_TEST(test_auth_matrix)
     char *out = NULL;
     SG_CHECK(sggw_admin(data_dir(), &out, "token", "revoke", pub2, NULL) == 0, NULL, "token revoke %s failed", pub2);
     free(out);
-    sggw_call(gw, t2, "GET", "/sessions", NULL, &r);
+    sggw_call(stack.gw, t2, "GET", "/sessions", NULL, &r);
     EXPECT_401(&r);
     sgtest_reply_free(&r);
     /* by the whole token */
     SG_CHECK(sggw_admin(data_dir(), &out, "token", "revoke", t3, NULL) == 0, NULL, "token revoke <token> failed");
     free(out);
-    sggw_call(gw, t3, "POST", "/execute", "{\"code\":\"print(1)\"}", &r);
+    sggw_call(stack.gw, t3, "POST", "/execute", "{\"code\":\"print(1)\"}", &r);
     EXPECT_401(&r);
     sgtest_reply_free(&r);
     /* through the admin API */
     char pub4[9];
     snprintf(pub4, sizeof(pub4), "%.8s", t4 + 4);
     pathf(path, sizeof(path), "/admin/tokens/%s", pub4);
-    sggw_admin_call(gw, "DELETE", path, NULL, &r);
+    sggw_admin_call(stack.gw, "DELETE", path, NULL, &r);
     SG_ASSERT_STATUS(&r, 200);
     sgtest_reply_free(&r);
-    sggw_call(gw, t4, "GET", "/sessions", NULL, &r);
+    sggw_call(stack.gw, t4, "GET", "/sessions", NULL, &r);
     EXPECT_401(&r);
     sgtest_reply_free(&r);
     /* the others of the tenant still work */
-    sggw_call(gw, tok, "GET", "/sessions", NULL, &r);
+    sggw_call(stack.gw, tok, "GET", "/sessions", NULL, &r);
     SG_ASSERT_STATUS(&r, 200);
     sgtest_reply_free(&r);
     /* `token list` shows the revocations */
@@ -346,14 +290,14 @@ SGGW_TEST(test_auth_matrix)
     /* a disabled tenant is locked out at once, and back when enabled */
     const char *off[] = {"disabled=1", NULL}, *on[] = {"disabled=0", NULL};
     sggw_tenant_set(data_dir(), "auth-a", off);
-    sggw_call(gw, tok, "GET", "/sessions", NULL, &r);
+    sggw_call(stack.gw, tok, "GET", "/sessions", NULL, &r);
     EXPECT_401(&r);
     sgtest_reply_free(&r);
-    sggw_call(gw, tok, "POST", "/execute", "{\"code\":\"print(1)\"}", &r);
+    sggw_call(stack.gw, tok, "POST", "/execute", "{\"code\":\"print(1)\"}", &r);
     EXPECT_401(&r);
     sgtest_reply_free(&r);
     sggw_tenant_set(data_dir(), "auth-a", on);
-    sggw_call(gw, tok, "GET", "/sessions", NULL, &r);
+    sggw_call(stack.gw, tok, "GET", "/sessions", NULL, &r);
     SG_ASSERT_STATUS(&r, 200);
     sgtest_reply_free(&r);
 
@@ -376,13 +320,13 @@ SGGW_TEST(test_auth_matrix)
     for (size_t i = 0; i < sizeof(admin) / sizeof(admin[0]); i++) {
         const char *who[] = {NULL, wrong_admin, tok};
         for (size_t k = 0; k < 3; k++) {
-            sggw_call(gw, who[k], admin[i].method, admin[i].path, admin[i].body, &r);
+            sggw_call(stack.gw, who[k], admin[i].method, admin[i].path, admin[i].body, &r);
             if (r.status != 401)
                 fprintf(stderr, "admin route %s %s, token %zu:\n", admin[i].method, admin[i].path, k);
             EXPECT_401(&r);
             sgtest_reply_free(&r);
         }
-        sggw_admin_call(gw, admin[i].method, admin[i].path, admin[i].body, &r);
+        sggw_admin_call(stack.gw, admin[i].method, admin[i].path, admin[i].body, &r);
         if (r.status != admin[i].ok)
             fprintf(stderr, "admin route %s %s with the admin token:\n", admin[i].method, admin[i].path);
         o = SG_EXPECT_JSON(&r, admin[i].ok);
@@ -391,7 +335,7 @@ SGGW_TEST(test_auth_matrix)
     }
     free(wrong_admin);
     /* and the admin token is no tenant token */
-    sggw_call(gw, sggw_gateway_admin_token(gw), "GET", "/sessions", NULL, &r);
+    sggw_call(stack.gw, sggw_gateway_admin_token(stack.gw), "GET", "/sessions", NULL, &r);
     EXPECT_401(&r);
     sgtest_reply_free(&r);
 
@@ -407,7 +351,7 @@ SGGW_TEST(test_auth_matrix)
 SGGW_TEST(test_admin_changes_reach_gateway)
 {
     const char *env[] = {"SANDGATE_DB_WORKERS=2", NULL};
-    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(proxy), .env = env};
+    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy), .env = env};
     sggw_gateway_t *g2 = extra_gw = sggw_gateway_start(&opts);
     SG_CHECK(g2 != NULL, NULL, "cannot start a gateway");
     const char *dir = sggw_gateway_data_dir(g2);
@@ -498,7 +442,7 @@ SGGW_TEST(test_admin_changes_reach_gateway)
 SGGW_TEST(test_create_then_use_at_once)
 {
     const char *env[] = {"SANDGATE_DB_WORKERS=2", NULL};
-    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(proxy), .env = env};
+    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy), .env = env};
     sggw_gateway_t *g2 = extra_gw = sggw_gateway_start(&opts);
     SG_CHECK(g2 != NULL, NULL, "cannot start a gateway");
     const char *dir = sggw_gateway_data_dir(g2);
@@ -541,7 +485,7 @@ SGGW_TEST(test_reply_headers_well_formed)
 {
     char *tok = sggw_new_tenant(data_dir(), "headers", NULL);
     sgtest_reply_t r;
-    sggw_call(gw, tok, "GET", "/sessions", NULL, &r);
+    sggw_call(stack.gw, tok, "GET", "/sessions", NULL, &r);
     SG_ASSERT_STATUS(&r, 200);
     const char *names[] = {"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"};
     for (size_t i = 0; i < 3; i++) {
@@ -555,7 +499,7 @@ SGGW_TEST(test_reply_headers_well_formed)
     sgtest_reply_free(&r);
 
     char url[256], auth[128];
-    snprintf(url, sizeof(url), "%s/sessions", sggw_gateway_url(gw));
+    snprintf(url, sizeof(url), "%s/sessions", sggw_gateway_url(stack.gw));
     snprintf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
     const char *h[] = {auth, NULL};
     for (int i = 0; i < 30; i++) {
@@ -606,8 +550,8 @@ SGGW_TEST(test_cross_tenant)
     sgtest_reply_t r;
     random_uuid(nosuch);
 
-    char *sa = sggw_create_session(gw, ta, NULL, NULL);
-    json_object *o = sggw_execute(gw, ta, sa, "secret = 42\nprint('set')", 0);
+    char *sa = sggw_create_session(stack.gw, ta, NULL, NULL);
+    json_object *o = sggw_execute(stack.gw, ta, sa, "secret = 42\nprint('set')", 0);
     expect_stdout(o, "set\n");
     json_object_put(o);
 
@@ -621,24 +565,24 @@ SGGW_TEST(test_cross_tenant)
     expect_like_missing(tb, "DELETE", "/sessions/%s", NULL, NULL, sa, nosuch);
 
     /* A's session is untouched: alive, its state kept, no file from B */
-    o = sggw_execute(gw, ta, sa, "print(secret)", 0);
+    o = sggw_execute(stack.gw, ta, sa, "print(secret)", 0);
     expect_stdout(o, "42\n");
     json_object_put(o);
     pathf(path, sizeof(path), "/sessions/%s/files?path=b.txt", sa);
-    sggw_call(gw, ta, "GET", path, NULL, &r);
+    sggw_call(stack.gw, ta, "GET", path, NULL, &r);
     o = SG_EXPECT_ERROR(&r, 404, NULL);
     sgtest_reply_free(&r);
     json_object_put(o);
     pathf(path, sizeof(path), "/sessions/%s", sa);
-    sggw_call(gw, ta, "GET", path, NULL, &r);
+    sggw_call(stack.gw, ta, "GET", path, NULL, &r);
     o = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     SG_CHECK(strcmp(SG_STR(o, "session_id"), sa) == 0, o, "GET /sessions/{id} names another session");
     json_object_put(o);
 
     /* each tenant lists only its own */
-    char *sb = sggw_create_session(gw, tb, NULL, NULL);
-    json_object *la = sggw_list_sessions(gw, ta), *lb = sggw_list_sessions(gw, tb);
+    char *sb = sggw_create_session(stack.gw, tb, NULL, NULL);
+    json_object *la = sggw_list_sessions(stack.gw, ta), *lb = sggw_list_sessions(stack.gw, tb);
     SG_CHECK(sgtest_json_array_has_string(SG_ARR(la, "sessions"), sa), la, "A does not list its session %s", sa);
     SG_CHECK(!sgtest_json_array_has_string(SG_ARR(la, "sessions"), sb), la, "A lists B's session %s", sb);
     SG_CHECK(json_object_array_length(SG_ARR(la, "sessions")) == 1, la, "A has exactly one session");
@@ -648,7 +592,7 @@ SGGW_TEST(test_cross_tenant)
     json_object_put(lb);
 
     /* the admin view agrees */
-    sggw_admin_call(gw, "GET", "/admin/sessions?tenant=iso-a", NULL, &r);
+    sggw_admin_call(stack.gw, "GET", "/admin/sessions?tenant=iso-a", NULL, &r);
     o = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     json_object *arr = SG_ARR(o, "sessions");
@@ -657,9 +601,9 @@ SGGW_TEST(test_cross_tenant)
              o, "GET /admin/sessions?tenant=iso-a must list exactly %s", sa);
     json_object_put(o);
 
-    sggw_delete_session(gw, tb, sb);
-    sggw_delete_session(gw, ta, sa);
-    SG_CHECK(!sggw_lists(gw, ta, sa), NULL, "A still lists %s after DELETE", sa);
+    sggw_delete_session(stack.gw, tb, sb);
+    sggw_delete_session(stack.gw, ta, sa);
+    SG_CHECK(!sggw_lists(stack.gw, ta, sa), NULL, "A still lists %s after DELETE", sa);
     free(sa);
     free(sb);
     free(ta);
@@ -677,33 +621,33 @@ SGGW_TEST(test_seed003_examples)
     char path[256];
 
     /* Health Check */
-    sggw_call(gw, tok, "GET", "/", NULL, &r);
+    sggw_call(stack.gw, tok, "GET", "/", NULL, &r);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     SG_CHECK(strcmp(SG_STR(o, "status"), "ok") == 0, o, "GET /");
     json_object_put(o);
 
     /* Create Session, as documented */
-    char *doc = sggw_create_session(gw, tok, "{\"lang\": \"python\", \"keep_template\": false}", NULL);
+    char *doc = sggw_create_session(stack.gw, tok, "{\"lang\": \"python\", \"keep_template\": false}", NULL);
     /* Execute Code in Session, as documented */
     pathf(path, sizeof(path), "/sessions/%s/execute", doc);
-    o = sggw_post_result(gw, tok, path,
+    o = sggw_post_result(stack.gw, tok, path,
                          json_tokener_parse("{\"code\": \"print('Hello, World!')\", \"libraries\": [\"numpy\"]}"));
     expect_stdout(o, "Hello, World!\n");
     SG_CHECK(strcmp(SG_STR(o, "stderr"), "") == 0 && SG_INT(o, "exit_code") == 0, o, "documented reply");
     json_object_put(o);
 
     /* Example Usage: Session-based Execution */
-    char *sid = sggw_create_session(gw, tok, "{\"lang\": \"python\"}", NULL);
+    char *sid = sggw_create_session(stack.gw, tok, "{\"lang\": \"python\"}", NULL);
     pathf(path, sizeof(path), "/sessions/%s/execute", sid);
-    o = sggw_post_result(gw, tok, path,
+    o = sggw_post_result(stack.gw, tok, path,
                          json_tokener_parse("{\"code\": \"import numpy as np\\nprint(np.array([1,2,3]).mean())\","
                                             " \"libraries\": [\"numpy\"]}"));
     expect_stdout(o, "2.0\n");
     expect_success(o);
     json_object_put(o);
     /* 3. state is preserved: np is still defined */
-    o = sggw_post_result(gw, tok, path,
+    o = sggw_post_result(stack.gw, tok, path,
                          json_tokener_parse("{\"code\": \"print(\\\"Previous imports are still available\\\")\\n"
                                             "print(np.__version__)\"}"));
     expect_success(o);
@@ -716,42 +660,43 @@ SGGW_TEST(test_seed003_examples)
     json_object_put(o);
 
     /* List Sessions */
-    json_object *l = sggw_list_sessions(gw, tok);
+    json_object *l = sggw_list_sessions(stack.gw, tok);
     SG_CHECK(sgtest_json_array_has_string(SG_ARR(l, "sessions"), sid), l, "GET /sessions must list %s", sid);
     SG_CHECK(sgtest_json_array_has_string(SG_ARR(l, "sessions"), doc), l, "GET /sessions must list %s", doc);
     json_object_put(l);
 
     /* 4. Clean up: Close Session -> {"status": "closed"} */
-    sggw_delete_session(gw, tok, sid);
-    sggw_delete_session(gw, tok, doc);
-    l = sggw_list_sessions(gw, tok);
+    sggw_delete_session(stack.gw, tok, sid);
+    sggw_delete_session(stack.gw, tok, doc);
+    l = sggw_list_sessions(stack.gw, tok);
     SG_CHECK(!sgtest_json_array_has_string(SG_ARR(l, "sessions"), sid), l, "a closed session is still listed");
     SG_CHECK(json_object_array_length(SG_ARR(l, "sessions")) == 0, l, "no sessions are left");
     json_object_put(l);
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    char *cid = sgtest_docker_session_container(stack.proxy_id, sid);
     SG_CHECK(cid == NULL || sgtest_docker_wait_gone(cid, REMOVAL_S, NULL) == 0, NULL,
              "the container of closed session %s remains", sid);
     free(cid);
     pathf(path, sizeof(path), "/sessions/%s/execute", sid);
-    sggw_call(gw, tok, "POST", path, "{\"code\":\"print(1)\"}", &r);
+    sggw_call(stack.gw, tok, "POST", path, "{\"code\":\"print(1)\"}", &r);
     o = SG_EXPECT_ERROR(&r, 404, NULL);
     sgtest_reply_free(&r);
     json_object_put(o);
 
     /* Execute Code (Ephemeral), as documented */
-    o = ephemeral(gw, tok,
+    o = ephemeral(stack.gw, tok,
                   "{\"code\": \"print('Hello, World!')\", \"lang\": \"python\", \"keep_template\": false,"
                   " \"libraries\": []}");
     expect_stdout(o, "Hello, World!\n");
     SG_CHECK(strcmp(SG_STR(o, "stderr"), "") == 0 && SG_INT(o, "exit_code") == 0, o, "documented reply");
     json_object_put(o);
     /* Ephemeral Execution example */
-    o = ephemeral(gw, tok, "{\"code\": \"import sys\\nprint(f\\\"Python {sys.version}\\\")\", \"lang\": \"python\"}");
+    o = ephemeral(stack.gw, tok,
+                  "{\"code\": \"import sys\\nprint(f\\\"Python {sys.version}\\\")\", \"lang\": \"python\"}");
     expect_success(o);
     SG_CHECK(strncmp(SG_STR(o, "stdout"), "Python 3.", 9) == 0, o, "stdout must start with \"Python 3.\"");
     json_object_put(o);
     /* With Error Handling */
-    o = ephemeral(gw, tok, "{\"code\": \"print(undefined_variable)\", \"lang\": \"python\"}");
+    o = ephemeral(stack.gw, tok, "{\"code\": \"print(undefined_variable)\", \"lang\": \"python\"}");
     SG_CHECK(SG_INT(o, "exit_code") == 1, o, "exit_code must be 1");
     SG_CHECK(strcmp(SG_STR(o, "stdout"), "") == 0, o, "stdout must be empty");
     SG_CHECK(strstr(SG_STR(o, "stderr"), "NameError: name 'undefined_variable' is not defined") != NULL, o,
@@ -770,34 +715,34 @@ SGGW_TEST(test_seed000_examples)
 
     /* Create Session / Execute Code / List Sessions / Stop Session */
     json_object *created = NULL;
-    char *sid = sggw_create_session(gw, tok, "{\"lang\": \"python\", \"keep_template\": false}", &created);
+    char *sid = sggw_create_session(stack.gw, tok, "{\"lang\": \"python\", \"keep_template\": false}", &created);
     SG_CHECK(strcmp(SG_STR(created, "session_id"), sid) == 0, created, "session_id");
     json_object_put(created);
     pathf(path, sizeof(path), "/sessions/%s/execute", sid);
     json_object *o = sggw_post_result(
-        gw, tok, path, json_tokener_parse("{\"code\": \"print('Hello, World!')\", \"libraries\": [\"numpy\"]}"));
+        stack.gw, tok, path, json_tokener_parse("{\"code\": \"print('Hello, World!')\", \"libraries\": [\"numpy\"]}"));
     expect_stdout(o, "Hello, World!\n");
     SG_CHECK(strcmp(SG_STR(o, "stderr"), "") == 0 && SG_INT(o, "exit_code") == 0, o, "documented reply");
     json_object_put(o);
-    json_object *l = sggw_list_sessions(gw, tok);
+    json_object *l = sggw_list_sessions(stack.gw, tok);
     SG_CHECK(json_object_array_length(SG_ARR(l, "sessions")) == 1 &&
                  sgtest_json_array_has_string(SG_ARR(l, "sessions"), sid),
              l, "GET /sessions must list exactly %s", sid);
     json_object_put(l);
-    sggw_delete_session(gw, tok, sid);
+    sggw_delete_session(stack.gw, tok, sid);
     free(sid);
 
     /* Example Usage: create, numpy, clean up */
-    sid = sggw_create_session(gw, tok, "{\"lang\": \"python\"}", NULL);
+    sid = sggw_create_session(stack.gw, tok, "{\"lang\": \"python\"}", NULL);
     pathf(path, sizeof(path), "/sessions/%s/execute", sid);
-    o = sggw_post_result(gw, tok, path,
+    o = sggw_post_result(stack.gw, tok, path,
                          json_tokener_parse("{\"code\": \"import numpy as np\\nprint(np.array([1,2,3]).mean())\","
                                             " \"libraries\": [\"numpy\"]}"));
     expect_stdout(o, "2.0\n");
     expect_success(o);
     json_object_put(o);
-    sggw_delete_session(gw, tok, sid);
-    SG_CHECK(!sggw_lists(gw, tok, sid), NULL, "%s is still listed after DELETE", sid);
+    sggw_delete_session(stack.gw, tok, sid);
+    SG_CHECK(!sggw_lists(stack.gw, tok, sid), NULL, "%s is still listed after DELETE", sid);
     free(sid);
     free(tok);
 }
@@ -900,17 +845,17 @@ SGGW_TEST(test_file_cap)
     pathf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
     const char *h[] = {auth, NULL};
 
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
     size_t n = GW_MAX_FILE_BYTES + 1;
     char *blob = malloc(n);
     memset(blob, 'z', n);
-    pathf(url, sizeof(url), "%s/sessions/%s/files?path=at_cap.bin", sggw_gateway_url(gw), sid);
+    pathf(url, sizeof(url), "%s/sessions/%s/files?path=at_cap.bin", sggw_gateway_url(stack.gw), sid);
     sggw_http("PUT", url, blob, GW_MAX_FILE_BYTES, "application/octet-stream", h, 0, &r);
     o = SG_EXPECT_JSON(&r, 200);
     SG_CHECK(SG_INT(o, "size") == GW_MAX_FILE_BYTES, o, "size");
     sgtest_reply_free(&r);
     json_object_put(o);
-    pathf(url, sizeof(url), "%s/sessions/%s/files?path=above_cap.bin", sggw_gateway_url(gw), sid);
+    pathf(url, sizeof(url), "%s/sessions/%s/files?path=above_cap.bin", sggw_gateway_url(stack.gw), sid);
     sggw_http("PUT", url, blob, n, "application/octet-stream", h, 0, &r);
     free(blob);
     if (r.status != 413)
@@ -918,7 +863,7 @@ SGGW_TEST(test_file_cap)
     o = SG_EXPECT_ERROR(&r, 413, NULL);
     sgtest_reply_free(&r);
     json_object_put(o);
-    sggw_delete_session(gw, tok, sid);
+    sggw_delete_session(stack.gw, tok, sid);
     free(sid);
     free(tok);
 }
@@ -945,7 +890,7 @@ SGGW_TEST(test_files_long_path)
     json_object *o;
     pathf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
     const char *h[] = {auth, NULL};
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
 
     /* three directories of 100 "é" (200 bytes each, under NAME_MAX), then a file */
     for (int d = 0; d < 3; d++) {
@@ -954,7 +899,7 @@ SGGW_TEST(test_files_long_path)
         strcat(rel, "/");
     }
     strcat(rel, "f.txt");
-    pathf(url, 8192, "%s/sessions/%s/files?path=", sggw_gateway_url(gw), sid);
+    pathf(url, 8192, "%s/sessions/%s/files?path=", sggw_gateway_url(stack.gw), sid);
     append_encoded(url, 8192, rel);
     sggw_http("PUT", url, "long name", 9, "application/octet-stream", h, 0, &r);
     o = SG_EXPECT_JSON(&r, 200);
@@ -968,7 +913,7 @@ SGGW_TEST(test_files_long_path)
     sgtest_reply_free(&r);
 
     /* 1100 bytes, every one encoded: longer than any path the proxy takes */
-    pathf(url, 8192, "%s/sessions/%s/files?path=", sggw_gateway_url(gw), sid);
+    pathf(url, 8192, "%s/sessions/%s/files?path=", sggw_gateway_url(stack.gw), sid);
     memset(rel, 'a', 1100);
     rel[1100] = '\0';
     append_encoded(url, 8192, rel);
@@ -977,11 +922,11 @@ SGGW_TEST(test_files_long_path)
     sgtest_reply_free(&r);
 
     /* the session works on */
-    pathf(url, 8192, "%s/sessions/%s/files?path=short.txt", sggw_gateway_url(gw), sid);
+    pathf(url, 8192, "%s/sessions/%s/files?path=short.txt", sggw_gateway_url(stack.gw), sid);
     sggw_http("PUT", url, "ok", 2, "application/octet-stream", h, 0, &r);
     json_object_put(SG_EXPECT_JSON(&r, 200));
     sgtest_reply_free(&r);
-    sggw_delete_session(gw, tok, sid);
+    sggw_delete_session(stack.gw, tok, sid);
     free(sid);
     free(url);
     free(tok);
@@ -1003,13 +948,13 @@ SGGW_TEST(test_json_body_too_large)
     memset(body + 10, 'x', big - 20);
     memcpy(body + big - 10, "\"}", 2);
     body[big] = '\0';
-    pathf(url, sizeof(url), "%s/execute", sggw_gateway_url(gw));
+    pathf(url, sizeof(url), "%s/execute", sggw_gateway_url(stack.gw));
     sggw_http("POST", url, body, big, "application/json", h, 0, &r);
     free(body);
     json_object *o = SG_EXPECT_ERROR(&r, 413, NULL);
     sgtest_reply_free(&r);
     json_object_put(o);
-    sggw_call(gw, tok, "GET", "/sessions", NULL, &r);
+    sggw_call(stack.gw, tok, "GET", "/sessions", NULL, &r);
     SG_ASSERT_STATUS(&r, 200);
     sgtest_reply_free(&r);
     free(tok);
@@ -1027,7 +972,7 @@ static void big_header_request(size_t hl, const char *tok, sgtest_reply_t *r)
     memset(hbig + 10, 'a', hl);
     hbig[10 + hl] = '\0';
     const char *hh[] = {auth, hbig, NULL};
-    pathf(url, sizeof(url), "%s/sessions", sggw_gateway_url(gw));
+    pathf(url, sizeof(url), "%s/sessions", sggw_gateway_url(stack.gw));
     sggw_http("GET", url, NULL, 0, NULL, hh, 30, r);
     free(hbig);
 }
@@ -1043,7 +988,7 @@ SGGW_TEST(test_oversized_header)
                  "a request with a %zu KiB header must get a 4xx; got HTTP %ld (%s)", sizes[i] >> 10, r.status,
                  r.error);
         sgtest_reply_free(&r);
-        sggw_call(gw, tok, "GET", "/sessions", NULL, &r);
+        sggw_call(stack.gw, tok, "GET", "/sessions", NULL, &r);
         SG_ASSERT_STATUS(&r, 200);
         sgtest_reply_free(&r);
     }
@@ -1055,7 +1000,7 @@ SGGW_TEST(test_oversized_header)
 SGGW_TEST(test_body_cap_own_limit)
 {
     const char *env[] = {"SANDGATE_MAX_BODY_BYTES=4096", "SANDGATE_MAX_FILE_BYTES=65536", NULL};
-    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(proxy), .env = env};
+    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy), .env = env};
     sggw_gateway_t *g2 = extra_gw = sggw_gateway_start(&opts);
     SG_CHECK(g2 != NULL, NULL, "cannot start a second gateway");
     char *tok = sggw_new_tenant(sggw_gateway_data_dir(g2), "body-cap", NULL);
@@ -1096,44 +1041,44 @@ SGGW_TEST(test_caps)
     sgtest_reply_t r;
     char path[256];
 
-    sggw_call(gw, tok, "POST", "/sessions", "{\"lang\":\"python\",\"timeout\":10}", &r);
+    sggw_call(stack.gw, tok, "POST", "/sessions", "{\"lang\":\"python\",\"timeout\":10}", &r);
     expect_bad_field(&r, "timeout");
     sgtest_reply_free(&r);
-    sggw_call(gw, tok, "POST", "/sessions", "{\"lang\":\"python\",\"memory_mb\":512}", &r);
+    sggw_call(stack.gw, tok, "POST", "/sessions", "{\"lang\":\"python\",\"memory_mb\":512}", &r);
     expect_bad_field(&r, "memory_mb");
     sgtest_reply_free(&r);
-    sggw_call(gw, tok, "POST", "/sessions", "{\"lang\":\"python\",\"cpus\":2}", &r);
+    sggw_call(stack.gw, tok, "POST", "/sessions", "{\"lang\":\"python\",\"cpus\":2}", &r);
     expect_bad_field(&r, "cpus");
     sgtest_reply_free(&r);
-    sggw_call(gw, tok, "POST", "/sessions", "{\"lang\":\"javascript\"}", &r);
+    sggw_call(stack.gw, tok, "POST", "/sessions", "{\"lang\":\"javascript\"}", &r);
     expect_bad_field(&r, "lang");
     sgtest_reply_free(&r);
-    sggw_call(gw, tok, "POST", "/sessions", "{\"lang\":\"python\",\"network\":true}", &r);
+    sggw_call(stack.gw, tok, "POST", "/sessions", "{\"lang\":\"python\",\"network\":true}", &r);
     expect_bad_field(&r, "network");
     sgtest_reply_free(&r);
-    sggw_call(gw, tok, "POST", "/execute", "{\"code\":\"console.log(1)\",\"lang\":\"javascript\"}", &r);
+    sggw_call(stack.gw, tok, "POST", "/execute", "{\"code\":\"console.log(1)\",\"lang\":\"javascript\"}", &r);
     expect_bad_field(&r, "lang");
     sgtest_reply_free(&r);
-    sggw_call(gw, tok, "POST", "/execute", "{\"code\":\"print(1)\",\"timeout\":10}", &r);
+    sggw_call(stack.gw, tok, "POST", "/execute", "{\"code\":\"print(1)\",\"timeout\":10}", &r);
     expect_bad_field(&r, "timeout");
     sgtest_reply_free(&r);
-    json_object *l = sggw_list_sessions(gw, tok);
+    json_object *l = sggw_list_sessions(stack.gw, tok);
     SG_CHECK(json_object_array_length(SG_ARR(l, "sessions")) == 0, l, "a refused create left a session");
     json_object_put(l);
 
     /* at the caps: accepted, and the container really has them */
     json_object *created = NULL;
-    char *sid = sggw_create_session(gw, tok, "{\"lang\":\"python\",\"timeout\":5,\"memory_mb\":256,\"cpus\":1}",
+    char *sid = sggw_create_session(stack.gw, tok, "{\"lang\":\"python\",\"timeout\":5,\"memory_mb\":256,\"cpus\":1}",
                                     &created);
     json_object_put(created);
     pathf(path, sizeof(path), "/sessions/%s/execute", sid);
-    sggw_call(gw, tok, "POST", path, "{\"code\":\"print(1)\",\"timeout\":10}", &r);
+    sggw_call(stack.gw, tok, "POST", path, "{\"code\":\"print(1)\",\"timeout\":10}", &r);
     expect_bad_field(&r, "timeout");
     sgtest_reply_free(&r);
-    json_object *o = sggw_execute(gw, tok, sid, "print('ok')", 5);
+    json_object *o = sggw_execute(stack.gw, tok, sid, "print('ok')", 5);
     expect_stdout(o, "ok\n");
     json_object_put(o);
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    char *cid = sgtest_docker_session_container(stack.proxy_id, sid);
     SG_CHECK(cid != NULL, NULL, "no container for session %s", sid);
     json_object *c = sgtest_docker_inspect(cid, NULL);
     SG_CHECK(c != NULL, NULL, "cannot inspect %s", cid);
@@ -1144,11 +1089,11 @@ SGGW_TEST(test_caps)
              sgtest_jpath(c, "HostConfig"), "no network");
     json_object_put(c);
     free(cid);
-    sggw_delete_session(gw, tok, sid);
+    sggw_delete_session(stack.gw, tok, sid);
     free(sid);
 
     /* without fields, the defaults are capped by the tenant's caps */
-    sid = sggw_create_session(gw, tok, "{\"lang\":\"python\"}", &created);
+    sid = sggw_create_session(stack.gw, tok, "{\"lang\":\"python\"}", &created);
     json_object *lim = SG_OBJ(created, "limits");
     SG_CHECK(SG_INT(lim, "memory_mb") <= 256, created, "default memory must be capped at 256 MiB");
     SG_CHECK(SG_DBL(lim, "timeout") <= 5, created, "default timeout must be capped at 5 s");
@@ -1156,12 +1101,12 @@ SGGW_TEST(test_caps)
     json_object_put(created);
     /* a run longer than the cap is cut at the cap */
     double t0 = sgtest_now();
-    o = sggw_execute(gw, tok, sid, "import time\ntime.sleep(30)", 0);
+    o = sggw_execute(stack.gw, tok, sid, "import time\ntime.sleep(30)", 0);
     double took = sgtest_now() - t0;
     SG_CHECK(SG_BOOL(o, "timed_out"), o, "a 30 s sleep must time out at the tenant's 5 s cap");
     SG_CHECK(took < 5 + 10, o, "took %.1f s", took);
     json_object_put(o);
-    sggw_delete_session(gw, tok, sid);
+    sggw_delete_session(stack.gw, tok, sid);
     free(sid);
     free(tok);
 }
@@ -1178,7 +1123,7 @@ SGGW_TEST(test_memory_state_limits)
     enum { N = 10 };
     sggw_par_req_t reqs[N];
 
-    snprintf(url, sizeof(url), "%s/sessions", sggw_gateway_url(gw));
+    snprintf(url, sizeof(url), "%s/sessions", sggw_gateway_url(stack.gw));
     memset(reqs, 0, sizeof(reqs));
     for (int i = 0; i < N; i++)
         reqs[i] = (sggw_par_req_t){.method = "GET", .url = url, .token = tok, .timeout_s = 30};
@@ -1213,7 +1158,7 @@ SGGW_TEST(test_memory_state_limits)
     double deadline = sgtest_now() + 10;
     for (;;) {
         sgtest_reply_t r;
-        sggw_call(gw, tok, "GET", "/sessions", NULL, &r);
+        sggw_call(stack.gw, tok, "GET", "/sessions", NULL, &r);
         long st = r.status;
         sgtest_reply_free(&r);
         if (st == 200)
@@ -1240,13 +1185,13 @@ SGGW_TEST(test_memory_state_limits)
     }
     SG_CHECK(made == 2 && refused == 3, NULL, "max_sessions 2: expected 2 created and 3 x 429, got %d and %d", made,
              refused);
-    sggw_delete_session(gw, tok, sids[0]);
-    char *again = sggw_create_session(gw, tok, NULL, NULL);
-    sggw_delete_session(gw, tok, again);
+    sggw_delete_session(stack.gw, tok, sids[0]);
+    char *again = sggw_create_session(stack.gw, tok, NULL, NULL);
+    sggw_delete_session(stack.gw, tok, again);
     free(again);
     for (int i = 0; i < made; i++) {
         if (i > 0)
-            sggw_delete_session(gw, tok, sids[i]);
+            sggw_delete_session(stack.gw, tok, sids[i]);
         free(sids[i]);
     }
     free(tok);
@@ -1381,7 +1326,7 @@ SGGW_TEST(test_loop_health)
     const char xbody[] = "{\"code\":\"import time\\ntime.sleep(2)\\nprint('ok')\",\"timeout\":20}";
     char *sids[NS];
 
-    snprintf(url, sizeof(url), "%s/sessions", sggw_gateway_url(gw));
+    snprintf(url, sizeof(url), "%s/sessions", sggw_gateway_url(stack.gw));
     memset(creates, 0, sizeof(creates));
     for (int i = 0; i < NS; i++)
         creates[i] = (sggw_par_req_t){.method = "POST", .url = url, .token = tok, .body = cbody,
@@ -1393,7 +1338,7 @@ SGGW_TEST(test_loop_health)
         sids[i] = strdup(SG_STR(o, "session_id"));
         json_object_put(o);
         sgtest_reply_free(&creates[i].reply);
-        snprintf(xurl[i], sizeof(xurl[i]), "%s/sessions/%s/execute", sggw_gateway_url(gw), sids[i]);
+        snprintf(xurl[i], sizeof(xurl[i]), "%s/sessions/%s/execute", sggw_gateway_url(stack.gw), sids[i]);
     }
 
     memset(execs, 0, sizeof(execs));
@@ -1409,13 +1354,13 @@ SGGW_TEST(test_loop_health)
     char *fake = sggw_fake_token(NULL);
     for (int i = 0; i < PROBES; i++) {
         sgtest_reply_t r;
-        sggw_call(gw, NULL, "GET", "/", NULL, &r);
+        sggw_call(stack.gw, NULL, "GET", "/", NULL, &r);
         if (r.status != 200)
             bad_root = r.status;
         if (r.seconds > worst_root)
             worst_root = r.seconds;
         sgtest_reply_free(&r);
-        sggw_call(gw, fake, "GET", "/sessions", NULL, &r);
+        sggw_call(stack.gw, fake, "GET", "/sessions", NULL, &r);
         if (r.status != 401)
             bad_401 = r.status;
         if (r.seconds > worst_401)
@@ -1445,7 +1390,7 @@ SGGW_TEST(test_loop_health)
     SG_CHECK(worst_401 < FAST_S, NULL, "a 401 took %.3f s with %d executions in flight", worst_401, NX);
 
     for (int i = 0; i < NS; i++) {
-        sggw_delete_session(gw, tok, sids[i]);
+        sggw_delete_session(stack.gw, tok, sids[i]);
         free(sids[i]);
     }
     free(tok);
@@ -1482,9 +1427,9 @@ static size_t on_sse(char *p, size_t size, size_t n, void *arg)
 SGGW_TEST(test_streaming_through_gateway)
 {
     char *tok = sggw_new_tenant(data_dir(), "streaming", NULL);
-    char *sid = sggw_create_session(gw, tok, "{\"lang\": \"python\"}", NULL);
+    char *sid = sggw_create_session(stack.gw, tok, "{\"lang\": \"python\"}", NULL);
     char url[512], auth[160];
-    pathf(url, sizeof(url), "%s/sessions/%s/execute", sggw_gateway_url(gw), sid);
+    pathf(url, sizeof(url), "%s/sessions/%s/execute", sggw_gateway_url(stack.gw), sid);
     pathf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
     const char *body = "{\"code\": \"import time\\nfor i in range(3):\\n    print(i, flush=True)\\n    time.sleep(0.5)\"}";
 
@@ -1529,12 +1474,12 @@ SGGW_TEST(test_streaming_through_gateway)
 
     /* recorded like any execution */
     sgtest_reply_t r;
-    sggw_admin_call(gw, "GET", "/admin/usage?tenant=streaming", NULL, &r);
+    sggw_admin_call(stack.gw, "GET", "/admin/usage?tenant=streaming", NULL, &r);
     o = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     SG_CHECK(SG_INT(o, "executions") == 1, o, "one usage row for the streamed execution");
     json_object_put(o);
-    sggw_delete_session(gw, tok, sid);
+    sggw_delete_session(stack.gw, tok, sid);
     free(sid);
     free(tok);
 }
@@ -1545,12 +1490,12 @@ SGGW_TEST(test_streaming_through_gateway)
 SGGW_TEST(test_libraries_route)
 {
     char *tok = sggw_new_tenant(data_dir(), "libs-a", NULL), *other = sggw_new_tenant(data_dir(), "libs-b", NULL);
-    char *sid = sggw_create_session(gw, tok, "{\"lang\": \"python\"}", NULL);
+    char *sid = sggw_create_session(stack.gw, tok, "{\"lang\": \"python\"}", NULL);
     char path[256];
     sgtest_reply_t r;
     pathf(path, sizeof(path), "/sessions/%s/libraries", sid);
 
-    sggw_call(gw, tok, "POST", path, "{\"package\": \"sgtest-nowhere\", \"version\": \"1.0\"}", &r);
+    sggw_call(stack.gw, tok, "POST", path, "{\"package\": \"sgtest-nowhere\", \"version\": \"1.0\"}", &r);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     SG_CHECK(!SG_BOOL(o, "success"), o, "success");
@@ -1558,20 +1503,20 @@ SGGW_TEST(test_libraries_route)
     (void)SG_DBL(o, "installation_time");
     json_object_put(o);
 
-    sggw_call(gw, tok, "POST", path, "{\"package\": \"os\"}", &r);
+    sggw_call(stack.gw, tok, "POST", path, "{\"package\": \"os\"}", &r);
     json_object_put(SG_EXPECT_ERROR(&r, 400, "bad_library"));
     sgtest_reply_free(&r);
-    sggw_call(gw, tok, "POST", path, "not json", &r);
+    sggw_call(stack.gw, tok, "POST", path, "not json", &r);
     json_object_put(SG_EXPECT_ERROR(&r, 400, "bad_json"));
     sgtest_reply_free(&r);
-    sggw_call(gw, other, "POST", path, "{\"package\": \"requests\"}", &r);
+    sggw_call(stack.gw, other, "POST", path, "{\"package\": \"requests\"}", &r);
     json_object_put(SG_EXPECT_ERROR(&r, 404, "no_such_session"));
     sgtest_reply_free(&r);
-    sggw_call(gw, tok, "GET", path, NULL, &r);
+    sggw_call(stack.gw, tok, "GET", path, NULL, &r);
     json_object_put(SG_EXPECT_ERROR(&r, 405, NULL));
     sgtest_reply_free(&r);
 
-    sggw_delete_session(gw, tok, sid);
+    sggw_delete_session(stack.gw, tok, sid);
     free(sid);
     free(tok);
     free(other);
@@ -1600,5 +1545,5 @@ int main(void)
         cmocka_unit_test_teardown(test_streaming_through_gateway, after_test),
         cmocka_unit_test_teardown(test_libraries_route, after_test),
     };
-    return cmocka_run_group_tests_name("gateway_api", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("gateway_api", tests, group_setup, sggw_stack_group_teardown);
 }

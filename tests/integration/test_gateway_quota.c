@@ -22,37 +22,20 @@ static double absd(double d)
     return d < 0 ? -d : d;
 }
 
-static sgtest_proxy_t *proxy;
-static char *proxy_id;
-static sggw_redis_t *redis;
-static sggw_gateway_t *gw;
+static sggw_stack_t stack;
 
 static const char *data_dir(void)
 {
-    return sggw_gateway_data_dir(gw);
+    return sggw_gateway_data_dir(stack.gw);
 }
 
-
-/* A header that must be a decimal integer >= min; returns it. */
-static long int_header(const sgtest_reply_t *r, const char *name, long min)
-{
-    char *v = sgtest_reply_header(r, name);
-    bool ok = v != NULL && *v != '\0' && strspn(v, "0123456789") == strlen(v);
-    long n = ok ? strtol(v, NULL, 10) : -1;
-    if (!ok || n < min) {
-        fprintf(stderr, "headers:\n%s\n", r->headers);
-        SG_FAIL(NULL, "%s must be an integer >= %ld (got \"%s\")", name, min, v ? v : "(none)");
-    }
-    free(v);
-    return n;
-}
 
 /* A 429 of a quota or rate limit: JSON quota_exceeded and Retry-After >= 1. */
 static long expect_429(const sgtest_reply_t *r)
 {
     json_object *o = SG_EXPECT_ERROR(r, 429, "quota_exceeded");
     json_object_put(o);
-    return int_header(r, "Retry-After", 1);
+    return sggw_int_header(r, "Retry-After", 1);
 }
 
 /* ------------------------------------------------------------------------
@@ -61,36 +44,10 @@ static long expect_429(const sgtest_reply_t *r)
 
 static int group_setup(void **state)
 {
-    proxy_id = sgtest_new_proxy_id();
+    *state = &stack;
     const char *env[] = {"SANDGATE_POOL_SIZE=2", NULL};
-    if (proxy_id == NULL || (proxy = sgtest_proxy_start(proxy_id, env)) == NULL)
-        return -1;
-    if ((redis = sggw_redis_start()) == NULL)
-        return -1;
-    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(proxy), .redis_url = sggw_redis_url(redis)};
-    gw = sggw_gateway_start(&o);
-    return gw != NULL ? 0 : -1;
-}
-
-static int after_test(void **state)
-{
-    sggw_after_test();
-    int rc = 0;
-    if (!sgtest_proxy_alive(proxy) || !sggw_gateway_alive(gw) || !sggw_redis_running(redis)) {
-        fprintf(stderr, "a server died during this test (proxy %s, gateway %s, redis %s)\n",
-                sgtest_proxy_alive(proxy) ? "alive" : "dead", sggw_gateway_alive(gw) ? "alive" : "dead",
-                sggw_redis_running(redis) ? "alive" : "dead");
-        sggw_print_logs(80);
-        rc = -1;
-    }
-    return rc;
-}
-
-static int group_teardown(void **state)
-{
-    int rc = sggw_stack_stop(&gw, &redis, &proxy, proxy_id);
-    free(proxy_id);
-    return rc;
+    sggw_stack_opts_t o = {.redis = true, .proxy_env = env};
+    return sggw_stack_start(&stack, &o);
 }
 
 /* ------------------------------------------------------------------------
@@ -105,7 +62,7 @@ SGGW_TEST(test_rate_limit_exact)
     sggw_par_req_t reqs[N];
     char url[256];
 
-    pathf(url, sizeof(url), "%s/sessions", sggw_gateway_url(gw));
+    pathf(url, sizeof(url), "%s/sessions", sggw_gateway_url(stack.gw));
     memset(reqs, 0, sizeof(reqs));
     for (int i = 0; i < N; i++)
         reqs[i] = (sggw_par_req_t){.method = "GET", .url = url, .token = tok, .timeout_s = 30};
@@ -131,9 +88,9 @@ SGGW_TEST(test_rate_limit_exact)
             SG_ASSERT_STATUS(r, 200);
         }
         /* every answer says where the tenant stands */
-        long limit = int_header(r, "X-RateLimit-Limit", 0);
-        long remaining = int_header(r, "X-RateLimit-Remaining", 0);
-        int_header(r, "X-RateLimit-Reset", 0);
+        long limit = sggw_int_header(r, "X-RateLimit-Limit", 0);
+        long remaining = sggw_int_header(r, "X-RateLimit-Remaining", 0);
+        sggw_int_header(r, "X-RateLimit-Reset", 0);
         SG_CHECK(limit == 5, NULL, "X-RateLimit-Limit must be the burst, 5 (got %ld)", limit);
         SG_CHECK(remaining <= 5, NULL, "X-RateLimit-Remaining %ld is above the burst", remaining);
         if (r->status == 429)
@@ -151,7 +108,7 @@ SGGW_TEST(test_rate_limit_exact)
     double deadline = sgtest_now() + 3;
     for (;;) {
         sgtest_reply_t r;
-        sggw_call(gw, tok, "GET", "/sessions", NULL, &r);
+        sggw_call(stack.gw, tok, "GET", "/sessions", NULL, &r);
         long st = r.status;
         sgtest_reply_free(&r);
         if (st == 200)
@@ -178,7 +135,7 @@ SGGW_TEST(test_session_cap_exact)
     char *sids[N];
     int made = 0, refused = 0;
 
-    pathf(url, sizeof(url), "%s/sessions", sggw_gateway_url(gw));
+    pathf(url, sizeof(url), "%s/sessions", sggw_gateway_url(stack.gw));
     memset(reqs, 0, sizeof(reqs));
     for (int i = 0; i < N; i++)
         reqs[i] = (sggw_par_req_t){.method = "POST", .url = url, .token = tok, .body = body,
@@ -200,24 +157,24 @@ SGGW_TEST(test_session_cap_exact)
     }
     SG_CHECK(made == 3 && refused == 5, NULL, "max_sessions 3: expected exactly 3 x 200 and 5 x 429, got %d and %d",
              made, refused);
-    json_object *l = sggw_list_sessions(gw, tok);
+    json_object *l = sggw_list_sessions(stack.gw, tok);
     SG_CHECK(json_object_array_length(SG_ARR(l, "sessions")) == 3, l, "GET /sessions must list the 3 sessions");
     json_object_put(l);
 
     /* at the cap: refused; one deleted: a new one fits, and then no more */
     sgtest_reply_t r;
-    sggw_call(gw, tok, "POST", "/sessions", body, &r);
+    sggw_call(stack.gw, tok, "POST", "/sessions", body, &r);
     expect_429(&r);
     sgtest_reply_free(&r);
-    sggw_delete_session(gw, tok, sids[0]);
+    sggw_delete_session(stack.gw, tok, sids[0]);
     free(sids[0]);
-    sids[0] = sggw_create_session(gw, tok, body, NULL);
-    sggw_call(gw, tok, "POST", "/sessions", body, &r);
+    sids[0] = sggw_create_session(stack.gw, tok, body, NULL);
+    sggw_call(stack.gw, tok, "POST", "/sessions", body, &r);
     expect_429(&r);
     sgtest_reply_free(&r);
 
     for (int i = 0; i < made; i++) {
-        sggw_delete_session(gw, tok, sids[i]);
+        sggw_delete_session(stack.gw, tok, sids[i]);
         free(sids[i]);
     }
     free(tok);
@@ -235,13 +192,13 @@ SGGW_TEST(test_daily_execs_quota)
     char path[256];
     sgtest_reply_t r;
 
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
-    json_object *o = sggw_execute(gw, tok, sid, "print(1)", 0);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
+    json_object *o = sggw_execute(stack.gw, tok, sid, "print(1)", 0);
     json_object_put(o);
     pathf(path, sizeof(path), "/sessions/%s/commands", sid);
-    o = sggw_post_result(gw, tok, path, json_tokener_parse("{\"command\":\"echo two\"}"));
+    o = sggw_post_result(stack.gw, tok, path, json_tokener_parse("{\"command\":\"echo two\"}"));
     json_object_put(o);
-    o = sggw_post_result(gw, tok, "/execute", json_tokener_parse("{\"code\":\"print(3)\",\"lang\":\"python\"}"));
+    o = sggw_post_result(stack.gw, tok, "/execute", json_tokener_parse("{\"code\":\"print(3)\",\"lang\":\"python\"}"));
     json_object_put(o);
 
     /* the 4th, of any kind: 429 until the end of the UTC day */
@@ -255,7 +212,7 @@ SGGW_TEST(test_daily_execs_quota)
             pathf(path, sizeof(path), "/sessions/%s/%s", sid, kinds[i][0]);
         else
             pathf(path, sizeof(path), "/execute");
-        sggw_call(gw, tok, "POST", path, kinds[i][1], &r);
+        sggw_call(stack.gw, tok, "POST", path, kinds[i][1], &r);
         if (r.status != 429)
             fprintf(stderr, "POST %s after 3 of execs_per_day=3:\n", path);
         long ra = expect_429(&r);
@@ -264,9 +221,10 @@ SGGW_TEST(test_daily_execs_quota)
         sgtest_reply_free(&r);
     }
     /* other requests and other tenants are not affected */
-    json_object *l = sggw_list_sessions(gw, tok);
+    json_object *l = sggw_list_sessions(stack.gw, tok);
     json_object_put(l);
-    o = sggw_post_result(gw, other, "/execute", json_tokener_parse("{\"code\":\"print(1)\",\"lang\":\"python\"}"));
+    o = sggw_post_result(stack.gw, other, "/execute",
+                         json_tokener_parse("{\"code\":\"print(1)\",\"lang\":\"python\"}"));
     json_object_put(o);
 
     /* the ledger holds exactly the 3 that ran */
@@ -284,7 +242,7 @@ SGGW_TEST(test_daily_execs_quota)
                  (long long)n);
         usleep(100000);
     }
-    sggw_delete_session(gw, tok, sid);
+    sggw_delete_session(stack.gw, tok, sid);
     free(sid);
     free(tok);
     free(other);
@@ -296,21 +254,21 @@ SGGW_TEST(test_daily_seconds_quota)
     char *tok = sggw_new_tenant(data_dir(), "seconds-quota", q);
     sgtest_reply_t r;
 
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
-    json_object *o = sggw_execute(gw, tok, sid, "import time\ntime.sleep(1.2)\nprint('slept')", 10);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
+    json_object *o = sggw_execute(stack.gw, tok, sid, "import time\ntime.sleep(1.2)\nprint('slept')", 10);
     SG_CHECK(SG_DBL(o, "execution_time") >= 1.2 && SG_DBL(o, "wall_time") >= 1.2, o, "the run must have taken 1.2 s");
     json_object_put(o);
     char path[256];
     pathf(path, sizeof(path), "/sessions/%s/execute", sid);
-    sggw_call(gw, tok, "POST", path, "{\"code\":\"print(1)\"}", &r);
+    sggw_call(stack.gw, tok, "POST", path, "{\"code\":\"print(1)\"}", &r);
     if (r.status != 429)
         fprintf(stderr, "an execute after 1.2 of exec_seconds_per_day=1:\n");
     expect_429(&r);
     sgtest_reply_free(&r);
-    sggw_call(gw, tok, "POST", "/execute", "{\"code\":\"print(1)\",\"lang\":\"python\"}", &r);
+    sggw_call(stack.gw, tok, "POST", "/execute", "{\"code\":\"print(1)\",\"lang\":\"python\"}", &r);
     expect_429(&r);
     sgtest_reply_free(&r);
-    sggw_delete_session(gw, tok, sid);
+    sggw_delete_session(stack.gw, tok, sid);
     free(sid);
     free(tok);
 }
@@ -332,7 +290,7 @@ typedef struct {
 SGGW_TEST(test_usage_matches_replies)
 {
     char *tok = sggw_new_tenant(data_dir(), "usage-match", NULL);
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
     run_t runs[] = {
         {"execute", "{\"code\":\"print('hello')\"}"},
         {"execute", "{\"code\":\"import sys\\nprint('to stderr', file=sys.stderr)\\nsys.exit(2)\"}"},
@@ -354,7 +312,7 @@ SGGW_TEST(test_usage_matches_replies)
         else
             pathf(path, sizeof(path), "/sessions/%s/%s", sid,
                   strcmp(runs[i].kind, "command") == 0 ? "commands" : "execute");
-        json_object *o = sggw_post_result(gw, tok, path, json_tokener_parse(runs[i].body));
+        json_object *o = sggw_post_result(stack.gw, tok, path, json_tokener_parse(runs[i].body));
         runs[i].exit_code = SG_INT(o, "exit_code");
         runs[i].timed_out = SG_BOOL(o, "timed_out");
         runs[i].duration = SG_DBL(o, "wall_time"); /* billed: the proxy's measure, not the sandbox's */
@@ -374,7 +332,7 @@ SGGW_TEST(test_usage_matches_replies)
     double deadline = sgtest_now() + 5;
     for (;;) {
         sgtest_reply_t r;
-        sggw_admin_call(gw, "GET", apath, NULL, &r);
+        sggw_admin_call(stack.gw, "GET", apath, NULL, &r);
         u = SG_EXPECT_JSON(&r, 200);
         sgtest_reply_free(&r);
         if (SG_INT(u, "executions") == (int64_t)n)
@@ -438,7 +396,7 @@ SGGW_TEST(test_usage_matches_replies)
              row ? row : "no row", err);
     free(row);
 
-    sggw_delete_session(gw, tok, sid);
+    sggw_delete_session(stack.gw, tok, sid);
     free(sid);
     free(tok);
 }
@@ -446,11 +404,11 @@ SGGW_TEST(test_usage_matches_replies)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_rate_limit_exact, after_test),
-        cmocka_unit_test_teardown(test_session_cap_exact, after_test),
-        cmocka_unit_test_teardown(test_daily_execs_quota, after_test),
-        cmocka_unit_test_teardown(test_daily_seconds_quota, after_test),
-        cmocka_unit_test_teardown(test_usage_matches_replies, after_test),
+        cmocka_unit_test_teardown(test_rate_limit_exact, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_session_cap_exact, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_daily_execs_quota, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_daily_seconds_quota, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_usage_matches_replies, sggw_stack_teardown),
     };
-    return cmocka_run_group_tests_name("gateway_quota", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("gateway_quota", tests, group_setup, sggw_stack_group_teardown);
 }

@@ -35,58 +35,17 @@ static const char *data_dir(void)
 }
 
 
-/* Whether the admin API lists sid as live (a look that is no use of it). */
-static bool admin_lists(sggw_gateway_t *g, const char *tenant, const char *sid)
-{
-    char path[256];
-    sgtest_reply_t r;
-    pathf(path, sizeof(path), "/admin/sessions?tenant=%s", tenant);
-    sggw_admin_call(g, "GET", path, NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
-    json_object *a = SG_ARR(o, "sessions");
-    bool found = false;
-    for (size_t i = 0; i < json_object_array_length(a) && !found; i++)
-        found = strcmp(SG_STR(json_object_array_get_idx(a, i), "session_id"), sid) == 0;
-    json_object_put(o);
-    return found;
-}
-
 /* Polls (every 50 ms, without using the session) until the gateway no
  * longer has sid live; returns the wall time it was first seen gone, or
  * fails after timeout_s. */
 static double wait_closed(sggw_gateway_t *g, const char *tenant, const char *sid, double timeout_s)
 {
     double deadline = sgtest_now() + timeout_s;
-    while (admin_lists(g, tenant, sid)) {
+    while (sggw_admin_lists(g, tenant, sid)) {
         SG_CHECK(sgtest_now() < deadline, NULL, "session %s is still live after %.1f s", sid, timeout_s);
         usleep(50000);
     }
     return sggw_wall();
-}
-
-/* Polls the SQLite row of sid until it is closed; checks the reason. */
-static void expect_db_closed(const char *dir, const char *sid, const char *reason)
-{
-    const char *params[] = {sid, NULL};
-    char err[256];
-    char *row = NULL;
-    double deadline = sgtest_now() + 10;
-    for (;;) {
-        free(row);
-        row = sggw_db_row(dir, "SELECT coalesce(closed_at, 0), coalesce(close_reason, '') FROM sessions WHERE id = ?1",
-                          params, err);
-        SG_CHECK(row != NULL, NULL, "no sessions row for %s in the SQLite file (%s)", sid, err);
-        if (strncmp(row, "0|", 2) != 0)
-            break;
-        SG_CHECK(sgtest_now() < deadline, NULL, "the sessions row of %s is still open 10 s after it closed", sid);
-        usleep(50000);
-    }
-    char *bar = strchr(row, '|');
-    SG_CHECK(bar != NULL && strcmp(bar + 1, reason) == 0, NULL, "session %s: close_reason \"%s\", expected \"%s\"",
-             sid, bar ? bar + 1 : row, reason);
-    SG_CHECK(atoll(row) > 1000000000LL, NULL, "session %s: closed_at %s is no unix time", sid, row);
-    free(row);
 }
 
 /* No trace of sid in Redis. */
@@ -223,9 +182,9 @@ SGGW_TEST(test_idle_timeout_closes)
         usleep(50000);
     }
     expect_container_gone(cid, sid);
-    expect_db_closed(data_dir(), sid, "idle");
+    sggw_expect_db_closed(data_dir(), sid, "idle");
     expect_redis_clean(sid, tid);
-    SG_CHECK(!admin_lists(gw, "idle", sid), NULL, "the admin API still lists %s", sid);
+    SG_CHECK(!sggw_admin_lists(gw, "idle", sid), NULL, "the admin API still lists %s", sid);
     expect_gone_for_client(gw, tok, sid);
     free(cid);
     free(sid);
@@ -262,9 +221,9 @@ SGGW_TEST(test_use_keeps_session)
         usleep(500000);
     }
     SG_CHECK(sggw_lists(gw, tok, sid), NULL, "a session used every 0.5 s was closed (idle 2 s)");
-    SG_CHECK(admin_lists(gw, "busy", sid), NULL, "a session used every 0.5 s is no longer live");
+    SG_CHECK(sggw_admin_lists(gw, "busy", sid), NULL, "a session used every 0.5 s is no longer live");
     sggw_delete_session(gw, tok, sid);
-    expect_db_closed(data_dir(), sid, "deleted");
+    sggw_expect_db_closed(data_dir(), sid, "deleted");
     free(sid);
     free(tok);
 }
@@ -305,7 +264,7 @@ SGGW_TEST(test_lifetime_closes_even_when_used)
     }
     SG_CHECK(closed_at - t0 > 1.0, NULL, "closed after %.2f s, long before its lifetime of 3 s", closed_at - t0);
     expect_container_gone(cid, sid);
-    expect_db_closed(data_dir(), sid, "lifetime");
+    sggw_expect_db_closed(data_dir(), sid, "lifetime");
     expect_redis_clean(sid, tid);
     free(cid);
     free(sid);
@@ -358,7 +317,7 @@ SGGW_TEST(test_admin_force_close)
     SG_CHECK(strcmp(SG_STR(o, "status"), "closed") == 0, o, "force-close answers {\"status\":\"closed\"}");
     json_object_put(o);
     expect_container_gone(cid, sid);
-    expect_db_closed(data_dir(), sid, "admin");
+    sggw_expect_db_closed(data_dir(), sid, "admin");
     expect_redis_clean(sid, tid);
     expect_gone_for_client(gw, tok, sid);
     /* again: it is no longer live */
@@ -439,7 +398,7 @@ SGGW_TEST(test_restart_keeps_state)
     char *cid = sgtest_docker_session_container(proxy_id, sid);
     wait_closed(b, "restart", sid, 4 + REAP_SLACK_S);
     expect_container_gone(cid, sid);
-    expect_db_closed(extra_dir, sid, "idle");
+    sggw_expect_db_closed(extra_dir, sid, "idle");
     free(cid);
     free(sid);
     free(tok);
@@ -480,7 +439,7 @@ SGGW_TEST(test_restart_memory_state)
         usleep(100000);
     }
     expect_container_gone(cid, sid);
-    expect_db_closed(extra_dir, sid, "idle");
+    sggw_expect_db_closed(extra_dir, sid, "idle");
     free(cid);
     free(sid);
 

@@ -10,6 +10,7 @@
  * Every test closes the sessions it opens; the group teardown checks that
  * nothing is left and force-removes whatever a failed test leaked.
  */
+#include "sglibs.h"
 #include "sgtest.h"
 
 #include <stdio.h>
@@ -44,33 +45,9 @@ static void expect_success(json_object *r)
         SG_FAIL(r, "expected a successful run");
 }
 
-/* POST /sessions with {"lang": lang, "keep_template": false} plus the
- * fields of extra (may be NULL, consumed). Returns the new id (malloc'd);
- * *reply_out, if given, gets the parsed reply. */
-static char *create_session_ex(const char *lang, json_object *extra, json_object **reply_out)
-{
-    json_object *body = extra ? extra : json_object_new_object();
-    json_object_object_add(body, "lang", json_object_new_string(lang));
-    json_object_object_add(body, "keep_template", json_object_new_boolean(0));
-    sgtest_reply_t r;
-    sgtest_call_json(proxy, "POST", "/sessions", body, 0, &r);
-    json_object_put(body);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
-    const char *id = SG_STR(o, "session_id");
-    SG_CHECK(*id != '\0', o, "empty session_id");
-    SG_CHECK(strcmp(SG_STR(o, "status"), "active") == 0, o, "new session is not active");
-    char *copy = strdup(id);
-    if (reply_out != NULL)
-        *reply_out = o;
-    else
-        json_object_put(o);
-    return copy;
-}
-
 static char *create_session(const char *lang)
 {
-    return create_session_ex(lang, NULL, NULL);
+    return sgtest_create_session(proxy, lang, NULL, NULL);
 }
 
 /* timeout <= 0: the field is left out. libs NULL: the field is left out. */
@@ -164,20 +141,6 @@ static int64_t jpath_int(json_object *o, const char *dotted)
     if (v == NULL || !json_object_is_type(v, json_type_int))
         SG_FAIL(NULL, "%s is missing or not an integer", dotted);
     return json_object_get_int64(v);
-}
-
-/* Labels of containers of this proxy with a given extra label. */
-static int count_labelled(const char *extra_label)
-{
-    char l1[192];
-    snprintf(l1, sizeof(l1), "sandgate.proxy=%s", proxy_id);
-    const char *labels[] = {l1, extra_label, NULL};
-    json_object *a = sgtest_docker_list(labels);
-    if (a == NULL)
-        SG_FAIL(NULL, "cannot list containers from Docker");
-    int n = (int)json_object_array_length(a);
-    json_object_put(a);
-    return n;
 }
 
 /* docs/proxy-api.md: an ephemeral run's container is removed right after
@@ -342,7 +305,7 @@ static void test_seed_readme_examples(void **state)
     sgtest_reply_free(&r);
     SG_CHECK(sgtest_docker_exists(cid) == 0, NULL, "container %s of closed session remains", cid);
     free(cid);
-    SG_CHECK(count_labelled("sandgate.kind=session") == 0, NULL, "session containers remain");
+    SG_CHECK(sglibs_count_labelled(proxy_id, "sandgate.kind=session") == 0, NULL, "session containers remain");
     expect_no_ephemeral_left();
     free(sid);
 }
@@ -378,7 +341,7 @@ static void test_session_details(void **state)
     json_object *extra = json_object_new_object();
     json_object_object_add(extra, "timeout", json_object_new_int(7));
     json_object_object_add(extra, "memory_mb", json_object_new_int(256));
-    char *sid = create_session_ex("python", extra, &created);
+    char *sid = sgtest_create_session(proxy, "python", extra, &created);
     time_t now = time(NULL);
 
     /* The create reply carries the contract's fields too. */
@@ -564,7 +527,7 @@ static void test_timeout_code(void **state)
     /* A session's own default timeout applies when execute names none. */
     json_object *extra = json_object_new_object();
     json_object_object_add(extra, "timeout", json_object_new_int(2));
-    sid = create_session_ex("python", extra, NULL);
+    sid = sgtest_create_session(proxy, "python", extra, NULL);
     o = run_code_t(sid, "while True: pass", NULL, 0, &secs);
     expect_timed_out(o, secs, 2);
     json_object_put(o);
@@ -811,7 +774,7 @@ static void test_memory_bomb(void **state)
 {
     json_object *extra = json_object_new_object();
     json_object_object_add(extra, "memory_mb", json_object_new_int(128));
-    char *sid = create_session_ex("python", extra, NULL);
+    char *sid = sgtest_create_session(proxy, "python", extra, NULL);
     require_caps(sid, true, true);
     json_object *c = inspect_session(sid);
     SG_CHECK(jpath_int(c, "HostConfig.Memory") == 128LL * 1024 * 1024, sgtest_jpath(c, "HostConfig"),

@@ -77,7 +77,7 @@ static bool image_exists(const char *image)
 
 static char *create_session_on(sgtest_proxy_t *p, const char *lang)
 {
-    return sglibs_create_session(p, lang);
+    return sgtest_create_session(p, lang, NULL, NULL);
 }
 
 static char *create_session(const char *lang)
@@ -123,6 +123,18 @@ static void expect_output(json_object *r, const char *want)
         SG_FAIL(r, "expected a successful run");
 }
 
+/* code with libs in a new python session, which then closes: stdout must be
+ * exactly want. */
+static void run_in_new_session(const char *code, const char *const *libs, const char *want)
+{
+    char *sid = create_session("python");
+    json_object *o = run_code(sid, code, libs);
+    expect_output(o, want);
+    json_object_put(o);
+    close_session(sid);
+    free(sid);
+}
+
 static json_object *install(const char *sid, const char *package, const char *version)
 {
     return sglibs_install(proxy, sid, package, version, NULL);
@@ -131,15 +143,8 @@ static json_object *install(const char *sid, const char *package, const char *ve
 /* A refused POST .../libraries: 400 bad_library naming `names` (may be NULL). */
 static void expect_refused(const char *sid, const char *package, const char *version, const char *names)
 {
-    json_object *b = json_object_new_object();
-    json_object_object_add(b, "package", json_object_new_string(package));
-    if (version != NULL)
-        json_object_object_add(b, "version", json_object_new_string(version));
-    char path[256];
-    pathf(path, sizeof(path), "/sessions/%s/libraries", sid);
     sgtest_reply_t r;
-    sgtest_call_json(proxy, "POST", path, b, 0, &r);
-    json_object_put(b);
+    sglibs_post_library(proxy, sid, package, version, &r);
     json_object *o = SG_EXPECT_ERROR(&r, 400, "bad_library");
     sgtest_reply_free(&r);
     if (names != NULL && strstr(SG_STR(o, "detail"), names) == NULL)
@@ -154,29 +159,14 @@ static void expect_refused(const char *sid, const char *package, const char *ver
 
 static sgtest_proxy_t *start_proxy(void)
 {
-    char pip_kv[160], npm_kv[160], store_kv[200], timeout_kv[64];
-    snprintf(pip_kv, sizeof(pip_kv), "SANDGATE_PIP_INDEX_URL=http://127.0.0.1:%d/simple", sglibs_port(index_srv));
-    snprintf(npm_kv, sizeof(npm_kv), "SANDGATE_NPM_REGISTRY=http://127.0.0.1:%d/", sglibs_port(index_srv));
-    snprintf(store_kv, sizeof(store_kv), "SANDGATE_STORE_VOLUME=%s", store_volume);
-    snprintf(timeout_kv, sizeof(timeout_kv), "SANDGATE_INSTALL_TIMEOUT=%d", INSTALL_TIMEOUT_S);
-    const char *env[] = {"SANDGATE_POOL_SIZE=0", "SANDGATE_INSTALL_NETWORK=host", pip_kv, npm_kv, store_kv,
-                         timeout_kv, NULL};
-    sgtest_proxy_t *p = sgtest_proxy_start(proxy_id, env);
-    if (p == NULL)
-        fprintf(stderr, "cannot start the proxy\n");
-    return p;
+    return sglibs_proxy_start(proxy_id, index_srv, store_volume, INSTALL_TIMEOUT_S, NULL);
 }
 
 static int group_setup(void **state)
 {
     char hex[33];
-    const char *tmp = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof(tmpdir), "%s/sgtest-libraries-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (mkdtemp(tmpdir) == NULL || sglibs_random_hex(hex, 6) != 0) {
-        perror("setup");
-        tmpdir[0] = '\0';
+    if (sglibs_suite_dir(tmpdir, sizeof(tmpdir), "sgtest-libraries", hex, 6) != 0)
         return -1;
-    }
     snprintf(wwwroot, sizeof(wwwroot), "%s/www", tmpdir);
     snprintf(py_name, sizeof(py_name), "sgtestpkg_%s", hex);
     snprintf(py_norm, sizeof(py_norm), "sgtestpkg-%s", hex);
@@ -331,12 +321,7 @@ static void test_pip_from_store(void **state)
      * first fetch, never by another spec's), so it is fetched once ... */
     const char *libs[] = {py_name, NULL};
     t0 = sglibs_wall_now();
-    sid = create_session("python");
-    o = run_code(sid, code, libs);
-    expect_output(o, "42\n");
-    json_object_put(o);
-    close_session(sid);
-    free(sid);
+    run_in_new_session(code, libs, "42\n");
     created = sglibs_installers_created_since(proxy_id, t0);
     SG_CHECK(created == 1, NULL, "%d installer container(s) were created for the spec \"%s\", expected 1", created,
              py_name);
@@ -345,12 +330,7 @@ static void test_pip_from_store(void **state)
      * POST /execute */
     t0 = sglibs_wall_now();
     before = sglibs_hits(index_srv, "");
-    sid = create_session("python");
-    o = run_code(sid, code, libs);
-    expect_output(o, "42\n");
-    json_object_put(o);
-    close_session(sid);
-    free(sid);
+    run_in_new_session(code, libs, "42\n");
     o = run_ephemeral("python", code, libs);
     expect_output(o, "42\n");
     json_object_put(o);

@@ -28,60 +28,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static sgtest_proxy_t *proxy;
-static char *proxy_id;
-static sggw_gateway_t *gw;
-
-static sgtest_proxy_t *start_proxy(void)
-{
-    const char *env[] = {"SANDGATE_POOL_SIZE=1", NULL};
-    return sgtest_proxy_start(proxy_id, env);
-}
-
-static sggw_gateway_t *start_gateway(void)
-{
-    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(proxy)};
-    return sggw_gateway_start(&o);
-}
+static sggw_stack_t stack;
 
 static int group_setup(void **state)
 {
-    (void)state;
-    proxy_id = sgtest_new_proxy_id();
-    if (proxy_id == NULL || (proxy = start_proxy()) == NULL)
-        return -1;
-    gw = start_gateway();
-    return gw != NULL ? 0 : -1;
-}
-
-static int after_test(void **state)
-{
-    (void)state;
-    int rc = sggw_after_test() ? -1 : 0;
-    if (!sgtest_proxy_alive(proxy)) {
-        fprintf(stderr, "the proxy died during this test\n");
-        sgtest_proxy_print_log(proxy, 60);
-        sgtest_proxy_kill9(proxy);
-        proxy = start_proxy();
-        rc = -1;
-    }
-    if (!sggw_gateway_alive(gw)) {
-        fprintf(stderr, "the gateway died during this test\n");
-        sggw_gateway_print_log(gw, 80);
-        sggw_gateway_kill9(gw);
-        gw = start_gateway();
-        rc = -1;
-    }
-    return rc;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    sggw_redis_t *no_redis = NULL;
-    int rc = sggw_stack_stop(&gw, &no_redis, &proxy, proxy_id);
-    free(proxy_id);
-    return rc;
+    *state = &stack;
+    sggw_stack_opts_t o = {.redis = false};
+    return sggw_stack_start(&stack, &o);
 }
 
 /* The usage rows of a tenant, newest last (the admin API). */
@@ -379,26 +332,26 @@ static const char REACH_CHANNEL[] =
 
 SGGW_TEST(test_real_stack_bill_is_proxy_wall_time)
 {
-    char *tok = sggw_new_tenant(sggw_gateway_data_dir(gw), "billed", NULL);
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
+    char *tok = sggw_new_tenant(sggw_gateway_data_dir(stack.gw), "billed", NULL);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
     int64_t nrows = 0;
     for (int kind = 0; kind < 3; kind++) {
         double t0 = sgtest_now();
         json_object *o;
         if (kind == 0) {
-            o = sggw_execute(gw, tok, sid, REACH_CHANNEL, 20);
+            o = sggw_execute(stack.gw, tok, sid, REACH_CHANNEL, 20);
         } else if (kind == 1) {
             json_object *b = json_object_new_object();
             json_object_object_add(b, "code", json_object_new_string(REACH_CHANNEL));
             json_object_object_add(b, "lang", json_object_new_string("python"));
-            o = sggw_post_result(gw, tok, "/execute", b);
+            o = sggw_post_result(stack.gw, tok, "/execute", b);
         } else {
             char path[128];
             pathf(path, sizeof(path), "/sessions/%s/commands", sid);
             json_object *b = json_object_new_object();
             json_object_object_add(b, "command", json_object_new_string("sleep 0.3; cat /proc/1/fd/0 </dev/null "
                                                                         "2>&1 | head -c 200; echo done"));
-            o = sggw_post_result(gw, tok, path, b);
+            o = sggw_post_result(stack.gw, tok, path, b);
         }
         double t1 = sgtest_now();
         const char *out = SG_STR(o, "stdout");
@@ -409,13 +362,13 @@ SGGW_TEST(test_real_stack_bill_is_proxy_wall_time)
             SG_CHECK(strstr(out, "done") != NULL && strstr(out, "Permission denied") != NULL, o,
                      "reading the agent's channel from a command must be refused");
         double wall = SG_DBL(o, "wall_time");
-        double d = last_duration(gw, "billed", ++nrows);
+        double d = last_duration(stack.gw, "billed", ++nrows);
         SG_CHECK(d > wall - 1e-6 && d < wall + 1e-6, o, "billed %g, not the proxy's wall_time %g", d, wall);
         SG_CHECK(d >= 0.3 && d <= t1 - t0, o, "billed %g outside [0.3 (the code's sleep), %g (the client's clock)]", d,
                  t1 - t0);
         json_object_put(o);
     }
-    sggw_delete_session(gw, tok, sid);
+    sggw_delete_session(stack.gw, tok, sid);
     free(sid);
     free(tok);
 }
@@ -423,8 +376,8 @@ SGGW_TEST(test_real_stack_bill_is_proxy_wall_time)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_forged_durations_not_billed, after_test),
-        cmocka_unit_test_teardown(test_real_stack_bill_is_proxy_wall_time, after_test),
+        cmocka_unit_test_teardown(test_forged_durations_not_billed, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_real_stack_bill_is_proxy_wall_time, sggw_stack_teardown),
     };
-    return cmocka_run_group_tests_name("sec_billing", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("sec_billing", tests, group_setup, sggw_stack_group_teardown);
 }

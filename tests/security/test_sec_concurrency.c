@@ -107,28 +107,14 @@ static void sampler_stop(sampler_t *s)
  * Replies
  * ------------------------------------------------------------------------ */
 
-/* A header that must be a decimal integer >= min. */
-static long int_header(const sgtest_reply_t *r, const char *name, long min)
-{
-    char *v = sgtest_reply_header(r, name);
-    bool ok = v != NULL && *v != '\0' && strspn(v, "0123456789") == strlen(v);
-    long n = ok ? strtol(v, NULL, 10) : -1;
-    if (!ok || n < min) {
-        fprintf(stderr, "headers:\n%s\n", r->headers);
-        SG_FAIL(NULL, "%s must be an integer >= %ld (got \"%s\")", name, min, v ? v : "(none)");
-    }
-    free(v);
-    return n;
-}
-
 /* 429 concurrency_limit, with Retry-After and the rate headers the other
  * 429s have (absent only while Redis is down: the rate limit fails open). */
 static void expect_429_rate(const sgtest_reply_t *r, bool rate_headers)
 {
     json_object_put(SG_EXPECT_ERROR(r, 429, "concurrency_limit"));
-    int_header(r, "Retry-After", 1);
+    sggw_int_header(r, "Retry-After", 1);
     if (rate_headers)
-        int_header(r, "X-RateLimit-Limit", 1);
+        sggw_int_header(r, "X-RateLimit-Limit", 1);
 }
 
 static void expect_concurrency_429(const sgtest_reply_t *r)
@@ -136,11 +122,17 @@ static void expect_concurrency_429(const sgtest_reply_t *r)
     expect_429_rate(r, true);
 }
 
+/* The same while Redis is down (no rate headers). */
+static void expect_concurrency_429_redis_down(const sgtest_reply_t *r)
+{
+    expect_429_rate(r, false);
+}
+
 /* 503 no_capacity from the proxy, passed through, with Retry-After. */
 static void expect_no_capacity(const sgtest_reply_t *r)
 {
     json_object_put(SG_EXPECT_ERROR(r, 503, "no_capacity"));
-    int_header(r, "Retry-After", 1);
+    sggw_int_header(r, "Retry-After", 1);
 }
 
 /* A successful execution result whose stdout is `out` (NULL: any). */
@@ -152,6 +144,25 @@ static void expect_result(const sgtest_reply_t *r, const char *out)
     if (out != NULL)
         SG_CHECK(strcmp(SG_STR(o, "stdout"), out) == 0, o, "stdout must be \"%s\"", out);
     json_object_put(o);
+}
+
+/* The replies of reqs[0..n): a 200 must be a successful result with empty
+ * stdout, anything else the refusal that `refused` asserts. Frees them;
+ * returns the number of 200s. */
+static int count_ok(sggw_par_req_t *reqs, int n, void (*refused)(const sgtest_reply_t *))
+{
+    int ok = 0;
+    for (int i = 0; i < n; i++) {
+        sgtest_reply_t *r = &reqs[i].reply;
+        if (r->status == 200) {
+            expect_result(r, "");
+            ok++;
+        } else {
+            refused(r);
+        }
+        sgtest_reply_free(r);
+    }
+    return ok;
 }
 
 static void fill_post(sggw_par_req_t *q, const char *url, const char *tok, const char *body, long timeout_s)
@@ -347,18 +358,7 @@ static void oneshot_flood(sggw_gateway_t *g, const char *tenant, const char *oth
     sggw_batch_join(b);
     sampler_stop(&smp);
 
-    int ok = 0, limited = 0;
-    for (int i = 0; i < N; i++) {
-        sgtest_reply_t *rr = &reqs[i].reply;
-        if (rr->status == 200) {
-            expect_result(rr, "");
-            ok++;
-        } else {
-            expect_concurrency_429(rr);
-            limited++;
-        }
-        sgtest_reply_free(rr);
-    }
+    int ok = count_ok(reqs, N, expect_concurrency_429), limited = N - ok;
     fprintf(stderr, "    %s: %d x 200, %d x 429; at most %d one-shot containers seen in %d samples; "
                     "the other tenant's execute + command took %.2f s\n",
             tenant, ok, limited, smp.max_seen, smp.samples, other_took);
@@ -485,18 +485,7 @@ SGGW_TEST(test_cap_holds_while_redis_down)
     for (int i = 0; i < N; i++)
         fill_post(&reqs[i], url, tok, sleep_body, 120);
     SG_CHECK(sggw_parallel(reqs, N) == 0, NULL, "cannot start threads");
-    int ok = 0, limited = 0;
-    for (int i = 0; i < N; i++) {
-        sgtest_reply_t *r = &reqs[i].reply;
-        if (r->status == 200) {
-            expect_result(r, "");
-            ok++;
-        } else {
-            expect_429_rate(r, false);
-            limited++;
-        }
-        sgtest_reply_free(r);
-    }
+    int ok = count_ok(reqs, N, expect_concurrency_429_redis_down), limited = N - ok;
     SG_CHECK(ok == 3 && limited == N - 3, NULL,
              "Redis down, max_concurrent_execs 3, 10 parallel one-shots: expected 3 x 200 and 7 x 429, got %d and %d",
              ok, limited);
@@ -512,18 +501,8 @@ SGGW_TEST(test_cap_holds_while_redis_down)
         fill_post(&reqs[i], url, tok, exec_body, 120);
     /* one at a time runs in the session; the cap still admits 3 */
     SG_CHECK(sggw_parallel(reqs, 5) == 0, NULL, "cannot start threads");
-    ok = limited = 0;
-    for (int i = 0; i < 5; i++) {
-        sgtest_reply_t *r = &reqs[i].reply;
-        if (r->status == 200) {
-            expect_result(r, "");
-            ok++;
-        } else {
-            expect_concurrency_429(r);
-            limited++;
-        }
-        sgtest_reply_free(r);
-    }
+    ok = count_ok(reqs, 5, expect_concurrency_429);
+    limited = 5 - ok;
     SG_CHECK(ok == 3 && limited == 2, NULL, "Redis back: expected 3 x 200 and 2 x 429, got %d and %d", ok, limited);
     redis_execs_drained(g, "outage");
     sggw_delete_session(g, tok, sid);
@@ -733,18 +712,7 @@ SGGW_TEST(test_proxy_container_cap)
     wait_containers(0, 30);
     sampler_stop(&smp);
 
-    int ok = 0, full = 0;
-    for (int i = 0; i < N; i++) {
-        sgtest_reply_t *r = &reqs[i].reply;
-        if (r->status == 200) {
-            expect_result(r, "");
-            ok++;
-        } else {
-            expect_no_capacity(r);
-            full++;
-        }
-        sgtest_reply_free(r);
-    }
+    int ok = count_ok(reqs, N, expect_no_capacity), full = N - ok;
     fprintf(stderr, "    %d x 200, %d x 503; at most %d containers seen in %d samples\n", ok, full, smp.max_seen,
             smp.samples);
     SG_CHECK(smp.max_seen <= 4, NULL, "Docker held %d containers of a proxy whose cap is 4", smp.max_seen);

@@ -57,8 +57,7 @@ static char *host_read(const char *path)
 
 SGGW_TEST(test_cannot_write_proc_sys)
 {
-    char *tok = sgsec_tenant(&st, "procsys", NULL);
-    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    char *sid, *tok = sgsec_begin(&st, "procsys", NULL, &sid);
     char *core_before = host_read("/proc/sys/kernel/core_pattern");
     char *host_before = host_read("/proc/sys/kernel/hostname");
 
@@ -102,15 +101,12 @@ SGGW_TEST(test_cannot_write_proc_sys)
     free(host_before);
     free(host_after);
 
-    sgsec_expect_service_works(&st, tok, sid, 1);
-    free(sid);
-    free(tok);
+    sgsec_end(&st, tok, sid, 1);
 }
 
 SGGW_TEST(test_cannot_mount)
 {
-    char *tok = sgsec_tenant(&st, "mount", NULL);
-    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    char *sid, *tok = sgsec_begin(&st, "mount", NULL, &sid);
     json_object *r = py(tok, sid,
                         "import ctypes, errno, os\n"
                         "x = 41\n"
@@ -137,15 +133,12 @@ SGGW_TEST(test_cannot_mount)
                      "chroot EPERM\n"
                      "mounted False\n");
     json_object_put(r);
-    sgsec_expect_service_works(&st, tok, sid, 1);
-    free(sid);
-    free(tok);
+    sgsec_end(&st, tok, sid, 1);
 }
 
 SGGW_TEST(test_cannot_open_raw_socket)
 {
-    char *tok = sgsec_tenant(&st, "rawsock", NULL);
-    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    char *sid, *tok = sgsec_begin(&st, "rawsock", NULL, &sid);
     json_object *r = py(tok, sid,
                         "import socket, errno\n"
                         "x = 41\n"
@@ -168,9 +161,7 @@ SGGW_TEST(test_cannot_open_raw_socket)
                      "packet EPERM\n"
                      "packet dgram EPERM\n");
     json_object_put(r);
-    sgsec_expect_service_works(&st, tok, sid, 1);
-    free(sid);
-    free(tok);
+    sgsec_end(&st, tok, sid, 1);
 }
 
 /* The privileges of a sandbox process, and the system calls that need more
@@ -178,8 +169,7 @@ SGGW_TEST(test_cannot_open_raw_socket)
  * device a way to the host's disks). */
 SGGW_TEST(test_cannot_use_privileged_syscalls)
 {
-    char *tok = sgsec_tenant(&st, "syscalls", NULL);
-    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    char *sid, *tok = sgsec_begin(&st, "syscalls", NULL, &sid);
     json_object *r = py(tok, sid,
                         "import ctypes, errno, os, platform, stat\n"
                         "x = 41\n"
@@ -240,9 +230,7 @@ SGGW_TEST(test_cannot_use_privileged_syscalls)
                            "NoNewPrivs 1\n"
                            "Seccomp 2\n");
     json_object_put(r);
-    sgsec_expect_service_works(&st, tok, sid, 1);
-    free(sid);
-    free(tok);
+    sgsec_end(&st, tok, sid, 1);
 }
 
 /* ------------------------------------------------------------------------
@@ -251,8 +239,7 @@ SGGW_TEST(test_cannot_use_privileged_syscalls)
 
 SGGW_TEST(test_cannot_ptrace_the_agent)
 {
-    char *tok = sgsec_tenant(&st, "ptrace", NULL);
-    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    char *sid, *tok = sgsec_begin(&st, "ptrace", NULL, &sid);
     json_object *r = py(tok, sid,
                         "import ctypes, errno\n"
                         "x = 41\n"
@@ -286,9 +273,7 @@ SGGW_TEST(test_cannot_ptrace_the_agent)
                      "mem write EACCES\n"
                      "vm_readv EPERM\n");
     json_object_put(r);
-    sgsec_expect_service_works(&st, tok, sid, 1);
-    free(sid);
-    free(tok);
+    sgsec_end(&st, tok, sid, 1);
 }
 
 /* kill(1, ...) for every termination signal, and the same signals queued
@@ -297,8 +282,7 @@ SGGW_TEST(test_cannot_ptrace_the_agent)
  * the session's interpreter. */
 SGGW_TEST(test_signals_to_pid1_do_not_kill_the_session)
 {
-    char *tok = sgsec_tenant(&st, "signals", NULL);
-    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    char *sid, *tok = sgsec_begin(&st, "signals", NULL, &sid);
     char *cid = sgtest_docker_session_container(st.proxy_id, sid);
     SG_CHECK(cid != NULL, NULL, "session %s has no container", sid);
 
@@ -350,9 +334,7 @@ SGGW_TEST(test_signals_to_pid1_do_not_kill_the_session)
     SGSEC_EXPECT_STDOUT(r, "42\n");
     SG_CHECK(strcmp(SG_STR(r, "state"), "new") == 0, r, "the killed interpreter is replaced by a new one");
     json_object_put(r);
-    sgsec_expect_service_works(&st, tok, sid, 1);
-    free(sid);
-    free(tok);
+    sgsec_end(&st, tok, sid, 1);
 }
 
 /* Resource limits of the agent: prlimit() on another process needs only
@@ -363,8 +345,7 @@ SGGW_TEST(test_signals_to_pid1_do_not_kill_the_session)
  * system call tables; a process's own limits stay its own to set. */
 SGGW_TEST(test_cannot_lower_the_agents_limits)
 {
-    char *tok = sgsec_tenant(&st, "prlimit", NULL);
-    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    char *sid, *tok = sgsec_begin(&st, "prlimit", NULL, &sid);
     json_object *r = py(tok, sid,
                         "import errno, resource\n"
                         "x = 41\n"
@@ -400,15 +381,12 @@ SGGW_TEST(test_cannot_lower_the_agents_limits)
                         "print('own', resource.getrlimit(resource.RLIMIT_NOFILE) == (soft, hard))\n");
     SGSEC_EXPECT_STDOUT(r, "nofile EPERM\nnproc EPERM\nas EPERM\ncompat nofile EPERM\nown True\n");
     json_object_put(r);
-    sgsec_expect_service_works(&st, tok, sid, 1);
-    free(sid);
-    free(tok);
+    sgsec_end(&st, tok, sid, 1);
 }
 
 SGGW_TEST(test_cannot_read_agent_fds)
 {
-    char *tok = sgsec_tenant(&st, "agentfds", NULL);
-    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    char *sid, *tok = sgsec_begin(&st, "agentfds", NULL, &sid);
     const char *code = "import errno, os\n"
                        "x = 41\n"
                        "def t(f):\n"
@@ -453,15 +431,12 @@ SGGW_TEST(test_cannot_read_agent_fds)
     r = sh(tok, sid, cmd);
     SGSEC_EXPECT_STDOUT(r, want);
     json_object_put(r);
-    sgsec_expect_service_works(&st, tok, sid, 1);
-    free(sid);
-    free(tok);
+    sgsec_end(&st, tok, sid, 1);
 }
 
 SGGW_TEST(test_environment_holds_no_secrets)
 {
-    char *tok = sgsec_tenant(&st, "secrets", NULL);
-    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    char *sid, *tok = sgsec_begin(&st, "secrets", NULL, &sid);
     /* everything a process can read about environments: its own, every
      * visible process's, and the command lines */
     const char *code = "import os, glob\n"
@@ -522,9 +497,7 @@ SGGW_TEST(test_environment_holds_no_secrets)
     json_object_put(c);
     free(cid);
     json_object_put(r);
-    sgsec_expect_service_works(&st, tok, sid, 1);
-    free(sid);
-    free(tok);
+    sgsec_end(&st, tok, sid, 1);
 }
 
 /* ------------------------------------------------------------------------
@@ -533,8 +506,7 @@ SGGW_TEST(test_environment_holds_no_secrets)
 
 SGGW_TEST(test_inode_flood_is_contained)
 {
-    char *tok = sgsec_tenant(&st, "inodes", NULL);
-    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    char *sid, *tok = sgsec_begin(&st, "inodes", NULL, &sid);
     /* past every cap the product sets, below what the memory limit allows */
     json_object *r = py(tok, sid,
                         "import errno, os, shutil\n"
@@ -579,15 +551,12 @@ SGGW_TEST(test_inode_flood_is_contained)
     long n = atol(SG_STR(r, "stdout"));
     SG_CHECK(n > WORK_INODES / 2 && n <= WORK_INODES, r, "the shell's flood stops at the cap");
     json_object_put(r);
-    sgsec_expect_service_works(&st, tok, sid, 1);
-    free(sid);
-    free(tok);
+    sgsec_end(&st, tok, sid, 1);
 }
 
 SGGW_TEST(test_argv_flood_is_contained)
 {
-    char *tok = sgsec_tenant(&st, "argv", NULL);
-    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    char *sid, *tok = sgsec_begin(&st, "argv", NULL, &sid);
     json_object *r = py(tok, sid,
                         "import errno, os, subprocess\n"
                         "x = 41\n"
@@ -614,9 +583,7 @@ SGGW_TEST(test_argv_flood_is_contained)
     SG_CHECK(SG_INT(r, "exit_code") == 127 && !SG_BOOL(r, "success"), r, "the oversized command must fail to start");
     SG_CHECK(strstr(SG_STR(r, "stderr"), "Argument list too long") != NULL, r, "and say why (E2BIG)");
     json_object_put(r);
-    sgsec_expect_service_works(&st, tok, sid, 1);
-    free(sid);
-    free(tok);
+    sgsec_end(&st, tok, sid, 1);
 }
 
 /* ------------------------------------------------------------------------
@@ -625,6 +592,7 @@ SGGW_TEST(test_argv_flood_is_contained)
 
 static int group_setup(void **state)
 {
+    *state = &st;
     /* secrets of the proxy's own that no sandbox may see */
     const char *env[] = {"DOCKER_HOST=unix:///var/run/docker.sock", "SANDGATE_TEST_CANARY=" PROXY_CANARY,
                          "SANDGATE_PIP_INDEX_URL=https://index-user:" PROXY_CANARY "@index.invalid/simple",
@@ -632,30 +600,20 @@ static int group_setup(void **state)
     return sgsec_stack_start(&st, env);
 }
 
-static int after_test(void **state)
-{
-    return sgsec_after_test(&st);
-}
-
-static int group_teardown(void **state)
-{
-    return sgsec_stack_stop(&st);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_cannot_write_proc_sys, after_test),
-        cmocka_unit_test_teardown(test_cannot_mount, after_test),
-        cmocka_unit_test_teardown(test_cannot_open_raw_socket, after_test),
-        cmocka_unit_test_teardown(test_cannot_use_privileged_syscalls, after_test),
-        cmocka_unit_test_teardown(test_cannot_ptrace_the_agent, after_test),
-        cmocka_unit_test_teardown(test_signals_to_pid1_do_not_kill_the_session, after_test),
-        cmocka_unit_test_teardown(test_cannot_lower_the_agents_limits, after_test),
-        cmocka_unit_test_teardown(test_cannot_read_agent_fds, after_test),
-        cmocka_unit_test_teardown(test_environment_holds_no_secrets, after_test),
-        cmocka_unit_test_teardown(test_inode_flood_is_contained, after_test),
-        cmocka_unit_test_teardown(test_argv_flood_is_contained, after_test),
+        cmocka_unit_test_teardown(test_cannot_write_proc_sys, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_cannot_mount, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_cannot_open_raw_socket, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_cannot_use_privileged_syscalls, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_cannot_ptrace_the_agent, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_signals_to_pid1_do_not_kill_the_session, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_cannot_lower_the_agents_limits, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_cannot_read_agent_fds, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_environment_holds_no_secrets, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_inode_flood_is_contained, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_argv_flood_is_contained, sggw_stack_teardown),
     };
-    return cmocka_run_group_tests_name("sec_escape", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("sec_escape", tests, group_setup, sggw_stack_group_teardown);
 }

@@ -222,8 +222,7 @@ static json_object *parse_sse(const char *body, char **out, size_t *outlen)
 
 SGGW_TEST(test_forged_protocol_bytes_on_stdout_are_data)
 {
-    char *tok = sgsec_tenant(&st, "forger", NULL);
-    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    char *sid, *tok = sgsec_begin(&st, "forger", NULL, &sid);
     json_object *r = py(tok, sid, "x = 41");
     json_object_put(r);
     bytes_t x;
@@ -302,9 +301,7 @@ SGGW_TEST(test_forged_protocol_bytes_on_stdout_are_data)
              "usage rows (count|max exit|max duration|max timed_out) %s: the forged result was billed", row);
     free(row);
 
-    sgsec_expect_service_works(&st, tok, sid, 1);
-    free(sid);
-    free(tok);
+    sgsec_end(&st, tok, sid, 1);
 }
 
 /* ------------------------------------------------------------------------
@@ -322,8 +319,7 @@ SGGW_TEST(test_forged_protocol_bytes_on_stdout_are_data)
 SGGW_TEST(test_files_api_symlink_race)
 {
     const char *q[] = {"rate_per_min=60000", "burst=1000", NULL};
-    char *tok = sgsec_tenant(&st, "symrace", q);
-    char *sid = sggw_create_session(st.gw, tok, NULL, NULL);
+    char *sid, *tok = sgsec_begin(&st, "symrace", q, &sid);
     json_object *r = py(tok, sid,
                         "import os, threading\n"
                         "x = 41\n"
@@ -393,9 +389,7 @@ SGGW_TEST(test_files_api_symlink_race)
     json_object_put(r);
     SG_CHECK(refused > 0, NULL, "no request met a symlink (%d got the work dir's file): the test proved nothing",
              inside);
-    sgsec_expect_service_works(&st, tok, sid, 1);
-    free(sid);
-    free(tok);
+    sgsec_end(&st, tok, sid, 1);
 }
 
 /* ------------------------------------------------------------------------
@@ -404,24 +398,15 @@ SGGW_TEST(test_files_api_symlink_race)
 
 static int group_setup(void **state)
 {
+    *state = &st;
     return sgsec_stack_start(&st, NULL);
-}
-
-static int after_test(void **state)
-{
-    return sgsec_after_test(&st);
-}
-
-static int group_teardown(void **state)
-{
-    return sgsec_stack_stop(&st);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_forged_protocol_bytes_on_stdout_are_data, after_test),
-        cmocka_unit_test_teardown(test_files_api_symlink_race, after_test),
+        cmocka_unit_test_teardown(test_forged_protocol_bytes_on_stdout_are_data, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_files_api_symlink_race, sggw_stack_teardown),
     };
-    return cmocka_run_group_tests_name("sec_escape_channel", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("sec_escape_channel", tests, group_setup, sggw_stack_group_teardown);
 }

@@ -30,67 +30,27 @@
 #define FAIL_LIMIT 10
 #define FAIL_WINDOW_S 2
 
-static sgtest_proxy_t *proxy;
-static char *proxy_id;
-static sggw_gateway_t *gw;
+static sggw_stack_t stack;
 static sggw_gateway_t *extra_gw;
 
-static sgtest_proxy_t *start_proxy(void)
+static int group_setup(void **state)
 {
-    const char *env[] = {"SANDGATE_POOL_SIZE=1", NULL};
-    return sgtest_proxy_start(proxy_id, env);
-}
-
-static sggw_gateway_t *start_gateway(void)
-{
+    *state = &stack;
     char limit[64], window[64];
     snprintf(limit, sizeof(limit), "SANDGATE_ADMIN_FAIL_LIMIT=%d", FAIL_LIMIT);
     snprintf(window, sizeof(window), "SANDGATE_ADMIN_FAIL_WINDOW_S=%d", FAIL_WINDOW_S);
     const char *env[] = {limit, window, NULL};
-    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(proxy), .env = env};
-    return sggw_gateway_start(&o);
-}
-
-static int group_setup(void **state)
-{
-    (void)state;
-    proxy_id = sgtest_new_proxy_id();
-    if (proxy_id == NULL || (proxy = start_proxy()) == NULL)
-        return -1;
-    gw = start_gateway();
-    return gw != NULL ? 0 : -1;
+    sggw_stack_opts_t o = {.gateway_env = env};
+    return sggw_stack_start(&stack, &o);
 }
 
 static int after_test(void **state)
 {
     (void)state;
-    int rc = sggw_after_test() ? -1 : 0;
+    int rc = sggw_stack_after_test(&stack);
     if (extra_gw != NULL)
         sggw_gateway_stop(extra_gw);
     extra_gw = NULL;
-    if (!sgtest_proxy_alive(proxy)) {
-        fprintf(stderr, "the proxy died during this test\n");
-        sgtest_proxy_print_log(proxy, 60);
-        sgtest_proxy_kill9(proxy);
-        proxy = start_proxy();
-        rc = -1;
-    }
-    if (!sggw_gateway_alive(gw)) {
-        fprintf(stderr, "the gateway died during this test\n");
-        sggw_gateway_print_log(gw, 80);
-        sggw_gateway_kill9(gw);
-        gw = start_gateway();
-        rc = -1;
-    }
-    return rc;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    sggw_redis_t *no_redis = NULL;
-    int rc = sggw_stack_stop(&gw, &no_redis, &proxy, proxy_id);
-    free(proxy_id);
     return rc;
 }
 
@@ -167,13 +127,13 @@ static void expect_no_h2c(const char *url, const char *who)
 
 SGGW_TEST(test_h2c_refused)
 {
-    expect_no_h2c(sggw_gateway_url(gw), "the gateway");
-    expect_no_h2c(sgtest_proxy_url(proxy), "the proxy");
+    expect_no_h2c(sggw_gateway_url(stack.gw), "the gateway");
+    expect_no_h2c(sgtest_proxy_url(stack.proxy), "the proxy");
 
     /* the same request to a gateway that allows h2c is upgraded: the check
      * above does see an upgrade when there is one */
     const char *env[] = {"SANDGATE_HTTP2_CLEARTEXT=1", NULL};
-    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(proxy), .env = env};
+    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(stack.proxy), .env = env};
     extra_gw = sggw_gateway_start(&o);
     SG_CHECK(extra_gw != NULL, NULL, "a gateway with SANDGATE_HTTP2_CLEARTEXT=1 starts");
     size_t n;
@@ -184,10 +144,10 @@ SGGW_TEST(test_h2c_refused)
 
     /* and both still serve */
     sgtest_reply_t r;
-    sggw_call(gw, NULL, "GET", "/", NULL, &r);
+    sggw_call(stack.gw, NULL, "GET", "/", NULL, &r);
     SG_ASSERT_STATUS(&r, 200);
     sgtest_reply_free(&r);
-    sgtest_call(proxy, "GET", "/", NULL, &r);
+    sgtest_call(stack.proxy, "GET", "/", NULL, &r);
     SG_ASSERT_STATUS(&r, 200);
     sgtest_reply_free(&r);
 }
@@ -217,7 +177,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
 static long get_from(const char *src, const char *path, const char *token, const char *extra_header, double *retry)
 {
     char url[512], auth[512];
-    pathf(url, sizeof(url), "%s%s", sggw_gateway_url(gw), path);
+    pathf(url, sizeof(url), "%s%s", sggw_gateway_url(stack.gw), path);
     pathf(auth, sizeof(auth), "Authorization: Bearer %s", token);
     struct curl_slist *h = curl_slist_append(NULL, auth);
     if (extra_header != NULL)
@@ -244,8 +204,8 @@ static long get_from(const char *src, const char *path, const char *token, const
 
 SGGW_TEST(test_admin_token_guessing)
 {
-    const char *admin = sggw_gateway_admin_token(gw);
-    char *tenant = sggw_new_tenant(sggw_gateway_data_dir(gw), "http-tenant", NULL);
+    const char *admin = sggw_gateway_admin_token(stack.gw);
+    char *tenant = sggw_new_tenant(sggw_gateway_data_dir(stack.gw), "http-tenant", NULL);
     double retry;
     char wrong[128], xff[64];
 
@@ -281,11 +241,11 @@ SGGW_TEST(test_admin_token_guessing)
     SG_CHECK(st == 401, NULL, "one wrong token after the window: HTTP %ld", st);
 
     /* the service works: a fresh session runs code */
-    char *sid = sggw_create_session(gw, tenant, NULL, NULL);
-    json_object *o = sggw_execute(gw, tenant, sid, "print('up')", 5);
+    char *sid = sggw_create_session(stack.gw, tenant, NULL, NULL);
+    json_object *o = sggw_execute(stack.gw, tenant, sid, "print('up')", 5);
     SG_CHECK(strcmp(SG_STR(o, "stdout"), "up\n") == 0, o, "a fresh session runs code");
     json_object_put(o);
-    sggw_delete_session(gw, tenant, sid);
+    sggw_delete_session(stack.gw, tenant, sid);
     free(sid);
     free(tenant);
 }
@@ -296,5 +256,5 @@ int main(void)
         cmocka_unit_test_teardown(test_h2c_refused, after_test),
         cmocka_unit_test_teardown(test_admin_token_guessing, after_test),
     };
-    return cmocka_run_group_tests_name("sec_http", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("sec_http", tests, group_setup, sggw_stack_group_teardown);
 }

@@ -17,63 +17,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-static sgtest_proxy_t *proxy;
-static char *proxy_id;
-static sggw_gateway_t *gw;
+static sggw_stack_t stack;
 
 static const char *const BAD[] = {"NaN", "Infinity", "-Infinity", "1e308", "-1e300", "1e999"};
 #define N_BAD (sizeof(BAD) / sizeof(BAD[0]))
 
-static sgtest_proxy_t *start_proxy(void)
-{
-    const char *env[] = {"SANDGATE_POOL_SIZE=1", NULL};
-    return sgtest_proxy_start(proxy_id, env);
-}
-
-static sggw_gateway_t *start_gateway(void)
-{
-    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(proxy)};
-    return sggw_gateway_start(&o);
-}
-
 static int group_setup(void **state)
 {
-    (void)state;
-    proxy_id = sgtest_new_proxy_id();
-    if (proxy_id == NULL || (proxy = start_proxy()) == NULL)
-        return -1;
-    gw = start_gateway();
-    return gw != NULL ? 0 : -1;
-}
-
-static int after_test(void **state)
-{
-    (void)state;
-    int rc = sggw_after_test() ? -1 : 0;
-    if (!sgtest_proxy_alive(proxy)) {
-        fprintf(stderr, "the proxy died during this test\n");
-        sgtest_proxy_print_log(proxy, 60);
-        sgtest_proxy_kill9(proxy);
-        proxy = start_proxy();
-        rc = -1;
-    }
-    if (!sggw_gateway_alive(gw)) {
-        fprintf(stderr, "the gateway died during this test\n");
-        sggw_gateway_print_log(gw, 80);
-        sggw_gateway_kill9(gw);
-        gw = start_gateway();
-        rc = -1;
-    }
-    return rc;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    sggw_redis_t *no_redis = NULL;
-    int rc = sggw_stack_stop(&gw, &no_redis, &proxy, proxy_id);
-    free(proxy_id);
-    return rc;
+    *state = &stack;
+    sggw_stack_opts_t o = {.redis = false};
+    return sggw_stack_start(&stack, &o);
 }
 
 /* A 400 whose detail names `field` (quoted, or as the admin API names its
@@ -91,18 +44,19 @@ static void expect_400_naming(const sgtest_reply_t *r, const char *field, const 
 /* The gateway still answers, and a fresh session runs code. */
 static void expect_serving(const char *token)
 {
-    SG_CHECK(sggw_gateway_alive(gw), NULL, "the gateway died (%s)", "");
-    char *sid = sggw_create_session(gw, token, "{\"lang\": \"python\", \"timeout\": 10, \"memory_mb\": 256}", NULL);
-    json_object *o = sggw_execute(gw, token, sid, "print(6 * 7)", 5);
+    SG_CHECK(sggw_gateway_alive(stack.gw), NULL, "the gateway died (%s)", "");
+    char *sid =
+        sggw_create_session(stack.gw, token, "{\"lang\": \"python\", \"timeout\": 10, \"memory_mb\": 256}", NULL);
+    json_object *o = sggw_execute(stack.gw, token, sid, "print(6 * 7)", 5);
     SG_CHECK(strcmp(SG_STR(o, "stdout"), "42\n") == 0, o, "a fresh session runs code");
     json_object_put(o);
-    sggw_delete_session(gw, token, sid);
+    sggw_delete_session(stack.gw, token, sid);
     free(sid);
 }
 
 SGGW_TEST(test_session_create_numbers)
 {
-    char *tok = sggw_new_tenant(sggw_gateway_data_dir(gw), "input-create", NULL);
+    char *tok = sggw_new_tenant(sggw_gateway_data_dir(stack.gw), "input-create", NULL);
     static const char *const fields[] = {"timeout", "memory_mb", "cpus"};
     char body[160], what[512];
     sgtest_reply_t r;
@@ -110,13 +64,13 @@ SGGW_TEST(test_session_create_numbers)
         for (size_t f = 0; f < 3; f++) {
             snprintf(body, sizeof(body), "{\"lang\": \"python\", \"%s\": %s}", fields[f], BAD[i]);
             snprintf(what, sizeof(what), "POST /sessions %s", body);
-            sggw_call(gw, tok, "POST", "/sessions", body, &r);
+            sggw_call(stack.gw, tok, "POST", "/sessions", body, &r);
             expect_400_naming(&r, fields[f], what);
             sgtest_reply_free(&r);
         }
     }
     /* nothing was created */
-    json_object *l = sggw_list_sessions(gw, tok);
+    json_object *l = sggw_list_sessions(stack.gw, tok);
     SG_CHECK(json_object_array_length(SG_ARR(l, "sessions")) == 0, l, "no session came of the bad requests");
     json_object_put(l);
     expect_serving(tok);
@@ -125,55 +79,55 @@ SGGW_TEST(test_session_create_numbers)
 
 SGGW_TEST(test_execution_numbers)
 {
-    char *tok = sggw_new_tenant(sggw_gateway_data_dir(gw), "input-exec", NULL);
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
+    char *tok = sggw_new_tenant(sggw_gateway_data_dir(stack.gw), "input-exec", NULL);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
     char body[200], path[128], what[512];
     sgtest_reply_t r;
     for (size_t i = 0; i < N_BAD; i++) {
         pathf(path, sizeof(path), "/sessions/%s/execute", sid);
         snprintf(body, sizeof(body), "{\"code\": \"print(1)\", \"timeout\": %s}", BAD[i]);
         snprintf(what, sizeof(what), "POST %s %s", path, body);
-        sggw_call(gw, tok, "POST", path, body, &r);
+        sggw_call(stack.gw, tok, "POST", path, body, &r);
         expect_400_naming(&r, "timeout", what);
         sgtest_reply_free(&r);
 
         snprintf(body, sizeof(body), "{\"code\": \"print(1)\", \"stream\": true, \"timeout\": %s}", BAD[i]);
         snprintf(what, sizeof(what), "POST %s %s", path, body);
-        sggw_call(gw, tok, "POST", path, body, &r);
+        sggw_call(stack.gw, tok, "POST", path, body, &r);
         expect_400_naming(&r, "timeout", what);
         sgtest_reply_free(&r);
 
         pathf(path, sizeof(path), "/sessions/%s/commands", sid);
         snprintf(body, sizeof(body), "{\"command\": \"true\", \"timeout\": %s}", BAD[i]);
         snprintf(what, sizeof(what), "POST %s %s", path, body);
-        sggw_call(gw, tok, "POST", path, body, &r);
+        sggw_call(stack.gw, tok, "POST", path, body, &r);
         expect_400_naming(&r, "timeout", what);
         sgtest_reply_free(&r);
 
         snprintf(body, sizeof(body), "{\"code\": \"print(1)\", \"lang\": \"python\", \"timeout\": %s}", BAD[i]);
         snprintf(what, sizeof(what), "POST /execute %s", body);
-        sggw_call(gw, tok, "POST", "/execute", body, &r);
+        sggw_call(stack.gw, tok, "POST", "/execute", body, &r);
         expect_400_naming(&r, "timeout", what);
         sgtest_reply_free(&r);
 
         pathf(path, sizeof(path), "/sessions/%s/libraries", sid);
         snprintf(body, sizeof(body), "{\"package\": %s}", BAD[i]);
         snprintf(what, sizeof(what), "POST %s %s", path, body);
-        sggw_call(gw, tok, "POST", path, body, &r);
+        sggw_call(stack.gw, tok, "POST", path, body, &r);
         expect_400_naming(&r, "package", what);
         sgtest_reply_free(&r);
     }
     /* none of them ran: the ledger has no execution */
-    sggw_admin_call(gw, "GET", "/admin/usage?tenant=input-exec", NULL, &r);
+    sggw_admin_call(stack.gw, "GET", "/admin/usage?tenant=input-exec", NULL, &r);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     SG_CHECK(SG_INT(o, "executions") == 0, o, "no execution was recorded");
     json_object_put(o);
     /* the session still works */
-    o = sggw_execute(gw, tok, sid, "print('ok')", 5);
+    o = sggw_execute(stack.gw, tok, sid, "print('ok')", 5);
     SG_CHECK(strcmp(SG_STR(o, "stdout"), "ok\n") == 0, o, "the session answers");
     json_object_put(o);
-    sggw_delete_session(gw, tok, sid);
+    sggw_delete_session(stack.gw, tok, sid);
     free(sid);
     expect_serving(tok);
     free(tok);
@@ -181,25 +135,25 @@ SGGW_TEST(test_execution_numbers)
 
 SGGW_TEST(test_admin_numbers)
 {
-    char *tok = sggw_new_tenant(sggw_gateway_data_dir(gw), "input-admin", NULL);
+    char *tok = sggw_new_tenant(sggw_gateway_data_dir(stack.gw), "input-admin", NULL);
     static const char *const quotas[] = {"rate_per_min",  "burst",         "max_sessions", "execs_per_day",
                                          "exec_seconds_per_day", "max_timeout", "max_memory_mb", "max_cpus",
                                          "idle_timeout",  "max_lifetime"};
     char body[200], what[512];
     sgtest_reply_t r;
-    sggw_admin_call(gw, "GET", "/admin/tenants/input-admin", NULL, &r);
+    sggw_admin_call(stack.gw, "GET", "/admin/tenants/input-admin", NULL, &r);
     json_object *before = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     for (size_t i = 0; i < N_BAD; i++) {
         for (size_t q = 0; q < sizeof(quotas) / sizeof(quotas[0]); q++) {
             snprintf(body, sizeof(body), "{\"%s\": %s}", quotas[q], BAD[i]);
             snprintf(what, sizeof(what), "PATCH /admin/tenants/input-admin %s", body);
-            sggw_admin_call(gw, "PATCH", "/admin/tenants/input-admin", body, &r);
+            sggw_admin_call(stack.gw, "PATCH", "/admin/tenants/input-admin", body, &r);
             expect_400_naming(&r, quotas[q], what);
             sgtest_reply_free(&r);
             snprintf(body, sizeof(body), "{\"name\": \"input-new\", \"%s\": %s}", quotas[q], BAD[i]);
             snprintf(what, sizeof(what), "POST /admin/tenants %s", body);
-            sggw_admin_call(gw, "POST", "/admin/tenants", body, &r);
+            sggw_admin_call(stack.gw, "POST", "/admin/tenants", body, &r);
             expect_400_naming(&r, quotas[q], what);
             sgtest_reply_free(&r);
         }
@@ -208,22 +162,22 @@ SGGW_TEST(test_admin_numbers)
     for (size_t i = 0; i < sizeof(times) / sizeof(times[0]); i++) {
         char path[160];
         pathf(path, sizeof(path), "/admin/usage?tenant=input-admin&from=%s", times[i]);
-        sggw_admin_call(gw, "GET", path, NULL, &r);
+        sggw_admin_call(stack.gw, "GET", path, NULL, &r);
         expect_400_naming(&r, "from", path);
         sgtest_reply_free(&r);
         pathf(path, sizeof(path), "/admin/usage?tenant=input-admin&to=%s", times[i]);
-        sggw_admin_call(gw, "GET", path, NULL, &r);
+        sggw_admin_call(stack.gw, "GET", path, NULL, &r);
         expect_400_naming(&r, "to", path);
         sgtest_reply_free(&r);
     }
     /* the tenant is as it was, and no tenant was made */
-    sggw_admin_call(gw, "GET", "/admin/tenants/input-admin", NULL, &r);
+    sggw_admin_call(stack.gw, "GET", "/admin/tenants/input-admin", NULL, &r);
     json_object *after = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     SG_CHECK(json_object_equal(before, after), after, "the tenant's quotas are unchanged");
     json_object_put(before);
     json_object_put(after);
-    sggw_admin_call(gw, "GET", "/admin/tenants/input-new", NULL, &r);
+    sggw_admin_call(stack.gw, "GET", "/admin/tenants/input-new", NULL, &r);
     SG_CHECK(r.status == 404, NULL, "no tenant input-new: HTTP %ld", r.status);
     sgtest_reply_free(&r);
     expect_serving(tok);
@@ -233,9 +187,9 @@ SGGW_TEST(test_admin_numbers)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_session_create_numbers, after_test),
-        cmocka_unit_test_teardown(test_execution_numbers, after_test),
-        cmocka_unit_test_teardown(test_admin_numbers, after_test),
+        cmocka_unit_test_teardown(test_session_create_numbers, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_execution_numbers, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_admin_numbers, sggw_stack_teardown),
     };
-    return cmocka_run_group_tests_name("sec_input", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("sec_input", tests, group_setup, sggw_stack_group_teardown);
 }

@@ -128,15 +128,19 @@ static const char *SCANNER =
     "    finally:\n"
     "        s.close()\n";
 
-/* The victim connects to itself at ip (the positive control: the listener
- * is reachable where the attacker aims), then reports its hit count. */
-static void victim_self_check(const char *tok, const char *sid, const char *ip)
+/* The victim starts its listener (LISTENER) and connects to itself at ip
+ * (the positive control: the listener is reachable where the attacker
+ * aims). */
+static void victim_listens(const char *tok, const char *sid, const char *ip)
 {
+    json_object *r = py(tok, sid, LISTENER);
+    SGSEC_EXPECT_STDOUT(r, "listening\n");
+    json_object_put(r);
     char code[512];
     pathf(code, sizeof(code),
           "c = socket.create_connection(('%s', %d), timeout=5)\nprint(c.recv(64).decode())\nc.close()\n", ip,
           VICTIM_PORT);
-    json_object *r = py(tok, sid, code);
+    r = py(tok, sid, code);
     SGSEC_EXPECT_STDOUT(r, "victim-data\n");
     json_object_put(r);
 }
@@ -157,6 +161,32 @@ static void service_ports(char *buf, size_t len)
     const char *u = sgtest_proxy_url(st.proxy);
     int proxy_port = atoi(strrchr(u, ':') + 1);
     pathf(buf, len, "[%d, %d, %d, 2375, 2376]", proxy_port, sggw_gateway_port(st.gw), sggw_redis_port(st.redis));
+}
+
+/* Runs probe in the victim's session vs (the positive control: what the
+ * attack looks for is there) and in the attacker's session as; each must
+ * print exactly what is given. */
+static void probe_both(const char *vt, const char *vs, const char *victim_sees, const char *at, const char *as,
+                       const char *attacker_sees, const char *probe)
+{
+    json_object *r = py(vt, vs, probe);
+    SGSEC_EXPECT_STDOUT(r, victim_sees);
+    json_object_put(r);
+    r = py(at, as, probe);
+    SGSEC_EXPECT_STDOUT(r, attacker_sees);
+    json_object_put(r);
+}
+
+/* The end of every attack of tenant at (session as) on tenant vt (session
+ * vs): both sessions still work, and fresh ones too; frees the four. */
+static void both_still_work(char *at, char *as, char *vt, char *vs)
+{
+    sgsec_expect_service_works(&st, at, as, 0);
+    sgsec_expect_service_works(&st, vt, vs, 0);
+    free(vs);
+    free(as);
+    free(vt);
+    free(at);
 }
 
 /* ------------------------------------------------------------------------
@@ -190,20 +220,11 @@ SGGW_TEST(test_cannot_see_other_sessions_processes)
                        "print('service', sorted(n for n in names if n.startswith(service)))\n";
     json_object *r = py(vt, vs, mark);
     json_object_put(r);
-    /* positive control: the marker is there to be found */
-    r = py(vt, vs, look);
-    SGSEC_EXPECT_STDOUT(r, "marker True\nfew True\nservice ['sandgate-agent']\n");
-    json_object_put(r);
-    /* the attacker sees its own agent and nothing of the victim or the host */
-    r = py(at, as, look);
-    SGSEC_EXPECT_STDOUT(r, "marker False\nfew True\nservice ['sandgate-agent']\n");
-    json_object_put(r);
-    sgsec_expect_service_works(&st, at, as, 0);
-    sgsec_expect_service_works(&st, vt, vs, 0);
-    free(vs);
-    free(as);
-    free(vt);
-    free(at);
+    /* positive control: the marker is there to be found; the attacker sees
+     * its own agent and nothing of the victim or the host */
+    probe_both(vt, vs, "marker True\nfew True\nservice ['sandgate-agent']\n", at, as,
+               "marker False\nfew True\nservice ['sandgate-agent']\n", look);
+    both_still_work(at, as, vt, vs);
 }
 
 /* SysV shared memory and abstract unix sockets are per IPC and network
@@ -236,18 +257,8 @@ SGGW_TEST(test_cannot_reach_another_sandbox_by_ipc)
     SGSEC_EXPECT_STDOUT(r, "True\n");
     json_object_put(r);
     /* positive control: both are there to be found */
-    r = py(vt, vs, probe);
-    SGSEC_EXPECT_STDOUT(r, "shm FOUND\nabstract CONNECTED\n");
-    json_object_put(r);
-    r = py(at, as, probe);
-    SGSEC_EXPECT_STDOUT(r, "shm ENOENT\nabstract ECONNREFUSED\n");
-    json_object_put(r);
-    sgsec_expect_service_works(&st, at, as, 0);
-    sgsec_expect_service_works(&st, vt, vs, 0);
-    free(vs);
-    free(as);
-    free(vt);
-    free(at);
+    probe_both(vt, vs, "shm FOUND\nabstract CONNECTED\n", at, as, "shm ENOENT\nabstract ECONNREFUSED\n", probe);
+    both_still_work(at, as, vt, vs);
 }
 
 /* ------------------------------------------------------------------------
@@ -267,10 +278,7 @@ SGGW_TEST(test_no_route_to_another_sandbox)
     SG_CHECK(vip[0] != '\0' && vgw[0] != '\0', NULL, "the victim (network on) must have an address");
     SG_CHECK(aip[0] == '\0', NULL, "a session without network must have no address, has %s", aip);
 
-    json_object *r = py(vt, vs, LISTENER);
-    SGSEC_EXPECT_STDOUT(r, "listening\n");
-    json_object_put(r);
-    victim_self_check(vt, vs, vip);
+    victim_listens(vt, vs, vip);
 
     char ports[128], code[8192];
     service_ports(ports, sizeof(ports));
@@ -282,7 +290,7 @@ SGGW_TEST(test_no_route_to_another_sandbox)
           "print('docker.sock', unix('/var/run/docker.sock'), unix('/run/docker.sock'))\n"
           "print('interfaces', sorted(os.listdir('/sys/class/net')))\n",
           SCANNER, vip, vgw, ports, ports);
-    r = py(at, as, code);
+    json_object *r = py(at, as, code);
     SGSEC_EXPECT_STDOUT(r, "victim open=[] ENETUNREACH:65535\n"
                      "host open=[] ENETUNREACH:5\n"
                      "loopback open=[] ECONNREFUSED:5\n"
@@ -290,12 +298,7 @@ SGGW_TEST(test_no_route_to_another_sandbox)
                      "interfaces ['lo']\n");
     json_object_put(r);
     victim_hits(vt, vs, 1);
-    sgsec_expect_service_works(&st, at, as, 0);
-    sgsec_expect_service_works(&st, vt, vs, 0);
-    free(vs);
-    free(as);
-    free(vt);
-    free(at);
+    both_still_work(at, as, vt, vs);
 }
 
 /* Both tenants may use the network and do: the attacker still cannot reach
@@ -311,10 +314,7 @@ SGGW_TEST(test_no_route_to_another_sandbox_with_network)
     container_ip(as, aip, agw);
     SG_CHECK(vip[0] != '\0' && aip[0] != '\0', NULL, "both sessions must have an address");
 
-    json_object *r = py(vt, vs, LISTENER);
-    SGSEC_EXPECT_STDOUT(r, "listening\n");
-    json_object_put(r);
-    victim_self_check(vt, vs, vip);
+    victim_listens(vt, vs, vip);
 
     char ports[128], code[8192];
     service_ports(ports, sizeof(ports));
@@ -325,7 +325,7 @@ SGGW_TEST(test_no_route_to_another_sandbox_with_network)
           "scan('loopback', '127.0.0.1', %s, 1)\n"
           "print('docker.sock', unix('/var/run/docker.sock'), unix('/run/docker.sock'))\n",
           SCANNER, vip, agw, ports, ports);
-    r = py(at, as, code);
+    json_object *r = py(at, as, code);
     const char *out = SG_STR(r, "stdout");
     SG_CHECK(strncmp(out, "victim open=[] ", 15) == 0 && strstr(out, "CONNECTED") == NULL, r,
              "the attacker must reach no port of the victim's container");
@@ -335,12 +335,7 @@ SGGW_TEST(test_no_route_to_another_sandbox_with_network)
     SG_CHECK(strstr(out, "\ndocker.sock ENOENT ENOENT\n") != NULL, r, "no Docker socket");
     json_object_put(r);
     victim_hits(vt, vs, 1);
-    sgsec_expect_service_works(&st, at, as, 0);
-    sgsec_expect_service_works(&st, vt, vs, 0);
-    free(vs);
-    free(as);
-    free(vt);
-    free(at);
+    both_still_work(at, as, vt, vs);
 }
 
 /* ------------------------------------------------------------------------
@@ -453,12 +448,7 @@ SGGW_TEST(test_fork_bomb_does_not_slow_another_tenant)
     SG_CHECK(strstr(out, " ['EAGAIN'] True\n") != NULL, res,
              "the bomb must hit the pids cap (EAGAIN, and no more than %d children)", PIDS_LIMIT);
     json_object_put(res);
-    sgsec_expect_service_works(&st, at, as, 0);
-    sgsec_expect_service_works(&st, vt, vs, 0);
-    free(vs);
-    free(as);
-    free(vt);
-    free(at);
+    both_still_work(at, as, vt, vs);
 }
 
 SGGW_TEST(test_memory_bomb_does_not_slow_another_tenant)
@@ -485,12 +475,7 @@ SGGW_TEST(test_memory_bomb_does_not_slow_another_tenant)
     const char *out = SG_STR(res, "stdout");
     SG_CHECK(strstr(out, " True 0\n") != NULL, res, "every memory hog must be killed by the memory limit");
     json_object_put(res);
-    sgsec_expect_service_works(&st, at, as, 0);
-    sgsec_expect_service_works(&st, vt, vs, 0);
-    free(vs);
-    free(as);
-    free(vt);
-    free(at);
+    both_still_work(at, as, vt, vs);
 }
 
 /* ------------------------------------------------------------------------
@@ -499,29 +484,20 @@ SGGW_TEST(test_memory_bomb_does_not_slow_another_tenant)
 
 static int group_setup(void **state)
 {
+    *state = &st;
     const char *env[] = {"SANDGATE_ALLOW_NETWORK=1", NULL};
     return sgsec_stack_start(&st, env);
-}
-
-static int after_test(void **state)
-{
-    return sgsec_after_test(&st);
-}
-
-static int group_teardown(void **state)
-{
-    return sgsec_stack_stop(&st);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_cannot_see_other_sessions_processes, after_test),
-        cmocka_unit_test_teardown(test_cannot_reach_another_sandbox_by_ipc, after_test),
-        cmocka_unit_test_teardown(test_no_route_to_another_sandbox, after_test),
-        cmocka_unit_test_teardown(test_no_route_to_another_sandbox_with_network, after_test),
-        cmocka_unit_test_teardown(test_fork_bomb_does_not_slow_another_tenant, after_test),
-        cmocka_unit_test_teardown(test_memory_bomb_does_not_slow_another_tenant, after_test),
+        cmocka_unit_test_teardown(test_cannot_see_other_sessions_processes, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_cannot_reach_another_sandbox_by_ipc, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_no_route_to_another_sandbox, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_no_route_to_another_sandbox_with_network, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_fork_bomb_does_not_slow_another_tenant, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_memory_bomb_does_not_slow_another_tenant, sggw_stack_teardown),
     };
-    return cmocka_run_group_tests_name("sec_interference", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("sec_interference", tests, group_setup, sggw_stack_group_teardown);
 }

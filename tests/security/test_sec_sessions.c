@@ -28,15 +28,12 @@
 #define REMOVAL_S 20.0
 #define QUEUE 16 /* SANDGATE_SESSION_QUEUE's default */
 
-static sgtest_proxy_t *proxy;
-static char *proxy_id;
-static sggw_redis_t *redis;
-static sggw_gateway_t *gw;
+static sggw_stack_t stack;
 static bool proxy_stopped; /* SIGSTOPped by a test: after_test resumes it */
 
 static const char *data_dir(void)
 {
-    return sggw_gateway_data_dir(gw);
+    return sggw_gateway_data_dir(stack.gw);
 }
 
 /* ------------------------------------------------------------------------
@@ -52,7 +49,7 @@ static char *new_tenant(const char *name, const char *extra1, const char *extra2
 
 static char *container_of(const char *sid)
 {
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    char *cid = sgtest_docker_session_container(stack.proxy_id, sid);
     SG_CHECK(cid != NULL, NULL, "no container labelled with session %s", sid);
     return cid;
 }
@@ -61,30 +58,6 @@ static void expect_container_gone(const char *cid, const char *sid, const char *
 {
     SG_CHECK(sgtest_docker_wait_gone(cid, REMOVAL_S, NULL) == 0, NULL,
              "%s: the container %.12s of session %s still exists %.0f s later", how, cid, sid, REMOVAL_S);
-}
-
-/* Polls the SQLite row of sid until it is closed; checks the reason. */
-static void expect_db_closed(const char *sid, const char *reason)
-{
-    const char *params[] = {sid, NULL};
-    char err[256];
-    double deadline = sgtest_now() + 10;
-    for (;;) {
-        char *row = sggw_db_row(data_dir(), "SELECT coalesce(closed_at, 0), coalesce(close_reason, '') FROM sessions "
-                                            "WHERE id = ?1",
-                                params, err);
-        SG_CHECK(row != NULL, NULL, "no sessions row for %s (%s)", sid, err);
-        if (strncmp(row, "0|", 2) != 0) {
-            char *bar = strchr(row, '|');
-            SG_CHECK(bar != NULL && strcmp(bar + 1, reason) == 0, NULL, "session %s: close_reason \"%s\", not \"%s\"",
-                     sid, bar != NULL ? bar + 1 : row, reason);
-            free(row);
-            return;
-        }
-        free(row);
-        SG_CHECK(sgtest_now() < deadline, NULL, "the sessions row of %s is still open", sid);
-        usleep(50000);
-    }
 }
 
 static bool db_open(const char *sid)
@@ -97,29 +70,12 @@ static bool db_open(const char *sid)
     return open;
 }
 
-/* Whether the admin API lists sid as live for tenant (a look that is no use). */
-static bool admin_lists(const char *tenant, const char *sid)
-{
-    char path[256];
-    sgtest_reply_t r;
-    pathf(path, sizeof(path), "/admin/sessions?tenant=%s", tenant);
-    sggw_admin_call(gw, "GET", path, NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
-    json_object *a = SG_ARR(o, "sessions");
-    bool found = false;
-    for (size_t i = 0; i < json_object_array_length(a) && !found; i++)
-        found = strcmp(SG_STR(json_object_array_get_idx(a, i), "session_id"), sid) == 0;
-    json_object_put(o);
-    return found;
-}
-
 /* POST /sessions: the status, and the id (malloc'd) on 200. */
 static long try_create(const char *tok, char **sid)
 {
     sgtest_reply_t r;
     *sid = NULL;
-    sggw_call(gw, tok, "POST", "/sessions", "{\"lang\":\"python\"}", &r);
+    sggw_call(stack.gw, tok, "POST", "/sessions", "{\"lang\":\"python\"}", &r);
     long st = r.status;
     if (st == 200) {
         json_object *o = SG_JSON(&r);
@@ -135,12 +91,12 @@ static long try_create(const char *tok, char **sid)
 /* The service and a fresh session work: a new session runs code, and goes. */
 static void expect_service_works(const char *tok)
 {
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
-    json_object *res = sggw_execute(gw, tok, sid, "print(6 * 7)", 10);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
+    json_object *res = sggw_execute(stack.gw, tok, sid, "print(6 * 7)", 10);
     SG_CHECK(strcmp(SG_STR(res, "stdout"), "42\n") == 0, res, "a fresh session must run code");
     json_object_put(res);
     char *cid = container_of(sid);
-    sggw_delete_session(gw, tok, sid);
+    sggw_delete_session(stack.gw, tok, sid);
     expect_container_gone(cid, sid, "DELETE");
     free(cid);
     free(sid);
@@ -154,7 +110,7 @@ static long proxy_field(const char *sid, const char *field)
     char path[128];
     sgtest_reply_t r;
     pathf(path, sizeof(path), "/sessions/%s", sid);
-    sgtest_call(proxy, "GET", path, NULL, &r);
+    sgtest_call(stack.proxy, "GET", path, NULL, &r);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     long n = (long)SG_INT(o, field);
@@ -205,7 +161,7 @@ static char *read_file(const char *tok, const char *sid, const char *name)
     char path[256];
     sgtest_reply_t r;
     pathf(path, sizeof(path), "/sessions/%s/files?path=%s", sid, name);
-    sggw_call(gw, tok, "GET", path, NULL, &r);
+    sggw_call(stack.gw, tok, "GET", path, NULL, &r);
     SG_ASSERT_STATUS(&r, 200);
     char *s = strdup(r.body);
     sgtest_reply_free(&r);
@@ -227,7 +183,7 @@ static int64_t usage_executions(const char *tenant)
     char path[128];
     sgtest_reply_t r;
     pathf(path, sizeof(path), "/admin/usage?tenant=%s", tenant);
-    sggw_admin_call(gw, "GET", path, NULL, &r);
+    sggw_admin_call(stack.gw, "GET", path, NULL, &r);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     int64_t n = SG_INT(o, "executions");
@@ -241,40 +197,34 @@ static int64_t usage_executions(const char *tenant)
 
 static int group_setup(void **state)
 {
-    proxy_id = sgtest_new_proxy_id();
-    const char *env[] = {"SANDGATE_POOL_SIZE=2", NULL};
-    if (proxy_id == NULL || (proxy = sgtest_proxy_start(proxy_id, env)) == NULL)
-        return -1;
-    if ((redis = sggw_redis_start()) == NULL)
-        return -1;
+    *state = &stack;
     /* calls to the proxy give up after 5 s: the test of a proxy that does
      * not answer waits that long */
+    const char *penv[] = {"SANDGATE_POOL_SIZE=2", NULL};
     const char *genv[] = {"SANDGATE_CALL_TIMEOUT_MS=5000", NULL};
-    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(proxy), .redis_url = sggw_redis_url(redis), .env = genv};
-    gw = sggw_gateway_start(&o);
-    return gw != NULL ? 0 : -1;
+    sggw_stack_opts_t o = {.redis = true, .proxy_env = penv, .gateway_env = genv};
+    return sggw_stack_start(&stack, &o);
 }
 
 static int after_test(void **state)
 {
-    sggw_after_test();
     if (proxy_stopped) {
-        kill(sgtest_proxy_pid(proxy), SIGCONT);
+        kill(sgtest_proxy_pid(stack.proxy), SIGCONT);
         proxy_stopped = false;
     }
-    if (!sgtest_proxy_alive(proxy) || !sggw_gateway_alive(gw) || !sggw_redis_running(redis)) {
-        fprintf(stderr, "a server died during this test\n");
-        sggw_print_logs(80);
-        return -1;
-    }
-    return 0;
+    return sggw_stack_after_test(&stack);
 }
 
-static int group_teardown(void **state)
+/* The end of a test on session sid (container cid) of tenant tok: DELETE
+ * removes the container, a fresh session works; frees the three. */
+static void close_and_check(char *tok, char *sid, char *cid)
 {
-    int rc = sggw_stack_stop(&gw, &redis, &proxy, proxy_id);
-    free(proxy_id);
-    return rc;
+    sggw_delete_session(stack.gw, tok, sid);
+    expect_container_gone(cid, sid, "DELETE");
+    expect_service_works(tok);
+    free(cid);
+    free(sid);
+    free(tok);
 }
 
 /* ------------------------------------------------------------------------
@@ -289,7 +239,7 @@ static int group_teardown(void **state)
 SGGW_TEST(test_error_text_does_not_close_the_session)
 {
     char *tok = new_tenant("errtext", "max_sessions=2", NULL);
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
     char *cid = container_of(sid);
     /* paths spelling the code, alone, in JSON, as the body's whole error */
     const char *paths[] = {"no_such_session", "x\",\"code\":\"no_such_session",
@@ -302,7 +252,7 @@ SGGW_TEST(test_error_text_does_not_close_the_session)
         sgtest_reply_t r;
         pathf(path, sizeof(path), "/sessions/%s/files?path=%s", sid, enc);
         free(enc);
-        sggw_call(gw, tok, "GET", path, NULL, &r);
+        sggw_call(stack.gw, tok, "GET", path, NULL, &r);
         json_object_put(SG_EXPECT_ERROR(&r, 404, "no_such_file"));
         sgtest_reply_free(&r);
         /* and a fresh session each round: the tenant's cap is 2, one is used */
@@ -315,21 +265,21 @@ SGGW_TEST(test_error_text_does_not_close_the_session)
             SG_CHECK(st == 429, NULL, "round %d: a third session must be refused (got %ld): the attack freed a slot",
                      round, st);
             free(extra2);
-            sggw_delete_session(gw, tok, extra);
+            sggw_delete_session(stack.gw, tok, extra);
             free(extra);
         }
     }
     /* the session is untouched: listed, live, open, its container running and working */
-    SG_CHECK(sggw_lists(gw, tok, sid), NULL, "GET /sessions no longer lists %s", sid);
-    SG_CHECK(admin_lists("errtext", sid), NULL, "the live state lost %s", sid);
+    SG_CHECK(sggw_lists(stack.gw, tok, sid), NULL, "GET /sessions no longer lists %s", sid);
+    SG_CHECK(sggw_admin_lists(stack.gw, "errtext", sid), NULL, "the live state lost %s", sid);
     SG_CHECK(db_open(sid), NULL, "the ledger closed %s", sid);
     SG_CHECK(sgtest_docker_exists(cid) == 1, NULL, "the container of %s is gone", sid);
-    json_object *res = sggw_execute(gw, tok, sid, "print('still here')", 10);
+    json_object *res = sggw_execute(stack.gw, tok, sid, "print('still here')", 10);
     SG_CHECK(strcmp(SG_STR(res, "stdout"), "still here\n") == 0, res, "the session must still run code");
     json_object_put(res);
     /* the proxy has exactly the sessions the gateway counts: nothing unbilled */
     sgtest_reply_t r;
-    sgtest_call(proxy, "GET", "/sessions", NULL, &r);
+    sgtest_call(stack.proxy, "GET", "/sessions", NULL, &r);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     json_object *a = SG_ARR(o, "sessions");
@@ -337,12 +287,7 @@ SGGW_TEST(test_error_text_does_not_close_the_session)
              "the proxy must hold this session alone");
     json_object_put(o);
 
-    sggw_delete_session(gw, tok, sid);
-    expect_container_gone(cid, sid, "DELETE");
-    expect_service_works(tok);
-    free(cid);
-    free(sid);
-    free(tok);
+    close_and_check(tok, sid, cid);
 }
 
 /* ------------------------------------------------------------------------
@@ -357,67 +302,67 @@ SGGW_TEST(test_every_close_removes_the_container)
     char *sid, *other;
 
     /* the idle reaper */
-    sid = sggw_create_session(gw, tok_idle, NULL, NULL);
+    sid = sggw_create_session(stack.gw, tok_idle, NULL, NULL);
     char *cid = container_of(sid);
     expect_container_gone(cid, sid, "idle");
-    expect_db_closed(sid, "idle");
+    sggw_expect_db_closed(data_dir(), sid, "idle");
     SG_CHECK(try_create(tok_idle, &other) == 200, NULL, "the idle session's slot must be free once it is gone");
-    sggw_delete_session(gw, tok_idle, other);
+    sggw_delete_session(stack.gw, tok_idle, other);
     free(other);
     free(cid);
     free(sid);
 
     /* the lifetime, though used */
-    sid = sggw_create_session(gw, tok_life, NULL, NULL);
+    sid = sggw_create_session(stack.gw, tok_life, NULL, NULL);
     cid = container_of(sid);
-    json_object_put(sggw_execute(gw, tok_life, sid, "print(1)", 10));
+    json_object_put(sggw_execute(stack.gw, tok_life, sid, "print(1)", 10));
     expect_container_gone(cid, sid, "lifetime");
-    expect_db_closed(sid, "lifetime");
+    sggw_expect_db_closed(data_dir(), sid, "lifetime");
     SG_CHECK(try_create(tok_life, &other) == 200, NULL, "the expired session's slot must be free once it is gone");
-    sggw_delete_session(gw, tok_life, other);
+    sggw_delete_session(stack.gw, tok_life, other);
     free(other);
     free(cid);
     free(sid);
 
     /* DELETE */
-    sid = sggw_create_session(gw, tok, NULL, NULL);
+    sid = sggw_create_session(stack.gw, tok, NULL, NULL);
     cid = container_of(sid);
-    sggw_delete_session(gw, tok, sid);
+    sggw_delete_session(stack.gw, tok, sid);
     expect_container_gone(cid, sid, "DELETE");
-    expect_db_closed(sid, "deleted");
+    sggw_expect_db_closed(data_dir(), sid, "deleted");
     free(cid);
     free(sid);
 
     /* the admin's force-close */
-    sid = sggw_create_session(gw, tok, NULL, NULL);
+    sid = sggw_create_session(stack.gw, tok, NULL, NULL);
     cid = container_of(sid);
     char path[256];
     sgtest_reply_t r;
     pathf(path, sizeof(path), "/admin/sessions/%s", sid);
-    sggw_admin_call(gw, "DELETE", path, NULL, &r);
+    sggw_admin_call(stack.gw, "DELETE", path, NULL, &r);
     json_object_put(SG_EXPECT_JSON(&r, 200));
     sgtest_reply_free(&r);
     expect_container_gone(cid, sid, "admin force-close");
-    expect_db_closed(sid, "admin");
+    sggw_expect_db_closed(data_dir(), sid, "admin");
     free(cid);
     free(sid);
 
     /* a proxy that lost the session (removed behind the gateway's back):
      * the typed 404 no_such_session closes the records, the slot comes back */
-    sid = sggw_create_session(gw, tok, NULL, NULL);
+    sid = sggw_create_session(stack.gw, tok, NULL, NULL);
     cid = container_of(sid);
     pathf(path, sizeof(path), "/sessions/%s", sid);
-    sgtest_call(proxy, "DELETE", path, NULL, &r);
+    sgtest_call(stack.proxy, "DELETE", path, NULL, &r);
     SG_ASSERT_STATUS(&r, 200);
     sgtest_reply_free(&r);
     expect_container_gone(cid, sid, "removed on the proxy");
     pathf(path, sizeof(path), "/sessions/%s/execute", sid);
-    sggw_call(gw, tok, "POST", path, "{\"code\":\"print(1)\"}", &r);
+    sggw_call(stack.gw, tok, "POST", path, "{\"code\":\"print(1)\"}", &r);
     json_object_put(SG_EXPECT_ERROR(&r, 404, "no_such_session"));
     sgtest_reply_free(&r);
-    expect_db_closed(sid, "proxy_lost");
+    sggw_expect_db_closed(data_dir(), sid, "proxy_lost");
     SG_CHECK(try_create(tok, &other) == 200, NULL, "the lost session's slot must come back");
-    sggw_delete_session(gw, tok, other);
+    sggw_delete_session(stack.gw, tok, other);
     free(other);
     free(cid);
     free(sid);
@@ -435,29 +380,29 @@ SGGW_TEST(test_every_close_removes_the_container)
 SGGW_TEST(test_close_is_retried_until_the_proxy_confirms)
 {
     char *tok = new_tenant("close-retry", "max_sessions=1", NULL);
-    char *sid = sggw_create_session(gw, tok, NULL, NULL), *other = NULL;
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL), *other = NULL;
     char *cid = container_of(sid);
     char path[256];
     sgtest_reply_t r;
 
-    SG_CHECK(kill(sgtest_proxy_pid(proxy), SIGSTOP) == 0, NULL, "cannot stop the proxy");
+    SG_CHECK(kill(sgtest_proxy_pid(stack.proxy), SIGSTOP) == 0, NULL, "cannot stop the proxy");
     proxy_stopped = true;
     pathf(path, sizeof(path), "/admin/sessions/%s", sid);
-    sggw_admin_call(gw, "DELETE", path, NULL, &r);
+    sggw_admin_call(stack.gw, "DELETE", path, NULL, &r);
     json_object_put(SG_EXPECT_ERROR(&r, 502, "proxy_unavailable"));
     sgtest_reply_free(&r);
     /* nothing let go: live, open, counted, and the container is there */
-    SG_CHECK(admin_lists("close-retry", sid), NULL, "the live state let %s go unconfirmed", sid);
+    SG_CHECK(sggw_admin_lists(stack.gw, "close-retry", sid), NULL, "the live state let %s go unconfirmed", sid);
     SG_CHECK(db_open(sid), NULL, "the ledger closed %s unconfirmed", sid);
     SG_CHECK(try_create(tok, &other) == 429, NULL, "the tenant's only slot must still be taken");
     SG_CHECK(sgtest_docker_exists(cid) == 1, NULL, "the container went without the proxy?");
 
-    SG_CHECK(kill(sgtest_proxy_pid(proxy), SIGCONT) == 0, NULL, "cannot resume the proxy");
+    SG_CHECK(kill(sgtest_proxy_pid(stack.proxy), SIGCONT) == 0, NULL, "cannot resume the proxy");
     proxy_stopped = false;
     expect_container_gone(cid, sid, "a retried close");
-    expect_db_closed(sid, "admin");
+    sggw_expect_db_closed(data_dir(), sid, "admin");
     double deadline = sgtest_now() + 10;
-    while (admin_lists("close-retry", sid)) {
+    while (sggw_admin_lists(stack.gw, "close-retry", sid)) {
         SG_CHECK(sgtest_now() < deadline, NULL, "%s is still live after its container went", sid);
         usleep(50000);
     }
@@ -484,7 +429,7 @@ static void call_init(call_t *c, const char *tok, const char *sid, const char *c
     json_object_object_add(b, "timeout", json_object_new_int(30));
     c->body = strdup(json_object_to_json_string(b));
     json_object_put(b);
-    snprintf(c->path, sizeof(c->path), "%s/sessions/%s/execute", sggw_gateway_url(gw), sid);
+    snprintf(c->path, sizeof(c->path), "%s/sessions/%s/execute", sggw_gateway_url(stack.gw), sid);
     c->req.method = "POST";
     c->req.url = c->path;
     c->req.token = tok;
@@ -496,6 +441,18 @@ static void call_init(call_t *c, const char *tok, const char *sid, const char *c
 
 #define LONG_RUN "import subprocess; subprocess.run(['sleep', '6'])"
 
+/* Starts LONG_RUN in session sid (container cid) on a thread of its own
+ * and waits until it runs; sggw_batch_join() the result. */
+static sggw_batch_t *start_long_run(call_t *lng, const char *tok, const char *sid, const char *cid)
+{
+    memset(lng, 0, sizeof(*lng));
+    call_init(lng, tok, sid, LONG_RUN, 60);
+    sggw_batch_t *lb = sggw_batch_start(&lng->req, 1);
+    SG_CHECK(lb != NULL, NULL, "cannot start a thread");
+    wait_running(cid, "sleep 6", 15);
+    return lb;
+}
+
 /* 40 requests at once on a session whose one run takes 6 s: 16 wait, the
  * rest are refused at once with 429 session_busy and Retry-After; the
  * waiting ones run afterwards, and the service still works. */
@@ -503,16 +460,12 @@ SGGW_TEST(test_session_queue_is_bounded)
 {
     enum { N = 40 };
     char *tok = new_tenant("queue", NULL, NULL);
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
     char *cid = container_of(sid);
     static call_t lng, calls[N];
     sggw_par_req_t reqs[N];
 
-    memset(&lng, 0, sizeof(lng));
-    call_init(&lng, tok, sid, LONG_RUN, 60);
-    sggw_batch_t *lb = sggw_batch_start(&lng.req, 1);
-    SG_CHECK(lb != NULL, NULL, "cannot start a thread");
-    wait_running(cid, "sleep 6", 15);
+    sggw_batch_t *lb = start_long_run(&lng, tok, sid, cid);
 
     for (int i = 0; i < N; i++) {
         memset(&calls[i], 0, sizeof(calls[i]));
@@ -552,15 +505,10 @@ SGGW_TEST(test_session_queue_is_bounded)
     free(lng.body);
     SG_CHECK(proxy_waiting(sid) == 0, NULL, "nothing waits any more");
 
-    json_object *res = sggw_execute(gw, tok, sid, "print('after')", 10);
+    json_object *res = sggw_execute(stack.gw, tok, sid, "print('after')", 10);
     SG_CHECK(strcmp(SG_STR(res, "stdout"), "after\n") == 0, res, "the session must work afterwards");
     json_object_put(res);
-    sggw_delete_session(gw, tok, sid);
-    expect_container_gone(cid, sid, "DELETE");
-    expect_service_works(tok);
-    free(cid);
-    free(sid);
-    free(tok);
+    close_and_check(tok, sid, cid);
 }
 
 /* A direct client of the proxy queues 16 requests behind a long run and
@@ -570,21 +518,17 @@ SGGW_TEST(test_session_queue_is_bounded)
 SGGW_TEST(test_abandoned_requests_never_run)
 {
     char *tok = new_tenant("abandon", NULL, NULL);
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
     char *cid = container_of(sid);
     char url[256], body[256];
     int fds[QUEUE], kept[2];
     static call_t lng;
 
-    json_object_put(sggw_execute(gw, tok, sid, "open('/sandbox/log', 'w').close()", 10));
-    memset(&lng, 0, sizeof(lng));
-    call_init(&lng, tok, sid, LONG_RUN, 60);
-    sggw_batch_t *lb = sggw_batch_start(&lng.req, 1);
-    SG_CHECK(lb != NULL, NULL, "cannot start a thread");
-    wait_running(cid, "sleep 6", 15);
+    json_object_put(sggw_execute(stack.gw, tok, sid, "open('/sandbox/log', 'w').close()", 10));
+    sggw_batch_t *lb = start_long_run(&lng, tok, sid, cid);
     long done_before = proxy_field(sid, "executions");
 
-    pathf(url, sizeof(url), "%s/sessions/%s/execute", sgtest_proxy_url(proxy), sid);
+    pathf(url, sizeof(url), "%s/sessions/%s/execute", sgtest_proxy_url(stack.proxy), sid);
     pathf(body, sizeof(body), "{\"code\": \"open('/sandbox/log', 'a').write('abandoned\\\\n')\"}");
     for (int i = 0; i < QUEUE; i++) {
         fds[i] = sggw_http_open("POST", url, body, NULL);
@@ -593,7 +537,7 @@ SGGW_TEST(test_abandoned_requests_never_run)
     wait_waiting(sid, QUEUE, 5);
     /* full: one more is refused */
     sgtest_reply_t r;
-    sgtest_call(proxy, "POST", url + strlen(sgtest_proxy_url(proxy)), body, &r);
+    sgtest_call(stack.proxy, "POST", url + strlen(sgtest_proxy_url(stack.proxy)), body, &r);
     json_object_put(SG_EXPECT_ERROR(&r, 429, "session_busy"));
     sgtest_reply_free(&r);
     for (int i = 0; i < QUEUE; i++)
@@ -623,12 +567,7 @@ SGGW_TEST(test_abandoned_requests_never_run)
     SG_CHECK(count_lines(log, "kept") == 2, NULL, "the 2 kept requests must have run:\n%s", log);
     free(log);
 
-    sggw_delete_session(gw, tok, sid);
-    expect_container_gone(cid, sid, "DELETE");
-    expect_service_works(tok);
-    free(cid);
-    free(sid);
-    free(tok);
+    close_and_check(tok, sid, cid);
 }
 
 /* A client of the gateway hangs up while its execute waits behind a long
@@ -638,22 +577,18 @@ SGGW_TEST(test_abandoned_requests_never_run)
 SGGW_TEST(test_gateway_cancels_for_a_client_that_left)
 {
     char *tok = new_tenant("cancel", NULL, NULL);
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
     char *cid = container_of(sid);
     char url[256], auth[256];
     static call_t lng;
     sgtest_reply_t r;
 
-    json_object_put(sggw_execute(gw, tok, sid, "open('/sandbox/log', 'w').close()", 10));
+    json_object_put(sggw_execute(stack.gw, tok, sid, "open('/sandbox/log', 'w').close()", 10));
     int64_t billed = usage_executions("cancel");
-    memset(&lng, 0, sizeof(lng));
-    call_init(&lng, tok, sid, LONG_RUN, 60);
-    sggw_batch_t *lb = sggw_batch_start(&lng.req, 1);
-    SG_CHECK(lb != NULL, NULL, "cannot start a thread");
-    wait_running(cid, "sleep 6", 15);
+    sggw_batch_t *lb = start_long_run(&lng, tok, sid, cid);
     long done_before = proxy_field(sid, "executions");
 
-    pathf(url, sizeof(url), "%s/sessions/%s/execute", sggw_gateway_url(gw), sid);
+    pathf(url, sizeof(url), "%s/sessions/%s/execute", sggw_gateway_url(stack.gw), sid);
     pathf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
     const char *headers[] = {auth, NULL};
     int fd = sggw_http_open("POST", url, "{\"code\": \"open('/sandbox/log', 'a').write('abandoned\\\\n')\"}", headers);
@@ -690,17 +625,12 @@ SGGW_TEST(test_gateway_cancels_for_a_client_that_left)
     }
 
     pathf(url, sizeof(url), "/sessions/%s", sid);
-    sgtest_call(proxy, "GET", url, NULL, &r);
+    sgtest_call(stack.proxy, "GET", url, NULL, &r);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     SG_CHECK(SG_INT(o, "waiting") == 0, o, "nothing waits");
     json_object_put(o);
-    sggw_delete_session(gw, tok, sid);
-    expect_container_gone(cid, sid, "DELETE");
-    expect_service_works(tok);
-    free(cid);
-    free(sid);
-    free(tok);
+    close_and_check(tok, sid, cid);
 }
 
 int main(void)
@@ -713,5 +643,5 @@ int main(void)
         cmocka_unit_test_teardown(test_abandoned_requests_never_run, after_test),
         cmocka_unit_test_teardown(test_gateway_cancels_for_a_client_that_left, after_test),
     };
-    return cmocka_run_group_tests_name("sec_sessions", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("sec_sessions", tests, group_setup, sggw_stack_group_teardown);
 }

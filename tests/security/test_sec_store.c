@@ -141,26 +141,15 @@ static char *file_base64(const char *path)
 
 static sgtest_proxy_t *start_proxy(void)
 {
-    char pip_kv[160], npm_kv[160], store_kv[200], timeout_kv[64];
-    snprintf(pip_kv, sizeof(pip_kv), "SANDGATE_PIP_INDEX_URL=http://127.0.0.1:%d/simple", sglibs_port(index_srv));
-    snprintf(npm_kv, sizeof(npm_kv), "SANDGATE_NPM_REGISTRY=http://127.0.0.1:%d/", sglibs_port(index_srv));
-    snprintf(store_kv, sizeof(store_kv), "SANDGATE_STORE_VOLUME=%s", store_volume);
-    snprintf(timeout_kv, sizeof(timeout_kv), "SANDGATE_INSTALL_TIMEOUT=%d", INSTALL_TIMEOUT_S);
-    const char *env[] = {"SANDGATE_POOL_SIZE=0", "SANDGATE_INSTALL_NETWORK=host", "SANDGATE_LOG_LEVEL=debug",
-                         pip_kv, npm_kv, store_kv, timeout_kv, NULL};
-    return sgtest_proxy_start(proxy_id, env);
+    const char *more[] = {"SANDGATE_LOG_LEVEL=debug", NULL};
+    return sglibs_proxy_start(proxy_id, index_srv, store_volume, INSTALL_TIMEOUT_S, more);
 }
 
 static int group_setup(void **state)
 {
     char hex[33], file[160], *files[1];
-    const char *tmp = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof(tmpdir), "%s/sgtest-secstore-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (mkdtemp(tmpdir) == NULL || sglibs_random_hex(hex, 6) != 0) {
-        perror("setup");
-        tmpdir[0] = '\0';
+    if (sglibs_suite_dir(tmpdir, sizeof(tmpdir), "sgtest-secstore", hex, 6) != 0)
         return -1;
-    }
     snprintf(wwwroot, sizeof(wwwroot), "%s/www", tmpdir);
     snprintf(evilroot, sizeof(evilroot), "%s/evil", wwwroot);
     snprintf(py_p, sizeof(py_p), "sgsecpkg_%s", hex);
@@ -353,7 +342,7 @@ static void test_py_injected_check_output(void **state)
 {
     char code[4096], literal[700];
     int before = sglibs_total(index_srv);
-    char *sid = sglibs_create_session(proxy, "python");
+    char *sid = sgtest_create_session(proxy, "python", NULL, NULL);
     pathf(literal, sizeof(literal), "b'''%s'''", attack_py);
     pathf(code, sizeof(code),
           "import os, threading, time\n"
@@ -409,7 +398,7 @@ static void test_py_injected_check_output(void **state)
 static void test_js_planted_and_injected(void **state)
 {
     char code[4096], lines_js[700];
-    char *sid = sglibs_create_session(proxy, "javascript");
+    char *sid = sgtest_create_session(proxy, "javascript", NULL, NULL);
     json_object *jl = json_object_new_string(attack_js);
     pathf(lines_js, sizeof(lines_js), "%s", json_object_to_json_string_ext(jl, JSON_C_TO_STRING_PLAIN));
     json_object_put(jl);
@@ -487,7 +476,7 @@ static void test_js_planted_and_injected(void **state)
 
     /* another tenant gets the genuine package, from the store */
     int before = sglibs_total(index_srv);
-    sid = sglibs_create_session(proxy, "javascript");
+    sid = sgtest_create_session(proxy, "javascript", NULL, NULL);
     o = run_code(sid, use, libs);
     expect_stdout_has(o, "value=genuine");
     json_object_put(o);
@@ -509,7 +498,7 @@ static void test_py_store_pinning(void **state)
     pathf(spec, sizeof(spec), "%s==1.0", py_p);
 
     /* session A: the spec is fetched */
-    char *sid = sglibs_create_session(proxy, "python");
+    char *sid = sgtest_create_session(proxy, "python", NULL, NULL);
     json_object *o = sglibs_install(proxy, sid, py_p, "1.0", NULL);
     sglibs_expect_installed(o, "1.0", false);
     json_object_put(o);
@@ -542,7 +531,7 @@ static void test_py_store_pinning(void **state)
 
     /* session B: the same spec, from the store, is exactly what A got */
     int before = sglibs_hits(index_srv, "");
-    sid = sglibs_create_session(proxy, "python");
+    sid = sgtest_create_session(proxy, "python", NULL, NULL);
     o = sglibs_install(proxy, sid, py_p, "1.0", NULL);
     sglibs_expect_installed(o, "1.0", true);
     json_object_put(o);
@@ -551,7 +540,7 @@ static void test_py_store_pinning(void **state)
     json_object_put(o);
     close_session(sid);
     /* the bare name's spec (test 1 fetched it) too */
-    sid = sglibs_create_session(proxy, "python");
+    sid = sgtest_create_session(proxy, "python", NULL, NULL);
     const char *libs[] = {py_p, NULL};
     o = run_code(sid, code, libs);
     expect_stdout_has(o, "value=genuine version=1.0");
@@ -564,7 +553,7 @@ static void test_py_store_pinning(void **state)
                                   "test -f \"$f\"; printf 'tampered' >> \"$f\"",
           spec, py_p);
     store_run(script);
-    sid = sglibs_create_session(proxy, "python");
+    sid = sgtest_create_session(proxy, "python", NULL, NULL);
     sglibs_wall_t t0 = sglibs_wall_now();
     o = sglibs_install(proxy, sid, py_p, "1.0", NULL);
     SG_CHECK(sglibs_installers_created_since(proxy_id, t0) == 0, NULL,
@@ -591,7 +580,7 @@ static void test_py_store_pinning(void **state)
 
 static json_object *js_install_fresh(const char *version, char **sid_out)
 {
-    char *sid = sglibs_create_session(proxy, "javascript");
+    char *sid = sgtest_create_session(proxy, "javascript", NULL, NULL);
     json_object *o = sglibs_install(proxy, sid, js_j, version, NULL);
     *sid_out = sid;
     return o;
@@ -643,7 +632,7 @@ static void test_js_store_pinning(void **state)
           "echo \"module.exports = { value: 'evil' };\" > \"$d/index.js\"",
           js_j, js_j);
     store_run(script);
-    sid = sglibs_create_session(proxy, "javascript");
+    sid = sgtest_create_session(proxy, "javascript", NULL, NULL);
     sglibs_wall_t t0 = sglibs_wall_now();
     o = sglibs_install(proxy, sid, js_j, "1.0.0", NULL);
     SG_CHECK(sglibs_installers_created_since(proxy_id, t0) == 0, NULL,
@@ -666,7 +655,7 @@ static void test_js_store_pinning(void **state)
 static void test_zz_service_still_works(void **state)
 {
     char code[512];
-    char *sid = sglibs_create_session(proxy, "python");
+    char *sid = sgtest_create_session(proxy, "python", NULL, NULL);
     const char *libs[] = {py_p, NULL};
     py_import_code(code, sizeof(code));
     json_object *o = run_code(sid, code, libs);

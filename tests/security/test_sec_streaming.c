@@ -30,53 +30,24 @@ static const char CTRL_UNIT[] = "\x01\x02\x03\x04\x05\x06\x07\x08\x0b\x0c\x0e\x0
 #define UNIT_LEN 12
 static const char *unit = TEXT_UNIT;
 
-static sgtest_proxy_t *proxy;
-static char *proxy_id;
-static sggw_gateway_t *gw;
+static sggw_stack_t stack;
 static char *tenant_token;
-
-static sgtest_proxy_t *start_proxy(void)
-{
-    const char *env[] = {"SANDGATE_POOL_SIZE=1", NULL};
-    return sgtest_proxy_start(proxy_id, env);
-}
-
-static sggw_gateway_t *start_gateway(void)
-{
-    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(proxy)};
-    return sggw_gateway_start(&o);
-}
 
 static int group_setup(void **state)
 {
     (void)state;
-    proxy_id = sgtest_new_proxy_id();
-    if (proxy_id == NULL || (proxy = start_proxy()) == NULL)
-        return -1;
-    gw = start_gateway();
-    return gw != NULL ? 0 : -1;
+    sggw_stack_opts_t o = {.redis = false};
+    return sggw_stack_start(&stack, &o);
 }
 
 static int after_test(void **state)
 {
     (void)state;
     unit = TEXT_UNIT;
-    int rc = sggw_after_test() ? -1 : 0;
-    if (!sgtest_proxy_alive(proxy)) {
-        fprintf(stderr, "the proxy died during this test\n");
-        sgtest_proxy_print_log(proxy, 60);
-        sgtest_proxy_kill9(proxy);
-        proxy = start_proxy();
-        rc = -1;
-    }
-    if (!sggw_gateway_alive(gw)) {
-        fprintf(stderr, "the gateway died during this test\n");
-        sggw_gateway_print_log(gw, 80);
-        sggw_gateway_kill9(gw);
-        gw = start_gateway();
+    int rc = sggw_stack_after_test(&stack);
+    if (stack.gw_restarted) {
         free(tenant_token); /* the new gateway has a data directory of its own */
         tenant_token = NULL;
-        rc = -1;
     }
     return rc;
 }
@@ -85,10 +56,7 @@ static int group_teardown(void **state)
 {
     (void)state;
     free(tenant_token);
-    sggw_redis_t *no_redis = NULL;
-    int rc = sggw_stack_stop(&gw, &no_redis, &proxy, proxy_id);
-    free(proxy_id);
-    return rc;
+    return sggw_stack_end(&stack);
 }
 
 /* ------------------------------------------------------------------------
@@ -253,8 +221,8 @@ static json_object *run_buffered(const target_t *t, size_t nout, size_t nerr)
     pathf(path, sizeof(path), "/sessions/%s/execute", t->sid);
     json_object *body = program_body(t->lang, nout, nerr, 0);
     if (t->token != NULL)
-        return sggw_post_result(gw, t->token, path, body);
-    return sgtest_post_result(proxy, path, body, NULL);
+        return sggw_post_result(stack.gw, t->token, path, body);
+    return sgtest_post_result(stack.proxy, path, body, NULL);
 }
 
 static void run_streamed(const target_t *t, size_t nout, size_t nerr, int use_accept, sgsse_result_t *r)
@@ -362,7 +330,7 @@ static char *proxy_session(const char *lang)
     char body[64];
     sgtest_reply_t r;
     pathf(body, sizeof(body), "{\"lang\": \"%s\"}", lang);
-    sgtest_call(proxy, "POST", "/sessions", body, &r);
+    sgtest_call(stack.proxy, "POST", "/sessions", body, &r);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     char *sid = strdup(SG_STR(o, "session_id"));
@@ -373,16 +341,16 @@ static char *proxy_session(const char *lang)
 static void through_proxy(const char *lang)
 {
     char *sid = proxy_session(lang);
-    target_t t = {sgtest_proxy_url(proxy), NULL, sid, lang};
+    target_t t = {sgtest_proxy_url(stack.proxy), NULL, sid, lang};
     all_sizes(&t);
-    sgtest_close_session(proxy, proxy_id, sid, NULL, REMOVAL_S);
+    sgtest_close_session(stack.proxy, stack.proxy_id, sid, NULL, REMOVAL_S);
     free(sid);
 }
 
 static const char *token(void)
 {
     if (tenant_token == NULL)
-        tenant_token = sggw_new_tenant(sggw_gateway_data_dir(gw), "streaming", NULL);
+        tenant_token = sggw_new_tenant(sggw_gateway_data_dir(stack.gw), "streaming", NULL);
     return tenant_token;
 }
 
@@ -390,10 +358,10 @@ static void through_gateway(const char *lang)
 {
     char body[64];
     pathf(body, sizeof(body), "{\"lang\": \"%s\"}", lang);
-    char *sid = sggw_create_session(gw, token(), body, NULL);
-    target_t t = {sggw_gateway_url(gw), token(), sid, lang};
+    char *sid = sggw_create_session(stack.gw, token(), body, NULL);
+    target_t t = {sggw_gateway_url(stack.gw), token(), sid, lang};
     all_sizes(&t);
-    sggw_delete_session(gw, token(), sid);
+    sggw_delete_session(stack.gw, token(), sid);
     free(sid);
 }
 
@@ -424,14 +392,14 @@ SGGW_TEST(test_control_characters)
 {
     unit = CTRL_UNIT;
     char *psid = proxy_session("python");
-    target_t tp = {sgtest_proxy_url(proxy), NULL, psid, "python"};
+    target_t tp = {sgtest_proxy_url(stack.proxy), NULL, psid, "python"};
     compare_one(&tp, OUTPUT_LIMIT, OUTPUT_LIMIT, 0);
-    sgtest_close_session(proxy, proxy_id, psid, NULL, REMOVAL_S);
+    sgtest_close_session(stack.proxy, stack.proxy_id, psid, NULL, REMOVAL_S);
     free(psid);
-    char *sid = sggw_create_session(gw, token(), "{\"lang\": \"javascript\"}", NULL);
-    target_t t = {sggw_gateway_url(gw), token(), sid, "javascript"};
+    char *sid = sggw_create_session(stack.gw, token(), "{\"lang\": \"javascript\"}", NULL);
+    target_t t = {sggw_gateway_url(stack.gw), token(), sid, "javascript"};
     compare_one(&t, OUTPUT_LIMIT, OUTPUT_LIMIT, 1);
-    sggw_delete_session(gw, token(), sid);
+    sggw_delete_session(stack.gw, token(), sid);
     free(sid);
     unit = TEXT_UNIT;
 }
@@ -447,10 +415,11 @@ SGGW_TEST(test_one_shot)
                 json_object *body = program_body(langs[l], sizes[k], sizes[k] / 2, 0);
                 json_object_object_add(body, "lang", json_object_new_string(langs[l]));
                 const char *js = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
-                json_object *buf = via_gw ? sggw_post_result(gw, token(), "/execute", json_object_get(body))
-                                          : sgtest_post_result(proxy, "/execute", json_object_get(body), NULL);
+                json_object *buf = via_gw ? sggw_post_result(stack.gw, token(), "/execute", json_object_get(body))
+                                          : sgtest_post_result(stack.proxy, "/execute", json_object_get(body), NULL);
                 char url[256];
-                pathf(url, sizeof(url), "%s/execute", via_gw ? sggw_gateway_url(gw) : sgtest_proxy_url(proxy));
+                pathf(url, sizeof(url), "%s/execute",
+                      via_gw ? sggw_gateway_url(stack.gw) : sgtest_proxy_url(stack.proxy));
                 const char *hdrs[] = {"Accept: text/event-stream", NULL};
                 sgsse_result_t r;
                 int rc = sgsse_post(url, via_gw ? token() : NULL, js, hdrs, 120, &r);
@@ -480,13 +449,13 @@ SGGW_TEST(test_one_shot)
 /* After all that, a fresh session still works, streamed and not. */
 SGGW_TEST(test_service_still_works)
 {
-    char *sid = sggw_create_session(gw, token(), "{\"lang\": \"python\"}", NULL);
-    json_object *o = sggw_execute(gw, token(), sid, "print('still here')", 0);
+    char *sid = sggw_create_session(stack.gw, token(), "{\"lang\": \"python\"}", NULL);
+    json_object *o = sggw_execute(stack.gw, token(), sid, "print('still here')", 0);
     SG_CHECK(strcmp(SG_STR(o, "stdout"), "still here\n") == 0, o, "a fresh session answers");
     json_object_put(o);
-    target_t t = {sggw_gateway_url(gw), token(), sid, "python"};
+    target_t t = {sggw_gateway_url(stack.gw), token(), sid, "python"};
     compare_one(&t, 100, 10, 1);
-    sggw_delete_session(gw, token(), sid);
+    sggw_delete_session(stack.gw, token(), sid);
     free(sid);
 }
 

@@ -22,28 +22,31 @@
 #define TMPFS_MB 16
 #define CAP_BYTES ((int64_t)TMPFS_MB << 20)
 
-static sgtest_proxy_t *proxy;
-static char *proxy_id;
-static sggw_redis_t *redis;
-static sggw_gateway_t *gw;
+static sggw_stack_t stack;
 static char repo[96];
 
 static const char *data_dir(void)
 {
-    return sggw_gateway_data_dir(gw);
+    return sggw_gateway_data_dir(stack.gw);
 }
 
 /* ---- Docker: the images of the test's repository ---- */
 
-/* 1 if the image exists, 0 if not. */
-static int image_exists(const char *name)
+/* GET /images/{name}/json into *r (asserts that Docker answers). */
+static void image_inspect(const char *name, sgtest_reply_t *r)
 {
     char path[400];
-    sgtest_reply_t r;
     char *enc = sgtest_urlencode(name);
     pathf(path, sizeof(path), "/images/%s/json", enc);
     free(enc);
-    SG_CHECK(sgtest_docker_call("GET", path, NULL, &r) == 0, NULL, "Docker did not answer");
+    SG_CHECK(sgtest_docker_call("GET", path, NULL, r) == 0, NULL, "Docker did not answer");
+}
+
+/* 1 if the image exists, 0 if not. */
+static int image_exists(const char *name)
+{
+    sgtest_reply_t r;
+    image_inspect(name, &r);
     int found = r.status == 200;
     SG_CHECK(r.status == 200 || r.status == 404, NULL, "image inspect: %ld", r.status);
     sgtest_reply_free(&r);
@@ -52,12 +55,8 @@ static int image_exists(const char *name)
 
 static int64_t image_size(const char *name)
 {
-    char path[400];
     sgtest_reply_t r;
-    char *enc = sgtest_urlencode(name);
-    pathf(path, sizeof(path), "/images/%s/json", enc);
-    free(enc);
-    SG_CHECK(sgtest_docker_call("GET", path, NULL, &r) == 0, NULL, "Docker did not answer");
+    image_inspect(name, &r);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     int64_t size = SG_INT(o, "Size");
@@ -98,7 +97,7 @@ static int remove_repo_images(void)
 
 static char *keep_session(const char *tok)
 {
-    return sggw_create_session(gw, tok, "{\"lang\":\"python\",\"keep_template\":true}", NULL);
+    return sggw_create_session(stack.gw, tok, "{\"lang\":\"python\",\"keep_template\":true}", NULL);
 }
 
 static json_object *command(const char *tok, const char *sid, const char *cmd)
@@ -107,14 +106,14 @@ static json_object *command(const char *tok, const char *sid, const char *cmd)
     char path[128];
     json_object_object_add(body, "command", json_object_new_string(cmd));
     pathf(path, sizeof(path), "/sessions/%s/commands", sid);
-    return sggw_post_result(gw, tok, path, body);
+    return sggw_post_result(stack.gw, tok, path, body);
 }
 
 /* GET /templates of tok: the array (owned by the returned object). */
 static json_object *list_templates(const char *tok, json_object **arr)
 {
     sgtest_reply_t r;
-    sggw_call(gw, tok, "GET", "/templates", NULL, &r);
+    sggw_call(stack.gw, tok, "GET", "/templates", NULL, &r);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     *arr = SG_ARR(o, "templates");
@@ -149,7 +148,7 @@ static char *make_template(const char *tok, const char *note)
     json_object *o = command(tok, sid, cmd);
     SG_CHECK(strcmp(SG_STR(o, "stdout"), "ok\n") == 0, o, "the note was written");
     json_object_put(o);
-    sggw_delete_session(gw, tok, sid);
+    sggw_delete_session(stack.gw, tok, sid);
     char *name = template_of(tok, sid, NULL);
     SG_CHECK(name != NULL, NULL, "GET /templates lists no template of session %s", sid);
     SG_CHECK(image_exists(name), NULL, "the image %s exists", name);
@@ -164,7 +163,7 @@ static void delete_template(const char *tok, const char *name, long status, cons
     char *enc = sgtest_urlencode(name);
     pathf(path, sizeof(path), "/templates/%s", enc);
     free(enc);
-    sggw_call(gw, tok, "DELETE", path, NULL, &r);
+    sggw_call(stack.gw, tok, "DELETE", path, NULL, &r);
     json_object_put(status == 200 ? SG_EXPECT_JSON(&r, 200) : SG_EXPECT_ERROR(&r, status, code));
     sgtest_reply_free(&r);
 }
@@ -175,10 +174,10 @@ static void create_from(const char *tok, const char *name, long status, const ch
     sgtest_reply_t r;
     pathf(body, sizeof(body), "{\"lang\":\"python\",\"image\":\"%s\"}", name);
     if (status == 200) {
-        *sid = sggw_create_session(gw, tok, body, NULL);
+        *sid = sggw_create_session(stack.gw, tok, body, NULL);
         return;
     }
-    sggw_call(gw, tok, "POST", "/sessions", body, &r);
+    sggw_call(stack.gw, tok, "POST", "/sessions", body, &r);
     json_object_put(SG_EXPECT_ERROR(&r, status, code));
     sgtest_reply_free(&r);
 }
@@ -186,11 +185,11 @@ static void create_from(const char *tok, const char *name, long status, const ch
 /* The service and a fresh session still work. */
 static void service_works(const char *tok)
 {
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
-    json_object *o = sggw_execute(gw, tok, sid, "print(6 * 7)", 0);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
+    json_object *o = sggw_execute(stack.gw, tok, sid, "print(6 * 7)", 0);
     SG_CHECK(strcmp(SG_STR(o, "stdout"), "42\n") == 0, o, "a fresh session runs code");
     json_object_put(o);
-    sggw_delete_session(gw, tok, sid);
+    sggw_delete_session(stack.gw, tok, sid);
     free(sid);
 }
 
@@ -200,39 +199,25 @@ static void service_works(const char *tok)
 
 static int group_setup(void **state)
 {
+    *state = &stack;
     char repo_kv[160];
-    proxy_id = sgtest_new_proxy_id();
-    if (proxy_id == NULL)
+    char *id = sgtest_new_proxy_id();
+    if (id == NULL)
         return -1;
-    snprintf(repo, sizeof(repo), "%s-tpl", proxy_id);
+    snprintf(repo, sizeof(repo), "%s-tpl", id);
     snprintf(repo_kv, sizeof(repo_kv), "SANDGATE_TEMPLATE_REPO=%s", repo);
     const char *env[] = {"SANDGATE_POOL_SIZE=1", "SANDGATE_TMPFS_MB=16", repo_kv, NULL};
-    if ((proxy = sgtest_proxy_start(proxy_id, env)) == NULL)
-        return -1;
-    if ((redis = sggw_redis_start()) == NULL)
-        return -1;
-    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(proxy), .redis_url = sggw_redis_url(redis)};
-    gw = sggw_gateway_start(&o);
-    return gw != NULL ? 0 : -1;
-}
-
-static int after_test(void **state)
-{
-    sggw_after_test();
-    if (!sgtest_proxy_alive(proxy) || !sggw_gateway_alive(gw) || !sggw_redis_running(redis)) {
-        fprintf(stderr, "a server died during this test\n");
-        sggw_print_logs(80);
-        return -1;
-    }
-    return 0;
+    sggw_stack_opts_t o = {.redis = true, .proxy_env = env, .proxy_id = id};
+    int rc = sggw_stack_start(&stack, &o);
+    free(id);
+    return rc;
 }
 
 static int group_teardown(void **state)
 {
-    int rc = sggw_stack_stop(&gw, &redis, &proxy, proxy_id);
+    int rc = sggw_stack_end(&stack);
     if (remove_repo_images() < 0)
         rc = -1;
-    free(proxy_id);
     return rc;
 }
 
@@ -264,7 +249,7 @@ SGGW_TEST(test_keep_template_disk_capped)
     SG_CHECK(strstr(SG_STR(o, "stdout"), "Read-only file system") != NULL, o, "the root is read-only");
     json_object_put(o);
 
-    sggw_delete_session(gw, tok, sid);
+    sggw_delete_session(stack.gw, tok, sid);
     int64_t size = -1;
     char *name = template_of(tok, sid, &size);
     SG_CHECK(name != NULL, NULL, "the template of %s is listed", sid);
@@ -281,7 +266,7 @@ SGGW_TEST(test_keep_template_disk_capped)
     SG_CHECK(strncmp(SG_STR(o, "stdout"), "kept\n", 5) == 0, o, "the template's work dir");
     SG_CHECK(strstr(SG_STR(o, "stdout"), "No space left on device") != NULL, o, "still capped");
     json_object_put(o);
-    sggw_delete_session(gw, tok, sid2);
+    sggw_delete_session(stack.gw, tok, sid2);
 
     delete_template(tok, name, 200, NULL);
     SG_CHECK(!image_exists(name), NULL, "DELETE /templates removed the image");
@@ -310,7 +295,7 @@ SGGW_TEST(test_max_templates)
     char *sids[PARALLEL] = {0};
     int ok = 0, refused = 0;
 
-    pathf(url, sizeof(url), "%s/sessions", sggw_gateway_url(gw));
+    pathf(url, sizeof(url), "%s/sessions", sggw_gateway_url(stack.gw));
     memset(reqs, 0, sizeof(reqs));
     for (int i = 0; i < PARALLEL; i++) {
         reqs[i].method = "POST";
@@ -337,13 +322,13 @@ SGGW_TEST(test_max_templates)
 
     /* closed, they are two templates: still full */
     for (int i = 0; i < ok; i++)
-        sggw_delete_session(gw, tok, sids[i]);
+        sggw_delete_session(stack.gw, tok, sids[i]);
     json_object *arr, *o = list_templates(tok, &arr);
     SG_CHECK(json_object_array_length(arr) == 2, o, "two templates listed");
     char *first = strdup(SG_STR(json_object_array_get_idx(arr, 0), "name"));
     json_object_put(o);
     sgtest_reply_t r;
-    sggw_call(gw, tok, "POST", "/sessions", body, &r);
+    sggw_call(stack.gw, tok, "POST", "/sessions", body, &r);
     json_object_put(SG_EXPECT_ERROR(&r, 429, "quota_exceeded"));
     sgtest_reply_free(&r);
     /* other sessions are not templates */
@@ -353,7 +338,7 @@ SGGW_TEST(test_max_templates)
     delete_template(tok, first, 200, NULL);
     SG_CHECK(!image_exists(first), NULL, "the image is gone");
     char *sid = keep_session(tok);
-    sggw_delete_session(gw, tok, sid);
+    sggw_delete_session(stack.gw, tok, sid);
     o = list_templates(tok, &arr);
     SG_CHECK(json_object_array_length(arr) == 2, o, "two templates again");
     for (size_t i = 0; i < json_object_array_length(arr); i++)
@@ -393,7 +378,7 @@ SGGW_TEST(test_other_tenants_template)
     char path[200];
     sgtest_reply_t r;
     pathf(path, sizeof(path), "/admin/templates?tenant=%s", "owner-a");
-    sggw_admin_call(gw, "GET", path, NULL, &r);
+    sggw_admin_call(stack.gw, "GET", path, NULL, &r);
     o = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     SG_CHECK(json_object_array_length(SG_ARR(o, "templates")) == 1, o, "the admin lists A's template");
@@ -409,7 +394,7 @@ SGGW_TEST(test_other_tenants_template)
     SG_CHECK(strcmp(SG_STR(o, "stdout"), "secret-of-a\n") == 0, o, "A's session from its template");
     json_object_put(o);
     delete_template(tok_a, name, 409, "template_in_use");
-    sggw_delete_session(gw, tok_a, sid);
+    sggw_delete_session(stack.gw, tok_a, sid);
     delete_template(tok_a, name, 200, NULL);
     SG_CHECK(!image_exists(name), NULL, "the image is gone after DELETE /templates");
     delete_template(tok_a, name, 404, "no_such_template");
@@ -445,19 +430,19 @@ SGGW_TEST(test_tenant_delete_removes_templates)
     char *live = keep_session(tok);
     sgtest_reply_t r;
 
-    sggw_admin_call(gw, "DELETE", "/admin/tenants/leaving", NULL, &r);
+    sggw_admin_call(stack.gw, "DELETE", "/admin/tenants/leaving", NULL, &r);
     json_object_put(SG_EXPECT_JSON(&r, 200));
     sgtest_reply_free(&r);
     SG_CHECK(!image_exists(t1) && !image_exists(t2), NULL, "the tenant's templates are gone");
     char live_name[200];
     pathf(live_name, sizeof(live_name), "%s:%s", repo, live);
     SG_CHECK(!image_exists(live_name), NULL, "the live session's template is gone");
-    char *cid = sgtest_docker_session_container(proxy_id, live);
+    char *cid = sgtest_docker_session_container(stack.proxy_id, live);
     SG_CHECK(cid == NULL, NULL, "the live session's container is gone");
-    sggw_call(gw, tok, "GET", "/templates", NULL, &r);
+    sggw_call(stack.gw, tok, "GET", "/templates", NULL, &r);
     SG_ASSERT_STATUS(&r, 401);
     sgtest_reply_free(&r);
-    sggw_admin_call(gw, "GET", "/admin/templates", NULL, &r);
+    sggw_admin_call(stack.gw, "GET", "/admin/templates", NULL, &r);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     json_object *arr = SG_ARR(o, "templates");
@@ -466,7 +451,7 @@ SGGW_TEST(test_tenant_delete_removes_templates)
         SG_CHECK(strcmp(n, t1) != 0 && strcmp(n, t2) != 0 && strcmp(n, live_name) != 0, o, "%s left on record", n);
     }
     json_object_put(o);
-    sggw_admin_call(gw, "GET", "/admin/tenants/leaving", NULL, &r);
+    sggw_admin_call(stack.gw, "GET", "/admin/tenants/leaving", NULL, &r);
     json_object_put(SG_EXPECT_ERROR(&r, 404, NULL));
     sgtest_reply_free(&r);
 
@@ -476,13 +461,13 @@ SGGW_TEST(test_tenant_delete_removes_templates)
     char *out = NULL;
     SG_CHECK(sggw_admin(data_dir(), &out, "tenant", "delete", "leaving-cli", NULL) == 0, NULL, "tenant delete");
     free(out);
-    sggw_call(gw, tok2, "GET", "/templates", NULL, &r);
+    sggw_call(stack.gw, tok2, "GET", "/templates", NULL, &r);
     SG_ASSERT_STATUS(&r, 401); /* locked out at once */
     sgtest_reply_free(&r);
     wait_image_gone(t3, 20);
     double deadline = sgtest_now() + 10;
     for (;;) {
-        sggw_admin_call(gw, "GET", "/admin/tenants/leaving-cli", NULL, &r);
+        sggw_admin_call(stack.gw, "GET", "/admin/tenants/leaving-cli", NULL, &r);
         long st = r.status;
         sgtest_reply_free(&r);
         if (st == 404)
@@ -506,10 +491,10 @@ SGGW_TEST(test_tenant_delete_removes_templates)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_keep_template_disk_capped, after_test),
-        cmocka_unit_test_teardown(test_max_templates, after_test),
-        cmocka_unit_test_teardown(test_other_tenants_template, after_test),
-        cmocka_unit_test_teardown(test_tenant_delete_removes_templates, after_test),
+        cmocka_unit_test_teardown(test_keep_template_disk_capped, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_max_templates, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_other_tenants_template, sggw_stack_teardown),
+        cmocka_unit_test_teardown(test_tenant_delete_removes_templates, sggw_stack_teardown),
     };
     return cmocka_run_group_tests_name("sec_templates", tests, group_setup, group_teardown);
 }

@@ -1882,6 +1882,59 @@ bool sggw_lists(const sggw_gateway_t *g, const char *token, const char *sid)
     return has;
 }
 
+long sggw_int_header(const sgtest_reply_t *r, const char *name, long min)
+{
+    char *v = sgtest_reply_header(r, name);
+    bool ok = v != NULL && *v != '\0' && strspn(v, "0123456789") == strlen(v);
+    long n = ok ? strtol(v, NULL, 10) : -1;
+    if (!ok || n < min) {
+        fprintf(stderr, "headers:\n%s\n", r->headers);
+        SG_FAIL(NULL, "%s must be an integer >= %ld (got \"%s\")", name, min, v ? v : "(none)");
+    }
+    free(v);
+    return n;
+}
+
+bool sggw_admin_lists(const sggw_gateway_t *g, const char *tenant, const char *sid)
+{
+    char path[256];
+    sgtest_reply_t r;
+    pathf(path, sizeof(path), "/admin/sessions?tenant=%s", tenant);
+    sggw_admin_call(g, "GET", path, NULL, &r);
+    json_object *o = SG_EXPECT_JSON(&r, 200);
+    sgtest_reply_free(&r);
+    json_object *a = SG_ARR(o, "sessions");
+    bool found = false;
+    for (size_t i = 0; i < json_object_array_length(a) && !found; i++)
+        found = strcmp(SG_STR(json_object_array_get_idx(a, i), "session_id"), sid) == 0;
+    json_object_put(o);
+    return found;
+}
+
+void sggw_expect_db_closed(const char *data_dir, const char *sid, const char *reason)
+{
+    const char *params[] = {sid, NULL};
+    char err[256];
+    char *row = NULL;
+    double deadline = sgtest_now() + 10;
+    for (;;) {
+        free(row);
+        row = sggw_db_row(data_dir,
+                          "SELECT coalesce(closed_at, 0), coalesce(close_reason, '') FROM sessions WHERE id = ?1",
+                          params, err);
+        SG_CHECK(row != NULL, NULL, "no sessions row for %s in the SQLite file (%s)", sid, err);
+        if (strncmp(row, "0|", 2) != 0)
+            break;
+        SG_CHECK(sgtest_now() < deadline, NULL, "the sessions row of %s is still open 10 s after it closed", sid);
+        usleep(50000);
+    }
+    char *bar = strchr(row, '|');
+    SG_CHECK(bar != NULL && strcmp(bar + 1, reason) == 0, NULL, "session %s: close_reason \"%s\", expected \"%s\"",
+             sid, bar ? bar + 1 : row, reason);
+    SG_CHECK(atoll(row) > 1000000000LL, NULL, "session %s: closed_at %s is no unix time", sid, row);
+    free(row);
+}
+
 int sggw_test_ok = 1;
 
 int sggw_after_test(void)
@@ -1918,4 +1971,111 @@ int sggw_stack_stop(sggw_gateway_t **gw, sggw_redis_t **redis, sgtest_proxy_t **
         rc = -1;
     }
     return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * A suite's stack
+ * ------------------------------------------------------------------------ */
+
+static int stack_copy_env(char **dst, const char *const *src, const char *what)
+{
+    size_t n = 0;
+    for (; src != NULL && src[n] != NULL; n++) {
+        if (n >= SGGW_STACK_MAX_ENV) {
+            fprintf(stderr, "sggw_stack_start: more than %d %s settings\n", SGGW_STACK_MAX_ENV, what);
+            return -1;
+        }
+        if ((dst[n] = strdup(src[n])) == NULL)
+            return -1;
+    }
+    dst[n] = NULL;
+    return 0;
+}
+
+static void stack_free_env(char **env)
+{
+    for (size_t i = 0; env[i] != NULL; i++) {
+        free(env[i]);
+        env[i] = NULL;
+    }
+}
+
+static sgtest_proxy_t *stack_proxy_start(sggw_stack_t *st)
+{
+    return sgtest_proxy_start(st->proxy_id, (const char *const *)st->proxy_env);
+}
+
+static sggw_gateway_t *stack_gateway_start(sggw_stack_t *st)
+{
+    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(st->proxy),
+                     .redis_url = st->redis != NULL ? sggw_redis_url(st->redis) : NULL,
+                     .env = (const char *const *)st->gateway_env};
+    return sggw_gateway_start(&o);
+}
+
+int sggw_stack_start(sggw_stack_t *st, const sggw_stack_opts_t *o)
+{
+    static const char *const default_proxy_env[] = {"SANDGATE_POOL_SIZE=1", NULL};
+
+    memset(st, 0, sizeof(*st));
+    if (stack_copy_env(st->proxy_env, o->proxy_env != NULL ? o->proxy_env : default_proxy_env, "proxy") != 0 ||
+        stack_copy_env(st->gateway_env, o->gateway_env, "gateway") != 0)
+        return -1;
+    st->proxy_id = o->proxy_id != NULL ? strdup(o->proxy_id) : sgtest_new_proxy_id();
+    if (st->proxy_id == NULL || (st->proxy = stack_proxy_start(st)) == NULL)
+        return -1;
+    if (o->redis && (st->redis = sggw_redis_start()) == NULL)
+        return -1;
+    st->gw = stack_gateway_start(st);
+    return st->gw != NULL ? 0 : -1;
+}
+
+int sggw_stack_after_test(sggw_stack_t *st)
+{
+    int rc = sggw_after_test() ? -1 : 0;
+    st->gw_restarted = false;
+    if (st->redis != NULL && !sggw_redis_running(st->redis)) {
+        fprintf(stderr, "redis-server died during this test\n");
+        sggw_redis_print_log(st->redis, 40);
+        sggw_redis_kill(st->redis);
+        if (sggw_redis_restart(st->redis) != 0)
+            fprintf(stderr, "redis-server did not start again\n");
+        rc = -1;
+    }
+    if (st->proxy != NULL && !sgtest_proxy_alive(st->proxy)) {
+        fprintf(stderr, "the proxy died during this test\n");
+        sgtest_proxy_print_log(st->proxy, 60);
+        sgtest_proxy_kill9(st->proxy);
+        st->proxy = stack_proxy_start(st);
+        rc = -1;
+    }
+    if (!sggw_gateway_alive(st->gw)) {
+        fprintf(stderr, "the gateway died during this test\n");
+        sggw_gateway_print_log(st->gw, 80);
+        sggw_gateway_kill9(st->gw);
+        st->gw = stack_gateway_start(st);
+        st->gw_restarted = true;
+        rc = -1;
+    }
+    return rc;
+}
+
+int sggw_stack_end(sggw_stack_t *st)
+{
+    int rc = sggw_stack_stop(&st->gw, &st->redis, &st->proxy, st->proxy_id);
+    free(st->proxy_id);
+    st->proxy_id = NULL;
+    stack_free_env(st->proxy_env);
+    stack_free_env(st->gateway_env);
+    return rc;
+}
+
+int sggw_stack_teardown(void **state)
+{
+    return sggw_stack_after_test(*state);
+}
+
+int sggw_stack_group_teardown(void **state)
+{
+    return sggw_stack_end(*state);
 }

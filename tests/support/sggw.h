@@ -182,6 +182,9 @@ int sggw_call_json(const sggw_gateway_t *g, const char *token, const char *metho
 /* A call of the admin API with g's admin token. */
 int sggw_admin_call(const sggw_gateway_t *g, const char *method, const char *path, const char *json_body,
                     sgtest_reply_t *out);
+/* Asserting (test thread): the reply header `name` is a decimal integer >=
+ * min (the headers are printed when not); returns it. */
+long sggw_int_header(const sgtest_reply_t *r, const char *name, long min);
 
 /* Many requests at once: one thread each; every thread waits on one barrier
  * so that all requests leave together. */
@@ -270,6 +273,12 @@ json_object *sggw_list_sessions(const sggw_gateway_t *g, const char *token);
 void sggw_proxy_close_all(sgtest_proxy_t *p);
 /* true when GET /sessions of token lists sid. */
 bool sggw_lists(const sggw_gateway_t *g, const char *token, const char *sid);
+/* true when the admin API lists sid live for tenant (a look that is no use
+ * of the session). */
+bool sggw_admin_lists(const sggw_gateway_t *g, const char *tenant, const char *sid);
+/* Polls (up to 10 s) the SQLite row of sid until it is closed; asserts its
+ * close_reason and that closed_at is a unix time. */
+void sggw_expect_db_closed(const char *data_dir, const char *sid, const char *reason);
 
 /* ------------------------------------------------------------------------
  * Test bodies that show the servers' logs when they fail
@@ -296,5 +305,50 @@ int sggw_stack_stop(sggw_gateway_t **gw, sggw_redis_t **redis, sgtest_proxy_t **
 
 /* Returns 1 when the last SGGW_TEST failed (after printing the logs), else 0. */
 int sggw_after_test(void);
+
+/* ------------------------------------------------------------------------
+ * A suite's stack: proxy, optional redis-server, gateway
+ * ------------------------------------------------------------------------ */
+
+#define SGGW_STACK_MAX_ENV 16
+
+typedef struct {
+    bool redis;                     /* a private redis-server as the gateway's state;
+                                     * false: memory state */
+    const char *const *proxy_env;   /* the proxy's "KEY=VALUE" (NULL-terminated); NULL:
+                                     * {"SANDGATE_POOL_SIZE=1"} */
+    const char *const *gateway_env; /* sggw_opts_t.env (NULL-terminated, may be NULL) */
+    const char *proxy_id;           /* NULL: sgtest_new_proxy_id() */
+} sggw_stack_opts_t;
+
+typedef struct {
+    sgtest_proxy_t *proxy;
+    char *proxy_id;
+    sggw_redis_t *redis; /* NULL without opts.redis */
+    sggw_gateway_t *gw;
+    bool gw_restarted;   /* the last sggw_stack_after_test() started a new gateway
+                          * (a new data directory: the suite's tokens are gone) */
+    /* private: copies of the options, for restarts */
+    char *proxy_env[SGGW_STACK_MAX_ENV + 1];
+    char *gateway_env[SGGW_STACK_MAX_ENV + 1];
+} sggw_stack_t;
+
+/* For a group setup: starts the stack of o (copied; the strings may be the
+ * caller's locals) into st (zeroed first). 0, or -1 after printing why. */
+int sggw_stack_start(sggw_stack_t *st, const sggw_stack_opts_t *o);
+/* For a test's teardown: sggw_after_test(); then every server of st that
+ * died during the test is reported, its log's tail printed, and it is
+ * started again with the same settings (the gateway with a new data
+ * directory: gw_restarted). 0, or -1 when the test failed or a server died. */
+int sggw_stack_after_test(sggw_stack_t *st);
+/* For the group teardown: sggw_stack_stop() (the gateway exits 0, no
+ * container of the proxy is left), frees what st holds. 0 or -1. */
+int sggw_stack_end(sggw_stack_t *st);
+/* The same as cmocka fixtures, for a suite whose group setup hands its
+ * stack on as the group state (*state = &stack; cmocka passes it to every
+ * test and teardown): sggw_stack_teardown() for cmocka_unit_test_teardown,
+ * sggw_stack_group_teardown() for cmocka_run_group_tests_name. */
+int sggw_stack_teardown(void **state);
+int sggw_stack_group_teardown(void **state);
 
 #endif

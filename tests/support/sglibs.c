@@ -126,6 +126,23 @@ typedef struct {
 
 #define DOS_DATE_1980_01_01 0x21
 
+/* The fields a local file header and a central directory header share,
+ * from "version needed" to the extra field's length: a stored entry of dl
+ * bytes named by nl bytes, dated 1980-01-01 00:00. */
+static void zip_entry_fields(bytes_t *out, uint32_t crc, size_t dl, size_t nl)
+{
+    b_u16(out, 20); /* version needed */
+    b_u16(out, 0);  /* flags */
+    b_u16(out, 0);  /* stored */
+    b_u16(out, 0);  /* time */
+    b_u16(out, DOS_DATE_1980_01_01);
+    b_u32(out, crc);
+    b_u32(out, (uint32_t)dl);
+    b_u32(out, (uint32_t)dl);
+    b_u16(out, (unsigned)nl);
+    b_u16(out, 0); /* extra */
+}
+
 static void zip_build(const entry_t *e, size_t n, bytes_t *out)
 {
     uint32_t crc[16], off[16];
@@ -135,34 +152,16 @@ static void zip_build(const entry_t *e, size_t n, bytes_t *out)
         crc[i] = crc32_of(e[i].data, dl);
         off[i] = (uint32_t)out->len;
         b_u32(out, 0x04034b50); /* local file header */
-        b_u16(out, 20);         /* version needed */
-        b_u16(out, 0);          /* flags */
-        b_u16(out, 0);          /* stored */
-        b_u16(out, 0);          /* time */
-        b_u16(out, DOS_DATE_1980_01_01);
-        b_u32(out, crc[i]);
-        b_u32(out, (uint32_t)dl);
-        b_u32(out, (uint32_t)dl);
-        b_u16(out, (unsigned)nl);
-        b_u16(out, 0); /* extra */
+        zip_entry_fields(out, crc[i], dl, nl);
         b_put(out, e[i].name, nl);
         b_put(out, e[i].data, dl);
     }
     size_t cd = out->len;
     for (size_t i = 0; i < n; i++) {
         size_t nl = strlen(e[i].name), dl = strlen(e[i].data);
-        b_u32(out, 0x02014b50); /* central directory header */
+        b_u32(out, 0x02014b50);  /* central directory header */
         b_u16(out, 3 << 8 | 20); /* made by: Unix */
-        b_u16(out, 20);
-        b_u16(out, 0);
-        b_u16(out, 0);
-        b_u16(out, 0);
-        b_u16(out, DOS_DATE_1980_01_01);
-        b_u32(out, crc[i]);
-        b_u32(out, (uint32_t)dl);
-        b_u32(out, (uint32_t)dl);
-        b_u16(out, (unsigned)nl);
-        b_u16(out, 0); /* extra */
+        zip_entry_fields(out, crc[i], dl, nl);
         b_u16(out, 0); /* comment */
         b_u16(out, 0); /* disk */
         b_u16(out, 0); /* internal attributes */
@@ -592,6 +591,36 @@ int sglibs_port(const sglibs_server_t *s)
     return s->port;
 }
 
+sgtest_proxy_t *sglibs_proxy_start(const char *proxy_id, const sglibs_server_t *index, const char *store_volume,
+                                   int install_timeout_s, const char *const *more)
+{
+    char pip_kv[160], npm_kv[160], store_kv[200], timeout_kv[64];
+    const char *env[16];
+    size_t n = 0;
+    snprintf(pip_kv, sizeof(pip_kv), "SANDGATE_PIP_INDEX_URL=http://127.0.0.1:%d/simple", sglibs_port(index));
+    snprintf(npm_kv, sizeof(npm_kv), "SANDGATE_NPM_REGISTRY=http://127.0.0.1:%d/", sglibs_port(index));
+    snprintf(store_kv, sizeof(store_kv), "SANDGATE_STORE_VOLUME=%s", store_volume);
+    snprintf(timeout_kv, sizeof(timeout_kv), "SANDGATE_INSTALL_TIMEOUT=%d", install_timeout_s);
+    env[n++] = "SANDGATE_POOL_SIZE=0";
+    env[n++] = "SANDGATE_INSTALL_NETWORK=host";
+    env[n++] = pip_kv;
+    env[n++] = npm_kv;
+    env[n++] = store_kv;
+    env[n++] = timeout_kv;
+    for (size_t i = 0; more != NULL && more[i] != NULL; i++) {
+        if (n + 1 >= sizeof(env) / sizeof(env[0])) {
+            fprintf(stderr, "sglibs_proxy_start: too many settings\n");
+            return NULL;
+        }
+        env[n++] = more[i];
+    }
+    env[n] = NULL;
+    sgtest_proxy_t *p = sgtest_proxy_start(proxy_id, env);
+    if (p == NULL)
+        fprintf(stderr, "cannot start the proxy\n");
+    return p;
+}
+
 int sglibs_total(sglibs_server_t *s)
 {
     pthread_mutex_lock(&s->mu);
@@ -778,9 +807,14 @@ int sglibs_installers_created_since(const char *pid, sglibs_wall_t since)
 
 int sglibs_installers_now(const char *pid)
 {
+    return sglibs_count_labelled(pid, "sandgate.kind=installer");
+}
+
+int sglibs_count_labelled(const char *pid, const char *extra)
+{
     char l1[192];
     snprintf(l1, sizeof(l1), "sandgate.proxy=%s", pid);
-    const char *labels[] = {l1, "sandgate.kind=installer", NULL};
+    const char *labels[] = {l1, extra, NULL};
     json_object *a = sgtest_docker_list(labels);
     if (a == NULL)
         SG_FAIL(NULL, "cannot list containers from Docker");
@@ -789,24 +823,27 @@ int sglibs_installers_now(const char *pid)
     return n;
 }
 
-long sglibs_volume_status(const char *name)
+/* method /volumes/<name><query> on Docker's API into *r: the status. */
+static long volume_call(const char *method, const char *name, const char *query, sgtest_reply_t *r)
 {
     char path[256];
-    snprintf(path, sizeof(path), "/volumes/%s", name);
+    snprintf(path, sizeof(path), "/volumes/%s%s", name, query);
+    sgtest_docker_call(method, path, NULL, r);
+    return r->status;
+}
+
+long sglibs_volume_status(const char *name)
+{
     sgtest_reply_t r;
-    sgtest_docker_call("GET", path, NULL, &r);
-    long st = r.status;
+    long st = volume_call("GET", name, "", &r);
     sgtest_reply_free(&r);
     return st;
 }
 
 long sglibs_volume_remove(const char *name)
 {
-    char path[256];
-    snprintf(path, sizeof(path), "/volumes/%s?force=1", name);
     sgtest_reply_t r;
-    sgtest_docker_call("DELETE", path, NULL, &r);
-    long st = r.status;
+    long st = volume_call("DELETE", name, "?force=1", &r);
     if (st != 204 && st != 404)
         fprintf(stderr, "removing volume %s: HTTP %ld %s %s\n", name, st, r.error, r.body);
     sgtest_reply_free(&r);
@@ -907,21 +944,16 @@ int sglibs_random_hex(char *out, size_t nbytes)
     return 0;
 }
 
-char *sglibs_create_session(const sgtest_proxy_t *p, const char *lang)
+int sglibs_suite_dir(char *dir, size_t size, const char *name, char *hex, size_t nbytes)
 {
-    json_object *body = json_object_new_object();
-    json_object_object_add(body, "lang", json_object_new_string(lang));
-    json_object_object_add(body, "keep_template", json_object_new_boolean(0));
-    sgtest_reply_t r;
-    sgtest_call_json(p, "POST", "/sessions", body, 0, &r);
-    json_object_put(body);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
-    const char *id = SG_STR(o, "session_id");
-    SG_CHECK(*id != '\0', o, "empty session_id");
-    char *copy = strdup(id);
-    json_object_put(o);
-    return copy;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, size, "%s/%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
+    if (mkdtemp(dir) == NULL || sglibs_random_hex(hex, nbytes) != 0) {
+        perror("setup");
+        dir[0] = '\0';
+        return -1;
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------------------
@@ -944,8 +976,8 @@ void sglibs_check_install_shape(json_object *o)
         SG_CHECK(v == NULL, o, "a failed install has installed_version null");
 }
 
-json_object *sglibs_install(const sgtest_proxy_t *p, const char *sid, const char *package, const char *version,
-                               double *seconds)
+int sglibs_post_library(const sgtest_proxy_t *p, const char *sid, const char *package, const char *version,
+                        sgtest_reply_t *out)
 {
     json_object *b = json_object_new_object();
     json_object_object_add(b, "package", json_object_new_string(package));
@@ -953,9 +985,16 @@ json_object *sglibs_install(const sgtest_proxy_t *p, const char *sid, const char
         json_object_object_add(b, "version", json_object_new_string(version));
     char path[256];
     pathf(path, sizeof(path), "/sessions/%s/libraries", sid);
-    sgtest_reply_t r;
-    sgtest_call_json(p, "POST", path, b, 0, &r);
+    int rc = sgtest_call_json(p, "POST", path, b, 0, out);
     json_object_put(b);
+    return rc;
+}
+
+json_object *sglibs_install(const sgtest_proxy_t *p, const char *sid, const char *package, const char *version,
+                               double *seconds)
+{
+    sgtest_reply_t r;
+    sglibs_post_library(p, sid, package, version, &r);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     if (seconds != NULL)
         *seconds = r.seconds;

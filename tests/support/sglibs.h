@@ -31,6 +31,11 @@ void sglibs_write(const char *root, const char *rel, const void *data, size_t n)
 void sglibs_rm_tree(const char *path);
 /* nbytes (<= 16) random bytes as 2*nbytes hex digits and a NUL; 0 or -1. */
 int sglibs_random_hex(char *out, size_t nbytes);
+/* A suite's private directory "$TMPDIR/<name>-XXXXXX" (/tmp without
+ * TMPDIR) into dir (size bytes), and nbytes random bytes as hex in hex (as
+ * sglibs_random_hex()). 0, or -1 after perror() with dir "" (for a group
+ * setup; sglibs_rm_tree(dir) removes it). */
+int sglibs_suite_dir(char *dir, size_t size, const char *name, char *hex, size_t nbytes);
 
 /* ---- the index server ---------------------------------------------------- */
 
@@ -46,6 +51,13 @@ void sglibs_server_stop(sglibs_server_t *s);
 /* Stops (if needed) and frees; NULL does nothing. */
 void sglibs_server_free(sglibs_server_t *s);
 int sglibs_port(const sglibs_server_t *s);
+/* Starts a proxy of its own (proxy_id) whose installers reach index (pip
+ * and npm) over the host's network and keep what they install on the
+ * Docker volume store_volume: SANDGATE_POOL_SIZE=0,
+ * SANDGATE_INSTALL_TIMEOUT=install_timeout_s and the "KEY=VALUE" of more
+ * (NULL-terminated, may be NULL). NULL after printing why. */
+sgtest_proxy_t *sglibs_proxy_start(const char *proxy_id, const sglibs_server_t *index, const char *store_volume,
+                                   int install_timeout_s, const char *const *more);
 /* Requests so far whose path starts with prefix ("" for all). */
 int sglibs_hits(sglibs_server_t *s, const char *prefix);
 /* Requests so far. */
@@ -83,6 +95,9 @@ sglibs_wall_t sglibs_wall_now(void);
 int sglibs_installers_created_since(const char *pid, sglibs_wall_t since);
 /* Installer containers of proxy pid that exist now. Asserts. */
 int sglibs_installers_now(const char *pid);
+/* How many containers of proxy pid carry the label extra ("key=value")
+ * too (asserts that Docker answers). */
+int sglibs_count_labelled(const char *pid, const char *extra);
 /* GET /volumes/<name>: 200 exists, 404 not. */
 long sglibs_volume_status(const char *name);
 /* DELETE /volumes/<name>?force=1: the HTTP status (204, or 404 if absent). */
@@ -97,11 +112,13 @@ int sglibs_volume_run(const char *volume, const char *image, const char *label_p
 
 /* ---- the proxy's library calls (assert) ----------------------------------- */
 
-/* POST /sessions {"lang"}: the new session's id (malloc'd). */
-char *sglibs_create_session(const sgtest_proxy_t *p, const char *lang);
 /* The fields of every POST /sessions/{id}/libraries reply, and that they
  * agree: installed_version is a string exactly when success is true. */
 void sglibs_check_install_shape(json_object *o);
+/* POST /sessions/{sid}/libraries {"package", "version" if not NULL}: the
+ * reply, whatever it is, in *out (sgtest_call_json()'s return). */
+int sglibs_post_library(const sgtest_proxy_t *p, const char *sid, const char *package, const char *version,
+                        sgtest_reply_t *out);
 /* POST /sessions/{sid}/libraries; version NULL leaves the field out. The
  * parsed 200 reply (shape checked); *seconds gets the call's wall time. */
 json_object *sglibs_install(const sgtest_proxy_t *p, const char *sid, const char *package, const char *version,

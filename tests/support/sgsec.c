@@ -9,50 +9,32 @@
 
 int sgsec_stack_start(sgsec_stack_t *st, const char *const *proxy_env)
 {
-    const char *env[16];
+    const char *env[SGGW_STACK_MAX_ENV + 1];
     size_t n = 0;
 
-    memset(st, 0, sizeof(*st));
     env[n++] = "SANDGATE_POOL_SIZE=2";
     for (size_t i = 0; proxy_env != NULL && proxy_env[i] != NULL; i++) {
-        if (n + 1 >= sizeof(env) / sizeof(env[0])) {
+        if (n >= SGGW_STACK_MAX_ENV) {
             fprintf(stderr, "sgsec_stack_start: too many proxy settings\n");
             return -1;
         }
         env[n++] = proxy_env[i];
     }
     env[n] = NULL;
-    if ((st->proxy_id = sgtest_new_proxy_id()) == NULL || (st->proxy = sgtest_proxy_start(st->proxy_id, env)) == NULL)
-        return -1;
-    if ((st->redis = sggw_redis_start()) == NULL)
-        return -1;
-    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(st->proxy), .redis_url = sggw_redis_url(st->redis)};
-    st->gw = sggw_gateway_start(&o);
-    return st->gw != NULL ? 0 : -1;
-}
-
-int sgsec_after_test(sgsec_stack_t *st)
-{
-    sggw_after_test();
-    if (!sgtest_proxy_alive(st->proxy) || !sggw_gateway_alive(st->gw) || !sggw_redis_running(st->redis)) {
-        fprintf(stderr, "a server died during this test\n");
-        sggw_print_logs(80);
-        return -1;
-    }
-    return 0;
-}
-
-int sgsec_stack_stop(sgsec_stack_t *st)
-{
-    int rc = sggw_stack_stop(&st->gw, &st->redis, &st->proxy, st->proxy_id);
-    free(st->proxy_id);
-    st->proxy_id = NULL;
-    return rc;
+    sggw_stack_opts_t o = {.redis = true, .proxy_env = env};
+    return sggw_stack_start(st, &o);
 }
 
 char *sgsec_tenant(const sgsec_stack_t *st, const char *name, const char *const *quotas)
 {
     return sggw_new_tenant(sggw_gateway_data_dir(st->gw), name, quotas);
+}
+
+char *sgsec_begin(const sgsec_stack_t *st, const char *name, const char *const *quotas, char **sid)
+{
+    char *tok = sgsec_tenant(st, name, quotas);
+    *sid = sggw_create_session(st->gw, tok, NULL, NULL);
+    return tok;
 }
 
 json_object *sgsec_py(const sgsec_stack_t *st, const char *tok, const char *sid, const char *code)
@@ -96,4 +78,11 @@ void sgsec_expect_service_works(const sgsec_stack_t *st, const char *tok, const 
     json_object_put(r);
     sggw_delete_session(st->gw, tok, fresh);
     free(fresh);
+}
+
+void sgsec_end(const sgsec_stack_t *st, char *tok, char *sid, int kept_x)
+{
+    sgsec_expect_service_works(st, tok, sid, kept_x);
+    free(sid);
+    free(tok);
 }

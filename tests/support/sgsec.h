@@ -12,26 +12,22 @@
 
 #include "sggw.h"
 
-typedef struct {
-    sgtest_proxy_t *proxy;
-    char *proxy_id;
-    sggw_redis_t *redis;
-    sggw_gateway_t *gw;
-} sgsec_stack_t;
+/* The stack the attacks run on (sggw.h's, always with a redis-server). */
+typedef sggw_stack_t sgsec_stack_t;
 
 /* The suite's stack: a proxy with SANDGATE_POOL_SIZE=2 and the "KEY=VALUE"
  * strings of proxy_env (NULL-terminated, may be NULL), a redis-server, a
- * gateway on them. 0, or -1 after printing why (for a group setup). */
+ * gateway on them (sggw_stack_start()). 0, or -1 after printing why (for a
+ * group setup). */
 int sgsec_stack_start(sgsec_stack_t *st, const char *const *proxy_env);
-/* For a test's teardown: prints the logs if the test failed; -1 when a
- * server died during it. */
-int sgsec_after_test(sgsec_stack_t *st);
-/* For the group teardown: sggw_stack_stop() (the gateway exits 0, no
- * container of the proxy is left), frees the proxy id. 0 or -1. */
-int sgsec_stack_stop(sgsec_stack_t *st);
+/* Its test and group teardowns are sggw_stack_teardown() and
+ * sggw_stack_group_teardown() (the group setup sets *state = st). */
 
 /* Asserting: a tenant with the "key=value" quotas (may be NULL); its token. */
 char *sgsec_tenant(const sgsec_stack_t *st, const char *name, const char *const *quotas);
+/* Asserting: the start of most attacks: a tenant `name` with the quotas (may
+ * be NULL) and a new python session of it (*sid, malloc'd); its token. */
+char *sgsec_begin(const sgsec_stack_t *st, const char *name, const char *const *quotas, char **sid);
 /* Asserting: POST /sessions/{sid}/execute {"code", "timeout": 120}: the result. */
 json_object *sgsec_py(const sgsec_stack_t *st, const char *tok, const char *sid, const char *code);
 /* Asserting: POST /sessions/{sid}/commands {"command", "timeout": 60}: the result. */
@@ -47,5 +43,9 @@ void sgsec__expect_stdout(json_object *res, const char *want, const char *file, 
  * (the attack's code set x = 41 first) — and is closed; then a fresh
  * session of the tenant runs code and is closed. */
 void sgsec_expect_service_works(const sgsec_stack_t *st, const char *tok, const char *sid, int kept_x);
+
+/* Asserting: their end: sgsec_expect_service_works(st, tok, sid, kept_x),
+ * then frees tok and sid. */
+void sgsec_end(const sgsec_stack_t *st, char *tok, char *sid, int kept_x);
 
 #endif

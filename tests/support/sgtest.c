@@ -1473,6 +1473,27 @@ int sgtest_proxy_finish(sgtest_proxy_t **pp, const char *proxy_id, double remova
 
 /* ---- the proxy's session API ---- */
 
+char *sgtest_create_session(const sgtest_proxy_t *p, const char *lang, json_object *extra, json_object **reply_out)
+{
+    json_object *body = extra ? extra : json_object_new_object();
+    json_object_object_add(body, "lang", json_object_new_string(lang));
+    json_object_object_add(body, "keep_template", json_object_new_boolean(0));
+    sgtest_reply_t r;
+    sgtest_call_json(p, "POST", "/sessions", body, 0, &r);
+    json_object_put(body);
+    json_object *o = SG_EXPECT_JSON(&r, 200);
+    sgtest_reply_free(&r);
+    const char *id = SG_STR(o, "session_id");
+    SG_CHECK(*id != '\0', o, "empty session_id");
+    SG_CHECK(strcmp(SG_STR(o, "status"), "active") == 0, o, "new session is not active");
+    char *copy = strdup(id);
+    if (reply_out != NULL)
+        *reply_out = o;
+    else
+        json_object_put(o);
+    return copy;
+}
+
 json_object *sgtest_libs_array(const char *const *libs)
 {
     json_object *a = json_object_new_array();

@@ -159,6 +159,11 @@ void sgtest__check_result_shape(json_object *r, const char *file, int line);
  * call's wall time; `libs` NULL and `timeout` <= 0 leave those fields out.
  * ------------------------------------------------------------------------ */
 
+/* POST /sessions with {"lang": lang, "keep_template": false} plus the
+ * fields of extra (may be NULL, consumed); expects a non-empty session_id
+ * and status "active". Returns the new id (malloc'd); *reply_out, if not
+ * NULL, gets the parsed reply. */
+char *sgtest_create_session(const sgtest_proxy_t *p, const char *lang, json_object *extra, json_object **reply_out);
 /* A JSON array of the NULL-terminated strings (none when libs is NULL). */
 json_object *sgtest_libs_array(const char *const *libs);
 /* POSTs body (consumed) to path and returns the execution result. */
