@@ -482,11 +482,24 @@ SGGW_TEST(test_memory_bomb_does_not_slow_another_tenant)
  * Fixtures
  * ------------------------------------------------------------------------ */
 
+/* The sandboxes' network of this suite's proxy: its own, named after the
+ * run, removed at the end (the engine is left as it was found). */
+static char net_kv[96];
+
 static int group_setup(void **state)
 {
     *state = &st;
-    const char *env[] = {"SANDGATE_ALLOW_NETWORK=1", NULL};
+    snprintf(net_kv, sizeof(net_kv), "SANDGATE_SANDBOX_NETWORK=sgtest-net-%ld", (long)getpid());
+    const char *env[] = {"SANDGATE_ALLOW_NETWORK=1", net_kv, NULL};
     return sgsec_stack_start(&st, env);
+}
+
+static int group_teardown(void **state)
+{
+    int rc = sggw_stack_group_teardown(state);
+    if (net_kv[0] != '\0' && sgtest_docker_network_remove(strchr(net_kv, '=') + 1) != 0)
+        rc = -1;
+    return rc;
 }
 
 int main(void)
@@ -499,5 +512,5 @@ int main(void)
         cmocka_unit_test_teardown(test_fork_bomb_does_not_slow_another_tenant, sggw_stack_teardown),
         cmocka_unit_test_teardown(test_memory_bomb_does_not_slow_another_tenant, sggw_stack_teardown),
     };
-    return cmocka_run_group_tests_name("sec_interference", tests, group_setup, sggw_stack_group_teardown);
+    return cmocka_run_group_tests_name("sec_interference", tests, group_setup, group_teardown);
 }

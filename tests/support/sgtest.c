@@ -1567,3 +1567,20 @@ void sgtest_close_session(const sgtest_proxy_t *p, const char *proxy_id, const c
              "container %s of closed session %s still exists %.0f s after DELETE", own, sid, removal_s);
     free(own);
 }
+
+int sgtest_docker_network_remove(const char *name)
+{
+    char *enc = curl_easy_escape(NULL, name, 0);
+    char path[512];
+    sgtest_reply_t r;
+    if (enc == NULL)
+        return -1;
+    snprintf(path, sizeof(path), "/networks/%s", enc);
+    curl_free(enc);
+    sgtest_docker_call("DELETE", path, NULL, &r);
+    int rc = r.status == 204 || r.status == 200 || r.status == 404 ? 0 : -1;
+    if (rc != 0)
+        fprintf(stderr, "sgtest: removing network %s: HTTP %ld %s %s\n", name, r.status, r.error, r.body);
+    sgtest_reply_free(&r);
+    return rc;
+}

@@ -271,6 +271,10 @@ json_object *sgtest_jpath(json_object *o, const char *dotted);
 /* Force-removes (with volumes) every container labelled
  * sandgate.proxy=<proxy_id>. Returns how many were removed, -1 on error. */
 int sgtest_docker_remove_all(const char *proxy_id);
+/* Removes the Docker network `name` (a test's own: a proxy started with
+ * SANDGATE_SANDBOX_NETWORK=name makes it). 0 when removed or already
+ * gone, -1 (after printing why) otherwise. */
+int sgtest_docker_network_remove(const char *name);
 
 /* ------------------------------------------------------------------------
  * Parallel requests: one thread per request.
