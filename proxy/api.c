@@ -270,6 +270,7 @@ static json_object *session_json(const sg_session_t *s)
     json_object_object_add(o, "status", json_object_new_string(state_name(s->state)));
     json_object_object_add(o, "lang", json_object_new_string(s->lang->name));
     json_object_object_add(o, "image", json_object_new_string(s->image));
+    json_object_object_add(o, "runtime", json_object_new_string(sg_sessions_runtime()));
     sg_rfc3339(s->created_at, t);
     json_object_object_add(o, "created_at", json_object_new_string(t));
     sg_rfc3339(s->last_used_at, t);
@@ -376,6 +377,10 @@ static void health_done(sg_job_t *job)
         } else {
             json_object_object_add(o, "detail", json_object_new_string(j->err));
         }
+        const sg_sessions_conf_t *sc = sg_sessions_conf();
+        json_object_object_add(o, "runtime", json_object_new_string(sg_sessions_runtime()));
+        if (sc->runtime_warning != NULL && sc->runtime_warning[0] != '\0')
+            json_object_object_add(o, "warning", json_object_new_string(sc->runtime_warning));
         json_object_object_add(o, "sessions", json_object_new_int64((int64_t)sg_session_count()));
         json_object_object_add(o, "containers", json_object_new_int64(sg_capacity_used()));
         json_object_object_add(o, "max_containers", json_object_new_int64(sg_capacity_max()));

@@ -246,6 +246,37 @@ Exit:
     return ret;
 }
 
+int sg_docker_runtimes(sg_docker_t *d, json_object **out, char *err, size_t errlen)
+{
+    sg_buf_t resp;
+    long status = 0;
+    int ret = -1;
+    json_object *o = NULL, *r;
+
+    *out = NULL;
+    sg_buf_init(&resp, DOCKER_REPLY_MAX);
+    if (do_request(d, "GET", "/info", NULL, 0, &status, &resp, NULL, err, errlen) != 0)
+        goto Exit;
+    if (status != 200) {
+        docker_error("describe itself", status, &resp, err, errlen);
+        goto Exit;
+    }
+    o = json_tokener_parse(resp.base);
+    if (o == NULL || !json_object_is_type(o, json_type_object)) {
+        snprintf(err, errlen, "Docker's /info was not a JSON object");
+        goto Exit;
+    }
+    if (json_object_object_get_ex(o, "Runtimes", &r) && json_object_is_type(r, json_type_object))
+        *out = json_object_get(r);
+    else
+        *out = json_object_new_object();
+    ret = 0;
+Exit:
+    json_object_put(o);
+    sg_buf_free(&resp);
+    return ret;
+}
+
 int sg_docker_container_create(sg_docker_t *d, json_object *config, char id[72], char *err, size_t errlen)
 {
     size_t len;

@@ -37,6 +37,9 @@ int sg_docker_request(sg_docker_t *d, const char *method, const char *path, cons
  * (e.g. "1.41"); the first successful ping fixes the API version when none
  * was configured. */
 int sg_docker_ping(sg_docker_t *d, char version[32], char api[16], char *err, size_t errlen);
+/* GET /info: *out is the engine's Runtimes object (runtime name -> entry),
+ * an empty object when the engine lists none. */
+int sg_docker_runtimes(sg_docker_t *d, json_object **out, char *err, size_t errlen);
 
 /* POST /containers/create with config (not consumed); id gets the full id. */
 int sg_docker_container_create(sg_docker_t *d, json_object *config, char id[72], char *err, size_t errlen);

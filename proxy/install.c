@@ -3,6 +3,7 @@
 #include "container.h"
 #include "docker.h"
 #include "log.h"
+#include "runtime.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -38,6 +39,9 @@ json_object *sg_install_container_config(const sg_session_t *s, const char *spec
 
     /* the package manager's network only: nothing of the session's runs here */
     json_object_object_add(hc, "NetworkMode", json_object_new_string(conf->install_network));
+    /* runc whatever SANDGATE_RUNTIME says: an installer runs only the
+     * package manager, on the network runsc's entry has turned off */
+    json_object_object_add(hc, "Runtime", json_object_new_string(SG_RUNTIME_INSTALLER));
     sg_container_harden(hc, 1024, 256, 1.0);
     json_object_object_add(hc, "ReadonlyRootfs", json_object_new_boolean(1));
     json_object_object_add(tmpfs, "/tmp", json_object_new_string("rw,exec,nosuid,nodev,size=512m,mode=1777"));

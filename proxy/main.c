@@ -10,6 +10,7 @@
 #include "http.h"
 #include "log.h"
 #include "reconcile.h"
+#include "runtime.h"
 #include "session.h"
 #include "util.h"
 #include "workq.h"
@@ -53,6 +54,7 @@ static struct {
     const char *library_blocklist;
     const char *image_allowlist;
     const char *log_level;
+    const char *runtime;
 } cfg;
 
 static const sg_cfg_entry_t config_table[] = {
@@ -113,10 +115,14 @@ static const sg_cfg_entry_t config_table[] = {
      &cfg.library_blocklist, "package names refused for install, comma-separated"},
     {"SANDGATE_IMAGE_ALLOWLIST", SG_CFG_STR, "", 0, 0, &cfg.image_allowlist,
      "custom images a session may name (\"image\"), comma-separated: exact names, or prefixes ending in *"},
+    {"SANDGATE_RUNTIME", SG_CFG_STR, "auto", 0, 0, &cfg.runtime,
+     "OCI runtime of the sandboxes: runsc (gVisor), runc, or auto (runsc when the engine offers it, else runc "
+     "with a warning)"},
     {"SANDGATE_LOG_LEVEL", SG_CFG_STR, "info", 0, 0, &cfg.log_level, "error, warn, info or debug"},
 };
 
 static char agent_volume[128];
+static char runtime_warning[256];
 
 /* Custom images have no agent: a volume holds the static one, copied from
  * the python image's /usr/local/bin (Docker fills a new volume from the
@@ -207,6 +213,19 @@ int main(int argc, char **argv)
         return 1;
     }
     sg_info("reconcile: %d leftover container(s) of proxy \"%s\" removed", n, cfg.proxy_id);
+    json_object *runtimes = NULL;
+    const char *runtime = NULL;
+    if (sg_docker_runtimes(docker, &runtimes, err, sizeof(err)) != 0)
+        sg_warn("cannot list the engine's runtimes: %s", err);
+    rc = sg_runtime_choose(cfg.runtime, runtimes, &runtime, runtime_warning, sizeof(runtime_warning), err, sizeof(err));
+    json_object_put(runtimes);
+    if (rc != 0) {
+        sg_error("%s", err);
+        return 1;
+    }
+    if (runtime_warning[0] != '\0')
+        sg_warn("%s", runtime_warning);
+    sg_info("sandboxes run on %s%s", runtime, strcmp(runtime, SG_RUNTIME_RUNSC) == 0 ? " (gVisor)" : "");
     if (cfg.store_volume[0] != '\0') {
         /* the package store outlives proxies: it is a cache of public packages */
         json_object *labels = json_object_new_object();
@@ -278,6 +297,8 @@ int main(int argc, char **argv)
     sconf.agent_volume = agent_volume;
     sconf.pool_limits = api.policy.defaults;
     sconf.agent_start_timeout_ms = (int)cfg.agent_start_timeout_ms;
+    sconf.runtime = runtime;
+    sconf.runtime_warning = runtime_warning;
     sg_sessions_init(&sconf);
 
     sg_pool_fill();

@@ -4,6 +4,7 @@
 #include "docker.h"
 #include "json.h"
 #include "log.h"
+#include "runtime.h"
 #include "util.h"
 
 #include <errno.h>
@@ -105,6 +106,11 @@ const sg_sessions_conf_t *sg_sessions_conf(void)
     return &conf;
 }
 
+const char *sg_sessions_runtime(void)
+{
+    return conf.runtime != NULL ? conf.runtime : SG_RUNTIME_RUNC;
+}
+
 /* ---- the Docker side, on worker threads ---------------------------------- */
 
 json_object *sg_session_container_config(const sg_session_t *s, const char *proxy_id)
@@ -132,13 +138,15 @@ json_object *sg_session_container_config(const sg_session_t *s, const char *prox
     json_object_object_add(c, "AttachStderr", json_object_new_boolean(1));
     json_object_object_add(c, "Tty", json_object_new_boolean(0));
     json_object_object_add(c, "NetworkDisabled", json_object_new_boolean(!s->limits.network));
-    json_object_object_add(c, "Labels",
-                           sg_container_labels(proxy_id, s->id, s->lang->name,
-                                               s->_pooled ? "pool" : s->ephemeral ? "ephemeral" : "session",
-                                               s->created_at));
+    json_object *labels = sg_container_labels(proxy_id, s->id, s->lang->name,
+                                              s->_pooled ? "pool" : s->ephemeral ? "ephemeral" : "session",
+                                              s->created_at);
+    json_object_object_add(labels, "sandgate.runtime", json_object_new_string(sg_sessions_runtime()));
+    json_object_object_add(c, "Labels", labels);
 
     const char *net = conf.sandbox_network != NULL ? conf.sandbox_network : SG_SANDBOX_NETWORK;
     json_object_object_add(hc, "NetworkMode", json_object_new_string(s->limits.network ? net : "none"));
+    json_object_object_add(hc, "Runtime", json_object_new_string(sg_sessions_runtime()));
     sg_container_harden(hc, s->limits.memory_mb, s->limits.pids, s->limits.cpus);
     /* The root is read-only for every session. A template session's work
      * dir is a size-capped tmpfs like any other, but on a volume, which

@@ -54,6 +54,10 @@ typedef struct {
     /* custom images (not built by sandgate): the static agent comes from this
      * volume, mounted read-only at /opt/sandgate/bin; "" when none allowed */
     const char *agent_volume;
+    /* the OCI runtime of every sandbox (runtime.h): "runsc" or "runc"; and
+     * why it is not runsc under SANDGATE_RUNTIME=auto ("" when it is) */
+    const char *runtime;
+    const char *runtime_warning;
 } sg_sessions_conf_t;
 
 typedef enum {
@@ -149,6 +153,8 @@ typedef void (*sg_session_ready_cb)(void *data, sg_session_t *s, int status, con
 
 void sg_sessions_init(const sg_sessions_conf_t *conf);
 const sg_sessions_conf_t *sg_sessions_conf(void);
+/* The runtime every sandbox runs on: conf.runtime, or "runc" when unset. */
+const char *sg_sessions_runtime(void);
 
 /* Starts a container for a session and connects to its agent (or takes
  * one from the pool). At SANDGATE_MAX_CONTAINERS it waits for a slot that

@@ -215,7 +215,21 @@ static void test_config_identity(void **state)
     assert_string_equal(str_at(c, "Labels", "sandgate.lang"), "python");
     assert_string_equal(str_at(c, "Labels", "sandgate.kind"), "session");
     assert_string_equal(str_at(c, "Labels", "sandgate.created"), "1700000000");
+    /* without a runtime configured, runc, said in the label too */
+    assert_string_equal(str_at(c, "Labels", "sandgate.runtime"), "runc");
+    assert_string_equal(str_at(c, "HostConfig", "Runtime"), "runc");
     json_object_put(c);
+
+    /* the proxy's runtime (SANDGATE_RUNTIME, runtime.h) is every sandbox's */
+    sg_sessions_conf_t sc = {0};
+    sc.runtime = "runsc";
+    sg_sessions_init(&sc);
+    c = config(&s);
+    assert_string_equal(str_at(c, "HostConfig", "Runtime"), "runsc");
+    assert_string_equal(str_at(c, "Labels", "sandgate.runtime"), "runsc");
+    json_object_put(c);
+    memset(&sc, 0, sizeof(sc));
+    sg_sessions_init(&sc);
 
     s.ephemeral = 1;
     s.lang = sg_lang_find("javascript", 10);
