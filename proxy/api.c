@@ -270,7 +270,7 @@ static json_object *session_json(const sg_session_t *s)
     json_object_object_add(o, "status", json_object_new_string(state_name(s->state)));
     json_object_object_add(o, "lang", json_object_new_string(s->lang->name));
     json_object_object_add(o, "image", json_object_new_string(s->image));
-    json_object_object_add(o, "runtime", json_object_new_string(sg_sessions_runtime()));
+    json_object_object_add(o, "runtime", json_object_new_string(sg_session_runtime(s)));
     sg_rfc3339(s->created_at, t);
     json_object_object_add(o, "created_at", json_object_new_string(t));
     sg_rfc3339(s->last_used_at, t);

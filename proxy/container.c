@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 void sg_container_harden(json_object *hc, int64_t memory_mb, int64_t pids, double cpus)
 {
@@ -15,6 +16,19 @@ void sg_container_harden(json_object *hc, int64_t memory_mb, int64_t pids, doubl
     json_object_object_add(hc, "MemorySwap", json_object_new_int64(memory_mb << 20));
     json_object_object_add(hc, "PidsLimit", json_object_new_int64(pids));
     json_object_object_add(hc, "NanoCpus", json_object_new_int64((int64_t)llround(cpus * 1e9)));
+}
+
+void sg_container_runtime_limits(json_object *hc, const char *runtime, int64_t pids)
+{
+    if (strcmp(runtime, "runsc") != 0)
+        return;
+    json_object *ulimits = json_object_new_array(), *nproc = json_object_new_object();
+    json_object_object_add(nproc, "Name", json_object_new_string("nproc"));
+    json_object_object_add(nproc, "Soft", json_object_new_int64(pids));
+    json_object_object_add(nproc, "Hard", json_object_new_int64(pids));
+    json_object_array_add(ulimits, nproc);
+    json_object_object_add(hc, "Ulimits", ulimits);
+    json_object_object_add(hc, "PidsLimit", json_object_new_int64(pids * SG_RUNSC_PIDS_PER_TASK + SG_RUNSC_PIDS_BASE));
 }
 
 void sg_container_tmpfs(json_object *tmpfs, const char *path, const char *opts, long size_mb)

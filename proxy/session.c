@@ -111,6 +111,14 @@ const char *sg_sessions_runtime(void)
     return conf.runtime != NULL ? conf.runtime : SG_RUNTIME_RUNC;
 }
 
+const char *sg_session_runtime(const sg_session_t *s)
+{
+    /* runsc's entry has its network off (--network=none: with its own
+     * network stack it does not start on this kind of engine), so a session
+     * with the network runs on runc */
+    return s->limits.network ? SG_RUNTIME_RUNC : sg_sessions_runtime();
+}
+
 /* ---- the Docker side, on worker threads ---------------------------------- */
 
 json_object *sg_session_container_config(const sg_session_t *s, const char *proxy_id)
@@ -141,13 +149,14 @@ json_object *sg_session_container_config(const sg_session_t *s, const char *prox
     json_object *labels = sg_container_labels(proxy_id, s->id, s->lang->name,
                                               s->_pooled ? "pool" : s->ephemeral ? "ephemeral" : "session",
                                               s->created_at);
-    json_object_object_add(labels, "sandgate.runtime", json_object_new_string(sg_sessions_runtime()));
+    json_object_object_add(labels, "sandgate.runtime", json_object_new_string(sg_session_runtime(s)));
     json_object_object_add(c, "Labels", labels);
 
     const char *net = conf.sandbox_network != NULL ? conf.sandbox_network : SG_SANDBOX_NETWORK;
     json_object_object_add(hc, "NetworkMode", json_object_new_string(s->limits.network ? net : "none"));
-    json_object_object_add(hc, "Runtime", json_object_new_string(sg_sessions_runtime()));
+    json_object_object_add(hc, "Runtime", json_object_new_string(sg_session_runtime(s)));
     sg_container_harden(hc, s->limits.memory_mb, s->limits.pids, s->limits.cpus);
+    sg_container_runtime_limits(hc, sg_session_runtime(s), s->limits.pids);
     /* The root is read-only for every session. A template session's work
      * dir is a size-capped tmpfs like any other, but on a volume, which
      * Docker's archive API can read at close (the commit) and fill at start

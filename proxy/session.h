@@ -155,6 +155,9 @@ void sg_sessions_init(const sg_sessions_conf_t *conf);
 const sg_sessions_conf_t *sg_sessions_conf(void);
 /* The runtime every sandbox runs on: conf.runtime, or "runc" when unset. */
 const char *sg_sessions_runtime(void);
+/* The runtime of one session's container: the proxy's, except runc for a
+ * session with the network (README "Sandboxes"). */
+const char *sg_session_runtime(const sg_session_t *s);
 
 /* Starts a container for a session and connects to its agent (or takes
  * one from the pool). At SANDGATE_MAX_CONTAINERS it waits for a slot that

@@ -172,6 +172,26 @@ void sg_agent_path_fail(sg_agent_fail_t *f, const char *path, int e)
         fail(f, code, "Cannot open \"%.200s\": %s.", path, strerror(e));
 }
 
+/* openat(dfd, name, O_DIRECTORY | O_NOFOLLOW), which gVisor (runsc, at
+ * least its 2022 builds) gets wrong: with O_DIRECTORY it follows a symbolic
+ * link. Without O_DIRECTORY it refuses one (ELOOP) like Linux, so the
+ * directory check is made on the open file instead (O_NONBLOCK: a FIFO
+ * there must not block the open). */
+static int open_dir_nofollow(int dfd, const char *name)
+{
+    struct stat st;
+    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        close(fd);
+        errno = ENOTDIR;
+        return -1;
+    }
+    return fd;
+}
+
 int sg_agent_open_parent(const char *workdir, const char *path, int create, char *leaf, size_t leafsz,
                          sg_agent_fail_t *f)
 {
@@ -221,14 +241,14 @@ int sg_agent_open_parent(const char *workdir, const char *path, int create, char
             strcpy(leaf, comp);
             break;
         }
-        nfd = openat(dfd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        nfd = open_dir_nofollow(dfd, comp);
         if (nfd < 0 && errno == ENOENT && create) {
             if (mkdirat(dfd, comp, 0755) != 0 && errno != EEXIST) {
                 fail(f, SG_AGENT_ERR_IO, "Cannot create the directory \"%.200s\" for \"%.200s\": %s.", comp, path,
                      strerror(errno));
                 goto Error;
             }
-            nfd = openat(dfd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            nfd = open_dir_nofollow(dfd, comp);
         }
         if (nfd < 0) {
             sg_agent_path_fail(f, path, errno);

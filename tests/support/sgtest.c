@@ -311,7 +311,7 @@ sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extr
     size_t nextra = 0;
     while (extra_env != NULL && extra_env[nextra] != NULL)
         nextra++;
-    const char **set = calloc(nextra + 4, sizeof(*set));
+    const char **set = calloc(nextra + 5, sizeof(*set));
     if (set == NULL) {
         close(logfd);
         goto Error;
@@ -330,6 +330,15 @@ sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extr
     set[nset++] = id_kv;
     if (!store_given)
         set[nset++] = no_store_kv;
+    /* The suites run their proxies on runc unless the environment names a
+     * runtime (SANDGATE_RUNTIME=runsc ctest ... runs them under gVisor;
+     * README "Tests"), or a test asks for one. */
+    static char runtime_kv[] = "SANDGATE_RUNTIME=runc";
+    bool runtime_given = getenv("SANDGATE_RUNTIME") != NULL;
+    for (size_t i = 0; i < nextra; i++)
+        runtime_given = runtime_given || sgtest_env_key_is(runtime_kv, extra_env[i]);
+    if (!runtime_given)
+        set[nset++] = runtime_kv;
     char **envp = sgtest_build_env(set, nset);
     free(set);
     if (envp == NULL) {

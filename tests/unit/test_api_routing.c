@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "http.h"
+#include "container.h"
 #include "session.h"
 
 /* ---- sg_http_split_path ----------------------------------------------------- */
@@ -227,7 +228,24 @@ static void test_config_identity(void **state)
     c = config(&s);
     assert_string_equal(str_at(c, "HostConfig", "Runtime"), "runsc");
     assert_string_equal(str_at(c, "Labels", "sandgate.runtime"), "runsc");
+    /* under runsc the process cap is RLIMIT_NPROC in the sandbox's kernel;
+     * the host's pids cgroup also holds that kernel's threads */
+    json_object *nproc = json_object_array_get_idx(at(c, "HostConfig", "Ulimits", NULL), 0);
+    assert_non_null(nproc);
+    assert_string_equal(str_at(nproc, "Name", NULL), "nproc");
+    assert_int_equal(int_at(nproc, "Soft", NULL), 128);
+    assert_int_equal(int_at(nproc, "Hard", NULL), 128);
+    assert_int_equal(int_at(c, "HostConfig", "PidsLimit"), 128 * SG_RUNSC_PIDS_PER_TASK + SG_RUNSC_PIDS_BASE);
     json_object_put(c);
+    /* runsc's entry has no network: a session with the network runs on runc */
+    s.limits.network = 1;
+    c = config(&s);
+    assert_string_equal(str_at(c, "HostConfig", "Runtime"), "runc");
+    assert_string_equal(str_at(c, "Labels", "sandgate.runtime"), "runc");
+    assert_int_equal(int_at(c, "HostConfig", "PidsLimit"), 128);
+    assert_null(at(c, "HostConfig", "Ulimits", NULL));
+    json_object_put(c);
+    s.limits.network = 0;
     memset(&sc, 0, sizeof(sc));
     sg_sessions_init(&sc);
 
