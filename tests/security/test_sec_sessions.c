@@ -134,21 +134,12 @@ static void wait_waiting(const char *sid, long want, double timeout_s)
     }
 }
 
-/* Polls (Docker's process list of the container) until a process whose
- * command line holds `needle` runs in it: the session's agent has started
- * that run. */
+/* Polls (the container's process list) until a process whose command line
+ * holds `needle` runs in it: the session's agent has started that run. */
 static void wait_running(const char *cid, const char *needle, double timeout_s)
 {
-    char path[160];
     double deadline = sgtest_now() + timeout_s;
-    pathf(path, sizeof(path), "/containers/%s/top", cid);
-    for (;;) {
-        sgtest_reply_t r;
-        bool found = sgtest_docker_call("GET", path, NULL, &r) == 0 && r.status == 200 && r.body != NULL &&
-                     strstr(r.body, needle) != NULL;
-        sgtest_reply_free(&r);
-        if (found)
-            return;
+    while (!sgtest_docker_container_runs(cid, needle)) {
         SG_CHECK(sgtest_now() < deadline, NULL, "no process \"%s\" runs in %.12s after %.0f s", needle, cid,
                  timeout_s);
         usleep(50000);

@@ -1139,6 +1139,33 @@ char **sgtest_docker_ids(const char *const *labels)
     return v;
 }
 
+/* true when a process of container cid has `needle` in its command line,
+ * as the container's own kernel lists them (a docker exec reading /proc:
+ * GET /top asks the runtime, and runsc's answer is not the sandbox's). */
+bool sgtest_docker_container_runs(const char *cid, const char *needle)
+{
+    char path[256];
+    pathf(path, sizeof(path), "/containers/%s/exec", cid);
+    sgtest_reply_t r;
+    bool found = false;
+    const char *cmd = "{\"AttachStdout\":true,\"AttachStderr\":false,"
+                      "\"Cmd\":[\"sh\",\"-c\",\"cat /proc/[0-9]*/cmdline | tr '\\\\000' ' '\"]}";
+    if (sgtest_docker_call("POST", path, cmd, &r) != 0 || r.status != 201) {
+        sgtest_reply_free(&r);
+        return false;
+    }
+    json_object *o = json_tokener_parse(r.body), *id = NULL;
+    sgtest_reply_free(&r);
+    if (o != NULL && json_object_object_get_ex(o, "Id", &id)) {
+        pathf(path, sizeof(path), "/exec/%s/start", json_object_get_string(id));
+        if (sgtest_docker_call("POST", path, "{\"Detach\":false,\"Tty\":false}", &r) == 0 && r.status == 200)
+            found = r.body != NULL && memmem(r.body, r.body_len, needle, strlen(needle)) != NULL;
+        sgtest_reply_free(&r);
+    }
+    json_object_put(o);
+    return found;
+}
+
 void sgtest_strv_free(char **v)
 {
     for (size_t i = 0; v != NULL && v[i] != NULL; i++)

@@ -256,6 +256,10 @@ int sgtest_docker_wait_count(const char *const *labels, int want, double timeout
 /* Ids (malloc'd, NULL-terminated array, free with sgtest_strv_free) of the
  * containers carrying every label of `labels`; NULL on error. */
 char **sgtest_docker_ids(const char *const *labels);
+/* Whether a process of container cid has `needle` in its command line, as
+ * the container's own kernel lists them (a docker exec reading /proc;
+ * GET /top asks the runtime, and runsc answers with the host's processes). */
+bool sgtest_docker_container_runs(const char *cid, const char *needle);
 void sgtest_strv_free(char **v);
 bool sgtest_strv_has(char *const *v, const char *s);
 size_t sgtest_strv_len(char *const *v);
