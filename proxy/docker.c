@@ -368,7 +368,10 @@ Exit:
     return ret;
 }
 
-int sg_docker_container_list(sg_docker_t *d, const char *label, json_object **out, char *err, size_t errlen)
+/* GET <base>filters={"label":[label]}: a JSON array into *out ("what" names
+ * the list in errors: "container", "image"). */
+static int list_by_label(sg_docker_t *d, const char *base, const char *what, const char *label, json_object **out,
+                         char *err, size_t errlen)
 {
     char path[1024], *enc_filter;
     sg_buf_t resp;
@@ -380,26 +383,39 @@ int sg_docker_container_list(sg_docker_t *d, const char *label, json_object **ou
     json_object_object_add(f, "label", arr);
     enc_filter = curl_easy_escape(d->curl, json_object_to_json_string_ext(f, JSON_C_TO_STRING_PLAIN), 0);
     json_object_put(f);
-    snprintf(path, sizeof(path), "/containers/json?all=1&filters=%s", enc_filter);
+    if (enc_filter == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    snprintf(path, sizeof(path), "%sfilters=%s", base, enc_filter);
     curl_free(enc_filter);
 
+    *out = NULL;
     sg_buf_init(&resp, DOCKER_REPLY_MAX);
     if (do_request(d, "GET", path, NULL, 0, &status, &resp, NULL, err, errlen) != 0)
         goto Exit;
     if (status != 200) {
-        docker_error("list containers", status, &resp, err, errlen);
+        char doing[32];
+        snprintf(doing, sizeof(doing), "list %ss", what);
+        docker_error(doing, status, &resp, err, errlen);
         goto Exit;
     }
     *out = json_tokener_parse(resp.base);
     if (*out == NULL || !json_object_is_type(*out, json_type_array)) {
         json_object_put(*out);
-        snprintf(err, errlen, "Docker's container list was not a JSON array");
+        *out = NULL;
+        snprintf(err, errlen, "Docker's %s list was not a JSON array", what);
         goto Exit;
     }
     ret = 0;
 Exit:
     sg_buf_free(&resp);
     return ret;
+}
+
+int sg_docker_container_list(sg_docker_t *d, const char *label, json_object **out, char *err, size_t errlen)
+{
+    return list_by_label(d, "/containers/json?all=1&", "container", label, out, err, errlen);
 }
 
 int sg_docker_image_exists(sg_docker_t *d, const char *image, char *err, size_t errlen)
@@ -468,38 +484,7 @@ Exit:
 
 int sg_docker_image_list(sg_docker_t *d, const char *label, json_object **out, char *err, size_t errlen)
 {
-    char path[1024], *enc_filter;
-    sg_buf_t resp;
-    long status;
-    int ret = -1;
-
-    json_object *f = json_object_new_object(), *arr = json_object_new_array();
-    json_object_array_add(arr, json_object_new_string(label));
-    json_object_object_add(f, "label", arr);
-    enc_filter = curl_easy_escape(d->curl, json_object_to_json_string_ext(f, JSON_C_TO_STRING_PLAIN), 0);
-    json_object_put(f);
-    snprintf(path, sizeof(path), "/images/json?filters=%s", enc_filter);
-    curl_free(enc_filter);
-
-    *out = NULL;
-    sg_buf_init(&resp, DOCKER_REPLY_MAX);
-    if (do_request(d, "GET", path, NULL, 0, &status, &resp, NULL, err, errlen) != 0)
-        goto Exit;
-    if (status != 200) {
-        docker_error("list images", status, &resp, err, errlen);
-        goto Exit;
-    }
-    *out = json_tokener_parse(resp.base);
-    if (*out == NULL || !json_object_is_type(*out, json_type_array)) {
-        json_object_put(*out);
-        *out = NULL;
-        snprintf(err, errlen, "Docker's image list was not a JSON array");
-        goto Exit;
-    }
-    ret = 0;
-Exit:
-    sg_buf_free(&resp);
-    return ret;
+    return list_by_label(d, "/images/json?", "image", label, out, err, errlen);
 }
 
 int sg_docker_image_remove(sg_docker_t *d, const char *image, long *status, char *err, size_t errlen)
