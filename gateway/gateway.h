@@ -55,9 +55,6 @@ struct sg_gw_job {
 };
 void sg_gw_db_submit(sg_gw_job_t *job);
 
-/* Routes of the public API (api.c) and the admin API (admin.c). */
-int sg_gw_handle(void *app, h2o_req_t *req);
-int sg_gw_admin_handle(h2o_req_t *req, h2o_iovec_t *seg, int nseg);
 /* Closes a session everywhere, for a reason ("deleted", "idle",
  * "lifetime", "admin", "proxy_lost"), used by DELETE, the reaper, the admin
  * API and a proxy that lost the session. The proxy removes the container

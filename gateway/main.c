@@ -6,6 +6,7 @@
  */
 #include "config.h"
 #include "gateway.h"
+#include "routes.h"
 #include "http.h"
 #include "log.h"
 #include "util.h"

@@ -11,21 +11,22 @@
  *   GET    /admin/sessions[?tenant=NAME]      live sessions with deadlines
  *   DELETE /admin/sessions/{id}               force-close
  *   GET    /admin/usage?tenant=NAME[&from=UNIX&to=UNIX]   totals and rows
- *   DELETE /admin/tenants/{name}              delete: sessions closed, templates removed (purge.c)
- *   GET    /admin/templates[?tenant=NAME]     templates (templates.c)
+ *   DELETE /admin/tenants/{name}              delete: sessions closed, templates removed (lifecycle/purge.c)
+ *   GET    /admin/templates[?tenant=NAME]     templates (handler/templates.c)
  *   DELETE /admin/templates/{name}            remove one
+ *
+ * The admin router (routes.c) checks the admin token before any of these.
  */
 #include "fields.h"
 #include "gateway.h"
+#include "handlers.h"
 #include "http.h"
 #include "json.h"
 #include "log.h"
 #include "metrics.h"
 #include "purge.h"
-#include "templates.h"
 #include "util.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -323,7 +324,7 @@ static void job_done(sg_gw_job_t *job)
 
 static admin_job_t *job_new(h2o_req_t *req, void (*fn)(admin_job_t *, sg_store_t *))
 {
-    admin_job_t *j = calloc(1, sizeof(*j));
+    admin_job_t *j = sg_xcalloc(1, sizeof(*j));
     j->hold = sg_http_hold(req);
     j->fn = fn;
     j->job.fn = job_fn;
@@ -385,7 +386,7 @@ static void sessions_tenant_done(sg_gw_job_t *job)
         return;
     }
     if (req != NULL) {
-        list_ctx_t *c = calloc(1, sizeof(*c));
+        list_ctx_t *c = sg_xcalloc(1, sizeof(*c));
         c->hold = sg_http_hold(req);
         sg_state_sessions_list(sg_gw.state, (int64_t)j->from, on_sessions_listed, c);
     }
@@ -446,127 +447,163 @@ static int query_time(h2o_req_t *req, const char *name, double def, double *out)
     return sg_gw_number_text(v.base, v.len, 0, 253402300800.0, out);
 }
 
-int sg_gw_admin_handle(h2o_req_t *req, h2o_iovec_t *seg, int n)
+/* ---- tenants ---- */
+
+int sg_gw_admin_on_tenants_list(void *app, h2o_req_t *req, const sg_route_match_t *m)
 {
-    h2o_iovec_t tok = sg_gw_bearer(req);
-    admin_job_t *j;
+    sg_gw_db_submit(&job_new(req, tenants_list)->job);
+    return 0;
+}
 
-#define IS(i, lit) h2o_memis(seg[i].base, seg[i].len, H2O_STRLIT(lit))
-#define METHOD(m) sg_http_method_is(req, m)
+int sg_gw_admin_on_tenant_create(void *app, h2o_req_t *req, const sg_route_match_t *m)
+{
+    json_object *body = admin_body(req);
+    if (body == NULL)
+        return 0;
+    admin_job_t *j = job_new(req, tenant_create);
+    j->body = body;
+    sg_gw_db_submit(&j->job);
+    return 0;
+}
 
-    if (sg_gw.admin_token[0] == '\0')
-        return reply_error(req, 404, "not_found", "the admin API is disabled (SANDGATE_ADMIN_TOKEN is not set)");
-    /* Guessing the admin token: an address that sent too many wrong ones is
-     * refused before its token is looked at (so no answer tells a right
-     * guess from a wrong one while it waits); the comparison itself stays
-     * constant-time. */
-    struct sockaddr_storage peer;
-    struct sockaddr *sa = NULL;
-    if (req->conn->callbacks->get_peername != NULL && req->conn->callbacks->get_peername(req->conn, (void *)&peer) != 0)
-        sa = (struct sockaddr *)&peer;
-    double now = (double)sg_now_us() / 1e6, wait = sg_throttle_wait(sg_gw.admin_throttle, sa, now);
-    if (wait > 0) {
-        char v[32];
-        snprintf(v, sizeof(v), "%.0f", ceil(wait));
-        sg_http_add_header(req, "retry-after", v);
-        return reply_error(req, 429, "too_many_failures",
-                           "too many wrong admin tokens from this address; try again after Retry-After seconds");
+/* A tenant named in the path: one longer than a name can be is no tenant. */
+static admin_job_t *tenant_job(h2o_req_t *req, const sg_route_match_t *m, void (*fn)(admin_job_t *, sg_store_t *),
+                               json_object *body)
+{
+    admin_job_t *j = job_new(req, fn);
+    j->body = body;
+    copy_seg(j->name, sizeof(j->name), m->arg[0]);
+    return j;
+}
+
+int sg_gw_admin_on_tenant_get(void *app, h2o_req_t *req, const sg_route_match_t *m)
+{
+    if (m->arg[0].len > SG_TENANT_NAME_MAX)
+        return reply_error(req, 404, "no_such_tenant", "no such tenant");
+    sg_gw_db_submit(&tenant_job(req, m, tenant_get, NULL)->job);
+    return 0;
+}
+
+int sg_gw_admin_on_tenant_patch(void *app, h2o_req_t *req, const sg_route_match_t *m)
+{
+    json_object *body;
+    if (m->arg[0].len > SG_TENANT_NAME_MAX)
+        return reply_error(req, 404, "no_such_tenant", "no such tenant");
+    if ((body = admin_body(req)) == NULL)
+        return 0;
+    sg_gw_db_submit(&tenant_job(req, m, tenant_patch, body)->job);
+    return 0;
+}
+
+typedef struct {
+    sg_http_hold_t *hold;
+    char name[SG_TENANT_NAME_MAX + 1];
+} delete_ctx_t;
+
+static void on_tenant_deleted(void *data, int status, const char *code, const char *detail)
+{
+    delete_ctx_t *c = data;
+    h2o_req_t *req = sg_http_hold_req(c->hold);
+    if (req != NULL) {
+        sg_metrics_request("admin", status);
+        if (status == 200) {
+            json_object *o = json_object_new_object();
+            json_object_object_add(o, "status", json_object_new_string("deleted"));
+            json_object_object_add(o, "name", json_object_new_string(c->name));
+            sg_http_send_json(req, 200, o);
+        } else {
+            sg_http_send_error(req, status, code, "%s%s", detail,
+                               status >= 500 ? " (the tenant is disabled; the gateway tries again)" : "");
+        }
     }
-    if (tok.base == NULL || !sg_gw_secret_equal(tok.base, tok.len, sg_gw.admin_token)) {
-        sg_throttle_fail(sg_gw.admin_throttle, sa, now);
-        sg_http_add_header(req, "www-authenticate", "Bearer realm=\"sandgate-admin\"");
-        return reply_error(req, 401, "unauthorized", "the admin API needs Authorization: Bearer <admin token>");
-    }
-    if (n == 2 && IS(1, "tenants")) {
-        if (METHOD("GET")) {
-            j = job_new(req, tenants_list);
-        } else if (METHOD("POST")) {
-            json_object *body = admin_body(req);
-            if (body == NULL)
-                return 0;
-            j = job_new(req, tenant_create);
-            j->body = body;
-        } else {
-            return reply_error(req, 405, "method_not_allowed", "use GET or POST");
-        }
-    } else if (n == 3 && IS(1, "tenants")) {
-        if (seg[2].len > SG_TENANT_NAME_MAX)
-            return reply_error(req, 404, "no_such_tenant", "no such tenant");
-        if (METHOD("GET")) {
-            j = job_new(req, tenant_get);
-        } else if (METHOD("PATCH")) {
-            json_object *body = admin_body(req);
-            if (body == NULL)
-                return 0;
-            j = job_new(req, tenant_patch);
-            j->body = body;
-        } else if (METHOD("DELETE")) {
-            return sg_gw_tenant_delete_admin(req, seg[2]);
-        } else {
-            return reply_error(req, 405, "method_not_allowed", "use GET, PATCH or DELETE");
-        }
-        copy_seg(j->name, sizeof(j->name), seg[2]);
-    } else if (n == 4 && IS(1, "tenants") && IS(3, "tokens")) {
-        if (seg[2].len > SG_TENANT_NAME_MAX)
-            return reply_error(req, 404, "no_such_tenant", "no such tenant");
-        if (METHOD("GET")) {
-            j = job_new(req, token_list);
-        } else if (METHOD("POST")) {
-            json_object *body = NULL;
-            if (req->entity.len != 0 && (body = admin_body(req)) == NULL)
-                return 0;
-            j = job_new(req, token_create);
-            j->body = body;
-        } else {
-            return reply_error(req, 405, "method_not_allowed", "use GET or POST");
-        }
-        copy_seg(j->name, sizeof(j->name), seg[2]);
-    } else if (n == 3 && IS(1, "tokens")) {
-        if (!METHOD("DELETE"))
-            return reply_error(req, 405, "method_not_allowed", "use DELETE");
-        j = job_new(req, token_revoke);
-        copy_seg(j->arg, sizeof(j->arg), seg[2]);
-    } else if (n == 2 && IS(1, "sessions")) {
-        if (!METHOD("GET"))
-            return reply_error(req, 405, "method_not_allowed", "use GET");
-        h2o_iovec_t t = sg_http_query_param(req, "tenant");
-        j = job_new(req, tenant_id_of);
-        if (t.base != NULL)
-            snprintf(j->name, sizeof(j->name), "%.*s", (int)t.len, t.base);
-        j->job.done = sessions_tenant_done;
-    } else if (n == 3 && IS(1, "sessions")) {
-        if (!METHOD("DELETE"))
-            return reply_error(req, 405, "method_not_allowed", "use DELETE");
-        if (!sg_is_uuid(seg[2].base, seg[2].len))
-            return reply_error(req, 404, "no_such_session", "no such session");
-        j = job_new(req, session_owner);
-        copy_seg(j->arg, sizeof(j->arg), seg[2]);
-        j->job.done = force_close_done;
-    } else if ((n == 2 || n == 3) && IS(1, "templates")) {
-        return sg_gw_templates_admin(req, seg, n);
-    } else if (n == 2 && IS(1, "usage")) {
-        if (!METHOD("GET"))
-            return reply_error(req, 405, "method_not_allowed", "use GET");
-        h2o_iovec_t t = sg_http_query_param(req, "tenant");
-        if (t.base == NULL || t.len == 0 || t.len > SG_TENANT_NAME_MAX)
-            return reply_error(req, 400, "bad_field", "query parameter \"tenant\" is required");
-        j = job_new(req, usage_get);
+    sg_http_hold_release(c->hold);
+    free(c);
+}
+
+int sg_gw_admin_on_tenant_delete(void *app, h2o_req_t *req, const sg_route_match_t *m)
+{
+    h2o_iovec_t name = m->arg[0];
+    if (name.len == 0 || name.len > SG_TENANT_NAME_MAX)
+        return reply_error(req, 404, "no_such_tenant", "no such tenant");
+    delete_ctx_t *c = sg_xcalloc(1, sizeof(*c));
+    c->hold = sg_http_hold(req);
+    copy_seg(c->name, sizeof(c->name), name);
+    sg_gw_tenant_delete(c->name, on_tenant_deleted, c);
+    return 0;
+}
+
+/* ---- tokens ---- */
+
+int sg_gw_admin_on_tokens_list(void *app, h2o_req_t *req, const sg_route_match_t *m)
+{
+    if (m->arg[0].len > SG_TENANT_NAME_MAX)
+        return reply_error(req, 404, "no_such_tenant", "no such tenant");
+    sg_gw_db_submit(&tenant_job(req, m, token_list, NULL)->job);
+    return 0;
+}
+
+int sg_gw_admin_on_token_create(void *app, h2o_req_t *req, const sg_route_match_t *m)
+{
+    json_object *body = NULL;
+    if (m->arg[0].len > SG_TENANT_NAME_MAX)
+        return reply_error(req, 404, "no_such_tenant", "no such tenant");
+    if (req->entity.len != 0 && (body = admin_body(req)) == NULL)
+        return 0;
+    sg_gw_db_submit(&tenant_job(req, m, token_create, body)->job);
+    return 0;
+}
+
+int sg_gw_admin_on_token_revoke(void *app, h2o_req_t *req, const sg_route_match_t *m)
+{
+    admin_job_t *j = job_new(req, token_revoke);
+    copy_seg(j->arg, sizeof(j->arg), m->arg[0]);
+    sg_gw_db_submit(&j->job);
+    return 0;
+}
+
+/* ---- live sessions ---- */
+
+int sg_gw_admin_on_sessions_list(void *app, h2o_req_t *req, const sg_route_match_t *m)
+{
+    h2o_iovec_t t = sg_http_query_param(req, "tenant");
+    admin_job_t *j = job_new(req, tenant_id_of);
+    if (t.base != NULL)
         snprintf(j->name, sizeof(j->name), "%.*s", (int)t.len, t.base);
-        const char *bad = query_time(req, "to", (double)sg_wall_s() + 1, &j->to) != 0                ? "to"
-                          : query_time(req, "from", j->to - 86400 - 1, &j->from) != 0 ? "from"
-                                                                                      : NULL;
-        if (bad != NULL) {
-            char detail[160];
-            admin_free(j);
-            snprintf(detail, sizeof(detail), "query parameter \"%s\" must be a unix time in seconds (a finite number)",
-                     bad);
-            return reply_error(req, 400, "bad_field", detail);
-        }
-    } else {
-        return reply_error(req, 404, "not_found", "no such admin route");
+    j->job.done = sessions_tenant_done;
+    sg_gw_db_submit(&j->job);
+    return 0;
+}
+
+int sg_gw_admin_on_session_close(void *app, h2o_req_t *req, const sg_route_match_t *m)
+{
+    if (!sg_is_uuid(m->arg[0].base, m->arg[0].len))
+        return reply_error(req, 404, "no_such_session", "no such session");
+    admin_job_t *j = job_new(req, session_owner);
+    copy_seg(j->arg, sizeof(j->arg), m->arg[0]);
+    j->job.done = force_close_done;
+    sg_gw_db_submit(&j->job);
+    return 0;
+}
+
+/* ---- usage ---- */
+
+int sg_gw_admin_on_usage(void *app, h2o_req_t *req, const sg_route_match_t *m)
+{
+    h2o_iovec_t t = sg_http_query_param(req, "tenant");
+    if (t.base == NULL || t.len == 0 || t.len > SG_TENANT_NAME_MAX)
+        return reply_error(req, 400, "bad_field", "query parameter \"tenant\" is required");
+    admin_job_t *j = job_new(req, usage_get);
+    snprintf(j->name, sizeof(j->name), "%.*s", (int)t.len, t.base);
+    const char *bad = query_time(req, "to", (double)sg_wall_s() + 1, &j->to) != 0                ? "to"
+                      : query_time(req, "from", j->to - 86400 - 1, &j->from) != 0 ? "from"
+                                                                                  : NULL;
+    if (bad != NULL) {
+        char detail[160];
+        admin_free(j);
+        snprintf(detail, sizeof(detail), "query parameter \"%s\" must be a unix time in seconds (a finite number)",
+                 bad);
+        return reply_error(req, 400, "bad_field", detail);
     }
     sg_gw_db_submit(&j->job);
     return 0;
-#undef IS
-#undef METHOD
 }

@@ -3,10 +3,8 @@
  */
 #include "purge.h"
 #include "gateway.h"
-#include "http.h"
 #include "log.h"
-#include "metrics.h"
-#include "templates.h"
+#include "util.h"
 
 #include <curl/curl.h>
 #include <stdio.h>
@@ -31,14 +29,14 @@ struct purge {
     int failed;
     char why[300];
     purge_done_cb done;
-    sg_http_hold_t *hold; /* the admin request, if any */
+    sg_gw_purge_cb cb; /* the admin request's, if any */
+    void *cb_data;
 };
 
 static int purging; /* a sweep is under way */
 
 static void purge_free(purge_t *p)
 {
-    sg_http_hold_release(p->hold);
     free(p->items);
     free(p);
 }
@@ -50,10 +48,7 @@ static void add_item(purge_t *p, const char *s)
     for (size_t i = 0; i < p->nitems; i++)
         if (strcmp(p->items[i], s) == 0)
             return;
-    void *n = realloc(p->items, (p->nitems + 1) * sizeof(*p->items));
-    if (n == NULL)
-        return;
-    p->items = n;
+    p->items = sg_xrealloc(p->items, (p->nitems + 1) * sizeof(*p->items));
     snprintf(p->items[p->nitems++], sizeof(p->items[0]), "%s", s);
 }
 
@@ -243,40 +238,22 @@ static void mark_next(purge_t *p)
     run_step(p, sessions_step, sessions_next);
 }
 
-static void admin_done(purge_t *p, int status, const char *code, const char *detail)
+static void delete_done(purge_t *p, int status, const char *code, const char *detail)
 {
-    h2o_req_t *req = sg_http_hold_req(p->hold);
     if (status != 200)
         sg_warn("tenant %s: delete not finished: %s", p->name, detail);
-    if (req != NULL) {
-        sg_metrics_request("admin", status);
-        if (status == 200) {
-            json_object *o = json_object_new_object();
-            json_object_object_add(o, "status", json_object_new_string("deleted"));
-            json_object_object_add(o, "name", json_object_new_string(p->name));
-            sg_http_send_json(req, 200, o);
-        } else {
-            sg_http_send_error(req, status, code, "%s%s", detail,
-                               status >= 500 ? " (the tenant is disabled; the gateway tries again)" : "");
-        }
-    }
+    p->cb(p->cb_data, status, code, detail);
     purge_free(p);
 }
 
-int sg_gw_tenant_delete_admin(h2o_req_t *req, h2o_iovec_t name)
+void sg_gw_tenant_delete(const char *name, sg_gw_purge_cb done, void *data)
 {
-    purge_t *p;
-    if (name.len == 0 || name.len > SG_TENANT_NAME_MAX) {
-        sg_metrics_request("admin", 404);
-        sg_http_send_error(req, 404, "no_such_tenant", "no such tenant");
-        return 0;
-    }
-    p = calloc(1, sizeof(*p));
-    memcpy(p->name, name.base, name.len);
-    p->hold = sg_http_hold(req);
-    p->done = admin_done;
+    purge_t *p = sg_xcalloc(1, sizeof(*p));
+    snprintf(p->name, sizeof(p->name), "%s", name);
+    p->cb = done;
+    p->cb_data = data;
+    p->done = delete_done;
     run_step(p, mark_step, mark_next);
-    return 0;
 }
 
 /* ---- the sweep ---- */
@@ -321,7 +298,7 @@ void sg_gw_purge_sweep(void)
     if (purging || sg_gw.stopping)
         return;
     purging = 1;
-    purge_t *p = calloc(1, sizeof(*p));
+    purge_t *p = sg_xcalloc(1, sizeof(*p));
     p->done = sweep_done;
     run_step(p, sweep_step, sweep_next);
 }

@@ -1,11 +1,9 @@
 /*
- * templates.c — tenants' templates (templates.h).
+ * templates.c — tenants' templates as records (templates.h).
  */
 #include "templates.h"
 #include "gateway.h"
-#include "http.h"
 #include "log.h"
-#include "metrics.h"
 #include "util.h"
 
 #include <curl/curl.h>
@@ -78,7 +76,7 @@ static void admit_done(sg_gw_job_t *job)
 
 void sg_gw_templates_admit(const sg_tenant_t *t, const char *image, int keep, sg_gw_tpl_admit_cb cb, void *data)
 {
-    admit_t *a = calloc(1, sizeof(*a));
+    admit_t *a = sg_xcalloc(1, sizeof(*a));
     a->tenant = t->id;
     a->max = t->max_templates;
     if (image != NULL) {
@@ -134,7 +132,7 @@ void sg_gw_template_release(int64_t row)
 {
     if (row == 0)
         return;
-    record_t *r = calloc(1, sizeof(*r));
+    record_t *r = sg_xcalloc(1, sizeof(*r));
     r->row = row;
     r->job.fn = release_fn;
     r->job.done = record_done;
@@ -144,7 +142,7 @@ void sg_gw_template_release(int64_t row)
 void sg_gw_template_closed(int64_t tenant, const char *sid, const char *reply, size_t len, void (*done)(void *data),
                            void *data)
 {
-    record_t *r = calloc(1, sizeof(*r));
+    record_t *r = sg_xcalloc(1, sizeof(*r));
     json_object *o = reply != NULL && len != 0 ? json_tokener_parse(reply) : NULL, *t, *v;
 
     r->tenant = tenant;
@@ -211,7 +209,7 @@ static void list_done(sg_gw_job_t *job)
 
 static void list_start(int64_t tenant, int admin, sg_gw_tpl_reply_cb cb, void *data)
 {
-    list_t *l = calloc(1, sizeof(*l));
+    list_t *l = sg_xcalloc(1, sizeof(*l));
     l->tenant = tenant;
     l->admin = admin;
     l->arr = json_object_new_array();
@@ -225,6 +223,11 @@ static void list_start(int64_t tenant, int admin, sg_gw_tpl_reply_cb cb, void *d
 void sg_gw_templates_list(int64_t tenant, sg_gw_tpl_reply_cb cb, void *data)
 {
     list_start(tenant, 0, cb, data);
+}
+
+void sg_gw_templates_list_admin(int64_t tenant, sg_gw_tpl_reply_cb cb, void *data)
+{
+    list_start(tenant, 1, cb, data);
 }
 
 /* ---- removing one: row looked up, image removed on the proxy, row removed ---- */
@@ -325,7 +328,7 @@ static void del_done(sg_gw_job_t *job)
 
 void sg_gw_template_delete(int64_t tenant, const char *name, sg_gw_tpl_reply_cb cb, void *data)
 {
-    del_t *d = calloc(1, sizeof(*d));
+    del_t *d = sg_xcalloc(1, sizeof(*d));
     d->tenant = tenant;
     snprintf(d->name, sizeof(d->name), "%s", name);
     d->cb = cb;
@@ -358,94 +361,4 @@ int sg_gw_template_name(h2o_iovec_t seg, char *out, size_t outlen)
     }
     out[o] = '\0';
     return o != 0 ? 0 : -1;
-}
-
-/* ---- admin routes ---- */
-
-typedef struct {
-    sg_gw_job_t job;
-    sg_http_hold_t *hold;
-    char tenant_name[SG_TENANT_NAME_MAX + 1];
-    int64_t tenant;
-    int found;
-} admin_t;
-
-static void admin_reply(void *data, int status, const char *code, const char *detail, json_object *reply)
-{
-    sg_http_hold_t *hold = data;
-    h2o_req_t *req = sg_http_hold_req(hold);
-    if (req != NULL) {
-        sg_metrics_request("admin", status);
-        if (reply != NULL) {
-            sg_http_send_json(req, status, reply);
-            reply = NULL;
-        } else {
-            sg_http_send_error(req, status, code, "%s", detail);
-        }
-    }
-    json_object_put(reply);
-    sg_http_hold_release(hold);
-}
-
-static void admin_tenant_fn(sg_gw_job_t *job, sg_store_t *st)
-{
-    admin_t *a = (admin_t *)job;
-    sg_tenant_t t;
-    int rc = sg_store_tenant_by_name(st, a->tenant_name, &t, job->err, sizeof(job->err));
-    job->rc = rc < 0 ? -1 : 0;
-    a->found = rc == 1;
-    a->tenant = rc == 1 ? t.id : 0;
-}
-
-static void admin_tenant_done(sg_gw_job_t *job)
-{
-    admin_t *a = (admin_t *)job;
-    if (job->rc != 0)
-        admin_reply(a->hold, 500, "internal", job->err, NULL);
-    else if (!a->found)
-        admin_reply(a->hold, 404, "no_such_tenant", "no such tenant", NULL);
-    else
-        list_start(a->tenant, 1, admin_reply, a->hold);
-    free(a);
-}
-
-int sg_gw_templates_admin(h2o_req_t *req, h2o_iovec_t *seg, int n)
-{
-    char name[256];
-    if (n == 2) {
-        if (!sg_http_method_is(req, "GET")) {
-            sg_metrics_request("admin", 405);
-            sg_http_send_error(req, 405, "method_not_allowed", "use GET");
-            return 0;
-        }
-        h2o_iovec_t t = sg_http_query_param(req, "tenant");
-        if (t.base == NULL || t.len == 0) {
-            list_start(0, 1, admin_reply, sg_http_hold(req));
-            return 0;
-        }
-        if (t.len > SG_TENANT_NAME_MAX) {
-            sg_metrics_request("admin", 404);
-            sg_http_send_error(req, 404, "no_such_tenant", "no such tenant");
-            return 0;
-        }
-        admin_t *a = calloc(1, sizeof(*a));
-        a->hold = sg_http_hold(req);
-        memcpy(a->tenant_name, t.base, t.len);
-        a->job.fn = admin_tenant_fn;
-        a->job.done = admin_tenant_done;
-        sg_gw_db_submit(&a->job);
-        return 0;
-    }
-    if (!sg_http_method_is(req, "DELETE")) {
-        sg_metrics_request("admin", 405);
-        sg_http_send_error(req, 405, "method_not_allowed", "use DELETE");
-        return 0;
-    }
-    if (sg_gw_template_name(seg[2], name, sizeof(name)) != 0) {
-        sg_metrics_request("admin", 404);
-        sg_http_send_error(req, 404, "no_such_template", "no such template");
-        return 0;
-    }
-    sg_gw_template_delete(0, name, admin_reply, sg_http_hold(req));
-    return 0;
 }

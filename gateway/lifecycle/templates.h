@@ -1,12 +1,14 @@
 /*
- * templates.h — tenants' templates: the images keep_template sessions leave
- * on the proxy (docs/architecture.md). Each belongs to the tenant whose
- * session made it, counts against its max_templates quota (kept templates
- * plus live keep_template sessions, reserved in one SQLite transaction, so
- * exact under parallel creates), is listed and removed through the public
- * and admin APIs, and goes when the tenant is deleted (purge.c).
+ * templates.h — tenants' templates as records: the images keep_template
+ * sessions leave on the proxy (docs/architecture.md). Each belongs to the
+ * tenant whose session made it, counts against its max_templates quota
+ * (kept templates plus live keep_template sessions, reserved in one SQLite
+ * transaction, so exact under parallel creates), is listed and removed
+ * through the public and admin APIs (handler/templates.c), and goes when
+ * the tenant is deleted (purge.c).
  *
- * Loop thread; the SQLite work runs on the DB threads.
+ * Loop thread; the SQLite work runs on the DB threads. Every callback runs
+ * later, on the loop, never before the call that takes it returns.
  */
 #ifndef SANDGATE_GW_TEMPLATES_H
 #define SANDGATE_GW_TEMPLATES_H
@@ -39,6 +41,9 @@ void sg_gw_template_closed(int64_t tenant, const char *sid, const char *reply, s
 
 /* GET /templates of a tenant: {"templates":[{"name","session_id","created_at","size_bytes"}]}. */
 void sg_gw_templates_list(int64_t tenant, sg_gw_tpl_reply_cb cb, void *data);
+/* The same for the admin API, with "tenant_id" in each entry; tenant 0:
+ * every tenant's. */
+void sg_gw_templates_list_admin(int64_t tenant, sg_gw_tpl_reply_cb cb, void *data);
 /* DELETE /templates/{name}: removes the image on the proxy, then the row.
  * tenant 0: any tenant's (admin). Another tenant's is a 404 as an unknown
  * one; a template a live session uses is 409 template_in_use. */
@@ -46,9 +51,5 @@ void sg_gw_template_delete(int64_t tenant, const char *name, sg_gw_tpl_reply_cb 
 /* Percent-decodes a template name from a path segment; 0, or -1 if it
  * cannot be one (too long, NUL, bad escape). */
 int sg_gw_template_name(h2o_iovec_t seg, char *out, size_t outlen);
-
-/* The admin routes: GET /admin/templates[?tenant=NAME] (with "tenant" in
- * each entry), DELETE /admin/templates/{name}. Authenticated by admin.c. */
-int sg_gw_templates_admin(h2o_req_t *req, h2o_iovec_t *seg, int n);
 
 #endif

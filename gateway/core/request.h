@@ -1,0 +1,206 @@
+/*
+ * request.h — the request core of the public API: one sg_gw_req_t from the
+ * route's handler (handler/) to its reply.
+ *
+ * A request's journey, all on the loop thread except the DB steps:
+ *   handler -> sg_gw_req_accept: caps on headers, body and path, the bearer
+ *   -> [DB] token + session owner -> [state] rate -> the route's run()
+ *   -> caps on the body (request.c) -> [state] execution slot, day's quota
+ *   (ledger.c) -> [upstream] proxy (forward.c) -> [DB, state] records
+ *   (ledger.c) -> reply.
+ *
+ * Ownership: the request is the caller's from run() on; every path ends in
+ * exactly one sg_gw_req_free, after at most one reply (sg_gw_reply_*). A
+ * reply to a client that has gone goes nowhere; the request is still
+ * freed. Loop thread only.
+ */
+#ifndef SANDGATE_GW_REQUEST_H
+#define SANDGATE_GW_REQUEST_H
+
+#include <h2o.h>
+#include <json-c/json.h>
+
+#include "concurrency.h"
+#include "gateway.h"
+#include "http.h"
+#include "route.h"
+#include "sse_tail.h"
+
+/* The files route's query string: "?path=" and a path the proxy takes
+ * (SG_MAX_PATH, 1024 bytes) with every byte percent-encoded, and some room.
+ * A longer one is refused, never cut: a cut query names another file. */
+#define SG_GW_QUERY_MAX 3200
+
+/* The routes of the public API, as the metrics name them. */
+typedef enum {
+    SG_GW_R_CREATE,         /* POST /sessions */
+    SG_GW_R_LIST,           /* GET /sessions */
+    SG_GW_R_GET,            /* GET /sessions/{id} */
+    SG_GW_R_DELETE,         /* DELETE /sessions/{id} */
+    SG_GW_R_EXECUTE,        /* POST /sessions/{id}/execute */
+    SG_GW_R_COMMAND,        /* POST /sessions/{id}/commands */
+    SG_GW_R_FILES,          /* PUT, GET /sessions/{id}/files */
+    SG_GW_R_EPHEMERAL,      /* POST /execute */
+    SG_GW_R_LIBRARIES,      /* POST /sessions/{id}/libraries */
+    SG_GW_R_TEMPLATES,      /* GET /templates */
+    SG_GW_R_TEMPLATE_DELETE /* DELETE /templates/{name} */
+} sg_gw_route_t;
+
+/* What a client that goes away while the proxy is called does to the call. */
+typedef enum {
+    SG_GW_GONE_FINISH, /* it runs to its end: a session the proxy made must be on record, a close must finish */
+    SG_GW_GONE_CUT,    /* the transfer is cut; the proxy sees its client go and drops the operation if it
+                        * still waits (nothing of it is billed) */
+    SG_GW_GONE_CANCEL  /* the proxy is asked first (DELETE /requests/{rid}): an operation still queued is
+                        * dropped; one that started runs to its end and is billed */
+} sg_gw_gone_t;
+
+/* What the path's "*" names (sg_route_match_t arg[0]). */
+typedef enum { SG_GW_ARG_NONE, SG_GW_ARG_SESSION, SG_GW_ARG_TEMPLATE } sg_gw_arg_t;
+
+typedef struct sg_gw_req sg_gw_req_t;
+
+/* A route as the core takes it in: checked at the door, then run() once the
+ * tenant is known and within its rate. */
+typedef struct {
+    sg_gw_route_t route;
+    sg_gw_arg_t arg;
+    int file_body;     /* the body is a file (SANDGATE_MAX_FILE_BYTES), the query string is kept */
+    int stream_accept; /* Accept: text/event-stream asks for a streamed reply */
+    sg_gw_gone_t gone;
+    void (*run)(sg_gw_req_t *g);
+} sg_gw_route_spec_t;
+
+struct sg_gw_req {
+    sg_gw_job_t job; /* the auth job; first member */
+    sg_http_hold_t *hold;
+    const sg_gw_route_spec_t *spec;
+    sg_gw_route_t route;
+    char method[8];
+    char sid[37];            /* SG_GW_ARG_SESSION; "" otherwise */
+    char template_name[256]; /* SG_GW_ARG_TEMPLATE, decoded */
+    int64_t template_row;    /* a keep_template create's slot (templates.h), 0 if none */
+    char token[SG_TOKEN_MAX + 1];
+    char query[SG_GW_QUERY_MAX]; /* "?path=..." for files */
+    char *body;                  /* a copy of the request body */
+    size_t body_len;
+    char content_type[128];
+    int want_stream;
+
+    sg_tenant_t tenant;
+    int authed;
+    sg_session_rec_t sess;
+    int sess_found;
+
+    sg_rate_result_t rate;
+    int rate_known;
+
+    json_object *json; /* the parsed body, rewritten before forwarding */
+    char lang[32];
+    double timeout; /* seconds, the execution's */
+    char reservation[40];
+    sg_exec_slot_t slot; /* one of the tenant's max_concurrent_execs, while held */
+    void (*after_slot)(sg_gw_req_t *g);
+    void (*after_quota)(sg_gw_req_t *g);
+    char day[9];
+    double started_at;
+    uint64_t started_us; /* monotonic, when the run was sent to the proxy */
+
+    sg_http_stream_t *stream;
+    sg_sse_tail_t tail; /* a streamed reply, parsed as it passes for its result event */
+    long up_status;
+
+    sg_upstream_req_t *up;            /* the call to the proxy while in flight */
+    sg_upstream_done_cb up_done;      /* its callback */
+    sg_upstream_req_t *cancel_up;     /* DELETE /requests/{rid} while in flight */
+    char rid[33];                     /* names an execution to the proxy (X-Sandgate-Request-Id) */
+    h2o_timeout_entry_t cancel_retry; /* the proxy did not have the request yet */
+    int cancel_tries;
+    char up_retry_after[16]; /* the proxy's Retry-After, passed on with its 429 / 503 */
+};
+
+/* ---- the door (request.c) ---- */
+
+/* Takes a matched request in: the caps on its headers, body and path, its
+ * bearer token, then (later, on the loop) the token's tenant, the session's
+ * owner and the tenant's rate limit; spec->run follows when all pass, else
+ * the error is answered. Returns 0 (the h2o handler's answer). */
+int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_route_spec_t *spec);
+/* Every request ends here, whatever the path (reply, upstream failure,
+ * client gone, stream end): an execution slot it holds is given back. */
+void sg_gw_req_free(sg_gw_req_t *g);
+/* The client's request, or NULL once the client has gone. */
+h2o_req_t *sg_gw_req_http(sg_gw_req_t *g);
+
+/* ---- replies (request.c): each adds the rate headers and counts the route ---- */
+
+void sg_gw_reply_error(sg_gw_req_t *g, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Takes o. */
+void sg_gw_reply_json(sg_gw_req_t *g, int status, json_object *o);
+/* ctype "" is application/json. */
+void sg_gw_reply_raw(sg_gw_req_t *g, int status, const char *ctype, const char *body, size_t len);
+/* 429 with Retry-After (at least 1 s), counted as a rejection by limit
+ * ("rate", "sessions", "execs_per_day", ...); code "quota_exceeded" or
+ * "concurrency_limit". */
+void sg_gw_reply_429(sg_gw_req_t *g, const char *code, const char *limit, double retry_after, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* Prepares the client's reply headers for status (rate headers, the
+ * proxy's Retry-After, the route's count); for a reply that is not sent by
+ * sg_gw_reply_* (a stream). */
+void sg_gw_reply_prepare(sg_gw_req_t *g, h2o_req_t *req, int status);
+
+/* ---- caps on the body (request.c): 0, or -1 after answering 4xx ---- */
+
+/* Parses the body into g->json (415 for another content type, 400 bad_json). */
+int sg_gw_parse_json_body(sg_gw_req_t *g);
+/* A number field of the body (fields.h): *out its value (def, capped, when
+ * absent), or 400 naming the field. */
+int sg_gw_cap_number(sg_gw_req_t *g, const char *field, double above, int whole, double cap, double def,
+                     double *out);
+/* "lang" (default python) into g->lang, one the tenant may use. */
+int sg_gw_check_lang(sg_gw_req_t *g);
+
+/* ---- the session behind the request (request.c) ---- */
+
+/* Its idle deadline moves on (and its count of runs, with add_exec). */
+void sg_gw_touch_session(sg_gw_req_t *g, int add_exec);
+/* The proxy answered 404 no_such_session for a session the records say is
+ * live (it was restarted): the session is closed so that its slot comes back. */
+void sg_gw_check_session_lost(sg_gw_req_t *g, const sg_upstream_reply_t *r);
+/* A state callback for updates nobody waits on. */
+void sg_gw_state_ignore(void *data, const sg_state_result_t *r);
+
+/* ---- forwarding to the proxy (forward.c) ---- */
+
+/* Watches the client while its request waits (spec->gone says what its
+ * going does to a call in flight). */
+void sg_gw_watch_client(sg_gw_req_t *g);
+/* Sends the request (g->json rewritten, else the body as it came, and
+ * g->query) on to the proxy; done gets the reply, or a failure (status 0)
+ * when the call cannot be made or the client has gone already. With
+ * g->want_stream the reply streams through to the client as it comes. */
+void sg_gw_forward(sg_gw_req_t *g, const char *method, const char *path, long timeout_ms, sg_upstream_done_cb done);
+/* A done callback for sg_gw_forward: the proxy's answer goes back as it is. */
+void sg_gw_pass_reply(void *data, const sg_upstream_reply_t *r);
+/* An upstream failure with no reply from the proxy: 499, 504 or 502. */
+void sg_gw_reply_upstream_failure(sg_gw_req_t *g, const sg_upstream_reply_t *r);
+
+/* ---- executions: slot, quota, usage (ledger.c) ---- */
+
+/* Takes one of the tenant's max_concurrent_execs for a call to the proxy
+ * that waits at most wait_ms, then runs next; past the cap: 429
+ * concurrency_limit. The slot goes back in sg_gw_req_free. */
+void sg_gw_exec_slot_take(sg_gw_req_t *g, long wait_ms, void (*next)(sg_gw_req_t *g));
+/* Reserves one of the day's executions (g->day) against the tenant's daily
+ * quotas, then runs next; past them: 429 quota_exceeded. */
+void sg_gw_quota_reserve(sg_gw_req_t *g, void (*next)(sg_gw_req_t *g));
+/* Records what the proxy said about one execution (`result`, its result
+ * object): ledger row, the day's seconds, metrics; the answer
+ * (sg_gw_exec_answer) follows once the row is written. */
+void sg_gw_record_execution(sg_gw_req_t *g, const char *result, size_t result_len, const sg_upstream_reply_t *r);
+/* Sends what the proxy answered to an execution (or ends the stream that
+ * already carried it) and lets the request go. */
+void sg_gw_exec_answer(sg_gw_req_t *g, int status, const char *ctype, const char *body, size_t len);
+
+#endif

@@ -1,0 +1,313 @@
+/*
+ * sessions.c — a tenant's sessions: POST /sessions (create), GET /sessions
+ * (its open ones), GET /sessions/{id} (the proxy's details), DELETE
+ * /sessions/{id} (close).
+ *
+ * A create, top-down: the body's caps -> a template (lifecycle/templates:
+ * the image it names must be the tenant's own; keep_template reserves a
+ * slot) -> a slot among the tenant's live sessions (the state) -> the
+ * proxy -> the session committed in the state and opened in SQLite, then
+ * the reply.
+ */
+#include "handlers.h"
+#include "log.h"
+#include "metrics.h"
+#include "request.h"
+#include "templates.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void create(sg_gw_req_t *g);
+static void list(sg_gw_req_t *g);
+static void get(sg_gw_req_t *g);
+static void delete(sg_gw_req_t *g);
+
+/* creating and deleting a session run to their end when the client goes:
+ * a session the proxy made must be on record, and a close must finish */
+static const sg_gw_route_spec_t create_spec = {SG_GW_R_CREATE, SG_GW_ARG_NONE, 0, 0, SG_GW_GONE_FINISH, create};
+static const sg_gw_route_spec_t list_spec = {SG_GW_R_LIST, SG_GW_ARG_NONE, 0, 0, SG_GW_GONE_FINISH, list};
+static const sg_gw_route_spec_t get_spec = {SG_GW_R_GET, SG_GW_ARG_SESSION, 0, 0, SG_GW_GONE_CUT, get};
+static const sg_gw_route_spec_t delete_spec = {SG_GW_R_DELETE, SG_GW_ARG_SESSION, 0, 0, SG_GW_GONE_FINISH, delete};
+
+int sg_gw_on_session_create(void *app, h2o_req_t *req, const sg_route_match_t *m)
+{
+    return sg_gw_req_accept(req, m, &create_spec);
+}
+
+int sg_gw_on_session_list(void *app, h2o_req_t *req, const sg_route_match_t *m)
+{
+    return sg_gw_req_accept(req, m, &list_spec);
+}
+
+int sg_gw_on_session_get(void *app, h2o_req_t *req, const sg_route_match_t *m)
+{
+    return sg_gw_req_accept(req, m, &get_spec);
+}
+
+int sg_gw_on_session_delete(void *app, h2o_req_t *req, const sg_route_match_t *m)
+{
+    return sg_gw_req_accept(req, m, &delete_spec);
+}
+
+/* ---- POST /sessions -------------------------------------------------------------------- */
+
+static void reserve_session(sg_gw_req_t *g);
+static void on_admitted(void *data, int status, const char *code, const char *detail, int64_t row);
+static void on_reserved(void *data, const sg_state_result_t *r);
+static void on_create_reply(void *data, const sg_upstream_reply_t *r);
+
+static void create(sg_gw_req_t *g)
+{
+    double d;
+    json_object *v;
+
+    if (sg_gw_parse_json_body(g) != 0 || sg_gw_check_lang(g) != 0)
+        goto Error;
+    if (sg_gw_cap_number(g, "timeout", 0, 0, g->tenant.max_timeout, sg_gw.default_timeout, &d) != 0)
+        goto Error;
+    json_object_object_add(g->json, "timeout", json_object_new_double(d));
+    if (sg_gw_cap_number(g, "memory_mb", 0, 1, (double)g->tenant.max_memory_mb, (double)sg_gw.default_memory_mb,
+                         &d) != 0)
+        goto Error;
+    json_object_object_add(g->json, "memory_mb", json_object_new_int64((int64_t)d));
+    if (sg_gw_cap_number(g, "cpus", 0, 0, g->tenant.max_cpus, sg_gw.default_cpus, &d) != 0)
+        goto Error;
+    json_object_object_add(g->json, "cpus", json_object_new_double(d));
+    if (json_object_object_get_ex(g->json, "network", &v) && json_object_get_boolean(v) && !g->tenant.network_allowed) {
+        sg_gw_reply_error(g, 400, "network_not_allowed", "field \"network\": this tenant may not use the network");
+        goto Error;
+    }
+    /* a template (templates.h) is the only image a tenant may name, and only its own */
+    const char *image = NULL;
+    if (json_object_object_get_ex(g->json, "image", &v) && v != NULL) {
+        if (!json_object_is_type(v, json_type_string) || json_object_get_string_len(v) == 0 ||
+            json_object_get_string_len(v) > 255) {
+            sg_gw_reply_error(g, 400, "bad_field", "field \"image\" must be the name of one of this tenant's templates");
+            goto Error;
+        }
+        image = json_object_get_string(v);
+    }
+    int keep = json_object_object_get_ex(g->json, "keep_template", &v) && json_object_is_type(v, json_type_boolean) &&
+               json_object_get_boolean(v);
+    /* the proxy labels a template with its owner, and starts one only for it */
+    json_object_object_add(g->json, "owner", json_object_new_string(g->tenant.name));
+    if (image != NULL || keep) {
+        sg_gw_templates_admit(&g->tenant, image, keep, on_admitted, g);
+        return;
+    }
+    reserve_session(g);
+    return;
+Error:
+    sg_gw_req_free(g);
+}
+
+static void on_admitted(void *data, int status, const char *code, const char *detail, int64_t row)
+{
+    sg_gw_req_t *g = data;
+    if (status != 0) {
+        if (status == 429)
+            sg_gw_reply_429(g, "quota_exceeded", "templates", 60, "%s", detail);
+        else
+            sg_gw_reply_error(g, status, code, "%s", detail);
+        sg_gw_req_free(g);
+        return;
+    }
+    g->template_row = row;
+    reserve_session(g);
+}
+
+/* A slot among the tenant's live sessions, then the create goes to the proxy. */
+static void reserve_session(sg_gw_req_t *g)
+{
+    unsigned char rnd[12];
+    sg_random_bytes(rnd, sizeof(rnd));
+    for (size_t i = 0; i < sizeof(rnd); i++)
+        snprintf(g->reservation + i * 2, 3, "%02x", rnd[i]);
+    sg_state_session_reserve(sg_gw.state, g->tenant.id, g->tenant.max_sessions, g->reservation, on_reserved, g);
+}
+
+static void on_reserved(void *data, const sg_state_result_t *r)
+{
+    sg_gw_req_t *g = data;
+    if (!r->available) {
+        /* fail closed: without the shared count the cap cannot be kept */
+        sg_metrics_upstream_error("redis");
+        sg_gw_reply_error(g, 503, "state_unavailable",
+                          "session accounting is unavailable (Redis does not answer); try again");
+        sg_gw_template_release(g->template_row);
+        sg_gw_req_free(g);
+        return;
+    }
+    if (!r->ok) {
+        sg_gw_reply_429(g, "quota_exceeded", "sessions", 5, "the tenant already has %ld live sessions, its limit",
+                        g->tenant.max_sessions);
+        sg_gw_template_release(g->template_row);
+        sg_gw_req_free(g);
+        return;
+    }
+    sg_gw_forward(g, "POST", "/sessions", sg_gw.call_timeout_ms, on_create_reply);
+}
+
+typedef struct {
+    sg_gw_job_t job;
+    sg_session_rec_t rec;
+    sg_gw_req_t *g;
+    json_object *reply;
+} open_job_t;
+
+static void open_fn(sg_gw_job_t *job, sg_store_t *st)
+{
+    open_job_t *j = (open_job_t *)job;
+    job->rc = sg_store_session_open(st, &j->rec, job->err, sizeof(job->err));
+    if (job->rc == 0 && j->g->template_row != 0 &&
+        sg_store_template_bind(st, j->g->template_row, j->rec.id, job->err, sizeof(job->err)) != 0)
+        sg_error("session %s: cannot bind its template slot: %s", j->rec.id, job->err);
+}
+
+/* The reply goes out once the session is on record: the client's next
+ * request (which looks the owner up there) must find it. */
+static void open_done(sg_gw_job_t *job)
+{
+    open_job_t *j = (open_job_t *)job;
+    if (job->rc != 0) {
+        sg_error("session %s: cannot record it: %s", j->rec.id, job->err);
+        json_object_put(j->reply);
+        sg_gw_reply_error(j->g, 500, "internal", "the session could not be recorded: %s", job->err);
+        /* the proxy has a container for it: removed like any other */
+        sg_gw_close_session(j->rec.id, j->rec.tenant_id, "deleted", NULL, NULL);
+    } else {
+        sg_gw_reply_json(j->g, 200, j->reply);
+    }
+    sg_gw_req_free(j->g);
+    free(j);
+}
+
+static void on_create_reply(void *data, const sg_upstream_reply_t *r)
+{
+    sg_gw_req_t *g = data;
+    json_object *o = NULL, *v;
+    const char *sid = NULL;
+
+    if (r->status == 200 && (o = json_tokener_parse(r->body)) != NULL && json_object_object_get_ex(o, "session_id", &v))
+        sid = json_object_get_string(v);
+    if (sid == NULL || strlen(sid) != 36) {
+        sg_state_session_unreserve(sg_gw.state, g->tenant.id, g->reservation, sg_gw_state_ignore, NULL);
+        sg_gw_template_release(g->template_row);
+        if (r->status == 0)
+            sg_gw_reply_upstream_failure(g, r);
+        else if (r->status == 200)
+            sg_gw_reply_error(g, 502, "bad_upstream_reply", "the sandbox service's reply had no session id");
+        else
+            sg_gw_reply_raw(g, (int)r->status, r->content_type, r->body, r->body_len);
+        json_object_put(o);
+        sg_gw_req_free(g);
+        return;
+    }
+    int64_t now = sg_gw_now_up();
+    sg_live_session_t live = {0};
+    snprintf(live.id, sizeof(live.id), "%s", sid);
+    live.tenant_id = g->tenant.id;
+    snprintf(live.lang, sizeof(live.lang), "%s", g->lang);
+    live.created_at = live.last_used_at = now;
+    live.idle_deadline = now + g->tenant.idle_timeout;
+    live.lifetime_deadline = now + g->tenant.max_lifetime;
+    sg_state_session_commit(sg_gw.state, g->reservation, &live, sg_gw_state_ignore, NULL);
+
+    open_job_t *j = sg_xcalloc(1, sizeof(*j));
+    snprintf(j->rec.id, sizeof(j->rec.id), "%s", sid);
+    j->rec.tenant_id = g->tenant.id;
+    snprintf(j->rec.lang, sizeof(j->rec.lang), "%s", g->lang);
+    j->rec.created_at = now;
+    j->job.fn = open_fn;
+    j->job.done = open_done;
+    /* the proxy's reply, with the deadlines the gateway keeps */
+    json_object_object_add(o, "idle_timeout", json_object_new_int64(g->tenant.idle_timeout));
+    json_object_object_add(o, "expires_at", json_object_new_int64(live.lifetime_deadline));
+    j->g = g;
+    j->reply = o;
+    sg_gw_db_submit(&j->job);
+}
+
+/* ---- GET /sessions ------------------------------------------------------------------------ */
+
+typedef struct {
+    sg_gw_job_t job;
+    sg_gw_req_t *g;
+    json_object *ids;
+} list_job_t;
+
+static void add_open_id(const sg_session_rec_t *s, void *data)
+{
+    json_object_array_add(data, json_object_new_string(s->id));
+}
+
+static void list_fn(sg_gw_job_t *job, sg_store_t *st)
+{
+    list_job_t *j = (list_job_t *)job;
+    job->rc = sg_store_session_list_open(st, j->g->tenant.id, add_open_id, j->ids, job->err, sizeof(job->err));
+}
+
+static void list_done(sg_gw_job_t *job)
+{
+    list_job_t *j = (list_job_t *)job;
+    if (job->rc != 0) {
+        sg_gw_reply_error(j->g, 500, "internal", "cannot list sessions: %s", job->err);
+        json_object_put(j->ids);
+    } else {
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "sessions", j->ids);
+        sg_gw_reply_json(j->g, 200, o);
+    }
+    sg_gw_req_free(j->g);
+    free(j);
+}
+
+static void list(sg_gw_req_t *g)
+{
+    list_job_t *j = sg_xcalloc(1, sizeof(*j));
+    j->g = g;
+    j->ids = json_object_new_array();
+    j->job.fn = list_fn;
+    j->job.done = list_done;
+    sg_gw_db_submit(&j->job);
+}
+
+/* ---- GET /sessions/{id} ------------------------------------------------------------------- */
+
+static void get(sg_gw_req_t *g)
+{
+    char path[128];
+    snprintf(path, sizeof(path), "/sessions/%s", g->sid);
+    sg_gw_forward(g, "GET", path, sg_gw.call_timeout_ms, sg_gw_pass_reply);
+}
+
+/* ---- DELETE /sessions/{id} ---------------------------------------------------------------- */
+
+/* The reply to a DELETE goes out once the close is on record: a GET
+ * /sessions right after must not list the session. The close removes the
+ * container on the proxy first; when the proxy does not confirm it, the
+ * session stays (open, counted) and the close is retried in the
+ * background. */
+static void on_closed(void *data, int closed)
+{
+    sg_gw_req_t *g = data;
+    if (closed) {
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "status", json_object_new_string("closed"));
+        sg_gw_reply_json(g, 200, o);
+    } else {
+        sg_metrics_upstream_error("unreachable");
+        sg_gw_reply_error(g, 502, "proxy_unavailable",
+                          "the sandbox service did not confirm that the session's container is removed; the session "
+                          "stays open and counted until it does (the close is retried)");
+    }
+    sg_gw_req_free(g);
+}
+
+static void delete(sg_gw_req_t *g)
+{
+    sg_gw_close_session(g->sid, g->tenant.id, "deleted", on_closed, g);
+}
