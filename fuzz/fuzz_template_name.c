@@ -1,7 +1,7 @@
 /*
  * fuzz_template_name — the {name} of DELETE /templates/{name}, a path
  * segment percent-decoded into a template name (sg_gw_template_name,
- * gateway/templates.c, which the templates fix brings).
+ * gateway/core/fields.c).
  *
  * Input: one byte choosing the output buffer's size, then the segment.
  * Invariants: a name that decodes is non-empty, has no NUL, fits its
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "templates.h"
+#include "fields.h"
 
 static int hexv(int c)
 {

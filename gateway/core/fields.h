@@ -1,13 +1,15 @@
 /*
- * fields.h — checks of the numbers a client sends the gateway, as pure
- * functions (unit tested): every number is checked finite and in range
+ * fields.h — checks of what a client sends the gateway, as pure functions
+ * (unit tested, fuzzed): every number is checked finite and in range
  * before any conversion, so no cast sees NaN, an infinity or a value out
  * of its type's range (json-c reads the literals NaN and Infinity, and
- * 1e308 is a valid JSON number).
+ * 1e308 is a valid JSON number); a name in a path is decoded whole or not
+ * at all.
  */
 #ifndef SANDGATE_FIELDS_H
 #define SANDGATE_FIELDS_H
 
+#include <h2o.h>
 #include <json-c/json.h>
 #include <stddef.h>
 
@@ -21,5 +23,9 @@ int sg_gw_number_field(json_object *body, const char *field, double above, int w
 /* A number given as text (a query parameter): all of s[0..len) a finite
  * decimal number within [min, max]. 0 with *out set, or -1. */
 int sg_gw_number_text(const char *s, size_t len, double min, double max, double *out);
+
+/* Percent-decodes a template name from a path segment; 0, or -1 if it
+ * cannot be one (too long, NUL, bad escape). */
+int sg_gw_template_name(h2o_iovec_t seg, char *out, size_t outlen);
 
 #endif

@@ -3,7 +3,7 @@
  * route's handler (handler/) to its reply.
  *
  * A request's journey, all on the loop thread except the DB steps:
- *   handler -> sg_gw_req_accept: caps on headers, body and path, the bearer
+ *   handler -> sg_gw_req_accept (auth.c): caps on headers, body and path, the bearer
  *   -> [DB] token + session owner -> [state] rate -> the route's run()
  *   -> caps on the body (request.c) -> [state] execution slot, day's quota
  *   (ledger.c) -> [upstream] proxy (forward.c) -> [DB, state] records
@@ -119,7 +119,10 @@ struct sg_gw_req {
     char up_retry_after[16]; /* the proxy's Retry-After, passed on with its 429 / 503 */
 };
 
-/* ---- the door (request.c) ---- */
+/* The metrics' route label of each sg_gw_route_t. */
+extern const char *const sg_gw_route_names[];
+
+/* ---- the door (auth.c) ---- */
 
 /* Takes a matched request in: the caps on its headers, body and path, its
  * bearer token, then (later, on the loop) the token's tenant, the session's

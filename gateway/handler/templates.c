@@ -4,6 +4,7 @@
  * for the admin API GET /admin/templates[?tenant=NAME] (with "tenant_id"
  * in each entry) and DELETE /admin/templates/{name} (any tenant's).
  */
+#include "fields.h"
 #include "handlers.h"
 #include "metrics.h"
 #include "request.h"

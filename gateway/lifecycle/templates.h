@@ -13,7 +13,6 @@
 #ifndef SANDGATE_GW_TEMPLATES_H
 #define SANDGATE_GW_TEMPLATES_H
 
-#include <h2o.h>
 #include <json-c/json.h>
 
 #include "store.h"
@@ -48,8 +47,5 @@ void sg_gw_templates_list_admin(int64_t tenant, sg_gw_tpl_reply_cb cb, void *dat
  * tenant 0: any tenant's (admin). Another tenant's is a 404 as an unknown
  * one; a template a live session uses is 409 template_in_use. */
 void sg_gw_template_delete(int64_t tenant, const char *name, sg_gw_tpl_reply_cb cb, void *data);
-/* Percent-decodes a template name from a path segment; 0, or -1 if it
- * cannot be one (too long, NUL, bad escape). */
-int sg_gw_template_name(h2o_iovec_t seg, char *out, size_t outlen);
 
 #endif

@@ -1,0 +1,170 @@
+/*
+ * auth.c — the door of the public API (request.h, sg_gw_req_accept): the
+ * caps on a request's headers, body and path, its bearer token, then the
+ * token's tenant and the session's owner (one DB job) and the tenant's
+ * rate limit; the route runs only past all of them.
+ */
+#include "request.h"
+#include "log.h"
+#include "metrics.h"
+#include "fields.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STREAM_EVENT_MAX (64u << 10) /* the result event is a few hundred bytes */
+
+/* ---- authentication and the rate limit ------------------------------------------------- */
+
+static void on_rate(void *data, const sg_rate_result_t *r)
+{
+    sg_gw_req_t *g = data;
+    if (r->available) {
+        g->rate = *r;
+        g->rate_known = 1;
+        if (!r->allowed) {
+            sg_gw_reply_429(g, "quota_exceeded", "rate", r->retry_after_s,
+                            "rate limit: %ld requests per minute (burst %ld) exceeded", g->tenant.rate_per_min,
+                            g->tenant.burst);
+            sg_gw_req_free(g);
+            return;
+        }
+    }
+    /* else fail open: a Redis outage must not stop the API */
+    g->spec->run(g);
+}
+
+static void auth_fn(sg_gw_job_t *job, sg_store_t *st)
+{
+    sg_gw_req_t *g = (sg_gw_req_t *)job;
+    int rc = sg_store_token_auth(st, g->token, strlen(g->token), &g->tenant, job->err, sizeof(job->err));
+    if (rc < 0) {
+        job->rc = -1;
+        return;
+    }
+    g->authed = rc == 1;
+    if (g->authed && g->sid[0]) {
+        rc = sg_store_session_get(st, g->sid, &g->sess, job->err, sizeof(job->err));
+        if (rc < 0) {
+            job->rc = -1;
+            return;
+        }
+        g->sess_found = rc == 1;
+    }
+}
+
+static void auth_done(sg_gw_job_t *job)
+{
+    sg_gw_req_t *g = (sg_gw_req_t *)job;
+    h2o_req_t *req = sg_gw_req_http(g);
+
+    if (job->rc != 0) {
+        sg_gw_reply_error(g, 500, "internal", "the tenant database cannot be read: %s", job->err);
+        goto Error;
+    }
+    if (!g->authed) {
+        if (req != NULL)
+            sg_http_add_header(req, "www-authenticate", "Bearer realm=\"sandgate\", error=\"invalid_token\"");
+        sg_gw_reply_error(g, 401, "unauthorized", "the API token is unknown or revoked");
+        goto Error;
+    }
+    /* a session of another tenant is answered as one that does not exist */
+    if (g->sid[0] && (!g->sess_found || g->sess.tenant_id != g->tenant.id || g->sess.closed_at != 0)) {
+        sg_gw_reply_error(g, 404, "no_such_session", "no session with id \"%s\"", g->sid);
+        goto Error;
+    }
+    sg_state_rate_check(sg_gw.state, g->tenant.id, g->tenant.rate_per_min, g->tenant.burst, on_rate, g);
+    return;
+Error:
+    sg_gw_req_free(g);
+}
+
+/* ---- the door ------------------------------------------------------------------------------ */
+
+/* Answers a request refused at the door, before it has a sg_gw_req_t. */
+static int refuse(h2o_req_t *req, sg_gw_route_t route, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int refuse(h2o_req_t *req, sg_gw_route_t route, int status, const char *code, const char *fmt, ...)
+{
+    char detail[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof(detail), fmt, ap);
+    va_end(ap);
+    sg_metrics_request(sg_gw_route_names[route], status);
+    sg_http_send_error(req, status, code, "%s", detail);
+    return 0;
+}
+
+static int wants_stream(h2o_req_t *req)
+{
+    ssize_t i = h2o_find_header(&req->headers, H2O_TOKEN_ACCEPT, -1);
+    return i >= 0 && h2o_strstr(req->headers.entries[i].value.base, req->headers.entries[i].value.len,
+                                H2O_STRLIT("text/event-stream")) != SIZE_MAX;
+}
+
+int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_route_spec_t *spec)
+{
+    sg_gw_route_t route = spec->route;
+    h2o_iovec_t arg = m->nargs > 0 ? m->arg[0] : h2o_iovec_init(NULL, 0);
+    size_t header_bytes = 0, body_cap = spec->file_body ? sg_gw.max_file_bytes : sg_gw.max_body;
+    char template_name[256] = "";
+
+    for (size_t i = 0; i < req->headers.size; i++)
+        header_bytes += req->headers.entries[i].name->len + req->headers.entries[i].value.len + 4;
+    if (header_bytes > sg_gw.max_header_bytes)
+        return refuse(req, route, 431, "headers_too_large", "the request headers are %zu bytes, above the limit of %zu",
+                      header_bytes, sg_gw.max_header_bytes);
+    if (req->entity.len > body_cap)
+        return refuse(req, route, 413, "too_large", "the request body is %zu bytes, above the limit of %zu",
+                      req->entity.len, body_cap);
+    h2o_iovec_t token = sg_gw_bearer(req);
+    if (token.base == NULL || token.len == 0 || token.len > SG_TOKEN_MAX) {
+        sg_http_add_header(req, "www-authenticate", "Bearer realm=\"sandgate\"");
+        return refuse(req, route, 401, "unauthorized", "an API token is required: Authorization: Bearer <token>");
+    }
+    if (spec->arg == SG_GW_ARG_TEMPLATE && sg_gw_template_name(arg, template_name, sizeof(template_name)) != 0)
+        return refuse(req, route, 404, "no_such_template", "no template named \"%.*s\"", (int)(arg.len > 64 ? 64 : arg.len),
+                      arg.base);
+    if (spec->arg == SG_GW_ARG_SESSION && (arg.len != 36 || !sg_is_uuid(arg.base, arg.len)))
+        return refuse(req, route, 404, "no_such_session", "no session with id \"%.*s\"", (int)(arg.len > 64 ? 64 : arg.len),
+                      arg.base);
+    if (spec->file_body && req->query_at != SIZE_MAX && req->path.len - req->query_at >= SG_GW_QUERY_MAX)
+        return refuse(req, route, 400, "bad_path", "the query string is %zu bytes, above the limit of %d",
+                      req->path.len - req->query_at, SG_GW_QUERY_MAX - 1);
+
+    sg_gw_req_t *g = sg_xcalloc(1, sizeof(*g));
+    g->hold = sg_http_hold(req);
+    g->spec = spec;
+    g->route = route;
+    sg_gw_watch_client(g);
+    snprintf(g->method, sizeof(g->method), "%.*s", (int)req->method.len, req->method.base);
+    memcpy(g->token, token.base, token.len);
+    if (spec->arg == SG_GW_ARG_TEMPLATE)
+        memcpy(g->template_name, template_name, sizeof(template_name));
+    else if (spec->arg == SG_GW_ARG_SESSION)
+        memcpy(g->sid, arg.base, 36);
+    if (spec->file_body && req->query_at != SIZE_MAX)
+        snprintf(g->query, sizeof(g->query), "%.*s", (int)(req->path.len - req->query_at),
+                 req->path.base + req->query_at);
+    if (req->entity.base != NULL && req->entity.len != 0) {
+        /* a file's bytes may hold NUL: copied by length */
+        g->body = sg_xmalloc(req->entity.len + 1);
+        memcpy(g->body, req->entity.base, req->entity.len);
+        g->body[req->entity.len] = '\0';
+        g->body_len = req->entity.len;
+    }
+    ssize_t ct = h2o_find_header(&req->headers, H2O_TOKEN_CONTENT_TYPE, -1);
+    if (ct >= 0)
+        snprintf(g->content_type, sizeof(g->content_type), "%.*s", (int)req->headers.entries[ct].value.len,
+                 req->headers.entries[ct].value.base);
+    if (spec->stream_accept)
+        g->want_stream = wants_stream(req);
+    sg_sse_tail_init(&g->tail, STREAM_EVENT_MAX);
+    g->job.fn = auth_fn;
+    g->job.done = auth_done;
+    sg_gw_db_submit(&g->job);
+    return 0;
+}
