@@ -57,13 +57,8 @@ static void on_shared(void *data, const sg_state_result_t *r)
 void sg_exec_slot_acquire(sg_exec_slot_t *slot, int64_t tenant, long max, long lease_s, sg_exec_slot_cb cb, void *data)
 {
     unsigned char rnd[12];
-    acquire_t *a = malloc(sizeof(*a));
+    acquire_t *a = sg_xmalloc(sizeof(*a));
 
-    if (a == NULL) {
-        sg_error("concurrency: out of memory");
-        cb(data, 0, 0);
-        return;
-    }
     sg_random_bytes(rnd, sizeof(rnd));
     for (size_t i = 0; i < sizeof(rnd); i++)
         snprintf(slot->token + i * 2, 3, "%02x", rnd[i]);

@@ -181,15 +181,18 @@ void sg_gw_state_ignore(void *data, const sg_state_result_t *r);
 void sg_gw_watch_client(sg_gw_req_t *g);
 /* Sends the request (g->json rewritten, else the body as it came, and
  * g->query) on to the proxy; done gets the reply, or a failure (status 0)
- * when the call cannot be made or the client has gone already. With
- * g->want_stream the reply streams through to the client as it comes. */
+ * when the call cannot be made or the client has gone already (then before
+ * sg_gw_forward returns). With g->want_stream the reply streams through to
+ * the client as it comes. */
 void sg_gw_forward(sg_gw_req_t *g, const char *method, const char *path, long timeout_ms, sg_upstream_done_cb done);
 /* A done callback for sg_gw_forward: the proxy's answer goes back as it is. */
 void sg_gw_pass_reply(void *data, const sg_upstream_reply_t *r);
 /* An upstream failure with no reply from the proxy: 499, 504 or 502. */
 void sg_gw_reply_upstream_failure(sg_gw_req_t *g, const sg_upstream_reply_t *r);
 
-/* ---- executions: slot, quota, usage (ledger.c) ---- */
+/* ---- executions: slot, quota, usage (ledger.c) ----
+ * next, and the answer after a refusal, may come before the call returns
+ * (the state may answer at once). */
 
 /* Takes one of the tenant's max_concurrent_execs for a call to the proxy
  * that waits at most wait_ms, then runs next; past the cap: 429

@@ -1,4 +1,5 @@
 #include "throttle.h"
+#include "util.h"
 
 #include <netinet/in.h>
 #include <stdint.h>
@@ -25,9 +26,7 @@ struct sg_throttle {
 
 sg_throttle_t *sg_throttle_create(long max_failures, double window_s)
 {
-    sg_throttle_t *t = calloc(1, sizeof(*t));
-    if (t == NULL)
-        return NULL;
+    sg_throttle_t *t = sg_xcalloc(1, sizeof(*t));
     t->max_failures = max_failures;
     t->window_s = window_s;
     return t;

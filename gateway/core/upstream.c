@@ -23,6 +23,7 @@
  */
 #include "upstream.h"
 #include "buf.h"
+#include "util.h"
 
 #include <curl/curl.h>
 #include <json-c/json.h>
@@ -475,10 +476,7 @@ sg_upstream_t *sg_upstream_create(h2o_loop_t *loop, const char *base_url, size_t
 
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
         return NULL;
-    if ((u = calloc(1, sizeof(*u))) == NULL) {
-        curl_global_cleanup();
-        return NULL;
-    }
+    u = sg_xcalloc(1, sizeof(*u));
     u->loop = loop;
     u->max_reply_bytes = max_reply_bytes;
     u->epfd = -1;
@@ -487,8 +485,7 @@ sg_upstream_t *sg_upstream_create(h2o_loop_t *loop, const char *base_url, size_t
     h2o_linklist_init_anchor(&u->to_add);
     h2o_linklist_init_anchor(&u->zombies);
 
-    if ((u->base_url = strdup(base_url)) == NULL)
-        goto Error;
+    u->base_url = sg_xstrdup(base_url);
     if ((u->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
         goto Error;
     if ((u->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) < 0)
@@ -571,8 +568,7 @@ sg_upstream_req_t *sg_upstream_start_with_headers(sg_upstream_t *u, const char *
 
     if (u->destroying || on_done == NULL)
         return NULL;
-    if ((r = calloc(1, sizeof(*r))) == NULL)
-        return NULL;
+    r = sg_xcalloc(1, sizeof(*r));
     r->u = u;
     r->on_head = on_head;
     r->on_data = on_data;
@@ -581,8 +577,7 @@ sg_upstream_req_t *sg_upstream_start_with_headers(sg_upstream_t *u, const char *
     r->timeout_ms = timeout_ms > 0 ? timeout_ms : DEFAULT_TIMEOUT_MS;
     sg_buf_init(&r->body, u->max_reply_bytes);
 
-    if ((url = malloc(blen + plen + 1)) == NULL)
-        goto Error;
+    url = sg_xmalloc(blen + plen + 1);
     memcpy(url, u->base_url, blen);
     memcpy(url + blen, path, plen + 1);
 
@@ -592,9 +587,7 @@ sg_upstream_req_t *sg_upstream_start_with_headers(sg_upstream_t *u, const char *
         goto Error;
     r->headers = h;
     if (content_type != NULL) {
-        char *line = malloc(strlen(content_type) + sizeof("Content-Type: "));
-        if (line == NULL)
-            goto Error;
+        char *line = sg_xmalloc(strlen(content_type) + sizeof("Content-Type: "));
         sprintf(line, "Content-Type: %s", content_type);
         h = curl_slist_append(r->headers, line);
         free(line);
