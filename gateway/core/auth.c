@@ -5,16 +5,17 @@
  * rate limit; the route runs only past all of them.
  */
 #include "request.h"
-#include "log.h"
-#include "metrics.h"
 #include "fields.h"
+#include "metrics.h"
 #include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define STREAM_EVENT_MAX (64u << 10) /* the result event is a few hundred bytes */
+/* What a streamed reply's parser keeps of one event (sse_tail.h): the
+ * result event is a few hundred bytes. */
+#define STREAM_EVENT_MAX (64u << 10)
 
 /* ---- authentication and the rate limit ------------------------------------------------- */
 

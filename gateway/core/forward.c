@@ -4,7 +4,6 @@
  * client that goes away does to a call in flight.
  */
 #include "request.h"
-#include "log.h"
 #include "metrics.h"
 
 #include <stdio.h>

@@ -8,7 +8,6 @@
 #include "request.h"
 #include "fields.h"
 #include "json.h"
-#include "log.h"
 #include "metrics.h"
 #include "util.h"
 
