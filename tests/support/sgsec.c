@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* the stack of the last sgsec_stack_start(), for the row fixtures */
+static sgsec_stack_t *running;
+
 int sgsec_stack_start(sgsec_stack_t *st, const char *const *proxy_env)
 {
     const char *env[SGGW_STACK_MAX_ENV + 1];
@@ -22,7 +25,20 @@ int sgsec_stack_start(sgsec_stack_t *st, const char *const *proxy_env)
     }
     env[n] = NULL;
     sggw_stack_opts_t o = {.redis = true, .proxy_env = env};
+    running = st;
     return sggw_stack_start(st, &o);
+}
+
+int sgsec_teardown(void **state)
+{
+    (void)state;
+    return sggw_stack_after_test(running);
+}
+
+int sgsec_group_teardown(void **state)
+{
+    (void)state;
+    return sggw_stack_end(running);
 }
 
 char *sgsec_tenant(const sgsec_stack_t *st, const char *name, const char *const *quotas)

@@ -23,6 +23,18 @@ int sgsec_stack_start(sgsec_stack_t *st, const char *const *proxy_env);
 /* Its test and group teardowns are sggw_stack_teardown() and
  * sggw_stack_group_teardown() (the group setup sets *state = st). */
 
+/* A table-driven suite: one cmocka test per row of a table, the row as the
+ * test's state. Its group setup leaves the group state NULL (cmocka would
+ * hand a group state to every test in place of the row), and these
+ * fixtures work on the stack of the last sgsec_stack_start() instead:
+ * sggw_stack_after_test() and sggw_stack_end(). */
+int sgsec_teardown(void **state);
+int sgsec_group_teardown(void **state);
+/* The cmocka test of a row (a pointer to a struct whose member `name` names
+ * the test): test_func run with the row as its state, then sgsec_teardown. */
+#define SGSEC_ROW_TEST(test_func, row)                                                                                 \
+    ((struct CMUnitTest){(row)->name, (test_func), NULL, sgsec_teardown, (void *)(row)})
+
 /* Asserting: a tenant with the "key=value" quotas (may be NULL); its token. */
 char *sgsec_tenant(const sgsec_stack_t *st, const char *name, const char *const *quotas);
 /* Asserting: the start of most attacks: a tenant `name` with the quotas (may
