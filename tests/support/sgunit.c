@@ -287,6 +287,29 @@ const char *sgunit_out_str(sgunit_result_t *res, int stream)
     return res->out[stream] != NULL ? (const char *)res->out[stream] : "";
 }
 
+void sgunit__expect(sgunit_result_t *res, const sgunit_want_t *want, const char *file, int line)
+{
+    const struct {
+        const sgunit_is_t *want;
+        int64_t got;
+    } ints[] = {{&want->reason, res->reason}, {&want->code, res->code}, {&want->sig, res->sig},
+                {&want->state, res->state},   {&want->flags, res->flags}};
+    const struct {
+        const char *want, *got;
+    } strs[] = {{want->stage, res->stage}, {want->out, sgunit_out_str(res, 1)}, {want->err, sgunit_out_str(res, 2)}};
+
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
+        if (ints[i].want->set)
+            _assert_int_equal(cast_to_largest_integral_type(ints[i].got),
+                              cast_to_largest_integral_type(ints[i].want->v), file, line);
+    for (size_t i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
+        if (strs[i].want != NULL)
+            _assert_string_equal(strs[i].got, strs[i].want, file, line);
+    if (want->wall_below > 0)
+        _assert_true(cast_to_largest_integral_type(res->wall_s < want->wall_below), "wall_s < wall_below", file,
+                     line);
+}
+
 /* Expect a single reply of `type`; returns it (payload owned by caller). */
 sgunit_msg_t sgunit_expect_reply(sgunit_agent_t *a, uint32_t id, uint8_t type)
 {

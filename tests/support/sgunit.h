@@ -88,6 +88,24 @@ void sgunit_exec_full(sgunit_agent_t *a, uint32_t timeout_ms, uint32_t cap, cons
 void sgunit_run_exec(sgunit_agent_t *a, uint32_t timeout_ms, uint32_t cap, const char *setup, const char *stage,
                      const char *run, const char *file_path, const char *code, sgunit_result_t *res);
 void sgunit_free_result(sgunit_result_t *res);
+
+/* What a result must be (sgunit_expect): the fields given, no others. */
+typedef struct {
+    int set;
+    int64_t v;
+} sgunit_is_t;
+#define SGUNIT_IS(value) ((sgunit_is_t){1, (value)})
+typedef struct {
+    sgunit_is_t reason, code, sig, state, flags; /* SGUNIT_IS(v): equal to v */
+    const char *stage;                           /* equal to; NULL: not checked */
+    const char *out, *err;                       /* stdout, stderr exactly; NULL: not checked */
+    double wall_below;                           /* wall_s below it; 0: not checked */
+} sgunit_want_t;
+/* Asserts the fields of want on res, e.g.
+ *   SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_TIMEOUT), .stage = "run", .wall_below = 1.5);
+ * a failure names the caller's line. */
+#define SGUNIT_EXPECT(res, ...) sgunit__expect((res), &(const sgunit_want_t){__VA_ARGS__}, __FILE__, __LINE__)
+void sgunit__expect(sgunit_result_t *res, const sgunit_want_t *want, const char *file, int line);
 /* A stream's output as a string ("" when there was none). */
 const char *sgunit_out_str(sgunit_result_t *res, int stream);
 

@@ -32,13 +32,8 @@ static void test_exit_code_and_streams(void **state)
     sgunit_result_t res;
 
     sgunit_run_exec(*state, 5000, 1 << 20, "", "", "echo hi; echo err >&2; exit 3", "", "", &res);
-    assert_string_equal(sgunit_out_str(&res, 1), "hi\n");
-    assert_string_equal(sgunit_out_str(&res, 2), "err\n");
-    assert_int_equal(res.reason, SG_AGENT_REASON_EXITED);
-    assert_int_equal(res.code, 3);
-    assert_int_equal(res.sig, 0);
-    assert_int_equal(res.flags, 0);
-    assert_string_equal(res.stage, "run");
+    SGUNIT_EXPECT(&res, .out = "hi\n", .err = "err\n", .reason = SGUNIT_IS(SG_AGENT_REASON_EXITED), .code = SGUNIT_IS(3),
+                  .sig = SGUNIT_IS(0), .flags = SGUNIT_IS(0), .stage = "run");
     assert_true(res.duration_us > 0 && res.duration_us < 5000000);
     sgunit_free_result(&res);
 }
@@ -53,9 +48,7 @@ static void test_environment(void **state)
      * code volunteers for the OOM killer. */
     sgunit_run_exec(a, 5000, 1 << 20, "", "", "pwd; cat; echo \"[$SANDGATE_FILE]\"; cat /proc/self/oom_score_adj", "", "", &res);
     snprintf(want, sizeof(want), "%s\n[]\n1000\n", a->dir);
-    assert_string_equal(sgunit_out_str(&res, 1), want);
-    assert_int_equal(res.reason, SG_AGENT_REASON_EXITED);
-    assert_int_equal(res.code, 0);
+    SGUNIT_EXPECT(&res, .out = want, .reason = SGUNIT_IS(SG_AGENT_REASON_EXITED), .code = SGUNIT_IS(0));
     sgunit_free_result(&res);
 }
 
@@ -64,11 +57,8 @@ static void test_timeout(void **state)
     sgunit_result_t res;
 
     sgunit_run_exec(*state, 300, 1 << 20, "", "", "sleep 1000", "", "", &res);
-    assert_int_equal(res.reason, SG_AGENT_REASON_TIMEOUT);
-    assert_int_equal(res.code, -1);
-    assert_int_equal(res.sig, SIGKILL);
-    assert_string_equal(res.stage, "run");
-    assert_true(res.wall_s < 1.5);
+    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_TIMEOUT), .code = SGUNIT_IS(-1), .sig = SGUNIT_IS(SIGKILL),
+                  .stage = "run", .wall_below = 1.5);
     assert_true(res.duration_us >= 300000 && res.duration_us < 1500000);
     sgunit_free_result(&res);
     sgunit_ping(*state);
@@ -79,10 +69,7 @@ static void test_timeout_in_setup(void **state)
     sgunit_result_t res;
 
     sgunit_run_exec(*state, 300, 1 << 20, "sleep 1000", "compile", "echo never", "", "", &res);
-    assert_int_equal(res.reason, SG_AGENT_REASON_TIMEOUT);
-    assert_string_equal(res.stage, "compile");
-    assert_string_equal(sgunit_out_str(&res, 1), "");
-    assert_true(res.wall_s < 1.5);
+    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_TIMEOUT), .stage = "compile", .out = "", .wall_below = 1.5);
     sgunit_free_result(&res);
 }
 
@@ -101,10 +88,8 @@ static void test_escapees_killed(void **state)
              "while [ ! -e esc1.pid ] || [ ! -e esc2.pid ]; do sleep 0.02; done\n"
              "echo started",
              "", "", &res);
-    assert_int_equal(res.reason, SG_AGENT_REASON_EXITED);
-    assert_int_equal(res.code, 0);
-    assert_string_equal(sgunit_out_str(&res, 1), "started\n");
-    assert_true(res.wall_s < 5);
+    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_EXITED), .code = SGUNIT_IS(0), .out = "started\n",
+                  .wall_below = 5);
     sgunit_assert_gone(sgunit_read_pid_file(a, "esc1.pid"));
     sgunit_assert_gone(sgunit_read_pid_file(a, "esc2.pid"));
     sgunit_free_result(&res);
@@ -146,12 +131,10 @@ static void test_output_cap_stderr(void **state)
     sgunit_result_t res;
 
     sgunit_run_exec(*state, 10000, 10, "", "", "echo ok; echo 0123456789abcdef >&2; sleep 1000", "", "", &res);
-    assert_int_equal(res.reason, SG_AGENT_REASON_OUTPUT_LIMIT);
-    assert_string_equal(sgunit_out_str(&res, 1), "ok\n");
+    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_OUTPUT_LIMIT), .out = "ok\n",
+                  .flags = SGUNIT_IS(SG_AGENT_EXIT_STDERR_TRUNCATED), .wall_below = 5);
     assert_int_equal(res.out_len[2], 10);
     assert_memory_equal(res.out[2], "0123456789", 10);
-    assert_int_equal(res.flags, SG_AGENT_EXIT_STDERR_TRUNCATED);
-    assert_true(res.wall_s < 5);
     sgunit_free_result(&res);
 }
 
@@ -161,10 +144,8 @@ static void test_output_chunks(void **state)
     sgunit_result_t res;
 
     sgunit_run_exec(*state, 10000, 100000, "", "", "head -c 100000 /dev/zero", "", "", &res);
-    assert_int_equal(res.reason, SG_AGENT_REASON_EXITED);
-    assert_int_equal(res.code, 0);
+    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_EXITED), .code = SGUNIT_IS(0), .flags = SGUNIT_IS(0));
     assert_int_equal(res.out_len[1], 100000);
-    assert_int_equal(res.flags, 0);
     assert_true(res.chunks >= 4); /* 32 KiB at most each */
     sgunit_free_result(&res);
 }
@@ -174,11 +155,8 @@ static void test_setup_failed(void **state)
     sgunit_result_t res;
 
     sgunit_run_exec(*state, 5000, 1 << 20, "echo compiling; exit 7", "compile", "echo never", "", "", &res);
-    assert_int_equal(res.reason, SG_AGENT_REASON_SETUP_FAILED);
-    assert_int_equal(res.code, 7);
-    assert_int_equal(res.sig, 0);
-    assert_string_equal(res.stage, "compile");
-    assert_string_equal(sgunit_out_str(&res, 1), "compiling\n");
+    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_SETUP_FAILED), .code = SGUNIT_IS(7), .sig = SGUNIT_IS(0),
+                  .stage = "compile", .out = "compiling\n");
     sgunit_free_result(&res);
 }
 
@@ -187,10 +165,8 @@ static void test_setup_then_run(void **state)
     sgunit_result_t res;
 
     sgunit_run_exec(*state, 5000, 1 << 20, "echo built > artefact", "compile", "cat artefact; exit 0", "", "", &res);
-    assert_int_equal(res.reason, SG_AGENT_REASON_EXITED);
-    assert_int_equal(res.code, 0);
-    assert_string_equal(res.stage, "run");
-    assert_string_equal(sgunit_out_str(&res, 1), "built\n");
+    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_EXITED), .code = SGUNIT_IS(0), .stage = "run",
+                  .out = "built\n");
     sgunit_free_result(&res);
 }
 
@@ -204,9 +180,7 @@ static void test_code_file(void **state)
 
     snprintf(path, sizeof(path), "%s/src/deep/main.py", a->dir);
     sgunit_run_exec(a, 5000, 1 << 20, "", "", "cat \"$SANDGATE_FILE\"", path, "print(42)\n", &res);
-    assert_int_equal(res.reason, SG_AGENT_REASON_EXITED);
-    assert_int_equal(res.code, 0);
-    assert_string_equal(sgunit_out_str(&res, 1), "print(42)\n");
+    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_EXITED), .code = SGUNIT_IS(0), .out = "print(42)\n");
     assert_int_equal(stat(path, &st), 0);
     assert_int_equal(st.st_mode & 0777, 0644);
     f = fopen(path, "r");
@@ -231,8 +205,7 @@ static void test_code_file_unwritable(void **state)
     close(fd);
     snprintf(path, sizeof(path), "%s/plain/main.py", a->dir);
     sgunit_run_exec(a, 5000, 1 << 20, "", "", "echo never", path, "x", &res);
-    assert_int_equal(res.reason, SG_AGENT_REASON_START_FAILED);
-    assert_string_equal(sgunit_out_str(&res, 1), "");
+    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_START_FAILED), .out = "");
     assert_true(res.out_len[2] > 0);
     assert_non_null(strstr(sgunit_out_str(&res, 2), "main.py"));
     sgunit_free_result(&res);
@@ -244,9 +217,7 @@ static void test_killed_by_signal(void **state)
     sgunit_result_t res;
 
     sgunit_run_exec(*state, 5000, 1 << 20, "", "", "kill -TERM $$", "", "", &res);
-    assert_int_equal(res.reason, SG_AGENT_REASON_KILLED);
-    assert_int_equal(res.code, -1);
-    assert_int_equal(res.sig, SIGTERM);
+    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_KILLED), .code = SGUNIT_IS(-1), .sig = SGUNIT_IS(SIGTERM));
     sgunit_free_result(&res);
 }
 
@@ -413,8 +384,7 @@ static void test_sequence(void **state)
 
     for (i = 0; i < 5; i++) {
         sgunit_run_exec(*state, 5000, 1 << 20, "", "", "sleep 0.01 & echo $((6 * 7))", "", "", &res);
-        assert_string_equal(sgunit_out_str(&res, 1), "42\n");
-        assert_int_equal(res.reason, SG_AGENT_REASON_EXITED);
+        SGUNIT_EXPECT(&res, .out = "42\n", .reason = SGUNIT_IS(SG_AGENT_REASON_EXITED));
         sgunit_free_result(&res);
     }
 }
