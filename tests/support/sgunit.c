@@ -144,6 +144,7 @@ int sgunit_setup_agent(void **state)
     a->to_agent = in[1];
     a->from_agent = outp[0];
     a->next_id = 1;
+    a->row = *state;
     *state = a;
 
     assert_int_equal(sgunit_read_msg(a, &m, SGUNIT_MSG_TIMEOUT_MS), 0);

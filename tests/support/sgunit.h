@@ -31,6 +31,7 @@ typedef struct {
     int from_agent; /* its stdout */
     char dir[64];   /* its work dir */
     uint32_t next_id;
+    const void *row; /* the test's row (its initial state), for a table-driven suite */
 } sgunit_agent_t;
 
 typedef struct {
@@ -64,6 +65,10 @@ double sgunit_now(void);
 int sgunit_setup_agent(void **state);
 int sgunit_teardown_agent(void **state);
 #define SGUNIT_AGENT_TEST(f) cmocka_unit_test_setup_teardown(f, sgunit_setup_agent, sgunit_teardown_agent)
+/* The same for a row of a table (a pointer to a struct whose member `name`
+ * names the test): the agent's `row`. */
+#define SGUNIT_AGENT_ROW_TEST(f, r)                                                                                    \
+    ((struct CMUnitTest){(r)->name, (f), sgunit_setup_agent, sgunit_teardown_agent, (void *)(r)})
 /* Wait up to timeout_ms for the agent to exit; returns its wait status or -1. */
 int sgunit_wait_agent(sgunit_agent_t *a, int timeout_ms);
 

@@ -269,63 +269,6 @@ static void test_py_children_killed(void **state)
     assert_alive(kernel);
 }
 
-/* A fork() of the kernel copies the interpreter, and the copy runs on to
- * the end of the code; it must end there, as a script's child would, and
- * never answer for the kernel or read its requests. Here the child leaves
- * the code long before the parent does: were its answer taken, this EXEC
- * would end with its 7, and the parent's late answer would end the next. */
-static void test_py_fork_copy_never_answers(void **state)
-{
-    sgunit_agent_t *a = *state;
-
-    kexpect(a, PY,
-            "import os, sys, time\n"
-            "pid = os.fork()\n"
-            "if pid == 0:\n"
-            "    print('child')\n"
-            "    sys.exit(7)\n"
-            "_, st = os.waitpid(pid, 0)\n"
-            "time.sleep(0.2)\n"
-            "print('parent', os.waitstatus_to_exitcode(st))",
-            0, SG_AGENT_STATE_NEW, "child\nparent 7\n");
-    /* A child that fails, and one that falls off the end of the code. */
-    kexpect(a, PY,
-            "pid = os.fork()\n"
-            "if pid == 0:\n"
-            "    raise ValueError('in a copy')\n"
-            "time.sleep(0.2)\n"
-            "print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))",
-            0, SG_AGENT_STATE_KEPT, "1\n");
-    kexpect(a, PY,
-            "pid = os.fork()\n"
-            "if pid > 0:\n"
-            "    time.sleep(0.2)\n"
-            "    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))",
-            0, SG_AGENT_STATE_KEPT, "0\n");
-    kexpect(a, PY, "print(pid > 0, 'next')", 0, SG_AGENT_STATE_KEPT, "True next\n");
-}
-
-/* What a kernel writes between EXECs is discarded and never blocks it. */
-static void test_py_background_output(void **state)
-{
-    sgunit_agent_t *a = *state;
-
-    kexpect(a, PY,
-            "import sys, threading, time\n"
-            "done = False\n"
-            "def spam():\n"
-            "    global done\n"
-            "    time.sleep(0.2)\n"
-            "    for i in range(3000):\n"
-            "        sys.stdout.write('x' * 99 + '\\n')\n"
-            "        sys.stderr.write('e' * 99 + '\\n')\n"
-            "    done = True\n"
-            "threading.Thread(target=spam, daemon=True).start()",
-            0, SG_AGENT_STATE_NEW, "");
-    usleep(1500000);
-    kexpect(a, PY, "print(done)", 0, SG_AGENT_STATE_KEPT, "True\n");
-}
-
 static void test_kernel_setup(void **state)
 {
     sgunit_agent_t *a = *state;
@@ -383,22 +326,6 @@ static void test_kernel_dies_between_execs(void **state)
     kexpect(a, PY, "print(1)", 0, SG_AGENT_STATE_NEW, "1\n");
 }
 
-/* The kernel gets fds 0 to 4 and nothing else, and volunteers for the OOM
- * killer like any command. */
-static void test_kernel_environment(void **state)
-{
-    sgunit_agent_t *a = *state;
-
-    kexpect(a, PY,
-            "import os\n"
-            "fds = sorted(int(f) for f in os.listdir('/proc/self/fd'))\n"
-            "print(fds[:5], len(fds))\n"
-            "print(os.readlink('/proc/self/fd/0'))\n"
-            "print(open('/proc/self/oom_score_adj').read().strip())\n"
-            "print(os.getcwd() == os.environ['SANDGATE_WORKDIR'])",
-            0, SG_AGENT_STATE_NEW, "[0, 1, 2, 3, 4] 6\n/dev/null\n1000\nTrue\n");
-}
-
 static void test_kernel_cannot_start(void **state)
 {
     sgunit_agent_t *a = *state;
@@ -453,20 +380,6 @@ static void test_kernel_killed_on_stdin_eof(void **state)
     assert_true(st != -1);
     assert_true(WIFEXITED(st));
     sgunit_assert_gone(kernel);
-}
-
-static void test_js_state_kept(void **state)
-{
-    sgunit_agent_t *a = *state;
-
-    kexpect(a, JS, "let a = 20", 0, SG_AGENT_STATE_NEW, "");
-    kexpect(a, JS, "console.log(a * 2 + 2)", 0, SG_AGENT_STATE_KEPT, "42\n");
-    kexpect(a, JS, "function f() { return 7 }", 0, SG_AGENT_STATE_KEPT, "");
-    kexpect(a, JS, "console.log(f())", 0, SG_AGENT_STATE_KEPT, "7\n");
-    kexpect(a, JS, "var v = 'var'; globalThis.g = 'global'", 0, SG_AGENT_STATE_KEPT, "");
-    kexpect(a, JS, "console.log(v, g, process.cwd() === __dirname)", 0, SG_AGENT_STATE_KEPT, "var global true\n");
-    kexpect(a, JS, "process.exitCode = 3", 3, SG_AGENT_STATE_KEPT, "");
-    kexpect(a, JS, "console.log(a)", 0, SG_AGENT_STATE_KEPT, "20\n");
 }
 
 /* A run lasts until the asynchronous work it started is over. */
@@ -553,6 +466,120 @@ static void test_js_require(void **state)
             SG_AGENT_STATE_NEW, "42 local true\n");
 }
 
+/* ---- kernel scripts ---------------------------------------------------- */
+
+/* A kernel test that is only a script: EXECs one after the other in one
+ * kernel, each with the end it must have (kexpect), some followed by a
+ * pause. One cmocka test per script (its state: the agent, whose row is the
+ * script). */
+typedef struct {
+    const char *code;
+    int32_t exit;
+    uint32_t state;
+    const char *out;     /* stdout exactly; NULL: not checked */
+    useconds_t pause_us; /* then wait so long */
+} kstep_t;
+
+typedef struct {
+    const char *name;
+    int js;           /* the javascript kernel, else python's */
+    kstep_t steps[8]; /* up to the first without code */
+} kscript_t;
+
+static const kscript_t scripts[] = {
+    /* A fork() of the kernel copies the interpreter, and the copy runs on to
+     * the end of the code; it must end there, as a script's child would, and
+     * never answer for the kernel or read its requests. Here the child leaves
+     * the code long before the parent does: were its answer taken, this EXEC
+     * would end with its 7, and the parent's late answer would end the next. */
+    {
+        .name = "test_py_fork_copy_never_answers",
+        .steps = {
+            {"import os, sys, time\n"
+             "pid = os.fork()\n"
+             "if pid == 0:\n"
+             "    print('child')\n"
+             "    sys.exit(7)\n"
+             "_, st = os.waitpid(pid, 0)\n"
+             "time.sleep(0.2)\n"
+             "print('parent', os.waitstatus_to_exitcode(st))",
+             0, SG_AGENT_STATE_NEW, "child\nparent 7\n"},
+            /* A child that fails, and one that falls off the end of the code. */
+            {"pid = os.fork()\n"
+             "if pid == 0:\n"
+             "    raise ValueError('in a copy')\n"
+             "time.sleep(0.2)\n"
+             "print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))",
+             0, SG_AGENT_STATE_KEPT, "1\n"},
+            {"pid = os.fork()\n"
+             "if pid > 0:\n"
+             "    time.sleep(0.2)\n"
+             "    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))",
+             0, SG_AGENT_STATE_KEPT, "0\n"},
+            {"print(pid > 0, 'next')", 0, SG_AGENT_STATE_KEPT, "True next\n"},
+        },
+    },
+    /* What a kernel writes between EXECs is discarded and never blocks it. */
+    {
+        .name = "test_py_background_output",
+        .steps = {
+            {"import sys, threading, time\n"
+             "done = False\n"
+             "def spam():\n"
+             "    global done\n"
+             "    time.sleep(0.2)\n"
+             "    for i in range(3000):\n"
+             "        sys.stdout.write('x' * 99 + '\\n')\n"
+             "        sys.stderr.write('e' * 99 + '\\n')\n"
+             "    done = True\n"
+             "threading.Thread(target=spam, daemon=True).start()",
+             0, SG_AGENT_STATE_NEW, "", 1500000},
+            {"print(done)", 0, SG_AGENT_STATE_KEPT, "True\n"},
+        },
+    },
+    /* The kernel gets fds 0 to 4 and nothing else, and volunteers for the OOM
+     * killer like any command. */
+    {
+        .name = "test_kernel_environment",
+        .steps = {
+            {"import os\n"
+             "fds = sorted(int(f) for f in os.listdir('/proc/self/fd'))\n"
+             "print(fds[:5], len(fds))\n"
+             "print(os.readlink('/proc/self/fd/0'))\n"
+             "print(open('/proc/self/oom_score_adj').read().strip())\n"
+             "print(os.getcwd() == os.environ['SANDGATE_WORKDIR'])",
+             0, SG_AGENT_STATE_NEW, "[0, 1, 2, 3, 4] 6\n/dev/null\n1000\nTrue\n"},
+        },
+    },
+    {
+        .name = "test_js_state_kept",
+        .js = 1,
+        .steps = {
+            {"let a = 20", 0, SG_AGENT_STATE_NEW, ""},
+            {"console.log(a * 2 + 2)", 0, SG_AGENT_STATE_KEPT, "42\n"},
+            {"function f() { return 7 }", 0, SG_AGENT_STATE_KEPT, ""},
+            {"console.log(f())", 0, SG_AGENT_STATE_KEPT, "7\n"},
+            {"var v = 'var'; globalThis.g = 'global'", 0, SG_AGENT_STATE_KEPT, ""},
+            {"console.log(v, g, process.cwd() === __dirname)", 0, SG_AGENT_STATE_KEPT, "var global true\n"},
+            {"process.exitCode = 3", 3, SG_AGENT_STATE_KEPT, ""},
+            {"console.log(a)", 0, SG_AGENT_STATE_KEPT, "20\n"},
+        },
+    },
+};
+
+static void test_kscript(void **state)
+{
+    sgunit_agent_t *a = *state;
+    const kscript_t *script = a->row;
+
+    for (const kstep_t *k = script->steps; k < script->steps + 8 && k->code != NULL; k++) {
+        kexpect(a, script->js ? JS : PY, k->code, k->exit, k->state, k->out);
+        if (k->pause_us != 0)
+            usleep(k->pause_us);
+    }
+}
+
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -563,15 +590,15 @@ int main(void)
         SGUNIT_AGENT_TEST(test_py_kernel_ends),
         SGUNIT_AGENT_TEST(test_py_output_cap),
         SGUNIT_AGENT_TEST(test_py_children_killed),
-        SGUNIT_AGENT_TEST(test_py_background_output),
-        SGUNIT_AGENT_TEST(test_py_fork_copy_never_answers),
+        SGUNIT_AGENT_ROW_TEST(test_kscript, &scripts[1]),
+        SGUNIT_AGENT_ROW_TEST(test_kscript, &scripts[0]),
         SGUNIT_AGENT_TEST(test_kernel_setup),
         SGUNIT_AGENT_TEST(test_kernel_dies_between_execs),
-        SGUNIT_AGENT_TEST(test_kernel_environment),
+        SGUNIT_AGENT_ROW_TEST(test_kscript, &scripts[2]),
         SGUNIT_AGENT_TEST(test_kernel_cannot_start),
         SGUNIT_AGENT_TEST(test_kernel_malformed_answer),
         SGUNIT_AGENT_TEST(test_kernel_killed_on_stdin_eof),
-        SGUNIT_AGENT_TEST(test_js_state_kept),
+        SGUNIT_AGENT_ROW_TEST(test_kscript, &scripts[3]),
         SGUNIT_AGENT_TEST(test_js_async_output),
         SGUNIT_AGENT_TEST(test_js_errors),
         SGUNIT_AGENT_TEST(test_js_forever_promise),
