@@ -1,5 +1,6 @@
 /*
- * sgunit.h — what the unit suites of tests/unit/ share: the real
+ * sgunit.h — what the unit suites of tests/unit/ share: table-driven
+ * tests (a cmocka test per row), and the real
  * sandgate-agent binary run as an ordinary child process (not PID 1, not in
  * a container) with pipes on its stdin and stdout and a fresh work dir,
  * driven message by message over its protocol (proxy/agent_proto.h). Every
@@ -54,6 +55,11 @@ typedef struct {
     uint32_t state;
     double wall_s;
 } sgunit_result_t;
+
+/* The cmocka test of a row of a table-driven suite (a pointer to a struct
+ * whose member `name` names the test): test_func run with the row as its
+ * state. */
+#define SGUNIT_ROW_TEST(test_func, row) ((struct CMUnitTest){(row)->name, (test_func), NULL, NULL, (void *)(row)})
 
 /* The monotonic clock, in seconds. */
 double sgunit_now(void);

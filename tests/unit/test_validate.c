@@ -82,6 +82,116 @@ static void expect_exec_err(const char *body, const char *field, int want_lang, 
     assert_contains(e.detail, needle);
 }
 
+/* Bodies a create refuses, by the test that sends them (expect_bad_creates,
+ * or a cmocka test of its own: BAD_CREATES): the error code and what the
+ * detail names. */
+static const struct {
+    const char *test, *body, *code, *needle;
+} bad_creates[] = {
+    {"test_create_keep_template_type", "{\"keep_template\":\"yes\"}", "bad_field", "\"keep_template\""},
+    {"test_create_keep_template_type", "{\"keep_template\":1}", "bad_field", "\"keep_template\""},
+    {"test_create_keep_template_type", "{\"keep_template\":{}}", "bad_field", "\"keep_template\""},
+    {"test_create_timeout", "{\"timeout\":0}", "bad_field", "\"timeout\""},
+    {"test_create_timeout", "{\"timeout\":0.0}", "bad_field", "\"timeout\""},
+    {"test_create_timeout", "{\"timeout\":-1}", "bad_field", "\"timeout\""},
+    {"test_create_timeout", "{\"timeout\":300.001}", "bad_field", "\"timeout\""},
+    {"test_create_timeout", "{\"timeout\":301}", "bad_field", "300"},
+    {"test_create_timeout", "{\"timeout\":1e300}", "bad_field", "\"timeout\""},
+    {"test_create_timeout", "{\"timeout\":\"10\"}", "bad_field", "\"timeout\""},
+    {"test_create_timeout", "{\"timeout\":true}", "bad_field", "\"timeout\""},
+    {"test_create_memory", "{\"memory_mb\":16.5}", "bad_field", "\"memory_mb\""},
+    {"test_create_memory", "{\"memory_mb\":15}", "bad_field", "\"memory_mb\""},
+    {"test_create_memory", "{\"memory_mb\":0}", "bad_field", "\"memory_mb\""},
+    {"test_create_memory", "{\"memory_mb\":-512}", "bad_field", "\"memory_mb\""},
+    {"test_create_memory", "{\"memory_mb\":4097}", "bad_field", "4096"},
+    {"test_create_memory", "{\"memory_mb\":1e30}", "bad_field", "\"memory_mb\""},
+    {"test_create_memory", "{\"memory_mb\":\"512\"}", "bad_field", "\"memory_mb\""},
+    {"test_create_memory", "{\"memory_mb\":[1]}", "bad_field", "\"memory_mb\""},
+    {"test_create_cpus", "{\"cpus\":0}", "bad_field", "\"cpus\""},
+    {"test_create_cpus", "{\"cpus\":0.009}", "bad_field", "\"cpus\""},
+    {"test_create_cpus", "{\"cpus\":-1}", "bad_field", "\"cpus\""},
+    {"test_create_cpus", "{\"cpus\":4.01}", "bad_field", "\"cpus\""},
+    {"test_create_cpus", "{\"cpus\":\"1\"}", "bad_field", "\"cpus\""},
+    {"test_create_unknown_lang", "{\"lang\":\"\"}", "unknown_language", "known"},
+    /* the length counts: "python" followed by a NUL is not python */
+    {"test_create_unknown_lang", "{\"lang\":\"python\\u0000\"}", "unknown_language", "known"},
+    {"test_create_unknown_lang", "{\"lang\":\"pythonx\"}", "unknown_language", "pythonx"},
+    {"test_create_unknown_lang", "{\"lang\":5}", "bad_field", "\"lang\""},
+    {"test_create_unknown_lang", "{\"lang\":[\"python\"]}", "bad_field", "\"lang\""},
+    {"test_create_owner", "{\"owner\":\"\"}", "bad_field", "\"owner\""},
+    {"test_create_owner", "{\"owner\":\"a b\"}", "bad_field", "\"owner\""},
+    {"test_create_owner", "{\"owner\":\"a\\u0000b\"}", "bad_field", "\"owner\""},
+    {"test_create_owner", "{\"owner\":\"a=b,c\"}", "bad_field", "\"owner\""},
+    {"test_create_owner", "{\"owner\":5}", "bad_field", "\"owner\""},
+    {"test_create_network", "{\"network\":true}", "network_not_allowed", "\"network\""},
+    {"test_create_network", "{\"network\":\"true\"}", "bad_field", "\"network\""},
+    {"test_create_network", "{\"network\":1}", "bad_field", "\"network\""},
+    {"test_create_image", "{\"image\":\"\"}", "bad_field", "\"image\""},
+    {"test_create_image", "{\"image\":\"py\\u0000thon\"}", "bad_field", "\"image\""},
+    {"test_create_image", "{\"image\":5}", "bad_field", "\"image\""},
+};
+
+/* The rows of bad_creates of the test `test` (there is one at least). */
+static void expect_bad_creates(const char *test)
+{
+    int n = 0;
+    for (size_t i = 0; i < sizeof(bad_creates) / sizeof(bad_creates[0]); i++) {
+        if (strcmp(bad_creates[i].test, test) == 0) {
+            expect_create_err(bad_creates[i].body, &policy, bad_creates[i].code, bad_creates[i].needle);
+            n++;
+        }
+    }
+    assert_true(n > 0);
+}
+
+static void test_bad_creates(void **state)
+{
+    expect_bad_creates(*state);
+}
+#define BAD_CREATES(test) ((struct CMUnitTest){test, test_bad_creates, NULL, NULL, (void *)test})
+
+/* Bodies an execution refuses (sg_validate_exec of the field and
+ * want_lang), by the test that sends them: the error code and what the
+ * detail names. */
+static const struct {
+    const char *test, *body, *field;
+    int want_lang;
+    const char *code, *needle;
+} bad_execs[] = {
+    {"test_exec_code_required", "{}", "code", 0, "bad_field", "\"code\""},
+    {"test_exec_code_required", "{}", "code", 0, "bad_field", "required"},
+    {"test_exec_code_required", "{\"code\":null}", "code", 0, "bad_field", "required"},
+    {"test_exec_code_required", "{\"command\":\"ls\"}", "code", 0, "bad_field", "\"code\""},
+    {"test_exec_code_required", "{\"code\":5}", "code", 0, "bad_field", "\"code\" must be a string"},
+    {"test_exec_code_required", "{\"code\":[\"print(1)\"]}", "code", 0, "bad_field", "\"code\""},
+    {"test_exec_code_required", "{}", "command", 0, "bad_field", "\"command\" is required"},
+    {"test_exec_code_required", "{\"command\":false}", "command", 0, "bad_field", "\"command\""},
+    {"test_exec_timeout", "{\"code\":\"x\",\"timeout\":0}", "code", 0, "bad_field", "\"timeout\""},
+    {"test_exec_timeout", "{\"code\":\"x\",\"timeout\":-5}", "code", 0, "bad_field", "\"timeout\""},
+    {"test_exec_timeout", "{\"code\":\"x\",\"timeout\":301}", "code", 0, "bad_field", "\"timeout\""},
+    {"test_exec_timeout", "{\"code\":\"x\",\"timeout\":\"5\"}", "code", 0, "bad_field", "\"timeout\""},
+    {"test_exec_libraries_shape", "{\"code\":\"x\",\"libraries\":\"numpy\"}", "code", 0, "bad_field", "\"libraries\""},
+    {"test_exec_libraries_shape", "{\"code\":\"x\",\"libraries\":[\"numpy\",1]}", "code", 0, "bad_field", "\"libraries\""},
+    {"test_exec_libraries_shape", "{\"code\":\"x\",\"libraries\":[null]}", "code", 0, "bad_field", "\"libraries\""},
+    {"test_exec_libraries_shape", "{\"code\":\"x\",\"libraries\":{\"numpy\":1}}", "code", 0, "bad_field", "\"libraries\""},
+    {"test_exec_want_lang", "{\"lang\":\"cobol\",\"code\":\"x\"}", "code", 1, "unknown_language", "cobol"},
+    {"test_exec_want_lang", "{\"lang\":7,\"code\":\"x\"}", "code", 1, "bad_field", "\"lang\""},
+};
+
+/* The rows of bad_execs of the test `test` (there is one at least). */
+static void expect_bad_execs(const char *test)
+{
+    int n = 0;
+    for (size_t i = 0; i < sizeof(bad_execs) / sizeof(bad_execs[0]); i++) {
+        if (strcmp(bad_execs[i].test, test) == 0) {
+            expect_exec_err(bad_execs[i].body, bad_execs[i].field, bad_execs[i].want_lang, bad_execs[i].code,
+                            bad_execs[i].needle);
+            n++;
+        }
+    }
+    assert_true(n > 0);
+}
+
 /* ---- POST /sessions -------------------------------------------------------- */
 
 static void test_create_defaults(void **state)
@@ -159,19 +269,7 @@ static void test_create_unknown_lang(void **state)
     assert_contains(e.detail, "javascript");
     json_object_put(o);
 
-    expect_create_err("{\"lang\":\"\"}", &policy, "unknown_language", "known");
-    /* the length counts: "python" followed by a NUL is not python */
-    expect_create_err("{\"lang\":\"python\\u0000\"}", &policy, "unknown_language", "known");
-    expect_create_err("{\"lang\":\"pythonx\"}", &policy, "unknown_language", "pythonx");
-    expect_create_err("{\"lang\":5}", &policy, "bad_field", "\"lang\"");
-    expect_create_err("{\"lang\":[\"python\"]}", &policy, "bad_field", "\"lang\"");
-}
-
-static void test_create_keep_template_type(void **state)
-{
-    expect_create_err("{\"keep_template\":\"yes\"}", &policy, "bad_field", "\"keep_template\"");
-    expect_create_err("{\"keep_template\":1}", &policy, "bad_field", "\"keep_template\"");
-    expect_create_err("{\"keep_template\":{}}", &policy, "bad_field", "\"keep_template\"");
+    expect_bad_creates(__func__);
 }
 
 /* "owner" becomes an image label and is compared with one: a plain name only */
@@ -179,46 +277,9 @@ static void test_create_owner(void **state)
 {
     sg_create_req_t r;
     expect_create_ok("{\"owner\":\"acme-1.prod_x\"}", &policy, &r);
-    expect_create_err("{\"owner\":\"\"}", &policy, "bad_field", "\"owner\"");
-    expect_create_err("{\"owner\":\"a b\"}", &policy, "bad_field", "\"owner\"");
-    expect_create_err("{\"owner\":\"a\\u0000b\"}", &policy, "bad_field", "\"owner\"");
-    expect_create_err("{\"owner\":\"a=b,c\"}", &policy, "bad_field", "\"owner\"");
-    expect_create_err("{\"owner\":5}", &policy, "bad_field", "\"owner\"");
+    expect_bad_creates(__func__);
     expect_create_err("{\"owner\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}", &policy,
                       "bad_field", "\"owner\"");
-}
-
-static void test_create_timeout(void **state)
-{
-    expect_create_err("{\"timeout\":0}", &policy, "bad_field", "\"timeout\"");
-    expect_create_err("{\"timeout\":0.0}", &policy, "bad_field", "\"timeout\"");
-    expect_create_err("{\"timeout\":-1}", &policy, "bad_field", "\"timeout\"");
-    expect_create_err("{\"timeout\":300.001}", &policy, "bad_field", "\"timeout\"");
-    expect_create_err("{\"timeout\":301}", &policy, "bad_field", "300");
-    expect_create_err("{\"timeout\":1e300}", &policy, "bad_field", "\"timeout\"");
-    expect_create_err("{\"timeout\":\"10\"}", &policy, "bad_field", "\"timeout\"");
-    expect_create_err("{\"timeout\":true}", &policy, "bad_field", "\"timeout\"");
-}
-
-static void test_create_memory(void **state)
-{
-    expect_create_err("{\"memory_mb\":16.5}", &policy, "bad_field", "\"memory_mb\"");
-    expect_create_err("{\"memory_mb\":15}", &policy, "bad_field", "\"memory_mb\"");
-    expect_create_err("{\"memory_mb\":0}", &policy, "bad_field", "\"memory_mb\"");
-    expect_create_err("{\"memory_mb\":-512}", &policy, "bad_field", "\"memory_mb\"");
-    expect_create_err("{\"memory_mb\":4097}", &policy, "bad_field", "4096");
-    expect_create_err("{\"memory_mb\":1e30}", &policy, "bad_field", "\"memory_mb\"");
-    expect_create_err("{\"memory_mb\":\"512\"}", &policy, "bad_field", "\"memory_mb\"");
-    expect_create_err("{\"memory_mb\":[1]}", &policy, "bad_field", "\"memory_mb\"");
-}
-
-static void test_create_cpus(void **state)
-{
-    expect_create_err("{\"cpus\":0}", &policy, "bad_field", "\"cpus\"");
-    expect_create_err("{\"cpus\":0.009}", &policy, "bad_field", "\"cpus\"");
-    expect_create_err("{\"cpus\":-1}", &policy, "bad_field", "\"cpus\"");
-    expect_create_err("{\"cpus\":4.01}", &policy, "bad_field", "\"cpus\"");
-    expect_create_err("{\"cpus\":\"1\"}", &policy, "bad_field", "\"cpus\"");
 }
 
 static void test_create_network(void **state)
@@ -226,9 +287,7 @@ static void test_create_network(void **state)
     sg_policy_t open = policy;
     sg_create_req_t r;
 
-    expect_create_err("{\"network\":true}", &policy, "network_not_allowed", "\"network\"");
-    expect_create_err("{\"network\":\"true\"}", &policy, "bad_field", "\"network\"");
-    expect_create_err("{\"network\":1}", &policy, "bad_field", "\"network\"");
+    expect_bad_creates(__func__);
     expect_create_ok("{\"network\":false}", &policy, &r);
     assert_int_equal(r.limits.network, 0);
 
@@ -267,23 +326,14 @@ static void test_create_image(void **state)
     name[256] = '\0';
     snprintf(body, sizeof(body), "{\"image\":\"%s\"}", name);
     expect_create_err(body, &policy, "bad_field", "\"image\"");
-    expect_create_err("{\"image\":\"\"}", &policy, "bad_field", "\"image\"");
-    expect_create_err("{\"image\":\"py\\u0000thon\"}", &policy, "bad_field", "\"image\"");
-    expect_create_err("{\"image\":5}", &policy, "bad_field", "\"image\"");
+    expect_bad_creates(__func__);
 }
 
 /* ---- execute / commands ------------------------------------------------------ */
 
 static void test_exec_code_required(void **state)
 {
-    expect_exec_err("{}", "code", 0, "bad_field", "\"code\"");
-    expect_exec_err("{}", "code", 0, "bad_field", "required");
-    expect_exec_err("{\"code\":null}", "code", 0, "bad_field", "required");
-    expect_exec_err("{\"command\":\"ls\"}", "code", 0, "bad_field", "\"code\"");
-    expect_exec_err("{\"code\":5}", "code", 0, "bad_field", "\"code\" must be a string");
-    expect_exec_err("{\"code\":[\"print(1)\"]}", "code", 0, "bad_field", "\"code\"");
-    expect_exec_err("{}", "command", 0, "bad_field", "\"command\" is required");
-    expect_exec_err("{\"command\":false}", "command", 0, "bad_field", "\"command\"");
+    expect_bad_execs(__func__);
 }
 
 static void test_exec_defaults(void **state)
@@ -320,10 +370,7 @@ static void test_exec_timeout(void **state)
     assert_true(r.timeout_s == 300);
     json_object_put(o);
 
-    expect_exec_err("{\"code\":\"x\",\"timeout\":0}", "code", 0, "bad_field", "\"timeout\"");
-    expect_exec_err("{\"code\":\"x\",\"timeout\":-5}", "code", 0, "bad_field", "\"timeout\"");
-    expect_exec_err("{\"code\":\"x\",\"timeout\":301}", "code", 0, "bad_field", "\"timeout\"");
-    expect_exec_err("{\"code\":\"x\",\"timeout\":\"5\"}", "code", 0, "bad_field", "\"timeout\"");
+    expect_bad_execs(__func__);
 }
 
 static void test_exec_libraries_shape(void **state)
@@ -332,10 +379,7 @@ static void test_exec_libraries_shape(void **state)
     sg_verr_t e = {0};
     json_object *o;
 
-    expect_exec_err("{\"code\":\"x\",\"libraries\":\"numpy\"}", "code", 0, "bad_field", "\"libraries\"");
-    expect_exec_err("{\"code\":\"x\",\"libraries\":[\"numpy\",1]}", "code", 0, "bad_field", "\"libraries\"");
-    expect_exec_err("{\"code\":\"x\",\"libraries\":[null]}", "code", 0, "bad_field", "\"libraries\"");
-    expect_exec_err("{\"code\":\"x\",\"libraries\":{\"numpy\":1}}", "code", 0, "bad_field", "\"libraries\"");
+    expect_bad_execs(__func__);
 
     /* an empty list is the same as none */
     o = J("{\"code\":\"x\",\"libraries\":[]}");
@@ -424,8 +468,7 @@ static void test_exec_want_lang(void **state)
     assert_null(r.lang);
     json_object_put(o);
 
-    expect_exec_err("{\"lang\":\"cobol\",\"code\":\"x\"}", "code", 1, "unknown_language", "cobol");
-    expect_exec_err("{\"lang\":7,\"code\":\"x\"}", "code", 1, "bad_field", "\"lang\"");
+    expect_bad_execs(__func__);
 }
 
 static void test_exec_nul(void **state)
@@ -731,11 +774,11 @@ int main(void)
         cmocka_unit_test(test_non_finite_numbers),
         cmocka_unit_test(test_create_values),
         cmocka_unit_test(test_create_unknown_lang),
-        cmocka_unit_test(test_create_keep_template_type),
+        BAD_CREATES("test_create_keep_template_type"),
         cmocka_unit_test(test_create_owner),
-        cmocka_unit_test(test_create_timeout),
-        cmocka_unit_test(test_create_memory),
-        cmocka_unit_test(test_create_cpus),
+        BAD_CREATES("test_create_timeout"),
+        BAD_CREATES("test_create_memory"),
+        BAD_CREATES("test_create_cpus"),
         cmocka_unit_test(test_create_network),
         cmocka_unit_test(test_create_image),
         cmocka_unit_test(test_exec_code_required),
