@@ -16,6 +16,14 @@
 #include <time.h>
 #include <unistd.h>
 
+uint32_t sgunit_xorshift32(uint32_t *state)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 17;
+    *state ^= *state << 5;
+    return *state;
+}
+
 double sgunit_now(void)
 {
     struct timespec ts;

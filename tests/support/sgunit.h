@@ -61,6 +61,10 @@ typedef struct {
  * state. */
 #define SGUNIT_ROW_TEST(test_func, row) ((struct CMUnitTest){(row)->name, (test_func), NULL, NULL, (void *)(row)})
 
+/* xorshift32: the next of a deterministic sequence of numbers (a random
+ * test that fails reproduces), *state its non-zero state. */
+uint32_t sgunit_xorshift32(uint32_t *state);
+
 /* The monotonic clock, in seconds. */
 double sgunit_now(void);
 

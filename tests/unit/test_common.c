@@ -14,6 +14,8 @@
 
 #include <cmocka.h>
 
+#include "sgunit.h"
+
 #include "buf.h"
 #include "config.h"
 #include "json.h"
@@ -422,30 +424,35 @@ static void test_json_getters(void **state)
     assert_int_equal(sg_json_get_str_array(o, "nul", &a, err, sizeof(err)), 0);
 
     /* wrong type: -1 and the field named */
-    err[0] = '\0';
-    assert_int_equal(sg_json_get_str(o, "n", &s, &len, err, sizeof(err)), -1);
-    assert_contains(err, "\"n\"");
-    err[0] = '\0';
-    assert_int_equal(sg_json_get_str(o, "arr", &s, &len, err, sizeof(err)), -1);
-    assert_contains(err, "\"arr\"");
-    err[0] = '\0';
-    assert_int_equal(sg_json_get_num(o, "s", &d, err, sizeof(err)), -1);
-    assert_contains(err, "\"s\"");
-    err[0] = '\0';
-    assert_int_equal(sg_json_get_num(o, "b", &d, err, sizeof(err)), -1);
-    assert_contains(err, "\"b\"");
-    err[0] = '\0';
-    assert_int_equal(sg_json_get_bool(o, "i", &b, err, sizeof(err)), -1);
-    assert_contains(err, "\"i\"");
-    err[0] = '\0';
-    assert_int_equal(sg_json_get_bool(o, "s", &b, err, sizeof(err)), -1);
-    assert_contains(err, "\"s\"");
-    err[0] = '\0';
-    assert_int_equal(sg_json_get_str_array(o, "mixed", &a, err, sizeof(err)), -1);
-    assert_contains(err, "\"mixed\"");
-    err[0] = '\0';
-    assert_int_equal(sg_json_get_str_array(o, "s", &a, err, sizeof(err)), -1);
-    assert_contains(err, "\"s\"");
+    enum { GET_STR, GET_NUM, GET_BOOL, GET_STR_ARRAY };
+    static const struct {
+        int getter;
+        const char *field;
+    } wrong[] = {{GET_STR, "n"},  {GET_STR, "arr"}, {GET_NUM, "s"},           {GET_NUM, "b"},
+                 {GET_BOOL, "i"}, {GET_BOOL, "s"},  {GET_STR_ARRAY, "mixed"}, {GET_STR_ARRAY, "s"}};
+    for (size_t i = 0; i < sizeof(wrong) / sizeof(wrong[0]); i++) {
+        const char *f = wrong[i].field;
+        char named[32];
+        int r = 0;
+        err[0] = '\0';
+        switch (wrong[i].getter) {
+        case GET_STR:
+            r = sg_json_get_str(o, f, &s, &len, err, sizeof(err));
+            break;
+        case GET_NUM:
+            r = sg_json_get_num(o, f, &d, err, sizeof(err));
+            break;
+        case GET_BOOL:
+            r = sg_json_get_bool(o, f, &b, err, sizeof(err));
+            break;
+        case GET_STR_ARRAY:
+            r = sg_json_get_str_array(o, f, &a, err, sizeof(err));
+            break;
+        }
+        assert_int_equal(r, -1);
+        snprintf(named, sizeof(named), "\"%s\"", f);
+        assert_contains(err, named);
+    }
     json_object_put(o);
 }
 
@@ -594,10 +601,7 @@ static uint32_t rng_state = 0x9e3779b9;
 
 static uint32_t rng(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 17;
-    rng_state ^= rng_state << 5;
-    return rng_state;
+    return sgunit_xorshift32(&rng_state);
 }
 
 static void test_utf8_random(void **state)
