@@ -245,6 +245,17 @@ static void test_config_str(void **state)
     assert_string_equal(v_str, "");
 }
 
+/* sg_config_load() of the four entries of table succeeds with these values. */
+static void expect_loaded(const sg_cfg_entry_t *table, int i, double d, int b, const char *str)
+{
+    char err[256] = "";
+    assert_int_equal(sg_config_load(table, 4, err, sizeof(err)), 0);
+    assert_int_equal(v_int, i);
+    assert_true(v_dbl == d);
+    assert_int_equal(v_bool, b);
+    assert_string_equal(v_str, str);
+}
+
 static void test_config_load(void **state)
 {
     const sg_cfg_entry_t table[] = {e_int, e_dbl, e_bool, e_str};
@@ -255,20 +266,12 @@ static void test_config_load(void **state)
     unsetenv("SG_TEST_BOOL");
     unsetenv("SG_TEST_STR");
     v_int = -1, v_dbl = -1, v_bool = -1, v_str = NULL;
-    assert_int_equal(sg_config_load(table, 4, err, sizeof(err)), 0);
-    assert_int_equal(v_int, 10);
-    assert_true(v_dbl == 0.5);
-    assert_int_equal(v_bool, 0);
-    assert_string_equal(v_str, "sandgate/");
+    expect_loaded(table, 10, 0.5, 0, "sandgate/");
 
     setenv("SG_TEST_INT", "77", 1);
     setenv("SG_TEST_BOOL", "yes", 1);
     setenv("SG_TEST_STR", "mine/", 1);
-    assert_int_equal(sg_config_load(table, 4, err, sizeof(err)), 0);
-    assert_int_equal(v_int, 77);
-    assert_true(v_dbl == 0.5);
-    assert_int_equal(v_bool, 1);
-    assert_string_equal(v_str, "mine/");
+    expect_loaded(table, 77, 0.5, 1, "mine/");
 
     /* an empty variable is a value, not "unset" */
     setenv("SG_TEST_STR", "", 1);
