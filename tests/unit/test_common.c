@@ -109,28 +109,26 @@ static void test_buf_grow(void **state)
     sg_buf_free(&b);
 }
 
+/* sg_buf_consume(b, n) leaves `left`. */
+static void expect_consumed(sg_buf_t *b, size_t n, const char *left)
+{
+    sg_buf_consume(b, n);
+    assert_int_equal(b->len, strlen(left));
+    assert_string_equal(b->base, left);
+}
+
 static void test_buf_consume(void **state)
 {
     sg_buf_t b;
 
     sg_buf_init(&b, 64);
     assert_int_equal(sg_buf_append(&b, "hello world", 11), 0);
-    sg_buf_consume(&b, 0);
-    assert_int_equal(b.len, 11);
-    assert_string_equal(b.base, "hello world");
-    sg_buf_consume(&b, 6);
-    assert_int_equal(b.len, 5);
-    assert_string_equal(b.base, "world");
-    sg_buf_consume(&b, 4);
-    assert_int_equal(b.len, 1);
-    assert_string_equal(b.base, "d");
-    sg_buf_consume(&b, 1);
-    assert_int_equal(b.len, 0);
-    assert_string_equal(b.base, "");
+    expect_consumed(&b, 0, "hello world");
+    expect_consumed(&b, 6, "world");
+    expect_consumed(&b, 4, "d");
+    expect_consumed(&b, 1, "");
     assert_int_equal(sg_buf_append(&b, "abc", 3), 0);
-    sg_buf_consume(&b, 1000);
-    assert_int_equal(b.len, 0);
-    assert_string_equal(b.base, "");
+    expect_consumed(&b, 1000, "");
 
     /* consumed room is room again: the cap is on what is held */
     sg_buf_free(&b);
