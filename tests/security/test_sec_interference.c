@@ -265,40 +265,69 @@ SGGW_TEST(test_cannot_reach_another_sandbox_by_ipc)
  * The network
  * ------------------------------------------------------------------------ */
 
-/* The attacker without network: nothing but its own loopback, and nothing
- * listens there. The victim has the network, so it has an address to aim at. */
-SGGW_TEST(test_no_route_to_another_sandbox)
-{
-    char *vt = tenant("net-victim"), *at = tenant("net-attacker");
-    char *vs = sggw_create_session(st.gw, vt, "{\"lang\":\"python\",\"network\":true}", NULL);
-    char *as = sggw_create_session(st.gw, at, NULL, NULL);
+/* A network attack of tenant at (session as) on tenant vt (session vs, with
+ * the network, so that it has an address to aim at): their addresses. */
+typedef struct {
+    char *vt, *at, *vs, *as;
     char vip[64], vgw[64], aip[64], agw[64];
-    container_ip(vs, vip, vgw);
-    container_ip(as, aip, agw);
-    SG_CHECK(vip[0] != '\0' && vgw[0] != '\0', NULL, "the victim (network on) must have an address");
-    SG_CHECK(aip[0] == '\0', NULL, "a session without network must have no address, has %s", aip);
+} net_attack_t;
 
-    victim_listens(vt, vs, vip);
+static void net_attack_begin(net_attack_t *n, const char *victim, const char *attacker, const char *attacker_opts)
+{
+    n->vt = tenant(victim);
+    n->at = tenant(attacker);
+    n->vs = sggw_create_session(st.gw, n->vt, "{\"lang\":\"python\",\"network\":true}", NULL);
+    n->as = sggw_create_session(st.gw, n->at, attacker_opts, NULL);
+    container_ip(n->vs, n->vip, n->vgw);
+    container_ip(n->as, n->aip, n->agw);
+}
 
+/* The attacker scans every port of the victim (each connect bounded by
+ * victim_s), the service's ports at host (host_s), its own loopback and the
+ * Docker socket, then runs `more`: the result. */
+static json_object *net_attack_scan(const net_attack_t *n, double victim_s, const char *host, double host_s,
+                                    const char *more)
+{
     char ports[128], code[8192];
     service_ports(ports, sizeof(ports));
     pathf(code, sizeof(code),
           "%s"
-          "scan('victim', '%s', list(range(1, 65536)), 1)\n"
-          "scan('host', '%s', %s, 1)\n"
+          "scan('victim', '%s', list(range(1, 65536)), %g)\n"
+          "scan('host', '%s', %s, %g)\n"
           "scan('loopback', '127.0.0.1', %s, 1)\n"
           "print('docker.sock', unix('/var/run/docker.sock'), unix('/run/docker.sock'))\n"
-          "print('interfaces', sorted(os.listdir('/sys/class/net')))\n",
-          SCANNER, vip, vgw, ports, ports);
-    json_object *r = py(at, as, code);
+          "%s",
+          SCANNER, n->vip, victim_s, host, ports, host_s, ports, more);
+    return py(n->at, n->as, code);
+}
+
+/* Its end: the victim's listener saw only its own connection, both still
+ * work. */
+static void net_attack_end(net_attack_t *n)
+{
+    victim_hits(n->vt, n->vs, 1);
+    both_still_work(n->at, n->as, n->vt, n->vs);
+}
+
+/* The attacker without network: nothing but its own loopback, and nothing
+ * listens there. The victim has the network, so it has an address to aim at. */
+SGGW_TEST(test_no_route_to_another_sandbox)
+{
+    net_attack_t n;
+    net_attack_begin(&n, "net-victim", "net-attacker", NULL);
+    SG_CHECK(n.vip[0] != '\0' && n.vgw[0] != '\0', NULL, "the victim (network on) must have an address");
+    SG_CHECK(n.aip[0] == '\0', NULL, "a session without network must have no address, has %s", n.aip);
+
+    victim_listens(n.vt, n.vs, n.vip);
+
+    json_object *r = net_attack_scan(&n, 1, n.vgw, 1, "print('interfaces', sorted(os.listdir('/sys/class/net')))\n");
     SGSEC_EXPECT_STDOUT(r, "victim open=[] ENETUNREACH:65535\n"
-                     "host open=[] ENETUNREACH:5\n"
-                     "loopback open=[] ECONNREFUSED:5\n"
-                     "docker.sock ENOENT ENOENT\n"
-                     "interfaces ['lo']\n");
+                           "host open=[] ENETUNREACH:5\n"
+                           "loopback open=[] ECONNREFUSED:5\n"
+                           "docker.sock ENOENT ENOENT\n"
+                           "interfaces ['lo']\n");
     json_object_put(r);
-    victim_hits(vt, vs, 1);
-    both_still_work(at, as, vt, vs);
+    net_attack_end(&n);
 }
 
 /* Both tenants may use the network and do: the attacker still cannot reach
@@ -306,26 +335,13 @@ SGGW_TEST(test_no_route_to_another_sandbox)
  * through the network's gateway, nor the Docker engine. */
 SGGW_TEST(test_no_route_to_another_sandbox_with_network)
 {
-    char *vt = tenant("netw-victim"), *at = tenant("netw-attacker");
-    char *vs = sggw_create_session(st.gw, vt, "{\"lang\":\"python\",\"network\":true}", NULL);
-    char *as = sggw_create_session(st.gw, at, "{\"lang\":\"python\",\"network\":true}", NULL);
-    char vip[64], vgw[64], aip[64], agw[64];
-    container_ip(vs, vip, vgw);
-    container_ip(as, aip, agw);
-    SG_CHECK(vip[0] != '\0' && aip[0] != '\0', NULL, "both sessions must have an address");
+    net_attack_t n;
+    net_attack_begin(&n, "netw-victim", "netw-attacker", "{\"lang\":\"python\",\"network\":true}");
+    SG_CHECK(n.vip[0] != '\0' && n.aip[0] != '\0', NULL, "both sessions must have an address");
 
-    victim_listens(vt, vs, vip);
+    victim_listens(n.vt, n.vs, n.vip);
 
-    char ports[128], code[8192];
-    service_ports(ports, sizeof(ports));
-    pathf(code, sizeof(code),
-          "%s"
-          "scan('victim', '%s', list(range(1, 65536)), 1.5)\n"
-          "scan('host', '%s', %s, 3)\n"
-          "scan('loopback', '127.0.0.1', %s, 1)\n"
-          "print('docker.sock', unix('/var/run/docker.sock'), unix('/run/docker.sock'))\n",
-          SCANNER, vip, agw, ports, ports);
-    json_object *r = py(at, as, code);
+    json_object *r = net_attack_scan(&n, 1.5, n.agw, 3, "");
     const char *out = SG_STR(r, "stdout");
     SG_CHECK(strncmp(out, "victim open=[] ", 15) == 0 && strstr(out, "CONNECTED") == NULL, r,
              "the attacker must reach no port of the victim's container");
@@ -334,8 +350,7 @@ SGGW_TEST(test_no_route_to_another_sandbox_with_network)
     SG_CHECK(strstr(out, "\nloopback open=[] ECONNREFUSED:5\n") != NULL, r, "nothing listens on the own loopback");
     SG_CHECK(strstr(out, "\ndocker.sock ENOENT ENOENT\n") != NULL, r, "no Docker socket");
     json_object_put(r);
-    victim_hits(vt, vs, 1);
-    both_still_work(at, as, vt, vs);
+    net_attack_end(&n);
 }
 
 /* ------------------------------------------------------------------------
