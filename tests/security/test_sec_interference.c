@@ -436,61 +436,66 @@ static json_object *bomb_against_victim(const char *at, const char *as, const ch
     return res;
 }
 
-SGGW_TEST(test_fork_bomb_does_not_slow_another_tenant)
+/* A bomb of tenant `attacker` against tenant `victim`, each in a session
+ * of its own (bomb_against_victim()): what it prints must hold `must_hold`
+ * (why: what it means when not); then both still work. */
+static void bomb_test(const char *victim, const char *attacker, const char *bomb, const char *must_hold,
+                      const char *why)
 {
-    char *vt = tenant("fork-victim"), *at = tenant("fork-attacker");
+    char *vt = tenant(victim), *at = tenant(attacker);
     char *vs = sggw_create_session(st.gw, vt, NULL, NULL), *as = sggw_create_session(st.gw, at, NULL, NULL);
-    /* every process forks as fast as it can and spins, for 8 s */
-    json_object *res = bomb_against_victim(at, as, vt, vs,
-                                           "import errno, os, time\n"
-                                           "t0 = time.time()\n"
-                                           "end = t0 + 8\n"
-                                           "me = os.getpid()\n"
-                                           "fails, kids = {}, 0\n"
-                                           "while time.time() < end:\n"
-                                           "    try:\n"
-                                           "        pid = os.fork()\n"
-                                           "    except OSError as e:\n"
-                                           "        k = errno.errorcode[e.errno]\n"
-                                           "        fails[k] = fails.get(k, 0) + 1\n"
-                                           "        continue\n"
-                                           "    if pid != 0 and os.getpid() == me:\n"
-                                           "        kids += 1\n"
-                                           "if os.getpid() != me:\n"
-                                           "    os._exit(0)\n"
-                                           "print('%.3f %.3f' % (t0, time.time()), sorted(fails), kids <= 128)\n");
-    const char *out = SG_STR(res, "stdout");
-    SG_CHECK(strstr(out, " ['EAGAIN'] True\n") != NULL, res,
-             "the bomb must hit the pids cap (EAGAIN, and no more than %d children)", PIDS_LIMIT);
+    json_object *res = bomb_against_victim(at, as, vt, vs, bomb);
+    SG_CHECK(strstr(SG_STR(res, "stdout"), must_hold) != NULL, res, "%s", why);
     json_object_put(res);
     both_still_work(at, as, vt, vs);
 }
 
+SGGW_TEST(test_fork_bomb_does_not_slow_another_tenant)
+{
+    char why[128];
+    pathf(why, sizeof(why), "the bomb must hit the pids cap (EAGAIN, and no more than %d children)", PIDS_LIMIT);
+    /* every process forks as fast as it can and spins, for 8 s */
+    bomb_test("fork-victim", "fork-attacker",
+              "import errno, os, time\n"
+              "t0 = time.time()\n"
+              "end = t0 + 8\n"
+              "me = os.getpid()\n"
+              "fails, kids = {}, 0\n"
+              "while time.time() < end:\n"
+              "    try:\n"
+              "        pid = os.fork()\n"
+              "    except OSError as e:\n"
+              "        k = errno.errorcode[e.errno]\n"
+              "        fails[k] = fails.get(k, 0) + 1\n"
+              "        continue\n"
+              "    if pid != 0 and os.getpid() == me:\n"
+              "        kids += 1\n"
+              "if os.getpid() != me:\n"
+              "    os._exit(0)\n"
+              "print('%.3f %.3f' % (t0, time.time()), sorted(fails), kids <= 128)\n",
+              " ['EAGAIN'] True\n", why);
+}
+
 SGGW_TEST(test_memory_bomb_does_not_slow_another_tenant)
 {
-    char *vt = tenant("mem-victim"), *at = tenant("mem-attacker");
-    char *vs = sggw_create_session(st.gw, vt, NULL, NULL), *as = sggw_create_session(st.gw, at, NULL, NULL);
     /* for 8 s: a child fills memory until it is killed, then the next one */
-    json_object *res = bomb_against_victim(at, as, vt, vs,
-                                           "import os, time\n"
-                                           "t0 = time.time()\n"
-                                           "killed = other = 0\n"
-                                           "while time.time() < t0 + 8:\n"
-                                           "    pid = os.fork()\n"
-                                           "    if pid == 0:\n"
-                                           "        x = []\n"
-                                           "        while True:\n"
-                                           "            x.append(b'x' * (16 << 20))\n"
-                                           "    _, st = os.waitpid(pid, 0)\n"
-                                           "    if os.WIFSIGNALED(st) and os.WTERMSIG(st) == 9:\n"
-                                           "        killed += 1\n"
-                                           "    else:\n"
-                                           "        other += 1\n"
-                                           "print('%.3f %.3f' % (t0, time.time()), killed > 0, other)\n");
-    const char *out = SG_STR(res, "stdout");
-    SG_CHECK(strstr(out, " True 0\n") != NULL, res, "every memory hog must be killed by the memory limit");
-    json_object_put(res);
-    both_still_work(at, as, vt, vs);
+    bomb_test("mem-victim", "mem-attacker",
+              "import os, time\n"
+              "t0 = time.time()\n"
+              "killed = other = 0\n"
+              "while time.time() < t0 + 8:\n"
+              "    pid = os.fork()\n"
+              "    if pid == 0:\n"
+              "        x = []\n"
+              "        while True:\n"
+              "            x.append(b'x' * (16 << 20))\n"
+              "    _, st = os.waitpid(pid, 0)\n"
+              "    if os.WIFSIGNALED(st) and os.WTERMSIG(st) == 9:\n"
+              "        killed += 1\n"
+              "    else:\n"
+              "        other += 1\n"
+              "print('%.3f %.3f' % (t0, time.time()), killed > 0, other)\n",
+              " True 0\n", "every memory hog must be killed by the memory limit");
 }
 
 /* ------------------------------------------------------------------------
