@@ -11,7 +11,7 @@
  * behaviour and aborts it, so the test also asserts it is still alive and
  * serving, and that a fresh session still runs code.
  */
-#include "sggw.h"
+#include "sgsec.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,7 +107,6 @@ SGGW_TEST(test_execution_numbers)
         {"/sessions/%s/libraries", "{\"package\": %s}", "package"},
     };
     char body[200], path[128];
-    sgtest_reply_t r;
     for (size_t i = 0; i < N_BAD; i++) {
         for (size_t q = 0; q < sizeof(reqs) / sizeof(reqs[0]); q++) {
             pathf(path, sizeof(path), reqs[q].path, sid);
@@ -116,9 +115,7 @@ SGGW_TEST(test_execution_numbers)
         }
     }
     /* none of them ran: the ledger has no execution */
-    sggw_admin_call(stack.gw, "GET", "/admin/usage?tenant=input-exec", NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SGSEC_ADMIN_GET(stack.gw, "/admin/usage?tenant=input-exec");
     SG_CHECK(SG_INT(o, "executions") == 0, o, "no execution was recorded");
     json_object_put(o);
     /* the session still works */
@@ -139,9 +136,7 @@ SGGW_TEST(test_admin_numbers)
                                          "idle_timeout",  "max_lifetime"};
     char body[200];
     sgtest_reply_t r;
-    sggw_admin_call(stack.gw, "GET", "/admin/tenants/input-admin", NULL, &r);
-    json_object *before = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *before = SGSEC_ADMIN_GET(stack.gw, "/admin/tenants/input-admin");
     for (size_t i = 0; i < N_BAD; i++) {
         for (size_t q = 0; q < sizeof(quotas) / sizeof(quotas[0]); q++) {
             snprintf(body, sizeof(body), "{\"%s\": %s}", quotas[q], BAD[i]);
@@ -159,9 +154,7 @@ SGGW_TEST(test_admin_numbers)
         expect_refused(NULL, "GET", path, NULL, "to");
     }
     /* the tenant is as it was, and no tenant was made */
-    sggw_admin_call(stack.gw, "GET", "/admin/tenants/input-admin", NULL, &r);
-    json_object *after = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *after = SGSEC_ADMIN_GET(stack.gw, "/admin/tenants/input-admin");
     SG_CHECK(json_object_equal(before, after), after, "the tenant's quotas are unchanged");
     json_object_put(before);
     json_object_put(after);

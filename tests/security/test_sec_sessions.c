@@ -17,7 +17,7 @@
  * Real components: a private redis-server, sandgate-gateway on it, a
  * sandgate-proxy (small warm pool) on the Docker engine.
  */
-#include "sggw.h"
+#include "sgsec.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -171,12 +171,7 @@ static int count_lines(const char *s, const char *line)
 
 static int64_t usage_executions(const char *tenant)
 {
-    char path[128];
-    sgtest_reply_t r;
-    pathf(path, sizeof(path), "/admin/usage?tenant=%s", tenant);
-    sggw_admin_call(stack.gw, "GET", path, NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SGSEC_ADMIN_GET(stack.gw, "/admin/usage?tenant=%s", tenant);
     int64_t n = SG_INT(o, "executions");
     json_object_put(o);
     return n;

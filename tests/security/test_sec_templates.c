@@ -12,7 +12,7 @@
  * that the service and a fresh session still work afterwards. The
  * teardown removes every image of the test's template repository.
  */
-#include "sggw.h"
+#include "sgsec.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -375,12 +375,7 @@ SGGW_TEST(test_other_tenants_template)
     create_from(tok_b, "sandgate/python:latest", 404, "no_such_template", NULL);
     SG_CHECK(image_exists(name), NULL, "B's attempts left A's template in place");
     /* the admin sees whose it is */
-    char path[200];
-    sgtest_reply_t r;
-    pathf(path, sizeof(path), "/admin/templates?tenant=%s", "owner-a");
-    sggw_admin_call(stack.gw, "GET", path, NULL, &r);
-    o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    o = SGSEC_ADMIN_GET(stack.gw, "/admin/templates?tenant=%s", "owner-a");
     SG_CHECK(json_object_array_length(SG_ARR(o, "templates")) == 1, o, "the admin lists A's template");
     json_object_put(o);
 
@@ -442,9 +437,7 @@ SGGW_TEST(test_tenant_delete_removes_templates)
     sggw_call(stack.gw, tok, "GET", "/templates", NULL, &r);
     SG_ASSERT_STATUS(&r, 401);
     sgtest_reply_free(&r);
-    sggw_admin_call(stack.gw, "GET", "/admin/templates", NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SGSEC_ADMIN_GET(stack.gw, "/admin/templates");
     json_object *arr = SG_ARR(o, "templates");
     for (size_t i = 0; i < json_object_array_length(arr); i++) {
         const char *n = SG_STR(json_object_array_get_idx(arr, i), "name");

@@ -3,6 +3,7 @@
  */
 #include "sgsec.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,22 @@ json_object *sgsec_sh(const sgsec_stack_t *st, const char *tok, const char *sid,
     json_object_object_add(b, "timeout", json_object_new_int(60));
     pathf(path, sizeof(path), "/sessions/%s/commands", sid);
     return sggw_post_result(st->gw, tok, path, b);
+}
+
+json_object *sgsec__admin_get(sggw_gateway_t *g, const char *file, int line, const char *fmt, ...)
+{
+    char path[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(path, sizeof(path), fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(path))
+        sgtest__check_failed(NULL, file, line, "path fits", "admin path too long: %s", fmt);
+    sgtest_reply_t r;
+    sggw_admin_call(g, "GET", path, NULL, &r);
+    json_object *o = sgtest__expect_json(&r, 200, file, line);
+    sgtest_reply_free(&r);
+    return o;
 }
 
 void sgsec__expect_stdout(json_object *res, const char *want, const char *file, int line)

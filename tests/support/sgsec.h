@@ -45,6 +45,12 @@ json_object *sgsec_py(const sgsec_stack_t *st, const char *tok, const char *sid,
 /* Asserting: POST /sessions/{sid}/commands {"command", "timeout": 60}: the result. */
 json_object *sgsec_sh(const sgsec_stack_t *st, const char *tok, const char *sid, const char *cmd);
 
+/* Asserting: GET the admin API's path (printf-style) on gateway g: the
+ * 200's JSON body (the caller puts it). */
+#define SGSEC_ADMIN_GET(g, ...) sgsec__admin_get((g), __FILE__, __LINE__, __VA_ARGS__)
+json_object *sgsec__admin_get(sggw_gateway_t *g, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* Asserts a result's stdout is exactly `want` and the run ended by itself
  * (reason "exited"). */
 #define SGSEC_EXPECT_STDOUT(res, want) sgsec__expect_stdout((res), (want), __FILE__, __LINE__)
