@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* the stack of the last sgsec_stack_start(), for the row fixtures */
 static sgsec_stack_t *running;
@@ -67,6 +68,18 @@ json_object *sgsec_sh(const sgsec_stack_t *st, const char *tok, const char *sid,
     json_object_object_add(b, "timeout", json_object_new_int(60));
     pathf(path, sizeof(path), "/sessions/%s/commands", sid);
     return sggw_post_result(st->gw, tok, path, b);
+}
+
+int sgsec_poll(bool (*done)(void *ctx), void *ctx, double timeout_s, unsigned every_ms)
+{
+    double deadline = sgtest_now() + timeout_s;
+    for (;;) {
+        if (done(ctx))
+            return 0;
+        if (sgtest_now() > deadline)
+            return -1;
+        usleep(every_ms * 1000);
+    }
 }
 
 json_object *sgsec__admin_get(sggw_gateway_t *g, const char *file, int line, const char *fmt, ...)

@@ -45,6 +45,10 @@ json_object *sgsec_py(const sgsec_stack_t *st, const char *tok, const char *sid,
 /* Asserting: POST /sessions/{sid}/commands {"command", "timeout": 60}: the result. */
 json_object *sgsec_sh(const sgsec_stack_t *st, const char *tok, const char *sid, const char *cmd);
 
+/* Calls done(ctx) every every_ms until it returns true (0), or until
+ * timeout_s have passed (-1). */
+int sgsec_poll(bool (*done)(void *ctx), void *ctx, double timeout_s, unsigned every_ms);
+
 /* Asserting: GET the admin API's path (printf-style) on gateway g: the
  * 200's JSON body (the caller puts it). */
 #define SGSEC_ADMIN_GET(g, ...) sgsec__admin_get((g), __FILE__, __LINE__, __VA_ARGS__)
