@@ -439,30 +439,64 @@ static sggw_batch_t *start_long_run(call_t *lng, const char *tok, const char *si
     return lb;
 }
 
+/* A session of a tenant of its own (its container cid) with LONG_RUN
+ * running in it on a thread of its own (lb: sggw_batch_join() it, or
+ * long_run_ended()); the proxy's count of the session's executions before
+ * it. */
+typedef struct {
+    char *tok, *sid, *cid;
+    call_t lng;
+    sggw_batch_t *lb;
+    long done_before;
+} busy_t;
+
+/* The tenant `name`, its session (with an empty /sandbox/log when
+ * with_log), *billed (if not NULL) its executions in the ledger, then the
+ * long run. */
+static void busy_start(busy_t *b, const char *name, bool with_log, int64_t *billed)
+{
+    memset(b, 0, sizeof(*b));
+    b->tok = new_tenant(name, NULL, NULL);
+    b->sid = sggw_create_session(stack.gw, b->tok, NULL, NULL);
+    b->cid = container_of(b->sid);
+    if (with_log)
+        json_object_put(sggw_execute(stack.gw, b->tok, b->sid, "open('/sandbox/log', 'w').close()", 10));
+    if (billed != NULL)
+        *billed = usage_executions(name);
+    b->lb = start_long_run(&b->lng, b->tok, b->sid, b->cid);
+    b->done_before = proxy_field(b->sid, "executions");
+}
+
+/* The long run ended with a 200. */
+static void long_run_ended(busy_t *b)
+{
+    sggw_batch_join(b->lb);
+    SG_ASSERT_STATUS(&b->lng.req.reply, 200);
+    sgtest_reply_free(&b->lng.req.reply);
+    free(b->lng.body);
+}
+
 /* 40 requests at once on a session whose one run takes 6 s: 16 wait, the
  * rest are refused at once with 429 session_busy and Retry-After; the
  * waiting ones run afterwards, and the service still works. */
 SGGW_TEST(test_session_queue_is_bounded)
 {
     enum { N = 40 };
-    char *tok = new_tenant("queue", NULL, NULL);
-    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
-    char *cid = container_of(sid);
-    static call_t lng, calls[N];
+    static busy_t sess;
+    busy_start(&sess, "queue", false, NULL);
+    static call_t calls[N];
     sggw_par_req_t reqs[N];
-
-    sggw_batch_t *lb = start_long_run(&lng, tok, sid, cid);
 
     for (int i = 0; i < N; i++) {
         memset(&calls[i], 0, sizeof(calls[i]));
-        call_init(&calls[i], tok, sid, "print(1)", 60);
+        call_init(&calls[i], sess.tok, sess.sid, "print(1)", 60);
         reqs[i] = calls[i].req;
     }
     sggw_batch_t *b = sggw_batch_start(reqs, N);
     SG_CHECK(b != NULL, NULL, "cannot start the threads");
     sggw_batch_join(b);
-    sggw_batch_join(lb);
-    SG_ASSERT_STATUS(&lng.req.reply, 200);
+    sggw_batch_join(sess.lb);
+    SG_ASSERT_STATUS(&sess.lng.req.reply, 200);
 
     int ok = 0, busy = 0;
     for (int i = 0; i < N; i++) {
@@ -476,8 +510,8 @@ SGGW_TEST(test_session_queue_is_bounded)
             SG_CHECK(ra != NULL && atoi(ra) >= 1, NULL, "a 429 session_busy needs Retry-After");
             free(ra);
             /* at once: not after the run they would have waited for */
-            SG_CHECK(reqs[i].finished < lng.req.finished, NULL, "a refusal came %.1f s after the running one ended",
-                     reqs[i].finished - lng.req.finished);
+            SG_CHECK(reqs[i].finished < sess.lng.req.finished, NULL, "a refusal came %.1f s after the running one ended",
+                     reqs[i].finished - sess.lng.req.finished);
             busy++;
         }
     }
@@ -487,14 +521,14 @@ SGGW_TEST(test_session_queue_is_bounded)
         sgtest_reply_free(&reqs[i].reply);
         free(calls[i].body);
     }
-    sgtest_reply_free(&lng.req.reply);
-    free(lng.body);
-    SG_CHECK(proxy_waiting(sid) == 0, NULL, "nothing waits any more");
+    sgtest_reply_free(&sess.lng.req.reply);
+    free(sess.lng.body);
+    SG_CHECK(proxy_waiting(sess.sid) == 0, NULL, "nothing waits any more");
 
-    json_object *res = sggw_execute(stack.gw, tok, sid, "print('after')", 10);
+    json_object *res = sggw_execute(stack.gw, sess.tok, sess.sid, "print('after')", 10);
     SG_CHECK(strcmp(SG_STR(res, "stdout"), "after\n") == 0, res, "the session must work afterwards");
     json_object_put(res);
-    close_and_check(tok, sid, cid);
+    close_and_check(sess.tok, sess.sid, sess.cid);
 }
 
 /* A direct client of the proxy queues 16 requests behind a long run and
@@ -503,24 +537,18 @@ SGGW_TEST(test_session_queue_is_bounded)
  * run still runs), and the requests that stayed run. */
 SGGW_TEST(test_abandoned_requests_never_run)
 {
-    char *tok = new_tenant("abandon", NULL, NULL);
-    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
-    char *cid = container_of(sid);
+    static busy_t sess;
+    busy_start(&sess, "abandon", true, NULL);
     char url[256], body[256];
     int fds[QUEUE], kept[2];
-    static call_t lng;
 
-    json_object_put(sggw_execute(stack.gw, tok, sid, "open('/sandbox/log', 'w').close()", 10));
-    sggw_batch_t *lb = start_long_run(&lng, tok, sid, cid);
-    long done_before = proxy_field(sid, "executions");
-
-    pathf(url, sizeof(url), "%s/sessions/%s/execute", sgtest_proxy_url(stack.proxy), sid);
+    pathf(url, sizeof(url), "%s/sessions/%s/execute", sgtest_proxy_url(stack.proxy), sess.sid);
     pathf(body, sizeof(body), "{\"code\": \"open('/sandbox/log', 'a').write('abandoned\\\\n')\"}");
     for (int i = 0; i < QUEUE; i++) {
         fds[i] = sggw_http_open("POST", url, body, NULL);
         SG_CHECK(fds[i] >= 0, NULL, "cannot send request %d", i);
     }
-    wait_waiting(sid, QUEUE, 5);
+    wait_waiting(sess.sid, QUEUE, 5);
     /* full: one more is refused */
     sgtest_reply_t r;
     sgtest_call(stack.proxy, "POST", url + strlen(sgtest_proxy_url(stack.proxy)), body, &r);
@@ -529,8 +557,8 @@ SGGW_TEST(test_abandoned_requests_never_run)
     for (int i = 0; i < QUEUE; i++)
         close(fds[i]);
     /* freed while the long run still runs */
-    wait_waiting(sid, 0, 5);
-    SG_CHECK(proxy_field(sid, "executions") == done_before, NULL,
+    wait_waiting(sess.sid, 0, 5);
+    SG_CHECK(proxy_field(sess.sid, "executions") == sess.done_before, NULL,
              "the hung-up requests were freed only after the long run ended");
 
     pathf(body, sizeof(body), "{\"code\": \"open('/sandbox/log', 'a').write('kept\\\\n')\"}");
@@ -538,22 +566,19 @@ SGGW_TEST(test_abandoned_requests_never_run)
         kept[i] = sggw_http_open("POST", url, body, NULL);
         SG_CHECK(kept[i] >= 0, NULL, "cannot send kept request %d", i);
     }
-    sggw_batch_join(lb);
-    SG_ASSERT_STATUS(&lng.req.reply, 200);
-    sgtest_reply_free(&lng.req.reply);
-    free(lng.body);
+    long_run_ended(&sess);
     for (int i = 0; i < 2; i++) {
         SG_CHECK(sggw_http_read_reply(kept[i], 30, &r) == 0, NULL, "kept request %d: %s", i, r.error);
         SG_ASSERT_STATUS(&r, 200);
         sgtest_reply_free(&r);
     }
-    char *log = read_file(tok, sid, "log");
+    char *log = read_file(sess.tok, sess.sid, "log");
     SG_CHECK(count_lines(log, "abandoned") == 0, NULL, "%d abandoned requests ran:\n%s", count_lines(log, "abandoned"),
              log);
     SG_CHECK(count_lines(log, "kept") == 2, NULL, "the 2 kept requests must have run:\n%s", log);
     free(log);
 
-    close_and_check(tok, sid, cid);
+    close_and_check(sess.tok, sess.sid, sess.cid);
 }
 
 /* A client of the gateway hangs up while its execute waits behind a long
@@ -562,33 +587,25 @@ SGGW_TEST(test_abandoned_requests_never_run)
  * has started: the run goes on and is billed. */
 SGGW_TEST(test_gateway_cancels_for_a_client_that_left)
 {
-    char *tok = new_tenant("cancel", NULL, NULL);
-    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
-    char *cid = container_of(sid);
+    static busy_t sess;
+    int64_t billed;
+    busy_start(&sess, "cancel", true, &billed);
     char url[256], auth[256];
-    static call_t lng;
     sgtest_reply_t r;
 
-    json_object_put(sggw_execute(stack.gw, tok, sid, "open('/sandbox/log', 'w').close()", 10));
-    int64_t billed = usage_executions("cancel");
-    sggw_batch_t *lb = start_long_run(&lng, tok, sid, cid);
-    long done_before = proxy_field(sid, "executions");
-
-    pathf(url, sizeof(url), "%s/sessions/%s/execute", sggw_gateway_url(stack.gw), sid);
-    pathf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
+    pathf(url, sizeof(url), "%s/sessions/%s/execute", sggw_gateway_url(stack.gw), sess.sid);
+    pathf(auth, sizeof(auth), "Authorization: Bearer %s", sess.tok);
     const char *headers[] = {auth, NULL};
     int fd = sggw_http_open("POST", url, "{\"code\": \"open('/sandbox/log', 'a').write('abandoned\\\\n')\"}", headers);
     SG_CHECK(fd >= 0, NULL, "cannot send the request");
-    wait_waiting(sid, 1, 5); /* forwarded: it waits at the proxy */
+    wait_waiting(sess.sid, 1, 5); /* forwarded: it waits at the proxy */
     close(fd);
-    wait_waiting(sid, 0, 5); /* the gateway cancelled it */
-    SG_CHECK(proxy_field(sid, "executions") == done_before, NULL, "the cancel came only after the long run ended");
+    wait_waiting(sess.sid, 0, 5); /* the gateway cancelled it */
+    SG_CHECK(proxy_field(sess.sid, "executions") == sess.done_before, NULL,
+             "the cancel came only after the long run ended");
 
-    sggw_batch_join(lb);
-    SG_ASSERT_STATUS(&lng.req.reply, 200);
-    sgtest_reply_free(&lng.req.reply);
-    free(lng.body);
-    char *log = read_file(tok, sid, "log");
+    long_run_ended(&sess);
+    char *log = read_file(sess.tok, sess.sid, "log");
     SG_CHECK(count_lines(log, "abandoned") == 0, NULL, "the cancelled request ran:\n%s", log);
     free(log);
     /* billed: the long run, not the cancelled one */
@@ -602,7 +619,7 @@ SGGW_TEST(test_gateway_cancels_for_a_client_that_left)
     /* a run that started, then its client left: it ends and is billed */
     fd = sggw_http_open("POST", url, "{\"code\": \"import subprocess; subprocess.run(['sleep', '2'])\"}", headers);
     SG_CHECK(fd >= 0, NULL, "cannot send the request");
-    wait_running(cid, "sleep 2", 10);
+    wait_running(sess.cid, "sleep 2", 10);
     close(fd);
     deadline = sgtest_now() + 15;
     while (usage_executions("cancel") < billed + 2) {
@@ -610,13 +627,13 @@ SGGW_TEST(test_gateway_cancels_for_a_client_that_left)
         usleep(100000);
     }
 
-    pathf(url, sizeof(url), "/sessions/%s", sid);
+    pathf(url, sizeof(url), "/sessions/%s", sess.sid);
     sgtest_call(stack.proxy, "GET", url, NULL, &r);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     SG_CHECK(SG_INT(o, "waiting") == 0, o, "nothing waits");
     json_object_put(o);
-    close_and_check(tok, sid, cid);
+    close_and_check(sess.tok, sess.sid, sess.cid);
 }
 
 int main(void)
