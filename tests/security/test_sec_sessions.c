@@ -88,6 +88,26 @@ static long try_create(const char *tok, char **sid)
     return st;
 }
 
+/* A session closed on record: its container gone (how), its row closed
+ * with `reason`; frees cid and sid. */
+static void expect_closed(char *cid, char *sid, const char *how, const char *reason)
+{
+    expect_container_gone(cid, sid, how);
+    sggw_expect_db_closed(data_dir(), sid, reason);
+    free(cid);
+    free(sid);
+}
+
+/* The tenant's slot is free again (why: what it means when not): a new
+ * session is created, then deleted. */
+static void expect_slot_free(const char *tok, const char *why)
+{
+    char *other = NULL;
+    SG_CHECK(try_create(tok, &other) == 200, NULL, "%s", why);
+    sggw_delete_session(stack.gw, tok, other);
+    free(other);
+}
+
 /* The service and a fresh session work: a new session runs code, and goes. */
 static void expect_service_works(const char *tok)
 {
@@ -285,39 +305,26 @@ SGGW_TEST(test_every_close_removes_the_container)
     char *tok_idle = new_tenant("close-idle", "idle_timeout=2", "max_sessions=1");
     char *tok_life = new_tenant("close-life", "max_lifetime=3", "max_sessions=1");
     char *tok = new_tenant("close-other", "max_sessions=1", NULL);
-    char *sid, *other;
+    char *sid;
 
     /* the idle reaper */
     sid = sggw_create_session(stack.gw, tok_idle, NULL, NULL);
     char *cid = container_of(sid);
-    expect_container_gone(cid, sid, "idle");
-    sggw_expect_db_closed(data_dir(), sid, "idle");
-    SG_CHECK(try_create(tok_idle, &other) == 200, NULL, "the idle session's slot must be free once it is gone");
-    sggw_delete_session(stack.gw, tok_idle, other);
-    free(other);
-    free(cid);
-    free(sid);
+    expect_closed(cid, sid, "idle", "idle");
+    expect_slot_free(tok_idle, "the idle session's slot must be free once it is gone");
 
     /* the lifetime, though used */
     sid = sggw_create_session(stack.gw, tok_life, NULL, NULL);
     cid = container_of(sid);
     json_object_put(sggw_execute(stack.gw, tok_life, sid, "print(1)", 10));
-    expect_container_gone(cid, sid, "lifetime");
-    sggw_expect_db_closed(data_dir(), sid, "lifetime");
-    SG_CHECK(try_create(tok_life, &other) == 200, NULL, "the expired session's slot must be free once it is gone");
-    sggw_delete_session(stack.gw, tok_life, other);
-    free(other);
-    free(cid);
-    free(sid);
+    expect_closed(cid, sid, "lifetime", "lifetime");
+    expect_slot_free(tok_life, "the expired session's slot must be free once it is gone");
 
     /* DELETE */
     sid = sggw_create_session(stack.gw, tok, NULL, NULL);
     cid = container_of(sid);
     sggw_delete_session(stack.gw, tok, sid);
-    expect_container_gone(cid, sid, "DELETE");
-    sggw_expect_db_closed(data_dir(), sid, "deleted");
-    free(cid);
-    free(sid);
+    expect_closed(cid, sid, "DELETE", "deleted");
 
     /* the admin's force-close */
     sid = sggw_create_session(stack.gw, tok, NULL, NULL);
@@ -328,10 +335,7 @@ SGGW_TEST(test_every_close_removes_the_container)
     sggw_admin_call(stack.gw, "DELETE", path, NULL, &r);
     json_object_put(SG_EXPECT_JSON(&r, 200));
     sgtest_reply_free(&r);
-    expect_container_gone(cid, sid, "admin force-close");
-    sggw_expect_db_closed(data_dir(), sid, "admin");
-    free(cid);
-    free(sid);
+    expect_closed(cid, sid, "admin force-close", "admin");
 
     /* a proxy that lost the session (removed behind the gateway's back):
      * the typed 404 no_such_session closes the records, the slot comes back */
@@ -347,9 +351,7 @@ SGGW_TEST(test_every_close_removes_the_container)
     json_object_put(SG_EXPECT_ERROR(&r, 404, "no_such_session"));
     sgtest_reply_free(&r);
     sggw_expect_db_closed(data_dir(), sid, "proxy_lost");
-    SG_CHECK(try_create(tok, &other) == 200, NULL, "the lost session's slot must come back");
-    sggw_delete_session(stack.gw, tok, other);
-    free(other);
+    expect_slot_free(tok, "the lost session's slot must come back");
     free(cid);
     free(sid);
 
