@@ -198,12 +198,7 @@ static void one_shots_succeed(sggw_gateway_t *g, const char *tok, int n)
 /* A fresh session works: create, execute, delete. */
 static void fresh_session_works(sggw_gateway_t *g, const char *tok)
 {
-    char *sid = sggw_create_session(g, tok, NULL, NULL);
-    json_object *o = sggw_execute(g, tok, sid, "print('fresh')", 0);
-    SG_CHECK(strcmp(SG_STR(o, "stdout"), "fresh\n") == 0, o, "a fresh session must run code");
-    json_object_put(o);
-    sggw_delete_session(g, tok, sid);
-    free(sid);
+    sgsec_fresh_session_runs(g, tok, NULL, "print('fresh')", 0, "fresh\n");
 }
 
 /* The tenant (its id, *(int64_t *)id) holds no slot in Redis. */

@@ -63,13 +63,8 @@ static void expect_refused(const char *tok, const char *method, const char *path
 static void expect_serving(const char *token)
 {
     SG_CHECK(sggw_gateway_alive(stack.gw), NULL, "the gateway died (%s)", "");
-    char *sid =
-        sggw_create_session(stack.gw, token, "{\"lang\": \"python\", \"timeout\": 10, \"memory_mb\": 256}", NULL);
-    json_object *o = sggw_execute(stack.gw, token, sid, "print(6 * 7)", 5);
-    SG_CHECK(strcmp(SG_STR(o, "stdout"), "42\n") == 0, o, "a fresh session runs code");
-    json_object_put(o);
-    sggw_delete_session(stack.gw, token, sid);
-    free(sid);
+    sgsec_fresh_session_runs(stack.gw, token, "{\"lang\": \"python\", \"timeout\": 10, \"memory_mb\": 256}",
+                             "print(6 * 7)", 5, "42\n");
 }
 
 SGGW_TEST(test_session_create_numbers)

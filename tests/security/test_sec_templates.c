@@ -185,12 +185,7 @@ static void create_from(const char *tok, const char *name, long status, const ch
 /* The service and a fresh session still work. */
 static void service_works(const char *tok)
 {
-    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
-    json_object *o = sggw_execute(stack.gw, tok, sid, "print(6 * 7)", 0);
-    SG_CHECK(strcmp(SG_STR(o, "stdout"), "42\n") == 0, o, "a fresh session runs code");
-    json_object_put(o);
-    sggw_delete_session(stack.gw, tok, sid);
-    free(sid);
+    sgsec_fresh_session_runs(stack.gw, tok, NULL, "print(6 * 7)", 0, "42\n");
 }
 
 /* ------------------------------------------------------------------------

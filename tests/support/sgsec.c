@@ -126,6 +126,17 @@ void sgsec_expect_service_works(const sgsec_stack_t *st, const char *tok, const 
     free(fresh);
 }
 
+void sgsec_fresh_session_runs(const sggw_gateway_t *g, const char *tok, const char *body, const char *code,
+                              double timeout, const char *want)
+{
+    char *sid = sggw_create_session(g, tok, body, NULL);
+    json_object *o = sggw_execute(g, tok, sid, code, timeout);
+    SG_CHECK(strcmp(SG_STR(o, "stdout"), want) == 0, o, "a fresh session runs code");
+    json_object_put(o);
+    sggw_delete_session(g, tok, sid);
+    free(sid);
+}
+
 void sgsec_end(const sgsec_stack_t *st, char *tok, char *sid, int kept_x)
 {
     sgsec_expect_service_works(st, tok, sid, kept_x);

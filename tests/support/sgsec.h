@@ -66,6 +66,12 @@ void sgsec__expect_stdout(json_object *res, const char *want, const char *file, 
  * session of the tenant runs code and is closed. */
 void sgsec_expect_service_works(const sgsec_stack_t *st, const char *tok, const char *sid, int kept_x);
 
+/* Asserting: a fresh session of tok on g (its create body `body`, NULL: the
+ * defaults) runs code (timeout as sggw_execute()'s) with stdout exactly
+ * `want`, and is deleted. */
+void sgsec_fresh_session_runs(const sggw_gateway_t *g, const char *tok, const char *body, const char *code,
+                              double timeout, const char *want);
+
 /* Asserting: their end: sgsec_expect_service_works(st, tok, sid, kept_x),
  * then frees tok and sid. */
 void sgsec_end(const sgsec_stack_t *st, char *tok, char *sid, int kept_x);
