@@ -63,6 +63,18 @@ static inline sg_store_t *open_ok(const char *dir)
     return st;
 }
 
+/* A store on the data directory `name` (its path in dir) with the tenants
+ * "a" and "b". */
+static inline sg_store_t *open_with_a_and_b(char *dir, size_t len, const char *name, sg_tenant_t *a, sg_tenant_t *b)
+{
+    char err[256];
+    data_dir(dir, len, name);
+    sg_store_t *st = open_ok(dir);
+    assert_int_equal(sg_store_tenant_create(st, "a", a, err, sizeof(err)), 0);
+    assert_int_equal(sg_store_tenant_create(st, "b", b, err, sizeof(err)), 0);
+    return st;
+}
+
 /* A usage row of a python run. */
 static inline sg_usage_t usage(int64_t tenant, const char *sid, double at, double dur, int timed_out, int64_t bytes)
 {
@@ -79,5 +91,21 @@ static inline sg_usage_t usage(int64_t tenant, const char *sid, double at, doubl
     u.output_bytes = bytes;
     return u;
 }
+
+/* NAME_list_t, a list an iteration of the store fills with collect_NAME()
+ * as its callback: the first CAP records of type T in `item`, and how many
+ * came in `n`. */
+#define STORE_LIST(NAME, T, CAP)                                                                                       \
+    typedef struct {                                                                                                   \
+        int n;                                                                                                         \
+        T item[CAP];                                                                                                   \
+    } NAME##_list_t;                                                                                                   \
+    static void collect_##NAME(const T *x, void *data)                                                                 \
+    {                                                                                                                  \
+        NAME##_list_t *l = data;                                                                                       \
+        if (l->n < (CAP))                                                                                              \
+            l->item[l->n] = *x;                                                                                        \
+        l->n++;                                                                                                        \
+    }
 
 #endif

@@ -18,6 +18,14 @@ static void pragma_text(sg_store_t *st, const char *sql, char *out, size_t len)
 
 /* ---- open ---- */
 
+/* sg_store_open(dir) fails, and its error says so with `says`. */
+static void expect_open_refused(const char *dir, const char *says)
+{
+    char err[256] = "";
+    assert_null(sg_store_open(dir, err, sizeof(err)));
+    assert_non_null(strstr(err, says));
+}
+
 static void test_open_creates_wal_db(void **state)
 {
     char dir[256], path[300], v[64];
@@ -75,18 +83,14 @@ static void test_open_errors(void **state)
     fp = fopen(dir, "w");
     assert_non_null(fp);
     fclose(fp);
-    err[0] = '\0';
-    assert_null(sg_store_open(dir, err, sizeof(err)));
-    assert_non_null(strstr(err, "open-file"));
+    expect_open_refused(dir, "open-file");
 
     /* a database from a newer sandgate: refused, not downgraded */
     data_dir(dir, sizeof(dir), "open-newer");
     st = open_ok(dir);
     assert_int_equal(sqlite3_exec(sg_store_db(st), "PRAGMA user_version = 7", NULL, NULL, NULL), SQLITE_OK);
     sg_store_close(st);
-    err[0] = '\0';
-    assert_null(sg_store_open(dir, err, sizeof(err)));
-    assert_non_null(strstr(err, "newer"));
+    expect_open_refused(dir, "newer");
 
     /* a database of schema 1 (before max_concurrent_execs, templates and
      * their quota) is migrated: its tenants get the defaults of 8 and 5 */
@@ -391,18 +395,7 @@ static void test_tenant_fields(void **state)
 
 /* ---- tokens ---- */
 
-typedef struct {
-    int n;
-    sg_token_t t[8];
-} token_list_t;
-
-static void collect_token(const sg_token_t *t, void *data)
-{
-    token_list_t *l = data;
-    if (l->n < 8)
-        l->t[l->n] = *t;
-    l->n++;
-}
+STORE_LIST(token, sg_token_t, 8)
 
 static void test_tokens(void **state)
 {
@@ -485,10 +478,10 @@ static void test_tokens(void **state)
     /* list: public ids and labels, in creation order */
     assert_int_equal(sg_store_token_list(st, acme.id, collect_token, &list, err, sizeof(err)), 0);
     assert_int_equal(list.n, 2);
-    assert_string_equal(list.t[0].public_id, info.public_id);
-    assert_string_equal(list.t[0].label, "ci runner");
-    assert_string_equal(list.t[1].public_id, info2.public_id);
-    assert_int_equal(list.t[0].revoked_at, 0);
+    assert_string_equal(list.item[0].public_id, info.public_id);
+    assert_string_equal(list.item[0].label, "ci runner");
+    assert_string_equal(list.item[1].public_id, info2.public_id);
+    assert_int_equal(list.item[0].revoked_at, 0);
 
     /* bad label, unknown tenant */
     err[0] = '\0';
@@ -512,14 +505,14 @@ static void test_tokens(void **state)
     assert_int_equal(sg_store_token_auth(st, tok2, strlen(tok2), &got, err, sizeof(err)), 1); /* the other lives */
     list.n = 0;
     assert_int_equal(sg_store_token_list(st, acme.id, collect_token, &list, err, sizeof(err)), 0);
-    int64_t revoked_at = list.t[0].revoked_at;
+    int64_t revoked_at = list.item[0].revoked_at;
     assert_true(revoked_at >= info.created_at);
-    assert_int_equal(list.t[1].revoked_at, 0);
+    assert_int_equal(list.item[1].revoked_at, 0);
     /* again: still 1, revoked_at kept */
     assert_int_equal(sg_store_token_revoke(st, info.public_id, err, sizeof(err)), 1);
     list.n = 0;
     assert_int_equal(sg_store_token_list(st, acme.id, collect_token, &list, err, sizeof(err)), 0);
-    assert_int_equal(list.t[0].revoked_at, revoked_at);
+    assert_int_equal(list.item[0].revoked_at, revoked_at);
     /* unknown or malformed: 0 */
     assert_int_equal(sg_store_token_revoke(st, "zzzzzzzz", err, sizeof(err)), 0);
     assert_int_equal(sg_store_token_revoke(st, "nope", err, sizeof(err)), 0);
@@ -550,19 +543,7 @@ static void test_tokens(void **state)
 
 /* ---- usage ---- */
 
-typedef struct {
-    int n;
-    sg_usage_t u[16];
-} usage_list_t;
-
-static void collect_usage(const sg_usage_t *u, void *data)
-{
-    usage_list_t *l = data;
-    if (l->n < 16)
-        l->u[l->n] = *u;
-    l->n++;
-}
-
+STORE_LIST(usage, sg_usage_t, 16)
 
 static void test_usage(void **state)
 {
@@ -573,10 +554,7 @@ static void test_usage(void **state)
     usage_list_t l = {0};
     sg_store_t *st;
 
-    data_dir(dir, sizeof(dir), "usage");
-    st = open_ok(dir);
-    assert_int_equal(sg_store_tenant_create(st, "a", &a, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_tenant_create(st, "b", &b, err, sizeof(err)), 0);
+    st = open_with_a_and_b(dir, sizeof(dir), "usage", &a, &b);
 
     /* written out of order */
     sg_usage_t rows[] = {
@@ -614,25 +592,25 @@ static void test_usage(void **state)
     /* list: oldest first, fields back as written */
     assert_int_equal(sg_store_usage_list(st, a.id, 0, 1e12, 100, collect_usage, &l, err, sizeof(err)), 0);
     assert_int_equal(l.n, 4);
-    assert_true(l.u[0].started_at == 900.0);
-    assert_string_equal(l.u[0].session_id, "");
-    assert_string_equal(l.u[0].kind, "ephemeral");
-    assert_true(l.u[1].started_at == 1000.0);
-    assert_true(l.u[2].started_at == 1000.5);
-    assert_string_equal(l.u[2].session_id, sid);
-    assert_string_equal(l.u[2].lang, "python");
-    assert_string_equal(l.u[2].kind, "execute");
-    assert_true(l.u[2].duration == 1.25);
-    assert_int_equal(l.u[2].output_bytes, 100);
-    assert_true(l.u[3].started_at == 2000.0);
-    assert_int_equal(l.u[3].timed_out, 1);
-    assert_int_equal(l.u[3].exit_code, -1);
-    assert_int_equal(l.u[3].tenant_id, a.id);
+    assert_true(l.item[0].started_at == 900.0);
+    assert_string_equal(l.item[0].session_id, "");
+    assert_string_equal(l.item[0].kind, "ephemeral");
+    assert_true(l.item[1].started_at == 1000.0);
+    assert_true(l.item[2].started_at == 1000.5);
+    assert_string_equal(l.item[2].session_id, sid);
+    assert_string_equal(l.item[2].lang, "python");
+    assert_string_equal(l.item[2].kind, "execute");
+    assert_true(l.item[2].duration == 1.25);
+    assert_int_equal(l.item[2].output_bytes, 100);
+    assert_true(l.item[3].started_at == 2000.0);
+    assert_int_equal(l.item[3].timed_out, 1);
+    assert_int_equal(l.item[3].exit_code, -1);
+    assert_int_equal(l.item[3].tenant_id, a.id);
     /* limit */
     l.n = 0;
     assert_int_equal(sg_store_usage_list(st, a.id, 0, 1e12, 2, collect_usage, &l, err, sizeof(err)), 0);
     assert_int_equal(l.n, 2);
-    assert_true(l.u[1].started_at == 1000.0);
+    assert_true(l.item[1].started_at == 1000.0);
     /* limit <= 0: all */
     l.n = 0;
     assert_int_equal(sg_store_usage_list(st, a.id, 0, 1e12, 0, collect_usage, &l, err, sizeof(err)), 0);
@@ -641,9 +619,9 @@ static void test_usage(void **state)
     l.n = 0;
     assert_int_equal(sg_store_usage_list(st, 0, 0, 1e12, 100, collect_usage, &l, err, sizeof(err)), 0);
     assert_int_equal(l.n, 5);
-    assert_true(l.u[0].started_at == 900.0);
-    assert_int_equal(l.u[1].tenant_id, b.id);
-    assert_true(l.u[1].started_at == 950.0);
+    assert_true(l.item[0].started_at == 900.0);
+    assert_int_equal(l.item[1].tenant_id, b.id);
+    assert_true(l.item[1].started_at == 950.0);
     /* window on the list */
     l.n = 0;
     assert_int_equal(sg_store_usage_list(st, 0, 950.0, 1000.5, 100, collect_usage, &l, err, sizeof(err)), 0);

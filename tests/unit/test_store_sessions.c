@@ -11,18 +11,7 @@
 
 /* ---- sessions ---- */
 
-typedef struct {
-    int n;
-    sg_session_rec_t s[8];
-} session_list_t;
-
-static void collect_session(const sg_session_rec_t *s, void *data)
-{
-    session_list_t *l = data;
-    if (l->n < 8)
-        l->s[l->n] = *s;
-    l->n++;
-}
+STORE_LIST(session, sg_session_rec_t, 8)
 
 static sg_session_rec_t session(const char *id, int64_t tenant, int64_t created)
 {
@@ -45,10 +34,7 @@ static void test_sessions(void **state)
     session_list_t l = {0};
     sg_store_t *st;
 
-    data_dir(dir, sizeof(dir), "sessions");
-    st = open_ok(dir);
-    assert_int_equal(sg_store_tenant_create(st, "a", &a, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_tenant_create(st, "b", &b, err, sizeof(err)), 0);
+    st = open_with_a_and_b(dir, sizeof(dir), "sessions", &a, &b);
 
     r = session(s2, a.id, 2000);
     assert_int_equal(sg_store_session_open(st, &r, err, sizeof(err)), 0);
@@ -91,9 +77,9 @@ static void test_sessions(void **state)
     /* open lists: by tenant, oldest first; all */
     assert_int_equal(sg_store_session_list_open(st, a.id, collect_session, &l, err, sizeof(err)), 0);
     assert_int_equal(l.n, 2);
-    assert_string_equal(l.s[0].id, s1);
-    assert_string_equal(l.s[1].id, s2);
-    assert_int_equal(l.s[0].executions, 3);
+    assert_string_equal(l.item[0].id, s1);
+    assert_string_equal(l.item[1].id, s2);
+    assert_int_equal(l.item[0].executions, 3);
     l.n = 0;
     assert_int_equal(sg_store_session_list_open(st, 0, collect_session, &l, err, sizeof(err)), 0);
     assert_int_equal(l.n, 3);
@@ -112,7 +98,7 @@ static void test_sessions(void **state)
     l.n = 0;
     assert_int_equal(sg_store_session_list_open(st, 0, collect_session, &l, err, sizeof(err)), 0);
     assert_int_equal(l.n, 1);
-    assert_string_equal(l.s[0].id, s2);
+    assert_string_equal(l.item[0].id, s2);
     l.n = 0;
     assert_int_equal(sg_store_session_list_open(st, b.id, collect_session, &l, err, sizeof(err)), 0);
     assert_int_equal(l.n, 0);
