@@ -352,106 +352,112 @@ static int find_admin_bin(char *out, size_t len)
     return access(out, X_OK) == 0;
 }
 
+/* The file `name` of root, whole, into buf (NUL-terminated). */
+static void read_output(const char *name, char *buf, size_t len)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "%s/%s", root, name);
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    size_t n = fread(buf, 1, len - 1, fp);
+    buf[n] = '\0';
+    fclose(fp);
+}
+
 /* Runs sandgate-admin with args (a shell word list of safe words); stdout and
  * stderr into the given buffers. Returns the exit status. */
 static int run_admin(const char *bin, const char *dir, const char *args, char *out, size_t outlen, char *errout,
                      size_t errlen)
 {
-    char cmd[2048], path[600];
+    char cmd[2048];
     int status;
-    FILE *fp;
-    size_t n;
 
     snprintf(cmd, sizeof(cmd), "SANDGATE_DATA_DIR='%s' '%s' %s >'%s/cli.out' 2>'%s/cli.err'", dir, bin, args, root,
              root);
     status = system(cmd);
     assert_true(WIFEXITED(status));
-    snprintf(path, sizeof(path), "%s/cli.out", root);
-    fp = fopen(path, "r");
-    assert_non_null(fp);
-    n = fread(out, 1, outlen - 1, fp);
-    out[n] = '\0';
-    fclose(fp);
-    snprintf(path, sizeof(path), "%s/cli.err", root);
-    fp = fopen(path, "r");
-    assert_non_null(fp);
-    n = fread(errout, 1, errlen - 1, fp);
-    errout[n] = '\0';
-    fclose(fp);
+    read_output("cli.out", out, outlen);
+    read_output("cli.err", errout, errlen);
     return WEXITSTATUS(status);
+}
+
+/* sandgate-admin and the data directory test_admin_cli runs it on; what
+ * it printed last. */
+static char admin_bin[1100], admin_dir[256], admin_out[4096], admin_err[4096];
+
+/* Runs sandgate-admin with args: its exit status is rc, and (when not NULL)
+ * its stdout holds out_has, its stderr err_has. */
+static void expect_admin(const char *args, int rc, const char *out_has, const char *err_has)
+{
+    assert_int_equal(run_admin(admin_bin, admin_dir, args, admin_out, sizeof(admin_out), admin_err, sizeof(admin_err)),
+                     rc);
+    if (out_has != NULL)
+        assert_non_null(strstr(admin_out, out_has));
+    if (err_has != NULL)
+        assert_non_null(strstr(admin_err, err_has));
 }
 
 static void test_admin_cli(void **state)
 {
-    char bin[1100], dir[256], out[4096], errout[4096], args[512], err[256], tok[SG_TOKEN_MAX];
+    char args[512], err[256], tok[SG_TOKEN_MAX];
     sg_tenant_t t;
     sg_store_t *st;
 
-    if (!find_admin_bin(bin, sizeof(bin)))
+    if (!find_admin_bin(admin_bin, sizeof(admin_bin)))
         fail_msg("sandgate-admin not found: set SANDGATE_ADMIN_BIN (ctest does)");
-    data_dir(dir, sizeof(dir), "cli");
+    data_dir(admin_dir, sizeof(admin_dir), "cli");
 
-    assert_int_equal(run_admin(bin, dir, "tenant create acme", out, sizeof(out), errout, sizeof(errout)), 0);
-    assert_string_equal(out, "id=1 name=acme\n");
-    assert_int_equal(run_admin(bin, dir, "tenant create acme", out, sizeof(out), errout, sizeof(errout)), 1);
-    assert_string_equal(out, "");
-    assert_non_null(strstr(errout, "already exists"));
-    assert_int_equal(run_admin(bin, dir, "--json tenant create beta", out, sizeof(out), errout, sizeof(errout)), 0);
-    assert_non_null(strstr(out, "\"name\":\"beta\""));
-    assert_non_null(strstr(out, "\"max_sessions\":10"));
+    expect_admin("tenant create acme", 0, NULL, NULL);
+    assert_string_equal(admin_out, "id=1 name=acme\n");
+    expect_admin("tenant create acme", 1, NULL, NULL);
+    assert_string_equal(admin_out, "");
+    assert_non_null(strstr(admin_err, "already exists"));
+    expect_admin("--json tenant create beta", 0, "\"name\":\"beta\"", NULL);
+    assert_non_null(strstr(admin_out, "\"max_sessions\":10"));
 
     /* tenant set: good, bad value, unknown key, not KEY=VALUE */
-    assert_int_equal(run_admin(bin, dir, "tenant set acme max_sessions=3 allowed_langs=python,go", out, sizeof(out),
-                               errout, sizeof(errout)),
-                     0);
-    assert_non_null(strstr(out, "max_sessions=3"));
-    assert_int_equal(run_admin(bin, dir, "tenant set acme max_cpus=lots", out, sizeof(out), errout, sizeof(errout)),
-                     1);
-    assert_non_null(strstr(errout, "max_cpus"));
-    assert_int_equal(run_admin(bin, dir, "tenant set acme colour=blue", out, sizeof(out), errout, sizeof(errout)), 1);
-    assert_non_null(strstr(errout, "colour"));
-    assert_int_equal(run_admin(bin, dir, "tenant set acme burst", out, sizeof(out), errout, sizeof(errout)), 2);
-    assert_non_null(strstr(errout, "usage:"));
+    expect_admin("tenant set acme max_sessions=3 allowed_langs=python,go", 0, "max_sessions=3", NULL);
+    expect_admin("tenant set acme max_cpus=lots", 1, NULL, "max_cpus");
+    expect_admin("tenant set acme colour=blue", 1, NULL, "colour");
+    expect_admin("tenant set acme burst", 2, NULL, "usage:");
 
     /* tenant list: one line each */
-    assert_int_equal(run_admin(bin, dir, "tenant list", out, sizeof(out), errout, sizeof(errout)), 0);
-    assert_non_null(strstr(out, "id=1 name=acme "));
-    assert_non_null(strstr(out, "max_sessions=3"));
-    assert_non_null(strstr(out, "\nid=2 name=beta "));
+    expect_admin("tenant list", 0, "id=1 name=acme ", NULL);
+    assert_non_null(strstr(admin_out, "max_sessions=3"));
+    assert_non_null(strstr(admin_out, "\nid=2 name=beta "));
     int lines = 0;
-    for (const char *p = out; *p; p++)
+    for (const char *p = admin_out; *p; p++)
         lines += *p == '\n';
     assert_int_equal(lines, 2);
 
     /* token create: the token alone on stdout; it authenticates */
-    assert_int_equal(run_admin(bin, dir, "token create acme --label ci", out, sizeof(out), errout, sizeof(errout)),
-                     0);
-    assert_int_equal(strlen(out), SG_TOKEN_LEN + 1);
-    assert_int_equal(out[SG_TOKEN_LEN], '\n');
-    memcpy(tok, out, SG_TOKEN_LEN);
+    expect_admin("token create acme --label ci", 0, NULL, NULL);
+    assert_int_equal(strlen(admin_out), SG_TOKEN_LEN + 1);
+    assert_int_equal(admin_out[SG_TOKEN_LEN], '\n');
+    memcpy(tok, admin_out, SG_TOKEN_LEN);
     tok[SG_TOKEN_LEN] = '\0';
     assert_int_equal(sg_token_parse(tok, SG_TOKEN_LEN, NULL), 0);
-    st = open_ok(dir);
+    st = open_ok(admin_dir);
     assert_int_equal(sg_store_token_auth(st, tok, SG_TOKEN_LEN, &t, err, sizeof(err)), 1);
     assert_string_equal(t.name, "acme");
     assert_int_equal(t.max_sessions, 3);
 
     /* token list: public id and label, never the secret */
-    assert_int_equal(run_admin(bin, dir, "token list acme", out, sizeof(out), errout, sizeof(errout)), 0);
+    expect_admin("token list acme", 0, NULL, NULL);
     char pub[9];
     memcpy(pub, tok + 4, 8);
     pub[8] = '\0';
-    assert_non_null(strstr(out, pub));
-    assert_non_null(strstr(out, "label=\"ci\""));
-    assert_non_null(strstr(out, "revoked=-"));
-    assert_null(strstr(out, tok + 13));
+    assert_non_null(strstr(admin_out, pub));
+    assert_non_null(strstr(admin_out, "label=\"ci\""));
+    assert_non_null(strstr(admin_out, "revoked=-"));
+    assert_null(strstr(admin_out, tok + 13));
 
     /* revoke by public id: the open connection sees it at once */
     snprintf(args, sizeof(args), "token revoke %s", pub);
-    assert_int_equal(run_admin(bin, dir, args, out, sizeof(out), errout, sizeof(errout)), 0);
+    expect_admin(args, 0, NULL, NULL);
     assert_int_equal(sg_store_token_auth(st, tok, SG_TOKEN_LEN, &t, err, sizeof(err)), 0);
-    assert_int_equal(run_admin(bin, dir, "token revoke zzzzzzzz", out, sizeof(out), errout, sizeof(errout)), 1);
-    assert_int_equal(run_admin(bin, dir, "token revoke not-a-token", out, sizeof(out), errout, sizeof(errout)), 1);
+    expect_admin("token revoke zzzzzzzz", 1, NULL, NULL);
+    expect_admin("token revoke not-a-token", 1, NULL, NULL);
 
     /* usage totals */
     sg_usage_t u = usage(1, "", 100, 2.5, 1, 10);
@@ -459,32 +465,27 @@ static void test_admin_cli(void **state)
     u = usage(1, "", 300, 1.0, 0, 5);
     assert_int_equal(sg_store_usage_add(st, &u, err, sizeof(err)), 0);
     sg_store_close(st);
-    assert_int_equal(run_admin(bin, dir, "usage acme", out, sizeof(out), errout, sizeof(errout)), 0);
-    assert_non_null(strstr(out, "executions=2 seconds=3.500 output_bytes=15 timed_out=1"));
-    assert_int_equal(run_admin(bin, dir, "usage acme --since 200 --until 400", out, sizeof(out), errout,
-                               sizeof(errout)),
-                     0);
-    assert_non_null(strstr(out, "executions=1 seconds=1.000 output_bytes=5 timed_out=0"));
-    assert_int_equal(run_admin(bin, dir, "--json usage acme --since=0", out, sizeof(out), errout, sizeof(errout)), 0);
-    assert_non_null(strstr(out, "\"executions\":2"));
+    expect_admin("usage acme", 0, "executions=2 seconds=3.500 output_bytes=15 timed_out=1", NULL);
+    expect_admin("usage acme --since 200 --until 400", 0, "executions=1 seconds=1.000 output_bytes=5 timed_out=0",
+                 NULL);
+    expect_admin("--json usage acme --since=0", 0, "\"executions\":2", NULL);
 
     /* errors and bad usage */
-    assert_int_equal(run_admin(bin, dir, "token create nobody", out, sizeof(out), errout, sizeof(errout)), 1);
-    assert_non_null(strstr(errout, "nobody"));
-    assert_int_equal(run_admin(bin, dir, "", out, sizeof(out), errout, sizeof(errout)), 2);
-    assert_int_equal(run_admin(bin, dir, "tenant", out, sizeof(out), errout, sizeof(errout)), 2);
-    assert_int_equal(run_admin(bin, dir, "tenant create", out, sizeof(out), errout, sizeof(errout)), 2);
-    assert_int_equal(run_admin(bin, dir, "tenant create a b", out, sizeof(out), errout, sizeof(errout)), 2);
-    assert_int_equal(run_admin(bin, dir, "token create acme --label", out, sizeof(out), errout, sizeof(errout)), 2);
-    assert_int_equal(run_admin(bin, dir, "tenant list --frob", out, sizeof(out), errout, sizeof(errout)), 2);
-    assert_int_equal(run_admin(bin, dir, "tenant list --label x", out, sizeof(out), errout, sizeof(errout)), 2);
+    expect_admin("token create nobody", 1, NULL, "nobody");
+    expect_admin("", 2, NULL, NULL);
+    expect_admin("tenant", 2, NULL, NULL);
+    expect_admin("tenant create", 2, NULL, NULL);
+    expect_admin("tenant create a b", 2, NULL, NULL);
+    expect_admin("token create acme --label", 2, NULL, NULL);
+    expect_admin("tenant list --frob", 2, NULL, NULL);
+    expect_admin("tenant list --label x", 2, NULL, NULL);
 
     /* --data-dir beats the environment */
     char other[300];
     data_dir(other, sizeof(other), "cli-other");
     snprintf(args, sizeof(args), "--data-dir '%s' tenant create gamma", other);
-    assert_int_equal(run_admin(bin, dir, args, out, sizeof(out), errout, sizeof(errout)), 0);
-    assert_string_equal(out, "id=1 name=gamma\n");
+    expect_admin(args, 0, NULL, NULL);
+    assert_string_equal(admin_out, "id=1 name=gamma\n");
 }
 
 int main(void)
