@@ -351,6 +351,17 @@ static sg_upstream_req_t *get(sg_upstream_t *u, const char *path, long timeout_m
     return sg_upstream_start(u, "GET", path, NULL, 0, NULL, timeout_ms, NULL, NULL, on_done, r);
 }
 
+/* A request on u (r zeroed first), run until it is done (within wait_ms). */
+static void exchange(sg_upstream_t *u, const char *method, const char *path, const char *body, size_t body_len,
+                     const char *content_type, long timeout_ms, sg_upstream_head_cb on_head,
+                     sg_upstream_data_cb on_data, result_t *r, double wait_ms)
+{
+    memset(r, 0, sizeof(*r));
+    assert_non_null(
+        sg_upstream_start(u, method, path, body, body_len, content_type, timeout_ms, on_head, on_data, on_done, r));
+    assert_true(run_until(&r->done, wait_ms));
+}
+
 static json_object *parse(const char *s)
 {
     json_object *o = json_tokener_parse(s);
@@ -394,18 +405,14 @@ static void test_get(void **state)
     result_free(&r);
 
     /* a 404 is a reply, not an error */
-    memset(&r, 0, sizeof(r));
-    assert_non_null(get(u, "/nothing-here", 2000, &r));
-    assert_true(run_until(&r.done, 2000));
+    exchange(u, "GET", "/nothing-here", NULL, 0, NULL, 2000, NULL, NULL, &r, 2000);
     assert_null(r.err);
     assert_int_equal(r.status, 404);
     assert_contains(r.body, "not_found");
     result_free(&r);
 
     /* Retry-After comes through */
-    memset(&r, 0, sizeof(r));
-    assert_non_null(get(u, "/retry", 2000, &r));
-    assert_true(run_until(&r.done, 2000));
+    exchange(u, "GET", "/retry", NULL, 0, NULL, 2000, NULL, NULL, &r, 2000);
     assert_null(r.err);
     assert_int_equal(r.status, 429);
     assert_string_equal(r.retry_after, "7");
@@ -475,9 +482,7 @@ static void test_post_echo(void **state)
     result_free(&r);
 
     /* a body without a Content-Type gets none (curl would add a form type) */
-    memset(&r, 0, sizeof(r));
-    assert_non_null(sg_upstream_start(u, "PUT", "/echo", "abc", 3, NULL, 2000, NULL, NULL, on_done, &r));
-    assert_true(run_until(&r.done, 2000));
+    exchange(u, "PUT", "/echo", "abc", 3, NULL, 2000, NULL, NULL, &r, 2000);
     assert_null(r.err);
     o = parse(r.body);
     assert_string_equal(field(o, "method"), "PUT");
@@ -504,25 +509,16 @@ static void test_post_echo(void **state)
     result_free(&r);
 
     /* DELETE without a body, POST without a body */
-    memset(&r, 0, sizeof(r));
-    assert_non_null(sg_upstream_start(u, "DELETE", "/echo", NULL, 0, NULL, 2000, NULL, NULL, on_done, &r));
-    assert_true(run_until(&r.done, 2000));
-    assert_null(r.err);
-    o = parse(r.body);
-    assert_string_equal(field(o, "method"), "DELETE");
-    assert_string_equal(field(o, "body"), "");
-    json_object_put(o);
-    result_free(&r);
-
-    memset(&r, 0, sizeof(r));
-    assert_non_null(sg_upstream_start(u, "POST", "/echo", NULL, 0, NULL, 2000, NULL, NULL, on_done, &r));
-    assert_true(run_until(&r.done, 2000));
-    assert_null(r.err);
-    o = parse(r.body);
-    assert_string_equal(field(o, "method"), "POST");
-    assert_string_equal(field(o, "body"), "");
-    json_object_put(o);
-    result_free(&r);
+    static const char *const bodiless[] = {"DELETE", "POST"};
+    for (size_t i = 0; i < sizeof(bodiless) / sizeof(bodiless[0]); i++) {
+        exchange(u, bodiless[i], "/echo", NULL, 0, NULL, 2000, NULL, NULL, &r, 2000);
+        assert_null(r.err);
+        o = parse(r.body);
+        assert_string_equal(field(o, "method"), bodiless[i]);
+        assert_string_equal(field(o, "body"), "");
+        json_object_put(o);
+        result_free(&r);
+    }
 
     destroy_upstream(u);
 }
@@ -632,9 +628,7 @@ static void test_refused(void **state)
     result_free(&r);
 
     /* streaming: no reply at all, so no head */
-    memset(&r, 0, sizeof(r));
-    assert_non_null(sg_upstream_start(u, "GET", "/stream", NULL, 0, NULL, 2000, on_head, on_data, on_done, &r));
-    assert_true(run_until(&r.done, 2000));
+    exchange(u, "GET", "/stream", NULL, 0, NULL, 2000, on_head, on_data, &r, 2000);
     assert_int_equal(r.heads, 0);
     assert_int_equal(r.pieces, 0);
     assert_int_equal(r.status, 0);
@@ -659,9 +653,7 @@ static void test_too_large(void **state)
     result_free(&r);
 
     /* the connection that was cut does not break the next request */
-    memset(&r, 0, sizeof(r));
-    assert_non_null(get(u, "/fast", 2000, &r));
-    assert_true(run_until(&r.done, 2000));
+    exchange(u, "GET", "/fast", NULL, 0, NULL, 2000, NULL, NULL, &r, 2000);
     assert_null(r.err);
     assert_int_equal(r.status, 200);
     result_free(&r);
@@ -669,9 +661,7 @@ static void test_too_large(void **state)
 
     /* with room enough it comes whole */
     u = new_upstream(4 * MIB);
-    memset(&r, 0, sizeof(r));
-    assert_non_null(get(u, "/big", 5000, &r));
-    assert_true(run_until(&r.done, 5000));
+    exchange(u, "GET", "/big", NULL, 0, NULL, 5000, NULL, NULL, &r, 5000);
     assert_null(r.err);
     assert_int_equal(r.body_len, BIG_LEN);
     assert_memory_equal(r.body, bigbuf, BIG_LEN);
@@ -704,9 +694,7 @@ static void test_stream(void **state)
     result_free(&r);
 
     /* a streamed reply without a body still gets its head, before done */
-    memset(&r, 0, sizeof(r));
-    assert_non_null(sg_upstream_start(u, "HEAD", "/fast", NULL, 0, NULL, 2000, on_head, on_data, on_done, &r));
-    assert_true(run_until(&r.done, 2000));
+    exchange(u, "HEAD", "/fast", NULL, 0, NULL, 2000, on_head, on_data, &r, 2000);
     assert_null(r.err);
     assert_int_equal(r.heads, 1);
     assert_int_equal(r.head_status, 200);
@@ -715,9 +703,7 @@ static void test_stream(void **state)
 
     /* a stream that outlives its timeout: head, what came, then done with
      * status 0 */
-    memset(&r, 0, sizeof(r));
-    assert_non_null(sg_upstream_start(u, "GET", "/stream", NULL, 0, NULL, 75, on_head, on_data, on_done, &r));
-    assert_true(run_until(&r.done, 2000));
+    exchange(u, "GET", "/stream", NULL, 0, NULL, 75, on_head, on_data, &r, 2000);
     assert_int_equal(r.heads, 1);
     assert_int_equal(r.pieces, 2);
     assert_string_equal(r.streamed, "one,two,");
