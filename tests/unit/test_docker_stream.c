@@ -172,6 +172,8 @@ static int stream_teardown(void **state)
     return 0;
 }
 
+#define STREAM_TEST(f) cmocka_unit_test_setup_teardown(f, stream_setup, stream_teardown)
+
 static void test_one_frame(void **state)
 {
     stream_t *s = *state;
@@ -471,14 +473,14 @@ static void test_size_high_byte(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_one_frame, stream_setup, stream_teardown),
+        STREAM_TEST(test_one_frame),
         cmocka_unit_test(test_interleaved),
         cmocka_unit_test(test_byte_at_a_time),
         cmocka_unit_test(test_split_everywhere),
-        cmocka_unit_test_setup_teardown(test_zero_length_frame, stream_setup, stream_teardown),
-        cmocka_unit_test_setup_teardown(test_bad_stream, stream_setup, stream_teardown),
-        cmocka_unit_test_setup_teardown(test_bad_padding, stream_setup, stream_teardown),
-        cmocka_unit_test_setup_teardown(test_init_resets, stream_setup, stream_teardown),
+        STREAM_TEST(test_zero_length_frame),
+        STREAM_TEST(test_bad_stream),
+        STREAM_TEST(test_bad_padding),
+        STREAM_TEST(test_init_resets),
         cmocka_unit_test(test_large_frame),
         cmocka_unit_test(test_size_big_endian),
         cmocka_unit_test(test_size_high_byte),

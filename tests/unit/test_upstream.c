@@ -346,6 +346,21 @@ static void destroy_upstream(sg_upstream_t *u)
     run_for(20); /* h2o frees closed sockets on its next turn */
 }
 
+/* The fixtures of a test on one upstream of MIB bytes' replies (*state). */
+static int upstream_setup(void **state)
+{
+    *state = new_upstream(MIB);
+    return 0;
+}
+
+static int upstream_teardown(void **state)
+{
+    destroy_upstream(*state);
+    return 0;
+}
+
+#define UPSTREAM_TEST(f) cmocka_unit_test_setup_teardown(f, upstream_setup, upstream_teardown)
+
 static sg_upstream_req_t *get(sg_upstream_t *u, const char *path, long timeout_ms, result_t *r)
 {
     return sg_upstream_start(u, "GET", path, NULL, 0, NULL, timeout_ms, NULL, NULL, on_done, r);
@@ -360,6 +375,14 @@ static void exchange(sg_upstream_t *u, const char *method, const char *path, con
     assert_non_null(
         sg_upstream_start(u, method, path, body, body_len, content_type, timeout_ms, on_head, on_data, on_done, r));
     assert_true(run_until(&r->done, wait_ms));
+}
+
+/* GET path on u (r zeroed first): a reply, of this status. */
+static void expect_reply(sg_upstream_t *u, const char *path, long status, result_t *r)
+{
+    exchange(u, "GET", path, NULL, 0, NULL, 2000, NULL, NULL, r, 2000);
+    assert_null(r->err);
+    assert_int_equal(r->status, status);
 }
 
 static json_object *parse(const char *s)
@@ -386,7 +409,7 @@ static void assert_contains(const char *hay, const char *needle)
 
 static void test_get(void **state)
 {
-    sg_upstream_t *u = new_upstream(MIB);
+    sg_upstream_t *u = *state;
     result_t r = {0};
 
     assert_non_null(get(u, "/fast", 2000, &r));
@@ -405,22 +428,17 @@ static void test_get(void **state)
     result_free(&r);
 
     /* a 404 is a reply, not an error */
-    exchange(u, "GET", "/nothing-here", NULL, 0, NULL, 2000, NULL, NULL, &r, 2000);
-    assert_null(r.err);
-    assert_int_equal(r.status, 404);
+    expect_reply(u, "/nothing-here", 404, &r);
     assert_contains(r.body, "not_found");
     result_free(&r);
 
     /* Retry-After comes through */
-    exchange(u, "GET", "/retry", NULL, 0, NULL, 2000, NULL, NULL, &r, 2000);
-    assert_null(r.err);
-    assert_int_equal(r.status, 429);
+    expect_reply(u, "/retry", 429, &r);
     assert_string_equal(r.retry_after, "7");
     result_free(&r);
 
     run_for(50);
     assert_int_equal(r.done, 1); /* exactly once */
-    destroy_upstream(u);
 }
 
 /* An error's type is its code (X-Sandgate-Error, or the body's "code"
@@ -464,7 +482,7 @@ static void test_error_code(void **state)
 
 static void test_post_echo(void **state)
 {
-    sg_upstream_t *u = new_upstream(MIB);
+    sg_upstream_t *u = *state;
     result_t r = {0};
     static const char body[] = "{\"code\":\"print(1)\",\"n\":\"\\u00e9\"}";
     json_object *o;
@@ -520,14 +538,13 @@ static void test_post_echo(void **state)
         result_free(&r);
     }
 
-    destroy_upstream(u);
 }
 
 #define CONCURRENT 200
 
 static void test_concurrent_no_blocking(void **state)
 {
-    sg_upstream_t *u = new_upstream(MIB);
+    sg_upstream_t *u = *state;
     result_t *rs = calloc(CONCURRENT, sizeof(*rs));
     result_t fast = {0};
     int all = 0;
@@ -573,12 +590,11 @@ static void test_concurrent_no_blocking(void **state)
     }
     assert_int_equal(sg_upstream_in_flight(u), 0);
     free(rs);
-    destroy_upstream(u);
 }
 
 static void test_timeout(void **state)
 {
-    sg_upstream_t *u = new_upstream(MIB);
+    sg_upstream_t *u = *state;
     result_t r = {0};
     double t0 = now_ms();
 
@@ -595,7 +611,6 @@ static void test_timeout(void **state)
     result_free(&r);
     run_for(50);
     assert_int_equal(r.done, 1);
-    destroy_upstream(u);
 }
 
 static void test_refused(void **state)
@@ -653,9 +668,7 @@ static void test_too_large(void **state)
     result_free(&r);
 
     /* the connection that was cut does not break the next request */
-    exchange(u, "GET", "/fast", NULL, 0, NULL, 2000, NULL, NULL, &r, 2000);
-    assert_null(r.err);
-    assert_int_equal(r.status, 200);
+    expect_reply(u, "/fast", 200, &r);
     result_free(&r);
     destroy_upstream(u);
 
@@ -716,7 +729,7 @@ static void test_stream(void **state)
 
 static void test_cancel(void **state)
 {
-    sg_upstream_t *u = new_upstream(MIB);
+    sg_upstream_t *u = *state;
     result_t a = {0}, b = {0}, c = {0};
     sg_upstream_req_t *ra, *rb;
 
@@ -750,7 +763,6 @@ static void test_cancel(void **state)
     assert_true(run_until(&d.done, 2000));
     assert_null(d.err);
     result_free(&d);
-    destroy_upstream(u);
 }
 
 static void test_destroy_from_callback(void **state)
@@ -875,15 +887,15 @@ static void test_sequential_reuse(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_get),
+        UPSTREAM_TEST(test_get),
         cmocka_unit_test(test_error_code),
-        cmocka_unit_test(test_post_echo),
-        cmocka_unit_test(test_concurrent_no_blocking),
-        cmocka_unit_test(test_timeout),
+        UPSTREAM_TEST(test_post_echo),
+        UPSTREAM_TEST(test_concurrent_no_blocking),
+        UPSTREAM_TEST(test_timeout),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_too_large),
         cmocka_unit_test(test_stream),
-        cmocka_unit_test(test_cancel),
+        UPSTREAM_TEST(test_cancel),
         cmocka_unit_test(test_destroy_from_callback),
         cmocka_unit_test(test_start_from_callback),
         cmocka_unit_test(test_sequential_reuse),
