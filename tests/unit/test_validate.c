@@ -329,6 +329,18 @@ static void test_create_image(void **state)
     expect_bad_creates(__func__);
 }
 
+/* Parses body and validates it as an execution (the field, want_lang, the
+ * session's timeout as sg_validate_exec() takes them): accepted into *r;
+ * the parsed body, which r points into (the caller puts it). */
+static json_object *exec_ok(const char *body, const char *field, int want_lang, double timeout, sg_exec_req_t *r)
+{
+    sg_verr_t e = {0};
+    json_object *o = J(body);
+    if (sg_validate_exec(o, field, want_lang, timeout, &policy, r, &e) != 0)
+        fail_msg("%s refused: %d %s %s", body, e.status, e.code, e.detail);
+    return o;
+}
+
 /* ---- execute / commands ------------------------------------------------------ */
 
 static void test_exec_code_required(void **state)
@@ -339,10 +351,7 @@ static void test_exec_code_required(void **state)
 static void test_exec_defaults(void **state)
 {
     sg_exec_req_t r;
-    sg_verr_t e = {0};
-    json_object *o = J("{\"code\":\"print(1)\"}");
-
-    assert_int_equal(sg_validate_exec(o, "code", 0, 42.5, &policy, &r, &e), 0);
+    json_object *o = exec_ok("{\"code\":\"print(1)\"}", "code", 0, 42.5, &r);
     assert_int_equal(r.code_len, 8);
     assert_memory_equal(r.code, "print(1)", 8);
     assert_true(r.timeout_s == 42.5); /* the session's, not the policy default */
@@ -350,8 +359,7 @@ static void test_exec_defaults(void **state)
     assert_null(r.lang);
     json_object_put(o);
 
-    o = J("{\"code\":\"\"}");
-    assert_int_equal(sg_validate_exec(o, "code", 0, 30, &policy, &r, &e), 0);
+    o = exec_ok("{\"code\":\"\"}", "code", 0, 30, &r);
     assert_int_equal(r.code_len, 0);
     json_object_put(o);
 }
@@ -359,14 +367,10 @@ static void test_exec_defaults(void **state)
 static void test_exec_timeout(void **state)
 {
     sg_exec_req_t r;
-    sg_verr_t e = {0};
-    json_object *o = J("{\"code\":\"x\",\"timeout\":10}");
-
-    assert_int_equal(sg_validate_exec(o, "code", 0, 42.5, &policy, &r, &e), 0);
+    json_object *o = exec_ok("{\"code\":\"x\",\"timeout\":10}", "code", 0, 42.5, &r);
     assert_true(r.timeout_s == 10);
     json_object_put(o);
-    o = J("{\"code\":\"x\",\"timeout\":300}");
-    assert_int_equal(sg_validate_exec(o, "code", 0, 42.5, &policy, &r, &e), 0);
+    o = exec_ok("{\"code\":\"x\",\"timeout\":300}", "code", 0, 42.5, &r);
     assert_true(r.timeout_s == 300);
     json_object_put(o);
 
@@ -376,18 +380,15 @@ static void test_exec_timeout(void **state)
 static void test_exec_libraries_shape(void **state)
 {
     sg_exec_req_t r;
-    sg_verr_t e = {0};
     json_object *o;
 
     expect_bad_execs(__func__);
 
     /* an empty list is the same as none */
-    o = J("{\"code\":\"x\",\"libraries\":[]}");
-    assert_int_equal(sg_validate_exec(o, "code", 0, 30, &policy, &r, &e), 0);
+    o = exec_ok("{\"code\":\"x\",\"libraries\":[]}", "code", 0, 30, &r);
     assert_null(r.libraries);
     json_object_put(o);
-    o = J("{\"code\":\"x\",\"libraries\":null}");
-    assert_int_equal(sg_validate_exec(o, "code", 0, 30, &policy, &r, &e), 0);
+    o = exec_ok("{\"code\":\"x\",\"libraries\":null}", "code", 0, 30, &r);
     assert_null(r.libraries);
     json_object_put(o);
 }
@@ -397,7 +398,6 @@ static void test_exec_library_names(void **state)
     static const char *bad[] = {"os; rm -rf", "../x", "", "-x", "a b", "x-", "$(id)", "a\\nb", "@types/",
                                 "@/x", "numpy==1.0", "a/b"};
     sg_exec_req_t r;
-    sg_verr_t e = {0};
     char body[256];
     json_object *o;
 
@@ -408,16 +408,14 @@ static void test_exec_library_names(void **state)
             expect_exec_err(body, "code", 0, "bad_field", bad[i]);
     }
 
-    o = J("{\"code\":\"x\",\"libraries\":[\"numpy\",\"scikit-learn\",\"zope.interface\",\"@types/node\",\"lodash\"]}");
-    assert_int_equal(sg_validate_exec(o, "code", 0, 30, &policy, &r, &e), 0);
+    o = exec_ok("{\"code\":\"x\",\"libraries\":[\"numpy\",\"scikit-learn\",\"zope.interface\",\"@types/node\",\"lodash\"]}", "code", 0, 30, &r);
     assert_non_null(r.libraries);
     assert_int_equal(json_object_array_length(r.libraries), 5);
     assert_string_equal(json_object_get_string(json_object_array_get_idx(r.libraries, 3)), "@types/node");
     json_object_put(o);
 
     /* the same with a language given (POST /execute) */
-    o = J("{\"lang\":\"javascript\",\"code\":\"x\",\"libraries\":[\"lodash\",\"@types/node\"]}");
-    assert_int_equal(sg_validate_exec(o, "code", 1, 30, &policy, &r, &e), 0);
+    o = exec_ok("{\"lang\":\"javascript\",\"code\":\"x\",\"libraries\":[\"lodash\",\"@types/node\"]}", "code", 1, 30, &r);
     assert_int_equal(json_object_array_length(r.libraries), 2);
     json_object_put(o);
 }
@@ -449,22 +447,18 @@ static void test_exec_library_count(void **state)
 static void test_exec_want_lang(void **state)
 {
     sg_exec_req_t r;
-    sg_verr_t e = {0};
     json_object *o;
 
-    o = J("{\"code\":\"x\"}");
-    assert_int_equal(sg_validate_exec(o, "code", 1, 30, &policy, &r, &e), 0);
+    o = exec_ok("{\"code\":\"x\"}", "code", 1, 30, &r);
     assert_ptr_equal(r.lang, sg_lang_find("python", 6));
     json_object_put(o);
 
-    o = J("{\"lang\":\"javascript\",\"code\":\"x\"}");
-    assert_int_equal(sg_validate_exec(o, "code", 1, 30, &policy, &r, &e), 0);
+    o = exec_ok("{\"lang\":\"javascript\",\"code\":\"x\"}", "code", 1, 30, &r);
     assert_ptr_equal(r.lang, sg_lang_find("javascript", 10));
     json_object_put(o);
 
     /* without want_lang the field is not looked at */
-    o = J("{\"lang\":\"cobol\",\"code\":\"x\"}");
-    assert_int_equal(sg_validate_exec(o, "code", 0, 30, &policy, &r, &e), 0);
+    o = exec_ok("{\"lang\":\"cobol\",\"code\":\"x\"}", "code", 0, 30, &r);
     assert_null(r.lang);
     json_object_put(o);
 
@@ -474,13 +468,11 @@ static void test_exec_want_lang(void **state)
 static void test_exec_nul(void **state)
 {
     sg_exec_req_t r;
-    sg_verr_t e = {0};
     json_object *o;
 
     /* a command goes through a shell: no NUL; code is written to a file: fine */
     expect_exec_err("{\"command\":\"ls\\u0000rm\"}", "command", 0, "bad_field", "\"command\"");
-    o = J("{\"code\":\"a\\u0000b\"}");
-    assert_int_equal(sg_validate_exec(o, "code", 0, 30, &policy, &r, &e), 0);
+    o = exec_ok("{\"code\":\"a\\u0000b\"}", "code", 0, 30, &r);
     assert_int_equal(r.code_len, 3);
     assert_memory_equal(r.code, "a\0b", 3);
     json_object_put(o);
