@@ -408,14 +408,16 @@ static void test_exec_library_names(void **state)
             expect_exec_err(body, "code", 0, "bad_field", bad[i]);
     }
 
-    o = exec_ok("{\"code\":\"x\",\"libraries\":[\"numpy\",\"scikit-learn\",\"zope.interface\",\"@types/node\",\"lodash\"]}", "code", 0, 30, &r);
+    o = exec_ok("{\"code\":\"x\",\"libraries\":[\"numpy\",\"scikit-learn\",\"zope.interface\",\"@types/node\",\"lodash\"]}",
+                "code", 0, 30, &r);
     assert_non_null(r.libraries);
     assert_int_equal(json_object_array_length(r.libraries), 5);
     assert_string_equal(json_object_get_string(json_object_array_get_idx(r.libraries, 3)), "@types/node");
     json_object_put(o);
 
     /* the same with a language given (POST /execute) */
-    o = exec_ok("{\"lang\":\"javascript\",\"code\":\"x\",\"libraries\":[\"lodash\",\"@types/node\"]}", "code", 1, 30, &r);
+    o = exec_ok("{\"lang\":\"javascript\",\"code\":\"x\",\"libraries\":[\"lodash\",\"@types/node\"]}", "code", 1, 30,
+                &r);
     assert_int_equal(json_object_array_length(r.libraries), 2);
     json_object_put(o);
 }
@@ -485,20 +487,27 @@ static int lib(const char *name, const char *pm)
     return sg_validate_library_name(name, strlen(name), pm);
 }
 
+/* Every name of good (NULL-terminated) is a valid library name for the
+ * package manager pm, and none of bad. */
+static void expect_library_names(const char *pm, const char *const *good, const char *const *bad)
+{
+    for (; *good != NULL; good++)
+        if (!lib(*good, pm))
+            fail_msg("%s name \"%s\" refused", pm, *good);
+    for (; *bad != NULL; bad++)
+        if (lib(*bad, pm))
+            fail_msg("%s name \"%s\" accepted", pm, *bad);
+}
+
 static void test_library_name_plain(void **state)
 {
-    static const char *good[] = {"numpy", "scikit-learn", "zope.interface", "lodash", "a", "A1", "a_b", "Django",
-                                 "python-dateutil", "x.y-z_w", "9x"};
-    static const char *bad[] = {"os; rm -rf", "../x", "", "-x", "a b", ".x", "_x", "x.", "x-", "x_", "a/b",
-                                "a@b", "a\tb", "a\nb", "é", "a==1", "a[b]", "@types/node"};
+    static const char *const good[] = {"numpy", "scikit-learn", "zope.interface", "lodash", "a", "A1",
+                                       "a_b", "Django", "python-dateutil", "x.y-z_w", "9x", NULL};
+    static const char *const bad[] = {"os; rm -rf", "../x", "", "-x", "a b", ".x", "_x", "x.", "x-", "x_", "a/b",
+                                      "a@b", "a\tb", "a\nb", "é", "a==1", "a[b]", "@types/node", NULL};
     char longname[216];
 
-    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
-        if (!lib(good[i], "pip"))
-            fail_msg("pip name \"%s\" refused", good[i]);
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        if (lib(bad[i], "pip"))
-            fail_msg("pip name \"%s\" accepted", bad[i]);
+    expect_library_names("pip", good, bad);
 
     memset(longname, 'a', sizeof(longname));
     assert_int_equal(sg_validate_library_name(longname, 214, "pip"), 1);
@@ -512,17 +521,12 @@ static void test_library_name_plain(void **state)
 
 static void test_library_name_npm_scope(void **state)
 {
-    static const char *good[] = {"@types/node", "@a/b", "@my-org/pkg.js", "@babel/core", "lodash", "left-pad",
-                                 "@org_1/x_y"};
-    static const char *bad[] = {"@/x",  "@types/", "@types", "@Types/node", "@a/b/c", "@sc ope/x",
-                                "@a/-b", "@a/b-", "@a/.b", "@a;b/c", "@@a/b",  "@a/b c", "@"};
+    static const char *const good[] = {"@types/node", "@a/b", "@my-org/pkg.js", "@babel/core", "lodash", "left-pad",
+                                 "@org_1/x_y", NULL};
+    static const char *const bad[] = {"@/x",  "@types/", "@types", "@Types/node", "@a/b/c", "@sc ope/x",
+                                "@a/-b", "@a/b-", "@a/.b", "@a;b/c", "@@a/b",  "@a/b c", "@", NULL};
 
-    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
-        if (!lib(good[i], "npm"))
-            fail_msg("npm name \"%s\" refused", good[i]);
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        if (lib(bad[i], "npm"))
-            fail_msg("npm name \"%s\" accepted", bad[i]);
+    expect_library_names("npm", good, bad);
     /* a scope is npm's only */
     assert_int_equal(lib("@types/node", "pip"), 0);
 }
