@@ -460,9 +460,8 @@ static void test_error_code(void **state)
     sg_upstream_t *u = new_upstream(MIB);
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        result_t r = {0};
-        assert_non_null(get(u, cases[i].path, 2000, &r));
-        assert_true(run_until(&r.done, 2000));
+        result_t r;
+        exchange(u, "GET", cases[i].path, NULL, 0, NULL, 2000, NULL, NULL, &r, 2000);
         assert_int_equal(r.status, cases[i].status);
         if (strcmp(r.code, cases[i].code) != 0)
             fail_msg("%s: code \"%s\", expected \"%s\"", cases[i].path, r.code, cases[i].code);
@@ -656,10 +655,9 @@ static void test_refused(void **state)
 static void test_too_large(void **state)
 {
     sg_upstream_t *u = new_upstream(MIB);
-    result_t r = {0};
+    result_t r;
 
-    assert_non_null(get(u, "/big", 5000, &r));
-    assert_true(run_until(&r.done, 5000));
+    exchange(u, "GET", "/big", NULL, 0, NULL, 5000, NULL, NULL, &r, 5000);
     assert_non_null(r.err);
     assert_string_equal(r.err, "the proxy's reply is too large");
     assert_int_equal(r.status, 0); /* a status line came, but no usable reply */
@@ -758,9 +756,8 @@ static void test_cancel(void **state)
     assert_int_equal(sg_upstream_in_flight(u), 0);
 
     /* the upstream still works */
-    result_t d = {0};
-    assert_non_null(get(u, "/fast", 2000, &d));
-    assert_true(run_until(&d.done, 2000));
+    result_t d;
+    exchange(u, "GET", "/fast", NULL, 0, NULL, 2000, NULL, NULL, &d, 2000);
     assert_null(d.err);
     result_free(&d);
 }
