@@ -16,7 +16,7 @@
  *     the usage row's duration is the reply's wall_time, between the
  *     code's own sleep and the client's wall clock.
  */
-#include "sggw.h"
+#include "sgsec.h"
 #include "sgsse.h"
 
 #include <arpa/inet.h>
@@ -40,12 +40,7 @@ static int group_setup(void **state)
 /* The usage rows of a tenant, newest last (the admin API). */
 static json_object *usage_rows(sggw_gateway_t *g, const char *tenant, double *seconds)
 {
-    char path[160];
-    sgtest_reply_t r;
-    pathf(path, sizeof(path), "/admin/usage?tenant=%s", tenant);
-    sggw_admin_call(g, "GET", path, NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SGSEC_ADMIN_GET(g, "/admin/usage?tenant=%s", tenant);
     if (seconds != NULL)
         *seconds = SG_DBL(o, "seconds");
     return o;

@@ -26,7 +26,7 @@
  * Real components: sandgate-proxy processes on the Docker engine (their own
  * ids), a redis-server, sandgate-gateway processes, their SQLite files.
  */
-#include "sggw.h"
+#include "sgsec.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -171,15 +171,23 @@ static void fill_post(sggw_par_req_t *q, const char *url, const char *tok, const
                           .content_type = "application/json", .timeout_s = timeout_s};
 }
 
+/* n requests POST body as tok to the gateway g's path (its URL kept in
+ * url, which the requests point to). */
+static void fill_posts(sggw_par_req_t *q, int n, char url[256], sggw_gateway_t *g, const char *path, const char *tok,
+                       const char *body)
+{
+    pathf(url, 256, "%s%s", sggw_gateway_url(g), path);
+    for (int i = 0; i < n; i++)
+        fill_post(&q[i], url, tok, body, 120);
+}
+
 /* n parallel one-shot print(6 * 7): all must succeed. */
 static void one_shots_succeed(sggw_gateway_t *g, const char *tok, int n)
 {
     sggw_par_req_t q[8];
     char url[256];
     SG_CHECK(n <= 8, NULL, "at most 8");
-    pathf(url, sizeof(url), "%s/execute", sggw_gateway_url(g));
-    for (int i = 0; i < n; i++)
-        fill_post(&q[i], url, tok, print_body, 120);
+    fill_posts(q, n, url, g, "/execute", tok, print_body);
     SG_CHECK(sggw_parallel(q, (size_t)n) == 0, NULL, "cannot start threads");
     for (int i = 0; i < n; i++) {
         expect_result(&q[i].reply, "42\n");
@@ -190,12 +198,17 @@ static void one_shots_succeed(sggw_gateway_t *g, const char *tok, int n)
 /* A fresh session works: create, execute, delete. */
 static void fresh_session_works(sggw_gateway_t *g, const char *tok)
 {
-    char *sid = sggw_create_session(g, tok, NULL, NULL);
-    json_object *o = sggw_execute(g, tok, sid, "print('fresh')", 0);
-    SG_CHECK(strcmp(SG_STR(o, "stdout"), "fresh\n") == 0, o, "a fresh session must run code");
-    json_object_put(o);
-    sggw_delete_session(g, tok, sid);
-    free(sid);
+    sgsec_fresh_session_runs(g, tok, NULL, "print('fresh')", 0, "fresh\n");
+}
+
+/* The tenant (its id, *(int64_t *)id) holds no slot in Redis. */
+static bool redis_execs_empty(void *id)
+{
+    int ok = 0;
+    char *n = sggw_redis_cmd(redis, &ok, "ZCARD sg:tenant:%lld:execs", (long long)*(int64_t *)id);
+    bool empty = ok && n != NULL && strcmp(n, "0") == 0;
+    free(n);
+    return empty;
 }
 
 /* Redis only: the tenant's in-flight set is empty again (the releases are
@@ -203,18 +216,8 @@ static void fresh_session_works(sggw_gateway_t *g, const char *tok)
 static void redis_execs_drained(sggw_gateway_t *g, const char *tenant)
 {
     int64_t id = sggw_tenant_id(sggw_gateway_data_dir(g), tenant);
-    double deadline = sgtest_now() + 3;
-    for (;;) {
-        int ok = 0;
-        char *n = sggw_redis_cmd(redis, &ok, "ZCARD sg:tenant:%lld:execs", (long long)id);
-        bool empty = ok && n != NULL && strcmp(n, "0") == 0;
-        free(n);
-        if (empty)
-            return;
-        SG_CHECK(sgtest_now() < deadline, NULL, "sg:tenant:%lld:execs still holds slots 3 s after the replies",
-                 (long long)id);
-        usleep(50000);
-    }
+    SG_CHECK(sgsec_poll(redis_execs_empty, &id, 3, 50) == 0, NULL,
+             "sg:tenant:%lld:execs still holds slots 3 s after the replies", (long long)id);
 }
 
 /* ------------------------------------------------------------------------
@@ -257,21 +260,20 @@ static int small_stack_stop(void)
     return rc;
 }
 
-/* 0 once the gateway says its Redis is up (GET /metrics), -1 after timeout_s. */
+/* The gateway (g) says its Redis is up (GET /metrics). */
+static bool redis_up(void *g)
+{
+    sgtest_reply_t r;
+    sggw_call(g, NULL, "GET", "/metrics", NULL, &r);
+    bool up = r.status == 200 && sggw_metric(r.body, "sandgate_redis_up", "") == 1;
+    sgtest_reply_free(&r);
+    return up;
+}
+
+/* 0 once the gateway says its Redis is up, -1 after timeout_s. */
 static int wait_redis_up(sggw_gateway_t *g, double timeout_s)
 {
-    double deadline = sgtest_now() + timeout_s;
-    for (;;) {
-        sgtest_reply_t r;
-        sggw_call(g, NULL, "GET", "/metrics", NULL, &r);
-        bool up = r.status == 200 && sggw_metric(r.body, "sandgate_redis_up", "") == 1;
-        sgtest_reply_free(&r);
-        if (up)
-            return 0;
-        if (sgtest_now() > deadline)
-            return -1;
-        usleep(100000);
-    }
+    return sgsec_poll(redis_up, g, timeout_s, 100);
 }
 
 static int after_test(void **state)
@@ -323,9 +325,7 @@ static void oneshot_flood(sggw_gateway_t *g, const char *tenant, const char *oth
     char url[256];
     sampler_t smp;
 
-    pathf(url, sizeof(url), "%s/execute", sggw_gateway_url(g));
-    for (int i = 0; i < N; i++)
-        fill_post(&reqs[i], url, tok, sleep_body, 120);
+    fill_posts(reqs, N, url, g, "/execute", tok, sleep_body);
     sampler_start(&smp, proxy_id, "ephemeral");
     sggw_batch_t *b = sggw_batch_start(reqs, N);
     SG_CHECK(b != NULL, NULL, "cannot start threads");
@@ -481,9 +481,7 @@ SGGW_TEST(test_cap_holds_while_redis_down)
     char url[256];
 
     sggw_redis_kill(redis);
-    pathf(url, sizeof(url), "%s/execute", sggw_gateway_url(g));
-    for (int i = 0; i < N; i++)
-        fill_post(&reqs[i], url, tok, sleep_body, 120);
+    fill_posts(reqs, N, url, g, "/execute", tok, sleep_body);
     SG_CHECK(sggw_parallel(reqs, N) == 0, NULL, "cannot start threads");
     int ok = count_ok(reqs, N, expect_concurrency_429_redis_down), limited = N - ok;
     SG_CHECK(ok == 3 && limited == N - 3, NULL,
@@ -589,22 +587,21 @@ SGGW_TEST(test_zero_cap_runs_nothing)
         SG_ASSERT_STATUS(&r, 200);
         sgtest_reply_free(&r);
     }
-    /* everything that runs code is refused */
-    sggw_call(g, tok, "POST", "/execute", print_body, &r);
-    expect_concurrency_429(&r);
-    sgtest_reply_free(&r);
-    pathf(path, sizeof(path), "/sessions/%s/execute", sid);
-    sggw_call(g, tok, "POST", path, "{\"code\":\"print(1)\"}", &r);
-    expect_concurrency_429(&r);
-    sgtest_reply_free(&r);
-    pathf(path, sizeof(path), "/sessions/%s/commands", sid);
-    sggw_call(g, tok, "POST", path, "{\"command\":\"cat a.txt\"}", &r);
-    expect_concurrency_429(&r);
-    sgtest_reply_free(&r);
-    pathf(path, sizeof(path), "/sessions/%s/libraries", sid);
-    sggw_call(g, tok, "POST", path, "{\"package\":\"tabulate\"}", &r);
-    expect_concurrency_429(&r);
-    sgtest_reply_free(&r);
+    /* everything that runs code is refused: path (%s: the session), body */
+    const struct {
+        const char *path, *body;
+    } runs[] = {
+        {"/execute", print_body},
+        {"/sessions/%s/execute", "{\"code\":\"print(1)\"}"},
+        {"/sessions/%s/commands", "{\"command\":\"cat a.txt\"}"},
+        {"/sessions/%s/libraries", "{\"package\":\"tabulate\"}"},
+    };
+    for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+        pathf(path, sizeof(path), runs[i].path, sid);
+        sggw_call(g, tok, "POST", path, runs[i].body, &r);
+        expect_concurrency_429(&r);
+        sgtest_reply_free(&r);
+    }
     /* refused runs are not billed: the ledger has none */
     char *out = NULL;
     SG_CHECK(sggw_admin(dir, &out, "--json", "usage", "zero", NULL) == 0, NULL, "usage failed");
@@ -702,9 +699,7 @@ SGGW_TEST(test_proxy_container_cap)
     char url[256];
     sampler_t smp;
 
-    pathf(url, sizeof(url), "%s/execute", sggw_gateway_url(small_gw));
-    for (int i = 0; i < N; i++)
-        fill_post(&reqs[i], url, tok, sleep_body, 120);
+    fill_posts(reqs, N, url, small_gw, "/execute", tok, sleep_body);
     sampler_start(&smp, small_id, NULL);
     SG_CHECK(sggw_parallel(reqs, N) == 0, NULL, "cannot start threads");
     /* the last containers go right after the replies: keep sampling until

@@ -11,7 +11,7 @@
  * behaviour and aborts it, so the test also asserts it is still alive and
  * serving, and that a fresh session still runs code.
  */
-#include "sggw.h"
+#include "sgsec.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,32 +41,41 @@ static void expect_400_naming(const sgtest_reply_t *r, const char *field, const 
     json_object_put(o);
 }
 
+/* method path with body (NULL: none) as tok (NULL: as the admin): a 400
+ * whose detail names field. */
+static void expect_refused(const char *tok, const char *method, const char *path, const char *body, const char *field)
+{
+    char what[512];
+    sgtest_reply_t r;
+    if (body != NULL)
+        snprintf(what, sizeof(what), "%s %s %s", method, path, body);
+    else
+        snprintf(what, sizeof(what), "%s", path);
+    if (tok != NULL)
+        sggw_call(stack.gw, tok, method, path, body, &r);
+    else
+        sggw_admin_call(stack.gw, method, path, body, &r);
+    expect_400_naming(&r, field, what);
+    sgtest_reply_free(&r);
+}
+
 /* The gateway still answers, and a fresh session runs code. */
 static void expect_serving(const char *token)
 {
     SG_CHECK(sggw_gateway_alive(stack.gw), NULL, "the gateway died (%s)", "");
-    char *sid =
-        sggw_create_session(stack.gw, token, "{\"lang\": \"python\", \"timeout\": 10, \"memory_mb\": 256}", NULL);
-    json_object *o = sggw_execute(stack.gw, token, sid, "print(6 * 7)", 5);
-    SG_CHECK(strcmp(SG_STR(o, "stdout"), "42\n") == 0, o, "a fresh session runs code");
-    json_object_put(o);
-    sggw_delete_session(stack.gw, token, sid);
-    free(sid);
+    sgsec_fresh_session_runs(stack.gw, token, "{\"lang\": \"python\", \"timeout\": 10, \"memory_mb\": 256}",
+                             "print(6 * 7)", 5, "42\n");
 }
 
 SGGW_TEST(test_session_create_numbers)
 {
     char *tok = sggw_new_tenant(sggw_gateway_data_dir(stack.gw), "input-create", NULL);
     static const char *const fields[] = {"timeout", "memory_mb", "cpus"};
-    char body[160], what[512];
-    sgtest_reply_t r;
+    char body[160];
     for (size_t i = 0; i < N_BAD; i++) {
         for (size_t f = 0; f < 3; f++) {
             snprintf(body, sizeof(body), "{\"lang\": \"python\", \"%s\": %s}", fields[f], BAD[i]);
-            snprintf(what, sizeof(what), "POST /sessions %s", body);
-            sggw_call(stack.gw, tok, "POST", "/sessions", body, &r);
-            expect_400_naming(&r, fields[f], what);
-            sgtest_reply_free(&r);
+            expect_refused(tok, "POST", "/sessions", body, fields[f]);
         }
     }
     /* nothing was created */
@@ -81,46 +90,27 @@ SGGW_TEST(test_execution_numbers)
 {
     char *tok = sggw_new_tenant(sggw_gateway_data_dir(stack.gw), "input-exec", NULL);
     char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
-    char body[200], path[128], what[512];
-    sgtest_reply_t r;
+    /* the requests that carry a number: path (%s: the session), body (%s:
+     * the number) and the field */
+    static const struct {
+        const char *path, *body, *field;
+    } reqs[] = {
+        {"/sessions/%s/execute", "{\"code\": \"print(1)\", \"timeout\": %s}", "timeout"},
+        {"/sessions/%s/execute", "{\"code\": \"print(1)\", \"stream\": true, \"timeout\": %s}", "timeout"},
+        {"/sessions/%s/commands", "{\"command\": \"true\", \"timeout\": %s}", "timeout"},
+        {"/execute", "{\"code\": \"print(1)\", \"lang\": \"python\", \"timeout\": %s}", "timeout"},
+        {"/sessions/%s/libraries", "{\"package\": %s}", "package"},
+    };
+    char body[200], path[128];
     for (size_t i = 0; i < N_BAD; i++) {
-        pathf(path, sizeof(path), "/sessions/%s/execute", sid);
-        snprintf(body, sizeof(body), "{\"code\": \"print(1)\", \"timeout\": %s}", BAD[i]);
-        snprintf(what, sizeof(what), "POST %s %s", path, body);
-        sggw_call(stack.gw, tok, "POST", path, body, &r);
-        expect_400_naming(&r, "timeout", what);
-        sgtest_reply_free(&r);
-
-        snprintf(body, sizeof(body), "{\"code\": \"print(1)\", \"stream\": true, \"timeout\": %s}", BAD[i]);
-        snprintf(what, sizeof(what), "POST %s %s", path, body);
-        sggw_call(stack.gw, tok, "POST", path, body, &r);
-        expect_400_naming(&r, "timeout", what);
-        sgtest_reply_free(&r);
-
-        pathf(path, sizeof(path), "/sessions/%s/commands", sid);
-        snprintf(body, sizeof(body), "{\"command\": \"true\", \"timeout\": %s}", BAD[i]);
-        snprintf(what, sizeof(what), "POST %s %s", path, body);
-        sggw_call(stack.gw, tok, "POST", path, body, &r);
-        expect_400_naming(&r, "timeout", what);
-        sgtest_reply_free(&r);
-
-        snprintf(body, sizeof(body), "{\"code\": \"print(1)\", \"lang\": \"python\", \"timeout\": %s}", BAD[i]);
-        snprintf(what, sizeof(what), "POST /execute %s", body);
-        sggw_call(stack.gw, tok, "POST", "/execute", body, &r);
-        expect_400_naming(&r, "timeout", what);
-        sgtest_reply_free(&r);
-
-        pathf(path, sizeof(path), "/sessions/%s/libraries", sid);
-        snprintf(body, sizeof(body), "{\"package\": %s}", BAD[i]);
-        snprintf(what, sizeof(what), "POST %s %s", path, body);
-        sggw_call(stack.gw, tok, "POST", path, body, &r);
-        expect_400_naming(&r, "package", what);
-        sgtest_reply_free(&r);
+        for (size_t q = 0; q < sizeof(reqs) / sizeof(reqs[0]); q++) {
+            pathf(path, sizeof(path), reqs[q].path, sid);
+            snprintf(body, sizeof(body), reqs[q].body, BAD[i]);
+            expect_refused(tok, "POST", path, body, reqs[q].field);
+        }
     }
     /* none of them ran: the ledger has no execution */
-    sggw_admin_call(stack.gw, "GET", "/admin/usage?tenant=input-exec", NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SGSEC_ADMIN_GET(stack.gw, "/admin/usage?tenant=input-exec");
     SG_CHECK(SG_INT(o, "executions") == 0, o, "no execution was recorded");
     json_object_put(o);
     /* the session still works */
@@ -139,41 +129,27 @@ SGGW_TEST(test_admin_numbers)
     static const char *const quotas[] = {"rate_per_min",  "burst",         "max_sessions", "execs_per_day",
                                          "exec_seconds_per_day", "max_timeout", "max_memory_mb", "max_cpus",
                                          "idle_timeout",  "max_lifetime"};
-    char body[200], what[512];
+    char body[200];
     sgtest_reply_t r;
-    sggw_admin_call(stack.gw, "GET", "/admin/tenants/input-admin", NULL, &r);
-    json_object *before = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *before = SGSEC_ADMIN_GET(stack.gw, "/admin/tenants/input-admin");
     for (size_t i = 0; i < N_BAD; i++) {
         for (size_t q = 0; q < sizeof(quotas) / sizeof(quotas[0]); q++) {
             snprintf(body, sizeof(body), "{\"%s\": %s}", quotas[q], BAD[i]);
-            snprintf(what, sizeof(what), "PATCH /admin/tenants/input-admin %s", body);
-            sggw_admin_call(stack.gw, "PATCH", "/admin/tenants/input-admin", body, &r);
-            expect_400_naming(&r, quotas[q], what);
-            sgtest_reply_free(&r);
+            expect_refused(NULL, "PATCH", "/admin/tenants/input-admin", body, quotas[q]);
             snprintf(body, sizeof(body), "{\"name\": \"input-new\", \"%s\": %s}", quotas[q], BAD[i]);
-            snprintf(what, sizeof(what), "POST /admin/tenants %s", body);
-            sggw_admin_call(stack.gw, "POST", "/admin/tenants", body, &r);
-            expect_400_naming(&r, quotas[q], what);
-            sgtest_reply_free(&r);
+            expect_refused(NULL, "POST", "/admin/tenants", body, quotas[q]);
         }
     }
     static const char *const times[] = {"nan", "NaN", "inf", "-inf", "Infinity", "1e999", "-1e300", "1e308", "0x10"};
     for (size_t i = 0; i < sizeof(times) / sizeof(times[0]); i++) {
         char path[160];
         pathf(path, sizeof(path), "/admin/usage?tenant=input-admin&from=%s", times[i]);
-        sggw_admin_call(stack.gw, "GET", path, NULL, &r);
-        expect_400_naming(&r, "from", path);
-        sgtest_reply_free(&r);
+        expect_refused(NULL, "GET", path, NULL, "from");
         pathf(path, sizeof(path), "/admin/usage?tenant=input-admin&to=%s", times[i]);
-        sggw_admin_call(stack.gw, "GET", path, NULL, &r);
-        expect_400_naming(&r, "to", path);
-        sgtest_reply_free(&r);
+        expect_refused(NULL, "GET", path, NULL, "to");
     }
     /* the tenant is as it was, and no tenant was made */
-    sggw_admin_call(stack.gw, "GET", "/admin/tenants/input-admin", NULL, &r);
-    json_object *after = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *after = SGSEC_ADMIN_GET(stack.gw, "/admin/tenants/input-admin");
     SG_CHECK(json_object_equal(before, after), after, "the tenant's quotas are unchanged");
     json_object_put(before);
     json_object_put(after);

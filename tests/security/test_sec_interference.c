@@ -265,40 +265,69 @@ SGGW_TEST(test_cannot_reach_another_sandbox_by_ipc)
  * The network
  * ------------------------------------------------------------------------ */
 
-/* The attacker without network: nothing but its own loopback, and nothing
- * listens there. The victim has the network, so it has an address to aim at. */
-SGGW_TEST(test_no_route_to_another_sandbox)
-{
-    char *vt = tenant("net-victim"), *at = tenant("net-attacker");
-    char *vs = sggw_create_session(st.gw, vt, "{\"lang\":\"python\",\"network\":true}", NULL);
-    char *as = sggw_create_session(st.gw, at, NULL, NULL);
+/* A network attack of tenant at (session as) on tenant vt (session vs, with
+ * the network, so that it has an address to aim at): their addresses. */
+typedef struct {
+    char *vt, *at, *vs, *as;
     char vip[64], vgw[64], aip[64], agw[64];
-    container_ip(vs, vip, vgw);
-    container_ip(as, aip, agw);
-    SG_CHECK(vip[0] != '\0' && vgw[0] != '\0', NULL, "the victim (network on) must have an address");
-    SG_CHECK(aip[0] == '\0', NULL, "a session without network must have no address, has %s", aip);
+} net_attack_t;
 
-    victim_listens(vt, vs, vip);
+static void net_attack_begin(net_attack_t *n, const char *victim, const char *attacker, const char *attacker_opts)
+{
+    n->vt = tenant(victim);
+    n->at = tenant(attacker);
+    n->vs = sggw_create_session(st.gw, n->vt, "{\"lang\":\"python\",\"network\":true}", NULL);
+    n->as = sggw_create_session(st.gw, n->at, attacker_opts, NULL);
+    container_ip(n->vs, n->vip, n->vgw);
+    container_ip(n->as, n->aip, n->agw);
+}
 
+/* The attacker scans every port of the victim (each connect bounded by
+ * victim_s), the service's ports at host (host_s), its own loopback and the
+ * Docker socket, then runs `more`: the result. */
+static json_object *net_attack_scan(const net_attack_t *n, double victim_s, const char *host, double host_s,
+                                    const char *more)
+{
     char ports[128], code[8192];
     service_ports(ports, sizeof(ports));
     pathf(code, sizeof(code),
           "%s"
-          "scan('victim', '%s', list(range(1, 65536)), 1)\n"
-          "scan('host', '%s', %s, 1)\n"
+          "scan('victim', '%s', list(range(1, 65536)), %g)\n"
+          "scan('host', '%s', %s, %g)\n"
           "scan('loopback', '127.0.0.1', %s, 1)\n"
           "print('docker.sock', unix('/var/run/docker.sock'), unix('/run/docker.sock'))\n"
-          "print('interfaces', sorted(os.listdir('/sys/class/net')))\n",
-          SCANNER, vip, vgw, ports, ports);
-    json_object *r = py(at, as, code);
+          "%s",
+          SCANNER, n->vip, victim_s, host, ports, host_s, ports, more);
+    return py(n->at, n->as, code);
+}
+
+/* Its end: the victim's listener saw only its own connection, both still
+ * work. */
+static void net_attack_end(net_attack_t *n)
+{
+    victim_hits(n->vt, n->vs, 1);
+    both_still_work(n->at, n->as, n->vt, n->vs);
+}
+
+/* The attacker without network: nothing but its own loopback, and nothing
+ * listens there. The victim has the network, so it has an address to aim at. */
+SGGW_TEST(test_no_route_to_another_sandbox)
+{
+    net_attack_t n;
+    net_attack_begin(&n, "net-victim", "net-attacker", NULL);
+    SG_CHECK(n.vip[0] != '\0' && n.vgw[0] != '\0', NULL, "the victim (network on) must have an address");
+    SG_CHECK(n.aip[0] == '\0', NULL, "a session without network must have no address, has %s", n.aip);
+
+    victim_listens(n.vt, n.vs, n.vip);
+
+    json_object *r = net_attack_scan(&n, 1, n.vgw, 1, "print('interfaces', sorted(os.listdir('/sys/class/net')))\n");
     SGSEC_EXPECT_STDOUT(r, "victim open=[] ENETUNREACH:65535\n"
-                     "host open=[] ENETUNREACH:5\n"
-                     "loopback open=[] ECONNREFUSED:5\n"
-                     "docker.sock ENOENT ENOENT\n"
-                     "interfaces ['lo']\n");
+                           "host open=[] ENETUNREACH:5\n"
+                           "loopback open=[] ECONNREFUSED:5\n"
+                           "docker.sock ENOENT ENOENT\n"
+                           "interfaces ['lo']\n");
     json_object_put(r);
-    victim_hits(vt, vs, 1);
-    both_still_work(at, as, vt, vs);
+    net_attack_end(&n);
 }
 
 /* Both tenants may use the network and do: the attacker still cannot reach
@@ -306,26 +335,13 @@ SGGW_TEST(test_no_route_to_another_sandbox)
  * through the network's gateway, nor the Docker engine. */
 SGGW_TEST(test_no_route_to_another_sandbox_with_network)
 {
-    char *vt = tenant("netw-victim"), *at = tenant("netw-attacker");
-    char *vs = sggw_create_session(st.gw, vt, "{\"lang\":\"python\",\"network\":true}", NULL);
-    char *as = sggw_create_session(st.gw, at, "{\"lang\":\"python\",\"network\":true}", NULL);
-    char vip[64], vgw[64], aip[64], agw[64];
-    container_ip(vs, vip, vgw);
-    container_ip(as, aip, agw);
-    SG_CHECK(vip[0] != '\0' && aip[0] != '\0', NULL, "both sessions must have an address");
+    net_attack_t n;
+    net_attack_begin(&n, "netw-victim", "netw-attacker", "{\"lang\":\"python\",\"network\":true}");
+    SG_CHECK(n.vip[0] != '\0' && n.aip[0] != '\0', NULL, "both sessions must have an address");
 
-    victim_listens(vt, vs, vip);
+    victim_listens(n.vt, n.vs, n.vip);
 
-    char ports[128], code[8192];
-    service_ports(ports, sizeof(ports));
-    pathf(code, sizeof(code),
-          "%s"
-          "scan('victim', '%s', list(range(1, 65536)), 1.5)\n"
-          "scan('host', '%s', %s, 3)\n"
-          "scan('loopback', '127.0.0.1', %s, 1)\n"
-          "print('docker.sock', unix('/var/run/docker.sock'), unix('/run/docker.sock'))\n",
-          SCANNER, vip, agw, ports, ports);
-    json_object *r = py(at, as, code);
+    json_object *r = net_attack_scan(&n, 1.5, n.agw, 3, "");
     const char *out = SG_STR(r, "stdout");
     SG_CHECK(strncmp(out, "victim open=[] ", 15) == 0 && strstr(out, "CONNECTED") == NULL, r,
              "the attacker must reach no port of the victim's container");
@@ -334,8 +350,7 @@ SGGW_TEST(test_no_route_to_another_sandbox_with_network)
     SG_CHECK(strstr(out, "\nloopback open=[] ECONNREFUSED:5\n") != NULL, r, "nothing listens on the own loopback");
     SG_CHECK(strstr(out, "\ndocker.sock ENOENT ENOENT\n") != NULL, r, "no Docker socket");
     json_object_put(r);
-    victim_hits(vt, vs, 1);
-    both_still_work(at, as, vt, vs);
+    net_attack_end(&n);
 }
 
 /* ------------------------------------------------------------------------
@@ -421,61 +436,66 @@ static json_object *bomb_against_victim(const char *at, const char *as, const ch
     return res;
 }
 
-SGGW_TEST(test_fork_bomb_does_not_slow_another_tenant)
+/* A bomb of tenant `attacker` against tenant `victim`, each in a session
+ * of its own (bomb_against_victim()): what it prints must hold `must_hold`
+ * (why: what it means when not); then both still work. */
+static void bomb_test(const char *victim, const char *attacker, const char *bomb, const char *must_hold,
+                      const char *why)
 {
-    char *vt = tenant("fork-victim"), *at = tenant("fork-attacker");
+    char *vt = tenant(victim), *at = tenant(attacker);
     char *vs = sggw_create_session(st.gw, vt, NULL, NULL), *as = sggw_create_session(st.gw, at, NULL, NULL);
-    /* every process forks as fast as it can and spins, for 8 s */
-    json_object *res = bomb_against_victim(at, as, vt, vs,
-                                           "import errno, os, time\n"
-                                           "t0 = time.time()\n"
-                                           "end = t0 + 8\n"
-                                           "me = os.getpid()\n"
-                                           "fails, kids = {}, 0\n"
-                                           "while time.time() < end:\n"
-                                           "    try:\n"
-                                           "        pid = os.fork()\n"
-                                           "    except OSError as e:\n"
-                                           "        k = errno.errorcode[e.errno]\n"
-                                           "        fails[k] = fails.get(k, 0) + 1\n"
-                                           "        continue\n"
-                                           "    if pid != 0 and os.getpid() == me:\n"
-                                           "        kids += 1\n"
-                                           "if os.getpid() != me:\n"
-                                           "    os._exit(0)\n"
-                                           "print('%.3f %.3f' % (t0, time.time()), sorted(fails), kids <= 128)\n");
-    const char *out = SG_STR(res, "stdout");
-    SG_CHECK(strstr(out, " ['EAGAIN'] True\n") != NULL, res,
-             "the bomb must hit the pids cap (EAGAIN, and no more than %d children)", PIDS_LIMIT);
+    json_object *res = bomb_against_victim(at, as, vt, vs, bomb);
+    SG_CHECK(strstr(SG_STR(res, "stdout"), must_hold) != NULL, res, "%s", why);
     json_object_put(res);
     both_still_work(at, as, vt, vs);
 }
 
+SGGW_TEST(test_fork_bomb_does_not_slow_another_tenant)
+{
+    char why[128];
+    pathf(why, sizeof(why), "the bomb must hit the pids cap (EAGAIN, and no more than %d children)", PIDS_LIMIT);
+    /* every process forks as fast as it can and spins, for 8 s */
+    bomb_test("fork-victim", "fork-attacker",
+              "import errno, os, time\n"
+              "t0 = time.time()\n"
+              "end = t0 + 8\n"
+              "me = os.getpid()\n"
+              "fails, kids = {}, 0\n"
+              "while time.time() < end:\n"
+              "    try:\n"
+              "        pid = os.fork()\n"
+              "    except OSError as e:\n"
+              "        k = errno.errorcode[e.errno]\n"
+              "        fails[k] = fails.get(k, 0) + 1\n"
+              "        continue\n"
+              "    if pid != 0 and os.getpid() == me:\n"
+              "        kids += 1\n"
+              "if os.getpid() != me:\n"
+              "    os._exit(0)\n"
+              "print('%.3f %.3f' % (t0, time.time()), sorted(fails), kids <= 128)\n",
+              " ['EAGAIN'] True\n", why);
+}
+
 SGGW_TEST(test_memory_bomb_does_not_slow_another_tenant)
 {
-    char *vt = tenant("mem-victim"), *at = tenant("mem-attacker");
-    char *vs = sggw_create_session(st.gw, vt, NULL, NULL), *as = sggw_create_session(st.gw, at, NULL, NULL);
     /* for 8 s: a child fills memory until it is killed, then the next one */
-    json_object *res = bomb_against_victim(at, as, vt, vs,
-                                           "import os, time\n"
-                                           "t0 = time.time()\n"
-                                           "killed = other = 0\n"
-                                           "while time.time() < t0 + 8:\n"
-                                           "    pid = os.fork()\n"
-                                           "    if pid == 0:\n"
-                                           "        x = []\n"
-                                           "        while True:\n"
-                                           "            x.append(b'x' * (16 << 20))\n"
-                                           "    _, st = os.waitpid(pid, 0)\n"
-                                           "    if os.WIFSIGNALED(st) and os.WTERMSIG(st) == 9:\n"
-                                           "        killed += 1\n"
-                                           "    else:\n"
-                                           "        other += 1\n"
-                                           "print('%.3f %.3f' % (t0, time.time()), killed > 0, other)\n");
-    const char *out = SG_STR(res, "stdout");
-    SG_CHECK(strstr(out, " True 0\n") != NULL, res, "every memory hog must be killed by the memory limit");
-    json_object_put(res);
-    both_still_work(at, as, vt, vs);
+    bomb_test("mem-victim", "mem-attacker",
+              "import os, time\n"
+              "t0 = time.time()\n"
+              "killed = other = 0\n"
+              "while time.time() < t0 + 8:\n"
+              "    pid = os.fork()\n"
+              "    if pid == 0:\n"
+              "        x = []\n"
+              "        while True:\n"
+              "            x.append(b'x' * (16 << 20))\n"
+              "    _, st = os.waitpid(pid, 0)\n"
+              "    if os.WIFSIGNALED(st) and os.WTERMSIG(st) == 9:\n"
+              "        killed += 1\n"
+              "    else:\n"
+              "        other += 1\n"
+              "print('%.3f %.3f' % (t0, time.time()), killed > 0, other)\n",
+              " True 0\n", "every memory hog must be killed by the memory limit");
 }
 
 /* ------------------------------------------------------------------------

@@ -17,7 +17,7 @@
  * Real components: a private redis-server, sandgate-gateway on it, a
  * sandgate-proxy (small warm pool) on the Docker engine.
  */
-#include "sggw.h"
+#include "sgsec.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -86,6 +86,26 @@ static long try_create(const char *tok, char **sid)
     }
     sgtest_reply_free(&r);
     return st;
+}
+
+/* A session closed on record: its container gone (how), its row closed
+ * with `reason`; frees cid and sid. */
+static void expect_closed(char *cid, char *sid, const char *how, const char *reason)
+{
+    expect_container_gone(cid, sid, how);
+    sggw_expect_db_closed(data_dir(), sid, reason);
+    free(cid);
+    free(sid);
+}
+
+/* The tenant's slot is free again (why: what it means when not): a new
+ * session is created, then deleted. */
+static void expect_slot_free(const char *tok, const char *why)
+{
+    char *other = NULL;
+    SG_CHECK(try_create(tok, &other) == 200, NULL, "%s", why);
+    sggw_delete_session(stack.gw, tok, other);
+    free(other);
 }
 
 /* The service and a fresh session work: a new session runs code, and goes. */
@@ -171,12 +191,7 @@ static int count_lines(const char *s, const char *line)
 
 static int64_t usage_executions(const char *tenant)
 {
-    char path[128];
-    sgtest_reply_t r;
-    pathf(path, sizeof(path), "/admin/usage?tenant=%s", tenant);
-    sggw_admin_call(stack.gw, "GET", path, NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SGSEC_ADMIN_GET(stack.gw, "/admin/usage?tenant=%s", tenant);
     int64_t n = SG_INT(o, "executions");
     json_object_put(o);
     return n;
@@ -290,39 +305,26 @@ SGGW_TEST(test_every_close_removes_the_container)
     char *tok_idle = new_tenant("close-idle", "idle_timeout=2", "max_sessions=1");
     char *tok_life = new_tenant("close-life", "max_lifetime=3", "max_sessions=1");
     char *tok = new_tenant("close-other", "max_sessions=1", NULL);
-    char *sid, *other;
+    char *sid;
 
     /* the idle reaper */
     sid = sggw_create_session(stack.gw, tok_idle, NULL, NULL);
     char *cid = container_of(sid);
-    expect_container_gone(cid, sid, "idle");
-    sggw_expect_db_closed(data_dir(), sid, "idle");
-    SG_CHECK(try_create(tok_idle, &other) == 200, NULL, "the idle session's slot must be free once it is gone");
-    sggw_delete_session(stack.gw, tok_idle, other);
-    free(other);
-    free(cid);
-    free(sid);
+    expect_closed(cid, sid, "idle", "idle");
+    expect_slot_free(tok_idle, "the idle session's slot must be free once it is gone");
 
     /* the lifetime, though used */
     sid = sggw_create_session(stack.gw, tok_life, NULL, NULL);
     cid = container_of(sid);
     json_object_put(sggw_execute(stack.gw, tok_life, sid, "print(1)", 10));
-    expect_container_gone(cid, sid, "lifetime");
-    sggw_expect_db_closed(data_dir(), sid, "lifetime");
-    SG_CHECK(try_create(tok_life, &other) == 200, NULL, "the expired session's slot must be free once it is gone");
-    sggw_delete_session(stack.gw, tok_life, other);
-    free(other);
-    free(cid);
-    free(sid);
+    expect_closed(cid, sid, "lifetime", "lifetime");
+    expect_slot_free(tok_life, "the expired session's slot must be free once it is gone");
 
     /* DELETE */
     sid = sggw_create_session(stack.gw, tok, NULL, NULL);
     cid = container_of(sid);
     sggw_delete_session(stack.gw, tok, sid);
-    expect_container_gone(cid, sid, "DELETE");
-    sggw_expect_db_closed(data_dir(), sid, "deleted");
-    free(cid);
-    free(sid);
+    expect_closed(cid, sid, "DELETE", "deleted");
 
     /* the admin's force-close */
     sid = sggw_create_session(stack.gw, tok, NULL, NULL);
@@ -333,10 +335,7 @@ SGGW_TEST(test_every_close_removes_the_container)
     sggw_admin_call(stack.gw, "DELETE", path, NULL, &r);
     json_object_put(SG_EXPECT_JSON(&r, 200));
     sgtest_reply_free(&r);
-    expect_container_gone(cid, sid, "admin force-close");
-    sggw_expect_db_closed(data_dir(), sid, "admin");
-    free(cid);
-    free(sid);
+    expect_closed(cid, sid, "admin force-close", "admin");
 
     /* a proxy that lost the session (removed behind the gateway's back):
      * the typed 404 no_such_session closes the records, the slot comes back */
@@ -352,9 +351,7 @@ SGGW_TEST(test_every_close_removes_the_container)
     json_object_put(SG_EXPECT_ERROR(&r, 404, "no_such_session"));
     sgtest_reply_free(&r);
     sggw_expect_db_closed(data_dir(), sid, "proxy_lost");
-    SG_CHECK(try_create(tok, &other) == 200, NULL, "the lost session's slot must come back");
-    sggw_delete_session(stack.gw, tok, other);
-    free(other);
+    expect_slot_free(tok, "the lost session's slot must come back");
     free(cid);
     free(sid);
 
@@ -444,30 +441,64 @@ static sggw_batch_t *start_long_run(call_t *lng, const char *tok, const char *si
     return lb;
 }
 
+/* A session of a tenant of its own (its container cid) with LONG_RUN
+ * running in it on a thread of its own (lb: sggw_batch_join() it, or
+ * long_run_ended()); the proxy's count of the session's executions before
+ * it. */
+typedef struct {
+    char *tok, *sid, *cid;
+    call_t lng;
+    sggw_batch_t *lb;
+    long done_before;
+} busy_t;
+
+/* The tenant `name`, its session (with an empty /sandbox/log when
+ * with_log), *billed (if not NULL) its executions in the ledger, then the
+ * long run. */
+static void busy_start(busy_t *b, const char *name, bool with_log, int64_t *billed)
+{
+    memset(b, 0, sizeof(*b));
+    b->tok = new_tenant(name, NULL, NULL);
+    b->sid = sggw_create_session(stack.gw, b->tok, NULL, NULL);
+    b->cid = container_of(b->sid);
+    if (with_log)
+        json_object_put(sggw_execute(stack.gw, b->tok, b->sid, "open('/sandbox/log', 'w').close()", 10));
+    if (billed != NULL)
+        *billed = usage_executions(name);
+    b->lb = start_long_run(&b->lng, b->tok, b->sid, b->cid);
+    b->done_before = proxy_field(b->sid, "executions");
+}
+
+/* The long run ended with a 200. */
+static void long_run_ended(busy_t *b)
+{
+    sggw_batch_join(b->lb);
+    SG_ASSERT_STATUS(&b->lng.req.reply, 200);
+    sgtest_reply_free(&b->lng.req.reply);
+    free(b->lng.body);
+}
+
 /* 40 requests at once on a session whose one run takes 6 s: 16 wait, the
  * rest are refused at once with 429 session_busy and Retry-After; the
  * waiting ones run afterwards, and the service still works. */
 SGGW_TEST(test_session_queue_is_bounded)
 {
     enum { N = 40 };
-    char *tok = new_tenant("queue", NULL, NULL);
-    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
-    char *cid = container_of(sid);
-    static call_t lng, calls[N];
+    static busy_t sess;
+    busy_start(&sess, "queue", false, NULL);
+    static call_t calls[N];
     sggw_par_req_t reqs[N];
-
-    sggw_batch_t *lb = start_long_run(&lng, tok, sid, cid);
 
     for (int i = 0; i < N; i++) {
         memset(&calls[i], 0, sizeof(calls[i]));
-        call_init(&calls[i], tok, sid, "print(1)", 60);
+        call_init(&calls[i], sess.tok, sess.sid, "print(1)", 60);
         reqs[i] = calls[i].req;
     }
     sggw_batch_t *b = sggw_batch_start(reqs, N);
     SG_CHECK(b != NULL, NULL, "cannot start the threads");
     sggw_batch_join(b);
-    sggw_batch_join(lb);
-    SG_ASSERT_STATUS(&lng.req.reply, 200);
+    sggw_batch_join(sess.lb);
+    SG_ASSERT_STATUS(&sess.lng.req.reply, 200);
 
     int ok = 0, busy = 0;
     for (int i = 0; i < N; i++) {
@@ -481,8 +512,8 @@ SGGW_TEST(test_session_queue_is_bounded)
             SG_CHECK(ra != NULL && atoi(ra) >= 1, NULL, "a 429 session_busy needs Retry-After");
             free(ra);
             /* at once: not after the run they would have waited for */
-            SG_CHECK(reqs[i].finished < lng.req.finished, NULL, "a refusal came %.1f s after the running one ended",
-                     reqs[i].finished - lng.req.finished);
+            SG_CHECK(reqs[i].finished < sess.lng.req.finished, NULL, "a refusal came %.1f s after the running one ended",
+                     reqs[i].finished - sess.lng.req.finished);
             busy++;
         }
     }
@@ -492,14 +523,14 @@ SGGW_TEST(test_session_queue_is_bounded)
         sgtest_reply_free(&reqs[i].reply);
         free(calls[i].body);
     }
-    sgtest_reply_free(&lng.req.reply);
-    free(lng.body);
-    SG_CHECK(proxy_waiting(sid) == 0, NULL, "nothing waits any more");
+    sgtest_reply_free(&sess.lng.req.reply);
+    free(sess.lng.body);
+    SG_CHECK(proxy_waiting(sess.sid) == 0, NULL, "nothing waits any more");
 
-    json_object *res = sggw_execute(stack.gw, tok, sid, "print('after')", 10);
+    json_object *res = sggw_execute(stack.gw, sess.tok, sess.sid, "print('after')", 10);
     SG_CHECK(strcmp(SG_STR(res, "stdout"), "after\n") == 0, res, "the session must work afterwards");
     json_object_put(res);
-    close_and_check(tok, sid, cid);
+    close_and_check(sess.tok, sess.sid, sess.cid);
 }
 
 /* A direct client of the proxy queues 16 requests behind a long run and
@@ -508,24 +539,18 @@ SGGW_TEST(test_session_queue_is_bounded)
  * run still runs), and the requests that stayed run. */
 SGGW_TEST(test_abandoned_requests_never_run)
 {
-    char *tok = new_tenant("abandon", NULL, NULL);
-    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
-    char *cid = container_of(sid);
+    static busy_t sess;
+    busy_start(&sess, "abandon", true, NULL);
     char url[256], body[256];
     int fds[QUEUE], kept[2];
-    static call_t lng;
 
-    json_object_put(sggw_execute(stack.gw, tok, sid, "open('/sandbox/log', 'w').close()", 10));
-    sggw_batch_t *lb = start_long_run(&lng, tok, sid, cid);
-    long done_before = proxy_field(sid, "executions");
-
-    pathf(url, sizeof(url), "%s/sessions/%s/execute", sgtest_proxy_url(stack.proxy), sid);
+    pathf(url, sizeof(url), "%s/sessions/%s/execute", sgtest_proxy_url(stack.proxy), sess.sid);
     pathf(body, sizeof(body), "{\"code\": \"open('/sandbox/log', 'a').write('abandoned\\\\n')\"}");
     for (int i = 0; i < QUEUE; i++) {
         fds[i] = sggw_http_open("POST", url, body, NULL);
         SG_CHECK(fds[i] >= 0, NULL, "cannot send request %d", i);
     }
-    wait_waiting(sid, QUEUE, 5);
+    wait_waiting(sess.sid, QUEUE, 5);
     /* full: one more is refused */
     sgtest_reply_t r;
     sgtest_call(stack.proxy, "POST", url + strlen(sgtest_proxy_url(stack.proxy)), body, &r);
@@ -534,8 +559,8 @@ SGGW_TEST(test_abandoned_requests_never_run)
     for (int i = 0; i < QUEUE; i++)
         close(fds[i]);
     /* freed while the long run still runs */
-    wait_waiting(sid, 0, 5);
-    SG_CHECK(proxy_field(sid, "executions") == done_before, NULL,
+    wait_waiting(sess.sid, 0, 5);
+    SG_CHECK(proxy_field(sess.sid, "executions") == sess.done_before, NULL,
              "the hung-up requests were freed only after the long run ended");
 
     pathf(body, sizeof(body), "{\"code\": \"open('/sandbox/log', 'a').write('kept\\\\n')\"}");
@@ -543,22 +568,19 @@ SGGW_TEST(test_abandoned_requests_never_run)
         kept[i] = sggw_http_open("POST", url, body, NULL);
         SG_CHECK(kept[i] >= 0, NULL, "cannot send kept request %d", i);
     }
-    sggw_batch_join(lb);
-    SG_ASSERT_STATUS(&lng.req.reply, 200);
-    sgtest_reply_free(&lng.req.reply);
-    free(lng.body);
+    long_run_ended(&sess);
     for (int i = 0; i < 2; i++) {
         SG_CHECK(sggw_http_read_reply(kept[i], 30, &r) == 0, NULL, "kept request %d: %s", i, r.error);
         SG_ASSERT_STATUS(&r, 200);
         sgtest_reply_free(&r);
     }
-    char *log = read_file(tok, sid, "log");
+    char *log = read_file(sess.tok, sess.sid, "log");
     SG_CHECK(count_lines(log, "abandoned") == 0, NULL, "%d abandoned requests ran:\n%s", count_lines(log, "abandoned"),
              log);
     SG_CHECK(count_lines(log, "kept") == 2, NULL, "the 2 kept requests must have run:\n%s", log);
     free(log);
 
-    close_and_check(tok, sid, cid);
+    close_and_check(sess.tok, sess.sid, sess.cid);
 }
 
 /* A client of the gateway hangs up while its execute waits behind a long
@@ -567,33 +589,25 @@ SGGW_TEST(test_abandoned_requests_never_run)
  * has started: the run goes on and is billed. */
 SGGW_TEST(test_gateway_cancels_for_a_client_that_left)
 {
-    char *tok = new_tenant("cancel", NULL, NULL);
-    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
-    char *cid = container_of(sid);
+    static busy_t sess;
+    int64_t billed;
+    busy_start(&sess, "cancel", true, &billed);
     char url[256], auth[256];
-    static call_t lng;
     sgtest_reply_t r;
 
-    json_object_put(sggw_execute(stack.gw, tok, sid, "open('/sandbox/log', 'w').close()", 10));
-    int64_t billed = usage_executions("cancel");
-    sggw_batch_t *lb = start_long_run(&lng, tok, sid, cid);
-    long done_before = proxy_field(sid, "executions");
-
-    pathf(url, sizeof(url), "%s/sessions/%s/execute", sggw_gateway_url(stack.gw), sid);
-    pathf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
+    pathf(url, sizeof(url), "%s/sessions/%s/execute", sggw_gateway_url(stack.gw), sess.sid);
+    pathf(auth, sizeof(auth), "Authorization: Bearer %s", sess.tok);
     const char *headers[] = {auth, NULL};
     int fd = sggw_http_open("POST", url, "{\"code\": \"open('/sandbox/log', 'a').write('abandoned\\\\n')\"}", headers);
     SG_CHECK(fd >= 0, NULL, "cannot send the request");
-    wait_waiting(sid, 1, 5); /* forwarded: it waits at the proxy */
+    wait_waiting(sess.sid, 1, 5); /* forwarded: it waits at the proxy */
     close(fd);
-    wait_waiting(sid, 0, 5); /* the gateway cancelled it */
-    SG_CHECK(proxy_field(sid, "executions") == done_before, NULL, "the cancel came only after the long run ended");
+    wait_waiting(sess.sid, 0, 5); /* the gateway cancelled it */
+    SG_CHECK(proxy_field(sess.sid, "executions") == sess.done_before, NULL,
+             "the cancel came only after the long run ended");
 
-    sggw_batch_join(lb);
-    SG_ASSERT_STATUS(&lng.req.reply, 200);
-    sgtest_reply_free(&lng.req.reply);
-    free(lng.body);
-    char *log = read_file(tok, sid, "log");
+    long_run_ended(&sess);
+    char *log = read_file(sess.tok, sess.sid, "log");
     SG_CHECK(count_lines(log, "abandoned") == 0, NULL, "the cancelled request ran:\n%s", log);
     free(log);
     /* billed: the long run, not the cancelled one */
@@ -607,7 +621,7 @@ SGGW_TEST(test_gateway_cancels_for_a_client_that_left)
     /* a run that started, then its client left: it ends and is billed */
     fd = sggw_http_open("POST", url, "{\"code\": \"import subprocess; subprocess.run(['sleep', '2'])\"}", headers);
     SG_CHECK(fd >= 0, NULL, "cannot send the request");
-    wait_running(cid, "sleep 2", 10);
+    wait_running(sess.cid, "sleep 2", 10);
     close(fd);
     deadline = sgtest_now() + 15;
     while (usage_executions("cancel") < billed + 2) {
@@ -615,13 +629,13 @@ SGGW_TEST(test_gateway_cancels_for_a_client_that_left)
         usleep(100000);
     }
 
-    pathf(url, sizeof(url), "/sessions/%s", sid);
+    pathf(url, sizeof(url), "/sessions/%s", sess.sid);
     sgtest_call(stack.proxy, "GET", url, NULL, &r);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     SG_CHECK(SG_INT(o, "waiting") == 0, o, "nothing waits");
     json_object_put(o);
-    close_and_check(tok, sid, cid);
+    close_and_check(sess.tok, sess.sid, sess.cid);
 }
 
 int main(void)

@@ -87,6 +87,16 @@ static void expect_stdout_has(json_object *r, const char *want)
         SG_FAIL(r, "stdout must hold \"%s\"", want);
 }
 
+/* In session sid, code (without libraries) prints `want` among its output;
+ * then the session is closed. */
+static void expect_prints_then_close(char *sid, const char *code, const char *want)
+{
+    json_object *o = run_code(sid, code, NULL);
+    expect_stdout_has(o, want);
+    json_object_put(o);
+    close_session(sid);
+}
+
 /* Nothing the attacker named was ever asked of the index. */
 static void expect_nothing_fetched(const char *when)
 {
@@ -389,10 +399,7 @@ static void test_py_injected_check_output(void **state)
     expect_nothing_fetched("after lines were written into the check's output");
     SG_CHECK(sglibs_total(index_srv) == before, NULL, "the index was asked %d time(s) for a session that needed "
                                                        "nothing", sglibs_total(index_srv) - before);
-    o = run_code(sid, "print(6 * 7)", NULL);
-    expect_stdout_has(o, "42");
-    json_object_put(o);
-    close_session(sid);
+    expect_prints_then_close(sid, "print(6 * 7)", "42");
 }
 
 static void test_js_planted_and_injected(void **state)
@@ -490,6 +497,35 @@ static void test_js_planted_and_injected(void **state)
  * 4. python: the store pins a spec to the files it was fetched as
  * ------------------------------------------------------------------------ */
 
+/* The store entry of name version tampered with by `script` (store_run());
+ * then, in a new session of lang (*sid), its install fails by the store
+ * alone: no installer was started (why: what it means when one was), and
+ * the message holds `says` (in any case when nocase). Its result. */
+static json_object *tampered_install(char **sid, const char *script, const char *lang, const char *name,
+                                     const char *version, const char *why, const char *says, bool nocase)
+{
+    store_run(script);
+    *sid = sgtest_create_session(proxy, lang, NULL, NULL);
+    sglibs_wall_t t0 = sglibs_wall_now();
+    json_object *o = sglibs_install(proxy, *sid, name, version, NULL);
+    SG_CHECK(sglibs_installers_created_since(proxy_id, t0) == 0, NULL, "%s", why);
+    SG_CHECK(!SG_BOOL(o, "success"), o, "a tampered store file was installed");
+    const char *msg = SG_STR(o, "message");
+    SG_CHECK((nocase ? strcasestr(msg, says) : strstr(msg, says)) != NULL, o,
+             "the message must say the hash does not match (\"%s\")", says);
+    return o;
+}
+
+/* Nothing of the tampered spec was installed: code that uses it fails with
+ * `error` on stderr. */
+static void expect_nothing_installed(const char *sid, const char *code, const char *error)
+{
+    json_object *o = run_code(sid, code, NULL);
+    SG_CHECK(!SG_BOOL(o, "success") && strstr(SG_STR(o, "stderr"), error) != NULL, o,
+             "nothing of the tampered spec may be installed");
+    json_object_put(o);
+}
+
 static void test_py_store_pinning(void **state)
 {
     char code[512], script[16384], spec[128], wheels[400];
@@ -535,10 +571,7 @@ static void test_py_store_pinning(void **state)
     o = sglibs_install(proxy, sid, py_p, "1.0", NULL);
     sglibs_expect_installed(o, "1.0", true);
     json_object_put(o);
-    o = run_code(sid, code, NULL);
-    expect_stdout_has(o, "value=genuine version=1.0");
-    json_object_put(o);
-    close_session(sid);
+    expect_prints_then_close(sid, code, "value=genuine version=1.0");
     /* the bare name's spec (test 1 fetched it) too */
     sid = sgtest_create_session(proxy, "python", NULL, NULL);
     const char *libs[] = {py_p, NULL};
@@ -552,25 +585,13 @@ static void test_py_store_pinning(void **state)
     pathf(script, sizeof(script), "set -e; d='/opt/sandgate/store/pip/%s'; f=\"$d/%s-1.0-py3-none-any.whl\"; "
                                   "test -f \"$f\"; printf 'tampered' >> \"$f\"",
           spec, py_p);
-    store_run(script);
-    sid = sgtest_create_session(proxy, "python", NULL, NULL);
-    sglibs_wall_t t0 = sglibs_wall_now();
-    o = sglibs_install(proxy, sid, py_p, "1.0", NULL);
-    SG_CHECK(sglibs_installers_created_since(proxy_id, t0) == 0, NULL,
-             "a hash mismatch sent the spec to an installer: only a missing spec is fetched");
-    SG_CHECK(!SG_BOOL(o, "success"), o, "a tampered store file was installed");
-    SG_CHECK(strcasestr(SG_STR(o, "message"), "hash") != NULL, o, "the message must say the hashes do not match");
-    json_object_put(o);
+    json_object_put(tampered_install(&sid, script, "python", py_p, "1.0",
+                                     "a hash mismatch sent the spec to an installer: only a missing spec is fetched",
+                                     "hash", true));
     pathf(code, sizeof(code), "import %s", py_p);
-    o = run_code(sid, code, NULL);
-    SG_CHECK(!SG_BOOL(o, "success") && strstr(SG_STR(o, "stderr"), "ModuleNotFoundError") != NULL, o,
-             "nothing of the tampered spec may be installed");
-    json_object_put(o);
+    expect_nothing_installed(sid, code, "ModuleNotFoundError");
     /* the session is fine */
-    o = run_code(sid, "print(6 * 7)", NULL);
-    expect_stdout_has(o, "42");
-    json_object_put(o);
-    close_session(sid);
+    expect_prints_then_close(sid, "print(6 * 7)", "42");
     expect_nothing_fetched("after the store pinning attacks");
 }
 
@@ -608,10 +629,7 @@ static void test_js_store_pinning(void **state)
     o = js_install_fresh("1.0.0", &sid);
     sglibs_expect_installed(o, "1.0.0", true);
     json_object_put(o);
-    o = run_code(sid, use, NULL);
-    expect_stdout_has(o, "value=genuine");
-    json_object_put(o);
-    close_session(sid);
+    expect_prints_then_close(sid, use, "value=genuine");
 
     /* a file dropped into the spec's tree: node would resolve it from there */
     pathf(script, sizeof(script),
@@ -631,19 +649,10 @@ static void test_js_store_pinning(void **state)
           "set -e; d='/opt/sandgate/store/npm/%s@1.0.0/node_modules/%s'; rm \"$d/index\"; "
           "echo \"module.exports = { value: 'evil' };\" > \"$d/index.js\"",
           js_j, js_j);
-    store_run(script);
-    sid = sgtest_create_session(proxy, "javascript", NULL, NULL);
-    sglibs_wall_t t0 = sglibs_wall_now();
-    o = sglibs_install(proxy, sid, js_j, "1.0.0", NULL);
-    SG_CHECK(sglibs_installers_created_since(proxy_id, t0) == 0, NULL,
-             "a bad store entry sent the spec to an installer: only a missing spec is fetched");
-    SG_CHECK(!SG_BOOL(o, "success"), o, "a tampered store file was installed");
-    SG_CHECK(strstr(SG_STR(o, "message"), "sha256") != NULL, o, "the message must say the hash does not match");
-    json_object_put(o);
-    o = run_code(sid, use, NULL);
-    SG_CHECK(!SG_BOOL(o, "success") && strstr(SG_STR(o, "stderr"), "Cannot find module") != NULL, o,
-             "nothing of the tampered spec may be installed");
-    json_object_put(o);
+    json_object_put(tampered_install(&sid, script, "javascript", js_j, "1.0.0",
+                                     "a bad store entry sent the spec to an installer: only a missing spec is fetched",
+                                     "sha256", false));
+    expect_nothing_installed(sid, use, "Cannot find module");
     close_session(sid);
     expect_nothing_fetched("after the npm store pinning attacks");
 }

@@ -12,7 +12,7 @@
  * that the service and a fresh session still work afterwards. The
  * teardown removes every image of the test's template repository.
  */
-#include "sggw.h"
+#include "sgsec.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,12 +185,7 @@ static void create_from(const char *tok, const char *name, long status, const ch
 /* The service and a fresh session still work. */
 static void service_works(const char *tok)
 {
-    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
-    json_object *o = sggw_execute(stack.gw, tok, sid, "print(6 * 7)", 0);
-    SG_CHECK(strcmp(SG_STR(o, "stdout"), "42\n") == 0, o, "a fresh session runs code");
-    json_object_put(o);
-    sggw_delete_session(stack.gw, tok, sid);
-    free(sid);
+    sgsec_fresh_session_runs(stack.gw, tok, NULL, "print(6 * 7)", 0, "42\n");
 }
 
 /* ------------------------------------------------------------------------
@@ -375,12 +370,7 @@ SGGW_TEST(test_other_tenants_template)
     create_from(tok_b, "sandgate/python:latest", 404, "no_such_template", NULL);
     SG_CHECK(image_exists(name), NULL, "B's attempts left A's template in place");
     /* the admin sees whose it is */
-    char path[200];
-    sgtest_reply_t r;
-    pathf(path, sizeof(path), "/admin/templates?tenant=%s", "owner-a");
-    sggw_admin_call(stack.gw, "GET", path, NULL, &r);
-    o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    o = SGSEC_ADMIN_GET(stack.gw, "/admin/templates?tenant=%s", "owner-a");
     SG_CHECK(json_object_array_length(SG_ARR(o, "templates")) == 1, o, "the admin lists A's template");
     json_object_put(o);
 
@@ -442,9 +432,7 @@ SGGW_TEST(test_tenant_delete_removes_templates)
     sggw_call(stack.gw, tok, "GET", "/templates", NULL, &r);
     SG_ASSERT_STATUS(&r, 401);
     sgtest_reply_free(&r);
-    sggw_admin_call(stack.gw, "GET", "/admin/templates", NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SGSEC_ADMIN_GET(stack.gw, "/admin/templates");
     json_object *arr = SG_ARR(o, "templates");
     for (size_t i = 0; i < json_object_array_length(arr); i++) {
         const char *n = SG_STR(json_object_array_get_idx(arr, i), "name");

@@ -3,9 +3,14 @@
  */
 #include "sgsec.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* the stack of the last sgsec_stack_start(), for the row fixtures */
+static sgsec_stack_t *running;
 
 int sgsec_stack_start(sgsec_stack_t *st, const char *const *proxy_env)
 {
@@ -22,7 +27,20 @@ int sgsec_stack_start(sgsec_stack_t *st, const char *const *proxy_env)
     }
     env[n] = NULL;
     sggw_stack_opts_t o = {.redis = true, .proxy_env = env};
+    running = st;
     return sggw_stack_start(st, &o);
+}
+
+int sgsec_teardown(void **state)
+{
+    (void)state;
+    return sggw_stack_after_test(running);
+}
+
+int sgsec_group_teardown(void **state)
+{
+    (void)state;
+    return sggw_stack_end(running);
 }
 
 char *sgsec_tenant(const sgsec_stack_t *st, const char *name, const char *const *quotas)
@@ -52,6 +70,34 @@ json_object *sgsec_sh(const sgsec_stack_t *st, const char *tok, const char *sid,
     return sggw_post_result(st->gw, tok, path, b);
 }
 
+int sgsec_poll(bool (*done)(void *ctx), void *ctx, double timeout_s, unsigned every_ms)
+{
+    double deadline = sgtest_now() + timeout_s;
+    for (;;) {
+        if (done(ctx))
+            return 0;
+        if (sgtest_now() > deadline)
+            return -1;
+        usleep(every_ms * 1000);
+    }
+}
+
+json_object *sgsec__admin_get(sggw_gateway_t *g, const char *file, int line, const char *fmt, ...)
+{
+    char path[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(path, sizeof(path), fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(path))
+        sgtest__check_failed(NULL, file, line, "path fits", "admin path too long: %s", fmt);
+    sgtest_reply_t r;
+    sggw_admin_call(g, "GET", path, NULL, &r);
+    json_object *o = sgtest__expect_json(&r, 200, file, line);
+    sgtest_reply_free(&r);
+    return o;
+}
+
 void sgsec__expect_stdout(json_object *res, const char *want, const char *file, int line)
 {
     const char *out = sgtest__get_str(res, "stdout", file, line);
@@ -78,6 +124,17 @@ void sgsec_expect_service_works(const sgsec_stack_t *st, const char *tok, const 
     json_object_put(r);
     sggw_delete_session(st->gw, tok, fresh);
     free(fresh);
+}
+
+void sgsec_fresh_session_runs(const sggw_gateway_t *g, const char *tok, const char *body, const char *code,
+                              double timeout, const char *want)
+{
+    char *sid = sggw_create_session(g, tok, body, NULL);
+    json_object *o = sggw_execute(g, tok, sid, code, timeout);
+    SG_CHECK(strcmp(SG_STR(o, "stdout"), want) == 0, o, "a fresh session runs code");
+    json_object_put(o);
+    sggw_delete_session(g, tok, sid);
+    free(sid);
 }
 
 void sgsec_end(const sgsec_stack_t *st, char *tok, char *sid, int kept_x)

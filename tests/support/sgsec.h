@@ -23,6 +23,18 @@ int sgsec_stack_start(sgsec_stack_t *st, const char *const *proxy_env);
 /* Its test and group teardowns are sggw_stack_teardown() and
  * sggw_stack_group_teardown() (the group setup sets *state = st). */
 
+/* A table-driven suite: one cmocka test per row of a table, the row as the
+ * test's state. Its group setup leaves the group state NULL (cmocka would
+ * hand a group state to every test in place of the row), and these
+ * fixtures work on the stack of the last sgsec_stack_start() instead:
+ * sggw_stack_after_test() and sggw_stack_end(). */
+int sgsec_teardown(void **state);
+int sgsec_group_teardown(void **state);
+/* The cmocka test of a row (a pointer to a struct whose member `name` names
+ * the test): test_func run with the row as its state, then sgsec_teardown. */
+#define SGSEC_ROW_TEST(test_func, row)                                                                                 \
+    ((struct CMUnitTest){(row)->name, (test_func), NULL, sgsec_teardown, (void *)(row)})
+
 /* Asserting: a tenant with the "key=value" quotas (may be NULL); its token. */
 char *sgsec_tenant(const sgsec_stack_t *st, const char *name, const char *const *quotas);
 /* Asserting: the start of most attacks: a tenant `name` with the quotas (may
@@ -32,6 +44,16 @@ char *sgsec_begin(const sgsec_stack_t *st, const char *name, const char *const *
 json_object *sgsec_py(const sgsec_stack_t *st, const char *tok, const char *sid, const char *code);
 /* Asserting: POST /sessions/{sid}/commands {"command", "timeout": 60}: the result. */
 json_object *sgsec_sh(const sgsec_stack_t *st, const char *tok, const char *sid, const char *cmd);
+
+/* Calls done(ctx) every every_ms until it returns true (0), or until
+ * timeout_s have passed (-1). */
+int sgsec_poll(bool (*done)(void *ctx), void *ctx, double timeout_s, unsigned every_ms);
+
+/* Asserting: GET the admin API's path (printf-style) on gateway g: the
+ * 200's JSON body (the caller puts it). */
+#define SGSEC_ADMIN_GET(g, ...) sgsec__admin_get((g), __FILE__, __LINE__, __VA_ARGS__)
+json_object *sgsec__admin_get(sggw_gateway_t *g, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* Asserts a result's stdout is exactly `want` and the run ended by itself
  * (reason "exited"). */
@@ -43,6 +65,12 @@ void sgsec__expect_stdout(json_object *res, const char *want, const char *file, 
  * (the attack's code set x = 41 first) — and is closed; then a fresh
  * session of the tenant runs code and is closed. */
 void sgsec_expect_service_works(const sgsec_stack_t *st, const char *tok, const char *sid, int kept_x);
+
+/* Asserting: a fresh session of tok on g (its create body `body`, NULL: the
+ * defaults) runs code (timeout as sggw_execute()'s) with stdout exactly
+ * `want`, and is deleted. */
+void sgsec_fresh_session_runs(const sggw_gateway_t *g, const char *tok, const char *body, const char *code,
+                              double timeout, const char *want);
 
 /* Asserting: their end: sgsec_expect_service_works(st, tok, sid, kept_x),
  * then frees tok and sid. */

@@ -14,6 +14,8 @@
 
 #include <cmocka.h>
 
+#include "sgunit.h"
+
 #include "buf.h"
 #include "config.h"
 #include "json.h"
@@ -107,28 +109,26 @@ static void test_buf_grow(void **state)
     sg_buf_free(&b);
 }
 
+/* sg_buf_consume(b, n) leaves `left`. */
+static void expect_consumed(sg_buf_t *b, size_t n, const char *left)
+{
+    sg_buf_consume(b, n);
+    assert_int_equal(b->len, strlen(left));
+    assert_string_equal(b->base, left);
+}
+
 static void test_buf_consume(void **state)
 {
     sg_buf_t b;
 
     sg_buf_init(&b, 64);
     assert_int_equal(sg_buf_append(&b, "hello world", 11), 0);
-    sg_buf_consume(&b, 0);
-    assert_int_equal(b.len, 11);
-    assert_string_equal(b.base, "hello world");
-    sg_buf_consume(&b, 6);
-    assert_int_equal(b.len, 5);
-    assert_string_equal(b.base, "world");
-    sg_buf_consume(&b, 4);
-    assert_int_equal(b.len, 1);
-    assert_string_equal(b.base, "d");
-    sg_buf_consume(&b, 1);
-    assert_int_equal(b.len, 0);
-    assert_string_equal(b.base, "");
+    expect_consumed(&b, 0, "hello world");
+    expect_consumed(&b, 6, "world");
+    expect_consumed(&b, 4, "d");
+    expect_consumed(&b, 1, "");
     assert_int_equal(sg_buf_append(&b, "abc", 3), 0);
-    sg_buf_consume(&b, 1000);
-    assert_int_equal(b.len, 0);
-    assert_string_equal(b.base, "");
+    expect_consumed(&b, 1000, "");
 
     /* consumed room is room again: the cap is on what is held */
     sg_buf_free(&b);
@@ -243,6 +243,17 @@ static void test_config_str(void **state)
     assert_string_equal(v_str, "");
 }
 
+/* sg_config_load() of the four entries of table succeeds with these values. */
+static void expect_loaded(const sg_cfg_entry_t *table, int i, double d, int b, const char *str)
+{
+    char err[256] = "";
+    assert_int_equal(sg_config_load(table, 4, err, sizeof(err)), 0);
+    assert_int_equal(v_int, i);
+    assert_true(v_dbl == d);
+    assert_int_equal(v_bool, b);
+    assert_string_equal(v_str, str);
+}
+
 static void test_config_load(void **state)
 {
     const sg_cfg_entry_t table[] = {e_int, e_dbl, e_bool, e_str};
@@ -253,20 +264,12 @@ static void test_config_load(void **state)
     unsetenv("SG_TEST_BOOL");
     unsetenv("SG_TEST_STR");
     v_int = -1, v_dbl = -1, v_bool = -1, v_str = NULL;
-    assert_int_equal(sg_config_load(table, 4, err, sizeof(err)), 0);
-    assert_int_equal(v_int, 10);
-    assert_true(v_dbl == 0.5);
-    assert_int_equal(v_bool, 0);
-    assert_string_equal(v_str, "sandgate/");
+    expect_loaded(table, 10, 0.5, 0, "sandgate/");
 
     setenv("SG_TEST_INT", "77", 1);
     setenv("SG_TEST_BOOL", "yes", 1);
     setenv("SG_TEST_STR", "mine/", 1);
-    assert_int_equal(sg_config_load(table, 4, err, sizeof(err)), 0);
-    assert_int_equal(v_int, 77);
-    assert_true(v_dbl == 0.5);
-    assert_int_equal(v_bool, 1);
-    assert_string_equal(v_str, "mine/");
+    expect_loaded(table, 77, 0.5, 1, "mine/");
 
     /* an empty variable is a value, not "unset" */
     setenv("SG_TEST_STR", "", 1);
@@ -322,6 +325,42 @@ static void parse_fails(const char *s, size_t len, const char *needle)
         fail_msg("body \"%.*s\": error \"%s\" does not contain \"%s\"", (int)len, s, err, needle);
 }
 
+/* Bodies the parser refuses, by the test that sends them (BAD_BODIES: a
+ * cmocka test over the rows of its name): the length given (a body may hold
+ * a NUL) and what the error says (NULL: only that there is one). */
+static const struct {
+    const char *test, *body;
+    size_t len;
+    const char *says;
+} bad_bodies[] = {
+    {"test_json_parse_trailing", "{}x", 3, "not valid JSON"},
+    {"test_json_parse_trailing", "{} {}", 5, "not valid JSON"},
+    {"test_json_parse_trailing", "{}}", 3, "not valid JSON"},
+    {"test_json_parse_trailing", "{\"a\":1},", 8, "not valid JSON"},
+    {"test_json_parse_trailing", "{} \n x", 6, "not valid JSON"},
+    {"test_json_parse_bad", "   ", 3, NULL},
+    {"test_json_parse_bad", "", 0, "empty"},
+    {"test_json_parse_bad", "{", 1, "not valid JSON"},
+    {"test_json_parse_bad", "{\"a\":}", 6, "not valid JSON"},
+    {"test_json_parse_bad", "{\"a\" 1}", 7, "not valid JSON"},
+    {"test_json_parse_bad", "{\"a\":\"x\0\"}", 10, "not valid JSON"},
+    {"test_json_parse_bad", "{}\0", 3, "not valid JSON"},
+    {"test_json_parse_bad", "\0{}", 3, "not valid JSON"},
+};
+
+static void test_bad_bodies(void **state)
+{
+    int n = 0;
+    for (size_t i = 0; i < sizeof(bad_bodies) / sizeof(bad_bodies[0]); i++) {
+        if (strcmp(bad_bodies[i].test, *state) == 0) {
+            parse_fails(bad_bodies[i].body, bad_bodies[i].len, bad_bodies[i].says);
+            n++;
+        }
+    }
+    assert_true(n > 0);
+}
+#define BAD_BODIES(test) ((struct CMUnitTest){test, test_bad_bodies, NULL, NULL, (void *)test})
+
 static void test_json_parse_valid(void **state)
 {
     static const char *ok[] = {"{\"a\":1}", "{}", " {\"a\":1} ", "{\"a\":1}\r\n\t ", "\n{\"a\":[1,{\"b\":null}]}\n"};
@@ -339,15 +378,6 @@ static void test_json_parse_valid(void **state)
     assert_non_null(o);
     assert_int_equal(json_object_object_length(o), 2);
     json_object_put(o);
-}
-
-static void test_json_parse_trailing(void **state)
-{
-    parse_fails("{}x", 3, "not valid JSON");
-    parse_fails("{} {}", 5, "not valid JSON");
-    parse_fails("{}}", 3, "not valid JSON");
-    parse_fails("{\"a\":1},", 8, "not valid JSON");
-    parse_fails("{} \n x", 6, "not valid JSON");
 }
 
 /* Valid JSON that is not an object: refused with the message that says so
@@ -369,18 +399,6 @@ static void test_json_parse_not_object(void **state)
     }
     if (off != 0)
         fail_msg("not reported as \"must be a JSON object\":%s", wrong);
-}
-
-static void test_json_parse_bad(void **state)
-{
-    parse_fails("", 0, "empty");
-    parse_fails("   ", 3, NULL);
-    parse_fails("{", 1, "not valid JSON");
-    parse_fails("{\"a\":}", 6, "not valid JSON");
-    parse_fails("{\"a\" 1}", 7, "not valid JSON");
-    parse_fails("{\"a\":\"x\0\"}", 10, "not valid JSON");
-    parse_fails("{}\0", 3, "not valid JSON");
-    parse_fails("\0{}", 3, "not valid JSON");
 }
 
 static void test_json_getters(void **state)
@@ -422,30 +440,35 @@ static void test_json_getters(void **state)
     assert_int_equal(sg_json_get_str_array(o, "nul", &a, err, sizeof(err)), 0);
 
     /* wrong type: -1 and the field named */
-    err[0] = '\0';
-    assert_int_equal(sg_json_get_str(o, "n", &s, &len, err, sizeof(err)), -1);
-    assert_contains(err, "\"n\"");
-    err[0] = '\0';
-    assert_int_equal(sg_json_get_str(o, "arr", &s, &len, err, sizeof(err)), -1);
-    assert_contains(err, "\"arr\"");
-    err[0] = '\0';
-    assert_int_equal(sg_json_get_num(o, "s", &d, err, sizeof(err)), -1);
-    assert_contains(err, "\"s\"");
-    err[0] = '\0';
-    assert_int_equal(sg_json_get_num(o, "b", &d, err, sizeof(err)), -1);
-    assert_contains(err, "\"b\"");
-    err[0] = '\0';
-    assert_int_equal(sg_json_get_bool(o, "i", &b, err, sizeof(err)), -1);
-    assert_contains(err, "\"i\"");
-    err[0] = '\0';
-    assert_int_equal(sg_json_get_bool(o, "s", &b, err, sizeof(err)), -1);
-    assert_contains(err, "\"s\"");
-    err[0] = '\0';
-    assert_int_equal(sg_json_get_str_array(o, "mixed", &a, err, sizeof(err)), -1);
-    assert_contains(err, "\"mixed\"");
-    err[0] = '\0';
-    assert_int_equal(sg_json_get_str_array(o, "s", &a, err, sizeof(err)), -1);
-    assert_contains(err, "\"s\"");
+    enum { GET_STR, GET_NUM, GET_BOOL, GET_STR_ARRAY };
+    static const struct {
+        int getter;
+        const char *field;
+    } wrong[] = {{GET_STR, "n"},  {GET_STR, "arr"}, {GET_NUM, "s"},           {GET_NUM, "b"},
+                 {GET_BOOL, "i"}, {GET_BOOL, "s"},  {GET_STR_ARRAY, "mixed"}, {GET_STR_ARRAY, "s"}};
+    for (size_t i = 0; i < sizeof(wrong) / sizeof(wrong[0]); i++) {
+        const char *f = wrong[i].field;
+        char named[32];
+        int r = 0;
+        err[0] = '\0';
+        switch (wrong[i].getter) {
+        case GET_STR:
+            r = sg_json_get_str(o, f, &s, &len, err, sizeof(err));
+            break;
+        case GET_NUM:
+            r = sg_json_get_num(o, f, &d, err, sizeof(err));
+            break;
+        case GET_BOOL:
+            r = sg_json_get_bool(o, f, &b, err, sizeof(err));
+            break;
+        case GET_STR_ARRAY:
+            r = sg_json_get_str_array(o, f, &a, err, sizeof(err));
+            break;
+        }
+        assert_int_equal(r, -1);
+        snprintf(named, sizeof(named), "\"%s\"", f);
+        assert_contains(err, named);
+    }
     json_object_put(o);
 }
 
@@ -594,10 +617,7 @@ static uint32_t rng_state = 0x9e3779b9;
 
 static uint32_t rng(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 17;
-    rng_state ^= rng_state << 5;
-    return rng_state;
+    return sgunit_xorshift32(&rng_state);
 }
 
 static void test_utf8_random(void **state)
@@ -762,9 +782,9 @@ int main(void)
         cmocka_unit_test(test_config_str),
         cmocka_unit_test(test_config_load),
         cmocka_unit_test(test_json_parse_valid),
-        cmocka_unit_test(test_json_parse_trailing),
+        BAD_BODIES("test_json_parse_trailing"),
         cmocka_unit_test(test_json_parse_not_object),
-        cmocka_unit_test(test_json_parse_bad),
+        BAD_BODIES("test_json_parse_bad"),
         cmocka_unit_test(test_json_getters),
         cmocka_unit_test(test_utf8_valid_kept),
         cmocka_unit_test(test_utf8_invalid),

@@ -15,6 +15,8 @@
 
 #include <cmocka.h>
 
+#include "sgunit.h"
+
 #include "docker_stream.h"
 
 #define MAX_RUNS 64
@@ -147,23 +149,45 @@ static void check_sample(const transcript_t *t)
     assert_run(t, 4, 1, "\0\xff\x01", 3); /* stdout after stdin is a new run */
 }
 
+/* The state of a test that builds a stream by hand: the stream, a
+ * demultiplexer, and what came out of it (freed by the teardown). */
+typedef struct {
+    uint8_t buf[64];
+    size_t len;
+    sg_docker_demux_t d;
+    transcript_t t;
+} stream_t;
+
+static int stream_setup(void **state)
+{
+    *state = calloc(1, sizeof(stream_t));
+    return *state != NULL ? 0 : -1;
+}
+
+static int stream_teardown(void **state)
+{
+    stream_t *s = *state;
+    transcript_free(&s->t);
+    free(s);
+    return 0;
+}
+
+#define STREAM_TEST(f) cmocka_unit_test_setup_teardown(f, stream_setup, stream_teardown)
+
 static void test_one_frame(void **state)
 {
-    uint8_t buf[64];
-    size_t len = 0;
-    sg_docker_demux_t d;
-    transcript_t t = {0};
+    stream_t *s = *state;
 
-    put_frame(buf, &len, 1, "hello world\n", 12);
-    sg_docker_demux_init(&d);
-    assert_int_equal(feed(&d, buf, len, &t), 0);
-    assert_int_equal(t.calls, 1);
-    assert_int_equal(t.n, 1);
-    assert_run(&t, 0, 1, "hello world\n", 12);
+    put_frame(s->buf, &s->len, 1, "hello world\n", 12);
+    sg_docker_demux_init(&s->d);
+    assert_int_equal(feed(&s->d, s->buf, s->len, &s->t), 0);
+    assert_int_equal(s->t.calls, 1);
+    assert_int_equal(s->t.n, 1);
+    assert_run(&s->t, 0, 1, "hello world\n", 12);
     /* nothing pending: an empty feed does nothing */
-    assert_int_equal(feed(&d, buf, 0, &t), 0);
-    assert_int_equal(t.calls, 1);
-    transcript_free(&t);
+    assert_int_equal(feed(&s->d, s->buf, 0, &s->t), 0);
+    assert_int_equal(s->t.calls, 1);
+    transcript_free(&s->t);
 }
 
 static void test_interleaved(void **state)
@@ -236,130 +260,115 @@ static void test_split_everywhere(void **state)
 
 static void test_zero_length_frame(void **state)
 {
-    uint8_t buf[64];
-    size_t len = 0;
-    sg_docker_demux_t d;
-    transcript_t t = {0};
+    stream_t *s = *state;
 
-    put_frame(buf, &len, 1, "", 0);
-    put_frame(buf, &len, 2, "x", 1);
-    assert_int_equal(feed_cut(buf, len, NULL, 0, &t), 0);
-    assert_int_equal(t.n, 1);
-    assert_run(&t, 0, 2, "x", 1);
-    transcript_free(&t);
+    put_frame(s->buf, &s->len, 1, "", 0);
+    put_frame(s->buf, &s->len, 2, "x", 1);
+    assert_int_equal(feed_cut(s->buf, s->len, NULL, 0, &s->t), 0);
+    assert_int_equal(s->t.n, 1);
+    assert_run(&s->t, 0, 2, "x", 1);
+    transcript_free(&s->t);
 
     /* an empty frame that ends a read leaves the decoder expecting a header */
-    sg_docker_demux_init(&d);
-    len = 0;
-    put_frame(buf, &len, 2, "", 0);
-    assert_int_equal(feed(&d, buf, len, &t), 0);
-    assert_int_equal(t.n, 0);
-    len = 0;
-    put_frame(buf, &len, 1, "yz", 2);
-    assert_int_equal(feed(&d, buf, len, &t), 0);
-    assert_int_equal(t.n, 1);
-    assert_run(&t, 0, 1, "yz", 2);
-    transcript_free(&t);
+    sg_docker_demux_init(&s->d);
+    s->len = 0;
+    put_frame(s->buf, &s->len, 2, "", 0);
+    assert_int_equal(feed(&s->d, s->buf, s->len, &s->t), 0);
+    assert_int_equal(s->t.n, 0);
+    s->len = 0;
+    put_frame(s->buf, &s->len, 1, "yz", 2);
+    assert_int_equal(feed(&s->d, s->buf, s->len, &s->t), 0);
+    assert_int_equal(s->t.n, 1);
+    assert_run(&s->t, 0, 1, "yz", 2);
+    transcript_free(&s->t);
 }
 
 static void test_bad_stream(void **state)
 {
     static const uint8_t streams[] = {3, 4, 0x80, 0xff};
-    uint8_t buf[64];
-    size_t len;
-    sg_docker_demux_t d;
-    transcript_t t = {0};
+    stream_t *s = *state;
 
     for (size_t i = 0; i < sizeof(streams); i++) {
-        len = 0;
-        put_frame(buf, &len, streams[i], "abc", 3);
-        sg_docker_demux_init(&d);
-        assert_int_equal(feed(&d, buf, len, &t), -1);
-        assert_int_equal(t.calls, 0);
+        s->len = 0;
+        put_frame(s->buf, &s->len, streams[i], "abc", 3);
+        sg_docker_demux_init(&s->d);
+        assert_int_equal(feed(&s->d, s->buf, s->len, &s->t), -1);
+        assert_int_equal(s->t.calls, 0);
     }
 
     /* a good frame before the bad header is delivered, then -1 */
-    len = 0;
-    put_frame(buf, &len, 1, "ok", 2);
-    put_frame(buf, &len, 3, "no", 2);
-    sg_docker_demux_init(&d);
-    assert_int_equal(feed(&d, buf, len, &t), -1);
-    assert_int_equal(t.n, 1);
-    assert_run(&t, 0, 1, "ok", 2);
-    assert_false(t.bad_stream);
-    transcript_free(&t);
+    s->len = 0;
+    put_frame(s->buf, &s->len, 1, "ok", 2);
+    put_frame(s->buf, &s->len, 3, "no", 2);
+    sg_docker_demux_init(&s->d);
+    assert_int_equal(feed(&s->d, s->buf, s->len, &s->t), -1);
+    assert_int_equal(s->t.n, 1);
+    assert_run(&s->t, 0, 1, "ok", 2);
+    assert_false(s->t.bad_stream);
+    transcript_free(&s->t);
 
     /* a bad header split across reads: incomplete is 0, complete is -1 */
-    len = 0;
-    put_frame(buf, &len, 3, "no", 2);
-    sg_docker_demux_init(&d);
-    assert_int_equal(feed(&d, buf, 5, &t), 0);
-    assert_int_equal(feed(&d, buf + 5, len - 5, &t), -1);
-    assert_int_equal(t.calls, 0);
+    s->len = 0;
+    put_frame(s->buf, &s->len, 3, "no", 2);
+    sg_docker_demux_init(&s->d);
+    assert_int_equal(feed(&s->d, s->buf, 5, &s->t), 0);
+    assert_int_equal(feed(&s->d, s->buf + 5, s->len - 5, &s->t), -1);
+    assert_int_equal(s->t.calls, 0);
 }
 
 static void test_bad_padding(void **state)
 {
-    uint8_t buf[64];
-    size_t len;
-    sg_docker_demux_t d;
-    transcript_t t = {0};
+    stream_t *s = *state;
 
     for (int b = 1; b <= 3; b++) {
         for (int v = 1; v <= 255; v += 127) {
-            len = 0;
-            put_frame(buf, &len, 1, "abc", 3);
-            buf[b] = (uint8_t)v;
-            sg_docker_demux_init(&d);
-            assert_int_equal(feed(&d, buf, len, &t), -1);
+            s->len = 0;
+            put_frame(s->buf, &s->len, 1, "abc", 3);
+            s->buf[b] = (uint8_t)v;
+            sg_docker_demux_init(&s->d);
+            assert_int_equal(feed(&s->d, s->buf, s->len, &s->t), -1);
             /* and byte at a time */
-            sg_docker_demux_init(&d);
+            sg_docker_demux_init(&s->d);
             int r = 0;
-            for (size_t i = 0; i < len && r == 0; i++)
-                r = feed(&d, buf + i, 1, &t);
+            for (size_t i = 0; i < s->len && r == 0; i++)
+                r = feed(&s->d, s->buf + i, 1, &s->t);
             assert_int_equal(r, -1);
-            assert_int_equal(t.calls, 0);
+            assert_int_equal(s->t.calls, 0);
         }
     }
 }
 
 static void test_init_resets(void **state)
 {
-    uint8_t buf[64];
-    size_t len = 0;
-    sg_docker_demux_t d;
-    transcript_t t = {0};
+    stream_t *s = *state;
 
-    put_frame(buf, &len, 2, "abcdef", 6);
-    sg_docker_demux_init(&d);
-    assert_int_equal(feed(&d, buf, 3, &t), 0); /* half a header */
-    sg_docker_demux_init(&d);
-    assert_int_equal(feed(&d, buf, len, &t), 0);
-    assert_int_equal(t.n, 1);
-    assert_run(&t, 0, 2, "abcdef", 6);
-    transcript_free(&t);
+    put_frame(s->buf, &s->len, 2, "abcdef", 6);
+    sg_docker_demux_init(&s->d);
+    assert_int_equal(feed(&s->d, s->buf, 3, &s->t), 0); /* half a header */
+    sg_docker_demux_init(&s->d);
+    assert_int_equal(feed(&s->d, s->buf, s->len, &s->t), 0);
+    assert_int_equal(s->t.n, 1);
+    assert_run(&s->t, 0, 2, "abcdef", 6);
+    transcript_free(&s->t);
 
-    sg_docker_demux_init(&d);
-    assert_int_equal(feed(&d, buf, 10, &t), 0); /* header and 2 of 6 payload bytes */
-    sg_docker_demux_init(&d);
-    len = 0;
-    put_frame(buf, &len, 1, "zz", 2);
-    assert_int_equal(feed(&d, buf, len, &t), 0);
-    assert_int_equal(t.n, 2);
-    assert_run(&t, 0, 2, "ab", 2);
-    assert_run(&t, 1, 1, "zz", 2);
-    transcript_free(&t);
+    sg_docker_demux_init(&s->d);
+    assert_int_equal(feed(&s->d, s->buf, 10, &s->t), 0); /* header and 2 of 6 payload bytes */
+    sg_docker_demux_init(&s->d);
+    s->len = 0;
+    put_frame(s->buf, &s->len, 1, "zz", 2);
+    assert_int_equal(feed(&s->d, s->buf, s->len, &s->t), 0);
+    assert_int_equal(s->t.n, 2);
+    assert_run(&s->t, 0, 2, "ab", 2);
+    assert_run(&s->t, 1, 1, "zz", 2);
+    transcript_free(&s->t);
 }
 
 static uint32_t rng_state = 0x12345678;
 
+/* deterministic, so a failure reproduces */
 static uint32_t rng(void)
 {
-    /* xorshift32: deterministic, so a failure reproduces */
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 17;
-    rng_state ^= rng_state << 5;
-    return rng_state;
+    return sgunit_xorshift32(&rng_state);
 }
 
 static void test_large_frame(void **state)
@@ -464,14 +473,14 @@ static void test_size_high_byte(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_one_frame),
+        STREAM_TEST(test_one_frame),
         cmocka_unit_test(test_interleaved),
         cmocka_unit_test(test_byte_at_a_time),
         cmocka_unit_test(test_split_everywhere),
-        cmocka_unit_test(test_zero_length_frame),
-        cmocka_unit_test(test_bad_stream),
-        cmocka_unit_test(test_bad_padding),
-        cmocka_unit_test(test_init_resets),
+        STREAM_TEST(test_zero_length_frame),
+        STREAM_TEST(test_bad_stream),
+        STREAM_TEST(test_bad_padding),
+        STREAM_TEST(test_init_resets),
         cmocka_unit_test(test_large_frame),
         cmocka_unit_test(test_size_big_endian),
         cmocka_unit_test(test_size_high_byte),

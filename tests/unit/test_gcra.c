@@ -84,22 +84,22 @@ static void test_retry_after_exact(void **state)
     int64_t tat = 0;
     for (int i = 0; i < 2; i++)
         step(NOW, &tat, 60, 2); /* T = 1000 ms */
-    sg_rate_result_t r = step(NOW, &tat, 60, 2);
-    assert_false(r.allowed);
-    assert_seconds(r.retry_after_s, 1.0);
-
-    r = step(NOW + 250, &tat, 60, 2);
-    assert_false(r.allowed);
-    assert_seconds(r.retry_after_s, 0.75);
-
-    r = step(NOW + 999, &tat, 60, 2);
-    assert_false(r.allowed);
-    assert_seconds(r.retry_after_s, 0.001);
-
-    /* exactly when retry_after said */
-    r = step(NOW + 1000, &tat, 60, 2);
-    assert_true(r.allowed);
-    assert_seconds(r.retry_after_s, 0);
+    /* then asked at these times: the answer and its retry_after */
+    static const struct {
+        int64_t after_ms;
+        int allowed;
+        double retry_after_s;
+    } asks[] = {
+        {0, 0, 1.0},
+        {250, 0, 0.75},
+        {999, 0, 0.001},
+        {1000, 1, 0}, /* exactly when retry_after said */
+    };
+    for (size_t i = 0; i < sizeof(asks) / sizeof(asks[0]); i++) {
+        sg_rate_result_t r = step(NOW + asks[i].after_ms, &tat, 60, 2);
+        assert_int_equal(!!r.allowed, asks[i].allowed);
+        assert_seconds(r.retry_after_s, asks[i].retry_after_s);
+    }
 }
 
 static void test_remaining_refills(void **state)

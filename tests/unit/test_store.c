@@ -1,66 +1,11 @@
 /*
  * test_store.c — the gateway's SQLite store (gateway/store.c) on real
- * database files in a temporary directory: WAL and pragmas, restart
- * (close + open), tenants and their quota fields, token create / auth /
- * revoke, the usage ledger, session history, two connections and concurrent
- * first opens of one file; and sandgate-admin end to end when the binary is
- * built (SANDGATE_ADMIN_BIN, else ../gateway/sandgate-admin next to this
- * test; the test fails without it).
+ * database files in a temporary directory: WAL and pragmas, tenants and
+ * their quota fields, token create / auth / revoke, the usage ledger.
+ * Session history, restart, two connections, concurrent first opens and
+ * sandgate-admin: test_store_sessions.c.
  */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include <cmocka.h>
-
-#include <ftw.h>
-#include <libgen.h>
-#include <pthread.h>
-#include <sqlite3.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include "store.h"
-#include "token.h"
-#include "util.h"
-
-static char root[64];
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    return remove(path);
-}
-
-static int group_setup(void **state)
-{
-    snprintf(root, sizeof(root), "/tmp/sg-test-store-XXXXXX");
-    return mkdtemp(root) != NULL ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    return nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-/* A fresh data directory per test, under root (not created). */
-static void data_dir(char *out, size_t len, const char *name)
-{
-    snprintf(out, len, "%s/%s", root, name);
-}
-
-static sg_store_t *open_ok(const char *dir)
-{
-    char err[256] = "";
-    sg_store_t *st = sg_store_open(dir, err, sizeof(err));
-    if (st == NULL)
-        fail_msg("sg_store_open(%s): %s", dir, err);
-    return st;
-}
+#include "store_fixture.h"
 
 static void pragma_text(sg_store_t *st, const char *sql, char *out, size_t len)
 {
@@ -72,6 +17,14 @@ static void pragma_text(sg_store_t *st, const char *sql, char *out, size_t len)
 }
 
 /* ---- open ---- */
+
+/* sg_store_open(dir) fails, and its error says so with `says`. */
+static void expect_open_refused(const char *dir, const char *says)
+{
+    char err[256] = "";
+    assert_null(sg_store_open(dir, err, sizeof(err)));
+    assert_non_null(strstr(err, says));
+}
 
 static void test_open_creates_wal_db(void **state)
 {
@@ -130,18 +83,14 @@ static void test_open_errors(void **state)
     fp = fopen(dir, "w");
     assert_non_null(fp);
     fclose(fp);
-    err[0] = '\0';
-    assert_null(sg_store_open(dir, err, sizeof(err)));
-    assert_non_null(strstr(err, "open-file"));
+    expect_open_refused(dir, "open-file");
 
     /* a database from a newer sandgate: refused, not downgraded */
     data_dir(dir, sizeof(dir), "open-newer");
     st = open_ok(dir);
     assert_int_equal(sqlite3_exec(sg_store_db(st), "PRAGMA user_version = 7", NULL, NULL, NULL), SQLITE_OK);
     sg_store_close(st);
-    err[0] = '\0';
-    assert_null(sg_store_open(dir, err, sizeof(err)));
-    assert_non_null(strstr(err, "newer"));
+    expect_open_refused(dir, "newer");
 
     /* a database of schema 1 (before max_concurrent_execs, templates and
      * their quota) is migrated: its tenants get the defaults of 8 and 5 */
@@ -446,18 +395,7 @@ static void test_tenant_fields(void **state)
 
 /* ---- tokens ---- */
 
-typedef struct {
-    int n;
-    sg_token_t t[8];
-} token_list_t;
-
-static void collect_token(const sg_token_t *t, void *data)
-{
-    token_list_t *l = data;
-    if (l->n < 8)
-        l->t[l->n] = *t;
-    l->n++;
-}
+STORE_LIST(token, sg_token_t, 8)
 
 static void test_tokens(void **state)
 {
@@ -540,10 +478,10 @@ static void test_tokens(void **state)
     /* list: public ids and labels, in creation order */
     assert_int_equal(sg_store_token_list(st, acme.id, collect_token, &list, err, sizeof(err)), 0);
     assert_int_equal(list.n, 2);
-    assert_string_equal(list.t[0].public_id, info.public_id);
-    assert_string_equal(list.t[0].label, "ci runner");
-    assert_string_equal(list.t[1].public_id, info2.public_id);
-    assert_int_equal(list.t[0].revoked_at, 0);
+    assert_string_equal(list.item[0].public_id, info.public_id);
+    assert_string_equal(list.item[0].label, "ci runner");
+    assert_string_equal(list.item[1].public_id, info2.public_id);
+    assert_int_equal(list.item[0].revoked_at, 0);
 
     /* bad label, unknown tenant */
     err[0] = '\0';
@@ -567,14 +505,14 @@ static void test_tokens(void **state)
     assert_int_equal(sg_store_token_auth(st, tok2, strlen(tok2), &got, err, sizeof(err)), 1); /* the other lives */
     list.n = 0;
     assert_int_equal(sg_store_token_list(st, acme.id, collect_token, &list, err, sizeof(err)), 0);
-    int64_t revoked_at = list.t[0].revoked_at;
+    int64_t revoked_at = list.item[0].revoked_at;
     assert_true(revoked_at >= info.created_at);
-    assert_int_equal(list.t[1].revoked_at, 0);
+    assert_int_equal(list.item[1].revoked_at, 0);
     /* again: still 1, revoked_at kept */
     assert_int_equal(sg_store_token_revoke(st, info.public_id, err, sizeof(err)), 1);
     list.n = 0;
     assert_int_equal(sg_store_token_list(st, acme.id, collect_token, &list, err, sizeof(err)), 0);
-    assert_int_equal(list.t[0].revoked_at, revoked_at);
+    assert_int_equal(list.item[0].revoked_at, revoked_at);
     /* unknown or malformed: 0 */
     assert_int_equal(sg_store_token_revoke(st, "zzzzzzzz", err, sizeof(err)), 0);
     assert_int_equal(sg_store_token_revoke(st, "nope", err, sizeof(err)), 0);
@@ -605,34 +543,7 @@ static void test_tokens(void **state)
 
 /* ---- usage ---- */
 
-typedef struct {
-    int n;
-    sg_usage_t u[16];
-} usage_list_t;
-
-static void collect_usage(const sg_usage_t *u, void *data)
-{
-    usage_list_t *l = data;
-    if (l->n < 16)
-        l->u[l->n] = *u;
-    l->n++;
-}
-
-static sg_usage_t usage(int64_t tenant, const char *sid, double at, double dur, int timed_out, int64_t bytes)
-{
-    sg_usage_t u;
-    memset(&u, 0, sizeof(u));
-    u.tenant_id = tenant;
-    snprintf(u.session_id, sizeof(u.session_id), "%s", sid);
-    strcpy(u.lang, "python");
-    strcpy(u.kind, sid[0] ? "execute" : "ephemeral");
-    u.started_at = at;
-    u.duration = dur;
-    u.exit_code = timed_out ? -1 : 0;
-    u.timed_out = timed_out;
-    u.output_bytes = bytes;
-    return u;
-}
+STORE_LIST(usage, sg_usage_t, 16)
 
 static void test_usage(void **state)
 {
@@ -643,10 +554,7 @@ static void test_usage(void **state)
     usage_list_t l = {0};
     sg_store_t *st;
 
-    data_dir(dir, sizeof(dir), "usage");
-    st = open_ok(dir);
-    assert_int_equal(sg_store_tenant_create(st, "a", &a, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_tenant_create(st, "b", &b, err, sizeof(err)), 0);
+    st = open_with_a_and_b(dir, sizeof(dir), "usage", &a, &b);
 
     /* written out of order */
     sg_usage_t rows[] = {
@@ -684,25 +592,25 @@ static void test_usage(void **state)
     /* list: oldest first, fields back as written */
     assert_int_equal(sg_store_usage_list(st, a.id, 0, 1e12, 100, collect_usage, &l, err, sizeof(err)), 0);
     assert_int_equal(l.n, 4);
-    assert_true(l.u[0].started_at == 900.0);
-    assert_string_equal(l.u[0].session_id, "");
-    assert_string_equal(l.u[0].kind, "ephemeral");
-    assert_true(l.u[1].started_at == 1000.0);
-    assert_true(l.u[2].started_at == 1000.5);
-    assert_string_equal(l.u[2].session_id, sid);
-    assert_string_equal(l.u[2].lang, "python");
-    assert_string_equal(l.u[2].kind, "execute");
-    assert_true(l.u[2].duration == 1.25);
-    assert_int_equal(l.u[2].output_bytes, 100);
-    assert_true(l.u[3].started_at == 2000.0);
-    assert_int_equal(l.u[3].timed_out, 1);
-    assert_int_equal(l.u[3].exit_code, -1);
-    assert_int_equal(l.u[3].tenant_id, a.id);
+    assert_true(l.item[0].started_at == 900.0);
+    assert_string_equal(l.item[0].session_id, "");
+    assert_string_equal(l.item[0].kind, "ephemeral");
+    assert_true(l.item[1].started_at == 1000.0);
+    assert_true(l.item[2].started_at == 1000.5);
+    assert_string_equal(l.item[2].session_id, sid);
+    assert_string_equal(l.item[2].lang, "python");
+    assert_string_equal(l.item[2].kind, "execute");
+    assert_true(l.item[2].duration == 1.25);
+    assert_int_equal(l.item[2].output_bytes, 100);
+    assert_true(l.item[3].started_at == 2000.0);
+    assert_int_equal(l.item[3].timed_out, 1);
+    assert_int_equal(l.item[3].exit_code, -1);
+    assert_int_equal(l.item[3].tenant_id, a.id);
     /* limit */
     l.n = 0;
     assert_int_equal(sg_store_usage_list(st, a.id, 0, 1e12, 2, collect_usage, &l, err, sizeof(err)), 0);
     assert_int_equal(l.n, 2);
-    assert_true(l.u[1].started_at == 1000.0);
+    assert_true(l.item[1].started_at == 1000.0);
     /* limit <= 0: all */
     l.n = 0;
     assert_int_equal(sg_store_usage_list(st, a.id, 0, 1e12, 0, collect_usage, &l, err, sizeof(err)), 0);
@@ -711,506 +619,14 @@ static void test_usage(void **state)
     l.n = 0;
     assert_int_equal(sg_store_usage_list(st, 0, 0, 1e12, 100, collect_usage, &l, err, sizeof(err)), 0);
     assert_int_equal(l.n, 5);
-    assert_true(l.u[0].started_at == 900.0);
-    assert_int_equal(l.u[1].tenant_id, b.id);
-    assert_true(l.u[1].started_at == 950.0);
+    assert_true(l.item[0].started_at == 900.0);
+    assert_int_equal(l.item[1].tenant_id, b.id);
+    assert_true(l.item[1].started_at == 950.0);
     /* window on the list */
     l.n = 0;
     assert_int_equal(sg_store_usage_list(st, 0, 950.0, 1000.5, 100, collect_usage, &l, err, sizeof(err)), 0);
     assert_int_equal(l.n, 2);
     sg_store_close(st);
-}
-
-/* ---- sessions ---- */
-
-typedef struct {
-    int n;
-    sg_session_rec_t s[8];
-} session_list_t;
-
-static void collect_session(const sg_session_rec_t *s, void *data)
-{
-    session_list_t *l = data;
-    if (l->n < 8)
-        l->s[l->n] = *s;
-    l->n++;
-}
-
-static sg_session_rec_t session(const char *id, int64_t tenant, int64_t created)
-{
-    sg_session_rec_t s;
-    memset(&s, 0, sizeof(s));
-    snprintf(s.id, sizeof(s.id), "%s", id);
-    s.tenant_id = tenant;
-    strcpy(s.lang, "go");
-    s.created_at = created;
-    return s;
-}
-
-static void test_sessions(void **state)
-{
-    char dir[256], err[256];
-    const char *s1 = "11111111-1111-4111-8111-111111111111", *s2 = "22222222-2222-4222-8222-222222222222",
-               *s3 = "33333333-3333-4333-8333-333333333333";
-    sg_tenant_t a, b;
-    sg_session_rec_t r;
-    session_list_t l = {0};
-    sg_store_t *st;
-
-    data_dir(dir, sizeof(dir), "sessions");
-    st = open_ok(dir);
-    assert_int_equal(sg_store_tenant_create(st, "a", &a, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_tenant_create(st, "b", &b, err, sizeof(err)), 0);
-
-    r = session(s2, a.id, 2000);
-    assert_int_equal(sg_store_session_open(st, &r, err, sizeof(err)), 0);
-    r = session(s1, a.id, 1000);
-    assert_int_equal(sg_store_session_open(st, &r, err, sizeof(err)), 0);
-    r = session(s3, b.id, 0); /* created_at 0: now */
-    assert_int_equal(sg_store_session_open(st, &r, err, sizeof(err)), 0);
-    /* duplicate id, unknown tenant, empty id */
-    r = session(s1, b.id, 5);
-    err[0] = '\0';
-    assert_int_equal(sg_store_session_open(st, &r, err, sizeof(err)), -1);
-    assert_non_null(strstr(err, s1));
-    r = session("44444444-4444-4444-8444-444444444444", 99, 5);
-    err[0] = '\0';
-    assert_int_equal(sg_store_session_open(st, &r, err, sizeof(err)), -1);
-    assert_non_null(strstr(err, "99"));
-    r = session("", a.id, 5);
-    assert_int_equal(sg_store_session_open(st, &r, err, sizeof(err)), -1);
-
-    /* get */
-    assert_int_equal(sg_store_session_get(st, s1, &r, err, sizeof(err)), 1);
-    assert_string_equal(r.id, s1);
-    assert_int_equal(r.tenant_id, a.id);
-    assert_string_equal(r.lang, "go");
-    assert_int_equal(r.created_at, 1000);
-    assert_int_equal(r.closed_at, 0);
-    assert_string_equal(r.close_reason, "");
-    assert_int_equal(r.executions, 0);
-    assert_int_equal(sg_store_session_get(st, s3, &r, err, sizeof(err)), 1);
-    assert_true(r.created_at >= sg_wall_s() - 5);
-    assert_int_equal(sg_store_session_get(st, "nope", &r, err, sizeof(err)), 0);
-
-    /* count executions */
-    for (int i = 0; i < 3; i++)
-        assert_int_equal(sg_store_session_count_exec(st, s1, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_session_count_exec(st, "nope", err, sizeof(err)), 0);
-    assert_int_equal(sg_store_session_get(st, s1, &r, err, sizeof(err)), 1);
-    assert_int_equal(r.executions, 3);
-
-    /* open lists: by tenant, oldest first; all */
-    assert_int_equal(sg_store_session_list_open(st, a.id, collect_session, &l, err, sizeof(err)), 0);
-    assert_int_equal(l.n, 2);
-    assert_string_equal(l.s[0].id, s1);
-    assert_string_equal(l.s[1].id, s2);
-    assert_int_equal(l.s[0].executions, 3);
-    l.n = 0;
-    assert_int_equal(sg_store_session_list_open(st, 0, collect_session, &l, err, sizeof(err)), 0);
-    assert_int_equal(l.n, 3);
-
-    /* close: once; a second close keeps the first time and reason */
-    assert_int_equal(sg_store_session_close(st, s1, 3000, "idle", err, sizeof(err)), 0);
-    assert_int_equal(sg_store_session_close(st, s1, 4000, "deleted", err, sizeof(err)), 0);
-    assert_int_equal(sg_store_session_close(st, "nope", 4000, "deleted", err, sizeof(err)), 0);
-    assert_int_equal(sg_store_session_get(st, s1, &r, err, sizeof(err)), 1);
-    assert_int_equal(r.closed_at, 3000);
-    assert_string_equal(r.close_reason, "idle");
-    assert_int_equal(r.executions, 3);
-    assert_int_equal(sg_store_session_close(st, s3, 0, "lifetime", err, sizeof(err)), 0); /* 0: now */
-    assert_int_equal(sg_store_session_get(st, s3, &r, err, sizeof(err)), 1);
-    assert_true(r.closed_at >= sg_wall_s() - 5);
-    l.n = 0;
-    assert_int_equal(sg_store_session_list_open(st, 0, collect_session, &l, err, sizeof(err)), 0);
-    assert_int_equal(l.n, 1);
-    assert_string_equal(l.s[0].id, s2);
-    l.n = 0;
-    assert_int_equal(sg_store_session_list_open(st, b.id, collect_session, &l, err, sizeof(err)), 0);
-    assert_int_equal(l.n, 0);
-    sg_store_close(st);
-}
-
-/* ---- restart, two connections, concurrent first opens ---- */
-
-static void count_template(const sg_template_rec_t *t, void *data)
-{
-    (*(int *)data)++;
-}
-
-static void count_deleting(const sg_tenant_t *t, void *data)
-{
-    (*(int *)data)++;
-}
-
-/* The template slots: the quota counts kept templates and slots of live
- * sessions; a slot whose session closed, or an old unbound one, no longer
- * counts; a kept template stays until deleted; purge takes everything. */
-static void test_templates(void **state)
-{
-    char dir[256], err[256];
-    const char *s1 = "11111111-1111-4111-8111-111111111111", *s2 = "22222222-2222-4222-8222-222222222222";
-    sg_tenant_t a, b;
-    sg_session_rec_t r;
-    sg_template_rec_t t;
-    int64_t row1 = 0, row2 = 0, row3 = 0;
-    int n = 0;
-    sg_store_t *st;
-
-    data_dir(dir, sizeof(dir), "templates");
-    st = open_ok(dir);
-    assert_int_equal(sg_store_tenant_create(st, "a", &a, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_tenant_create(st, "b", &b, err, sizeof(err)), 0);
-    assert_int_equal(a.max_templates, 5);
-
-    /* two slots of a quota of 2; the third is refused; b is not affected */
-    assert_int_equal(sg_store_template_reserve(st, a.id, 2, 600, &row1, err, sizeof(err)), 1);
-    assert_int_equal(sg_store_template_reserve(st, a.id, 2, 600, &row2, err, sizeof(err)), 1);
-    assert_int_equal(sg_store_template_reserve(st, a.id, 2, 600, &row3, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_template_reserve(st, b.id, 2, 600, &row3, err, sizeof(err)), 1);
-    /* a failed create gives its slot back */
-    assert_int_equal(sg_store_template_release(st, row2, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_template_reserve(st, a.id, 2, 600, &row2, err, sizeof(err)), 1);
-
-    /* slots bound to sessions: one kept, one not */
-    r = session(s1, a.id, 0);
-    assert_int_equal(sg_store_session_open(st, &r, err, sizeof(err)), 0);
-    r = session(s2, a.id, 0);
-    assert_int_equal(sg_store_session_open(st, &r, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_template_bind(st, row1, s1, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_template_bind(st, row2, s2, err, sizeof(err)), 0);
-    /* the grace period over (0 s), a bound slot still counts while its session is open */
-    assert_int_equal(sg_store_template_reserve(st, a.id, 2, -10, &row3, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_template_closed(st, a.id, s1, "repo:" "11111111-1111-4111-8111-111111111111", 1234, err,
-                                              sizeof(err)),
-                     0);
-    assert_int_equal(sg_store_session_close(st, s1, 0, "deleted", err, sizeof(err)), 0);
-    assert_int_equal(sg_store_template_closed(st, a.id, s2, NULL, 0, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_session_close(st, s2, 0, "deleted", err, sizeof(err)), 0);
-    /* one kept template: one slot left */
-    assert_int_equal(sg_store_template_reserve(st, a.id, 2, 600, &row3, err, sizeof(err)), 1);
-    assert_int_equal(sg_store_template_reserve(st, a.id, 2, 600, &row2, err, sizeof(err)), 0);
-    /* an unbound slot past its grace no longer counts */
-    assert_int_equal(sg_store_template_reserve(st, a.id, 2, -10, &row2, err, sizeof(err)), 1);
-
-    assert_int_equal(sg_store_template_get(st, "repo:11111111-1111-4111-8111-111111111111", &t, err, sizeof(err)), 1);
-    assert_int_equal(t.tenant_id, a.id);
-    assert_string_equal(t.session_id, s1);
-    assert_int_equal(t.size_bytes, 1234);
-    assert_true(t.created_at > 1000000000);
-    assert_int_equal(sg_store_template_get(st, "repo:nothing", &t, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_template_list(st, a.id, count_template, &n, err, sizeof(err)), 0);
-    assert_int_equal(n, 1); /* named ones only */
-    n = 0;
-    assert_int_equal(sg_store_template_list(st, b.id, count_template, &n, err, sizeof(err)), 0);
-    assert_int_equal(n, 0);
-    assert_int_equal(sg_store_template_delete(st, "repo:11111111-1111-4111-8111-111111111111", err, sizeof(err)), 1);
-    assert_int_equal(sg_store_template_delete(st, "repo:11111111-1111-4111-8111-111111111111", err, sizeof(err)), 0);
-
-    /* deleting a tenant: marked (disabled), listed, then purged with its rows */
-    assert_int_equal(sg_store_tenant_mark_deleting(st, a.id, err, sizeof(err)), 1);
-    assert_int_equal(sg_store_tenant_get(st, a.id, &a, err, sizeof(err)), 1);
-    assert_int_equal(a.disabled, 1);
-    n = 0;
-    assert_int_equal(sg_store_tenant_list_deleting(st, count_deleting, &n, err, sizeof(err)), 0);
-    assert_int_equal(n, 1);
-    assert_int_equal(sg_store_tenant_purge(st, a.id, err, sizeof(err)), 1);
-    assert_int_equal(sg_store_tenant_get(st, a.id, &a, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_session_get(st, s1, &r, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_tenant_get(st, b.id, &b, err, sizeof(err)), 1);
-    assert_int_equal(sg_store_tenant_purge(st, a.id, err, sizeof(err)), 0);
-    sg_store_close(st);
-}
-
-static void test_reopen_keeps_data(void **state)
-{
-    char dir[256], err[256], tok[SG_TOKEN_MAX];
-    sg_tenant_t t, got;
-    sg_usage_total_t tot;
-    sg_session_rec_t r;
-    sg_store_t *st;
-
-    data_dir(dir, sizeof(dir), "reopen");
-    st = open_ok(dir);
-    assert_int_equal(sg_store_tenant_create(st, "acme", &t, err, sizeof(err)), 0);
-    t.max_sessions = 4;
-    assert_int_equal(sg_store_tenant_update(st, &t, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_token_create(st, t.id, "x", tok, NULL, err, sizeof(err)), 0);
-    sg_usage_t u = usage(t.id, "", 10, 2.5, 0, 7);
-    assert_int_equal(sg_store_usage_add(st, &u, err, sizeof(err)), 0);
-    r = session("0f8fad5b-d9cb-469f-a165-70867728950e", t.id, 10);
-    assert_int_equal(sg_store_session_open(st, &r, err, sizeof(err)), 0);
-    sg_store_close(st);
-
-    /* a restart */
-    st = open_ok(dir);
-    assert_int_equal(sg_store_tenant_by_name(st, "acme", &got, err, sizeof(err)), 1);
-    assert_int_equal(got.id, t.id);
-    assert_int_equal(got.max_sessions, 4);
-    assert_int_equal(sg_store_token_auth(st, tok, strlen(tok), &got, err, sizeof(err)), 1);
-    assert_int_equal(sg_store_usage_total(st, t.id, 0, 100, &tot, err, sizeof(err)), 0);
-    assert_int_equal(tot.executions, 1);
-    assert_true(tot.seconds == 2.5);
-    assert_int_equal(sg_store_session_get(st, r.id, &r, err, sizeof(err)), 1);
-    assert_int_equal(r.closed_at, 0);
-    /* new ids continue after the old ones */
-    assert_int_equal(sg_store_tenant_create(st, "next", &got, err, sizeof(err)), 0);
-    assert_true(got.id > t.id);
-    sg_store_close(st);
-}
-
-static void test_two_connections(void **state)
-{
-    char dir[256], err[256], tok[SG_TOKEN_MAX];
-    sg_tenant_t t, got;
-    sg_usage_total_t tot;
-    sg_store_t *a, *b;
-
-    data_dir(dir, sizeof(dir), "two");
-    a = open_ok(dir);
-    b = open_ok(dir);
-
-    assert_int_equal(sg_store_tenant_by_name(b, "acme", &got, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_tenant_create(a, "acme", &t, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_tenant_by_name(b, "acme", &got, err, sizeof(err)), 1);
-    assert_int_equal(got.id, t.id);
-    /* and the other way round */
-    got.rate_per_min = 5;
-    assert_int_equal(sg_store_tenant_update(b, &got, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_tenant_get(a, t.id, &t, err, sizeof(err)), 1);
-    assert_int_equal(t.rate_per_min, 5);
-    /* a duplicate name across connections is still refused */
-    assert_int_equal(sg_store_tenant_create(b, "acme", NULL, err, sizeof(err)), -1);
-    /* token on a, auth on b */
-    assert_int_equal(sg_store_token_create(a, t.id, "", tok, NULL, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_token_auth(b, tok, strlen(tok), &got, err, sizeof(err)), 1);
-    /* interleaved usage writes from both */
-    for (int i = 0; i < 20; i++) {
-        sg_usage_t u = usage(t.id, "", 100 + i, 1, 0, 1);
-        assert_int_equal(sg_store_usage_add(i % 2 ? a : b, &u, err, sizeof(err)), 0);
-    }
-    assert_int_equal(sg_store_usage_total(a, t.id, 0, 1000, &tot, err, sizeof(err)), 0);
-    assert_int_equal(tot.executions, 20);
-    assert_int_equal(sg_store_usage_total(b, t.id, 0, 1000, &tot, err, sizeof(err)), 0);
-    assert_int_equal(tot.executions, 20);
-    sg_store_close(a);
-    sg_store_close(b);
-}
-
-typedef struct {
-    const char *dir;
-    int index;
-    int ok;
-    char err[256];
-} opener_t;
-
-static void *opener(void *arg)
-{
-    opener_t *o = arg;
-    sg_store_t *st = sg_store_open(o->dir, o->err, sizeof(o->err));
-    char name[32];
-    if (st == NULL)
-        return NULL;
-    snprintf(name, sizeof(name), "t%d", o->index);
-    o->ok = sg_store_tenant_create(st, name, NULL, o->err, sizeof(o->err)) == 0;
-    for (int i = 0; o->ok && i < 20; i++) {
-        sg_tenant_t t;
-        o->ok = sg_store_tenant_by_name(st, name, &t, o->err, sizeof(o->err)) == 1;
-        if (o->ok) {
-            sg_usage_t u = usage(t.id, "", i, 1, 0, 1);
-            o->ok = sg_store_usage_add(st, &u, o->err, sizeof(o->err)) == 0;
-        }
-    }
-    sg_store_close(st);
-    return NULL;
-}
-
-static void count_tenant(const sg_tenant_t *t, void *data)
-{
-    (*(int *)data)++;
-}
-
-static void test_concurrent_first_open(void **state)
-{
-    enum { N = 6 };
-    char dir[256], err[256];
-    pthread_t th[N];
-    opener_t o[N];
-    int n = 0;
-
-    /* N threads create the same new database at once: one creates the
-     * schema, the others wait for it; all write */
-    data_dir(dir, sizeof(dir), "race");
-    for (int i = 0; i < N; i++) {
-        memset(&o[i], 0, sizeof(o[i]));
-        o[i].dir = dir;
-        o[i].index = i;
-        assert_int_equal(pthread_create(&th[i], NULL, opener, &o[i]), 0);
-    }
-    for (int i = 0; i < N; i++) {
-        pthread_join(th[i], NULL);
-        if (!o[i].ok)
-            fail_msg("thread %d: %s", i, o[i].err);
-    }
-    sg_store_t *st = open_ok(dir);
-    assert_int_equal(sg_store_tenant_list(st, count_tenant, &n, err, sizeof(err)), 0);
-    assert_int_equal(n, N);
-    sg_store_close(st);
-}
-
-/* ---- sandgate-admin end to end ---- */
-
-static int find_admin_bin(char *out, size_t len)
-{
-    const char *env = getenv("SANDGATE_ADMIN_BIN");
-    char self[1024];
-    ssize_t n;
-
-    if (env != NULL && env[0] != '\0') {
-        snprintf(out, len, "%s", env);
-        return access(out, X_OK) == 0;
-    }
-    n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0)
-        return 0;
-    self[n] = '\0';
-    snprintf(out, len, "%s/../gateway/sandgate-admin", dirname(self));
-    return access(out, X_OK) == 0;
-}
-
-/* Runs sandgate-admin with args (a shell word list of safe words); stdout and
- * stderr into the given buffers. Returns the exit status. */
-static int run_admin(const char *bin, const char *dir, const char *args, char *out, size_t outlen, char *errout,
-                     size_t errlen)
-{
-    char cmd[2048], path[600];
-    int status;
-    FILE *fp;
-    size_t n;
-
-    snprintf(cmd, sizeof(cmd), "SANDGATE_DATA_DIR='%s' '%s' %s >'%s/cli.out' 2>'%s/cli.err'", dir, bin, args, root,
-             root);
-    status = system(cmd);
-    assert_true(WIFEXITED(status));
-    snprintf(path, sizeof(path), "%s/cli.out", root);
-    fp = fopen(path, "r");
-    assert_non_null(fp);
-    n = fread(out, 1, outlen - 1, fp);
-    out[n] = '\0';
-    fclose(fp);
-    snprintf(path, sizeof(path), "%s/cli.err", root);
-    fp = fopen(path, "r");
-    assert_non_null(fp);
-    n = fread(errout, 1, errlen - 1, fp);
-    errout[n] = '\0';
-    fclose(fp);
-    return WEXITSTATUS(status);
-}
-
-static void test_admin_cli(void **state)
-{
-    char bin[1100], dir[256], out[4096], errout[4096], args[512], err[256], tok[SG_TOKEN_MAX];
-    sg_tenant_t t;
-    sg_store_t *st;
-
-    if (!find_admin_bin(bin, sizeof(bin)))
-        fail_msg("sandgate-admin not found: set SANDGATE_ADMIN_BIN (ctest does)");
-    data_dir(dir, sizeof(dir), "cli");
-
-    assert_int_equal(run_admin(bin, dir, "tenant create acme", out, sizeof(out), errout, sizeof(errout)), 0);
-    assert_string_equal(out, "id=1 name=acme\n");
-    assert_int_equal(run_admin(bin, dir, "tenant create acme", out, sizeof(out), errout, sizeof(errout)), 1);
-    assert_string_equal(out, "");
-    assert_non_null(strstr(errout, "already exists"));
-    assert_int_equal(run_admin(bin, dir, "--json tenant create beta", out, sizeof(out), errout, sizeof(errout)), 0);
-    assert_non_null(strstr(out, "\"name\":\"beta\""));
-    assert_non_null(strstr(out, "\"max_sessions\":10"));
-
-    /* tenant set: good, bad value, unknown key, not KEY=VALUE */
-    assert_int_equal(run_admin(bin, dir, "tenant set acme max_sessions=3 allowed_langs=python,go", out, sizeof(out),
-                               errout, sizeof(errout)),
-                     0);
-    assert_non_null(strstr(out, "max_sessions=3"));
-    assert_int_equal(run_admin(bin, dir, "tenant set acme max_cpus=lots", out, sizeof(out), errout, sizeof(errout)),
-                     1);
-    assert_non_null(strstr(errout, "max_cpus"));
-    assert_int_equal(run_admin(bin, dir, "tenant set acme colour=blue", out, sizeof(out), errout, sizeof(errout)), 1);
-    assert_non_null(strstr(errout, "colour"));
-    assert_int_equal(run_admin(bin, dir, "tenant set acme burst", out, sizeof(out), errout, sizeof(errout)), 2);
-    assert_non_null(strstr(errout, "usage:"));
-
-    /* tenant list: one line each */
-    assert_int_equal(run_admin(bin, dir, "tenant list", out, sizeof(out), errout, sizeof(errout)), 0);
-    assert_non_null(strstr(out, "id=1 name=acme "));
-    assert_non_null(strstr(out, "max_sessions=3"));
-    assert_non_null(strstr(out, "\nid=2 name=beta "));
-    int lines = 0;
-    for (const char *p = out; *p; p++)
-        lines += *p == '\n';
-    assert_int_equal(lines, 2);
-
-    /* token create: the token alone on stdout; it authenticates */
-    assert_int_equal(run_admin(bin, dir, "token create acme --label ci", out, sizeof(out), errout, sizeof(errout)),
-                     0);
-    assert_int_equal(strlen(out), SG_TOKEN_LEN + 1);
-    assert_int_equal(out[SG_TOKEN_LEN], '\n');
-    memcpy(tok, out, SG_TOKEN_LEN);
-    tok[SG_TOKEN_LEN] = '\0';
-    assert_int_equal(sg_token_parse(tok, SG_TOKEN_LEN, NULL), 0);
-    st = open_ok(dir);
-    assert_int_equal(sg_store_token_auth(st, tok, SG_TOKEN_LEN, &t, err, sizeof(err)), 1);
-    assert_string_equal(t.name, "acme");
-    assert_int_equal(t.max_sessions, 3);
-
-    /* token list: public id and label, never the secret */
-    assert_int_equal(run_admin(bin, dir, "token list acme", out, sizeof(out), errout, sizeof(errout)), 0);
-    char pub[9];
-    memcpy(pub, tok + 4, 8);
-    pub[8] = '\0';
-    assert_non_null(strstr(out, pub));
-    assert_non_null(strstr(out, "label=\"ci\""));
-    assert_non_null(strstr(out, "revoked=-"));
-    assert_null(strstr(out, tok + 13));
-
-    /* revoke by public id: the open connection sees it at once */
-    snprintf(args, sizeof(args), "token revoke %s", pub);
-    assert_int_equal(run_admin(bin, dir, args, out, sizeof(out), errout, sizeof(errout)), 0);
-    assert_int_equal(sg_store_token_auth(st, tok, SG_TOKEN_LEN, &t, err, sizeof(err)), 0);
-    assert_int_equal(run_admin(bin, dir, "token revoke zzzzzzzz", out, sizeof(out), errout, sizeof(errout)), 1);
-    assert_int_equal(run_admin(bin, dir, "token revoke not-a-token", out, sizeof(out), errout, sizeof(errout)), 1);
-
-    /* usage totals */
-    sg_usage_t u = usage(1, "", 100, 2.5, 1, 10);
-    assert_int_equal(sg_store_usage_add(st, &u, err, sizeof(err)), 0);
-    u = usage(1, "", 300, 1.0, 0, 5);
-    assert_int_equal(sg_store_usage_add(st, &u, err, sizeof(err)), 0);
-    sg_store_close(st);
-    assert_int_equal(run_admin(bin, dir, "usage acme", out, sizeof(out), errout, sizeof(errout)), 0);
-    assert_non_null(strstr(out, "executions=2 seconds=3.500 output_bytes=15 timed_out=1"));
-    assert_int_equal(run_admin(bin, dir, "usage acme --since 200 --until 400", out, sizeof(out), errout,
-                               sizeof(errout)),
-                     0);
-    assert_non_null(strstr(out, "executions=1 seconds=1.000 output_bytes=5 timed_out=0"));
-    assert_int_equal(run_admin(bin, dir, "--json usage acme --since=0", out, sizeof(out), errout, sizeof(errout)), 0);
-    assert_non_null(strstr(out, "\"executions\":2"));
-
-    /* errors and bad usage */
-    assert_int_equal(run_admin(bin, dir, "token create nobody", out, sizeof(out), errout, sizeof(errout)), 1);
-    assert_non_null(strstr(errout, "nobody"));
-    assert_int_equal(run_admin(bin, dir, "", out, sizeof(out), errout, sizeof(errout)), 2);
-    assert_int_equal(run_admin(bin, dir, "tenant", out, sizeof(out), errout, sizeof(errout)), 2);
-    assert_int_equal(run_admin(bin, dir, "tenant create", out, sizeof(out), errout, sizeof(errout)), 2);
-    assert_int_equal(run_admin(bin, dir, "tenant create a b", out, sizeof(out), errout, sizeof(errout)), 2);
-    assert_int_equal(run_admin(bin, dir, "token create acme --label", out, sizeof(out), errout, sizeof(errout)), 2);
-    assert_int_equal(run_admin(bin, dir, "tenant list --frob", out, sizeof(out), errout, sizeof(errout)), 2);
-    assert_int_equal(run_admin(bin, dir, "tenant list --label x", out, sizeof(out), errout, sizeof(errout)), 2);
-
-    /* --data-dir beats the environment */
-    char other[300];
-    data_dir(other, sizeof(other), "cli-other");
-    snprintf(args, sizeof(args), "--data-dir '%s' tenant create gamma", other);
-    assert_int_equal(run_admin(bin, dir, args, out, sizeof(out), errout, sizeof(errout)), 0);
-    assert_string_equal(out, "id=1 name=gamma\n");
 }
 
 int main(void)
@@ -1222,12 +638,6 @@ int main(void)
         cmocka_unit_test(test_tenant_fields),
         cmocka_unit_test(test_tokens),
         cmocka_unit_test(test_usage),
-        cmocka_unit_test(test_sessions),
-        cmocka_unit_test(test_templates),
-        cmocka_unit_test(test_reopen_keeps_data),
-        cmocka_unit_test(test_two_connections),
-        cmocka_unit_test(test_concurrent_first_open),
-        cmocka_unit_test(test_admin_cli),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

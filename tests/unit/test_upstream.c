@@ -346,9 +346,43 @@ static void destroy_upstream(sg_upstream_t *u)
     run_for(20); /* h2o frees closed sockets on its next turn */
 }
 
+/* The fixtures of a test on one upstream of MIB bytes' replies (*state). */
+static int upstream_setup(void **state)
+{
+    *state = new_upstream(MIB);
+    return 0;
+}
+
+static int upstream_teardown(void **state)
+{
+    destroy_upstream(*state);
+    return 0;
+}
+
+#define UPSTREAM_TEST(f) cmocka_unit_test_setup_teardown(f, upstream_setup, upstream_teardown)
+
 static sg_upstream_req_t *get(sg_upstream_t *u, const char *path, long timeout_ms, result_t *r)
 {
     return sg_upstream_start(u, "GET", path, NULL, 0, NULL, timeout_ms, NULL, NULL, on_done, r);
+}
+
+/* A request on u (r zeroed first), run until it is done (within wait_ms). */
+static void exchange(sg_upstream_t *u, const char *method, const char *path, const char *body, size_t body_len,
+                     const char *content_type, long timeout_ms, sg_upstream_head_cb on_head,
+                     sg_upstream_data_cb on_data, result_t *r, double wait_ms)
+{
+    memset(r, 0, sizeof(*r));
+    assert_non_null(
+        sg_upstream_start(u, method, path, body, body_len, content_type, timeout_ms, on_head, on_data, on_done, r));
+    assert_true(run_until(&r->done, wait_ms));
+}
+
+/* GET path on u (r zeroed first): a reply, of this status. */
+static void expect_reply(sg_upstream_t *u, const char *path, long status, result_t *r)
+{
+    exchange(u, "GET", path, NULL, 0, NULL, 2000, NULL, NULL, r, 2000);
+    assert_null(r->err);
+    assert_int_equal(r->status, status);
 }
 
 static json_object *parse(const char *s)
@@ -375,7 +409,7 @@ static void assert_contains(const char *hay, const char *needle)
 
 static void test_get(void **state)
 {
-    sg_upstream_t *u = new_upstream(MIB);
+    sg_upstream_t *u = *state;
     result_t r = {0};
 
     assert_non_null(get(u, "/fast", 2000, &r));
@@ -394,26 +428,17 @@ static void test_get(void **state)
     result_free(&r);
 
     /* a 404 is a reply, not an error */
-    memset(&r, 0, sizeof(r));
-    assert_non_null(get(u, "/nothing-here", 2000, &r));
-    assert_true(run_until(&r.done, 2000));
-    assert_null(r.err);
-    assert_int_equal(r.status, 404);
+    expect_reply(u, "/nothing-here", 404, &r);
     assert_contains(r.body, "not_found");
     result_free(&r);
 
     /* Retry-After comes through */
-    memset(&r, 0, sizeof(r));
-    assert_non_null(get(u, "/retry", 2000, &r));
-    assert_true(run_until(&r.done, 2000));
-    assert_null(r.err);
-    assert_int_equal(r.status, 429);
+    expect_reply(u, "/retry", 429, &r);
     assert_string_equal(r.retry_after, "7");
     result_free(&r);
 
     run_for(50);
     assert_int_equal(r.done, 1); /* exactly once */
-    destroy_upstream(u);
 }
 
 /* An error's type is its code (X-Sandgate-Error, or the body's "code"
@@ -435,9 +460,8 @@ static void test_error_code(void **state)
     sg_upstream_t *u = new_upstream(MIB);
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        result_t r = {0};
-        assert_non_null(get(u, cases[i].path, 2000, &r));
-        assert_true(run_until(&r.done, 2000));
+        result_t r;
+        exchange(u, "GET", cases[i].path, NULL, 0, NULL, 2000, NULL, NULL, &r, 2000);
         assert_int_equal(r.status, cases[i].status);
         if (strcmp(r.code, cases[i].code) != 0)
             fail_msg("%s: code \"%s\", expected \"%s\"", cases[i].path, r.code, cases[i].code);
@@ -457,7 +481,7 @@ static void test_error_code(void **state)
 
 static void test_post_echo(void **state)
 {
-    sg_upstream_t *u = new_upstream(MIB);
+    sg_upstream_t *u = *state;
     result_t r = {0};
     static const char body[] = "{\"code\":\"print(1)\",\"n\":\"\\u00e9\"}";
     json_object *o;
@@ -475,9 +499,7 @@ static void test_post_echo(void **state)
     result_free(&r);
 
     /* a body without a Content-Type gets none (curl would add a form type) */
-    memset(&r, 0, sizeof(r));
-    assert_non_null(sg_upstream_start(u, "PUT", "/echo", "abc", 3, NULL, 2000, NULL, NULL, on_done, &r));
-    assert_true(run_until(&r.done, 2000));
+    exchange(u, "PUT", "/echo", "abc", 3, NULL, 2000, NULL, NULL, &r, 2000);
     assert_null(r.err);
     o = parse(r.body);
     assert_string_equal(field(o, "method"), "PUT");
@@ -504,34 +526,24 @@ static void test_post_echo(void **state)
     result_free(&r);
 
     /* DELETE without a body, POST without a body */
-    memset(&r, 0, sizeof(r));
-    assert_non_null(sg_upstream_start(u, "DELETE", "/echo", NULL, 0, NULL, 2000, NULL, NULL, on_done, &r));
-    assert_true(run_until(&r.done, 2000));
-    assert_null(r.err);
-    o = parse(r.body);
-    assert_string_equal(field(o, "method"), "DELETE");
-    assert_string_equal(field(o, "body"), "");
-    json_object_put(o);
-    result_free(&r);
+    static const char *const bodiless[] = {"DELETE", "POST"};
+    for (size_t i = 0; i < sizeof(bodiless) / sizeof(bodiless[0]); i++) {
+        exchange(u, bodiless[i], "/echo", NULL, 0, NULL, 2000, NULL, NULL, &r, 2000);
+        assert_null(r.err);
+        o = parse(r.body);
+        assert_string_equal(field(o, "method"), bodiless[i]);
+        assert_string_equal(field(o, "body"), "");
+        json_object_put(o);
+        result_free(&r);
+    }
 
-    memset(&r, 0, sizeof(r));
-    assert_non_null(sg_upstream_start(u, "POST", "/echo", NULL, 0, NULL, 2000, NULL, NULL, on_done, &r));
-    assert_true(run_until(&r.done, 2000));
-    assert_null(r.err);
-    o = parse(r.body);
-    assert_string_equal(field(o, "method"), "POST");
-    assert_string_equal(field(o, "body"), "");
-    json_object_put(o);
-    result_free(&r);
-
-    destroy_upstream(u);
 }
 
 #define CONCURRENT 200
 
 static void test_concurrent_no_blocking(void **state)
 {
-    sg_upstream_t *u = new_upstream(MIB);
+    sg_upstream_t *u = *state;
     result_t *rs = calloc(CONCURRENT, sizeof(*rs));
     result_t fast = {0};
     int all = 0;
@@ -577,12 +589,11 @@ static void test_concurrent_no_blocking(void **state)
     }
     assert_int_equal(sg_upstream_in_flight(u), 0);
     free(rs);
-    destroy_upstream(u);
 }
 
 static void test_timeout(void **state)
 {
-    sg_upstream_t *u = new_upstream(MIB);
+    sg_upstream_t *u = *state;
     result_t r = {0};
     double t0 = now_ms();
 
@@ -599,7 +610,6 @@ static void test_timeout(void **state)
     result_free(&r);
     run_for(50);
     assert_int_equal(r.done, 1);
-    destroy_upstream(u);
 }
 
 static void test_refused(void **state)
@@ -632,9 +642,7 @@ static void test_refused(void **state)
     result_free(&r);
 
     /* streaming: no reply at all, so no head */
-    memset(&r, 0, sizeof(r));
-    assert_non_null(sg_upstream_start(u, "GET", "/stream", NULL, 0, NULL, 2000, on_head, on_data, on_done, &r));
-    assert_true(run_until(&r.done, 2000));
+    exchange(u, "GET", "/stream", NULL, 0, NULL, 2000, on_head, on_data, &r, 2000);
     assert_int_equal(r.heads, 0);
     assert_int_equal(r.pieces, 0);
     assert_int_equal(r.status, 0);
@@ -647,10 +655,9 @@ static void test_refused(void **state)
 static void test_too_large(void **state)
 {
     sg_upstream_t *u = new_upstream(MIB);
-    result_t r = {0};
+    result_t r;
 
-    assert_non_null(get(u, "/big", 5000, &r));
-    assert_true(run_until(&r.done, 5000));
+    exchange(u, "GET", "/big", NULL, 0, NULL, 5000, NULL, NULL, &r, 5000);
     assert_non_null(r.err);
     assert_string_equal(r.err, "the proxy's reply is too large");
     assert_int_equal(r.status, 0); /* a status line came, but no usable reply */
@@ -659,19 +666,13 @@ static void test_too_large(void **state)
     result_free(&r);
 
     /* the connection that was cut does not break the next request */
-    memset(&r, 0, sizeof(r));
-    assert_non_null(get(u, "/fast", 2000, &r));
-    assert_true(run_until(&r.done, 2000));
-    assert_null(r.err);
-    assert_int_equal(r.status, 200);
+    expect_reply(u, "/fast", 200, &r);
     result_free(&r);
     destroy_upstream(u);
 
     /* with room enough it comes whole */
     u = new_upstream(4 * MIB);
-    memset(&r, 0, sizeof(r));
-    assert_non_null(get(u, "/big", 5000, &r));
-    assert_true(run_until(&r.done, 5000));
+    exchange(u, "GET", "/big", NULL, 0, NULL, 5000, NULL, NULL, &r, 5000);
     assert_null(r.err);
     assert_int_equal(r.body_len, BIG_LEN);
     assert_memory_equal(r.body, bigbuf, BIG_LEN);
@@ -704,9 +705,7 @@ static void test_stream(void **state)
     result_free(&r);
 
     /* a streamed reply without a body still gets its head, before done */
-    memset(&r, 0, sizeof(r));
-    assert_non_null(sg_upstream_start(u, "HEAD", "/fast", NULL, 0, NULL, 2000, on_head, on_data, on_done, &r));
-    assert_true(run_until(&r.done, 2000));
+    exchange(u, "HEAD", "/fast", NULL, 0, NULL, 2000, on_head, on_data, &r, 2000);
     assert_null(r.err);
     assert_int_equal(r.heads, 1);
     assert_int_equal(r.head_status, 200);
@@ -715,9 +714,7 @@ static void test_stream(void **state)
 
     /* a stream that outlives its timeout: head, what came, then done with
      * status 0 */
-    memset(&r, 0, sizeof(r));
-    assert_non_null(sg_upstream_start(u, "GET", "/stream", NULL, 0, NULL, 75, on_head, on_data, on_done, &r));
-    assert_true(run_until(&r.done, 2000));
+    exchange(u, "GET", "/stream", NULL, 0, NULL, 75, on_head, on_data, &r, 2000);
     assert_int_equal(r.heads, 1);
     assert_int_equal(r.pieces, 2);
     assert_string_equal(r.streamed, "one,two,");
@@ -730,7 +727,7 @@ static void test_stream(void **state)
 
 static void test_cancel(void **state)
 {
-    sg_upstream_t *u = new_upstream(MIB);
+    sg_upstream_t *u = *state;
     result_t a = {0}, b = {0}, c = {0};
     sg_upstream_req_t *ra, *rb;
 
@@ -759,12 +756,10 @@ static void test_cancel(void **state)
     assert_int_equal(sg_upstream_in_flight(u), 0);
 
     /* the upstream still works */
-    result_t d = {0};
-    assert_non_null(get(u, "/fast", 2000, &d));
-    assert_true(run_until(&d.done, 2000));
+    result_t d;
+    exchange(u, "GET", "/fast", NULL, 0, NULL, 2000, NULL, NULL, &d, 2000);
     assert_null(d.err);
     result_free(&d);
-    destroy_upstream(u);
 }
 
 static void test_destroy_from_callback(void **state)
@@ -889,15 +884,15 @@ static void test_sequential_reuse(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_get),
+        UPSTREAM_TEST(test_get),
         cmocka_unit_test(test_error_code),
-        cmocka_unit_test(test_post_echo),
-        cmocka_unit_test(test_concurrent_no_blocking),
-        cmocka_unit_test(test_timeout),
+        UPSTREAM_TEST(test_post_echo),
+        UPSTREAM_TEST(test_concurrent_no_blocking),
+        UPSTREAM_TEST(test_timeout),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_too_large),
         cmocka_unit_test(test_stream),
-        cmocka_unit_test(test_cancel),
+        UPSTREAM_TEST(test_cancel),
         cmocka_unit_test(test_destroy_from_callback),
         cmocka_unit_test(test_start_from_callback),
         cmocka_unit_test(test_sequential_reuse),

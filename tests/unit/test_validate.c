@@ -82,6 +82,116 @@ static void expect_exec_err(const char *body, const char *field, int want_lang, 
     assert_contains(e.detail, needle);
 }
 
+/* Bodies a create refuses, by the test that sends them (expect_bad_creates,
+ * or a cmocka test of its own: BAD_CREATES): the error code and what the
+ * detail names. */
+static const struct {
+    const char *test, *body, *code, *needle;
+} bad_creates[] = {
+    {"test_create_keep_template_type", "{\"keep_template\":\"yes\"}", "bad_field", "\"keep_template\""},
+    {"test_create_keep_template_type", "{\"keep_template\":1}", "bad_field", "\"keep_template\""},
+    {"test_create_keep_template_type", "{\"keep_template\":{}}", "bad_field", "\"keep_template\""},
+    {"test_create_timeout", "{\"timeout\":0}", "bad_field", "\"timeout\""},
+    {"test_create_timeout", "{\"timeout\":0.0}", "bad_field", "\"timeout\""},
+    {"test_create_timeout", "{\"timeout\":-1}", "bad_field", "\"timeout\""},
+    {"test_create_timeout", "{\"timeout\":300.001}", "bad_field", "\"timeout\""},
+    {"test_create_timeout", "{\"timeout\":301}", "bad_field", "300"},
+    {"test_create_timeout", "{\"timeout\":1e300}", "bad_field", "\"timeout\""},
+    {"test_create_timeout", "{\"timeout\":\"10\"}", "bad_field", "\"timeout\""},
+    {"test_create_timeout", "{\"timeout\":true}", "bad_field", "\"timeout\""},
+    {"test_create_memory", "{\"memory_mb\":16.5}", "bad_field", "\"memory_mb\""},
+    {"test_create_memory", "{\"memory_mb\":15}", "bad_field", "\"memory_mb\""},
+    {"test_create_memory", "{\"memory_mb\":0}", "bad_field", "\"memory_mb\""},
+    {"test_create_memory", "{\"memory_mb\":-512}", "bad_field", "\"memory_mb\""},
+    {"test_create_memory", "{\"memory_mb\":4097}", "bad_field", "4096"},
+    {"test_create_memory", "{\"memory_mb\":1e30}", "bad_field", "\"memory_mb\""},
+    {"test_create_memory", "{\"memory_mb\":\"512\"}", "bad_field", "\"memory_mb\""},
+    {"test_create_memory", "{\"memory_mb\":[1]}", "bad_field", "\"memory_mb\""},
+    {"test_create_cpus", "{\"cpus\":0}", "bad_field", "\"cpus\""},
+    {"test_create_cpus", "{\"cpus\":0.009}", "bad_field", "\"cpus\""},
+    {"test_create_cpus", "{\"cpus\":-1}", "bad_field", "\"cpus\""},
+    {"test_create_cpus", "{\"cpus\":4.01}", "bad_field", "\"cpus\""},
+    {"test_create_cpus", "{\"cpus\":\"1\"}", "bad_field", "\"cpus\""},
+    {"test_create_unknown_lang", "{\"lang\":\"\"}", "unknown_language", "known"},
+    /* the length counts: "python" followed by a NUL is not python */
+    {"test_create_unknown_lang", "{\"lang\":\"python\\u0000\"}", "unknown_language", "known"},
+    {"test_create_unknown_lang", "{\"lang\":\"pythonx\"}", "unknown_language", "pythonx"},
+    {"test_create_unknown_lang", "{\"lang\":5}", "bad_field", "\"lang\""},
+    {"test_create_unknown_lang", "{\"lang\":[\"python\"]}", "bad_field", "\"lang\""},
+    {"test_create_owner", "{\"owner\":\"\"}", "bad_field", "\"owner\""},
+    {"test_create_owner", "{\"owner\":\"a b\"}", "bad_field", "\"owner\""},
+    {"test_create_owner", "{\"owner\":\"a\\u0000b\"}", "bad_field", "\"owner\""},
+    {"test_create_owner", "{\"owner\":\"a=b,c\"}", "bad_field", "\"owner\""},
+    {"test_create_owner", "{\"owner\":5}", "bad_field", "\"owner\""},
+    {"test_create_network", "{\"network\":true}", "network_not_allowed", "\"network\""},
+    {"test_create_network", "{\"network\":\"true\"}", "bad_field", "\"network\""},
+    {"test_create_network", "{\"network\":1}", "bad_field", "\"network\""},
+    {"test_create_image", "{\"image\":\"\"}", "bad_field", "\"image\""},
+    {"test_create_image", "{\"image\":\"py\\u0000thon\"}", "bad_field", "\"image\""},
+    {"test_create_image", "{\"image\":5}", "bad_field", "\"image\""},
+};
+
+/* The rows of bad_creates of the test `test` (there is one at least). */
+static void expect_bad_creates(const char *test)
+{
+    int n = 0;
+    for (size_t i = 0; i < sizeof(bad_creates) / sizeof(bad_creates[0]); i++) {
+        if (strcmp(bad_creates[i].test, test) == 0) {
+            expect_create_err(bad_creates[i].body, &policy, bad_creates[i].code, bad_creates[i].needle);
+            n++;
+        }
+    }
+    assert_true(n > 0);
+}
+
+static void test_bad_creates(void **state)
+{
+    expect_bad_creates(*state);
+}
+#define BAD_CREATES(test) ((struct CMUnitTest){test, test_bad_creates, NULL, NULL, (void *)test})
+
+/* Bodies an execution refuses (sg_validate_exec of the field and
+ * want_lang), by the test that sends them: the error code and what the
+ * detail names. */
+static const struct {
+    const char *test, *body, *field;
+    int want_lang;
+    const char *code, *needle;
+} bad_execs[] = {
+    {"test_exec_code_required", "{}", "code", 0, "bad_field", "\"code\""},
+    {"test_exec_code_required", "{}", "code", 0, "bad_field", "required"},
+    {"test_exec_code_required", "{\"code\":null}", "code", 0, "bad_field", "required"},
+    {"test_exec_code_required", "{\"command\":\"ls\"}", "code", 0, "bad_field", "\"code\""},
+    {"test_exec_code_required", "{\"code\":5}", "code", 0, "bad_field", "\"code\" must be a string"},
+    {"test_exec_code_required", "{\"code\":[\"print(1)\"]}", "code", 0, "bad_field", "\"code\""},
+    {"test_exec_code_required", "{}", "command", 0, "bad_field", "\"command\" is required"},
+    {"test_exec_code_required", "{\"command\":false}", "command", 0, "bad_field", "\"command\""},
+    {"test_exec_timeout", "{\"code\":\"x\",\"timeout\":0}", "code", 0, "bad_field", "\"timeout\""},
+    {"test_exec_timeout", "{\"code\":\"x\",\"timeout\":-5}", "code", 0, "bad_field", "\"timeout\""},
+    {"test_exec_timeout", "{\"code\":\"x\",\"timeout\":301}", "code", 0, "bad_field", "\"timeout\""},
+    {"test_exec_timeout", "{\"code\":\"x\",\"timeout\":\"5\"}", "code", 0, "bad_field", "\"timeout\""},
+    {"test_exec_libraries_shape", "{\"code\":\"x\",\"libraries\":\"numpy\"}", "code", 0, "bad_field", "\"libraries\""},
+    {"test_exec_libraries_shape", "{\"code\":\"x\",\"libraries\":[\"numpy\",1]}", "code", 0, "bad_field", "\"libraries\""},
+    {"test_exec_libraries_shape", "{\"code\":\"x\",\"libraries\":[null]}", "code", 0, "bad_field", "\"libraries\""},
+    {"test_exec_libraries_shape", "{\"code\":\"x\",\"libraries\":{\"numpy\":1}}", "code", 0, "bad_field", "\"libraries\""},
+    {"test_exec_want_lang", "{\"lang\":\"cobol\",\"code\":\"x\"}", "code", 1, "unknown_language", "cobol"},
+    {"test_exec_want_lang", "{\"lang\":7,\"code\":\"x\"}", "code", 1, "bad_field", "\"lang\""},
+};
+
+/* The rows of bad_execs of the test `test` (there is one at least). */
+static void expect_bad_execs(const char *test)
+{
+    int n = 0;
+    for (size_t i = 0; i < sizeof(bad_execs) / sizeof(bad_execs[0]); i++) {
+        if (strcmp(bad_execs[i].test, test) == 0) {
+            expect_exec_err(bad_execs[i].body, bad_execs[i].field, bad_execs[i].want_lang, bad_execs[i].code,
+                            bad_execs[i].needle);
+            n++;
+        }
+    }
+    assert_true(n > 0);
+}
+
 /* ---- POST /sessions -------------------------------------------------------- */
 
 static void test_create_defaults(void **state)
@@ -159,19 +269,7 @@ static void test_create_unknown_lang(void **state)
     assert_contains(e.detail, "javascript");
     json_object_put(o);
 
-    expect_create_err("{\"lang\":\"\"}", &policy, "unknown_language", "known");
-    /* the length counts: "python" followed by a NUL is not python */
-    expect_create_err("{\"lang\":\"python\\u0000\"}", &policy, "unknown_language", "known");
-    expect_create_err("{\"lang\":\"pythonx\"}", &policy, "unknown_language", "pythonx");
-    expect_create_err("{\"lang\":5}", &policy, "bad_field", "\"lang\"");
-    expect_create_err("{\"lang\":[\"python\"]}", &policy, "bad_field", "\"lang\"");
-}
-
-static void test_create_keep_template_type(void **state)
-{
-    expect_create_err("{\"keep_template\":\"yes\"}", &policy, "bad_field", "\"keep_template\"");
-    expect_create_err("{\"keep_template\":1}", &policy, "bad_field", "\"keep_template\"");
-    expect_create_err("{\"keep_template\":{}}", &policy, "bad_field", "\"keep_template\"");
+    expect_bad_creates(__func__);
 }
 
 /* "owner" becomes an image label and is compared with one: a plain name only */
@@ -179,46 +277,9 @@ static void test_create_owner(void **state)
 {
     sg_create_req_t r;
     expect_create_ok("{\"owner\":\"acme-1.prod_x\"}", &policy, &r);
-    expect_create_err("{\"owner\":\"\"}", &policy, "bad_field", "\"owner\"");
-    expect_create_err("{\"owner\":\"a b\"}", &policy, "bad_field", "\"owner\"");
-    expect_create_err("{\"owner\":\"a\\u0000b\"}", &policy, "bad_field", "\"owner\"");
-    expect_create_err("{\"owner\":\"a=b,c\"}", &policy, "bad_field", "\"owner\"");
-    expect_create_err("{\"owner\":5}", &policy, "bad_field", "\"owner\"");
+    expect_bad_creates(__func__);
     expect_create_err("{\"owner\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}", &policy,
                       "bad_field", "\"owner\"");
-}
-
-static void test_create_timeout(void **state)
-{
-    expect_create_err("{\"timeout\":0}", &policy, "bad_field", "\"timeout\"");
-    expect_create_err("{\"timeout\":0.0}", &policy, "bad_field", "\"timeout\"");
-    expect_create_err("{\"timeout\":-1}", &policy, "bad_field", "\"timeout\"");
-    expect_create_err("{\"timeout\":300.001}", &policy, "bad_field", "\"timeout\"");
-    expect_create_err("{\"timeout\":301}", &policy, "bad_field", "300");
-    expect_create_err("{\"timeout\":1e300}", &policy, "bad_field", "\"timeout\"");
-    expect_create_err("{\"timeout\":\"10\"}", &policy, "bad_field", "\"timeout\"");
-    expect_create_err("{\"timeout\":true}", &policy, "bad_field", "\"timeout\"");
-}
-
-static void test_create_memory(void **state)
-{
-    expect_create_err("{\"memory_mb\":16.5}", &policy, "bad_field", "\"memory_mb\"");
-    expect_create_err("{\"memory_mb\":15}", &policy, "bad_field", "\"memory_mb\"");
-    expect_create_err("{\"memory_mb\":0}", &policy, "bad_field", "\"memory_mb\"");
-    expect_create_err("{\"memory_mb\":-512}", &policy, "bad_field", "\"memory_mb\"");
-    expect_create_err("{\"memory_mb\":4097}", &policy, "bad_field", "4096");
-    expect_create_err("{\"memory_mb\":1e30}", &policy, "bad_field", "\"memory_mb\"");
-    expect_create_err("{\"memory_mb\":\"512\"}", &policy, "bad_field", "\"memory_mb\"");
-    expect_create_err("{\"memory_mb\":[1]}", &policy, "bad_field", "\"memory_mb\"");
-}
-
-static void test_create_cpus(void **state)
-{
-    expect_create_err("{\"cpus\":0}", &policy, "bad_field", "\"cpus\"");
-    expect_create_err("{\"cpus\":0.009}", &policy, "bad_field", "\"cpus\"");
-    expect_create_err("{\"cpus\":-1}", &policy, "bad_field", "\"cpus\"");
-    expect_create_err("{\"cpus\":4.01}", &policy, "bad_field", "\"cpus\"");
-    expect_create_err("{\"cpus\":\"1\"}", &policy, "bad_field", "\"cpus\"");
 }
 
 static void test_create_network(void **state)
@@ -226,9 +287,7 @@ static void test_create_network(void **state)
     sg_policy_t open = policy;
     sg_create_req_t r;
 
-    expect_create_err("{\"network\":true}", &policy, "network_not_allowed", "\"network\"");
-    expect_create_err("{\"network\":\"true\"}", &policy, "bad_field", "\"network\"");
-    expect_create_err("{\"network\":1}", &policy, "bad_field", "\"network\"");
+    expect_bad_creates(__func__);
     expect_create_ok("{\"network\":false}", &policy, &r);
     assert_int_equal(r.limits.network, 0);
 
@@ -267,32 +326,32 @@ static void test_create_image(void **state)
     name[256] = '\0';
     snprintf(body, sizeof(body), "{\"image\":\"%s\"}", name);
     expect_create_err(body, &policy, "bad_field", "\"image\"");
-    expect_create_err("{\"image\":\"\"}", &policy, "bad_field", "\"image\"");
-    expect_create_err("{\"image\":\"py\\u0000thon\"}", &policy, "bad_field", "\"image\"");
-    expect_create_err("{\"image\":5}", &policy, "bad_field", "\"image\"");
+    expect_bad_creates(__func__);
+}
+
+/* Parses body and validates it as an execution (the field, want_lang, the
+ * session's timeout as sg_validate_exec() takes them): accepted into *r;
+ * the parsed body, which r points into (the caller puts it). */
+static json_object *exec_ok(const char *body, const char *field, int want_lang, double timeout, sg_exec_req_t *r)
+{
+    sg_verr_t e = {0};
+    json_object *o = J(body);
+    if (sg_validate_exec(o, field, want_lang, timeout, &policy, r, &e) != 0)
+        fail_msg("%s refused: %d %s %s", body, e.status, e.code, e.detail);
+    return o;
 }
 
 /* ---- execute / commands ------------------------------------------------------ */
 
 static void test_exec_code_required(void **state)
 {
-    expect_exec_err("{}", "code", 0, "bad_field", "\"code\"");
-    expect_exec_err("{}", "code", 0, "bad_field", "required");
-    expect_exec_err("{\"code\":null}", "code", 0, "bad_field", "required");
-    expect_exec_err("{\"command\":\"ls\"}", "code", 0, "bad_field", "\"code\"");
-    expect_exec_err("{\"code\":5}", "code", 0, "bad_field", "\"code\" must be a string");
-    expect_exec_err("{\"code\":[\"print(1)\"]}", "code", 0, "bad_field", "\"code\"");
-    expect_exec_err("{}", "command", 0, "bad_field", "\"command\" is required");
-    expect_exec_err("{\"command\":false}", "command", 0, "bad_field", "\"command\"");
+    expect_bad_execs(__func__);
 }
 
 static void test_exec_defaults(void **state)
 {
     sg_exec_req_t r;
-    sg_verr_t e = {0};
-    json_object *o = J("{\"code\":\"print(1)\"}");
-
-    assert_int_equal(sg_validate_exec(o, "code", 0, 42.5, &policy, &r, &e), 0);
+    json_object *o = exec_ok("{\"code\":\"print(1)\"}", "code", 0, 42.5, &r);
     assert_int_equal(r.code_len, 8);
     assert_memory_equal(r.code, "print(1)", 8);
     assert_true(r.timeout_s == 42.5); /* the session's, not the policy default */
@@ -300,8 +359,7 @@ static void test_exec_defaults(void **state)
     assert_null(r.lang);
     json_object_put(o);
 
-    o = J("{\"code\":\"\"}");
-    assert_int_equal(sg_validate_exec(o, "code", 0, 30, &policy, &r, &e), 0);
+    o = exec_ok("{\"code\":\"\"}", "code", 0, 30, &r);
     assert_int_equal(r.code_len, 0);
     json_object_put(o);
 }
@@ -309,41 +367,28 @@ static void test_exec_defaults(void **state)
 static void test_exec_timeout(void **state)
 {
     sg_exec_req_t r;
-    sg_verr_t e = {0};
-    json_object *o = J("{\"code\":\"x\",\"timeout\":10}");
-
-    assert_int_equal(sg_validate_exec(o, "code", 0, 42.5, &policy, &r, &e), 0);
+    json_object *o = exec_ok("{\"code\":\"x\",\"timeout\":10}", "code", 0, 42.5, &r);
     assert_true(r.timeout_s == 10);
     json_object_put(o);
-    o = J("{\"code\":\"x\",\"timeout\":300}");
-    assert_int_equal(sg_validate_exec(o, "code", 0, 42.5, &policy, &r, &e), 0);
+    o = exec_ok("{\"code\":\"x\",\"timeout\":300}", "code", 0, 42.5, &r);
     assert_true(r.timeout_s == 300);
     json_object_put(o);
 
-    expect_exec_err("{\"code\":\"x\",\"timeout\":0}", "code", 0, "bad_field", "\"timeout\"");
-    expect_exec_err("{\"code\":\"x\",\"timeout\":-5}", "code", 0, "bad_field", "\"timeout\"");
-    expect_exec_err("{\"code\":\"x\",\"timeout\":301}", "code", 0, "bad_field", "\"timeout\"");
-    expect_exec_err("{\"code\":\"x\",\"timeout\":\"5\"}", "code", 0, "bad_field", "\"timeout\"");
+    expect_bad_execs(__func__);
 }
 
 static void test_exec_libraries_shape(void **state)
 {
     sg_exec_req_t r;
-    sg_verr_t e = {0};
     json_object *o;
 
-    expect_exec_err("{\"code\":\"x\",\"libraries\":\"numpy\"}", "code", 0, "bad_field", "\"libraries\"");
-    expect_exec_err("{\"code\":\"x\",\"libraries\":[\"numpy\",1]}", "code", 0, "bad_field", "\"libraries\"");
-    expect_exec_err("{\"code\":\"x\",\"libraries\":[null]}", "code", 0, "bad_field", "\"libraries\"");
-    expect_exec_err("{\"code\":\"x\",\"libraries\":{\"numpy\":1}}", "code", 0, "bad_field", "\"libraries\"");
+    expect_bad_execs(__func__);
 
     /* an empty list is the same as none */
-    o = J("{\"code\":\"x\",\"libraries\":[]}");
-    assert_int_equal(sg_validate_exec(o, "code", 0, 30, &policy, &r, &e), 0);
+    o = exec_ok("{\"code\":\"x\",\"libraries\":[]}", "code", 0, 30, &r);
     assert_null(r.libraries);
     json_object_put(o);
-    o = J("{\"code\":\"x\",\"libraries\":null}");
-    assert_int_equal(sg_validate_exec(o, "code", 0, 30, &policy, &r, &e), 0);
+    o = exec_ok("{\"code\":\"x\",\"libraries\":null}", "code", 0, 30, &r);
     assert_null(r.libraries);
     json_object_put(o);
 }
@@ -353,7 +398,6 @@ static void test_exec_library_names(void **state)
     static const char *bad[] = {"os; rm -rf", "../x", "", "-x", "a b", "x-", "$(id)", "a\\nb", "@types/",
                                 "@/x", "numpy==1.0", "a/b"};
     sg_exec_req_t r;
-    sg_verr_t e = {0};
     char body[256];
     json_object *o;
 
@@ -364,16 +408,16 @@ static void test_exec_library_names(void **state)
             expect_exec_err(body, "code", 0, "bad_field", bad[i]);
     }
 
-    o = J("{\"code\":\"x\",\"libraries\":[\"numpy\",\"scikit-learn\",\"zope.interface\",\"@types/node\",\"lodash\"]}");
-    assert_int_equal(sg_validate_exec(o, "code", 0, 30, &policy, &r, &e), 0);
+    o = exec_ok("{\"code\":\"x\",\"libraries\":[\"numpy\",\"scikit-learn\",\"zope.interface\",\"@types/node\",\"lodash\"]}",
+                "code", 0, 30, &r);
     assert_non_null(r.libraries);
     assert_int_equal(json_object_array_length(r.libraries), 5);
     assert_string_equal(json_object_get_string(json_object_array_get_idx(r.libraries, 3)), "@types/node");
     json_object_put(o);
 
     /* the same with a language given (POST /execute) */
-    o = J("{\"lang\":\"javascript\",\"code\":\"x\",\"libraries\":[\"lodash\",\"@types/node\"]}");
-    assert_int_equal(sg_validate_exec(o, "code", 1, 30, &policy, &r, &e), 0);
+    o = exec_ok("{\"lang\":\"javascript\",\"code\":\"x\",\"libraries\":[\"lodash\",\"@types/node\"]}", "code", 1, 30,
+                &r);
     assert_int_equal(json_object_array_length(r.libraries), 2);
     json_object_put(o);
 }
@@ -405,39 +449,32 @@ static void test_exec_library_count(void **state)
 static void test_exec_want_lang(void **state)
 {
     sg_exec_req_t r;
-    sg_verr_t e = {0};
     json_object *o;
 
-    o = J("{\"code\":\"x\"}");
-    assert_int_equal(sg_validate_exec(o, "code", 1, 30, &policy, &r, &e), 0);
+    o = exec_ok("{\"code\":\"x\"}", "code", 1, 30, &r);
     assert_ptr_equal(r.lang, sg_lang_find("python", 6));
     json_object_put(o);
 
-    o = J("{\"lang\":\"javascript\",\"code\":\"x\"}");
-    assert_int_equal(sg_validate_exec(o, "code", 1, 30, &policy, &r, &e), 0);
+    o = exec_ok("{\"lang\":\"javascript\",\"code\":\"x\"}", "code", 1, 30, &r);
     assert_ptr_equal(r.lang, sg_lang_find("javascript", 10));
     json_object_put(o);
 
     /* without want_lang the field is not looked at */
-    o = J("{\"lang\":\"cobol\",\"code\":\"x\"}");
-    assert_int_equal(sg_validate_exec(o, "code", 0, 30, &policy, &r, &e), 0);
+    o = exec_ok("{\"lang\":\"cobol\",\"code\":\"x\"}", "code", 0, 30, &r);
     assert_null(r.lang);
     json_object_put(o);
 
-    expect_exec_err("{\"lang\":\"cobol\",\"code\":\"x\"}", "code", 1, "unknown_language", "cobol");
-    expect_exec_err("{\"lang\":7,\"code\":\"x\"}", "code", 1, "bad_field", "\"lang\"");
+    expect_bad_execs(__func__);
 }
 
 static void test_exec_nul(void **state)
 {
     sg_exec_req_t r;
-    sg_verr_t e = {0};
     json_object *o;
 
     /* a command goes through a shell: no NUL; code is written to a file: fine */
     expect_exec_err("{\"command\":\"ls\\u0000rm\"}", "command", 0, "bad_field", "\"command\"");
-    o = J("{\"code\":\"a\\u0000b\"}");
-    assert_int_equal(sg_validate_exec(o, "code", 0, 30, &policy, &r, &e), 0);
+    o = exec_ok("{\"code\":\"a\\u0000b\"}", "code", 0, 30, &r);
     assert_int_equal(r.code_len, 3);
     assert_memory_equal(r.code, "a\0b", 3);
     json_object_put(o);
@@ -450,20 +487,27 @@ static int lib(const char *name, const char *pm)
     return sg_validate_library_name(name, strlen(name), pm);
 }
 
+/* Every name of good (NULL-terminated) is a valid library name for the
+ * package manager pm, and none of bad. */
+static void expect_library_names(const char *pm, const char *const *good, const char *const *bad)
+{
+    for (; *good != NULL; good++)
+        if (!lib(*good, pm))
+            fail_msg("%s name \"%s\" refused", pm, *good);
+    for (; *bad != NULL; bad++)
+        if (lib(*bad, pm))
+            fail_msg("%s name \"%s\" accepted", pm, *bad);
+}
+
 static void test_library_name_plain(void **state)
 {
-    static const char *good[] = {"numpy", "scikit-learn", "zope.interface", "lodash", "a", "A1", "a_b", "Django",
-                                 "python-dateutil", "x.y-z_w", "9x"};
-    static const char *bad[] = {"os; rm -rf", "../x", "", "-x", "a b", ".x", "_x", "x.", "x-", "x_", "a/b",
-                                "a@b", "a\tb", "a\nb", "é", "a==1", "a[b]", "@types/node"};
+    static const char *const good[] = {"numpy", "scikit-learn", "zope.interface", "lodash", "a", "A1",
+                                       "a_b", "Django", "python-dateutil", "x.y-z_w", "9x", NULL};
+    static const char *const bad[] = {"os; rm -rf", "../x", "", "-x", "a b", ".x", "_x", "x.", "x-", "x_", "a/b",
+                                      "a@b", "a\tb", "a\nb", "é", "a==1", "a[b]", "@types/node", NULL};
     char longname[216];
 
-    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
-        if (!lib(good[i], "pip"))
-            fail_msg("pip name \"%s\" refused", good[i]);
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        if (lib(bad[i], "pip"))
-            fail_msg("pip name \"%s\" accepted", bad[i]);
+    expect_library_names("pip", good, bad);
 
     memset(longname, 'a', sizeof(longname));
     assert_int_equal(sg_validate_library_name(longname, 214, "pip"), 1);
@@ -477,17 +521,12 @@ static void test_library_name_plain(void **state)
 
 static void test_library_name_npm_scope(void **state)
 {
-    static const char *good[] = {"@types/node", "@a/b", "@my-org/pkg.js", "@babel/core", "lodash", "left-pad",
-                                 "@org_1/x_y"};
-    static const char *bad[] = {"@/x",  "@types/", "@types", "@Types/node", "@a/b/c", "@sc ope/x",
-                                "@a/-b", "@a/b-", "@a/.b", "@a;b/c", "@@a/b",  "@a/b c", "@"};
+    static const char *const good[] = {"@types/node", "@a/b", "@my-org/pkg.js", "@babel/core", "lodash", "left-pad",
+                                 "@org_1/x_y", NULL};
+    static const char *const bad[] = {"@/x",  "@types/", "@types", "@Types/node", "@a/b/c", "@sc ope/x",
+                                "@a/-b", "@a/b-", "@a/.b", "@a;b/c", "@@a/b",  "@a/b c", "@", NULL};
 
-    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
-        if (!lib(good[i], "npm"))
-            fail_msg("npm name \"%s\" refused", good[i]);
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        if (lib(bad[i], "npm"))
-            fail_msg("npm name \"%s\" accepted", bad[i]);
+    expect_library_names("npm", good, bad);
     /* a scope is npm's only */
     assert_int_equal(lib("@types/node", "pip"), 0);
 }
@@ -731,11 +770,11 @@ int main(void)
         cmocka_unit_test(test_non_finite_numbers),
         cmocka_unit_test(test_create_values),
         cmocka_unit_test(test_create_unknown_lang),
-        cmocka_unit_test(test_create_keep_template_type),
+        BAD_CREATES("test_create_keep_template_type"),
         cmocka_unit_test(test_create_owner),
-        cmocka_unit_test(test_create_timeout),
-        cmocka_unit_test(test_create_memory),
-        cmocka_unit_test(test_create_cpus),
+        BAD_CREATES("test_create_timeout"),
+        BAD_CREATES("test_create_memory"),
+        BAD_CREATES("test_create_cpus"),
         cmocka_unit_test(test_create_network),
         cmocka_unit_test(test_create_image),
         cmocka_unit_test(test_exec_code_required),
