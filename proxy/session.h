@@ -17,13 +17,14 @@
 #define SG_SANDBOX_NETWORK "sandgate-sandbox"
 
 #include <h2o.h>
+#include <json-c/json.h>
 #include <stdint.h>
 
 #include "agent_proto.h"
 #include "buf.h"
 #include "docker_stream.h"
 #include "lang.h"
-#include "validate.h"
+#include "policy.h"
 #include "workq.h"
 
 typedef struct sg_session sg_session_t;
