@@ -3,7 +3,6 @@
 #include "container.h"
 #include "docker.h"
 #include "log.h"
-#include "runtime.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -13,42 +12,19 @@
 json_object *sg_install_container_config(const sg_session_t *s, const char *spec, const char *proxy_id)
 {
     const sg_sessions_conf_t *conf = sg_sessions_conf();
-    json_object *c = json_object_new_object(), *hc = json_object_new_object();
-    json_object *env = json_object_new_array(), *arr, *tmpfs = json_object_new_object();
-    char buf[2048];
-
-    json_object_object_add(c, "Image", json_object_new_string(s->image));
-    json_object_object_add(c, "User", json_object_new_string("1000:1000"));
-    json_object_object_add(c, "WorkingDir", json_object_new_string("/tmp"));
-    arr = json_object_new_array();
-    json_object_array_add(arr, json_object_new_string("/bin/sh"));
-    json_object_array_add(arr, json_object_new_string("-c"));
-    json_object_object_add(c, "Entrypoint", arr);
-    arr = json_object_new_array();
-    json_object_array_add(arr, json_object_new_string(s->lang->fetch_cmd));
-    json_object_object_add(c, "Cmd", arr);
-    snprintf(buf, sizeof(buf), "SANDGATE_SPEC=%s", spec);
-    json_object_array_add(env, json_object_new_string(buf));
-    snprintf(buf, sizeof(buf), "SANDGATE_INDEX=%s",
-             strcmp(s->lang->package_manager, "npm") == 0 ? conf->npm_registry : conf->pip_index_url);
-    json_object_array_add(env, json_object_new_string(buf));
-    json_object_array_add(env, json_object_new_string("SANDGATE_STORE=" SG_STORE_MOUNT));
-    json_object_array_add(env, json_object_new_string("HOME=/tmp"));
-    json_object_object_add(c, "Env", env);
-    json_object_object_add(c, "Labels", sg_container_labels(proxy_id, s->id, NULL, "installer", sg_wall_s()));
-
-    /* the package manager's network only: nothing of the session's runs here */
-    json_object_object_add(hc, "NetworkMode", json_object_new_string(conf->install_network));
-    /* runc whatever SANDGATE_RUNTIME says: an installer runs only the
-     * package manager, on the network runsc's entry has turned off */
-    json_object_object_add(hc, "Runtime", json_object_new_string(SG_RUNTIME_INSTALLER));
-    sg_container_harden(hc, 1024, 256, 1.0);
-    json_object_object_add(hc, "ReadonlyRootfs", json_object_new_boolean(1));
-    json_object_object_add(tmpfs, "/tmp", json_object_new_string("rw,exec,nosuid,nodev,size=512m,mode=1777"));
-    json_object_object_add(hc, "Tmpfs", tmpfs);
-    json_object_object_add(hc, "Mounts", sg_container_store_mount(conf->store_volume, 0));
-    json_object_object_add(c, "HostConfig", hc);
-    return c;
+    sg_container_spec_t c = {
+        .kind = SG_CONTAINER_INSTALLER,
+        .image = s->image,
+        .proxy_id = proxy_id,
+        .session_id = s->id,
+        .created = sg_wall_s(),
+        .store_volume = conf->store_volume,
+        .fetch_cmd = s->lang->fetch_cmd,
+        .fetch_spec = spec,
+        .index_url = strcmp(s->lang->package_manager, "npm") == 0 ? conf->npm_registry : conf->pip_index_url,
+        .install_network = conf->install_network,
+    };
+    return sg_container_config(&c);
 }
 
 typedef struct {

@@ -147,19 +147,15 @@ static int prepare_agent_volume(sg_docker_t *d, char *err, size_t errlen)
     json_object_put(labels);
     if (rc != 0)
         return -1;
-    json_object *c = json_object_new_object(), *hc = json_object_new_object(), *ep = json_object_new_array();
-    json_object_object_add(c, "Image", json_object_new_string(image));
-    json_object_array_add(ep, json_object_new_string("/usr/local/bin/sandgate-agent"));
-    json_object_object_add(c, "Entrypoint", ep);
-    json_object_object_add(c, "Labels", sg_container_labels(cfg.proxy_id, "agent-volume", NULL, "agent-copy", sg_wall_s()));
-    json_object_object_add(hc, "NetworkMode", json_object_new_string("none"));
-    json_object *mounts = json_object_new_array(), *m = json_object_new_object();
-    json_object_object_add(m, "Type", json_object_new_string("volume"));
-    json_object_object_add(m, "Source", json_object_new_string(agent_volume));
-    json_object_object_add(m, "Target", json_object_new_string("/usr/local/bin"));
-    json_object_array_add(mounts, m);
-    json_object_object_add(hc, "Mounts", mounts);
-    json_object_object_add(c, "HostConfig", hc);
+    sg_container_spec_t spec = {
+        .kind = SG_CONTAINER_AGENT_COPY,
+        .image = image,
+        .proxy_id = cfg.proxy_id,
+        .session_id = "agent-volume",
+        .created = sg_wall_s(),
+        .agent_volume = agent_volume,
+    };
+    json_object *c = sg_container_config(&spec);
     rc = sg_docker_container_create(d, c, cid, err, errlen);
     json_object_put(c);
     if (rc == 0)

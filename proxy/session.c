@@ -123,77 +123,21 @@ const char *sg_session_runtime(const sg_session_t *s)
 
 json_object *sg_session_container_config(const sg_session_t *s, const char *proxy_id)
 {
-    json_object *c = json_object_new_object(), *hc = json_object_new_object();
-    json_object *env = json_object_new_array(), *tmpfs = json_object_new_object(), *lc = json_object_new_object();
-
-    json_object_object_add(c, "Image", json_object_new_string(s->image));
-    json_object_object_add(c, "User", json_object_new_string("1000:1000"));
-    json_object_object_add(c, "WorkingDir", json_object_new_string("/sandbox"));
-    if (s->foreign) {
-        /* a custom image has no agent of its own: the static one is mounted in */
-        json_object *ep = json_object_new_array();
-        json_object_array_add(ep, json_object_new_string("/opt/sandgate/bin/sandgate-agent"));
-        json_object_object_add(c, "Entrypoint", ep);
-        json_object_object_add(c, "Cmd", json_object_new_array());
-    }
-    json_object_array_add(env, json_object_new_string("SANDGATE_WORKDIR=/sandbox"));
-    json_object_array_add(env, json_object_new_string("HOME=/sandbox"));
-    json_object_object_add(c, "Env", env);
-    json_object_object_add(c, "OpenStdin", json_object_new_boolean(1));
-    json_object_object_add(c, "StdinOnce", json_object_new_boolean(0));
-    json_object_object_add(c, "AttachStdin", json_object_new_boolean(1));
-    json_object_object_add(c, "AttachStdout", json_object_new_boolean(1));
-    json_object_object_add(c, "AttachStderr", json_object_new_boolean(1));
-    json_object_object_add(c, "Tty", json_object_new_boolean(0));
-    json_object_object_add(c, "NetworkDisabled", json_object_new_boolean(!s->limits.network));
-    json_object *labels = sg_container_labels(proxy_id, s->id, s->lang->name,
-                                              s->_pooled ? "pool" : s->ephemeral ? "ephemeral" : "session",
-                                              s->created_at);
-    json_object_object_add(labels, "sandgate.runtime", json_object_new_string(sg_session_runtime(s)));
-    json_object_object_add(c, "Labels", labels);
-
-    const char *net = conf.sandbox_network != NULL ? conf.sandbox_network : SG_SANDBOX_NETWORK;
-    json_object_object_add(hc, "NetworkMode", json_object_new_string(s->limits.network ? net : "none"));
-    json_object_object_add(hc, "Runtime", json_object_new_string(sg_session_runtime(s)));
-    sg_container_harden(hc, s->limits.memory_mb, s->limits.pids, s->limits.cpus);
-    sg_container_runtime_limits(hc, sg_session_runtime(s), s->limits.pids);
-    /* The root is read-only for every session. A template session's work
-     * dir is a size-capped tmpfs like any other, but on a volume, which
-     * Docker's archive API can read at close (the commit) and fill at start
-     * (a session made from a template). */
-    int workdir_volume = s->keep_template || s->from_template;
-    json_object_object_add(hc, "ReadonlyRootfs", json_object_new_boolean(1));
-    if (!workdir_volume)
-        sg_container_tmpfs(tmpfs, "/sandbox", "rw,exec,nosuid,nodev,uid=1000,gid=1000,mode=0755", s->limits.tmpfs_mb);
-    sg_container_tmpfs(tmpfs, "/tmp", "rw,exec,nosuid,nodev,mode=1777", s->limits.tmpfs_mb);
-    sg_container_shm(tmpfs);
-    json_object_object_add(hc, "Tmpfs", tmpfs);
-    json_object_object_add(hc, "Init", json_object_new_boolean(0)); /* the agent is PID 1 and reaps */
-    json_object *mounts = NULL;
-    if (s->foreign) {
-        json_object *m = json_object_new_object();
-        mounts = json_object_new_array();
-        json_object_object_add(m, "Type", json_object_new_string("volume"));
-        json_object_object_add(m, "Source", json_object_new_string(conf.agent_volume));
-        json_object_object_add(m, "Target", json_object_new_string("/opt/sandgate/bin"));
-        json_object_object_add(m, "ReadOnly", json_object_new_boolean(1));
-        json_object_array_add(mounts, m);
-    } else if (conf.store_volume != NULL && conf.store_volume[0] != '\0' && s->lang->fetch_cmd != NULL) {
-        /* the package store (install.h), read-only: installs come from it */
-        mounts = sg_container_store_mount(conf.store_volume, 1);
-    }
-    if (workdir_volume) {
-        if (mounts == NULL)
-            mounts = json_object_new_array();
-        json_object_array_add(mounts, sg_container_workdir_volume(s->limits.tmpfs_mb));
-    }
-    if (mounts != NULL)
-        json_object_object_add(hc, "Mounts", mounts);
-    json_object_object_add(lc, "Type", json_object_new_string("none"));
-    json_object_object_add(lc, "Config", json_object_new_object());
-    json_object_object_add(hc, "LogConfig", lc);
-    json_object_object_add(c, "HostConfig", hc);
-    return c;
+    sg_container_spec_t spec = {
+        .kind = s->_pooled ? SG_CONTAINER_POOL : s->ephemeral ? SG_CONTAINER_EPHEMERAL : SG_CONTAINER_SESSION,
+        .image = s->image,
+        .proxy_id = proxy_id,
+        .session_id = s->id,
+        .lang = s->lang->name,
+        .created = s->created_at,
+        .limits = {s->limits.memory_mb, s->limits.cpus, s->limits.pids, s->limits.tmpfs_mb, s->limits.network},
+        .runtime = sg_session_runtime(s),
+        .network = conf.sandbox_network != NULL ? conf.sandbox_network : SG_SANDBOX_NETWORK,
+        .agent_volume = s->foreign ? conf.agent_volume : NULL,
+        .store_volume = s->lang->fetch_cmd != NULL ? conf.store_volume : NULL,
+        .workdir_volume = s->keep_template || s->from_template,
+    };
+    return sg_container_config(&spec);
 }
 
 typedef struct {
@@ -741,29 +685,21 @@ typedef struct {
     void *data;
 } close_job_t;
 
-/* The container a template is committed from: the session's base image,
- * never started, labelled as a template of this repository for its owner
- * (the image inherits the labels), and removed by reconcile if the proxy
- * dies before it does. */
+/* The container a template is committed from (container.h). */
 static json_object *template_builder_config(const sg_session_t *s)
 {
-    json_object *c = json_object_new_object(), *hc = json_object_new_object(), *env = json_object_new_array();
-    json_object *labels = sg_container_labels(conf.proxy_id, s->id, s->lang->name, "template", sg_wall_s());
-
-    json_object_object_add(labels, "sandgate.template", json_object_new_string(conf.template_repo));
-    json_object_object_add(labels, "sandgate.owner", json_object_new_string(s->owner));
-    json_object_object_add(labels, "sandgate.template.base", json_object_new_string(s->base_image));
-    json_object_object_add(c, "Image", json_object_new_string(s->base_image));
-    json_object_object_add(c, "User", json_object_new_string("1000:1000"));
-    json_object_object_add(c, "WorkingDir", json_object_new_string(SG_TEMPLATE_WORKDIR));
-    json_object_array_add(env, json_object_new_string("SANDGATE_WORKDIR=/sandbox"));
-    json_object_array_add(env, json_object_new_string("HOME=/sandbox"));
-    json_object_object_add(c, "Env", env);
-    json_object_object_add(c, "Labels", labels);
-    json_object_object_add(c, "NetworkDisabled", json_object_new_boolean(1));
-    json_object_object_add(hc, "NetworkMode", json_object_new_string("none"));
-    json_object_object_add(c, "HostConfig", hc);
-    return c;
+    sg_container_spec_t spec = {
+        .kind = SG_CONTAINER_TEMPLATE,
+        .image = s->base_image,
+        .proxy_id = conf.proxy_id,
+        .session_id = s->id,
+        .lang = s->lang->name,
+        .created = sg_wall_s(),
+        .template_repo = conf.template_repo,
+        .template_owner = s->owner,
+        .template_base = s->base_image,
+    };
+    return sg_container_config(&spec);
 }
 
 /* keep_template: the session's work dir (a size-capped volume) is read
