@@ -377,10 +377,10 @@ static void health_done(sg_job_t *job)
         } else {
             json_object_object_add(o, "detail", json_object_new_string(j->err));
         }
-        const sg_sessions_conf_t *sc = sg_sessions_conf();
+        const sg_proxy_t *px = j->p->api->proxy;
         json_object_object_add(o, "runtime", json_object_new_string(sg_sessions_runtime()));
-        if (sc->runtime_warning != NULL && sc->runtime_warning[0] != '\0')
-            json_object_object_add(o, "warning", json_object_new_string(sc->runtime_warning));
+        if (px->runtime_warning != NULL && px->runtime_warning[0] != '\0')
+            json_object_object_add(o, "warning", json_object_new_string(px->runtime_warning));
         json_object_object_add(o, "sessions", json_object_new_int64((int64_t)sg_session_count()));
         json_object_object_add(o, "containers", json_object_new_int64(sg_capacity_used()));
         json_object_object_add(o, "max_containers", json_object_new_int64(sg_capacity_max()));
@@ -396,7 +396,7 @@ static int get_health(sg_api_t *api, h2o_req_t *req)
     j->super.work = health_work;
     j->super.done = health_done;
     j->p = pending_new(req, api);
-    sg_workq_submit(sg_sessions_conf()->workq, &j->super);
+    sg_workq_submit(api->proxy->workq, &j->super);
     return 0;
 }
 
@@ -423,7 +423,7 @@ static void on_session_created(void *data, sg_session_t *s, int status, const ch
  * "*"). */
 static int image_allowed(const sg_api_t *api, const char *image)
 {
-    const char *repo = sg_sessions_conf()->template_repo, *p = api->image_allowlist;
+    const char *repo = api->proxy->template_repo, *p = api->image_allowlist;
     size_t rl = strlen(repo);
     if (strncmp(image, repo, rl) == 0 && image[rl] == ':')
         return 1;
@@ -454,7 +454,7 @@ static int post_sessions(sg_api_t *api, h2o_req_t *req)
         sg_http_send_error(req, 400, "image_not_allowed",
                            "field \"image\": \"%s\" is neither a template kept by this proxy (%s:<session id>) nor "
                            "admitted by the operator's allow-list",
-                           cr.image, sg_sessions_conf()->template_repo);
+                           cr.image, api->proxy->template_repo);
         json_object_put(body);
         return 0;
     }
@@ -797,7 +797,7 @@ static int session_files(sg_api_t *api, h2o_req_t *req, sg_session_t *s)
     char path[SG_MAX_PATH + 1];
     sg_verr_t e;
     h2o_iovec_t q = sg_http_query_param(req, "path");
-    long max = sg_sessions_conf()->max_file_bytes;
+    long max = api->proxy->max_file_bytes;
     sg_op_t *op;
 
     if (sg_validate_path(q.base, q.len, path, sizeof(path), &e) != 0) {
@@ -932,7 +932,7 @@ int sg_api_handle(void *app, h2o_req_t *req)
     if (n == 2 && IS(0, "requests"))
         return METHOD("DELETE") ? delete_request(req, seg[1]) : method_not_allowed(req, "DELETE");
     if (n >= 1 && n <= 2 && IS(0, "templates"))
-        return sg_templates_handle(req, seg, n);
+        return sg_templates_handle(api->proxy, req, seg, n);
     if (n == 1 && IS(0, "sessions")) {
         if (METHOD("GET"))
             return get_sessions(req);

@@ -7,9 +7,11 @@
 
 #include <h2o.h>
 
+#include "proxy.h"
 #include "validate.h"
 
 typedef struct {
+    const sg_proxy_t *proxy;
     sg_policy_t policy;
     const char *image_allowlist; /* custom images a session may name */
     long session_queue;          /* client requests that may wait on one session (SANDGATE_SESSION_QUEUE) */

@@ -12,6 +12,7 @@
 
 #include <json-c/json.h>
 
+#include "proxy.h"
 #include "session.h"
 
 typedef struct {
@@ -24,6 +25,11 @@ typedef struct {
 } sg_lib_result_t;
 
 typedef void (*sg_lib_cb)(void *data, const sg_lib_result_t *r);
+
+/* The proxy's context (its install settings and blocklist), handed once by
+ * main() before any other call; NULL (or never called): no blocklist and no
+ * store. */
+void sg_libraries_init(const sg_proxy_t *px);
 
 /* Checks name, version and the blocklist for the session's language.
  * 0, or -1 with a sentence in err (for a 400). */

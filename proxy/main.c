@@ -8,7 +8,9 @@
 #include "container.h"
 #include "docker.h"
 #include "http.h"
+#include "libraries.h"
 #include "log.h"
+#include "proxy.h"
 #include "reconcile.h"
 #include "runtime.h"
 #include "session.h"
@@ -183,6 +185,7 @@ static void on_tick(h2o_timeout_entry_t *e)
 int main(int argc, char **argv)
 {
     char err[512], version[32], api_version[16];
+    static sg_proxy_t px; /* the proxy's context: read-only once the loop runs */
     sg_api_t api;
     sg_sessions_conf_t sconf;
     sg_http_server_t *server;
@@ -252,7 +255,18 @@ int main(int argc, char **argv)
         sg_error("custom images are allowed, but the agent volume cannot be made: %s", err);
         return 1;
     }
+    px.id = cfg.proxy_id;
+    px.template_repo = cfg.template_repo;
+    px.max_file_bytes = cfg.max_file_bytes;
+    px.runtime_warning = runtime_warning;
+    px.install.store_volume = cfg.store_volume;
+    px.install.network = cfg.install_network;
+    px.install.pip_index_url = cfg.pip_index_url;
+    px.install.npm_registry = cfg.npm_registry;
+    px.install.timeout_ms = (long)(cfg.install_timeout * 1000);
+    px.install.blocklist = cfg.library_blocklist;
     memset(&api, 0, sizeof(api));
+    api.proxy = &px;
     api.policy.defaults.timeout_s = cfg.exec_timeout;
     api.policy.defaults.memory_mb = cfg.memory_mb;
     api.policy.defaults.cpus = cfg.cpus;
@@ -274,29 +288,25 @@ int main(int argc, char **argv)
         return 1;
     }
     loop = sg_http_server_loop(server);
+    px.loop = loop;
+    px.workq = sg_workq_create(loop, (int)cfg.workers);
+    sg_libraries_init(&px);
 
     memset(&sconf, 0, sizeof(sconf));
     sconf.loop = loop;
-    sconf.workq = sg_workq_create(loop, (int)cfg.workers);
+    sconf.workq = px.workq;
     sconf.proxy_id = cfg.proxy_id;
     sconf.image_prefix = cfg.image_prefix;
     sconf.template_repo = cfg.template_repo;
     sconf.max_sessions = cfg.max_sessions;
     sg_capacity_init(cfg.max_containers);
-    sconf.max_file_bytes = cfg.max_file_bytes;
     sconf.pool_size = cfg.pool_size;
     sconf.store_volume = cfg.store_volume;
-    sconf.install_network = cfg.install_network;
     sconf.sandbox_network = cfg.sandbox_network;
-    sconf.pip_index_url = cfg.pip_index_url;
-    sconf.npm_registry = cfg.npm_registry;
-    sconf.install_timeout_ms = (long)(cfg.install_timeout * 1000);
-    sconf.library_blocklist = cfg.library_blocklist;
     sconf.agent_volume = agent_volume;
     sconf.pool_limits = api.policy.defaults;
     sconf.agent_start_timeout_ms = (int)cfg.agent_start_timeout_ms;
     sconf.runtime = runtime;
-    sconf.runtime_warning = runtime_warning;
     sg_sessions_init(&sconf);
 
     sg_pool_fill();
@@ -316,7 +326,7 @@ int main(int argc, char **argv)
     sg_http_server_stop_accepting(server);
     /* Finish the Docker calls under way, then remove every container this
      * proxy owns, whatever state its session was in. */
-    sg_workq_destroy(sconf.workq);
+    sg_workq_destroy(px.workq);
     if ((n = sg_reconcile(docker, cfg.proxy_id, err, sizeof(err))) < 0)
         sg_error("shutdown: cannot list containers: %s", err);
     else

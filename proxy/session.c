@@ -101,11 +101,6 @@ static void slot_release(sg_session_t *s)
     }
 }
 
-const sg_sessions_conf_t *sg_sessions_conf(void)
-{
-    return &conf;
-}
-
 const char *sg_sessions_runtime(void)
 {
     return conf.runtime != NULL ? conf.runtime : SG_RUNTIME_RUNC;

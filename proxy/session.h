@@ -30,8 +30,9 @@
 typedef struct sg_session sg_session_t;
 typedef struct sg_op sg_op_t;
 
-/* What the proxy needs from its configuration and the loop. Set up once by
- * main() with sg_sessions_init; read-only afterwards. */
+/* What sessions need from the proxy's configuration and the loop (the rest
+ * is the proxy's context, proxy.h). Set up once by main() with
+ * sg_sessions_init; read-only afterwards. */
 typedef struct {
     h2o_loop_t *loop;
     sg_workq_t *workq;
@@ -41,24 +42,15 @@ typedef struct {
     long max_sessions;
     long pool_size;           /* ready containers kept per language */
     sg_limits_t pool_limits;  /* the limits pooled containers are made with */
-    long max_file_bytes;
     int agent_start_timeout_ms;
-    /* library installs (install.h) */
-    const char *store_volume;     /* "" disables installs */
-    const char *install_network;  /* NetworkMode of installer containers */
+    const char *store_volume;     /* the package store (install.h), mounted read-only; "" or NULL: none */
     const char *sandbox_network;  /* NetworkMode of sessions with the network (isolated, see main.c);
                                    * NULL: SG_SANDBOX_NETWORK */
-    const char *pip_index_url;
-    const char *npm_registry;
-    long install_timeout_ms;
-    const char *library_blocklist; /* comma-separated names */
     /* custom images (not built by sandgate): the static agent comes from this
      * volume, mounted read-only at /opt/sandgate/bin; "" when none allowed */
     const char *agent_volume;
-    /* the OCI runtime of every sandbox (runtime.h): "runsc" or "runc"; and
-     * why it is not runsc under SANDGATE_RUNTIME=auto ("" when it is) */
+    /* the OCI runtime of every sandbox (runtime.h): "runsc" or "runc" */
     const char *runtime;
-    const char *runtime_warning;
 } sg_sessions_conf_t;
 
 typedef enum {
@@ -153,7 +145,6 @@ struct sg_op {
 typedef void (*sg_session_ready_cb)(void *data, sg_session_t *s, int status, const char *code, const char *detail);
 
 void sg_sessions_init(const sg_sessions_conf_t *conf);
-const sg_sessions_conf_t *sg_sessions_conf(void);
 /* The runtime every sandbox runs on: conf.runtime, or "runc" when unset. */
 const char *sg_sessions_runtime(void);
 /* The runtime of one session's container: the proxy's, except runc for a

@@ -13,6 +13,7 @@
 
 typedef struct {
     sg_job_t super;
+    const sg_proxy_t *px;
     sg_http_hold_t *hold;
     int remove;          /* DELETE, else GET */
     char name[300];      /* DELETE: "<repo>:<session id>" */
@@ -56,7 +57,7 @@ static int64_t base_size(sg_docker_t *d, json_object *cache, const char *base)
 
 static void list_work(tpl_job_t *j, sg_docker_t *d)
 {
-    const char *repo = sg_sessions_conf()->template_repo;
+    const char *repo = j->px->template_repo;
     char label[300], want[300];
     json_object *images = NULL, *bases = json_object_new_object();
 
@@ -103,7 +104,7 @@ Exit:
 
 static void remove_work(tpl_job_t *j, sg_docker_t *d)
 {
-    const char *repo = sg_sessions_conf()->template_repo, *l;
+    const char *repo = j->px->template_repo, *l;
     json_object *img = NULL, *cfg, *labels, *v;
     int r = sg_docker_image_inspect(d, j->name, &img, j->err, sizeof(j->err));
 
@@ -186,9 +187,8 @@ static int hexval(int c)
 
 /* A template's name from the path, percent-decoded: "<repo>:<session id>"
  * exactly, or -1. */
-static int parse_name(h2o_iovec_t seg, char *out, size_t outlen)
+static int parse_name(const char *repo, h2o_iovec_t seg, char *out, size_t outlen)
 {
-    const char *repo = sg_sessions_conf()->template_repo;
     size_t o = 0, rl = strlen(repo);
     for (size_t i = 0; i < seg.len; i++) {
         int c = (unsigned char)seg.base[i];
@@ -216,7 +216,7 @@ static void check_in_use(sg_session_t *s, void *data)
         j->in_use = 1;
 }
 
-int sg_templates_handle(h2o_req_t *req, h2o_iovec_t *seg, int n)
+int sg_templates_handle(const sg_proxy_t *px, h2o_req_t *req, h2o_iovec_t *seg, int n)
 {
     tpl_job_t *j;
     char name[300];
@@ -231,7 +231,7 @@ int sg_templates_handle(h2o_req_t *req, h2o_iovec_t *seg, int n)
         sg_http_send_error(req, 405, "method_not_allowed", "this method is not allowed here");
         return 0;
     }
-    if (n == 2 && parse_name(seg[1], name, sizeof(name)) != 0) {
+    if (n == 2 && parse_name(px->template_repo, seg[1], name, sizeof(name)) != 0) {
         sg_http_send_error(req, 404, "no_such_template", "no template named \"%.*s\"",
                            (int)(seg[1].len > 300 ? 300 : seg[1].len), seg[1].base);
         return 0;
@@ -251,9 +251,10 @@ int sg_templates_handle(h2o_req_t *req, h2o_iovec_t *seg, int n)
         snprintf(j->name, sizeof(j->name), "%s", name);
         sg_session_foreach(check_in_use, j);
     }
+    j->px = px;
     j->hold = sg_http_hold(req);
     j->super.work = tpl_work;
     j->super.done = tpl_done;
-    sg_workq_submit(sg_sessions_conf()->workq, &j->super);
+    sg_workq_submit(px->workq, &j->super);
     return 0;
 }

@@ -12,8 +12,10 @@
 
 #include <h2o.h>
 
+#include "proxy.h"
+
 /* GET /templates[?owner=NAME] and DELETE /templates/{name}; seg and n are
  * the path's segments ("templates" first, n 1 or 2). */
-int sg_templates_handle(h2o_req_t *req, h2o_iovec_t *seg, int n);
+int sg_templates_handle(const sg_proxy_t *px, h2o_req_t *req, h2o_iovec_t *seg, int n);
 
 #endif
