@@ -1,4 +1,4 @@
-#include "session.h"
+#include "session_int.h"
 #include "capacity.h"
 #include "container.h"
 #include "docker.h"
@@ -8,56 +8,32 @@
 #include "util.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-/* How long past its own timeout an EXEC may take before the agent is
- * declared unresponsive: the agent needs a moment to kill a process tree. */
-#define EXEC_GRACE_MS 10000
-#define FILE_OP_TIMEOUT_MS 30000
-
-enum { SG_IN_NONE, SG_IN_TABLE, SG_IN_POOL };
-#define POOL_RETRY_MS 30000
-#define POOL_MAX_STARTING 2 /* per language */
-#define MAX_LANGS 16
-
 static sg_sessions_conf_t conf;
 static h2o_linklist_t table = {&table, &table};
 static size_t table_count;
 
-static struct {
-    h2o_linklist_t ready;
-    size_t nready;
-    size_t nstarting;
-    uint64_t retry_at_ms; /* after a failed start */
-} pool[MAX_LANGS];
-
 void sg_sessions_init(const sg_sessions_conf_t *c)
 {
     conf = *c;
-    for (size_t i = 0; i < MAX_LANGS; i++)
-        h2o_linklist_init_anchor(&pool[i].ready);
+    sg__pool_init();
 }
 
-static size_t lang_index(const sg_lang_t *lang)
+const sg_sessions_conf_t *sg__sessions_conf(void)
 {
-    for (size_t i = 0; i < sg_lang_count() && i < MAX_LANGS; i++)
-        if (sg_lang_at(i) == lang)
-            return i;
-    return 0;
+    return &conf;
 }
 
-static void list_insert(sg_session_t *s, int where)
+void sg__session_list(sg_session_t *s, int where)
 {
     sg_session_ref(s);
     if (where == SG_IN_POOL) {
-        h2o_linklist_insert(&pool[lang_index(s->lang)].ready, &s->_link);
-        pool[lang_index(s->lang)].nready++;
+        sg__pool_link(s);
     } else {
         h2o_linklist_insert(&table, &s->_link);
         if (!s->ephemeral)
@@ -66,15 +42,17 @@ static void list_insert(sg_session_t *s, int where)
     s->_where = where;
 }
 
-static void list_remove(sg_session_t *s)
+void sg__session_unlist(sg_session_t *s)
 {
     if (s->_where == SG_IN_NONE)
         return;
-    h2o_linklist_unlink(&s->_link);
-    if (s->_where == SG_IN_POOL)
-        pool[lang_index(s->lang)].nready--;
-    else if (!s->ephemeral)
-        table_count--;
+    if (s->_where == SG_IN_POOL) {
+        sg__pool_unlink(s);
+    } else {
+        h2o_linklist_unlink(&s->_link);
+        if (!s->ephemeral)
+            table_count--;
+    }
     s->_where = SG_IN_NONE;
     sg_session_unref(s);
 }
@@ -342,8 +320,6 @@ Error:
     j->s->container_id[0] = '\0';
 }
 
-static void on_agent_read(h2o_socket_t *sock, const char *err);
-
 static void session_free(sg_session_t *s)
 {
     sg_buf_free(&s->_inbuf);
@@ -361,77 +337,41 @@ void sg_session_unref(sg_session_t *s)
         session_free(s);
 }
 
-static void process_inbuf(sg_session_t *s);
-
-static void on_warm_up_done(sg_op_t *op)
-{
-    if (op->failed || op->reason != SG_AGENT_REASON_EXITED || op->exit_code != 0)
-        sg_warn("session %s: the %s kernel did not start cleanly (%s, exit %d): %.*s", op->session->id,
-                op->session->lang->name, op->failed ? op->errmsg : sg_agent_reason_name(op->reason), op->exit_code,
-                (int)(op->out[1].len > 300 ? 300 : op->out[1].len), op->out[1].base ? op->out[1].base : "");
-    sg_op_free(op);
-}
-
-/* A pooled container starts its language's kernel at once (an empty
- * execution), so that a session's first execute does not wait for the
- * interpreter to start. A request that takes the container meanwhile queues
- * behind it. */
-static void warm_up(sg_session_t *s)
-{
-    sg_op_t *op;
-    if (s->lang->kernel_cmd == NULL)
-        return;
-    op = sg_op_exec(s, NULL, NULL, NULL, NULL, s->lang->kernel_cmd, "", 0, 30.0);
-    if (op != NULL)
-        sg_op_submit(op, on_warm_up_done, NULL);
-}
-
 static void create_done(sg_job_t *job)
 {
     create_job_t *j = (create_job_t *)job;
     sg_session_t *s = j->s;
 
     json_object_put(j->config);
-    if (s->_pooled)
-        pool[lang_index(s->lang)].nstarting--;
     if (j->status != 200) {
         sg_warn("session %s: start failed: %s", s->id, j->err);
         s->state = SG_SESSION_DEAD;
-        slot_release(s);
         if (s->_pooled)
-            pool[lang_index(s->lang)].retry_at_ms = sg_now_ms() + POOL_RETRY_MS;
-        else
+            sg__pool_started(s, 0);
+        slot_release(s);
+        if (!s->_pooled)
             j->cb(j->data, NULL, j->status, j->code, j->err);
         sg_session_unref(s);
         goto Exit;
     }
-    fcntl(j->fd, F_SETFL, fcntl(j->fd, F_GETFL) | O_NONBLOCK);
-    s->_sock = h2o_evloop_socket_create(conf.loop, j->fd, 0);
-    s->_sock->data = s;
-    s->_demux = j->demux;
-    if (j->leftover_len != 0)
-        sg_buf_append(&s->_inbuf, j->leftover, j->leftover_len);
-    s->state = SG_SESSION_ACTIVE;
-    h2o_socket_read_start(s->_sock, on_agent_read);
+    sg__agent_connect(s, j->fd, &j->demux, j->leftover, j->leftover_len);
     sg_debug("session %s: %s container %.12s ready (%s)", s->id, s->lang->name, s->container_id,
              s->_pooled ? "pool" : s->ephemeral ? "ephemeral" : "session");
     if (s->_pooled) {
-        list_insert(s, SG_IN_POOL);
-        warm_up(s);
+        sg__pool_started(s, 1);
         sg_session_unref(s); /* nobody else holds it */
     } else {
         /* ephemeral sessions are in the table too, for the watchdog, but never listed */
-        list_insert(s, SG_IN_TABLE);
+        sg__session_list(s, SG_IN_TABLE);
         j->cb(j->data, s, 200, NULL, NULL);
     }
-    process_inbuf(s);
+    sg__agent_process(s);
 Exit:
     free(j->leftover);
     free(j);
 }
 
-/* The caller has taken a container slot for it (capacity.h). */
-static void session_start(const sg_create_req_t *req, int ephemeral, int pooled, sg_session_ready_cb cb, void *data)
+int sg__session_start(const sg_create_req_t *req, int ephemeral, int pooled, sg_session_ready_cb cb, void *data)
 {
     sg_session_t *s = calloc(1, sizeof(*s));
     create_job_t *j = calloc(1, sizeof(*j));
@@ -442,7 +382,7 @@ static void session_start(const sg_create_req_t *req, int ephemeral, int pooled,
         sg_capacity_give();
         if (cb != NULL)
             cb(data, NULL, 500, "internal", "out of memory");
-        return;
+        return -1;
     }
     s->_refcnt = 1; /* handed to cb on success */
     s->_has_slot = 1;
@@ -464,8 +404,6 @@ static void session_start(const sg_create_req_t *req, int ephemeral, int pooled,
         s->foreign = !s->from_template && strncmp(req->image, conf.image_prefix, strlen(conf.image_prefix)) != 0;
     } else
         snprintf(s->image, sizeof(s->image), "%s%s:latest", conf.image_prefix, s->lang->name);
-    if (pooled)
-        pool[lang_index(s->lang)].nstarting++;
 
     j->super.work = create_work;
     j->super.done = create_done;
@@ -475,67 +413,7 @@ static void session_start(const sg_create_req_t *req, int ephemeral, int pooled,
     j->data = data;
     j->config = sg_session_container_config(s, conf.proxy_id);
     sg_workq_submit(conf.workq, &j->super);
-}
-
-/* A pooled container fits a request whose container settings are the
- * pool's; the per-execution ones (timeout, output cap) are the agent's. */
-static int pool_fits(const sg_create_req_t *req)
-{
-    const sg_limits_t *a = &req->limits, *b = &conf.pool_limits;
-    return req->image == NULL && !req->keep_template && a->memory_mb == b->memory_mb && a->cpus == b->cpus &&
-           a->network == b->network && a->pids == b->pids && a->tmpfs_mb == b->tmpfs_mb;
-}
-
-static sg_session_t *pool_take(const sg_create_req_t *req)
-{
-    size_t li = lang_index(req->lang);
-    while (!h2o_linklist_is_empty(&pool[li].ready)) {
-        sg_session_t *s = H2O_STRUCT_FROM_MEMBER(sg_session_t, _link, pool[li].ready.next);
-        sg_session_ref(s);
-        list_remove(s);
-        if (s->state == SG_SESSION_ACTIVE)
-            return s;
-        sg_session_unref(s);
-    }
-    return NULL;
-}
-
-void sg_pool_fill(void)
-{
-    uint64_t now = sg_now_ms();
-    /* the pool counts, but leaves a quarter of the cap to requests */
-    long headroom = sg_capacity_max() / 4 > 1 ? sg_capacity_max() / 4 : 1;
-    for (size_t i = 0; i < sg_lang_count() && i < MAX_LANGS; i++) {
-        sg_create_req_t req = {0};
-        if (now < pool[i].retry_at_ms)
-            continue;
-        req.lang = sg_lang_at(i);
-        req.limits = conf.pool_limits;
-        /* a few at a time, so that refills never crowd out the workers a
-         * request's own cold start needs */
-        while ((long)(pool[i].nready + pool[i].nstarting) < conf.pool_size && pool[i].nstarting < POOL_MAX_STARTING) {
-            if (sg_capacity_take_spare(headroom) != 0)
-                return;
-            session_start(&req, 0, 1, NULL, NULL);
-        }
-    }
-}
-
-int sg_pool_yield(void (*cb)(void *data), void *data)
-{
-    for (size_t i = 0; i < sg_lang_count() && i < MAX_LANGS; i++) {
-        for (h2o_linklist_t *l = pool[i].ready.next; l != &pool[i].ready; l = l->next) {
-            sg_session_t *s = H2O_STRUCT_FROM_MEMBER(sg_session_t, _link, l);
-            if (s->_close_requested || !s->_has_slot || s->_handover_cb != NULL)
-                continue;
-            s->_handover_cb = cb;
-            s->_handover_data = data;
-            sg_debug("pool: %s container %.12s removed to make room", s->lang->name, s->container_id);
-            sg_session_close(s, NULL, NULL);
-            return 0;
-        }
-    }
-    return -1;
+    return 0;
 }
 
 int sg_slot_await(void (*cb)(void *data), void *data)
@@ -551,11 +429,6 @@ int sg_slot_await(void (*cb)(void *data), void *data)
     return sg_pool_yield(cb, data);
 }
 
-size_t sg_pool_ready(const sg_lang_t *lang)
-{
-    return pool[lang_index(lang)].nready;
-}
-
 /* A request waiting for a pooled container to make room. */
 typedef struct {
     sg_create_req_t req;
@@ -568,7 +441,7 @@ typedef struct {
 static void on_room(void *data)
 {
     room_wait_t *w = data;
-    session_start(&w->req, w->ephemeral, 0, w->cb, w->data); /* with the slot handed over */
+    sg__session_start(&w->req, w->ephemeral, 0, w->cb, w->data); /* with the slot handed over */
     free(w);
 }
 
@@ -582,19 +455,19 @@ void sg_session_create(const sg_create_req_t *req, int ephemeral, sg_session_rea
         cb(data, NULL, 503, "at_capacity", detail);
         return;
     }
-    if (pool_fits(req) && (s = pool_take(req)) != NULL) {
+    if ((s = sg__pool_take(req)) != NULL) {
         s->ephemeral = ephemeral;
         s->executions = 0; /* the kernel's warm-up does not count */
         s->limits.timeout_s = req->limits.timeout_s;
         s->limits.output_bytes = req->limits.output_bytes;
         s->created_at = s->last_used_at = sg_wall_s();
-        list_insert(s, SG_IN_TABLE);
+        sg__session_list(s, SG_IN_TABLE);
         sg_pool_fill();
         cb(data, s, 200, NULL, NULL); /* gets our reference */
         return;
     }
     if (sg_capacity_take() == 0) {
-        session_start(req, ephemeral, 0, cb, data);
+        sg__session_start(req, ephemeral, 0, cb, data);
         return;
     }
     room_wait_t *w = calloc(1, sizeof(*w));
@@ -637,34 +510,6 @@ void sg_session_foreach(void (*fn)(sg_session_t *s, void *data), void *data)
         h2o_linklist_t *next = l->next;
         fn(H2O_STRUCT_FROM_MEMBER(sg_session_t, _link, l), data);
         l = next;
-    }
-}
-
-/* ---- the agent connection, on the loop ------------------------------------ */
-
-static void send_next(sg_session_t *s);
-
-static void op_complete(sg_op_t *op)
-{
-    sg_session_t *s = op->session;
-    h2o_linklist_unlink(&op->_link);
-    if (op->_started_us != 0)
-        op->wall_us = sg_now_us() - op->_started_us;
-    if (op->kind == SG_OP_EXEC && !op->failed)
-        s->executions++;
-    s->last_used_at = sg_wall_s();
-    op->cb(op);
-}
-
-static void fail_ops(sg_session_t *s, int status, const char *why)
-{
-    s->_op_sent = 0;
-    while (!h2o_linklist_is_empty(&s->_ops)) {
-        sg_op_t *op = H2O_STRUCT_FROM_MEMBER(sg_op_t, _link, s->_ops.next);
-        op->failed = 1;
-        op->fail_status = status;
-        snprintf(op->errmsg, sizeof(op->errmsg), "%s", why);
-        op_complete(op);
     }
 }
 
@@ -773,12 +618,9 @@ static void close_done(sg_job_t *job)
     sg_session_t *s = j->s;
 
     s->state = SG_SESSION_DEAD;
-    if (s->_sock != NULL) {
-        h2o_socket_close(s->_sock);
-        s->_sock = NULL;
-    }
+    sg__agent_close(s);
     slot_release(s);
-    fail_ops(s, 502, "the session was closed while this operation waited");
+    sg__ops_fail(s, 502, "the session was closed while this operation waited");
     sg_info("session %s: closed%s%s", s->id, j->template_image[0] ? ", kept as " : "", j->template_image);
     if (j->cb != NULL)
         j->cb(j->data, j->template_image[0] ? j->template_image : NULL, j->template_size, j->failed ? j->err : NULL);
@@ -798,7 +640,7 @@ void sg_session_close(sg_session_t *s, sg_session_closed_cb cb, void *data)
     }
     s->_close_requested = 1;
     sg_session_ref(s); /* the close job's, taken before the list's goes */
-    list_remove(s);
+    sg__session_unlist(s);
     if (s->_has_slot && s->_handover_cb == NULL)
         h2o_linklist_insert(&closing, &s->_closing_link); /* its slot can be claimed */
     if (s->state != SG_SESSION_DEAD)
@@ -811,290 +653,4 @@ void sg_session_close(sg_session_t *s, sg_session_closed_cb cb, void *data)
     j->cb = cb;
     j->data = data;
     sg_workq_submit(conf.workq, &j->super);
-}
-
-/* The agent died or broke the protocol: the session cannot be trusted. */
-static void session_broken(sg_session_t *s, int status, const char *why)
-{
-    if (s->state == SG_SESSION_DEAD)
-        return;
-    if (!s->_close_requested)
-        sg_warn("session %s: %s; closing it", s->id, why);
-    else
-        why = "the session was closed while this operation ran";
-    s->state = SG_SESSION_DEAD;
-    if (s->_sock != NULL) {
-        h2o_socket_close(s->_sock);
-        s->_sock = NULL;
-    }
-    sg_session_ref(s);
-    fail_ops(s, status, why);
-    sg_session_close(s, NULL, NULL);
-    sg_session_unref(s);
-}
-
-static void on_stream_bytes(void *ctx, int stream, const uint8_t *p, size_t len)
-{
-    sg_session_t *s = ctx;
-    if (stream == 1) {
-        if (sg_buf_append(&s->_inbuf, p, len) != 0)
-            s->_overflow = 1; /* checked by the caller */
-    } else if (stream == 2) {
-        sg_info("session %s agent: %.*s", s->id, (int)(len && p[len - 1] == '\n' ? len - 1 : len), (const char *)p);
-    }
-}
-
-static void handle_message(sg_session_t *s, const sg_agent_header_t *h, const uint8_t *payload)
-{
-    sg_op_t *op;
-    sg_agent_reply_t m;
-
-    if (h2o_linklist_is_empty(&s->_ops) || !s->_op_sent)
-        return; /* nothing waits: an answer to an op that was given up */
-    op = H2O_STRUCT_FROM_MEMBER(sg_op_t, _link, s->_ops.next);
-    if (h->id != op->_id)
-        return;
-    if (sg_agent_reply_decode(h, payload, &m) != 0)
-        goto Bad;
-    switch (h->type) {
-    case SG_AGENT_OUTPUT:
-        if (op->on_output != NULL)
-            op->on_output(op, (int)m.stream, m.data, m.data_len);
-        /* the agent enforces the cap; this only stops a broken agent */
-        sg_buf_append(&op->out[m.stream - 1], m.data, m.data_len);
-        return;
-    case SG_AGENT_EXIT:
-        op->exit_code = m.exit_code;
-        op->signal = m.signal;
-        op->reason = m.reason;
-        op->duration_us = m.duration_us;
-        op->flags = m.flags;
-        op->state = m.state;
-        snprintf(op->stage, sizeof(op->stage), "%.*s", (int)m.stage_len, (const char *)m.stage);
-        break;
-    case SG_AGENT_FILE:
-        if (sg_buf_append(&op->file, m.data, m.data_len) != 0)
-            goto Bad;
-        break;
-    case SG_AGENT_OK:
-        op->ok_value = m.ok_value;
-        break;
-    case SG_AGENT_ERROR:
-        op->agent_err = m.err_code;
-        if (op->agent_err == 0)
-            op->agent_err = SG_AGENT_ERR_IO;
-        snprintf(op->errmsg, sizeof(op->errmsg), "%.*s", (int)m.message_len, (const char *)m.message);
-        break;
-    default:
-        goto Bad; /* READY again, mid-session */
-    }
-    s->_op_sent = 0;
-    op_complete(op);
-    send_next(s);
-    return;
-Bad:
-    session_broken(s, 502, "the sandbox agent sent a malformed message");
-}
-
-/* Handles every whole message in _inbuf, then drops them in one move (a
- * read may hold thousands of small OUTPUT messages: moving the rest down
- * after each would be quadratic). */
-static void process_inbuf(sg_session_t *s)
-{
-    size_t off = 0;
-    sg_session_ref(s);
-    while (s->state == SG_SESSION_ACTIVE && s->_inbuf.len - off >= SG_AGENT_HEADER_SIZE) {
-        sg_agent_header_t h;
-        if (sg_agent_header_decode((uint8_t *)s->_inbuf.base + off, &h) != 0) {
-            session_broken(s, 502, "the sandbox agent sent a malformed header");
-            break;
-        }
-        if (s->_inbuf.len - off < SG_AGENT_HEADER_SIZE + (size_t)h.len)
-            break;
-        handle_message(s, &h, (uint8_t *)s->_inbuf.base + off + SG_AGENT_HEADER_SIZE);
-        if (s->state != SG_SESSION_ACTIVE)
-            break;
-        off += SG_AGENT_HEADER_SIZE + h.len;
-    }
-    if (s->state == SG_SESSION_ACTIVE)
-        sg_buf_consume(&s->_inbuf, off);
-    sg_session_unref(s);
-}
-
-static void on_agent_read(h2o_socket_t *sock, const char *err)
-{
-    sg_session_t *s = sock->data;
-
-    if (err != NULL) {
-        session_broken(s, 502, "the sandbox's agent exited (the container stopped)");
-        return;
-    }
-    int rc = sg_docker_demux_feed(&s->_demux, (uint8_t *)sock->input->bytes, sock->input->size, on_stream_bytes, s);
-    h2o_buffer_consume(&sock->input, sock->input->size);
-    if (rc != 0 || s->_overflow) {
-        session_broken(s, 502, "the sandbox's output stream was malformed");
-        return;
-    }
-    process_inbuf(s);
-}
-
-static void on_write_done(h2o_socket_t *sock, const char *err)
-{
-    if (err != NULL) {
-        sg_session_t *s = sock->data;
-        session_broken(s, 502, "cannot write to the sandbox's agent");
-    }
-}
-
-static void send_next(sg_session_t *s)
-{
-    sg_op_t *op;
-    h2o_iovec_t buf;
-
-    if (s->_op_sent || s->state != SG_SESSION_ACTIVE || h2o_linklist_is_empty(&s->_ops))
-        return;
-    op = H2O_STRUCT_FROM_MEMBER(sg_op_t, _link, s->_ops.next);
-    op->_started_us = sg_now_us();
-    if (op->kind == SG_OP_EXEC)
-        op->_deadline_ms = sg_now_ms() + (uint64_t)op->_deadline_ms + EXEC_GRACE_MS;
-    else
-        op->_deadline_ms = sg_now_ms() + FILE_OP_TIMEOUT_MS;
-    s->_op_sent = 1;
-    buf = h2o_iovec_init(op->_req.base, op->_req.len);
-    h2o_socket_write(s->_sock, &buf, 1, on_write_done);
-    if (op->on_start != NULL)
-        op->on_start(op);
-}
-
-static sg_op_t *op_new(sg_session_t *s, sg_op_kind_t kind, sg_agent_msg_type_t type)
-{
-    sg_op_t *op = calloc(1, sizeof(*op));
-    if (op == NULL)
-        return NULL;
-    op->kind = kind;
-    op->session = s;
-    sg_session_ref(s);
-    op->_id = ++s->_next_id;
-    sg_buf_init(&op->out[0], (size_t)s->limits.output_bytes);
-    sg_buf_init(&op->out[1], (size_t)s->limits.output_bytes);
-    sg_buf_init(&op->file, SG_AGENT_MAX_PAYLOAD);
-    sg_agent_buf_init(&op->_req);
-    if (sg_agent_msg_begin(&op->_req, type, op->_id) != 0) {
-        sg_op_free(op);
-        return NULL;
-    }
-    return op;
-}
-
-static int str_or_empty(sg_agent_buf_t *b, const char *s)
-{
-    return sg_agent_put_str(b, s != NULL ? s : "", s != NULL ? strlen(s) : 0);
-}
-
-sg_op_t *sg_op_exec(sg_session_t *s, const char *setup_cmd, const char *setup_stage, const char *run_cmd,
-                    const char *file_path, const char *kernel_cmd, const char *code, size_t code_len, double timeout_s)
-{
-    sg_op_t *op = op_new(s, SG_OP_EXEC, SG_AGENT_EXEC);
-    uint32_t timeout_ms = (uint32_t)(timeout_s * 1000.0 + 0.5);
-    if (op == NULL)
-        return NULL;
-    if (timeout_ms == 0)
-        timeout_ms = 1;
-    op->_deadline_ms = timeout_ms; /* relative until sent */
-    if (sg_agent_put_u32(&op->_req, timeout_ms) != 0 ||
-        sg_agent_put_u32(&op->_req, (uint32_t)s->limits.output_bytes) != 0 || str_or_empty(&op->_req, setup_cmd) != 0 ||
-        str_or_empty(&op->_req, setup_stage) != 0 || str_or_empty(&op->_req, run_cmd) != 0 ||
-        str_or_empty(&op->_req, file_path) != 0 || str_or_empty(&op->_req, kernel_cmd) != 0 ||
-        sg_agent_put_rest(&op->_req, code, code_len) != 0) {
-        sg_op_free(op);
-        return NULL;
-    }
-    sg_agent_msg_end(&op->_req, 0);
-    return op;
-}
-
-sg_op_t *sg_op_put_file(sg_session_t *s, const char *path, const void *data, size_t len)
-{
-    sg_op_t *op = op_new(s, SG_OP_PUT_FILE, SG_AGENT_PUT_FILE);
-    if (op == NULL)
-        return NULL;
-    if (str_or_empty(&op->_req, path) != 0 || sg_agent_put_u32(&op->_req, 0644) != 0 ||
-        sg_agent_put_rest(&op->_req, data, len) != 0) {
-        sg_op_free(op);
-        return NULL;
-    }
-    sg_agent_msg_end(&op->_req, 0);
-    return op;
-}
-
-sg_op_t *sg_op_get_file(sg_session_t *s, const char *path, uint32_t max_bytes)
-{
-    sg_op_t *op = op_new(s, SG_OP_GET_FILE, SG_AGENT_GET_FILE);
-    if (op == NULL)
-        return NULL;
-    if (str_or_empty(&op->_req, path) != 0 || sg_agent_put_u32(&op->_req, max_bytes) != 0) {
-        sg_op_free(op);
-        return NULL;
-    }
-    sg_agent_msg_end(&op->_req, 0);
-    return op;
-}
-
-void sg_op_submit(sg_op_t *op, sg_op_cb cb, void *data)
-{
-    sg_session_t *s = op->session;
-    op->cb = cb;
-    op->data = data;
-    if (s->state != SG_SESSION_ACTIVE) {
-        op->_link.next = op->_link.prev = NULL;
-        op->failed = 1;
-        op->fail_status = 502;
-        snprintf(op->errmsg, sizeof(op->errmsg), "the session is closed");
-        cb(op);
-        return;
-    }
-    h2o_linklist_insert(&s->_ops, &op->_link);
-    send_next(s);
-}
-
-int sg_op_cancel(sg_op_t *op)
-{
-    sg_session_t *s = op->session;
-    if (op->_link.next == NULL || !h2o_linklist_is_linked(&op->_link))
-        return -1; /* done, or failed at submit */
-    if (s->_op_sent && s->_ops.next == &op->_link)
-        return -1; /* with the agent */
-    h2o_linklist_unlink(&op->_link);
-    op->failed = 1;
-    op->fail_status = 409;
-    snprintf(op->errmsg, sizeof(op->errmsg), "the request was cancelled before it started");
-    op->cb(op);
-    return 0;
-}
-
-void sg_op_free(sg_op_t *op)
-{
-    sg_buf_free(&op->out[0]);
-    sg_buf_free(&op->out[1]);
-    sg_buf_free(&op->file);
-    sg_agent_buf_free(&op->_req);
-    sg_session_unref(op->session);
-    free(op);
-}
-
-static void tick_one(sg_session_t *s, void *data)
-{
-    uint64_t now = *(uint64_t *)data;
-    if (s->_op_sent && !h2o_linklist_is_empty(&s->_ops)) {
-        sg_op_t *op = H2O_STRUCT_FROM_MEMBER(sg_op_t, _link, s->_ops.next);
-        if (now > op->_deadline_ms)
-            session_broken(s, 504, "the sandbox's agent did not answer in time");
-    }
-}
-
-void sg_sessions_tick(void)
-{
-    uint64_t now = sg_now_ms();
-    sg_session_foreach(tick_one, &now);
-    sg_pool_fill();
 }
