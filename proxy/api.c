@@ -18,7 +18,7 @@ static void on_pending_gone(void *data);
 
 pending_t *sg__api_pending_new(h2o_req_t *req, sg_api_t *api)
 {
-    pending_t *p = calloc(1, sizeof(*p));
+    pending_t *p = sg_xcalloc(1, sizeof(*p));
     p->hold = sg_http_hold(req);
     sg_http_hold_watch(p->hold, on_pending_gone, p);
     p->api = api;
@@ -273,7 +273,7 @@ static void health_done(sg_job_t *job)
 static int get_health(void *app, h2o_req_t *req, const sg_route_match_t *m)
 {
     sg_api_t *api = app;
-    health_job_t *j = calloc(1, sizeof(*j));
+    health_job_t *j = sg_xcalloc(1, sizeof(*j));
     j->super.work = health_work;
     j->super.done = health_done;
     j->p = sg__api_pending_new(req, api);

@@ -93,10 +93,7 @@ static void sse_on_output(sg_op_t *op, int stream, const uint8_t *data, size_t l
         return;
     if (p->partial[stream - 1].n != 0) {
         size_t held = p->partial[stream - 1].n;
-        if ((joined = malloc(held + len)) == NULL) {
-            sg_http_stream_abort(p->stream);
-            return;
-        }
+        joined = sg_xmalloc(held + len);
         memcpy(joined, p->partial[stream - 1].b, held);
         memcpy(joined + held, data, len);
         s = joined;
@@ -221,7 +218,7 @@ static void run_with_libraries(pending_t *p, sg_session_t *s, int ephemeral, sg_
         start_exec(p, s, 0, done);
         return;
     }
-    libs_wait_t *w = calloc(1, sizeof(*w));
+    libs_wait_t *w = sg_xcalloc(1, sizeof(*w));
     w->p = p;
     w->s = s;
     w->done = done;

@@ -4,6 +4,7 @@
  */
 #include "api_int.h"
 #include "json.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,7 +67,7 @@ int sg__api_session_files(void *app, h2o_req_t *req, const sg_route_match_t *m)
         return 0;
     }
     pending_t *p = sg__api_pending_new(req, api);
-    p->path = strdup(q.base);
+    p->path = sg_xstrdup(q.base);
     if (sg__api_pending_admit(p, req, s) != 0) {
         sg_op_free(op);
         sg__api_pending_free(p);

@@ -113,7 +113,7 @@ static void fetch_submit(void *data)
 
 void sg_install_fetch(const sg_proxy_t *px, sg_session_t *s, const char *spec, sg_fetch_cb cb, void *data)
 {
-    fetch_job_t *j = calloc(1, sizeof(*j));
+    fetch_job_t *j = sg_xcalloc(1, sizeof(*j));
     sg_session_ref(s);
     j->px = px;
     j->s = s;

@@ -193,7 +193,7 @@ static void local_step(install_t *in)
 
 void sg_lib_install(sg_session_t *s, const char *name, const char *version, sg_lib_cb cb, void *data)
 {
-    install_t *in = calloc(1, sizeof(*in));
+    install_t *in = sg_xcalloc(1, sizeof(*in));
     char err[300];
     sg_session_ref(s);
     in->s = s;
@@ -323,9 +323,9 @@ static void on_missing_listed(sg_op_t *op)
 
 void sg_lib_ensure(sg_session_t *s, json_object *libs, sg_lib_cb cb, void *data)
 {
-    ensure_t *e = calloc(1, sizeof(*e));
+    ensure_t *e = sg_xcalloc(1, sizeof(*e));
     size_t n = json_object_array_length(libs), cap = strlen(s->lang->missing_cmd) + n * 700 + 1;
-    char *cmd = malloc(cap);
+    char *cmd = sg_xmalloc(cap);
 
     sg_session_ref(s);
     e->s = s;
@@ -333,26 +333,20 @@ void sg_lib_ensure(sg_session_t *s, json_object *libs, sg_lib_cb cb, void *data)
     e->data = data;
     e->t0 = sg_now_us();
     e->r.http_status = 200;
-    e->names = calloc(n + 1, sizeof(char *));
-    e->missing = calloc(n + 1, 1);
-    if (cmd == NULL || e->names == NULL || e->missing == NULL) {
-        free(cmd);
-        snprintf(e->r.message, sizeof(e->r.message), "out of memory");
-        ensure_finish(e);
-        return;
-    }
+    e->names = sg_xcalloc(n + 1, sizeof(char *));
+    e->missing = sg_xcalloc(n + 1, 1);
     strcpy(cmd, s->lang->missing_cmd);
     for (size_t i = 0; i < n; i++) {
         json_object *v = json_object_array_get_idx(libs, i);
         const char *name = json_object_get_string(v);
         if (!json_object_is_type(v, json_type_string) ||
-            sg_lib_check(s->lang, name, NULL, e->r.message, sizeof(e->r.message)) != 0 ||
-            (e->names[i] = strdup(name)) == NULL) {
+            sg_lib_check(s->lang, name, NULL, e->r.message, sizeof(e->r.message)) != 0) {
             e->n = i;
             free(cmd);
             ensure_finish(e); /* api.c checked them: not reached */
             return;
         }
+        e->names[i] = sg_xstrdup(name);
         e->n = i + 1;
         size_t len = strlen(cmd);
         cmd[len++] = ' ';

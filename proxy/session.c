@@ -174,7 +174,7 @@ static int wait_ready(create_job_t *j, int timeout_ms)
                 }
                 size_t used = SG_AGENT_HEADER_SIZE + h.len;
                 if (out.len > used) {
-                    j->leftover = malloc(out.len - used);
+                    j->leftover = sg_xmalloc(out.len - used);
                     memcpy(j->leftover, out.base + used, out.len - used);
                     j->leftover_len = out.len - used;
                 }
@@ -373,10 +373,10 @@ Exit:
 
 int sg__session_start(const sg_create_req_t *req, int ephemeral, int pooled, sg_session_ready_cb cb, void *data)
 {
-    sg_session_t *s = calloc(1, sizeof(*s));
-    create_job_t *j = calloc(1, sizeof(*j));
+    sg_session_t *s = sg_xcalloc(1, sizeof(*s));
+    create_job_t *j = sg_xcalloc(1, sizeof(*j));
 
-    if (s == NULL || j == NULL || sg_uuid4(s->id) != 0) {
+    if (sg_uuid4(s->id) != 0) {
         free(s);
         free(j);
         sg_capacity_give();
@@ -470,8 +470,8 @@ void sg_session_create(const sg_create_req_t *req, int ephemeral, sg_session_rea
         sg__session_start(req, ephemeral, 0, cb, data);
         return;
     }
-    room_wait_t *w = calloc(1, sizeof(*w));
-    if (w != NULL && (req->image == NULL || strlen(req->image) < sizeof(w->image))) {
+    room_wait_t *w = sg_xcalloc(1, sizeof(*w));
+    if (req->image == NULL || strlen(req->image) < sizeof(w->image)) {
         w->req = *req;
         if (req->image != NULL) {
             strcpy(w->image, req->image);
@@ -645,7 +645,7 @@ void sg_session_close(sg_session_t *s, sg_session_closed_cb cb, void *data)
         h2o_linklist_insert(&closing, &s->_closing_link); /* its slot can be claimed */
     if (s->state != SG_SESSION_DEAD)
         s->state = SG_SESSION_CLOSING;
-    j = calloc(1, sizeof(*j));
+    j = sg_xcalloc(1, sizeof(*j));
     j->super.work = close_work;
     j->super.done = close_done;
     j->s = s;

@@ -89,7 +89,7 @@ static void handle_message(sg_session_t *s, const sg_agent_header_t *h, const ui
     if (h->id != op->_id)
         return;
     if (sg_agent_reply_decode(h, payload, &m) != 0)
-        goto Bad;
+        goto Error;
     switch (h->type) {
     case SG_AGENT_OUTPUT:
         if (op->on_output != NULL)
@@ -108,7 +108,7 @@ static void handle_message(sg_session_t *s, const sg_agent_header_t *h, const ui
         break;
     case SG_AGENT_FILE:
         if (sg_buf_append(&op->file, m.data, m.data_len) != 0)
-            goto Bad;
+            goto Error;
         break;
     case SG_AGENT_OK:
         op->ok_value = m.ok_value;
@@ -120,13 +120,13 @@ static void handle_message(sg_session_t *s, const sg_agent_header_t *h, const ui
         snprintf(op->errmsg, sizeof(op->errmsg), "%.*s", (int)m.message_len, (const char *)m.message);
         break;
     default:
-        goto Bad; /* READY again, mid-session */
+        goto Error; /* READY again, mid-session */
     }
     s->_op_sent = 0;
     op_complete(op);
     send_next(s);
     return;
-Bad:
+Error:
     session_broken(s, 502, "the sandbox agent sent a malformed message");
 }
 
@@ -214,9 +214,7 @@ static void send_next(sg_session_t *s)
 
 static sg_op_t *op_new(sg_session_t *s, sg_op_kind_t kind, sg_agent_msg_type_t type)
 {
-    sg_op_t *op = calloc(1, sizeof(*op));
-    if (op == NULL)
-        return NULL;
+    sg_op_t *op = sg_xcalloc(1, sizeof(*op));
     op->kind = kind;
     op->session = s;
     sg_session_ref(s);

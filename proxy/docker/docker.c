@@ -1,6 +1,7 @@
 #include "docker.h"
 #include "docker_stream.h"
 #include "log.h"
+#include "util.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -66,9 +67,7 @@ static void url_for(char *out, size_t outlen, const char *path)
 
 sg_docker_t *sg_docker_create(void)
 {
-    sg_docker_t *d = calloc(1, sizeof(*d));
-    if (d == NULL)
-        return NULL;
+    sg_docker_t *d = sg_xcalloc(1, sizeof(*d));
     d->curl = curl_easy_init();
     d->timeout_ms = DOCKER_TIMEOUT_MS;
     if (d->curl == NULL) {
