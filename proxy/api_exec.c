@@ -4,7 +4,7 @@
  * as JSON or as Server-Sent Events; and POST /sessions/{id}/libraries
  * (docs/proxy-api.md).
  */
-#include "api_int.h"
+#include "api_exec.h"
 #include "json.h"
 #include "log.h"
 #include "util.h"

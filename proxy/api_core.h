@@ -1,18 +1,24 @@
 /*
- * api_int.h — internal to the proxy's API (api.h): the request core its
- * route families share (api.c: requests answered later, a session's
- * queue, the replies), and the handlers of the route table, one a route,
- * by family: api_sessions.c, api_exec.c, api_files.c, templates.c.
- * Loop thread only.
+ * api_core.h — the request core of the proxy's API, under its route
+ * families (api.h): the API's settings, requests answered later, a
+ * session's queue of them, the replies. Loop thread only.
  */
-#ifndef SANDGATE_API_INT_H
-#define SANDGATE_API_INT_H
+#ifndef SANDGATE_API_CORE_H
+#define SANDGATE_API_CORE_H
 
-#include "api.h"
 #include "http.h"
+#include "proxy.h"
 #include "libraries.h"
 #include "route.h"
 #include "session.h"
+#include "validate.h"
+
+typedef struct {
+    const sg_proxy_t *proxy;
+    sg_policy_t policy;
+    const char *image_allowlist; /* custom images a session may name */
+    long session_queue;          /* client requests that may wait on one session (SANDGATE_SESSION_QUEUE) */
+} sg_api_t;
 
 /* ---- requests that are answered later ---------------------------------------
  * A pending_t lives on the heap until the asynchronous work ends; it holds
@@ -51,6 +57,9 @@ int sg__api_pending_admit(pending_t *p, h2o_req_t *req, sg_session_t *s);
 void sg__api_pending_submit(pending_t *p, sg_op_t *op, sg_op_cb done);
 /* Names p by its X-Sandgate-Request-Id, so that it can be cancelled. */
 void sg__api_pending_name(pending_t *p, h2o_req_t *req);
+/* DELETE /requests/{rid} (a route handler): cancels the named request
+ * while it waits. */
+int sg__api_delete_request(void *app, h2o_req_t *req, const sg_route_match_t *m);
 
 /* ---- replies ---- */
 /* The answer to a request given up before it ran. */
@@ -65,22 +74,5 @@ int sg__api_send_op_failure(h2o_req_t *req, sg_op_t *op);
 json_object *sg__api_parse_body(h2o_req_t *req);
 /* The session m->arg[0] names, or NULL after answering 404. */
 sg_session_t *sg__api_find_session(h2o_req_t *req, h2o_iovec_t id);
-
-/* ---- the handlers (sg_route_cb; app is the sg_api_t) ---- */
-/* api_sessions.c */
-int sg__api_get_sessions(void *app, h2o_req_t *req, const sg_route_match_t *m);
-int sg__api_post_sessions(void *app, h2o_req_t *req, const sg_route_match_t *m);
-int sg__api_get_session(void *app, h2o_req_t *req, const sg_route_match_t *m);
-int sg__api_delete_session(void *app, h2o_req_t *req, const sg_route_match_t *m);
-/* api_exec.c */
-int sg__api_post_execute(void *app, h2o_req_t *req, const sg_route_match_t *m);
-int sg__api_post_session_execute(void *app, h2o_req_t *req, const sg_route_match_t *m);
-int sg__api_post_session_commands(void *app, h2o_req_t *req, const sg_route_match_t *m);
-int sg__api_post_session_libraries(void *app, h2o_req_t *req, const sg_route_match_t *m);
-/* api_files.c */
-int sg__api_session_files(void *app, h2o_req_t *req, const sg_route_match_t *m);
-/* templates.c */
-int sg__api_get_templates(void *app, h2o_req_t *req, const sg_route_match_t *m);
-int sg__api_delete_template(void *app, h2o_req_t *req, const sg_route_match_t *m);
 
 #endif

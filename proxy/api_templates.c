@@ -1,5 +1,5 @@
 /*
- * templates.c — the template images keep_template sessions leave behind
+ * api_templates.c — the template images keep_template sessions leave behind
  * (session.h keeps them; docs/architecture.md says how): the internal
  * routes that list and remove them, GET /templates[?owner=NAME] and DELETE
  * /templates/{name} (docs/proxy-api.md). The proxy knows no tenants: each
@@ -8,7 +8,7 @@
  *
  * Loop thread; the Docker calls run on the worker threads.
  */
-#include "api_int.h"
+#include "api_templates.h"
 #include "docker.h"
 #include "log.h"
 #include "util.h"
