@@ -10,7 +10,7 @@
 #include "proxy.h"
 #include "libraries.h"
 #include "route.h"
-#include "session.h"
+#include "session_life.h"
 #include "validate.h"
 
 typedef struct {

@@ -6,6 +6,7 @@
  */
 #include "api_exec.h"
 #include "json.h"
+#include "pool.h"
 #include "log.h"
 #include "util.h"
 

@@ -4,6 +4,7 @@
  */
 #include "api_sessions.h"
 #include "json.h"
+#include "pool.h"
 #include "util.h"
 
 #include <stdio.h>

@@ -1,4 +1,5 @@
 #include "install.h"
+#include "pool.h"
 #include "capacity.h"
 #include "container.h"
 #include "docker.h"

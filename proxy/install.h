@@ -17,6 +17,8 @@
 #ifndef SANDGATE_INSTALL_H
 #define SANDGATE_INSTALL_H
 
+#include <json-c/json.h>
+
 #include "proxy.h"
 #include "session.h"
 

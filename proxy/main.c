@@ -13,7 +13,8 @@
 #include "proxy.h"
 #include "reconcile.h"
 #include "runtime.h"
-#include "session.h"
+#include "pool.h"
+#include "session_life.h"
 #include "util.h"
 #include "workq.h"
 

@@ -1,29 +1,27 @@
 /*
- * pool.c — the warm pool (session.h): ready containers per language, made
- * with the pool's limits and warmed up, taken by requests that fit them,
- * yielded when a request needs the room.
+ * pool.c — where a new session comes from (pool.h): the warm pool (ready
+ * containers per language, made with the pool's limits and warmed up,
+ * taken by requests that fit them, yielded when a request needs the room),
+ * a free container slot, or one on its way back; and the tick.
  */
+#include "pool.h"
 #include "capacity.h"
 #include "log.h"
-#include "session_int.h"
 #include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define POOL_RETRY_MS 30000
 #define POOL_MAX_STARTING 2 /* per language */
 #define MAX_LANGS 16
 
 static struct {
-    h2o_linklist_t ready;
-    size_t nready;
+    h2o_linklist_t ready; /* of sessions, SG_IN_POOL; an anchor once ready_list made it one */
     size_t nstarting;
     uint64_t retry_at_ms; /* after a failed start */
 } pool[MAX_LANGS];
-
-void sg__pool_init(void)
-{
-    for (size_t i = 0; i < MAX_LANGS; i++)
-        h2o_linklist_init_anchor(&pool[i].ready);
-}
 
 static size_t lang_index(const sg_lang_t *lang)
 {
@@ -33,16 +31,19 @@ static size_t lang_index(const sg_lang_t *lang)
     return 0;
 }
 
-void sg__pool_link(sg_session_t *s)
+static h2o_linklist_t *ready_list(size_t li)
 {
-    h2o_linklist_insert(&pool[lang_index(s->lang)].ready, &s->_link);
-    pool[lang_index(s->lang)].nready++;
+    if (pool[li].ready.next == NULL) /* still zeroed */
+        h2o_linklist_init_anchor(&pool[li].ready);
+    return &pool[li].ready;
 }
 
-void sg__pool_unlink(sg_session_t *s)
+static size_t nready(size_t li)
 {
-    h2o_linklist_unlink(&s->_link);
-    pool[lang_index(s->lang)].nready--;
+    size_t n = 0;
+    for (h2o_linklist_t *l = ready_list(li)->next; l != ready_list(li); l = l->next)
+        n++;
+    return n;
 }
 
 static void on_warm_up_done(sg_op_t *op)
@@ -68,14 +69,18 @@ static void warm_up(sg_session_t *s)
         sg_op_submit(op, on_warm_up_done, NULL);
 }
 
-void sg__pool_started(sg_session_t *s, int ok)
+/* A pooled container's start ended (sg_session_ready_cb): ready, it is
+ * listed and its kernel started; failed, its language waits a while. */
+static void on_started(void *data, sg_session_t *s, int status, const char *code, const char *detail)
 {
-    pool[lang_index(s->lang)].nstarting--;
-    if (!ok) {
-        pool[lang_index(s->lang)].retry_at_ms = sg_now_ms() + POOL_RETRY_MS;
+    size_t li = lang_index(s != NULL ? s->lang : data);
+    pool[li].nstarting--;
+    if (s == NULL) {
+        pool[li].retry_at_ms = sg_now_ms() + POOL_RETRY_MS;
         return;
     }
-    sg__session_list(s, SG_IN_POOL);
+    h2o_linklist_insert(ready_list(li), &s->_link); /* takes the reference handed over */
+    s->_where = SG_IN_POOL;
     warm_up(s);
 }
 
@@ -88,13 +93,15 @@ static int fits(const sg_create_req_t *req)
            a->network == b->network && a->pids == b->pids && a->tmpfs_mb == b->tmpfs_mb;
 }
 
-sg_session_t *sg__pool_take(const sg_create_req_t *req)
+/* A ready pooled container for req, unlisted, its reference the
+ * caller's; or NULL. */
+static sg_session_t *pool_take(const sg_create_req_t *req)
 {
     size_t li = lang_index(req->lang);
     if (!fits(req))
         return NULL;
-    while (!h2o_linklist_is_empty(&pool[li].ready)) {
-        sg_session_t *s = H2O_STRUCT_FROM_MEMBER(sg_session_t, _link, pool[li].ready.next);
+    while (!h2o_linklist_is_empty(ready_list(li))) {
+        sg_session_t *s = H2O_STRUCT_FROM_MEMBER(sg_session_t, _link, ready_list(li)->next);
         sg_session_ref(s);
         sg__session_unlist(s);
         if (s->state == SG_SESSION_ACTIVE)
@@ -118,12 +125,11 @@ void sg_pool_fill(void)
         req.limits = conf->pool_limits;
         /* a few at a time, so that refills never crowd out the workers a
          * request's own cold start needs */
-        while ((long)(pool[i].nready + pool[i].nstarting) < conf->pool_size && pool[i].nstarting < POOL_MAX_STARTING) {
+        while ((long)(nready(i) + pool[i].nstarting) < conf->pool_size && pool[i].nstarting < POOL_MAX_STARTING) {
             if (sg_capacity_take_spare(headroom) != 0)
                 return;
-            pool[i].nstarting++;
-            if (sg__session_start(&req, 0, 1, NULL, NULL) != 0)
-                pool[i].nstarting--;
+            pool[i].nstarting++; /* until on_started */
+            sg__session_start(&req, 0, 1, on_started, (void *)req.lang);
         }
     }
 }
@@ -131,7 +137,7 @@ void sg_pool_fill(void)
 int sg_pool_yield(void (*cb)(void *data), void *data)
 {
     for (size_t i = 0; i < sg_lang_count() && i < MAX_LANGS; i++) {
-        for (h2o_linklist_t *l = pool[i].ready.next; l != &pool[i].ready; l = l->next) {
+        for (h2o_linklist_t *l = ready_list(i)->next; l != ready_list(i); l = l->next) {
             sg_session_t *s = H2O_STRUCT_FROM_MEMBER(sg_session_t, _link, l);
             if (s->_close_requested || !s->_has_slot || s->_handover_cb != NULL)
                 continue;
@@ -147,5 +153,87 @@ int sg_pool_yield(void (*cb)(void *data), void *data)
 
 size_t sg_pool_ready(const sg_lang_t *lang)
 {
-    return pool[lang_index(lang)].nready;
+    return nready(lang_index(lang));
 }
+
+int sg_slot_await(void (*cb)(void *data), void *data)
+{
+    if (sg__slot_claim_closing(cb, data) == 0)
+        return 0;
+    return sg_pool_yield(cb, data);
+}
+
+/* A request waiting for a pooled container to make room. */
+typedef struct {
+    sg_create_req_t req;
+    char image[256];
+    int ephemeral;
+    sg_session_ready_cb cb;
+    void *data;
+} room_wait_t;
+
+static void on_room(void *data)
+{
+    room_wait_t *w = data;
+    sg__session_start(&w->req, w->ephemeral, 0, w->cb, w->data); /* with the slot handed over */
+    free(w);
+}
+
+void sg_session_create(const sg_create_req_t *req, int ephemeral, sg_session_ready_cb cb, void *data)
+{
+    const sg_sessions_conf_t *conf = sg__sessions_conf();
+    sg_session_t *s;
+
+    if (!ephemeral && (long)sg_session_count() >= conf->max_sessions) {
+        char detail[128];
+        snprintf(detail, sizeof(detail), "the proxy is at its limit of %ld sessions", conf->max_sessions);
+        cb(data, NULL, 503, "at_capacity", detail);
+        return;
+    }
+    if ((s = pool_take(req)) != NULL) {
+        s->ephemeral = ephemeral;
+        s->executions = 0; /* the kernel's warm-up does not count */
+        s->limits.timeout_s = req->limits.timeout_s;
+        s->limits.output_bytes = req->limits.output_bytes;
+        s->created_at = s->last_used_at = sg_wall_s();
+        sg__session_list(s);
+        sg_pool_fill();
+        cb(data, s, 200, NULL, NULL); /* gets our reference */
+        return;
+    }
+    if (sg_capacity_take() == 0) {
+        sg__session_start(req, ephemeral, 0, cb, data);
+        return;
+    }
+    room_wait_t *w = sg_xcalloc(1, sizeof(*w));
+    if (req->image == NULL || strlen(req->image) < sizeof(w->image)) {
+        w->req = *req;
+        if (req->image != NULL) {
+            strcpy(w->image, req->image);
+            w->req.image = w->image;
+        }
+        w->ephemeral = ephemeral;
+        w->cb = cb;
+        w->data = data;
+        if (sg_slot_await(on_room, w) == 0)
+            return;
+    }
+    free(w);
+    char detail[128];
+    snprintf(detail, sizeof(detail), "the proxy is at its limit of %ld containers", sg_capacity_max());
+    cb(data, NULL, 503, "no_capacity", detail);
+}
+
+
+static void tick_one(sg_session_t *s, void *data)
+{
+    sg__session_watchdog(s, *(uint64_t *)data);
+}
+
+void sg_sessions_tick(void)
+{
+    uint64_t now = sg_now_ms();
+    sg_session_foreach(tick_one, &now);
+    sg_pool_fill();
+}
+
