@@ -141,15 +141,22 @@ static int wants_stream(h2o_req_t *req, json_object *body)
                                 H2O_STRLIT("text/event-stream")) != SIZE_MAX;
 }
 
-static void on_exec_done(sg_op_t *op)
+/* An execution's answer: its result or failure, as JSON or as the end of
+ * its event stream. */
+static void exec_reply(pending_t *p, sg_op_t *op)
 {
-    pending_t *p = op->data;
     h2o_req_t *req = sg__api_pending_req(p);
     p->op = NULL;
     if (p->stream != NULL)
         sse_finish(p, op);
     else if (req != NULL && !sg__api_send_op_failure(req, op))
         sg_http_send_json(req, 200, exec_result_json(op));
+}
+
+static void on_exec_done(sg_op_t *op)
+{
+    pending_t *p = op->data;
+    exec_reply(p, op);
     sg_op_free(op);
     sg__api_pending_free(p);
 }
@@ -349,12 +356,7 @@ static void ephemeral_exec_done(sg_op_t *op)
 {
     pending_t *p = op->data;
     sg_session_t *s = op->session;
-    h2o_req_t *req = sg__api_pending_req(p);
-    p->op = NULL;
-    if (p->stream != NULL)
-        sse_finish(p, op);
-    else if (req != NULL && !sg__api_send_op_failure(req, op))
-        sg_http_send_json(req, 200, exec_result_json(op));
+    exec_reply(p, op);
     sg_session_ref(s);
     sg_op_free(op);
     sg_session_close(s, NULL, NULL);
