@@ -31,8 +31,8 @@ typedef void (*sg_lib_cb)(void *data, const sg_lib_result_t *r);
  * store. */
 void sg_libraries_init(const sg_proxy_t *px);
 
-/* Checks name, version and the blocklist for the session's language.
- * 0, or -1 with a sentence in err (for a 400). */
+/* Checks name, version and the blocklist (the context's, sg_libraries_init)
+ * for the session's language. 0, or -1 with a sentence in err (for a 400). */
 int sg_lib_check(const sg_lang_t *lang, const char *name, const char *version, char *err, size_t errlen);
 
 /* Installs name (version may be NULL or "latest"). Checks them with

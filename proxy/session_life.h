@@ -43,8 +43,9 @@ typedef struct {
 } sg_sessions_conf_t;
 
 /* Callback of session creation: s is NULL on failure, with status, code and
- * detail set. The session, when given, is listed (unless ephemeral) and the
- * callee gets one reference. */
+ * detail set. The session, when given, is listed in the table (unless
+ * ephemeral, or pooled: the pool lists it) and the callee gets one
+ * reference. */
 typedef void (*sg_session_ready_cb)(void *data, sg_session_t *s, int status, const char *code, const char *detail);
 
 void sg_sessions_init(const sg_sessions_conf_t *conf);
