@@ -1,3 +1,9 @@
+/*
+ * session_life.c — a session's life (session_life.h): its container made
+ * and its agent connected on a worker thread, its place in the table, its
+ * close (keeping its work dir as a template image when asked), its
+ * container slot handed back or on to a waiting request.
+ */
 #include "session_life.h"
 #include "capacity.h"
 #include "container.h"
