@@ -12,7 +12,7 @@
  * Step 2 is tried first: a package some session fetched before costs no
  * container and no index at all — the store is the cache.
  *
- * This module is step 1, on worker threads; api.c chains the steps.
+ * This module is step 1, on worker threads; libraries.c chains the steps.
  */
 #ifndef SANDGATE_INSTALL_H
 #define SANDGATE_INSTALL_H

@@ -343,7 +343,7 @@ void sg_lib_ensure(sg_session_t *s, json_object *libs, sg_lib_cb cb, void *data)
             sg_lib_check(s->lang, name, NULL, e->r.message, sizeof(e->r.message)) != 0) {
             e->n = i;
             free(cmd);
-            ensure_finish(e); /* api.c checked them: not reached */
+            ensure_finish(e); /* api_exec.c checked them: not reached */
             return;
         }
         e->names[i] = sg_xstrdup(name);

@@ -52,7 +52,7 @@ struct sg_session {
     int64_t last_used_at;
     uint64_t executions;
     sg_session_state_t state;
-    unsigned waiting;   /* client requests admitted and not yet started (api.c keeps it) */
+    unsigned waiting;   /* client requests admitted and not yet started (api_core.c keeps it) */
 
     /* private */
     unsigned _refcnt;
