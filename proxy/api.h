@@ -7,15 +7,9 @@
 
 #include <h2o.h>
 
-#include "validate.h"
+#include "api_core.h"
 
-typedef struct {
-    sg_policy_t policy;
-    const char *image_allowlist; /* custom images a session may name */
-    long session_queue;          /* client requests that may wait on one session (SANDGATE_SESSION_QUEUE) */
-} sg_api_t;
-
-/* The sg_http_handler_cb of the proxy; app is an sg_api_t. */
+/* The sg_http_handler_cb of the proxy; app is an sg_api_t (api_core.h). */
 int sg_api_handle(void *app, h2o_req_t *req);
 
 #endif

@@ -1,58 +1,36 @@
 #include "install.h"
+#include "pool.h"
 #include "capacity.h"
 #include "container.h"
 #include "docker.h"
 #include "log.h"
-#include "runtime.h"
 #include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-json_object *sg_install_container_config(const sg_session_t *s, const char *spec, const char *proxy_id)
+json_object *sg_install_container_config(const sg_proxy_t *px, const sg_session_t *s, const char *spec)
 {
-    const sg_sessions_conf_t *conf = sg_sessions_conf();
-    json_object *c = json_object_new_object(), *hc = json_object_new_object();
-    json_object *env = json_object_new_array(), *arr, *tmpfs = json_object_new_object();
-    char buf[2048];
-
-    json_object_object_add(c, "Image", json_object_new_string(s->image));
-    json_object_object_add(c, "User", json_object_new_string("1000:1000"));
-    json_object_object_add(c, "WorkingDir", json_object_new_string("/tmp"));
-    arr = json_object_new_array();
-    json_object_array_add(arr, json_object_new_string("/bin/sh"));
-    json_object_array_add(arr, json_object_new_string("-c"));
-    json_object_object_add(c, "Entrypoint", arr);
-    arr = json_object_new_array();
-    json_object_array_add(arr, json_object_new_string(s->lang->fetch_cmd));
-    json_object_object_add(c, "Cmd", arr);
-    snprintf(buf, sizeof(buf), "SANDGATE_SPEC=%s", spec);
-    json_object_array_add(env, json_object_new_string(buf));
-    snprintf(buf, sizeof(buf), "SANDGATE_INDEX=%s",
-             strcmp(s->lang->package_manager, "npm") == 0 ? conf->npm_registry : conf->pip_index_url);
-    json_object_array_add(env, json_object_new_string(buf));
-    json_object_array_add(env, json_object_new_string("SANDGATE_STORE=" SG_STORE_MOUNT));
-    json_object_array_add(env, json_object_new_string("HOME=/tmp"));
-    json_object_object_add(c, "Env", env);
-    json_object_object_add(c, "Labels", sg_container_labels(proxy_id, s->id, NULL, "installer", sg_wall_s()));
-
-    /* the package manager's network only: nothing of the session's runs here */
-    json_object_object_add(hc, "NetworkMode", json_object_new_string(conf->install_network));
-    /* runc whatever SANDGATE_RUNTIME says: an installer runs only the
-     * package manager, on the network runsc's entry has turned off */
-    json_object_object_add(hc, "Runtime", json_object_new_string(SG_RUNTIME_INSTALLER));
-    sg_container_harden(hc, 1024, 256, 1.0);
-    json_object_object_add(hc, "ReadonlyRootfs", json_object_new_boolean(1));
-    json_object_object_add(tmpfs, "/tmp", json_object_new_string("rw,exec,nosuid,nodev,size=512m,mode=1777"));
-    json_object_object_add(hc, "Tmpfs", tmpfs);
-    json_object_object_add(hc, "Mounts", sg_container_store_mount(conf->store_volume, 0));
-    json_object_object_add(c, "HostConfig", hc);
-    return c;
+    const sg_install_conf_t *conf = &px->install;
+    sg_container_spec_t c = {
+        .kind = SG_CONTAINER_INSTALLER,
+        .image = s->image,
+        .proxy_id = px->id,
+        .session_id = s->id,
+        .created = sg_wall_s(),
+        .store_volume = conf->store_volume,
+        .fetch_cmd = s->lang->fetch_cmd,
+        .fetch_spec = spec,
+        .index_url = strcmp(s->lang->package_manager, "npm") == 0 ? conf->npm_registry : conf->pip_index_url,
+        .install_network = conf->network,
+    };
+    return sg_container_config(&c);
 }
 
 typedef struct {
     sg_job_t super;
+    const sg_proxy_t *px;
     sg_session_t *s;
     json_object *config;
     sg_fetch_result_t r;
@@ -84,7 +62,7 @@ static void tail_into(char *out, size_t cap, const sg_buf_t *log)
 static void fetch_work(sg_job_t *job)
 {
     fetch_job_t *j = (fetch_job_t *)job;
-    const sg_sessions_conf_t *conf = sg_sessions_conf();
+    const sg_install_conf_t *conf = &j->px->install;
     sg_docker_t *d = sg_docker_thread();
     char id[72] = "", err[512];
     long code = -1;
@@ -101,10 +79,10 @@ static void fetch_work(sg_job_t *job)
     if (sg_docker_container_create(d, j->config, id, j->r.message, sizeof(j->r.message)) != 0 ||
         sg_docker_container_start(d, id, j->r.message, sizeof(j->r.message)) != 0)
         goto Exit;
-    if (sg_docker_container_wait(d, id, conf->install_timeout_ms, &code, err, sizeof(err)) != 0) {
+    if (sg_docker_container_wait(d, id, conf->timeout_ms, &code, err, sizeof(err)) != 0) {
         j->r.timed_out = 1;
         snprintf(j->r.message, sizeof(j->r.message), "the install did not finish within %.0f s",
-                 (double)conf->install_timeout_ms / 1000);
+                 (double)conf->timeout_ms / 1000);
         goto Exit;
     }
     sg_docker_container_logs(d, id, &log, err, sizeof(err));
@@ -131,17 +109,18 @@ static void fetch_done(sg_job_t *job)
 static void fetch_submit(void *data)
 {
     fetch_job_t *j = data;
-    sg_workq_submit(sg_sessions_conf()->workq, &j->super);
+    sg_workq_submit(j->px->workq, &j->super);
 }
 
-void sg_install_fetch(sg_session_t *s, const char *spec, sg_fetch_cb cb, void *data)
+void sg_install_fetch(const sg_proxy_t *px, sg_session_t *s, const char *spec, sg_fetch_cb cb, void *data)
 {
-    fetch_job_t *j = calloc(1, sizeof(*j));
+    fetch_job_t *j = sg_xcalloc(1, sizeof(*j));
     sg_session_ref(s);
+    j->px = px;
     j->s = s;
     j->cb = cb;
     j->data = data;
-    j->config = sg_install_container_config(s, spec, sg_sessions_conf()->proxy_id);
+    j->config = sg_install_container_config(px, s, spec);
     j->super.work = fetch_work;
     j->super.done = fetch_done;
     if (sg_capacity_take() == 0) {

@@ -12,13 +12,15 @@
  * Step 2 is tried first: a package some session fetched before costs no
  * container and no index at all — the store is the cache.
  *
- * This module is step 1, on worker threads; api.c chains the steps.
+ * This module is step 1, on worker threads; libraries.c chains the steps.
  */
 #ifndef SANDGATE_INSTALL_H
 #define SANDGATE_INSTALL_H
 
-#include "session.h"
+#include <json-c/json.h>
 
+#include "proxy.h"
+#include "session.h"
 
 typedef struct {
     int ok;
@@ -31,12 +33,12 @@ typedef struct {
 typedef void (*sg_fetch_cb)(void *data, const sg_fetch_result_t *r);
 
 /* Fetches spec ("name==1.0", "name@1.0", or a bare name) for the session's
- * language into the store. cb runs on the loop thread, never before this
+ * language into the store, with px's install settings. cb runs on the loop thread, never before this
  * returns. The installer counts against SANDGATE_MAX_CONTAINERS (a ready
  * pooled container yields to it); at the cap, no_capacity. */
-void sg_install_fetch(sg_session_t *s, const char *spec, sg_fetch_cb cb, void *data);
+void sg_install_fetch(const sg_proxy_t *px, sg_session_t *s, const char *spec, sg_fetch_cb cb, void *data);
 
 /* The installer container's configuration (pure; unit tested). */
-json_object *sg_install_container_config(const sg_session_t *s, const char *spec, const char *proxy_id);
+json_object *sg_install_container_config(const sg_proxy_t *px, const sg_session_t *s, const char *spec);
 
 #endif

@@ -10,6 +10,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+static const sg_proxy_t *proxy;
+static const sg_install_conf_t no_install = {"", "", "", "", 0, NULL};
+
+void sg_libraries_init(const sg_proxy_t *px)
+{
+    proxy = px;
+}
+
+static const sg_install_conf_t *install_conf(void)
+{
+    return proxy != NULL ? &proxy->install : &no_install;
+}
+
 /* ---- checks ------------------------------------------------------------------ */
 
 /* PEP 503 normalisation, for comparing with the blocklist. */
@@ -23,7 +36,7 @@ static void normalise(const char *in, char *out, size_t cap)
 
 static int blocked(const char *name)
 {
-    const char *list = sg_sessions_conf()->library_blocklist;
+    const char *list = install_conf()->blocklist;
     char want[256], item[256];
     normalise(name, want, sizeof(want));
     while (list != NULL && *list != '\0') {
@@ -145,11 +158,11 @@ static void on_local_done(sg_op_t *op)
         snprintf(in->r.message, sizeof(in->r.message), "installed %s %s%s", in->name, in->r.installed_version,
                  in->fetched ? "" : " from the package store");
     } else if (!in->fetched && op->reason == SG_AGENT_REASON_EXITED && op->exit_code == SG_LANG_NOT_IN_STORE &&
-               sg_sessions_conf()->store_volume[0] != '\0') {
+               install_conf()->store_volume[0] != '\0') {
         /* not in the store yet: fetch it, then install again (any other
          * failure, a hash mismatch among them, is the answer) */
         sg_op_free(op);
-        sg_install_fetch(in->s, in->spec, on_fetched, in);
+        sg_install_fetch(proxy, in->s, in->spec, on_fetched, in);
         return;
     } else {
         char err[900];
@@ -163,13 +176,13 @@ static void on_local_done(sg_op_t *op)
 
 static void local_step(install_t *in)
 {
-    const sg_sessions_conf_t *conf = sg_sessions_conf();
+    const sg_install_conf_t *conf = install_conf();
     char qspec[700], qname[500], cmd[4096];
     sg_shell_quote(in->spec, strlen(in->spec), qspec, sizeof(qspec));
     sg_shell_quote(in->name, strlen(in->name), qname, sizeof(qname));
     snprintf(cmd, sizeof(cmd), "SANDGATE_SPEC=%s SANDGATE_NAME=%s; export SANDGATE_SPEC SANDGATE_NAME; %s", qspec, qname,
              in->s->lang->local_install_cmd);
-    sg_op_t *op = sg_op_exec(in->s, NULL, NULL, cmd, NULL, NULL, "", 0, (double)conf->install_timeout_ms / 1000);
+    sg_op_t *op = sg_op_exec(in->s, NULL, NULL, cmd, NULL, NULL, "", 0, (double)conf->timeout_ms / 1000);
     if (op == NULL) {
         snprintf(in->r.message, sizeof(in->r.message), "out of memory");
         install_finish(in);
@@ -180,7 +193,7 @@ static void local_step(install_t *in)
 
 void sg_lib_install(sg_session_t *s, const char *name, const char *version, sg_lib_cb cb, void *data)
 {
-    install_t *in = calloc(1, sizeof(*in));
+    install_t *in = sg_xcalloc(1, sizeof(*in));
     char err[300];
     sg_session_ref(s);
     in->s = s;
@@ -310,9 +323,9 @@ static void on_missing_listed(sg_op_t *op)
 
 void sg_lib_ensure(sg_session_t *s, json_object *libs, sg_lib_cb cb, void *data)
 {
-    ensure_t *e = calloc(1, sizeof(*e));
+    ensure_t *e = sg_xcalloc(1, sizeof(*e));
     size_t n = json_object_array_length(libs), cap = strlen(s->lang->missing_cmd) + n * 700 + 1;
-    char *cmd = malloc(cap);
+    char *cmd = sg_xmalloc(cap);
 
     sg_session_ref(s);
     e->s = s;
@@ -320,26 +333,20 @@ void sg_lib_ensure(sg_session_t *s, json_object *libs, sg_lib_cb cb, void *data)
     e->data = data;
     e->t0 = sg_now_us();
     e->r.http_status = 200;
-    e->names = calloc(n + 1, sizeof(char *));
-    e->missing = calloc(n + 1, 1);
-    if (cmd == NULL || e->names == NULL || e->missing == NULL) {
-        free(cmd);
-        snprintf(e->r.message, sizeof(e->r.message), "out of memory");
-        ensure_finish(e);
-        return;
-    }
+    e->names = sg_xcalloc(n + 1, sizeof(char *));
+    e->missing = sg_xcalloc(n + 1, 1);
     strcpy(cmd, s->lang->missing_cmd);
     for (size_t i = 0; i < n; i++) {
         json_object *v = json_object_array_get_idx(libs, i);
         const char *name = json_object_get_string(v);
         if (!json_object_is_type(v, json_type_string) ||
-            sg_lib_check(s->lang, name, NULL, e->r.message, sizeof(e->r.message)) != 0 ||
-            (e->names[i] = strdup(name)) == NULL) {
+            sg_lib_check(s->lang, name, NULL, e->r.message, sizeof(e->r.message)) != 0) {
             e->n = i;
             free(cmd);
-            ensure_finish(e); /* api.c checked them: not reached */
+            ensure_finish(e); /* api_exec.c checked them: not reached */
             return;
         }
+        e->names[i] = sg_xstrdup(name);
         e->n = i + 1;
         size_t len = strlen(cmd);
         cmd[len++] = ' ';

@@ -12,6 +12,7 @@
 
 #include <json-c/json.h>
 
+#include "proxy.h"
 #include "session.h"
 
 typedef struct {
@@ -25,8 +26,13 @@ typedef struct {
 
 typedef void (*sg_lib_cb)(void *data, const sg_lib_result_t *r);
 
-/* Checks name, version and the blocklist for the session's language.
- * 0, or -1 with a sentence in err (for a 400). */
+/* The proxy's context (its install settings and blocklist), handed once by
+ * main() before any other call; NULL (or never called): no blocklist and no
+ * store. */
+void sg_libraries_init(const sg_proxy_t *px);
+
+/* Checks name, version and the blocklist (the context's, sg_libraries_init)
+ * for the session's language. 0, or -1 with a sentence in err (for a 400). */
 int sg_lib_check(const sg_lang_t *lang, const char *name, const char *version, char *err, size_t errlen);
 
 /* Installs name (version may be NULL or "latest"). Checks them with

@@ -8,10 +8,13 @@
 #include "container.h"
 #include "docker.h"
 #include "http.h"
+#include "libraries.h"
 #include "log.h"
+#include "proxy.h"
 #include "reconcile.h"
 #include "runtime.h"
-#include "session.h"
+#include "pool.h"
+#include "session_life.h"
 #include "util.h"
 #include "workq.h"
 
@@ -126,6 +129,15 @@ static const sg_cfg_entry_t config_table[] = {
 static char agent_volume[128];
 static char runtime_warning[256];
 
+/* {"<key>": "1"}: the label of what outlives proxies (the store, the network,
+ * the agent volume). */
+static json_object *label_one(const char *key)
+{
+    json_object *labels = json_object_new_object();
+    json_object_object_add(labels, key, json_object_new_string("1"));
+    return labels;
+}
+
 /* Custom images have no agent: a volume holds the static one, copied from
  * the python image's /usr/local/bin (Docker fills a new volume from the
  * image's directory when a container first mounts it). Named after that
@@ -141,25 +153,20 @@ static int prepare_agent_volume(sg_docker_t *d, char *err, size_t errlen)
         return -1;
     }
     snprintf(agent_volume, sizeof(agent_volume), "sandgate-agent-%.12s", strncmp(id, "sha256:", 7) == 0 ? id + 7 : id);
-    json_object *labels = json_object_new_object();
-    json_object_object_add(labels, "sandgate.agent", json_object_new_string("1"));
+    json_object *labels = label_one("sandgate.agent");
     int rc = sg_docker_volume_create(d, agent_volume, labels, err, errlen);
     json_object_put(labels);
     if (rc != 0)
         return -1;
-    json_object *c = json_object_new_object(), *hc = json_object_new_object(), *ep = json_object_new_array();
-    json_object_object_add(c, "Image", json_object_new_string(image));
-    json_object_array_add(ep, json_object_new_string("/usr/local/bin/sandgate-agent"));
-    json_object_object_add(c, "Entrypoint", ep);
-    json_object_object_add(c, "Labels", sg_container_labels(cfg.proxy_id, "agent-volume", NULL, "agent-copy", sg_wall_s()));
-    json_object_object_add(hc, "NetworkMode", json_object_new_string("none"));
-    json_object *mounts = json_object_new_array(), *m = json_object_new_object();
-    json_object_object_add(m, "Type", json_object_new_string("volume"));
-    json_object_object_add(m, "Source", json_object_new_string(agent_volume));
-    json_object_object_add(m, "Target", json_object_new_string("/usr/local/bin"));
-    json_object_array_add(mounts, m);
-    json_object_object_add(hc, "Mounts", mounts);
-    json_object_object_add(c, "HostConfig", hc);
+    sg_container_spec_t spec = {
+        .kind = SG_CONTAINER_AGENT_COPY,
+        .image = image,
+        .proxy_id = cfg.proxy_id,
+        .session_id = "agent-volume",
+        .created = sg_wall_s(),
+        .agent_volume = agent_volume,
+    };
+    json_object *c = sg_container_config(&spec);
     rc = sg_docker_container_create(d, c, cid, err, errlen);
     json_object_put(c);
     if (rc == 0)
@@ -184,13 +191,123 @@ static void on_tick(h2o_timeout_entry_t *e)
     h2o_timeout_link(loop, &tick_timeout, &tick_entry);
 }
 
-int main(int argc, char **argv)
+/* The engine as the proxy needs it: answering, without this proxy's
+ * leftovers, its runtime chosen (*runtime), the package store, the isolated
+ * network and the agent volume there when configured. 0, or -1 (logged). */
+static int prepare_engine(sg_docker_t *docker, const char **runtime)
 {
     char err[512], version[32], api_version[16];
+    json_object *runtimes = NULL, *labels;
+    int n, rc;
+
+    if (sg_docker_ping(docker, version, api_version, err, sizeof(err)) != 0) {
+        sg_error("the Docker engine does not answer (%s); is dockerd running?", err);
+        return -1;
+    }
+    sg_info("Docker engine %s, API %s (using %s)", version, api_version, sg_docker_api_version());
+    if ((n = sg_reconcile(docker, cfg.proxy_id, err, sizeof(err))) < 0) {
+        sg_error("cannot reconcile leftover containers: %s", err);
+        return -1;
+    }
+    sg_info("reconcile: %d leftover container(s) of proxy \"%s\" removed", n, cfg.proxy_id);
+    if (sg_docker_runtimes(docker, &runtimes, err, sizeof(err)) != 0)
+        sg_warn("cannot list the engine's runtimes: %s", err);
+    rc = sg_runtime_choose(cfg.runtime, runtimes, runtime, runtime_warning, sizeof(runtime_warning), err, sizeof(err));
+    json_object_put(runtimes);
+    if (rc != 0) {
+        sg_error("%s", err);
+        return -1;
+    }
+    if (runtime_warning[0] != '\0')
+        sg_warn("%s", runtime_warning);
+    sg_info("sandboxes run on %s%s", *runtime, strcmp(*runtime, SG_RUNTIME_RUNSC) == 0 ? " (gVisor)" : "");
+    if (cfg.store_volume[0] != '\0') {
+        /* the package store outlives proxies: it is a cache of public packages */
+        labels = label_one("sandgate.store");
+        rc = sg_docker_volume_create(docker, cfg.store_volume, labels, err, sizeof(err));
+        json_object_put(labels);
+        if (rc != 0) {
+            sg_error("cannot create the package store volume %s: %s", cfg.store_volume, err);
+            return -1;
+        }
+    }
+    if (cfg.allow_network) {
+        /* Docker's default bridge lets containers reach each other: sessions
+         * with the network get one where they cannot (it outlives proxies) */
+        labels = label_one("sandgate.network");
+        rc = sg_docker_network_isolated(docker, cfg.sandbox_network, labels, err, sizeof(err));
+        json_object_put(labels);
+        if (rc != 0) {
+            sg_error("sessions may have the network, but: %s", err);
+            return -1;
+        }
+    }
+    if (cfg.image_allowlist[0] != '\0' && prepare_agent_volume(docker, err, sizeof(err)) != 0) {
+        sg_error("custom images are allowed, but the agent volume cannot be made: %s", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* The proxy's context and the API's settings, from the configuration. */
+static void make_context(sg_proxy_t *px, sg_api_t *api)
+{
+    px->id = cfg.proxy_id;
+    px->template_repo = cfg.template_repo;
+    px->max_file_bytes = cfg.max_file_bytes;
+    px->runtime_warning = runtime_warning;
+    px->install.store_volume = cfg.store_volume;
+    px->install.network = cfg.install_network;
+    px->install.pip_index_url = cfg.pip_index_url;
+    px->install.npm_registry = cfg.npm_registry;
+    px->install.timeout_ms = (long)(cfg.install_timeout * 1000);
+    px->install.blocklist = cfg.library_blocklist;
+    memset(api, 0, sizeof(*api));
+    api->proxy = px;
+    api->policy.defaults.timeout_s = cfg.exec_timeout;
+    api->policy.defaults.memory_mb = cfg.memory_mb;
+    api->policy.defaults.cpus = cfg.cpus;
+    api->policy.defaults.network = 0;
+    api->policy.defaults.pids = cfg.pids;
+    api->policy.defaults.output_bytes = cfg.output_limit;
+    api->policy.defaults.tmpfs_mb = cfg.tmpfs_mb;
+    api->policy.max_timeout_s = cfg.max_exec_timeout;
+    api->policy.max_memory_mb = cfg.max_memory_mb;
+    api->policy.max_cpus = cfg.max_cpus;
+    api->policy.allow_network = cfg.allow_network;
+    api->image_allowlist = cfg.image_allowlist;
+    api->session_queue = cfg.session_queue;
+}
+
+/* What sessions need of it all (session_life.h). */
+static void make_sessions_conf(sg_sessions_conf_t *sconf, const sg_proxy_t *px, const sg_api_t *api,
+                               const char *runtime)
+{
+    memset(sconf, 0, sizeof(*sconf));
+    sconf->loop = px->loop;
+    sconf->workq = px->workq;
+    sconf->proxy_id = cfg.proxy_id;
+    sconf->image_prefix = cfg.image_prefix;
+    sconf->template_repo = cfg.template_repo;
+    sconf->max_sessions = cfg.max_sessions;
+    sconf->pool_size = cfg.pool_size;
+    sconf->store_volume = cfg.store_volume;
+    sconf->sandbox_network = cfg.sandbox_network;
+    sconf->agent_volume = agent_volume;
+    sconf->pool_limits = api->policy.defaults;
+    sconf->agent_start_timeout_ms = (int)cfg.agent_start_timeout_ms;
+    sconf->runtime = runtime;
+}
+
+int main(int argc, char **argv)
+{
+    char err[512];
+    static sg_proxy_t px; /* the proxy's context: read-only once the loop runs */
     sg_api_t api;
     sg_sessions_conf_t sconf;
     sg_http_server_t *server;
     sg_docker_t *docker;
+    const char *runtime = NULL;
     int n;
 
     int rc = sg_config_main(argc, argv, config_table, sizeof(config_table) / sizeof(config_table[0]), "sandgate-proxy",
@@ -205,71 +322,9 @@ int main(int argc, char **argv)
         return 2;
     }
     docker = sg_docker_create();
-    if (sg_docker_ping(docker, version, api_version, err, sizeof(err)) != 0) {
-        sg_error("the Docker engine does not answer (%s); is dockerd running?", err);
+    if (prepare_engine(docker, &runtime) != 0)
         return 1;
-    }
-    sg_info("Docker engine %s, API %s (using %s)", version, api_version, sg_docker_api_version());
-    if ((n = sg_reconcile(docker, cfg.proxy_id, err, sizeof(err))) < 0) {
-        sg_error("cannot reconcile leftover containers: %s", err);
-        return 1;
-    }
-    sg_info("reconcile: %d leftover container(s) of proxy \"%s\" removed", n, cfg.proxy_id);
-    json_object *runtimes = NULL;
-    const char *runtime = NULL;
-    if (sg_docker_runtimes(docker, &runtimes, err, sizeof(err)) != 0)
-        sg_warn("cannot list the engine's runtimes: %s", err);
-    rc = sg_runtime_choose(cfg.runtime, runtimes, &runtime, runtime_warning, sizeof(runtime_warning), err, sizeof(err));
-    json_object_put(runtimes);
-    if (rc != 0) {
-        sg_error("%s", err);
-        return 1;
-    }
-    if (runtime_warning[0] != '\0')
-        sg_warn("%s", runtime_warning);
-    sg_info("sandboxes run on %s%s", runtime, strcmp(runtime, SG_RUNTIME_RUNSC) == 0 ? " (gVisor)" : "");
-    if (cfg.store_volume[0] != '\0') {
-        /* the package store outlives proxies: it is a cache of public packages */
-        json_object *labels = json_object_new_object();
-        json_object_object_add(labels, "sandgate.store", json_object_new_string("1"));
-        if (sg_docker_volume_create(docker, cfg.store_volume, labels, err, sizeof(err)) != 0) {
-            sg_error("cannot create the package store volume %s: %s", cfg.store_volume, err);
-            return 1;
-        }
-        json_object_put(labels);
-    }
-
-    if (cfg.allow_network) {
-        /* Docker's default bridge lets containers reach each other: sessions
-         * with the network get one where they cannot (it outlives proxies) */
-        json_object *labels = json_object_new_object();
-        json_object_object_add(labels, "sandgate.network", json_object_new_string("1"));
-        rc = sg_docker_network_isolated(docker, cfg.sandbox_network, labels, err, sizeof(err));
-        json_object_put(labels);
-        if (rc != 0) {
-            sg_error("sessions may have the network, but: %s", err);
-            return 1;
-        }
-    }
-
-    if (cfg.image_allowlist[0] != '\0' && prepare_agent_volume(docker, err, sizeof(err)) != 0) {
-        sg_error("custom images are allowed, but the agent volume cannot be made: %s", err);
-        return 1;
-    }
-    memset(&api, 0, sizeof(api));
-    api.policy.defaults.timeout_s = cfg.exec_timeout;
-    api.policy.defaults.memory_mb = cfg.memory_mb;
-    api.policy.defaults.cpus = cfg.cpus;
-    api.policy.defaults.network = 0;
-    api.policy.defaults.pids = cfg.pids;
-    api.policy.defaults.output_bytes = cfg.output_limit;
-    api.policy.defaults.tmpfs_mb = cfg.tmpfs_mb;
-    api.policy.max_timeout_s = cfg.max_exec_timeout;
-    api.policy.max_memory_mb = cfg.max_memory_mb;
-    api.policy.max_cpus = cfg.max_cpus;
-    api.policy.allow_network = cfg.allow_network;
-    api.image_allowlist = cfg.image_allowlist;
-    api.session_queue = cfg.session_queue;
+    make_context(&px, &api);
 
     size_t max_body = (size_t)(cfg.max_body > cfg.max_file_bytes ? cfg.max_body : cfg.max_file_bytes);
     server = sg_http_server_create(cfg.host, (int)cfg.port, max_body, sg_api_handle, &api, err, sizeof(err));
@@ -278,29 +333,11 @@ int main(int argc, char **argv)
         return 1;
     }
     loop = sg_http_server_loop(server);
-
-    memset(&sconf, 0, sizeof(sconf));
-    sconf.loop = loop;
-    sconf.workq = sg_workq_create(loop, (int)cfg.workers);
-    sconf.proxy_id = cfg.proxy_id;
-    sconf.image_prefix = cfg.image_prefix;
-    sconf.template_repo = cfg.template_repo;
-    sconf.max_sessions = cfg.max_sessions;
+    px.loop = loop;
+    px.workq = sg_workq_create(loop, (int)cfg.workers);
+    sg_libraries_init(&px);
     sg_capacity_init(cfg.max_containers);
-    sconf.max_file_bytes = cfg.max_file_bytes;
-    sconf.pool_size = cfg.pool_size;
-    sconf.store_volume = cfg.store_volume;
-    sconf.install_network = cfg.install_network;
-    sconf.sandbox_network = cfg.sandbox_network;
-    sconf.pip_index_url = cfg.pip_index_url;
-    sconf.npm_registry = cfg.npm_registry;
-    sconf.install_timeout_ms = (long)(cfg.install_timeout * 1000);
-    sconf.library_blocklist = cfg.library_blocklist;
-    sconf.agent_volume = agent_volume;
-    sconf.pool_limits = api.policy.defaults;
-    sconf.agent_start_timeout_ms = (int)cfg.agent_start_timeout_ms;
-    sconf.runtime = runtime;
-    sconf.runtime_warning = runtime_warning;
+    make_sessions_conf(&sconf, &px, &api, runtime);
     sg_sessions_init(&sconf);
 
     sg_pool_fill();
@@ -320,7 +357,7 @@ int main(int argc, char **argv)
     sg_http_server_stop_accepting(server);
     /* Finish the Docker calls under way, then remove every container this
      * proxy owns, whatever state its session was in. */
-    sg_workq_destroy(sconf.workq);
+    sg_workq_destroy(px.workq);
     if ((n = sg_reconcile(docker, cfg.proxy_id, err, sizeof(err))) < 0)
         sg_error("shutdown: cannot list containers: %s", err);
     else

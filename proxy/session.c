@@ -1,409 +1,28 @@
+/*
+ * session.c — a session (session.h): its references, the connection to its
+ * agent (agent_proto.h over the attach stream) and the ops queued on it,
+ * one at a time.
+ */
 #include "session.h"
-#include "capacity.h"
-#include "container.h"
-#include "docker.h"
-#include "json.h"
 #include "log.h"
-#include "runtime.h"
 #include "util.h"
 
-#include <errno.h>
 #include <fcntl.h>
-#include <math.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* How long past its own timeout an EXEC may take before the agent is
  * declared unresponsive: the agent needs a moment to kill a process tree. */
 #define EXEC_GRACE_MS 10000
 #define FILE_OP_TIMEOUT_MS 30000
 
-enum { SG_IN_NONE, SG_IN_TABLE, SG_IN_POOL };
-#define POOL_RETRY_MS 30000
-#define POOL_MAX_STARTING 2 /* per language */
-#define MAX_LANGS 16
+static void (*on_broken)(sg_session_t *s);
 
-static sg_sessions_conf_t conf;
-static h2o_linklist_t table = {&table, &table};
-static size_t table_count;
-
-static struct {
-    h2o_linklist_t ready;
-    size_t nready;
-    size_t nstarting;
-    uint64_t retry_at_ms; /* after a failed start */
-} pool[MAX_LANGS];
-
-void sg_sessions_init(const sg_sessions_conf_t *c)
+void sg__session_on_broken(void (*cb)(sg_session_t *s))
 {
-    conf = *c;
-    for (size_t i = 0; i < MAX_LANGS; i++)
-        h2o_linklist_init_anchor(&pool[i].ready);
+    on_broken = cb;
 }
-
-static size_t lang_index(const sg_lang_t *lang)
-{
-    for (size_t i = 0; i < sg_lang_count() && i < MAX_LANGS; i++)
-        if (sg_lang_at(i) == lang)
-            return i;
-    return 0;
-}
-
-static void list_insert(sg_session_t *s, int where)
-{
-    sg_session_ref(s);
-    if (where == SG_IN_POOL) {
-        h2o_linklist_insert(&pool[lang_index(s->lang)].ready, &s->_link);
-        pool[lang_index(s->lang)].nready++;
-    } else {
-        h2o_linklist_insert(&table, &s->_link);
-        if (!s->ephemeral)
-            table_count++;
-    }
-    s->_where = where;
-}
-
-static void list_remove(sg_session_t *s)
-{
-    if (s->_where == SG_IN_NONE)
-        return;
-    h2o_linklist_unlink(&s->_link);
-    if (s->_where == SG_IN_POOL)
-        pool[lang_index(s->lang)].nready--;
-    else if (!s->ephemeral)
-        table_count--;
-    s->_where = SG_IN_NONE;
-    sg_session_unref(s);
-}
-
-/* Sessions whose container is being removed and whose slot no request has
- * claimed yet (sg_slot_await), oldest close first. */
-static h2o_linklist_t closing = {&closing, &closing};
-
-/* The container is gone (or was never made): its slot goes back, or to the
- * request that claimed it (sg_slot_await), which runs now. */
-static void slot_release(sg_session_t *s)
-{
-    if (h2o_linklist_is_linked(&s->_closing_link))
-        h2o_linklist_unlink(&s->_closing_link);
-    if (!s->_has_slot)
-        return;
-    s->_has_slot = 0;
-    if (s->_handover_cb != NULL) {
-        void (*cb)(void *data) = s->_handover_cb;
-        s->_handover_cb = NULL;
-        cb(s->_handover_data);
-    } else {
-        sg_capacity_give();
-    }
-}
-
-const sg_sessions_conf_t *sg_sessions_conf(void)
-{
-    return &conf;
-}
-
-const char *sg_sessions_runtime(void)
-{
-    return conf.runtime != NULL ? conf.runtime : SG_RUNTIME_RUNC;
-}
-
-const char *sg_session_runtime(const sg_session_t *s)
-{
-    /* runsc's entry has its network off (--network=none: with its own
-     * network stack it does not start on this kind of engine), so a session
-     * with the network runs on runc */
-    return s->limits.network ? SG_RUNTIME_RUNC : sg_sessions_runtime();
-}
-
-/* ---- the Docker side, on worker threads ---------------------------------- */
-
-json_object *sg_session_container_config(const sg_session_t *s, const char *proxy_id)
-{
-    json_object *c = json_object_new_object(), *hc = json_object_new_object();
-    json_object *env = json_object_new_array(), *tmpfs = json_object_new_object(), *lc = json_object_new_object();
-
-    json_object_object_add(c, "Image", json_object_new_string(s->image));
-    json_object_object_add(c, "User", json_object_new_string("1000:1000"));
-    json_object_object_add(c, "WorkingDir", json_object_new_string("/sandbox"));
-    if (s->foreign) {
-        /* a custom image has no agent of its own: the static one is mounted in */
-        json_object *ep = json_object_new_array();
-        json_object_array_add(ep, json_object_new_string("/opt/sandgate/bin/sandgate-agent"));
-        json_object_object_add(c, "Entrypoint", ep);
-        json_object_object_add(c, "Cmd", json_object_new_array());
-    }
-    json_object_array_add(env, json_object_new_string("SANDGATE_WORKDIR=/sandbox"));
-    json_object_array_add(env, json_object_new_string("HOME=/sandbox"));
-    json_object_object_add(c, "Env", env);
-    json_object_object_add(c, "OpenStdin", json_object_new_boolean(1));
-    json_object_object_add(c, "StdinOnce", json_object_new_boolean(0));
-    json_object_object_add(c, "AttachStdin", json_object_new_boolean(1));
-    json_object_object_add(c, "AttachStdout", json_object_new_boolean(1));
-    json_object_object_add(c, "AttachStderr", json_object_new_boolean(1));
-    json_object_object_add(c, "Tty", json_object_new_boolean(0));
-    json_object_object_add(c, "NetworkDisabled", json_object_new_boolean(!s->limits.network));
-    json_object *labels = sg_container_labels(proxy_id, s->id, s->lang->name,
-                                              s->_pooled ? "pool" : s->ephemeral ? "ephemeral" : "session",
-                                              s->created_at);
-    json_object_object_add(labels, "sandgate.runtime", json_object_new_string(sg_session_runtime(s)));
-    json_object_object_add(c, "Labels", labels);
-
-    const char *net = conf.sandbox_network != NULL ? conf.sandbox_network : SG_SANDBOX_NETWORK;
-    json_object_object_add(hc, "NetworkMode", json_object_new_string(s->limits.network ? net : "none"));
-    json_object_object_add(hc, "Runtime", json_object_new_string(sg_session_runtime(s)));
-    sg_container_harden(hc, s->limits.memory_mb, s->limits.pids, s->limits.cpus);
-    sg_container_runtime_limits(hc, sg_session_runtime(s), s->limits.pids);
-    /* The root is read-only for every session. A template session's work
-     * dir is a size-capped tmpfs like any other, but on a volume, which
-     * Docker's archive API can read at close (the commit) and fill at start
-     * (a session made from a template). */
-    int workdir_volume = s->keep_template || s->from_template;
-    json_object_object_add(hc, "ReadonlyRootfs", json_object_new_boolean(1));
-    if (!workdir_volume)
-        sg_container_tmpfs(tmpfs, "/sandbox", "rw,exec,nosuid,nodev,uid=1000,gid=1000,mode=0755", s->limits.tmpfs_mb);
-    sg_container_tmpfs(tmpfs, "/tmp", "rw,exec,nosuid,nodev,mode=1777", s->limits.tmpfs_mb);
-    sg_container_shm(tmpfs);
-    json_object_object_add(hc, "Tmpfs", tmpfs);
-    json_object_object_add(hc, "Init", json_object_new_boolean(0)); /* the agent is PID 1 and reaps */
-    json_object *mounts = NULL;
-    if (s->foreign) {
-        json_object *m = json_object_new_object();
-        mounts = json_object_new_array();
-        json_object_object_add(m, "Type", json_object_new_string("volume"));
-        json_object_object_add(m, "Source", json_object_new_string(conf.agent_volume));
-        json_object_object_add(m, "Target", json_object_new_string("/opt/sandgate/bin"));
-        json_object_object_add(m, "ReadOnly", json_object_new_boolean(1));
-        json_object_array_add(mounts, m);
-    } else if (conf.store_volume != NULL && conf.store_volume[0] != '\0' && s->lang->fetch_cmd != NULL) {
-        /* the package store (install.h), read-only: installs come from it */
-        mounts = sg_container_store_mount(conf.store_volume, 1);
-    }
-    if (workdir_volume) {
-        if (mounts == NULL)
-            mounts = json_object_new_array();
-        json_object_array_add(mounts, sg_container_workdir_volume(s->limits.tmpfs_mb));
-    }
-    if (mounts != NULL)
-        json_object_object_add(hc, "Mounts", mounts);
-    json_object_object_add(lc, "Type", json_object_new_string("none"));
-    json_object_object_add(lc, "Config", json_object_new_object());
-    json_object_object_add(hc, "LogConfig", lc);
-    json_object_object_add(c, "HostConfig", hc);
-    return c;
-}
-
-typedef struct {
-    sg_job_t super;
-    sg_session_t *s;
-    json_object *config;
-    int fd;
-    uint8_t *leftover; /* agent stdout bytes read past READY */
-    size_t leftover_len;
-    sg_docker_demux_t demux;
-    int status;
-    const char *code;
-    char err[512];
-    sg_session_ready_cb cb;
-    void *data;
-} create_job_t;
-
-typedef struct {
-    sg_buf_t *out;
-    int bad;
-} ready_ctx_t;
-
-static void on_ready_bytes(void *ctx, int stream, const uint8_t *p, size_t len)
-{
-    ready_ctx_t *r = ctx;
-    if (stream == 1) {
-        if (sg_buf_append(r->out, p, len) != 0)
-            r->bad = 1;
-    } else if (stream == 2) {
-        sg_debug("agent: %.*s", (int)(len && p[len - 1] == '\n' ? len - 1 : len), (const char *)p);
-    }
-}
-
-/* Reads from the attach socket until the agent's READY message is whole. */
-static int wait_ready(create_job_t *j, int timeout_ms)
-{
-    sg_buf_t out;
-    ready_ctx_t ctx = {&out, 0};
-    uint64_t deadline = sg_now_ms() + (uint64_t)timeout_ms;
-    uint8_t buf[4096];
-    int ret = -1;
-
-    sg_buf_init(&out, 1 << 16);
-    sg_docker_demux_init(&j->demux);
-    for (;;) {
-        if (out.len >= SG_AGENT_HEADER_SIZE) {
-            sg_agent_header_t h;
-            if (sg_agent_header_decode((uint8_t *)out.base, &h) != 0 || h.type != SG_AGENT_READY) {
-                snprintf(j->err, sizeof(j->err), "the sandbox agent did not introduce itself (is %s a sandgate image?)",
-                         j->s->image);
-                goto Exit;
-            }
-            if (out.len >= SG_AGENT_HEADER_SIZE + h.len) {
-                sg_agent_reader_t r;
-                uint32_t version = 0;
-                sg_agent_reader_init(&r, out.base + SG_AGENT_HEADER_SIZE, h.len);
-                if (sg_agent_get_u32(&r, &version) != 0 || version != SG_AGENT_PROTO_VERSION) {
-                    snprintf(j->err, sizeof(j->err), "the sandbox agent speaks protocol %u, not %u", version,
-                             SG_AGENT_PROTO_VERSION);
-                    goto Exit;
-                }
-                size_t used = SG_AGENT_HEADER_SIZE + h.len;
-                if (out.len > used) {
-                    j->leftover = malloc(out.len - used);
-                    memcpy(j->leftover, out.base + used, out.len - used);
-                    j->leftover_len = out.len - used;
-                }
-                ret = 0;
-                goto Exit;
-            }
-        }
-        uint64_t now = sg_now_ms();
-        if (now >= deadline) {
-            snprintf(j->err, sizeof(j->err), "the sandbox agent did not start within %d ms", timeout_ms);
-            goto Exit;
-        }
-        struct pollfd p = {j->fd, POLLIN, 0};
-        int r = poll(&p, 1, (int)(deadline - now));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            continue;
-        ssize_t n = read(j->fd, buf, sizeof(buf));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            snprintf(j->err, sizeof(j->err), "the sandbox container exited at start (image %s)", j->s->image);
-            goto Exit;
-        }
-        if (sg_docker_demux_feed(&j->demux, buf, (size_t)n, on_ready_bytes, &ctx) != 0 || ctx.bad) {
-            snprintf(j->err, sizeof(j->err), "the sandbox's output stream was malformed at start");
-            goto Exit;
-        }
-    }
-Exit:
-    sg_buf_free(&out);
-    return ret;
-}
-
-/* The largest tar of a work dir of size_mb MiB that is read back: its
- * bytes plus room for the tar headers of many small files. */
-static size_t workdir_archive_max(long size_mb)
-{
-    return ((size_t)size_mb << 20) + ((size_t)size_mb << 17) + (1u << 20);
-}
-
-static const char *label_of(json_object *image, const char *key)
-{
-    json_object *cfg, *labels, *v;
-    if (!json_object_object_get_ex(image, "Config", &cfg) || !json_object_object_get_ex(cfg, "Labels", &labels) ||
-        !json_object_object_get_ex(labels, key, &v) || !json_object_is_type(v, json_type_string))
-        return NULL;
-    return json_object_get_string(v);
-}
-
-static int64_t image_size(json_object *image)
-{
-    json_object *v;
-    return json_object_object_get_ex(image, "Size", &v) ? json_object_get_int64(v) : 0;
-}
-
-/* A session made from a template: 1 if the template exists, was made by
- * this repository's proxies and belongs to the session's owner (when the
- * create named one), its base image then in s->base_image; 0 if not (as
- * for an image that does not exist: another owner's template is not
- * there for this one); -1 on a Docker error. */
-static int template_base(sg_session_t *s, sg_docker_t *d, char *err, size_t errlen)
-{
-    json_object *img = NULL;
-    const char *repo, *owner, *base;
-    int r = sg_docker_image_inspect(d, s->image, &img, err, errlen);
-    if (r != 1)
-        return r;
-    repo = label_of(img, "sandgate.template");
-    owner = label_of(img, "sandgate.owner");
-    base = label_of(img, "sandgate.template.base");
-    r = repo != NULL && strcmp(repo, conf.template_repo) == 0 && base != NULL && base[0] != '\0' &&
-        (s->owner[0] == '\0' || (owner != NULL && strcmp(owner, s->owner) == 0));
-    if (r)
-        snprintf(s->base_image, sizeof(s->base_image), "%s", base);
-    json_object_put(img);
-    return r;
-}
-
-/* Copies the template's work dir (SG_TEMPLATE_WORKDIR in its image) into
- * the running session's /sandbox volume, before any code runs. */
-static int restore_workdir(sg_session_t *s, sg_docker_t *d, char *err, size_t errlen)
-{
-    sg_buf_t tar;
-    int ret = -1;
-
-    sg_buf_init(&tar, workdir_archive_max(s->limits.tmpfs_mb));
-    if (sg_docker_archive_get(d, s->container_id, SG_TEMPLATE_WORKDIR "/.", &tar, err, errlen) != 0)
-        goto Exit;
-    if (sg_docker_archive_put(d, s->container_id, "/sandbox", tar.base, tar.len, err, errlen) != 0)
-        goto Exit;
-    ret = 0;
-Exit:
-    sg_buf_free(&tar);
-    return ret;
-}
-
-static void create_work(sg_job_t *job)
-{
-    create_job_t *j = (create_job_t *)job;
-    sg_docker_t *d = sg_docker_thread();
-    char err[512];
-    int exists;
-
-    j->status = 503;
-    j->code = "docker_unavailable";
-    exists = j->s->from_template ? template_base(j->s, d, j->err, sizeof(j->err))
-                                 : sg_docker_image_exists(d, j->s->image, j->err, sizeof(j->err));
-    if (exists < 0)
-        return;
-    if (exists == 0) {
-        j->status = 400;
-        j->code = "unknown_image";
-        snprintf(j->err, sizeof(j->err), "image %s does not exist on this Docker engine", j->s->image);
-        return;
-    }
-    if (!j->s->from_template)
-        snprintf(j->s->base_image, sizeof(j->s->base_image), "%s", j->s->image);
-    if (sg_docker_container_create(d, j->config, j->s->container_id, j->err, sizeof(j->err)) != 0)
-        return;
-    j->status = 500;
-    j->code = "sandbox_failed";
-    if (sg_docker_attach(j->s->container_id, conf.agent_start_timeout_ms, &j->fd, j->err, sizeof(j->err)) != 0)
-        goto Error;
-    if (sg_docker_container_start(d, j->s->container_id, j->err, sizeof(j->err)) != 0)
-        goto Error;
-    if (wait_ready(j, conf.agent_start_timeout_ms) != 0)
-        goto Error;
-    if (j->s->from_template && restore_workdir(j->s, d, j->err, sizeof(j->err)) != 0)
-        goto Error;
-    j->status = 200;
-    return;
-
-Error:
-    if (j->fd >= 0) {
-        close(j->fd);
-        j->fd = -1;
-    }
-    if (sg_docker_container_remove(d, j->s->container_id, err, sizeof(err)) != 0)
-        sg_error("session %s: cannot remove container %.12s after a failed start: %s", j->s->id, j->s->container_id,
-                 err);
-    j->s->container_id[0] = '\0';
-}
-
-static void on_agent_read(h2o_socket_t *sock, const char *err);
 
 static void session_free(sg_session_t *s)
 {
@@ -422,287 +41,6 @@ void sg_session_unref(sg_session_t *s)
         session_free(s);
 }
 
-static void process_inbuf(sg_session_t *s);
-
-static void on_warm_up_done(sg_op_t *op)
-{
-    if (op->failed || op->reason != SG_AGENT_REASON_EXITED || op->exit_code != 0)
-        sg_warn("session %s: the %s kernel did not start cleanly (%s, exit %d): %.*s", op->session->id,
-                op->session->lang->name, op->failed ? op->errmsg : sg_agent_reason_name(op->reason), op->exit_code,
-                (int)(op->out[1].len > 300 ? 300 : op->out[1].len), op->out[1].base ? op->out[1].base : "");
-    sg_op_free(op);
-}
-
-/* A pooled container starts its language's kernel at once (an empty
- * execution), so that a session's first execute does not wait for the
- * interpreter to start. A request that takes the container meanwhile queues
- * behind it. */
-static void warm_up(sg_session_t *s)
-{
-    sg_op_t *op;
-    if (s->lang->kernel_cmd == NULL)
-        return;
-    op = sg_op_exec(s, NULL, NULL, NULL, NULL, s->lang->kernel_cmd, "", 0, 30.0);
-    if (op != NULL)
-        sg_op_submit(op, on_warm_up_done, NULL);
-}
-
-static void create_done(sg_job_t *job)
-{
-    create_job_t *j = (create_job_t *)job;
-    sg_session_t *s = j->s;
-
-    json_object_put(j->config);
-    if (s->_pooled)
-        pool[lang_index(s->lang)].nstarting--;
-    if (j->status != 200) {
-        sg_warn("session %s: start failed: %s", s->id, j->err);
-        s->state = SG_SESSION_DEAD;
-        slot_release(s);
-        if (s->_pooled)
-            pool[lang_index(s->lang)].retry_at_ms = sg_now_ms() + POOL_RETRY_MS;
-        else
-            j->cb(j->data, NULL, j->status, j->code, j->err);
-        sg_session_unref(s);
-        goto Exit;
-    }
-    fcntl(j->fd, F_SETFL, fcntl(j->fd, F_GETFL) | O_NONBLOCK);
-    s->_sock = h2o_evloop_socket_create(conf.loop, j->fd, 0);
-    s->_sock->data = s;
-    s->_demux = j->demux;
-    if (j->leftover_len != 0)
-        sg_buf_append(&s->_inbuf, j->leftover, j->leftover_len);
-    s->state = SG_SESSION_ACTIVE;
-    h2o_socket_read_start(s->_sock, on_agent_read);
-    sg_debug("session %s: %s container %.12s ready (%s)", s->id, s->lang->name, s->container_id,
-             s->_pooled ? "pool" : s->ephemeral ? "ephemeral" : "session");
-    if (s->_pooled) {
-        list_insert(s, SG_IN_POOL);
-        warm_up(s);
-        sg_session_unref(s); /* nobody else holds it */
-    } else {
-        /* ephemeral sessions are in the table too, for the watchdog, but never listed */
-        list_insert(s, SG_IN_TABLE);
-        j->cb(j->data, s, 200, NULL, NULL);
-    }
-    process_inbuf(s);
-Exit:
-    free(j->leftover);
-    free(j);
-}
-
-/* The caller has taken a container slot for it (capacity.h). */
-static void session_start(const sg_create_req_t *req, int ephemeral, int pooled, sg_session_ready_cb cb, void *data)
-{
-    sg_session_t *s = calloc(1, sizeof(*s));
-    create_job_t *j = calloc(1, sizeof(*j));
-
-    if (s == NULL || j == NULL || sg_uuid4(s->id) != 0) {
-        free(s);
-        free(j);
-        sg_capacity_give();
-        if (cb != NULL)
-            cb(data, NULL, 500, "internal", "out of memory");
-        return;
-    }
-    s->_refcnt = 1; /* handed to cb on success */
-    s->_has_slot = 1;
-    s->lang = req->lang;
-    s->limits = req->limits;
-    s->keep_template = req->keep_template;
-    if (req->owner != NULL)
-        snprintf(s->owner, sizeof(s->owner), "%s", req->owner);
-    s->ephemeral = ephemeral;
-    s->_pooled = pooled;
-    s->created_at = s->last_used_at = sg_wall_s();
-    s->state = SG_SESSION_STARTING;
-    h2o_linklist_init_anchor(&s->_ops);
-    sg_buf_init(&s->_inbuf, SG_AGENT_HEADER_SIZE + SG_AGENT_MAX_PAYLOAD);
-    if (req->image != NULL) {
-        snprintf(s->image, sizeof(s->image), "%s", req->image);
-        s->from_template = strncmp(req->image, conf.template_repo, strlen(conf.template_repo)) == 0 &&
-                           req->image[strlen(conf.template_repo)] == ':';
-        s->foreign = !s->from_template && strncmp(req->image, conf.image_prefix, strlen(conf.image_prefix)) != 0;
-    } else
-        snprintf(s->image, sizeof(s->image), "%s%s:latest", conf.image_prefix, s->lang->name);
-    if (pooled)
-        pool[lang_index(s->lang)].nstarting++;
-
-    j->super.work = create_work;
-    j->super.done = create_done;
-    j->s = s;
-    j->fd = -1;
-    j->cb = cb;
-    j->data = data;
-    j->config = sg_session_container_config(s, conf.proxy_id);
-    sg_workq_submit(conf.workq, &j->super);
-}
-
-/* A pooled container fits a request whose container settings are the
- * pool's; the per-execution ones (timeout, output cap) are the agent's. */
-static int pool_fits(const sg_create_req_t *req)
-{
-    const sg_limits_t *a = &req->limits, *b = &conf.pool_limits;
-    return req->image == NULL && !req->keep_template && a->memory_mb == b->memory_mb && a->cpus == b->cpus &&
-           a->network == b->network && a->pids == b->pids && a->tmpfs_mb == b->tmpfs_mb;
-}
-
-static sg_session_t *pool_take(const sg_create_req_t *req)
-{
-    size_t li = lang_index(req->lang);
-    while (!h2o_linklist_is_empty(&pool[li].ready)) {
-        sg_session_t *s = H2O_STRUCT_FROM_MEMBER(sg_session_t, _link, pool[li].ready.next);
-        sg_session_ref(s);
-        list_remove(s);
-        if (s->state == SG_SESSION_ACTIVE)
-            return s;
-        sg_session_unref(s);
-    }
-    return NULL;
-}
-
-void sg_pool_fill(void)
-{
-    uint64_t now = sg_now_ms();
-    /* the pool counts, but leaves a quarter of the cap to requests */
-    long headroom = sg_capacity_max() / 4 > 1 ? sg_capacity_max() / 4 : 1;
-    for (size_t i = 0; i < sg_lang_count() && i < MAX_LANGS; i++) {
-        sg_create_req_t req = {0};
-        if (now < pool[i].retry_at_ms)
-            continue;
-        req.lang = sg_lang_at(i);
-        req.limits = conf.pool_limits;
-        /* a few at a time, so that refills never crowd out the workers a
-         * request's own cold start needs */
-        while ((long)(pool[i].nready + pool[i].nstarting) < conf.pool_size && pool[i].nstarting < POOL_MAX_STARTING) {
-            if (sg_capacity_take_spare(headroom) != 0)
-                return;
-            session_start(&req, 0, 1, NULL, NULL);
-        }
-    }
-}
-
-int sg_pool_yield(void (*cb)(void *data), void *data)
-{
-    for (size_t i = 0; i < sg_lang_count() && i < MAX_LANGS; i++) {
-        for (h2o_linklist_t *l = pool[i].ready.next; l != &pool[i].ready; l = l->next) {
-            sg_session_t *s = H2O_STRUCT_FROM_MEMBER(sg_session_t, _link, l);
-            if (s->_close_requested || !s->_has_slot || s->_handover_cb != NULL)
-                continue;
-            s->_handover_cb = cb;
-            s->_handover_data = data;
-            sg_debug("pool: %s container %.12s removed to make room", s->lang->name, s->container_id);
-            sg_session_close(s, NULL, NULL);
-            return 0;
-        }
-    }
-    return -1;
-}
-
-int sg_slot_await(void (*cb)(void *data), void *data)
-{
-    if (!h2o_linklist_is_empty(&closing)) {
-        sg_session_t *s = H2O_STRUCT_FROM_MEMBER(sg_session_t, _closing_link, closing.next);
-        h2o_linklist_unlink(&s->_closing_link);
-        s->_handover_cb = cb;
-        s->_handover_data = data;
-        sg_debug("session %s: the slot of its container, being removed, goes to a request", s->id);
-        return 0;
-    }
-    return sg_pool_yield(cb, data);
-}
-
-size_t sg_pool_ready(const sg_lang_t *lang)
-{
-    return pool[lang_index(lang)].nready;
-}
-
-/* A request waiting for a pooled container to make room. */
-typedef struct {
-    sg_create_req_t req;
-    char image[256];
-    int ephemeral;
-    sg_session_ready_cb cb;
-    void *data;
-} room_wait_t;
-
-static void on_room(void *data)
-{
-    room_wait_t *w = data;
-    session_start(&w->req, w->ephemeral, 0, w->cb, w->data); /* with the slot handed over */
-    free(w);
-}
-
-void sg_session_create(const sg_create_req_t *req, int ephemeral, sg_session_ready_cb cb, void *data)
-{
-    sg_session_t *s;
-
-    if (!ephemeral && (long)table_count >= conf.max_sessions) {
-        char detail[128];
-        snprintf(detail, sizeof(detail), "the proxy is at its limit of %ld sessions", conf.max_sessions);
-        cb(data, NULL, 503, "at_capacity", detail);
-        return;
-    }
-    if (pool_fits(req) && (s = pool_take(req)) != NULL) {
-        s->ephemeral = ephemeral;
-        s->executions = 0; /* the kernel's warm-up does not count */
-        s->limits.timeout_s = req->limits.timeout_s;
-        s->limits.output_bytes = req->limits.output_bytes;
-        s->created_at = s->last_used_at = sg_wall_s();
-        list_insert(s, SG_IN_TABLE);
-        sg_pool_fill();
-        cb(data, s, 200, NULL, NULL); /* gets our reference */
-        return;
-    }
-    if (sg_capacity_take() == 0) {
-        session_start(req, ephemeral, 0, cb, data);
-        return;
-    }
-    room_wait_t *w = calloc(1, sizeof(*w));
-    if (w != NULL && (req->image == NULL || strlen(req->image) < sizeof(w->image))) {
-        w->req = *req;
-        if (req->image != NULL) {
-            strcpy(w->image, req->image);
-            w->req.image = w->image;
-        }
-        w->ephemeral = ephemeral;
-        w->cb = cb;
-        w->data = data;
-        if (sg_slot_await(on_room, w) == 0)
-            return;
-    }
-    free(w);
-    char detail[128];
-    snprintf(detail, sizeof(detail), "the proxy is at its limit of %ld containers", sg_capacity_max());
-    cb(data, NULL, 503, "no_capacity", detail);
-}
-
-sg_session_t *sg_session_find(const char *id, size_t len)
-{
-    for (h2o_linklist_t *l = table.next; l != &table; l = l->next) {
-        sg_session_t *s = H2O_STRUCT_FROM_MEMBER(sg_session_t, _link, l);
-        if (!s->ephemeral && strlen(s->id) == len && memcmp(s->id, id, len) == 0)
-            return s;
-    }
-    return NULL;
-}
-
-size_t sg_session_count(void)
-{
-    return table_count;
-}
-
-void sg_session_foreach(void (*fn)(sg_session_t *s, void *data), void *data)
-{
-    for (h2o_linklist_t *l = table.next; l != &table;) {
-        h2o_linklist_t *next = l->next;
-        fn(H2O_STRUCT_FROM_MEMBER(sg_session_t, _link, l), data);
-        l = next;
-    }
-}
-
-/* ---- the agent connection, on the loop ------------------------------------ */
-
 static void send_next(sg_session_t *s);
 
 static void op_complete(sg_op_t *op)
@@ -717,7 +55,7 @@ static void op_complete(sg_op_t *op)
     op->cb(op);
 }
 
-static void fail_ops(sg_session_t *s, int status, const char *why)
+void sg__ops_fail(sg_session_t *s, int status, const char *why)
 {
     s->_op_sent = 0;
     while (!h2o_linklist_is_empty(&s->_ops)) {
@@ -729,157 +67,12 @@ static void fail_ops(sg_session_t *s, int status, const char *why)
     }
 }
 
-typedef struct {
-    sg_job_t super;
-    sg_session_t *s;
-    int commit;
-    char template_image[256];
-    int64_t template_size;
-    char err[512];
-    int failed;
-    sg_session_closed_cb cb;
-    void *data;
-} close_job_t;
-
-/* The container a template is committed from: the session's base image,
- * never started, labelled as a template of this repository for its owner
- * (the image inherits the labels), and removed by reconcile if the proxy
- * dies before it does. */
-static json_object *template_builder_config(const sg_session_t *s)
+void sg__agent_close(sg_session_t *s)
 {
-    json_object *c = json_object_new_object(), *hc = json_object_new_object(), *env = json_object_new_array();
-    json_object *labels = sg_container_labels(conf.proxy_id, s->id, s->lang->name, "template", sg_wall_s());
-
-    json_object_object_add(labels, "sandgate.template", json_object_new_string(conf.template_repo));
-    json_object_object_add(labels, "sandgate.owner", json_object_new_string(s->owner));
-    json_object_object_add(labels, "sandgate.template.base", json_object_new_string(s->base_image));
-    json_object_object_add(c, "Image", json_object_new_string(s->base_image));
-    json_object_object_add(c, "User", json_object_new_string("1000:1000"));
-    json_object_object_add(c, "WorkingDir", json_object_new_string(SG_TEMPLATE_WORKDIR));
-    json_object_array_add(env, json_object_new_string("SANDGATE_WORKDIR=/sandbox"));
-    json_object_array_add(env, json_object_new_string("HOME=/sandbox"));
-    json_object_object_add(c, "Env", env);
-    json_object_object_add(c, "Labels", labels);
-    json_object_object_add(c, "NetworkDisabled", json_object_new_boolean(1));
-    json_object_object_add(hc, "NetworkMode", json_object_new_string("none"));
-    json_object_object_add(c, "HostConfig", hc);
-    return c;
-}
-
-/* keep_template: the session's work dir (a size-capped volume) is read
- * with the container paused, written into a fresh container of the base
- * image at SG_TEMPLATE_WORKDIR, and that container is committed. So a
- * template is its base image plus one layer no larger than the work dir's
- * cap, whatever the session did to its own container. */
-static int keep_workdir(close_job_t *j, sg_docker_t *d)
-{
-    sg_session_t *s = j->s;
-    json_object *cfg = NULL, *img = NULL;
-    char builder[72] = "", image_id[80], err[512];
-    sg_buf_t tar;
-    int ret = -1;
-
-    sg_buf_init(&tar, workdir_archive_max(s->limits.tmpfs_mb));
-    /* stops the tenant's processes writing while the work dir is read */
-    if (sg_docker_container_pause(d, s->container_id, err, sizeof(err)) != 0)
-        sg_warn("session %s: cannot pause it before keeping its work dir: %s", s->id, err);
-    if (sg_docker_archive_get(d, s->container_id, "/sandbox/.", &tar, j->err, sizeof(j->err)) != 0)
-        goto Exit;
-    cfg = template_builder_config(s);
-    if (sg_docker_container_create(d, cfg, builder, j->err, sizeof(j->err)) != 0) {
-        builder[0] = '\0';
-        goto Exit;
-    }
-    if (sg_docker_archive_put(d, builder, SG_TEMPLATE_WORKDIR, tar.base, tar.len, j->err, sizeof(j->err)) != 0)
-        goto Exit;
-    if (sg_docker_container_commit(d, builder, conf.template_repo, s->id, "{\"WorkingDir\":\"/sandbox\"}", image_id,
-                                   j->err, sizeof(j->err)) != 0)
-        goto Exit;
-    snprintf(j->template_image, sizeof(j->template_image), "%s:%s", conf.template_repo, s->id);
-    j->template_size = 0;
-    if (sg_docker_image_inspect(d, j->template_image, &img, err, sizeof(err)) == 1) {
-        j->template_size = image_size(img);
-        json_object_put(img);
-        img = NULL;
-        if (sg_docker_image_inspect(d, s->base_image, &img, err, sizeof(err)) == 1)
-            j->template_size -= image_size(img);
-        if (j->template_size < 0)
-            j->template_size = 0;
-    }
-    ret = 0;
-Exit:
-    if (builder[0] != '\0' && sg_docker_container_remove(d, builder, err, sizeof(err)) != 0)
-        sg_error("session %s: cannot remove the template's builder %.12s: %s", s->id, builder, err);
-    json_object_put(cfg);
-    json_object_put(img);
-    sg_buf_free(&tar);
-    return ret;
-}
-
-static void close_work(sg_job_t *job)
-{
-    close_job_t *j = (close_job_t *)job;
-    sg_docker_t *d = sg_docker_thread();
-    char err[512];
-
-    if (j->s->container_id[0] == '\0')
-        return;
-    if (j->commit && keep_workdir(j, d) != 0) {
-        j->template_image[0] = '\0';
-        j->failed = 1;
-    }
-    if (sg_docker_container_remove(d, j->s->container_id, err, sizeof(err)) != 0) {
-        sg_error("session %s: cannot remove container %.12s: %s", j->s->id, j->s->container_id, err);
-        if (!j->failed)
-            snprintf(j->err, sizeof(j->err), "%s", err);
-        j->failed = 1;
-    }
-}
-
-static void close_done(sg_job_t *job)
-{
-    close_job_t *j = (close_job_t *)job;
-    sg_session_t *s = j->s;
-
-    s->state = SG_SESSION_DEAD;
     if (s->_sock != NULL) {
         h2o_socket_close(s->_sock);
         s->_sock = NULL;
     }
-    slot_release(s);
-    fail_ops(s, 502, "the session was closed while this operation waited");
-    sg_info("session %s: closed%s%s", s->id, j->template_image[0] ? ", kept as " : "", j->template_image);
-    if (j->cb != NULL)
-        j->cb(j->data, j->template_image[0] ? j->template_image : NULL, j->template_size, j->failed ? j->err : NULL);
-    sg_session_unref(s);
-    free(j);
-}
-
-void sg_session_close(sg_session_t *s, sg_session_closed_cb cb, void *data)
-{
-    close_job_t *j;
-
-    if (s->_close_requested) {
-        /* the container is being removed already */
-        if (cb != NULL)
-            cb(data, NULL, 0, NULL);
-        return;
-    }
-    s->_close_requested = 1;
-    sg_session_ref(s); /* the close job's, taken before the list's goes */
-    list_remove(s);
-    if (s->_has_slot && s->_handover_cb == NULL)
-        h2o_linklist_insert(&closing, &s->_closing_link); /* its slot can be claimed */
-    if (s->state != SG_SESSION_DEAD)
-        s->state = SG_SESSION_CLOSING;
-    j = calloc(1, sizeof(*j));
-    j->super.work = close_work;
-    j->super.done = close_done;
-    j->s = s;
-    j->commit = s->keep_template;
-    j->cb = cb;
-    j->data = data;
-    sg_workq_submit(conf.workq, &j->super);
 }
 
 /* The agent died or broke the protocol: the session cannot be trusted. */
@@ -892,13 +85,11 @@ static void session_broken(sg_session_t *s, int status, const char *why)
     else
         why = "the session was closed while this operation ran";
     s->state = SG_SESSION_DEAD;
-    if (s->_sock != NULL) {
-        h2o_socket_close(s->_sock);
-        s->_sock = NULL;
-    }
+    sg__agent_close(s);
     sg_session_ref(s);
-    fail_ops(s, status, why);
-    sg_session_close(s, NULL, NULL);
+    sg__ops_fail(s, status, why);
+    if (on_broken != NULL)
+        on_broken(s); /* closes it */
     sg_session_unref(s);
 }
 
@@ -924,7 +115,7 @@ static void handle_message(sg_session_t *s, const sg_agent_header_t *h, const ui
     if (h->id != op->_id)
         return;
     if (sg_agent_reply_decode(h, payload, &m) != 0)
-        goto Bad;
+        goto Error;
     switch (h->type) {
     case SG_AGENT_OUTPUT:
         if (op->on_output != NULL)
@@ -943,7 +134,7 @@ static void handle_message(sg_session_t *s, const sg_agent_header_t *h, const ui
         break;
     case SG_AGENT_FILE:
         if (sg_buf_append(&op->file, m.data, m.data_len) != 0)
-            goto Bad;
+            goto Error;
         break;
     case SG_AGENT_OK:
         op->ok_value = m.ok_value;
@@ -955,20 +146,20 @@ static void handle_message(sg_session_t *s, const sg_agent_header_t *h, const ui
         snprintf(op->errmsg, sizeof(op->errmsg), "%.*s", (int)m.message_len, (const char *)m.message);
         break;
     default:
-        goto Bad; /* READY again, mid-session */
+        goto Error; /* READY again, mid-session */
     }
     s->_op_sent = 0;
     op_complete(op);
     send_next(s);
     return;
-Bad:
+Error:
     session_broken(s, 502, "the sandbox agent sent a malformed message");
 }
 
 /* Handles every whole message in _inbuf, then drops them in one move (a
  * read may hold thousands of small OUTPUT messages: moving the rest down
  * after each would be quadratic). */
-static void process_inbuf(sg_session_t *s)
+void sg__agent_process(sg_session_t *s)
 {
     size_t off = 0;
     sg_session_ref(s);
@@ -1004,7 +195,20 @@ static void on_agent_read(h2o_socket_t *sock, const char *err)
         session_broken(s, 502, "the sandbox's output stream was malformed");
         return;
     }
-    process_inbuf(s);
+    sg__agent_process(s);
+}
+
+void sg__agent_connect(sg_session_t *s, h2o_loop_t *loop, int fd, const sg_docker_demux_t *demux,
+                       const uint8_t *early, size_t early_len)
+{
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    s->_sock = h2o_evloop_socket_create(loop, fd, 0);
+    s->_sock->data = s;
+    s->_demux = *demux;
+    if (early_len != 0)
+        sg_buf_append(&s->_inbuf, early, early_len);
+    s->state = SG_SESSION_ACTIVE;
+    h2o_socket_read_start(s->_sock, on_agent_read);
 }
 
 static void on_write_done(h2o_socket_t *sock, const char *err)
@@ -1037,9 +241,7 @@ static void send_next(sg_session_t *s)
 
 static sg_op_t *op_new(sg_session_t *s, sg_op_kind_t kind, sg_agent_msg_type_t type)
 {
-    sg_op_t *op = calloc(1, sizeof(*op));
-    if (op == NULL)
-        return NULL;
+    sg_op_t *op = sg_xcalloc(1, sizeof(*op));
     op->kind = kind;
     op->session = s;
     sg_session_ref(s);
@@ -1151,19 +353,11 @@ void sg_op_free(sg_op_t *op)
     free(op);
 }
 
-static void tick_one(sg_session_t *s, void *data)
+void sg__session_watchdog(sg_session_t *s, uint64_t now)
 {
-    uint64_t now = *(uint64_t *)data;
     if (s->_op_sent && !h2o_linklist_is_empty(&s->_ops)) {
         sg_op_t *op = H2O_STRUCT_FROM_MEMBER(sg_op_t, _link, s->_ops.next);
         if (now > op->_deadline_ms)
             session_broken(s, 504, "the sandbox's agent did not answer in time");
     }
-}
-
-void sg_sessions_tick(void)
-{
-    uint64_t now = sg_now_ms();
-    sg_session_foreach(tick_one, &now);
-    sg_pool_fill();
 }

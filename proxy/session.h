@@ -1,9 +1,11 @@
 /*
- * session.h — sandbox sessions: one container each, with the connection to
- * the sandgate-agent inside it (agent_proto.h over the Docker attach stream).
+ * session.h — a sandbox session: one container, with the connection to the
+ * sandgate-agent inside it (agent_proto.h over the Docker attach stream)
+ * and the ops queued on it. How sessions start, are listed and close is
+ * session_life.h; where they come from (the warm pool, a free container
+ * slot) is pool.h.
  *
- * Threading: everything here runs on the event-loop thread, except the
- * Docker calls, which run as workq jobs on worker threads.
+ * Threading: everything here runs on the event-loop thread.
  *
  * Ownership: a session is reference counted. The table holds one reference
  * while the session is listed; each queued op and each Docker job holds one.
@@ -12,10 +14,6 @@
 #ifndef SANDGATE_SESSION_H
 #define SANDGATE_SESSION_H
 
-/* The default Docker network of sessions with the network: never Docker's
- * default bridge, where containers reach each other. */
-#define SG_SANDBOX_NETWORK "sandgate-sandbox"
-
 #include <h2o.h>
 #include <stdint.h>
 
@@ -23,42 +21,13 @@
 #include "buf.h"
 #include "docker_stream.h"
 #include "lang.h"
-#include "validate.h"
-#include "workq.h"
+#include "policy.h"
 
 typedef struct sg_session sg_session_t;
 typedef struct sg_op sg_op_t;
 
-/* What the proxy needs from its configuration and the loop. Set up once by
- * main() with sg_sessions_init; read-only afterwards. */
-typedef struct {
-    h2o_loop_t *loop;
-    sg_workq_t *workq;
-    const char *proxy_id;
-    const char *image_prefix; /* "sandgate/" -> "sandgate/python:latest" */
-    const char *template_repo; /* keep_template images: "<repo>:<session id>" */
-    long max_sessions;
-    long pool_size;           /* ready containers kept per language */
-    sg_limits_t pool_limits;  /* the limits pooled containers are made with */
-    long max_file_bytes;
-    int agent_start_timeout_ms;
-    /* library installs (install.h) */
-    const char *store_volume;     /* "" disables installs */
-    const char *install_network;  /* NetworkMode of installer containers */
-    const char *sandbox_network;  /* NetworkMode of sessions with the network (isolated, see main.c);
-                                   * NULL: SG_SANDBOX_NETWORK */
-    const char *pip_index_url;
-    const char *npm_registry;
-    long install_timeout_ms;
-    const char *library_blocklist; /* comma-separated names */
-    /* custom images (not built by sandgate): the static agent comes from this
-     * volume, mounted read-only at /opt/sandgate/bin; "" when none allowed */
-    const char *agent_volume;
-    /* the OCI runtime of every sandbox (runtime.h): "runsc" or "runc"; and
-     * why it is not runsc under SANDGATE_RUNTIME=auto ("" when it is) */
-    const char *runtime;
-    const char *runtime_warning;
-} sg_sessions_conf_t;
+/* Which list a session's _link is on. */
+enum { SG_IN_NONE, SG_IN_TABLE, SG_IN_POOL };
 
 typedef enum {
     SG_SESSION_STARTING,
@@ -83,7 +52,7 @@ struct sg_session {
     int64_t last_used_at;
     uint64_t executions;
     sg_session_state_t state;
-    unsigned waiting;   /* client requests admitted and not yet started (api.c keeps it) */
+    unsigned waiting;   /* client requests admitted and not yet started (api_core.c keeps it) */
 
     /* private */
     unsigned _refcnt;
@@ -146,60 +115,10 @@ struct sg_op {
     uint64_t _started_us;
 };
 
-/* Callback of session creation: s is NULL on failure, with status, code and
- * detail set. The session, when given, is listed (unless ephemeral) and the
- * callee gets one reference. */
-typedef void (*sg_session_ready_cb)(void *data, sg_session_t *s, int status, const char *code, const char *detail);
 
-void sg_sessions_init(const sg_sessions_conf_t *conf);
-const sg_sessions_conf_t *sg_sessions_conf(void);
-/* The runtime every sandbox runs on: conf.runtime, or "runc" when unset. */
-const char *sg_sessions_runtime(void);
-/* The runtime of one session's container: the proxy's, except runc for a
- * session with the network (README "Sandboxes"). */
-const char *sg_session_runtime(const sg_session_t *s);
-
-/* Starts a container for a session and connects to its agent (or takes
- * one from the pool). At SANDGATE_MAX_CONTAINERS it waits for a slot that
- * is on its way back (sg_slot_await); when there is none, cb gets 503
- * no_capacity. */
-void sg_session_create(const sg_create_req_t *req, int ephemeral, sg_session_ready_cb cb, void *data);
-sg_session_t *sg_session_find(const char *id, size_t len);
-size_t sg_session_count(void);
-/* Calls fn for every listed session. */
-void sg_session_foreach(void (*fn)(sg_session_t *s, void *data), void *data);
 void sg_session_ref(sg_session_t *s);
+/* The last reference frees it. */
 void sg_session_unref(sg_session_t *s);
-
-/* Unlists the session and removes its container (keeping its work dir
- * first as a template image when keep_template: docs/architecture.md).
- * Pending ops fail. cb gets the template image name (or NULL), the bytes
- * the template adds to its base image, and an error (or NULL); it may be
- * NULL. */
-typedef void (*sg_session_closed_cb)(void *data, const char *template_image, int64_t template_size, const char *err);
-void sg_session_close(sg_session_t *s, sg_session_closed_cb cb, void *data);
-
-/* The warm pool: pool_size ready containers per language, made with
- * pool_limits. sg_session_create takes from it when the request's container
- * settings equal pool_limits; a taken container is never pooled again.
- * sg_pool_fill starts what is missing; it is called after every take and
- * from sg_sessions_tick (a language whose start failed waits a while). */
-void sg_pool_fill(void);
-/* The pool yields to requests: removes one ready pooled container and, once
- * it is gone, calls cb with its container slot (capacity.h) handed to the
- * caller, who must give it back when done. 0, or -1 (cb not called) when
- * the pool has nothing ready. The pool itself fills only while a quarter
- * of the cap stays free. */
-int sg_pool_yield(void (*cb)(void *data), void *data);
-/* For a request that found the cap reached: the slot of a container whose
- * removal is under way already (a one-shot's just answered, a closed
- * session's) goes to it once that container is gone, else a ready pooled
- * container is removed for it (sg_pool_yield); cb then runs with the slot,
- * which the caller must give back when done. 0, or -1 (cb not called) when
- * no slot can come: the caller answers no_capacity. A slot on its way back
- * is claimed by one request at most, so waiting is bounded by removals. */
-int sg_slot_await(void (*cb)(void *data), void *data);
-size_t sg_pool_ready(const sg_lang_t *lang);
 
 /* Ops: create, then submit; the callback gets the result. */
 /* kernel_cmd non-NULL: stateful mode, the code runs in the session's kernel. */
@@ -215,11 +134,24 @@ void sg_op_submit(sg_op_t *op, sg_op_cb cb, void *data);
 int sg_op_cancel(sg_op_t *op);
 void sg_op_free(sg_op_t *op);
 
-/* Watchdog: fails ops whose agent did not answer in time. Call about once a
- * second from the loop. */
-void sg_sessions_tick(void);
+/* ---- internal to the session rooms (session_life.c, pool.c) ---- */
 
-/* The container configuration for a session (pure; unit tested). */
-json_object *sg_session_container_config(const sg_session_t *s, const char *proxy_id);
+/* Called when a session's agent dies or breaks the protocol (the session
+ * is then DEAD, its ops failed): session_life.c closes it. */
+void sg__session_on_broken(void (*cb)(sg_session_t *s));
+/* The agent answered READY on fd (the attach stream, demux its decoder
+ * state, early the bytes read past READY): the session is active and its
+ * agent's messages are read, on loop, from now on. */
+void sg__agent_connect(sg_session_t *s, h2o_loop_t *loop, int fd, const sg_docker_demux_t *demux,
+                       const uint8_t *early, size_t early_len);
+/* Handles the agent's whole messages already read. */
+void sg__agent_process(sg_session_t *s);
+/* Closes the connection to the agent, if any. */
+void sg__agent_close(sg_session_t *s);
+/* Fails every op queued on s (the one in flight too) with status and why. */
+void sg__ops_fail(sg_session_t *s, int status, const char *why);
+/* Declares the session broken when its agent has not answered the op in
+ * flight by its deadline (now, ms). */
+void sg__session_watchdog(sg_session_t *s, uint64_t now);
 
 #endif

@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include "lang.h"
+#include "policy.h"
 
 typedef struct {
     int status;
@@ -19,36 +20,8 @@ typedef struct {
     char detail[512];
 } sg_verr_t;
 
-typedef struct {
-    double timeout_s;  /* default per-execution timeout of the session */
-    long memory_mb;    /* memory, and memory + swap */
-    double cpus;
-    int network;
-    long pids;
-    long output_bytes; /* per stream */
-    long tmpfs_mb;     /* size of /sandbox and of /tmp */
-} sg_limits_t;
-
-typedef struct {
-    sg_limits_t defaults;
-    double max_timeout_s;
-    long max_memory_mb;
-    double max_cpus;
-    int allow_network;
-} sg_policy_t;
-
 #define SG_MAX_LIBRARIES 32
 #define SG_MAX_PATH 1024
-
-typedef struct {
-    const sg_lang_t *lang;
-    int keep_template;
-    sg_limits_t limits;
-    const char *image; /* optional "image" field; NULL if absent */
-    const char *owner; /* optional "owner" (who the gateway creates for): a
-                        * template is labelled with it, and only the same
-                        * owner may start from it; NULL if absent */
-} sg_create_req_t;
 
 /* 1 if owner[0..len) is 1..64 of [A-Za-z0-9._-]. */
 int sg_validate_owner(const char *owner, size_t len);

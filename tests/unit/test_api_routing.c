@@ -17,7 +17,7 @@
 
 #include "http.h"
 #include "container.h"
-#include "session.h"
+#include "session_life.h"
 
 /* ---- sg_http_split_path ----------------------------------------------------- */
 

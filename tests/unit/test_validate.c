@@ -695,12 +695,12 @@ static void test_libraries_for_compiled(void **state)
 
 static void test_lib_check(void **state)
 {
-    sg_sessions_conf_t conf = {0};
+    sg_proxy_t px = {0};
     char err[256];
     const sg_lang_t *py = sg_lang_find("python", 6), *js = sg_lang_find("javascript", 10);
-    conf.library_blocklist = "os,subprocess,Some_Thing";
-    conf.store_volume = "";
-    sg_sessions_init(&conf);
+    px.install.blocklist = "os,subprocess,Some_Thing";
+    px.install.store_volume = "";
+    sg_libraries_init(&px);
 
     assert_int_equal(sg_lib_check(py, "requests", "2.31.0", err, sizeof(err)), 0);
     assert_int_equal(sg_lib_check(py, "requests", NULL, err, sizeof(err)), 0);

@@ -1,6 +1,7 @@
 #include "docker.h"
 #include "docker_stream.h"
 #include "log.h"
+#include "util.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -66,9 +67,7 @@ static void url_for(char *out, size_t outlen, const char *path)
 
 sg_docker_t *sg_docker_create(void)
 {
-    sg_docker_t *d = calloc(1, sizeof(*d));
-    if (d == NULL)
-        return NULL;
+    sg_docker_t *d = sg_xcalloc(1, sizeof(*d));
     d->curl = curl_easy_init();
     d->timeout_ms = DOCKER_TIMEOUT_MS;
     if (d->curl == NULL) {
@@ -214,6 +213,45 @@ static void docker_error(const char *what, long status, sg_buf_t *resp, char *er
     json_object_put(o);
 }
 
+/* One call whose whole reply is read (at most cap bytes): 0 when Docker
+ * answers ok1 or ok2, else -1 with err saying what Docker refused ("to
+ * <what>"). *status (when given) gets Docker's status, 0 if none. With
+ * reply non-NULL, a 2xx reply's body is parsed into *reply (NULL when it
+ * is not JSON); the caller puts it. */
+static int call(sg_docker_t *d, const char *method, const char *path, const char *body, size_t body_len,
+                const char *what, long ok1, long ok2, long *status, json_object **reply, size_t cap, char *err,
+                size_t errlen)
+{
+    sg_buf_t resp;
+    long st = 0;
+    int ret = -1;
+
+    if (reply != NULL)
+        *reply = NULL;
+    sg_buf_init(&resp, cap);
+    if (do_request(d, method, path, body, body_len, &st, &resp, NULL, err, errlen) != 0)
+        goto Exit;
+    if (st != ok1 && st != ok2) {
+        docker_error(what, st, &resp, err, errlen);
+        goto Exit;
+    }
+    if (reply != NULL && st >= 200 && st < 300 && resp.len != 0)
+        *reply = json_tokener_parse(resp.base);
+    ret = 0;
+Exit:
+    if (status != NULL)
+        *status = st;
+    sg_buf_free(&resp);
+    return ret;
+}
+
+/* A string member of a JSON reply into out, "" when there is none. */
+static void reply_string(json_object *o, const char *key, char *out, size_t outlen)
+{
+    json_object *v;
+    snprintf(out, outlen, "%s", o != NULL && json_object_object_get_ex(o, key, &v) ? json_object_get_string(v) : "");
+}
+
 int sg_docker_ping(sg_docker_t *d, char version[32], char api[16], char *err, size_t errlen)
 {
     sg_buf_t resp;
@@ -248,124 +286,81 @@ Exit:
 
 int sg_docker_runtimes(sg_docker_t *d, json_object **out, char *err, size_t errlen)
 {
-    sg_buf_t resp;
-    long status = 0;
-    int ret = -1;
-    json_object *o = NULL, *r;
+    json_object *o, *r;
 
     *out = NULL;
-    sg_buf_init(&resp, DOCKER_REPLY_MAX);
-    if (do_request(d, "GET", "/info", NULL, 0, &status, &resp, NULL, err, errlen) != 0)
-        goto Exit;
-    if (status != 200) {
-        docker_error("describe itself", status, &resp, err, errlen);
-        goto Exit;
-    }
-    o = json_tokener_parse(resp.base);
+    if (call(d, "GET", "/info", NULL, 0, "describe itself", 200, 200, NULL, &o, DOCKER_REPLY_MAX, err, errlen) != 0)
+        return -1;
     if (o == NULL || !json_object_is_type(o, json_type_object)) {
+        json_object_put(o);
         snprintf(err, errlen, "Docker's /info was not a JSON object");
-        goto Exit;
+        return -1;
     }
     if (json_object_object_get_ex(o, "Runtimes", &r) && json_object_is_type(r, json_type_object))
         *out = json_object_get(r);
     else
         *out = json_object_new_object();
-    ret = 0;
-Exit:
     json_object_put(o);
-    sg_buf_free(&resp);
-    return ret;
+    return 0;
 }
 
 int sg_docker_container_create(sg_docker_t *d, json_object *config, char id[72], char *err, size_t errlen)
 {
     size_t len;
     const char *body = json_object_to_json_string_length(config, JSON_C_TO_STRING_PLAIN, &len);
-    sg_buf_t resp;
-    long status;
-    int ret = -1;
+    json_object *o;
 
-    sg_buf_init(&resp, DOCKER_REPLY_MAX);
-    if (do_request(d, "POST", "/containers/create", body, len, &status, &resp, NULL, err, errlen) != 0)
-        goto Exit;
-    if (status != 201) {
-        docker_error("create a container", status, &resp, err, errlen);
-        goto Exit;
-    }
-    json_object *o = json_tokener_parse(resp.base), *v;
-    if (o != NULL && json_object_object_get_ex(o, "Id", &v)) {
-        snprintf(id, 72, "%s", json_object_get_string(v));
-        ret = 0;
-    } else {
-        snprintf(err, errlen, "Docker created a container but its reply had no Id");
-    }
+    if (call(d, "POST", "/containers/create", body, len, "create a container", 201, 201, NULL, &o, DOCKER_REPLY_MAX,
+             err, errlen) != 0)
+        return -1;
+    reply_string(o, "Id", id, 72);
     json_object_put(o);
-Exit:
-    sg_buf_free(&resp);
-    return ret;
+    if (id[0] == '\0') {
+        snprintf(err, errlen, "Docker created a container but its reply had no Id");
+        return -1;
+    }
+    return 0;
 }
 
-static int simple_call(sg_docker_t *d, const char *method, const char *path, const char *what, long ok1, long ok2,
-                       char *err, size_t errlen)
+/* METHOD /containers/{id}<suffix>, without a body or a reply. */
+static int container_call(sg_docker_t *d, const char *method, const char *id, const char *suffix, const char *what,
+                          long ok1, long ok2, char *err, size_t errlen)
 {
-    sg_buf_t resp;
-    long status;
-    int ret = -1;
-
-    sg_buf_init(&resp, 1 << 20);
-    if (do_request(d, method, path, NULL, 0, &status, &resp, NULL, err, errlen) != 0)
-        goto Exit;
-    if (status != ok1 && status != ok2) {
-        docker_error(what, status, &resp, err, errlen);
-        goto Exit;
-    }
-    ret = 0;
-Exit:
-    sg_buf_free(&resp);
-    return ret;
+    char path[256];
+    snprintf(path, sizeof(path), "/containers/%s%s", id, suffix);
+    return call(d, method, path, NULL, 0, what, ok1, ok2, NULL, NULL, 1 << 20, err, errlen);
 }
 
 int sg_docker_container_start(sg_docker_t *d, const char *id, char *err, size_t errlen)
 {
-    char path[256];
-    snprintf(path, sizeof(path), "/containers/%s/start", id);
-    return simple_call(d, "POST", path, "start a container", 204, 304, err, errlen);
+    return container_call(d, "POST", id, "/start", "start a container", 204, 304, err, errlen);
 }
 
 int sg_docker_container_remove(sg_docker_t *d, const char *id, char *err, size_t errlen)
 {
-    char path[256];
-    snprintf(path, sizeof(path), "/containers/%s?force=1&v=1", id);
-    return simple_call(d, "DELETE", path, "remove a container", 204, 404, err, errlen);
+    return container_call(d, "DELETE", id, "?force=1&v=1", "remove a container", 204, 404, err, errlen);
+}
+
+int sg_docker_container_pause(sg_docker_t *d, const char *id, char *err, size_t errlen)
+{
+    return container_call(d, "POST", id, "/pause", "pause a container", 204, 204, err, errlen);
 }
 
 int sg_docker_container_commit(sg_docker_t *d, const char *id, const char *repo, const char *tag, const char *config,
                                char image_id[80], char *err, size_t errlen)
 {
     char path[512];
-    sg_buf_t resp;
-    long status;
-    int ret = -1;
+    json_object *o;
 
     snprintf(path, sizeof(path), "/commit?container=%s&repo=%s&tag=%s&pause=1", id, repo, tag);
-    sg_buf_init(&resp, 1 << 20);
     if (config == NULL)
         config = "{}";
-    if (do_request(d, "POST", path, config, strlen(config), &status, &resp, NULL, err, errlen) != 0)
-        goto Exit;
-    if (status != 201) {
-        docker_error("commit a container", status, &resp, err, errlen);
-        goto Exit;
-    }
-    json_object *o = json_tokener_parse(resp.base), *v;
-    image_id[0] = '\0';
-    if (o != NULL && json_object_object_get_ex(o, "Id", &v))
-        snprintf(image_id, 80, "%s", json_object_get_string(v));
+    if (call(d, "POST", path, config, strlen(config), "commit a container", 201, 201, NULL, &o, 1 << 20, err,
+             errlen) != 0)
+        return -1;
+    reply_string(o, "Id", image_id, 80);
     json_object_put(o);
-    ret = 0;
-Exit:
-    sg_buf_free(&resp);
-    return ret;
+    return 0;
 }
 
 /* GET <base>filters={"label":[label]}: a JSON array into *out ("what" names
@@ -373,11 +368,7 @@ Exit:
 static int list_by_label(sg_docker_t *d, const char *base, const char *what, const char *label, json_object **out,
                          char *err, size_t errlen)
 {
-    char path[1024], *enc_filter;
-    sg_buf_t resp;
-    long status;
-    int ret = -1;
-
+    char path[1024], doing[32], *enc_filter;
     json_object *f = json_object_new_object(), *arr = json_object_new_array();
     json_object_array_add(arr, json_object_new_string(label));
     json_object_object_add(f, "label", arr);
@@ -390,27 +381,16 @@ static int list_by_label(sg_docker_t *d, const char *base, const char *what, con
     snprintf(path, sizeof(path), "%sfilters=%s", base, enc_filter);
     curl_free(enc_filter);
 
-    *out = NULL;
-    sg_buf_init(&resp, DOCKER_REPLY_MAX);
-    if (do_request(d, "GET", path, NULL, 0, &status, &resp, NULL, err, errlen) != 0)
-        goto Exit;
-    if (status != 200) {
-        char doing[32];
-        snprintf(doing, sizeof(doing), "list %ss", what);
-        docker_error(doing, status, &resp, err, errlen);
-        goto Exit;
-    }
-    *out = json_tokener_parse(resp.base);
+    snprintf(doing, sizeof(doing), "list %ss", what);
+    if (call(d, "GET", path, NULL, 0, doing, 200, 200, NULL, out, DOCKER_REPLY_MAX, err, errlen) != 0)
+        return -1;
     if (*out == NULL || !json_object_is_type(*out, json_type_array)) {
         json_object_put(*out);
         *out = NULL;
         snprintf(err, errlen, "Docker's %s list was not a JSON array", what);
-        goto Exit;
+        return -1;
     }
-    ret = 0;
-Exit:
-    sg_buf_free(&resp);
-    return ret;
+    return 0;
 }
 
 int sg_docker_container_list(sg_docker_t *d, const char *label, json_object **out, char *err, size_t errlen)
@@ -426,60 +406,31 @@ int sg_docker_image_exists(sg_docker_t *d, const char *image, char *err, size_t 
 
 int sg_docker_image_id(sg_docker_t *d, const char *image, char id[80], char *err, size_t errlen)
 {
-    char path[512];
-    sg_buf_t resp;
-    long status;
-    int ret = -1;
-
-    snprintf(path, sizeof(path), "/images/%s/json", image);
-    sg_buf_init(&resp, DOCKER_REPLY_MAX);
-    if (do_request(d, "GET", path, NULL, 0, &status, &resp, NULL, err, errlen) != 0)
-        goto Exit;
-    if (status == 200) {
-        json_object *o = json_tokener_parse(resp.base), *v;
-        snprintf(id, 80, "%s", o != NULL && json_object_object_get_ex(o, "Id", &v) ? json_object_get_string(v) : "");
-        json_object_put(o);
-        ret = 1;
-    } else if (status == 404)
-        ret = 0;
-    else
-        docker_error("inspect an image", status, &resp, err, errlen);
-Exit:
-    sg_buf_free(&resp);
-    return ret;
+    json_object *o;
+    int r = sg_docker_image_inspect(d, image, &o, err, errlen);
+    if (r == 1)
+        reply_string(o, "Id", id, 80);
+    json_object_put(o);
+    return r;
 }
 
 int sg_docker_image_inspect(sg_docker_t *d, const char *image, json_object **out, char *err, size_t errlen)
 {
     char path[512];
-    sg_buf_t resp;
     long status;
-    int ret = -1;
 
-    *out = NULL;
     snprintf(path, sizeof(path), "/images/%s/json", image);
-    sg_buf_init(&resp, DOCKER_REPLY_MAX);
-    if (do_request(d, "GET", path, NULL, 0, &status, &resp, NULL, err, errlen) != 0)
-        goto Exit;
-    if (status == 404) {
-        ret = 0;
-        goto Exit;
-    }
-    if (status != 200) {
-        docker_error("inspect an image", status, &resp, err, errlen);
-        goto Exit;
-    }
-    *out = json_tokener_parse(resp.base);
+    if (call(d, "GET", path, NULL, 0, "inspect an image", 200, 404, &status, out, DOCKER_REPLY_MAX, err, errlen) != 0)
+        return -1;
+    if (status == 404)
+        return 0;
     if (*out == NULL || !json_object_is_type(*out, json_type_object)) {
         json_object_put(*out);
         *out = NULL;
         snprintf(err, errlen, "Docker's image description was not a JSON object");
-        goto Exit;
+        return -1;
     }
-    ret = 1;
-Exit:
-    sg_buf_free(&resp);
-    return ret;
+    return 1;
 }
 
 int sg_docker_image_list(sg_docker_t *d, const char *label, json_object **out, char *err, size_t errlen)
@@ -490,28 +441,8 @@ int sg_docker_image_list(sg_docker_t *d, const char *label, json_object **out, c
 int sg_docker_image_remove(sg_docker_t *d, const char *image, long *status, char *err, size_t errlen)
 {
     char path[512];
-    sg_buf_t resp;
-    int ret = -1;
-
     snprintf(path, sizeof(path), "/images/%s", image);
-    sg_buf_init(&resp, 1 << 20);
-    if (do_request(d, "DELETE", path, NULL, 0, status, &resp, NULL, err, errlen) != 0)
-        goto Exit;
-    if (*status != 200 && *status != 404) {
-        docker_error("remove an image", *status, &resp, err, errlen);
-        goto Exit;
-    }
-    ret = 0;
-Exit:
-    sg_buf_free(&resp);
-    return ret;
-}
-
-int sg_docker_container_pause(sg_docker_t *d, const char *id, char *err, size_t errlen)
-{
-    char path[256];
-    snprintf(path, sizeof(path), "/containers/%s/pause", id);
-    return simple_call(d, "POST", path, "pause a container", 204, 204, err, errlen);
+    return call(d, "DELETE", path, NULL, 0, "remove an image", 200, 404, status, NULL, 1 << 20, err, errlen);
 }
 
 int sg_docker_archive_get(sg_docker_t *d, const char *id, const char *path, sg_buf_t *out, char *err, size_t errlen)
@@ -679,28 +610,18 @@ Error:
 int sg_docker_container_wait(sg_docker_t *d, const char *id, long timeout_ms, long *exit_code, char *err, size_t errlen)
 {
     char path[256];
-    sg_buf_t resp;
-    long status;
-    int ret = -1;
+    json_object *o, *v;
+    int rc;
 
     snprintf(path, sizeof(path), "/containers/%s/wait", id);
-    sg_buf_init(&resp, 1 << 16);
     d->timeout_ms = timeout_ms;
-    int rc = do_request(d, "POST", path, NULL, 0, &status, &resp, NULL, err, errlen);
+    rc = call(d, "POST", path, NULL, 0, "wait for a container", 200, 200, NULL, &o, 1 << 16, err, errlen);
     d->timeout_ms = DOCKER_TIMEOUT_MS;
     if (rc != 0)
-        goto Exit;
-    if (status != 200) {
-        docker_error("wait for a container", status, &resp, err, errlen);
-        goto Exit;
-    }
-    json_object *o = json_tokener_parse(resp.base), *v;
+        return -1;
     *exit_code = o != NULL && json_object_object_get_ex(o, "StatusCode", &v) ? json_object_get_int64(v) : -1;
     json_object_put(o);
-    ret = 0;
-Exit:
-    sg_buf_free(&resp);
-    return ret;
+    return 0;
 }
 
 static void on_log_frame(void *ctx, int stream, const uint8_t *p, size_t len)
@@ -737,26 +658,15 @@ Exit:
 int sg_docker_volume_create(sg_docker_t *d, const char *name, json_object *labels, char *err, size_t errlen)
 {
     json_object *o = json_object_new_object();
-    sg_buf_t resp;
     size_t len;
-    long status;
-    int ret = -1;
+    int rc;
 
     json_object_object_add(o, "Name", json_object_new_string(name));
     json_object_object_add(o, "Labels", json_object_get(labels));
     const char *body = json_object_to_json_string_length(o, JSON_C_TO_STRING_PLAIN, &len);
-    sg_buf_init(&resp, 1 << 16);
-    if (do_request(d, "POST", "/volumes/create", body, len, &status, &resp, NULL, err, errlen) != 0)
-        goto Exit;
-    if (status != 201 && status != 200) {
-        docker_error("create a volume", status, &resp, err, errlen);
-        goto Exit;
-    }
-    ret = 0;
-Exit:
+    rc = call(d, "POST", "/volumes/create", body, len, "create a volume", 201, 200, NULL, NULL, 1 << 16, err, errlen);
     json_object_put(o);
-    sg_buf_free(&resp);
-    return ret;
+    return rc;
 }
 
 #define ICC_OPTION "com.docker.network.bridge.enable_icc"
@@ -766,52 +676,36 @@ Exit:
 static int network_check(sg_docker_t *d, const char *name, char *err, size_t errlen)
 {
     char path[300];
-    sg_buf_t resp;
     long status;
-    int ret = -1;
-    json_object *o = NULL, *opts, *v;
+    json_object *o, *opts, *v;
+    int ret = 1;
 
     snprintf(path, sizeof(path), "/networks/%s", name);
-    sg_buf_init(&resp, 1 << 20);
-    if (do_request(d, "GET", path, NULL, 0, &status, &resp, NULL, err, errlen) != 0)
-        goto Exit;
-    if (status == 404) {
-        ret = 0;
-        goto Exit;
-    }
-    if (status != 200) {
-        docker_error("inspect a network", status, &resp, err, errlen);
-        goto Exit;
-    }
-    o = json_tokener_parse(resp.base);
+    if (call(d, "GET", path, NULL, 0, "inspect a network", 200, 404, &status, &o, 1 << 20, err, errlen) != 0)
+        return -1;
+    if (status == 404)
+        return 0;
     if (o == NULL || !json_object_object_get_ex(o, "Options", &opts) ||
         !json_object_object_get_ex(opts, ICC_OPTION, &v) || strcmp(json_object_get_string(v), "false") != 0) {
         snprintf(err, errlen,
                  "the Docker network %s lets its containers reach each other (" ICC_OPTION
                  " is not \"false\"); remove it, or name another one",
                  name);
-        goto Exit;
+        ret = -1;
     }
-    ret = 1;
-Exit:
     json_object_put(o);
-    sg_buf_free(&resp);
     return ret;
 }
 
 int sg_docker_network_isolated(sg_docker_t *d, const char *name, json_object *labels, char *err, size_t errlen)
 {
-    json_object *o = NULL, *opts;
-    sg_buf_t resp;
+    json_object *o, *opts;
     size_t len;
     long status;
-    int ret = -1, rc;
+    int rc;
 
-    sg_buf_init(&resp, 1 << 16);
-    if ((rc = network_check(d, name, err, errlen)) != 0) {
-        ret = rc > 0 ? 0 : -1;
-        goto Exit;
-    }
+    if ((rc = network_check(d, name, err, errlen)) != 0)
+        return rc > 0 ? 0 : -1;
     o = json_object_new_object();
     opts = json_object_new_object();
     json_object_object_add(opts, ICC_OPTION, json_object_new_string("false"));
@@ -821,27 +715,17 @@ int sg_docker_network_isolated(sg_docker_t *d, const char *name, json_object *la
     json_object_object_add(o, "Options", opts);
     json_object_object_add(o, "Labels", json_object_get(labels));
     const char *body = json_object_to_json_string_length(o, JSON_C_TO_STRING_PLAIN, &len);
-    if (do_request(d, "POST", "/networks/create", body, len, &status, &resp, NULL, err, errlen) != 0)
-        goto Exit;
-    if (status == 409) {
-        /* another proxy made it meanwhile */
-        ret = network_check(d, name, err, errlen) == 1 ? 0 : -1;
-        goto Exit;
-    }
-    if (status != 201 && status != 200) {
-        docker_error("create a network", status, &resp, err, errlen);
-        goto Exit;
-    }
-    ret = 0;
-Exit:
+    rc = call(d, "POST", "/networks/create", body, len, "create a network", 201, 200, &status, NULL, 1 << 16, err,
+              errlen);
+    if (rc != 0 && status == 409) /* another proxy made it meanwhile */
+        rc = network_check(d, name, err, errlen) == 1 ? 0 : -1;
     json_object_put(o);
-    sg_buf_free(&resp);
-    return ret;
+    return rc;
 }
 
 int sg_docker_volume_remove(sg_docker_t *d, const char *name, char *err, size_t errlen)
 {
     char path[300];
     snprintf(path, sizeof(path), "/volumes/%s", name);
-    return simple_call(d, "DELETE", path, "remove a volume", 204, 404, err, errlen);
+    return call(d, "DELETE", path, NULL, 0, "remove a volume", 204, 404, NULL, NULL, 1 << 20, err, errlen);
 }

@@ -1,8 +1,16 @@
-#include "templates.h"
+/*
+ * api_templates.c — the template images keep_template sessions leave behind
+ * (session.h keeps them; docs/architecture.md says how): the internal
+ * routes that list and remove them, GET /templates[?owner=NAME] and DELETE
+ * /templates/{name} (docs/proxy-api.md). The proxy knows no tenants: each
+ * template carries the "owner" string its session was created with, and
+ * the gateway decides who may see or remove it.
+ *
+ * Loop thread; the Docker calls run on the worker threads.
+ */
+#include "api_templates.h"
 #include "docker.h"
-#include "http.h"
 #include "log.h"
-#include "session.h"
 #include "util.h"
 #include "validate.h"
 
@@ -13,6 +21,7 @@
 
 typedef struct {
     sg_job_t super;
+    const sg_proxy_t *px;
     sg_http_hold_t *hold;
     int remove;          /* DELETE, else GET */
     char name[300];      /* DELETE: "<repo>:<session id>" */
@@ -56,7 +65,7 @@ static int64_t base_size(sg_docker_t *d, json_object *cache, const char *base)
 
 static void list_work(tpl_job_t *j, sg_docker_t *d)
 {
-    const char *repo = sg_sessions_conf()->template_repo;
+    const char *repo = j->px->template_repo;
     char label[300], want[300];
     json_object *images = NULL, *bases = json_object_new_object();
 
@@ -103,7 +112,7 @@ Exit:
 
 static void remove_work(tpl_job_t *j, sg_docker_t *d)
 {
-    const char *repo = sg_sessions_conf()->template_repo, *l;
+    const char *repo = j->px->template_repo, *l;
     json_object *img = NULL, *cfg, *labels, *v;
     int r = sg_docker_image_inspect(d, j->name, &img, j->err, sizeof(j->err));
 
@@ -186,9 +195,8 @@ static int hexval(int c)
 
 /* A template's name from the path, percent-decoded: "<repo>:<session id>"
  * exactly, or -1. */
-static int parse_name(h2o_iovec_t seg, char *out, size_t outlen)
+static int parse_name(const char *repo, h2o_iovec_t seg, char *out, size_t outlen)
 {
-    const char *repo = sg_sessions_conf()->template_repo;
     size_t o = 0, rl = strlen(repo);
     for (size_t i = 0; i < seg.len; i++) {
         int c = (unsigned char)seg.base[i];
@@ -216,44 +224,47 @@ static void check_in_use(sg_session_t *s, void *data)
         j->in_use = 1;
 }
 
-int sg_templates_handle(h2o_req_t *req, h2o_iovec_t *seg, int n)
+static void tpl_submit(const sg_proxy_t *px, tpl_job_t *j, h2o_req_t *req)
 {
-    tpl_job_t *j;
-    char name[300];
-
-    if (n == 1 && !sg_http_method_is(req, "GET")) {
-        sg_http_add_header(req, "allow", "GET");
-        sg_http_send_error(req, 405, "method_not_allowed", "this method is not allowed here");
-        return 0;
-    }
-    if (n == 2 && !sg_http_method_is(req, "DELETE")) {
-        sg_http_add_header(req, "allow", "DELETE");
-        sg_http_send_error(req, 405, "method_not_allowed", "this method is not allowed here");
-        return 0;
-    }
-    if (n == 2 && parse_name(seg[1], name, sizeof(name)) != 0) {
-        sg_http_send_error(req, 404, "no_such_template", "no template named \"%.*s\"",
-                           (int)(seg[1].len > 300 ? 300 : seg[1].len), seg[1].base);
-        return 0;
-    }
-    j = calloc(1, sizeof(*j));
-    if (n == 1) {
-        h2o_iovec_t owner = sg_http_query_param(req, "owner");
-        if (owner.base != NULL && (!sg_validate_owner(owner.base, owner.len) || owner.len >= sizeof(j->owner))) {
-            free(j);
-            sg_http_send_error(req, 400, "bad_field", "query parameter \"owner\" must be 1 to 64 of [A-Za-z0-9._-]");
-            return 0;
-        }
-        if (owner.base != NULL)
-            memcpy(j->owner, owner.base, owner.len);
-    } else {
-        j->remove = 1;
-        snprintf(j->name, sizeof(j->name), "%s", name);
-        sg_session_foreach(check_in_use, j);
-    }
+    j->px = px;
     j->hold = sg_http_hold(req);
     j->super.work = tpl_work;
     j->super.done = tpl_done;
-    sg_workq_submit(sg_sessions_conf()->workq, &j->super);
+    sg_workq_submit(px->workq, &j->super);
+}
+
+int sg__api_get_templates(void *app, h2o_req_t *req, const sg_route_match_t *m)
+{
+    const sg_api_t *api = app;
+    h2o_iovec_t owner = sg_http_query_param(req, "owner");
+    tpl_job_t *j;
+
+    if (owner.base != NULL && (!sg_validate_owner(owner.base, owner.len) || owner.len >= sizeof(j->owner))) {
+        sg_http_send_error(req, 400, "bad_field", "query parameter \"owner\" must be 1 to 64 of [A-Za-z0-9._-]");
+        return 0;
+    }
+    j = sg_xcalloc(1, sizeof(*j));
+    if (owner.base != NULL)
+        memcpy(j->owner, owner.base, owner.len);
+    tpl_submit(api->proxy, j, req);
+    return 0;
+}
+
+int sg__api_delete_template(void *app, h2o_req_t *req, const sg_route_match_t *m)
+{
+    const sg_api_t *api = app;
+    char name[300];
+    tpl_job_t *j;
+
+    if (parse_name(api->proxy->template_repo, m->arg[0], name, sizeof(name)) != 0) {
+        sg_http_send_error(req, 404, "no_such_template", "no template named \"%.*s\"",
+                           (int)(m->arg[0].len > 300 ? 300 : m->arg[0].len), m->arg[0].base);
+        return 0;
+    }
+    j = sg_xcalloc(1, sizeof(*j));
+    j->remove = 1;
+    snprintf(j->name, sizeof(j->name), "%s", name);
+    sg_session_foreach(check_in_use, j);
+    tpl_submit(api->proxy, j, req);
     return 0;
 }
