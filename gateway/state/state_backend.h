@@ -1,5 +1,5 @@
 /*
- * state_backend.h — private to state*.c: what a state backend provides and
+ * state_backend.h — private to gateway/state/: what a state backend provides and
  * the helpers both backends share. Callers use state.h only.
  *
  * Every public sg_state_* call checks nothing and forwards to ops; each

@@ -1,6 +1,6 @@
 /*
- * state_memory.c — the state backend for a single gateway without Redis:
- * the same semantics as state_redis.c, kept in this process in plain
+ * memory.c — the state backend for a single gateway without Redis:
+ * the same semantics as redis.c, kept in this process in plain
  * arrays (an install has hundreds of tenants and sessions, not millions).
  *
  * Every callback runs before the call returns. Results handed to a callback
