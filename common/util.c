@@ -1,9 +1,56 @@
 #include "util.h"
+#include "log.h"
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/random.h>
 #include <time.h>
+
+void sg_oom(size_t n)
+{
+    sg_error("out of memory (%zu bytes)", n);
+    abort();
+}
+
+void *sg_xmalloc(size_t n)
+{
+    void *p = malloc(n != 0 ? n : 1);
+    if (p == NULL)
+        sg_oom(n);
+    return p;
+}
+
+void *sg_xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n != 0 ? n : 1, size != 0 ? size : 1);
+    if (p == NULL)
+        sg_oom(n * size);
+    return p;
+}
+
+void *sg_xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n != 0 ? n : 1);
+    if (q == NULL)
+        sg_oom(n);
+    return q;
+}
+
+char *sg_xstrdup(const char *s)
+{
+    return sg_xstrndup(s, strlen(s));
+}
+
+char *sg_xstrndup(const char *s, size_t n)
+{
+    size_t len = strnlen(s, n);
+    char *p = sg_xmalloc(len + 1);
+    memcpy(p, s, len);
+    p[len] = '\0';
+    return p;
+}
 
 int sg_random_bytes(void *buf, size_t n)
 {

@@ -1,11 +1,23 @@
 /*
- * util.h — small helpers with no better home: ids, clocks, time strings.
+ * util.h — small helpers with no better home: allocation, ids, clocks,
+ * time strings.
  */
 #ifndef SANDGATE_UTIL_H
 #define SANDGATE_UTIL_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* Allocation failure is fatal, here and only here: these log "out of
+ * memory" and abort instead of returning NULL, so callers never test for
+ * it. (The in-sandbox agent, which does not link common/, has its own.) */
+void *sg_xmalloc(size_t n);
+void *sg_xcalloc(size_t n, size_t size);
+void *sg_xrealloc(void *p, size_t n);
+char *sg_xstrdup(const char *s);
+char *sg_xstrndup(const char *s, size_t n);
+/* Logs and aborts: what the above call when the allocator fails. */
+void sg_oom(size_t n) __attribute__((noreturn));
 
 /* Fills buf with n random bytes from the kernel. Returns 0 or -1. */
 int sg_random_bytes(void *buf, size_t n);

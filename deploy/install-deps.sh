@@ -10,6 +10,7 @@ PKGS=(build-essential cmake pkg-config libh2o-evloop-dev libssl-dev
       libcmocka-dev redis-server docker.io docker-compose debootstrap curl jq
       ca-certificates sqlite3
       clang libclang-rt-14-dev  # fuzz/: clang's libFuzzer and sanitizer runtimes
+      clang-format  # the format check (tests/format.sh)
       runsc  # gVisor: the engine runs every sandbox under it (deploy/engine.sh)
       python3 nodejs)  # the agent's unit tests run the kernels on the host
 
