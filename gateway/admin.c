@@ -15,6 +15,9 @@
  *   GET    /admin/templates[?tenant=NAME]     templates (templates.c)
  *   DELETE /admin/templates/{name}            remove one
  */
+#include "auth.h"
+#include "close.h"
+#include "db.h"
 #include "fields.h"
 #include "gateway.h"
 #include "http.h"

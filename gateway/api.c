@@ -8,7 +8,11 @@
  *   route -> [DB] token + session owner -> [state] rate -> route handler
  *   -> [state] quota / session slot -> [upstream] proxy -> [DB, state] records
  */
+#include "auth.h"
+#include "clock.h"
+#include "close.h"
 #include "concurrency.h"
+#include "db.h"
 #include "fields.h"
 #include "gateway.h"
 #include "http.h"

@@ -8,6 +8,8 @@
 #include "gateway.h"
 #include "http.h"
 #include "log.h"
+#include "reaper.h"
+#include "rebuild.h"
 #include "util.h"
 
 #include <signal.h>

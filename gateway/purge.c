@@ -2,6 +2,8 @@
  * purge.c — deleting a tenant (purge.h).
  */
 #include "purge.h"
+#include "close.h"
+#include "db.h"
 #include "gateway.h"
 #include "http.h"
 #include "log.h"

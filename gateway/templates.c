@@ -2,6 +2,7 @@
  * templates.c — tenants' templates (templates.h).
  */
 #include "templates.h"
+#include "db.h"
 #include "gateway.h"
 #include "http.h"
 #include "log.h"
