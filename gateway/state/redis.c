@@ -104,7 +104,7 @@ static char *xvasprintf(const char *fmt, va_list ap)
 {
     char *s;
     if (vasprintf(&s, fmt, ap) < 0)
-        h2o_fatal("state: out of memory");
+        sg_oom(strlen(fmt));
     return s;
 }
 
@@ -125,7 +125,7 @@ static void req_arg(redis_req_t *req, const char *fmt, ...)
 /* A script call: EVALSHA <sha> <nkeys>, then the caller adds keys and args. */
 static redis_req_t *req_new(redis_state_t *st, int script, int nkeys, req_done_fn done, void *data)
 {
-    redis_req_t *req = h2o_mem_alloc(sizeof(*req));
+    redis_req_t *req = sg_xmalloc(sizeof(*req));
     memset(req, 0, sizeof(*req));
     req->st = st;
     req->timeout.cb = on_cmd_timeout;
@@ -474,10 +474,10 @@ static void on_expired(redis_req_t *req, redisReply *reply)
         return;
     }
     size_t n = reply->elements / 3;
-    char(*ids)[37] = n ? h2o_mem_alloc(n * sizeof(*ids)) : NULL;
-    const char **sids = n ? h2o_mem_alloc(n * sizeof(*sids)) : NULL;
-    const char **reasons = n ? h2o_mem_alloc(n * sizeof(*reasons)) : NULL;
-    int64_t *tenants = n ? h2o_mem_alloc(n * sizeof(*tenants)) : NULL;
+    char(*ids)[37] = n ? sg_xmalloc(n * sizeof(*ids)) : NULL;
+    const char **sids = n ? sg_xmalloc(n * sizeof(*sids)) : NULL;
+    const char **reasons = n ? sg_xmalloc(n * sizeof(*reasons)) : NULL;
+    int64_t *tenants = n ? sg_xmalloc(n * sizeof(*tenants)) : NULL;
     for (size_t i = 0; i < n; i++) {
         char reason[16];
         reply_str(reply->element[3 * i], ids[i], sizeof(ids[i]));
@@ -503,7 +503,7 @@ static void on_list(redis_req_t *req, redisReply *reply)
         return;
     }
     size_t n = reply->elements / 8;
-    sg_live_session_t *list = n ? h2o_mem_alloc(n * sizeof(*list)) : NULL;
+    sg_live_session_t *list = n ? sg_xmalloc(n * sizeof(*list)) : NULL;
     for (size_t i = 0; i < n; i++) {
         memset(&list[i], 0, sizeof(list[i]));
         reply_str(reply->element[8 * i], list[i].id, sizeof(list[i].id));
@@ -860,11 +860,7 @@ static int parse_url(const char *url, redis_state_t *st, char *err, size_t errle
 
 sg_state_t *sg_state_create_redis(h2o_loop_t *loop, const char *url, char *err, size_t errlen)
 {
-    redis_state_t *st = calloc(1, sizeof(*st));
-    if (st == NULL) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
+    redis_state_t *st = sg_xcalloc(1, sizeof(*st));
     if (parse_url(url != NULL ? url : "", st, err, errlen) != 0) {
         free(st);
         return NULL;

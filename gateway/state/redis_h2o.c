@@ -2,6 +2,7 @@
  * redis_h2o.c — the hiredis <-> h2o evloop adapter (see redis_h2o.h).
  */
 #include "redis_h2o.h"
+#include "util.h"
 
 #include <stdlib.h>
 
@@ -86,9 +87,7 @@ int sg_redis_h2o_attach(redisAsyncContext *ac, h2o_loop_t *loop)
 {
     if (ac->ev.data != NULL || ac->c.fd < 0)
         return REDIS_ERR;
-    adapter_t *a = calloc(1, sizeof(*a));
-    if (a == NULL)
-        return REDIS_ERR;
+    adapter_t *a = sg_xcalloc(1, sizeof(*a));
     a->ac = ac;
     a->sock = h2o_evloop_socket_create(loop, ac->c.fd, H2O_SOCKET_FLAG_DONT_READ);
     if (a->sock == NULL) {

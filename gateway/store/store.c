@@ -315,11 +315,9 @@ sg_store_t *sg_store_open(const char *data_dir, char *err, size_t errlen)
     }
     if (mkdir_p(data_dir, err, errlen) != 0)
         return NULL;
-    if ((st = calloc(1, sizeof(*st))) == NULL)
-        goto NoMem;
+    st = sg_xcalloc(1, sizeof(*st));
     n = strlen(data_dir) + sizeof("/" SG_STORE_FILE);
-    if ((st->path = malloc(n)) == NULL)
-        goto NoMem;
+    st->path = sg_xmalloc(n);
     snprintf(st->path, n, "%s/" SG_STORE_FILE, data_dir);
 
     /* Create the file ourselves so that it is 0600 whatever the umask (SQLite
@@ -353,8 +351,6 @@ sg_store_t *sg_store_open(const char *data_dir, char *err, size_t errlen)
         goto Error;
     return st;
 
-NoMem:
-    sg_store__errf(err, errlen, "out of memory");
 Error:
     sg_store_close(st);
     return NULL;

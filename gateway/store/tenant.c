@@ -164,22 +164,22 @@ int sg_tenant_set_field(sg_tenant_t *t, const char *key, const char *value, char
     case SG_TF_LONG: {
         long long v;
         if (!(value[0] == '-' || (value[0] >= '0' && value[0] <= '9')))
-            goto Bad;
+            goto Error;
         errno = 0;
         v = strtoll(value, &end, 10);
         if (value[0] == '\0' || *end != '\0' || errno != 0 || (double)v < f->min || (double)v > f->max)
-            goto Bad;
+            goto Error;
         *(long *)((char *)t + f->off) = (long)v;
         return 0;
     }
     case SG_TF_DOUBLE: {
         double v;
         if (!(value[0] == '-' || value[0] == '.' || (value[0] >= '0' && value[0] <= '9')))
-            goto Bad;
+            goto Error;
         errno = 0;
         v = strtod(value, &end);
         if (value[0] == '\0' || *end != '\0' || errno != 0 || !isfinite(v) || v < f->min || v > f->max)
-            goto Bad;
+            goto Error;
         *(double *)((char *)t + f->off) = v;
         return 0;
     }
@@ -192,17 +192,17 @@ int sg_tenant_set_field(sg_tenant_t *t, const char *key, const char *value, char
                  strcasecmp(value, "off") == 0)
             v = 0;
         else
-            goto Bad;
+            goto Error;
         *(int *)((char *)t + f->off) = v;
         return 0;
     }
     case SG_TF_LANGS:
         if (!langs_valid(value))
-            goto Bad;
+            goto Error;
         snprintf((char *)t + f->off, SG_LANGS_MAX, "%s", value);
         return 0;
     }
-Bad:
+Error:
     field_range_err(f, value, err, errlen);
     return -1;
 }
@@ -219,7 +219,7 @@ int sg_tenant_validate(const sg_tenant_t *t, char *err, size_t errlen)
             long v = *(const long *)p;
             if ((double)v < f->min || (double)v > f->max) {
                 snprintf(got, sizeof(got), "%ld", v);
-                goto Bad;
+                goto Error;
             }
             break;
         }
@@ -227,7 +227,7 @@ int sg_tenant_validate(const sg_tenant_t *t, char *err, size_t errlen)
             double v = *(const double *)p;
             if (!isfinite(v) || v < f->min || v > f->max) {
                 snprintf(got, sizeof(got), "%g", v);
-                goto Bad;
+                goto Error;
             }
             break;
         }
@@ -235,19 +235,19 @@ int sg_tenant_validate(const sg_tenant_t *t, char *err, size_t errlen)
             int v = *(const int *)p;
             if (v != 0 && v != 1) {
                 snprintf(got, sizeof(got), "%d", v);
-                goto Bad;
+                goto Error;
             }
             break;
         }
         case SG_TF_LANGS:
             if (memchr(p, '\0', SG_LANGS_MAX) == NULL || !langs_valid(p)) {
                 snprintf(got, sizeof(got), "%.60s", memchr(p, '\0', SG_LANGS_MAX) != NULL ? p : "(unterminated)");
-                goto Bad;
+                goto Error;
             }
             break;
         }
         continue;
-    Bad:
+    Error:
         field_range_err(f, got, err, errlen);
         return -1;
     }
