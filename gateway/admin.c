@@ -15,7 +15,7 @@
  *   GET    /admin/templates[?tenant=NAME]     templates (templates.c)
  *   DELETE /admin/templates/{name}            remove one
  */
-#include "auth.h"
+#include "credentials.h"
 #include "close.h"
 #include "db.h"
 #include "fields.h"

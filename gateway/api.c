@@ -8,7 +8,7 @@
  *   route -> [DB] token + session owner -> [state] rate -> route handler
  *   -> [state] quota / session slot -> [upstream] proxy -> [DB, state] records
  */
-#include "auth.h"
+#include "credentials.h"
 #include "clock.h"
 #include "close.h"
 #include "concurrency.h"

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "tenant.h"
+#include "token.h"
 
 typedef struct sg_store sg_store_t;
 
@@ -47,7 +48,6 @@ int sg_store_tenant_list(sg_store_t *st, void (*fn)(const sg_tenant_t *t, void *
  * id to find the row; the hash is compared in constant time. create writes
  * the new token (NUL-terminated) into token_out (>= SG_TOKEN_MAX bytes) —
  * the only time it exists in clear. */
-#define SG_TOKEN_MAX 64
 typedef struct {
     int64_t id;
     int64_t tenant_id;

@@ -1,7 +1,7 @@
 /*
- * auth.c — a request's credentials (auth.h).
+ * credentials.c — a request's credentials (credentials.h).
  */
-#include "auth.h"
+#include "credentials.h"
 
 #include <openssl/crypto.h>
 #include <string.h>

@@ -1,10 +1,10 @@
 /*
- * auth.h — the credentials a request presents: the bearer token of its
+ * credentials.h — the credentials a request presents: the bearer token of its
  * Authorization header, and the constant-time check of a secret (the admin
  * token). Tenants' tokens are looked up in the store (token.h, store.h).
  */
-#ifndef SANDGATE_GW_AUTH_H
-#define SANDGATE_GW_AUTH_H
+#ifndef SANDGATE_GW_CREDENTIALS_H
+#define SANDGATE_GW_CREDENTIALS_H
 
 #include <h2o.h>
 
