@@ -191,13 +191,28 @@ static long lease_count(const lease_vec_t *v, int64_t tenant)
     return n;
 }
 
-/* Live sessions + reservations of a tenant, as ZCARD of its Redis set. */
-static long tenant_count(mem_state_t *m, int64_t tenant)
+/* As the ZREM script: gives token back, answering ok = it was held and
+ * count = others + the tenant's leases left. */
+static void lease_give_back(lease_vec_t *v, int64_t tenant, const char *token, long others, sg_state_cb cb, void *data)
+{
+    sg_state_result_t r = {.available = 1};
+    r.ok = lease_remove(v, tenant, token);
+    r.count = others + lease_count(v, tenant);
+    cb(data, &r);
+}
+
+static long live_sessions(mem_state_t *m, int64_t tenant)
 {
     long n = 0;
     for (size_t i = 0; i < m->sessions.n; i++)
         n += m->sessions.e[i].tenant_id == tenant;
-    return n + lease_count(&m->reservations, tenant);
+    return n;
+}
+
+/* Live sessions + reservations of a tenant, as ZCARD of its Redis set. */
+static long tenant_count(mem_state_t *m, int64_t tenant)
+{
+    return live_sessions(m, tenant) + lease_count(&m->reservations, tenant);
 }
 
 static void mem_session_reserve(sg_state_t *st, int64_t tenant, long max, const char *token, sg_state_cb cb, void *data)
@@ -231,10 +246,7 @@ static void mem_session_reserve(sg_state_t *st, int64_t tenant, long max, const 
 static void mem_session_unreserve(sg_state_t *st, int64_t tenant, const char *token, sg_state_cb cb, void *data)
 {
     mem_state_t *m = mem(st);
-    sg_state_result_t r = {.available = 1};
-    r.ok = lease_remove(&m->reservations, tenant, token);
-    r.count = tenant_count(m, tenant);
-    cb(data, &r);
+    lease_give_back(&m->reservations, tenant, token, live_sessions(m, tenant), cb, data);
 }
 
 static void mem_session_commit(sg_state_t *st, const char *token, const sg_live_session_t *s, sg_state_cb cb,
@@ -397,11 +409,7 @@ static void mem_exec_acquire(sg_state_t *st, int64_t tenant, long max, const cha
 
 static void mem_exec_release(sg_state_t *st, int64_t tenant, const char *token, sg_state_cb cb, void *data)
 {
-    mem_state_t *m = mem(st);
-    sg_state_result_t r = {.available = 1};
-    r.ok = lease_remove(&m->execs, tenant, token);
-    r.count = lease_count(&m->execs, tenant);
-    cb(data, &r);
+    lease_give_back(&mem(st)->execs, tenant, token, 0, cb, data);
 }
 
 /* ---- quotas ------------------------------------------------------------------------ */

@@ -591,13 +591,21 @@ static void redis_session_reserve(sg_state_t *_st, int64_t tenant, long max, con
     req_send(req);
 }
 
-static void redis_session_unreserve(sg_state_t *_st, int64_t tenant, const char *token, sg_state_cb cb, void *data)
+/* SCRIPT_ZREM on the tenant's set sg:tenant:<tid>:<set>: member prefix +
+ * token (at most token_max bytes of it) is given back. */
+static void give_back(sg_state_t *_st, int64_t tenant, const char *set, const char *prefix, const char *token,
+                      int token_max, sg_state_cb cb, void *data)
 {
     redis_req_t *req = req_new(rs(_st), SCRIPT_ZREM, 1, on_state, data);
     req->cb.state = cb;
-    req_arg(req, "sg:tenant:%" PRId64 ":sessions", tenant);
-    req_arg(req, "pending:%s", token);
+    req_arg(req, "sg:tenant:%" PRId64 ":%s", tenant, set);
+    req_arg(req, "%s%.*s", prefix, token_max, token);
     req_send(req);
+}
+
+static void redis_session_unreserve(sg_state_t *_st, int64_t tenant, const char *token, sg_state_cb cb, void *data)
+{
+    give_back(_st, tenant, "sessions", "pending:", token, INT_MAX, cb, data);
 }
 
 static void redis_session_commit(sg_state_t *_st, const char *token, const sg_live_session_t *s, sg_state_cb cb,
@@ -707,11 +715,7 @@ static void redis_exec_acquire(sg_state_t *_st, int64_t tenant, long max, const 
 
 static void redis_exec_release(sg_state_t *_st, int64_t tenant, const char *token, sg_state_cb cb, void *data)
 {
-    redis_req_t *req = req_new(rs(_st), SCRIPT_ZREM, 1, on_state, data);
-    req->cb.state = cb;
-    req_arg(req, "sg:tenant:%" PRId64 ":execs", tenant);
-    req_arg(req, "%.64s", token);
-    req_send(req);
+    give_back(_st, tenant, "execs", "", token, 64, cb, data);
 }
 
 static void redis_quota_reserve(sg_state_t *_st, int64_t tenant, const char *day, long max_execs, double max_seconds,
