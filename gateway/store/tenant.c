@@ -254,6 +254,30 @@ int sg_tenant_validate(const sg_tenant_t *t, char *err, size_t errlen)
     return 0;
 }
 
+int sg_tenant_set_json(sg_tenant_t *t, json_object *obj, char *err, size_t errlen)
+{
+    json_object_object_foreach(obj, key, val)
+    {
+        const char *text;
+        if (strcmp(key, "name") == 0)
+            continue;
+        if (json_object_is_type(val, json_type_boolean))
+            text = json_object_get_boolean(val) ? "1" : "0";
+        else if (json_object_is_type(val, json_type_string) || json_object_is_type(val, json_type_int) ||
+                 json_object_is_type(val, json_type_double))
+            text = json_object_get_string(val);
+        else
+            text = NULL;
+        if (text == NULL) {
+            sg_store__errf(err, errlen, "quota fields are numbers, booleans or strings");
+            return -1;
+        }
+        if (sg_tenant_set_field(t, key, text, err, errlen) != 0)
+            return -1;
+    }
+    return sg_tenant_validate(t, err, errlen);
+}
+
 /* Shortest of %.6f without trailing zeros: 2 -> "2", 0.25 -> "0.25". */
 static void fmt_double(double v, char out[48])
 {

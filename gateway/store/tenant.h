@@ -59,6 +59,11 @@ void sg_tenant_defaults(sg_tenant_t *t);
 int sg_tenant_set_field(sg_tenant_t *t, const char *key, const char *value, char *err, size_t errlen);
 /* Checks every field of t against the ranges. 0, or -1 naming the first bad field. */
 int sg_tenant_validate(const sg_tenant_t *t, char *err, size_t errlen);
+/* Sets the fields a JSON object names (as the admin API takes them: every
+ * member but "name"; numbers, booleans or strings, each parsed as
+ * sg_tenant_set_field parses its text), then validates the whole. 0, or -1
+ * with err naming the first bad field. */
+int sg_tenant_set_json(sg_tenant_t *t, json_object *obj, char *err, size_t errlen);
 /* 1 if name is 1..64 of [A-Za-z0-9._-]. */
 int sg_tenant_name_valid(const char *name);
 /* 1 if lang[0..len) is in t->allowed_langs (or that is "*"). */
