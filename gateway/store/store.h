@@ -5,7 +5,7 @@
  * Redis.
  *
  * The tenant model itself (fields, ranges, defaults) is tenant.h, which
- * this header includes; store.c (connection, schema, statements),
+ * this header includes; store_sql.c (connection, schema, statements),
  * store_tenants.c (tenants, tokens), store_ledger.c (usage, sessions) and
  * store_templates.c (templates, tenant deletion) are the SQL.
  *

@@ -1,7 +1,7 @@
 /*
  * store_sql.h — private to gateway/store/: what the store's SQL files
- * share: the connection with its prepared statements (store.c prepares
- * them at open) and the helpers that read and write rows.
+ * share: the connection with its prepared statements (store_sql.c
+ * prepares them at open) and the helpers that read and write rows.
  */
 #ifndef SANDGATE_STORE_SQL_H
 #define SANDGATE_STORE_SQL_H
@@ -12,7 +12,7 @@
 #include "store.h"
 #include "store_err.h"
 
-/* The statements prepared once at open (store.c), by what they do. */
+/* The statements prepared once at open (store_sql.c), by what they do. */
 enum {
     S_TENANT_INSERT,
     S_TENANT_GET,

@@ -1,7 +1,7 @@
 /*
  * tenant.c — the tenant model (tenant.h): defaults, the settable fields by
  * name with their ranges, parsing, validation and output. Pure logic, no
- * SQL: the store reads and writes the same field table (store.c).
+ * SQL: the store reads and writes the same field table (store_sql.c).
  */
 #include "tenant.h"
 

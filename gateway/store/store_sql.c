@@ -1,7 +1,8 @@
 /*
- * store.c — the store's connection (store.h): open, schema, the prepared
- * statements; the tables' calls are in store_tenants.c, store_ledger.c and
- * store_templates.c.
+ * store_sql.c — the store's connection (store.h): open, schema, the
+ * prepared statements, and the row helpers its SQL files share
+ * (store_sql.h); the tables' calls are in store_tenants.c, store_ledger.c
+ * and store_templates.c.
  *
  * One sg_store_t is one connection with every statement prepared once at
  * open and reset after each use. The schema is versioned by PRAGMA
@@ -10,7 +11,7 @@
  * once do not both create it. Nullable columns (revoked_at, closed_at,
  * close_reason, session_id) are NULL in SQL where the structs say 0 or "".
  */
-#include "store.h"
+#include "store_sql.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,7 +23,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "store_sql.h"
 #include "util.h"
 
 #define SG_STORE_FILE "sandgate.db"
