@@ -538,7 +538,7 @@ static redis_state_t *rs(sg_state_t *st)
 static void redis_rate_check(sg_state_t *_st, int64_t tenant, long rate_per_min, long burst, sg_rate_cb cb, void *data)
 {
     redis_state_t *st = rs(_st);
-    int64_t interval = sg_state__gcra_interval_ms(rate_per_min);
+    int64_t interval = sg_gcra_interval_ms(rate_per_min);
     if (burst < 1)
         burst = 1;
     if (burst > 1000000000L)
