@@ -67,6 +67,15 @@ static inline int sg_store__finish(sg_store_t *st, sqlite3_stmt *s, int rc, cons
     return ret;
 }
 
+/* Runs a statement that returns no row to its end: the number of rows it
+ * changed, or -1 with err naming what failed; s is reset either way. */
+static inline int sg_store__run(sg_store_t *st, sqlite3_stmt *s, const char *what, char *err, size_t errlen)
+{
+    if (sg_store__finish(st, s, sqlite3_step(s), what, err, errlen) != 0)
+        return -1;
+    return sqlite3_changes(st->db);
+}
+
 static inline void sg_store__col_text(sqlite3_stmt *s, int col, char *buf, size_t size)
 {
     const unsigned char *p = sqlite3_column_text(s, col);

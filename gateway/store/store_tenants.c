@@ -61,20 +61,15 @@ int sg_store_tenant_by_name(sg_store_t *st, const char *name, sg_tenant_t *out, 
 int sg_store_tenant_update(sg_store_t *st, const sg_tenant_t *t, char *err, size_t errlen)
 {
     sqlite3_stmt *s = st->stmt[S_TENANT_UPDATE];
-    int rc;
+    int n;
 
     if (sg_tenant_validate(t, err, errlen) != 0)
         return -1;
     sqlite3_bind_int64(s, 1, t->id);
     sg_store__bind_tenant_fields(s, t);
-    rc = sqlite3_step(s);
-    if (rc != SQLITE_DONE) {
-        sg_store__db_err(st, "tenant update", err, errlen);
-        sg_store__done(s);
+    if ((n = sg_store__run(st, s, "tenant update", err, errlen)) < 0)
         return -1;
-    }
-    sg_store__done(s);
-    if (sqlite3_changes(st->db) == 0) {
+    if (n == 0) {
         sg_store__errf(err, errlen, "no tenant with id %lld", (long long)t->id);
         return -1;
     }
@@ -237,14 +232,9 @@ int sg_store_token_revoke(sg_store_t *st, const char *public_id, char *err, size
     s = st->stmt[S_TOKEN_REVOKE];
     sqlite3_bind_text(s, 1, pub, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, sg_wall_s());
-    rc = sqlite3_step(s);
-    if (rc != SQLITE_DONE) {
-        sg_store__db_err(st, "token revoke", err, errlen);
-        sg_store__done(s);
+    if ((rc = sg_store__run(st, s, "token revoke", err, errlen)) < 0)
         return -1;
-    }
-    sg_store__done(s);
-    return sqlite3_changes(st->db) > 0 ? 1 : 0;
+    return rc > 0 ? 1 : 0;
 }
 
 int sg_store_token_list(sg_store_t *st, int64_t tenant_id, void (*fn)(const sg_token_t *t, void *data), void *data,
