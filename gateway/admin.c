@@ -15,8 +15,8 @@
  *   GET    /admin/templates[?tenant=NAME]     templates (templates.c)
  *   DELETE /admin/templates/{name}            remove one
  */
-#include "credentials.h"
 #include "close.h"
+#include "credentials.h"
 #include "db.h"
 #include "fields.h"
 #include "gateway.h"

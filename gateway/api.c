@@ -8,10 +8,10 @@
  *   route -> [DB] token + session owner -> [state] rate -> route handler
  *   -> [state] quota / session slot -> [upstream] proxy -> [DB, state] records
  */
-#include "credentials.h"
 #include "clock.h"
 #include "close.h"
 #include "concurrency.h"
+#include "credentials.h"
 #include "db.h"
 #include "fields.h"
 #include "gateway.h"
