@@ -105,8 +105,6 @@ static void on_state_removed(void *data, const sg_state_result_t *r)
     sg_gw_db_submit(&c->job);
 }
 
-static void close_step(close_t *c);
-
 static void on_template_recorded(void *data)
 {
     close_t *c = data;
