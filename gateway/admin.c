@@ -26,6 +26,7 @@
 #include "metrics.h"
 #include "purge.h"
 #include "templates.h"
+#include "throttle.h"
 #include "util.h"
 
 #include <math.h>

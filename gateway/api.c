@@ -21,6 +21,7 @@
 #include "metrics.h"
 #include "sse_tail.h"
 #include "templates.h"
+#include "upstream.h"
 #include "util.h"
 
 #include <math.h>

@@ -18,16 +18,19 @@
 #include <h2o.h>
 
 #include "state.h"
-#include "throttle.h"
 #include "store.h"
-#include "upstream.h"
 #include "workq.h"
+
+/* Held here, defined in core/ (upstream.h, throttle.h), whose request path
+ * reads this context: those who use them include their headers. */
+struct sg_upstream;
+struct sg_throttle;
 
 typedef struct {
     h2o_loop_t *loop;
     sg_workq_t *dbq;
     sg_state_t *state;
-    sg_upstream_t *upstream;
+    struct sg_upstream *upstream;
     const char *data_dir;
     const char *admin_token;  /* "" disables the admin API */
     int redis_configured;
@@ -42,7 +45,7 @@ typedef struct {
     size_t max_file_bytes;    /* file uploads */
     size_t max_header_bytes;  /* all request headers together */
     int stopping;             /* shutting down: no new DB work */
-    sg_throttle_t *admin_throttle; /* wrong admin tokens per client address */
+    struct sg_throttle *admin_throttle; /* wrong admin tokens per client address */
 } sg_gw_t;
 
 extern sg_gw_t sg_gw;

@@ -11,6 +11,8 @@
 #include "log.h"
 #include "reaper.h"
 #include "rebuild.h"
+#include "throttle.h"
+#include "upstream.h"
 #include "util.h"
 
 #include <stdio.h>

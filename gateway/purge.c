@@ -9,6 +9,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "templates.h"
+#include "upstream.h"
 
 #include <curl/curl.h>
 #include <stdio.h>

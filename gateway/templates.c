@@ -7,6 +7,7 @@
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
+#include "upstream.h"
 #include "util.h"
 
 #include <curl/curl.h>

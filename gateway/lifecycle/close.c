@@ -18,6 +18,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "templates.h"
+#include "upstream.h"
 #include "util.h"
 
 #include <stdio.h>
