@@ -28,7 +28,9 @@
  * (available = 0) and the caller applies its per-limit policy (README).
  *
  * Threading: loop thread only. Callbacks may run before the call returns
- * (memory backend) or later (redis backend); callers must accept both.
+ * (the memory backend always; the redis backend when Redis is not
+ * answering, and for a rate check that limits nothing) or later (the redis
+ * backend's replies); callers must accept both.
  */
 #ifndef SANDGATE_STATE_H
 #define SANDGATE_STATE_H
