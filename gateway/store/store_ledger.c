@@ -91,8 +91,9 @@ int sg_store_usage_list(sg_store_t *st, int64_t tenant_id, double from, double t
 
 /* ---- sessions ---- */
 
-static void read_session(sqlite3_stmt *s, sg_session_rec_t *r)
+static void read_session(sqlite3_stmt *s, void *out)
 {
+    sg_session_rec_t *r = out;
     memset(r, 0, sizeof(*r));
     sg_store__col_text(s, 0, r->id, sizeof(r->id));
     r->tenant_id = sqlite3_column_int64(s, 1);
@@ -158,21 +159,8 @@ int sg_store_session_count_exec(sg_store_t *st, const char *id, char *err, size_
 int sg_store_session_get(sg_store_t *st, const char *id, sg_session_rec_t *out, char *err, size_t errlen)
 {
     sqlite3_stmt *s = st->stmt[S_SESSION_GET];
-    int rc, ret;
-
     sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
-    rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) {
-        if (out != NULL)
-            read_session(s, out);
-        ret = 1;
-    } else if (rc == SQLITE_DONE) {
-        ret = 0;
-    } else {
-        ret = sg_store__db_err(st, "session get", err, errlen);
-    }
-    sg_store__done(s);
-    return ret;
+    return sg_store__get(st, s, read_session, out, "session get", err, errlen);
 }
 
 int sg_store_session_list_open(sg_store_t *st, int64_t tenant_id, void (*fn)(const sg_session_rec_t *s, void *data),

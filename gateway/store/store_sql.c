@@ -431,19 +431,24 @@ void sg_store__bind_tenant_fields(sqlite3_stmt *s, const sg_tenant_t *t)
     }
 }
 
-/* Runs a one-row lookup whose result starts with the tenant columns. */
-int sg_store__tenant_lookup(sg_store_t *st, sqlite3_stmt *s, sg_tenant_t *out, char *err, size_t errlen)
+int sg_store__get(sg_store_t *st, sqlite3_stmt *s, void (*read)(sqlite3_stmt *s, void *out), void *out, const char *what,
+                  char *err, size_t errlen)
 {
     int rc = sqlite3_step(s), ret;
     if (rc == SQLITE_ROW) {
         if (out != NULL)
-            sg_store__read_tenant(s, 0, out);
+            read(s, out);
         ret = 1;
     } else if (rc == SQLITE_DONE) {
         ret = 0;
     } else {
-        ret = sg_store__db_err(st, "tenant lookup", err, errlen);
+        ret = sg_store__db_err(st, what, err, errlen);
     }
     sg_store__done(s);
     return ret;
+}
+
+void sg_store__read_tenant_row(sqlite3_stmt *s, void *out)
+{
+    sg_store__read_tenant(s, 0, out);
 }

@@ -101,8 +101,11 @@ static inline void sg_store__bind_text_or_null(sqlite3_stmt *s, int idx, const c
 void sg_store__read_tenant(sqlite3_stmt *s, int col, sg_tenant_t *t);
 /* Binds every tenant field as ?3, ?4, ... */
 void sg_store__bind_tenant_fields(sqlite3_stmt *s, const sg_tenant_t *t);
-/* Runs a one-row lookup whose result starts with the tenant columns:
- * 1 found (and *out, if not NULL), 0 not found, -1 error. */
-int sg_store__tenant_lookup(sg_store_t *st, sqlite3_stmt *s, sg_tenant_t *out, char *err, size_t errlen);
+/* Runs a one-row lookup: 1 found (read(s, out) has filled *out, unless out
+ * is NULL), 0 not found, -1 with err naming what failed; s is reset. */
+int sg_store__get(sg_store_t *st, sqlite3_stmt *s, void (*read)(sqlite3_stmt *s, void *out), void *out, const char *what,
+                  char *err, size_t errlen);
+/* A read for sg_store__get of a row that starts with the tenant columns. */
+void sg_store__read_tenant_row(sqlite3_stmt *s, void *out);
 
 #endif

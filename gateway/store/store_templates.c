@@ -44,8 +44,9 @@ static int exec(sg_store_t *st, const char *sql, char *err, size_t errlen)
     return 0;
 }
 
-static void read_template(sqlite3_stmt *s, sg_template_rec_t *t)
+static void read_template(sqlite3_stmt *s, void *out)
 {
+    sg_template_rec_t *t = out;
     memset(t, 0, sizeof(*t));
     t->id = sqlite3_column_int64(s, 0);
     t->tenant_id = sqlite3_column_int64(s, 1);
@@ -153,18 +154,11 @@ int sg_store_template_closed(sg_store_t *st, int64_t tenant_id, const char *sess
 int sg_store_template_get(sg_store_t *st, const char *name, sg_template_rec_t *out, char *err, size_t errlen)
 {
     sqlite3_stmt *s = prepare(st, "SELECT " TEMPLATE_COLS " FROM templates WHERE name = ?1", err, errlen);
-    int rc, ret;
+    int ret;
     if (s == NULL)
         return -1;
     sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
-    rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) {
-        if (out != NULL)
-            read_template(s, out);
-        ret = 1;
-    } else {
-        ret = rc == SQLITE_DONE ? 0 : sg_store__db_err(st, "template get", err, errlen);
-    }
+    ret = sg_store__get(st, s, read_template, out, "template get", err, errlen);
     sqlite3_finalize(s);
     return ret;
 }

@@ -48,14 +48,14 @@ int sg_store_tenant_get(sg_store_t *st, int64_t id, sg_tenant_t *out, char *err,
 {
     sqlite3_stmt *s = st->stmt[S_TENANT_GET];
     sqlite3_bind_int64(s, 1, id);
-    return sg_store__tenant_lookup(st, s, out, err, errlen);
+    return sg_store__get(st, s, sg_store__read_tenant_row, out, "tenant lookup", err, errlen);
 }
 
 int sg_store_tenant_by_name(sg_store_t *st, const char *name, sg_tenant_t *out, char *err, size_t errlen)
 {
     sqlite3_stmt *s = st->stmt[S_TENANT_BY_NAME];
     sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
-    return sg_store__tenant_lookup(st, s, out, err, errlen);
+    return sg_store__get(st, s, sg_store__read_tenant_row, out, "tenant lookup", err, errlen);
 }
 
 int sg_store_tenant_update(sg_store_t *st, const sg_tenant_t *t, char *err, size_t errlen)
