@@ -19,7 +19,6 @@
 #include "token.h"
 #include "util.h"
 
-#define DEFAULT_DATA_DIR "/var/lib/sandgate"
 #define EXIT_USAGE 2
 
 static const char usage_text[] =
@@ -42,7 +41,7 @@ static const char usage_text[] =
     "(\"*\" or \"python,go\"), network_allowed, idle_timeout, max_lifetime, disabled.\n"
     "\n"
     "The database is DIR/sandgate.db: DIR is --data-dir, else $SANDGATE_DATA_DIR,\n"
-    "else " DEFAULT_DATA_DIR ". --json prints JSON instead of key=value lines.\n"
+    "else " SG_STORE_DEFAULT_DIR ". --json prints JSON instead of key=value lines.\n"
     "Exit status: 0 success, 1 error, 2 bad usage.\n";
 
 typedef struct {
@@ -514,7 +513,7 @@ int main(int argc, char **argv)
     if (a.data_dir == NULL)
         a.data_dir = getenv("SANDGATE_DATA_DIR");
     if (a.data_dir == NULL || a.data_dir[0] == '\0')
-        a.data_dir = DEFAULT_DATA_DIR;
+        a.data_dir = SG_STORE_DEFAULT_DIR;
     st = sg_store_open(a.data_dir, err, sizeof(err));
     if (st == NULL) {
         rc = fail("%s", err);

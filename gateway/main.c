@@ -42,7 +42,7 @@ static const sg_cfg_entry_t config_table[] = {
     {"SANDGATE_PROXY_URL", SG_CFG_STR, "http://127.0.0.1:8000", 0, 0, &cfg.proxy_url, "where the proxy listens"},
     {"SANDGATE_REDIS_URL", SG_CFG_STR, "", 0, 0, &cfg.redis_url,
      "redis://host:port[/db] for shared state; empty keeps the state in this process"},
-    {"SANDGATE_DATA_DIR", SG_CFG_STR, "/var/lib/sandgate", 0, 0, &sg_gw.data_dir,
+    {"SANDGATE_DATA_DIR", SG_CFG_STR, SG_STORE_DEFAULT_DIR, 0, 0, &sg_gw.data_dir,
      "directory of the SQLite file sandgate.db (shared with sandgate-admin)"},
     {"SANDGATE_ADMIN_TOKEN", SG_CFG_STR, "", 0, 0, &sg_gw.admin_token,
      "bearer token of the admin API; empty disables the admin API"},

@@ -26,6 +26,10 @@
 
 typedef struct sg_store sg_store_t;
 
+/* Where the gateway and sandgate-admin find sandgate.db when
+ * SANDGATE_DATA_DIR names no other directory. */
+#define SG_STORE_DEFAULT_DIR "/var/lib/sandgate"
+
 /* Opens (creating the directory's file <data_dir>/sandgate.db and the schema
  * if needed), WAL mode, busy timeout 5 s, foreign keys on. */
 sg_store_t *sg_store_open(const char *data_dir, char *err, size_t errlen);
