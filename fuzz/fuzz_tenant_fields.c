@@ -1,7 +1,7 @@
 /*
  * fuzz_tenant_fields — a tenant's quota fields as the admin API and
  * `sandgate-admin tenant set NAME key=value ...` give them
- * (sg_tenant_set_field, gateway/store.c), checked by the same ranges the
+ * (sg_tenant_set_field, gateway/store/tenant.c), checked by the same ranges the
  * store applies (sg_tenant_validate) and printed back (sg_tenant_format).
  *
  * Input: "key=value" lines. Invariants: a value the setter takes leaves a
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "store.h"
+#include "tenant.h"
 
 /* Printed with six decimals, read back: half a unit of the sixth decimal,
  * plus the double's own spacing at that size. */

@@ -1,8 +1,8 @@
 /*
  * fuzz_token — the Authorization header and the API token in it: the
  * bearer extraction both the public and the admin API use (sg_gw_bearer,
- * gateway/gateway.c), the token format check that comes before any
- * database look-up (sg_token_parse, gateway/token.c), and the admin
+ * gateway/core/credentials.c), the token format check that comes before any
+ * database look-up (sg_token_parse, gateway/store/token.c), and the admin
  * token's comparison (sg_gw_secret_equal).
  *
  * Input: the header's value. Invariants: the bearer credential lies inside
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "gateway.h"
+#include "credentials.h"
 #include "http.h"
 #include "token.h"
 

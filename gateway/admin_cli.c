@@ -19,7 +19,6 @@
 #include "token.h"
 #include "util.h"
 
-#define DEFAULT_DATA_DIR "/var/lib/sandgate"
 #define EXIT_USAGE 2
 
 static const char usage_text[] =
@@ -42,7 +41,7 @@ static const char usage_text[] =
     "(\"*\" or \"python,go\"), network_allowed, idle_timeout, max_lifetime, disabled.\n"
     "\n"
     "The database is DIR/sandgate.db: DIR is --data-dir, else $SANDGATE_DATA_DIR,\n"
-    "else " DEFAULT_DATA_DIR ". --json prints JSON instead of key=value lines.\n"
+    "else " SG_STORE_DEFAULT_DIR ". --json prints JSON instead of key=value lines.\n"
     "Exit status: 0 success, 1 error, 2 bad usage.\n";
 
 typedef struct {
@@ -443,11 +442,10 @@ int main(int argc, char **argv)
     char err[512];
     int words, rc, only_pos = 0;
 
-    a.pos = calloc((size_t)argc + 1, sizeof(*a.pos));
-    if (a.pos == NULL)
-        return fail("out of memory");
+    a.pos = sg_xcalloc((size_t)argc + 1, sizeof(*a.pos));
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *v;
+        int missing = 0;
         if (only_pos || arg[0] != '-' || arg[1] == '\0') {
             a.pos[a.npos++] = arg;
         } else if (strcmp(arg, "--") == 0) {
@@ -459,28 +457,28 @@ int main(int argc, char **argv)
         } else if (strcmp(arg, "--json") == 0) {
             a.json = 1;
         } else if (take_value(argc, argv, &i, "--data-dir", &v)) {
-            if ((a.data_dir = v) == NULL || v[0] == '\0')
-                goto MissingValue;
+            a.data_dir = v;
+            missing = v == NULL || v[0] == '\0';
         } else if (take_value(argc, argv, &i, "--label", &v)) {
-            if ((a.label = v) == NULL)
-                goto MissingValue;
+            a.label = v;
+            missing = v == NULL;
             given |= OPT_LABEL;
         } else if (take_value(argc, argv, &i, "--since", &v)) {
-            if ((a.since = v) == NULL)
-                goto MissingValue;
+            a.since = v;
+            missing = v == NULL;
             given |= OPT_SINCE;
         } else if (take_value(argc, argv, &i, "--until", &v)) {
-            if ((a.until = v) == NULL)
-                goto MissingValue;
+            a.until = v;
+            missing = v == NULL;
             given |= OPT_UNTIL;
         } else {
             rc = usage_error("unknown option %s", arg);
             goto Exit;
         }
-        continue;
-    MissingValue:
-        rc = usage_error("%s needs a value", arg);
-        goto Exit;
+        if (missing) {
+            rc = usage_error("%s needs a value", arg);
+            goto Exit;
+        }
     }
 
     if (a.npos == 0) {
@@ -515,7 +513,7 @@ int main(int argc, char **argv)
     if (a.data_dir == NULL)
         a.data_dir = getenv("SANDGATE_DATA_DIR");
     if (a.data_dir == NULL || a.data_dir[0] == '\0')
-        a.data_dir = DEFAULT_DATA_DIR;
+        a.data_dir = SG_STORE_DEFAULT_DIR;
     st = sg_store_open(a.data_dir, err, sizeof(err));
     if (st == NULL) {
         rc = fail("%s", err);

@@ -5,31 +5,28 @@
  * sandgate-proxy. See docs/architecture.md.
  */
 #include "config.h"
+#include "daemon.h"
 #include "gateway.h"
 #include "routes.h"
 #include "http.h"
 #include "log.h"
+#include "reaper.h"
+#include "rebuild.h"
+#include "throttle.h"
+#include "upstream.h"
 #include "util.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* What the context (sg_gw) does not hold as it is read; the rest of the
+ * table writes into sg_gw directly. */
 static struct {
     const char *host;
     long port;
     const char *proxy_url;
     const char *redis_url;
-    const char *data_dir;
-    const char *admin_token;
-    double default_timeout;
-    long default_memory_mb;
-    double default_cpus;
-    long upstream_grace_ms;
-    long call_timeout_ms;
-    long library_timeout_ms;
-    long reaper_interval_ms;
     long max_body;
     long max_file_bytes;
     long max_header_bytes;
@@ -46,23 +43,23 @@ static const sg_cfg_entry_t config_table[] = {
     {"SANDGATE_PROXY_URL", SG_CFG_STR, "http://127.0.0.1:8000", 0, 0, &cfg.proxy_url, "where the proxy listens"},
     {"SANDGATE_REDIS_URL", SG_CFG_STR, "", 0, 0, &cfg.redis_url,
      "redis://host:port[/db] for shared state; empty keeps the state in this process"},
-    {"SANDGATE_DATA_DIR", SG_CFG_STR, "/var/lib/sandgate", 0, 0, &cfg.data_dir,
+    {"SANDGATE_DATA_DIR", SG_CFG_STR, SG_STORE_DEFAULT_DIR, 0, 0, &sg_gw.data_dir,
      "directory of the SQLite file sandgate.db (shared with sandgate-admin)"},
-    {"SANDGATE_ADMIN_TOKEN", SG_CFG_STR, "", 0, 0, &cfg.admin_token,
+    {"SANDGATE_ADMIN_TOKEN", SG_CFG_STR, "", 0, 0, &sg_gw.admin_token,
      "bearer token of the admin API; empty disables the admin API"},
-    {"SANDGATE_DEFAULT_TIMEOUT", SG_CFG_DOUBLE, "30", 0.1, 86400, &cfg.default_timeout,
+    {"SANDGATE_DEFAULT_TIMEOUT", SG_CFG_DOUBLE, "30", 0.1, 86400, &sg_gw.default_timeout,
      "execution timeout when a request names none (capped by the tenant's max_timeout), seconds"},
-    {"SANDGATE_DEFAULT_MEMORY_MB", SG_CFG_INT, "512", 16, 1 << 20, &cfg.default_memory_mb,
+    {"SANDGATE_DEFAULT_MEMORY_MB", SG_CFG_INT, "512", 16, 1 << 20, &sg_gw.default_memory_mb,
      "memory of a new session when the request names none (capped by the tenant's), MiB"},
-    {"SANDGATE_DEFAULT_CPUS", SG_CFG_DOUBLE, "1", 0.01, 1024, &cfg.default_cpus,
+    {"SANDGATE_DEFAULT_CPUS", SG_CFG_DOUBLE, "1", 0.01, 1024, &sg_gw.default_cpus,
      "CPUs of a new session when the request names none (capped by the tenant's)"},
-    {"SANDGATE_UPSTREAM_GRACE_MS", SG_CFG_INT, "15000", 0, 3600000, &cfg.upstream_grace_ms,
+    {"SANDGATE_UPSTREAM_GRACE_MS", SG_CFG_INT, "15000", 0, 3600000, &sg_gw.upstream_grace_ms,
      "how much longer than an execution's timeout the gateway waits for the proxy"},
-    {"SANDGATE_CALL_TIMEOUT_MS", SG_CFG_INT, "60000", 100, 3600000, &cfg.call_timeout_ms,
+    {"SANDGATE_CALL_TIMEOUT_MS", SG_CFG_INT, "60000", 100, 3600000, &sg_gw.call_timeout_ms,
      "timeout of every other call to the proxy"},
-    {"SANDGATE_LIBRARY_TIMEOUT_MS", SG_CFG_INT, "300000", 1000, 3600000, &cfg.library_timeout_ms,
+    {"SANDGATE_LIBRARY_TIMEOUT_MS", SG_CFG_INT, "300000", 1000, 3600000, &sg_gw.library_timeout_ms,
      "timeout of a library install through the proxy (it may fetch from the package index)"},
-    {"SANDGATE_REAPER_INTERVAL_MS", SG_CFG_INT, "1000", 10, 3600000, &cfg.reaper_interval_ms,
+    {"SANDGATE_REAPER_INTERVAL_MS", SG_CFG_INT, "1000", 10, 3600000, &sg_gw.reaper_interval_ms,
      "how often expired sessions are looked for"},
     {"SANDGATE_MAX_BODY_BYTES", SG_CFG_INT, "4194304", 1024, 64 << 20, &cfg.max_body, "largest JSON request body"},
     {"SANDGATE_MAX_FILE_BYTES", SG_CFG_INT, "16777216", 1, 64 << 20, &cfg.max_file_bytes, "largest file upload"},
@@ -78,29 +75,20 @@ static const sg_cfg_entry_t config_table[] = {
     {"SANDGATE_LOG_LEVEL", SG_CFG_STR, "info", 0, 0, &cfg.log_level, "error, warn, info or debug"},
 };
 
-static volatile sig_atomic_t stop_signal;
-
-static void on_signal(int sig)
-{
-    stop_signal = sig;
-}
-
 int main(int argc, char **argv)
 {
     char err[512];
     sg_http_server_t *server;
     sg_store_t *st;
 
-    int rc = sg_config_main(argc, argv, config_table, sizeof(config_table) / sizeof(config_table[0]), "sandgate-gateway",
-                            "the public API");
+    int rc = sg_daemon_begin(argc, argv, config_table, sizeof(config_table) / sizeof(config_table[0]),
+                             "sandgate-gateway", "the public API", &cfg.log_level);
     if (rc >= 0)
         return rc;
-    sg_log_init("sandgate-gateway", cfg.log_level);
-    signal(SIGPIPE, SIG_IGN);
 
     /* open (and create) the database once here, so that a bad data dir is
      * an error at start, not at the first request */
-    if ((st = sg_store_open(cfg.data_dir, err, sizeof(err))) == NULL) {
+    if ((st = sg_store_open(sg_gw.data_dir, err, sizeof(err))) == NULL) {
         sg_error("%s", err);
         return 1;
     }
@@ -119,15 +107,6 @@ int main(int argc, char **argv)
     sg_gw.loop = sg_http_server_loop(server);
     sg_gw.admin_throttle = sg_throttle_create(cfg.admin_fail_limit, cfg.admin_fail_window);
     sg_gw.dbq = sg_workq_create(sg_gw.loop, (int)cfg.db_workers);
-    sg_gw.data_dir = cfg.data_dir;
-    sg_gw.admin_token = cfg.admin_token;
-    sg_gw.default_timeout = cfg.default_timeout;
-    sg_gw.default_memory_mb = cfg.default_memory_mb;
-    sg_gw.default_cpus = cfg.default_cpus;
-    sg_gw.upstream_grace_ms = cfg.upstream_grace_ms;
-    sg_gw.call_timeout_ms = cfg.call_timeout_ms;
-    sg_gw.library_timeout_ms = cfg.library_timeout_ms;
-    sg_gw.reaper_interval_ms = cfg.reaper_interval_ms;
     sg_gw.max_body = (size_t)cfg.max_body;
     sg_gw.max_file_bytes = (size_t)cfg.max_file_bytes;
     sg_gw.max_header_bytes = (size_t)cfg.max_header_bytes;
@@ -149,17 +128,12 @@ int main(int argc, char **argv)
     sg_store_close(st);
     sg_gw_reaper_start();
 
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
     sg_http_server_start(server);
     sg_info("listening on %s:%d; proxy %s; state %s%s%s", cfg.host, sg_http_server_port(server), cfg.proxy_url,
             sg_state_backend(sg_gw.state), sg_gw.redis_configured ? " " : "", cfg.redis_url);
-    if (cfg.admin_token[0] == '\0')
+    if (sg_gw.admin_token[0] == '\0')
         sg_warn("SANDGATE_ADMIN_TOKEN is empty: the admin API is disabled");
-    while (!stop_signal)
-        h2o_evloop_run(sg_gw.loop, 1000);
-
-    sg_info("signal %d: shutting down", (int)stop_signal);
+    sg_daemon_run(sg_gw.loop);
     sg_http_server_stop_accepting(server);
     /* Let the work under way finish (replies, ledger rows, closes), for a
      * few seconds at most; then stop the DB threads. The state and the

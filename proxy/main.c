@@ -5,6 +5,7 @@
 #include "api.h"
 #include "capacity.h"
 #include "config.h"
+#include "daemon.h"
 #include "container.h"
 #include "docker.h"
 #include "http.h"
@@ -174,13 +175,6 @@ static int prepare_agent_volume(sg_docker_t *d, char *err, size_t errlen)
     return rc;
 }
 
-static volatile sig_atomic_t stop_signal;
-
-static void on_signal(int sig)
-{
-    stop_signal = sig;
-}
-
 static h2o_timeout_t tick_timeout;
 static h2o_timeout_entry_t tick_entry;
 static h2o_loop_t *loop;
@@ -310,12 +304,10 @@ int main(int argc, char **argv)
     const char *runtime = NULL;
     int n;
 
-    int rc = sg_config_main(argc, argv, config_table, sizeof(config_table) / sizeof(config_table[0]), "sandgate-proxy",
-                            "the internal sandbox service");
+    int rc = sg_daemon_begin(argc, argv, config_table, sizeof(config_table) / sizeof(config_table[0]), "sandgate-proxy",
+                             "the internal sandbox service", &cfg.log_level);
     if (rc >= 0)
         return rc;
-    sg_log_init("sandgate-proxy", cfg.log_level);
-    signal(SIGPIPE, SIG_IGN);
 
     if (sg_docker_setup(cfg.docker_host, cfg.docker_api, err, sizeof(err)) != 0) {
         sg_error("%s", err);
@@ -345,15 +337,10 @@ int main(int argc, char **argv)
     tick_entry.cb = on_tick;
     h2o_timeout_link(loop, &tick_timeout, &tick_entry);
 
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
     sg_http_server_allow_h2c(server, cfg.http2_cleartext);
     sg_http_server_start(server);
     sg_info("listening on %s:%d as proxy \"%s\"", cfg.host, sg_http_server_port(server), cfg.proxy_id);
-    while (!stop_signal)
-        h2o_evloop_run(loop, 1000);
-
-    sg_info("signal %d: shutting down", (int)stop_signal);
+    sg_daemon_run(loop);
     sg_http_server_stop_accepting(server);
     /* Finish the Docker calls under way, then remove every container this
      * proxy owns, whatever state its session was in. */

@@ -8,6 +8,8 @@
 #include "fields.h"
 #include "metrics.h"
 #include "util.h"
+#include "db.h"
+#include "credentials.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,6 +5,7 @@
  */
 #include "request.h"
 #include "metrics.h"
+#include "upstream.h"
 
 #include <stdio.h>
 #include <string.h>

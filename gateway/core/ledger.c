@@ -8,6 +8,8 @@
 #include "log.h"
 #include "metrics.h"
 #include "util.h"
+#include "db.h"
+#include "upstream.h"
 
 #include <math.h>
 #include <stdio.h>

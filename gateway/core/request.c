@@ -10,6 +10,9 @@
 #include "json.h"
 #include "metrics.h"
 #include "util.h"
+#include "clock.h"
+#include "close.h"
+#include "upstream.h"
 
 #include <math.h>
 #include <stdio.h>

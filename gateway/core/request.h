@@ -25,6 +25,8 @@
 #include "http.h"
 #include "route.h"
 #include "sse_tail.h"
+#include "db.h"
+#include "upstream.h"
 
 /* The files route's query string: "?path=" and a path the proxy takes
  * (SG_MAX_PATH, 1024 bytes) with every byte percent-encoded, and some room.

@@ -17,6 +17,9 @@
  *
  * The admin router (routes.c) checks the admin token before any of these.
  */
+#include "close.h"
+#include "credentials.h"
+#include "db.h"
 #include "fields.h"
 #include "gateway.h"
 #include "handlers.h"
@@ -25,6 +28,8 @@
 #include "log.h"
 #include "metrics.h"
 #include "purge.h"
+#include "templates.h"
+#include "throttle.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -71,24 +76,7 @@ static void fail(admin_job_t *j, int status, const char *code, const char *fmt, 
 static int apply_quotas(admin_job_t *j, json_object *body, sg_tenant_t *t)
 {
     char err[256];
-    json_object_object_foreach(body, key, val)
-    {
-        const char *text;
-        if (strcmp(key, "name") == 0)
-            continue;
-        if (json_object_is_type(val, json_type_boolean))
-            text = json_object_get_boolean(val) ? "1" : "0";
-        else if (json_object_is_type(val, json_type_string) || json_object_is_type(val, json_type_int) ||
-                 json_object_is_type(val, json_type_double))
-            text = json_object_get_string(val);
-        else
-            text = NULL;
-        if (text == NULL || sg_tenant_set_field(t, key, text, err, sizeof(err)) != 0) {
-            fail(j, 400, "bad_field", "%s", text == NULL ? "quota fields are numbers, booleans or strings" : err);
-            return -1;
-        }
-    }
-    if (sg_tenant_validate(t, err, sizeof(err)) != 0) {
+    if (sg_tenant_set_json(t, body, err, sizeof(err)) != 0) {
         fail(j, 400, "bad_field", "%s", err);
         return -1;
     }

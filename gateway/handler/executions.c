@@ -14,6 +14,8 @@
 #include "metrics.h"
 #include "request.h"
 #include "util.h"
+#include "clock.h"
+#include "upstream.h"
 
 #include <stdio.h>
 #include <string.h>

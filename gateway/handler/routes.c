@@ -10,6 +10,8 @@
 #include "metrics.h"
 #include "route.h"
 #include "util.h"
+#include "credentials.h"
+#include "throttle.h"
 
 #include <math.h>
 #include <stdio.h>

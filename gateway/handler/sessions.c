@@ -15,6 +15,10 @@
 #include "request.h"
 #include "templates.h"
 #include "util.h"
+#include "db.h"
+#include "clock.h"
+#include "close.h"
+#include "upstream.h"
 
 #include <stdio.h>
 #include <stdlib.h>

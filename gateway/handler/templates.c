@@ -10,6 +10,7 @@
 #include "request.h"
 #include "templates.h"
 #include "util.h"
+#include "db.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,9 +2,14 @@
  * purge.c — deleting a tenant (purge.h).
  */
 #include "purge.h"
+#include "close.h"
+#include "db.h"
 #include "gateway.h"
 #include "log.h"
 #include "util.h"
+#include "metrics.h"
+#include "templates.h"
+#include "upstream.h"
 
 #include <curl/curl.h>
 #include <stdio.h>

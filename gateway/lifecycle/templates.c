@@ -2,8 +2,11 @@
  * templates.c — tenants' templates as records (templates.h).
  */
 #include "templates.h"
+#include "db.h"
 #include "gateway.h"
 #include "log.h"
+#include "metrics.h"
+#include "upstream.h"
 #include "util.h"
 
 #include <curl/curl.h>

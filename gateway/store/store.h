@@ -4,6 +4,11 @@
  * session history. The system of record: nothing billable lives only in
  * Redis.
  *
+ * The tenant model itself (fields, ranges, defaults) is tenant.h, which
+ * this header includes; store_sql.c (connection, schema, statements),
+ * store_tenants.c (tenants, tokens), store_ledger.c (usage, sessions) and
+ * store_templates.c (templates, tenant deletion) are the SQL.
+ *
  * Blocking. A sg_store_t is one SQLite connection: use it from one thread
  * at a time (the gateway gives each DB worker thread its own; sandgate-admin
  * uses one). Several connections to one file are safe (WAL, busy timeout).
@@ -13,69 +18,17 @@
 #ifndef SANDGATE_STORE_H
 #define SANDGATE_STORE_H
 
-#include <json-c/json.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tenant.h"
+#include "token.h"
+
 typedef struct sg_store sg_store_t;
 
-#define SG_TENANT_NAME_MAX 64
-#define SG_LANGS_MAX 256
-
-typedef struct {
-    int64_t id;
-    char name[SG_TENANT_NAME_MAX + 1];
-    int64_t created_at;
-    int disabled;
-    /* quotas and limits */
-    long rate_per_min;         /* request rate: sustained requests per minute */
-    long burst;                /* request rate: burst size */
-    long max_sessions;         /* concurrent live sessions */
-    long max_concurrent_execs; /* executions, commands and installs in flight at once */
-    long execs_per_day;        /* executions per UTC day */
-    double exec_seconds_per_day; /* execution seconds per UTC day */
-    double max_timeout;        /* per-execution timeout cap, seconds */
-    long max_memory_mb;        /* per-session memory cap */
-    double max_cpus;           /* per-session CPU cap */
-    char allowed_langs[SG_LANGS_MAX]; /* "*" or comma-separated: "python,javascript" */
-    int network_allowed;
-    long idle_timeout;         /* seconds without use before a session is closed */
-    long max_lifetime;         /* seconds from creation before a session is closed */
-    long max_templates;        /* kept templates plus live keep_template sessions */
-} sg_tenant_t;
-
-/* The defaults a new tenant gets (documented in the README):
- * rate_per_min 600, burst 60, max_sessions 10, max_concurrent_execs 8, execs_per_day 10000,
- * exec_seconds_per_day 36000, max_timeout 300, max_memory_mb 1024,
- * max_cpus 2, allowed_langs "*", network_allowed 0, idle_timeout 900,
- * max_lifetime 14400, max_templates 5, disabled 0. */
-void sg_tenant_defaults(sg_tenant_t *t);
-
-/* The settable fields of a tenant by name — the quota field names above plus
- * "disabled" — as sandgate-admin `tenant set` and the admin API take them.
- * Ranges (inclusive; 0 in a count means none allowed, not unlimited):
- *   rate_per_min 1..1e9    burst 1..1e9          max_sessions 0..1e6
- *   max_concurrent_execs 0..1e6
- *   execs_per_day 0..1e12  exec_seconds_per_day 0..1e12
- *   max_timeout 0.1..86400 max_memory_mb 16..1048576   max_cpus 0.01..1024
- *   allowed_langs "*" or "a,b" of [a-z0-9_+-]{1,31}, < 256 chars in all
- *   network_allowed 0|1    idle_timeout 1..1e9   max_lifetime 1..1e9   disabled 0|1
- *   max_templates 0..1e6
- * (booleans also take true/false/yes/no/on/off). sg_store_tenant_update
- * checks the same (sg_tenant_validate) and fails naming the field. */
-/* Parses value for field key into t. 0, or -1 with err naming the key. */
-int sg_tenant_set_field(sg_tenant_t *t, const char *key, const char *value, char *err, size_t errlen);
-/* Checks every field of t against the ranges. 0, or -1 naming the first bad field. */
-int sg_tenant_validate(const sg_tenant_t *t, char *err, size_t errlen);
-/* 1 if name is 1..64 of [A-Za-z0-9._-]. */
-int sg_tenant_name_valid(const char *name);
-/* 1 if lang[0..len) is in t->allowed_langs (or that is "*"). */
-int sg_tenant_lang_allowed(const sg_tenant_t *t, const char *lang, size_t len);
-/* "disabled=0 rate_per_min=600 ... max_templates=5" (every settable field,
- * in the order above) into buf; returns the length snprintf would write. */
-int sg_tenant_format(const sg_tenant_t *t, char *buf, size_t len);
-/* {"id","name","created_at","disabled", every quota field}; new reference. */
-json_object *sg_tenant_to_json(const sg_tenant_t *t);
+/* Where the gateway and sandgate-admin find sandgate.db when
+ * SANDGATE_DATA_DIR names no other directory. */
+#define SG_STORE_DEFAULT_DIR "/var/lib/sandgate"
 
 /* Opens (creating the directory's file <data_dir>/sandgate.db and the schema
  * if needed), WAL mode, busy timeout 5 s, foreign keys on. */
@@ -99,7 +52,6 @@ int sg_store_tenant_list(sg_store_t *st, void (*fn)(const sg_tenant_t *t, void *
  * id to find the row; the hash is compared in constant time. create writes
  * the new token (NUL-terminated) into token_out (>= SG_TOKEN_MAX bytes) —
  * the only time it exists in clear. */
-#define SG_TOKEN_MAX 64
 typedef struct {
     int64_t id;
     int64_t tenant_id;
@@ -174,7 +126,7 @@ int sg_store_session_get(sg_store_t *st, const char *id, sg_session_rec_t *out, 
 int sg_store_session_list_open(sg_store_t *st, int64_t tenant_id, void (*fn)(const sg_session_rec_t *s, void *data),
                                void *data, char *err, size_t errlen);
 
-/* Templates: the images keep_template sessions leave (gateway/templates.c).
+/* Templates: the images keep_template sessions leave (lifecycle/templates.c).
  * A row is a tenant's template slot: made when a keep_template session is
  * created (name "" and session_id "" until the proxy has answered), named
  * when the session closes with its template kept, deleted when the
@@ -213,7 +165,7 @@ int sg_store_template_list(sg_store_t *st, int64_t tenant_id, void (*fn)(const s
 int sg_store_template_delete(sg_store_t *st, const char *name, char *err, size_t errlen);
 
 /* Deleting a tenant (its sessions closed and its templates removed first,
- * by the gateway: gateway/purge.c). mark: disabled, and listed by
+ * by the gateway: lifecycle/purge.c). mark: disabled, and listed by
  * list_deleting until purge removes its rows (tokens, usage, sessions,
  * templates, the tenant) in one transaction. 1 done, 0 no such tenant. */
 int sg_store_tenant_mark_deleting(sg_store_t *st, int64_t id, char *err, size_t errlen);

@@ -1,6 +1,6 @@
 /*
- * state_memory.c — the state backend for a single gateway without Redis:
- * the same semantics as state_redis.c, kept in this process in plain
+ * memory.c — the state backend for a single gateway without Redis:
+ * the same semantics as redis.c, kept in this process in plain
  * arrays (an install has hundreds of tenants and sessions, not millions).
  *
  * Every callback runs before the call returns. Results handed to a callback
@@ -10,28 +10,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
 #include "state.h"
 #include "state_backend.h"
+#include "util.h"
 
 typedef struct {
     int64_t tenant;
     int64_t tat_ms;
 } rate_entry_t;
 
+/* A slot a tenant holds until it is given back or its time runs out: a
+ * session reservation (the create is on its way), or an execution in
+ * flight. */
 typedef struct {
     int64_t tenant;
     char *token;
-    int64_t expires_s;
-} reservation_t;
-
-/* An execution in flight: holds one of its tenant's slots until released
- * or until its lease runs out. */
-typedef struct {
-    int64_t tenant;
-    char *token;
-    int64_t deadline_s;
-} exec_lease_t;
+    int64_t until_s;
+} lease_t;
 
 /* A session closed recently: sg_state_session_restore leaves it closed. */
 typedef struct {
@@ -53,30 +48,27 @@ typedef struct {
         size_t n, cap;                                                                                                 \
     }
 
+typedef VEC(lease_t) lease_vec_t;
+
 typedef struct {
     sg_state_t super;
     VEC(rate_entry_t) rates;
-    VEC(reservation_t) reservations;
+    lease_vec_t reservations;
     VEC(sg_live_session_t) sessions;
     VEC(quota_entry_t) quotas;
     VEC(closed_mark_t) closed;
-    VEC(exec_lease_t) execs;
+    lease_vec_t execs;
 } mem_state_t;
 
-/* Makes room for one more element; 0 or -1 (out of memory). */
-static int vec_reserve(void **e, size_t *cap, size_t n, size_t elsize)
+/* Makes room for one more element. */
+static void vec_reserve(void **e, size_t *cap, size_t n, size_t elsize)
 {
     if (n < *cap)
-        return 0;
-    size_t ncap = *cap ? *cap * 2 : 16;
-    void *p = realloc(*e, ncap * elsize);
-    if (p == NULL)
-        return -1;
-    *e = p;
-    *cap = ncap;
-    return 0;
+        return;
+    *cap = *cap ? *cap * 2 : 16;
+    *e = sg_xrealloc(*e, *cap * elsize);
 }
-#define VEC_PUSH_SLOT(v) (vec_reserve((void **)&(v).e, &(v).cap, (v).n, sizeof(*(v).e)) == 0 ? &(v).e[(v).n++] : NULL)
+#define VEC_PUSH_SLOT(v) (vec_reserve((void **)&(v).e, &(v).cap, (v).n, sizeof(*(v).e)), &(v).e[(v).n++])
 #define VEC_SWAP_REMOVE(v, i) ((v).e[i] = (v).e[--(v).n])
 
 static mem_state_t *mem(sg_state_t *st)
@@ -109,15 +101,24 @@ static void mem_rate_check(sg_state_t *st, int64_t tenant, long rate_per_min, lo
     sg_rate_result_t r;
     sg_gcra(now, ent != NULL ? ent->tat_ms : 0, rate_per_min, burst, &r, &new_tat);
     if (r.allowed && new_tat != 0) {
-        if (ent == NULL && (ent = VEC_PUSH_SLOT(m->rates)) != NULL)
+        if (ent == NULL) {
+            ent = VEC_PUSH_SLOT(m->rates);
             ent->tenant = tenant;
-        if (ent != NULL)
-            ent->tat_ms = new_tat;
+        }
+        ent->tat_ms = new_tat;
     }
     cb(data, &r);
 }
 
 /* ---- sessions -------------------------------------------------------------------- */
+
+/* A copy of s, its strings terminated whatever the caller left in them. */
+static void put_session(sg_live_session_t *rec, const sg_live_session_t *s)
+{
+    *rec = *s;
+    rec->id[sizeof(rec->id) - 1] = '\0';
+    rec->lang[sizeof(rec->lang) - 1] = '\0';
+}
 
 static sg_live_session_t *find_session(mem_state_t *m, const char *sid, size_t *index)
 {
@@ -131,21 +132,87 @@ static sg_live_session_t *find_session(mem_state_t *m, const char *sid, size_t *
     return NULL;
 }
 
-static void drop_reservation_at(mem_state_t *m, size_t i)
+/* ---- leases (session reservations, executions in flight) ---- */
+
+static void lease_drop_at(lease_vec_t *v, size_t i)
 {
-    free(m->reservations.e[i].token);
-    VEC_SWAP_REMOVE(m->reservations, i);
+    free(v->e[i].token);
+    VEC_SWAP_REMOVE(*v, i);
+}
+
+/* As ZREMRANGEBYSCORE -inf now then ZCARD on a tenant's set: drops the
+ * tenant's leases that ran out, returns how many it still holds, and in
+ * *same the one named token (NULL if none). */
+static long lease_prune(lease_vec_t *v, int64_t tenant, int64_t now, const char *token, lease_t **same)
+{
+    long live = 0;
+    *same = NULL;
+    for (size_t i = 0; i < v->n;) {
+        lease_t *l = &v->e[i];
+        if (l->tenant == tenant && l->until_s <= now) {
+            lease_drop_at(v, i);
+            continue;
+        }
+        if (l->tenant == tenant) {
+            live++;
+            if (strcmp(l->token, token) == 0)
+                *same = l;
+        }
+        i++;
+    }
+    return live;
+}
+
+static void lease_add(lease_vec_t *v, int64_t tenant, const char *token, int64_t until_s)
+{
+    lease_t *l = VEC_PUSH_SLOT(*v);
+    l->tenant = tenant;
+    l->token = sg_xstrdup(token);
+    l->until_s = until_s;
+}
+
+/* As ZREM: 1 if the tenant held token (it is given back), else 0. */
+static int lease_remove(lease_vec_t *v, int64_t tenant, const char *token)
+{
+    for (size_t i = 0; i < v->n; i++) {
+        if (v->e[i].tenant == tenant && strcmp(v->e[i].token, token) == 0) {
+            lease_drop_at(v, i);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static long lease_count(const lease_vec_t *v, int64_t tenant)
+{
+    long n = 0;
+    for (size_t i = 0; i < v->n; i++)
+        n += v->e[i].tenant == tenant;
+    return n;
+}
+
+/* As the ZREM script: gives token back, answering ok = it was held and
+ * count = others + the tenant's leases left. */
+static void lease_give_back(lease_vec_t *v, int64_t tenant, const char *token, long others, sg_state_cb cb, void *data)
+{
+    sg_state_result_t r = {.available = 1};
+    r.ok = lease_remove(v, tenant, token);
+    r.count = others + lease_count(v, tenant);
+    cb(data, &r);
+}
+
+static long live_sessions(mem_state_t *m, int64_t tenant)
+{
+    long n = 0;
+    for (size_t i = 0; i < m->sessions.n; i++)
+        n += m->sessions.e[i].tenant_id == tenant;
+    return n;
 }
 
 /* Live sessions + reservations of a tenant, as ZCARD of its Redis set. */
 static long tenant_count(mem_state_t *m, int64_t tenant)
 {
-    long n = 0;
-    for (size_t i = 0; i < m->sessions.n; i++)
-        n += m->sessions.e[i].tenant_id == tenant;
-    for (size_t i = 0; i < m->reservations.n; i++)
-        n += m->reservations.e[i].tenant == tenant;
-    return n;
+    return live_sessions(m, tenant) + lease_count(&m->reservations, tenant);
 }
 
 static void mem_session_reserve(sg_state_t *st, int64_t tenant, long max, const char *token, sg_state_cb cb, void *data)
@@ -154,23 +221,10 @@ static void mem_session_reserve(sg_state_t *st, int64_t tenant, long max, const 
     int64_t now = sg_state__now_s(st);
     sg_state_result_t r = {.available = 1};
 
-    /* as ZREMRANGEBYSCORE -inf now: expired reservations go, and so do
-     * sessions past their lifetime, which no longer hold a slot */
-    long live = 0;
-    reservation_t *same = NULL;
-    for (size_t i = 0; i < m->reservations.n;) {
-        reservation_t *rv = &m->reservations.e[i];
-        if (rv->tenant == tenant && rv->expires_s <= now) {
-            drop_reservation_at(m, i);
-            continue;
-        }
-        if (rv->tenant == tenant) {
-            live++;
-            if (strcmp(rv->token, token) == 0)
-                same = rv;
-        }
-        i++;
-    }
+    /* expired reservations go, and so do sessions past their lifetime,
+     * which no longer hold a slot */
+    lease_t *same;
+    long live = lease_prune(&m->reservations, tenant, now, token, &same);
     for (size_t i = 0; i < m->sessions.n; i++) {
         if (m->sessions.e[i].tenant_id == tenant && m->sessions.e[i].lifetime_deadline > now)
             live++;
@@ -178,45 +232,21 @@ static void mem_session_reserve(sg_state_t *st, int64_t tenant, long max, const 
 
     if (live < max) {
         if (same != NULL) {
-            same->expires_s = now + SG_STATE_RESERVATION_TTL;
-            r.ok = 1;
+            same->until_s = now + SG_STATE_RESERVATION_TTL;
         } else {
-            char *copy = strdup(token);
-            reservation_t *rv = copy != NULL ? VEC_PUSH_SLOT(m->reservations) : NULL;
-            if (rv != NULL) {
-                rv->tenant = tenant;
-                rv->token = copy;
-                rv->expires_s = now + SG_STATE_RESERVATION_TTL;
-                r.ok = 1;
-                live++;
-            } else {
-                free(copy);
-                sg_error("state: out of memory reserving a session slot");
-            }
+            lease_add(&m->reservations, tenant, token, now + SG_STATE_RESERVATION_TTL);
+            live++;
         }
+        r.ok = 1;
     }
     r.count = live;
     cb(data, &r);
 }
 
-static int drop_reservation(mem_state_t *m, int64_t tenant, const char *token)
-{
-    for (size_t i = 0; i < m->reservations.n; i++) {
-        if (m->reservations.e[i].tenant == tenant && strcmp(m->reservations.e[i].token, token) == 0) {
-            drop_reservation_at(m, i);
-            return 1;
-        }
-    }
-    return 0;
-}
-
 static void mem_session_unreserve(sg_state_t *st, int64_t tenant, const char *token, sg_state_cb cb, void *data)
 {
     mem_state_t *m = mem(st);
-    sg_state_result_t r = {.available = 1};
-    r.ok = drop_reservation(m, tenant, token);
-    r.count = tenant_count(m, tenant);
-    cb(data, &r);
+    lease_give_back(&m->reservations, tenant, token, live_sessions(m, tenant), cb, data);
 }
 
 static void mem_session_commit(sg_state_t *st, const char *token, const sg_live_session_t *s, sg_state_cb cb,
@@ -226,18 +256,12 @@ static void mem_session_commit(sg_state_t *st, const char *token, const sg_live_
     sg_state_result_t r = {.available = 1};
 
     if (token != NULL)
-        drop_reservation(m, s->tenant_id, token);
+        lease_remove(&m->reservations, s->tenant_id, token);
     sg_live_session_t *rec = find_session(m, s->id, NULL);
     if (rec == NULL)
         rec = VEC_PUSH_SLOT(m->sessions);
-    if (rec != NULL) {
-        *rec = *s;
-        rec->id[sizeof(rec->id) - 1] = '\0';
-        rec->lang[sizeof(rec->lang) - 1] = '\0';
-        r.ok = 1;
-    } else {
-        sg_error("state: out of memory committing session %s", s->id);
-    }
+    put_session(rec, s);
+    r.ok = 1;
     r.count = tenant_count(m, s->tenant_id);
     cb(data, &r);
 }
@@ -282,12 +306,11 @@ static void mem_session_remove(sg_state_t *st, const char *sid, int64_t tenant, 
     size_t i;
 
     closed_mark_t *mark = find_closed(m, sid, now);
-    if (mark == NULL && (mark = VEC_PUSH_SLOT(m->closed)) != NULL)
+    if (mark == NULL) {
+        mark = VEC_PUSH_SLOT(m->closed);
         copy_str(mark->sid, sizeof(mark->sid), sid);
-    if (mark != NULL)
-        mark->expires_s = now + SG_STATE_CLOSED_TTL;
-    else
-        sg_error("state: out of memory marking session %s closed", sid);
+    }
+    mark->expires_s = now + SG_STATE_CLOSED_TTL;
     if (find_session(m, sid, &i) != NULL) {
         tenant = m->sessions.e[i].tenant_id;
         VEC_SWAP_REMOVE(m->sessions, i);
@@ -303,15 +326,8 @@ static void mem_session_restore(sg_state_t *st, const sg_live_session_t *s, sg_s
     sg_state_result_t r = {.available = 1};
 
     if (find_session(m, s->id, NULL) == NULL && find_closed(m, s->id, sg_state__now_s(st)) == NULL) {
-        sg_live_session_t *rec = VEC_PUSH_SLOT(m->sessions);
-        if (rec != NULL) {
-            *rec = *s;
-            rec->id[sizeof(rec->id) - 1] = '\0';
-            rec->lang[sizeof(rec->lang) - 1] = '\0';
-            r.ok = 1;
-        } else {
-            sg_error("state: out of memory restoring session %s", s->id);
-        }
+        put_session(VEC_PUSH_SLOT(m->sessions), s);
+        r.ok = 1;
     }
     r.count = tenant_count(m, s->tenant_id);
     cb(data, &r);
@@ -329,14 +345,10 @@ static void mem_sessions_expired(sg_state_t *st, int64_t now, size_t limit, sg_s
 {
     mem_state_t *m = mem(st);
     size_t cap = m->sessions.n < limit ? m->sessions.n : limit, n = 0;
-    char(*ids)[37] = cap ? malloc(cap * sizeof(*ids)) : NULL;
-    const char **sids = cap ? malloc(cap * sizeof(*sids)) : NULL;
-    const char **reasons = cap ? malloc(cap * sizeof(*reasons)) : NULL;
-    int64_t *tenants = cap ? malloc(cap * sizeof(*tenants)) : NULL;
-    if (cap != 0 && (ids == NULL || sids == NULL || reasons == NULL || tenants == NULL)) {
-        sg_error("state: out of memory listing expired sessions");
-        cap = 0;
-    }
+    char(*ids)[37] = cap ? sg_xmalloc(cap * sizeof(*ids)) : NULL;
+    const char **sids = cap ? sg_xmalloc(cap * sizeof(*sids)) : NULL;
+    const char **reasons = cap ? sg_xmalloc(cap * sizeof(*reasons)) : NULL;
+    int64_t *tenants = cap ? sg_xmalloc(cap * sizeof(*tenants)) : NULL;
 
     /* lifetime first: of two reasons that both hold, it is the final one */
     for (int pass = 0; pass < 2; pass++) {
@@ -362,15 +374,11 @@ static void mem_sessions_expired(sg_state_t *st, int64_t now, size_t limit, sg_s
 static void mem_sessions_list(sg_state_t *st, int64_t tenant, sg_state_list_cb cb, void *data)
 {
     mem_state_t *m = mem(st);
-    sg_live_session_t *list = m->sessions.n ? malloc(m->sessions.n * sizeof(*list)) : NULL;
+    sg_live_session_t *list = m->sessions.n ? sg_xmalloc(m->sessions.n * sizeof(*list)) : NULL;
     size_t n = 0;
-    if (list == NULL && m->sessions.n != 0) {
-        sg_error("state: out of memory listing sessions");
-    } else {
-        for (size_t i = 0; i < m->sessions.n; i++) {
-            if (tenant == 0 || m->sessions.e[i].tenant_id == tenant)
-                list[n++] = m->sessions.e[i];
-        }
+    for (size_t i = 0; i < m->sessions.n; i++) {
+        if (tenant == 0 || m->sessions.e[i].tenant_id == tenant)
+            list[n++] = m->sessions.e[i];
     }
     cb(data, 1, n, list);
     free(list);
@@ -378,51 +386,22 @@ static void mem_sessions_list(sg_state_t *st, int64_t tenant, sg_state_list_cb c
 
 /* ---- executions in flight ------------------------------------------------------------ */
 
-static void drop_exec_at(mem_state_t *m, size_t i)
-{
-    free(m->execs.e[i].token);
-    VEC_SWAP_REMOVE(m->execs, i);
-}
-
 static void mem_exec_acquire(sg_state_t *st, int64_t tenant, long max, const char *token, long lease_s,
                              sg_state_cb cb, void *data)
 {
     mem_state_t *m = mem(st);
     int64_t now = sg_state__now_s(st);
     sg_state_result_t r = {.available = 1};
-    exec_lease_t *same = NULL;
-    long live = 0;
+    lease_t *same;
+    long live = lease_prune(&m->execs, tenant, now, token, &same);
 
-    /* as ZREMRANGEBYSCORE -inf now: leases that ran out go */
-    for (size_t i = 0; i < m->execs.n;) {
-        exec_lease_t *e = &m->execs.e[i];
-        if (e->tenant == tenant && e->deadline_s <= now) {
-            drop_exec_at(m, i);
-            continue;
-        }
-        if (e->tenant == tenant) {
-            live++;
-            if (strcmp(e->token, token) == 0)
-                same = e;
-        }
-        i++;
-    }
     if (same != NULL) {
-        same->deadline_s = now + lease_s;
+        same->until_s = now + lease_s;
         r.ok = 1;
     } else if (live < max) {
-        char *copy = strdup(token);
-        exec_lease_t *e = copy != NULL ? VEC_PUSH_SLOT(m->execs) : NULL;
-        if (e != NULL) {
-            e->tenant = tenant;
-            e->token = copy;
-            e->deadline_s = now + lease_s;
-            r.ok = 1;
-            live++;
-        } else {
-            free(copy);
-            sg_error("state: out of memory taking an execution slot");
-        }
+        lease_add(&m->execs, tenant, token, now + lease_s);
+        r.ok = 1;
+        live++;
     }
     r.count = live;
     cb(data, &r);
@@ -430,18 +409,7 @@ static void mem_exec_acquire(sg_state_t *st, int64_t tenant, long max, const cha
 
 static void mem_exec_release(sg_state_t *st, int64_t tenant, const char *token, sg_state_cb cb, void *data)
 {
-    mem_state_t *m = mem(st);
-    sg_state_result_t r = {.available = 1};
-    for (size_t i = 0; i < m->execs.n;) {
-        if (m->execs.e[i].tenant == tenant && strcmp(m->execs.e[i].token, token) == 0) {
-            drop_exec_at(m, i);
-            r.ok = 1;
-            continue;
-        }
-        r.count += m->execs.e[i].tenant == tenant;
-        i++;
-    }
-    cb(data, &r);
+    lease_give_back(&mem(st)->execs, tenant, token, 0, cb, data);
 }
 
 /* ---- quotas ------------------------------------------------------------------------ */
@@ -489,16 +457,12 @@ static void mem_quota_seed(sg_state_t *st, int64_t tenant, const char *day, int6
     sg_state_result_t r = {.available = 1};
     if (find_quota(m, tenant, day, now) == NULL) {
         quota_entry_t *q = VEC_PUSH_SLOT(m->quotas);
-        if (q != NULL) {
-            q->tenant = tenant;
-            copy_str(q->day, sizeof(q->day), day);
-            q->execs = execs;
-            q->seconds = seconds;
-            q->expires_s = now + SG_STATE_QUOTA_TTL;
-            r.ok = 1;
-        } else {
-            sg_error("state: out of memory seeding a quota");
-        }
+        q->tenant = tenant;
+        copy_str(q->day, sizeof(q->day), day);
+        q->execs = execs;
+        q->seconds = seconds;
+        q->expires_s = now + SG_STATE_QUOTA_TTL;
+        r.ok = 1;
     }
     cb(data, &r);
 }
@@ -525,15 +489,15 @@ static int mem_available(sg_state_t *st)
 static void mem_destroy(sg_state_t *st)
 {
     mem_state_t *m = mem(st);
-    for (size_t i = 0; i < m->reservations.n; i++)
-        free(m->reservations.e[i].token);
+    while (m->reservations.n != 0)
+        lease_drop_at(&m->reservations, 0);
+    while (m->execs.n != 0)
+        lease_drop_at(&m->execs, 0);
     free(m->rates.e);
     free(m->reservations.e);
     free(m->sessions.e);
     free(m->quotas.e);
     free(m->closed.e);
-    for (size_t i = 0; i < m->execs.n; i++)
-        free(m->execs.e[i].token);
     free(m->execs.e);
     free(m);
 }
@@ -561,9 +525,7 @@ static const sg_state_ops_t mem_ops = {
 
 sg_state_t *sg_state_create_memory(h2o_loop_t *loop)
 {
-    mem_state_t *m = calloc(1, sizeof(*m));
-    if (m == NULL)
-        return NULL;
+    mem_state_t *m = sg_xcalloc(1, sizeof(*m));
     m->super.ops = &mem_ops;
     m->super.loop = loop;
     return &m->super;

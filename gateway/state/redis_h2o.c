@@ -2,6 +2,7 @@
  * redis_h2o.c — the hiredis <-> h2o evloop adapter (see redis_h2o.h).
  */
 #include "redis_h2o.h"
+#include "util.h"
 
 #include <stdlib.h>
 
@@ -61,6 +62,19 @@ static void del_write(void *privdata)
     a->want_write = 0;
 }
 
+static void cleanup(void *privdata);
+
+/* Hands hiredis this adapter's event hooks (a), or takes them back (NULL). */
+static void set_hooks(redisAsyncContext *ac, adapter_t *a)
+{
+    ac->ev.addRead = a != NULL ? add_read : NULL;
+    ac->ev.delRead = a != NULL ? del_read : NULL;
+    ac->ev.addWrite = a != NULL ? add_write : NULL;
+    ac->ev.delWrite = a != NULL ? del_write : NULL;
+    ac->ev.cleanup = a != NULL ? cleanup : NULL;
+    ac->ev.data = a;
+}
+
 static void cleanup(void *privdata)
 {
     adapter_t *a = privdata;
@@ -69,12 +83,7 @@ static void cleanup(void *privdata)
     /* h2o_socket_close closes the fd; redisFree must not close it again
      * (by then the number may belong to another socket) */
     ac->c.fd = -1;
-    ac->ev.addRead = NULL;
-    ac->ev.delRead = NULL;
-    ac->ev.addWrite = NULL;
-    ac->ev.delWrite = NULL;
-    ac->ev.cleanup = NULL;
-    ac->ev.data = NULL;
+    set_hooks(ac, NULL);
     a->sock->data = NULL;
     /* h2o frees the socket itself at the end of this loop iteration, and
      * skips its pending events once it is marked disposed */
@@ -86,9 +95,7 @@ int sg_redis_h2o_attach(redisAsyncContext *ac, h2o_loop_t *loop)
 {
     if (ac->ev.data != NULL || ac->c.fd < 0)
         return REDIS_ERR;
-    adapter_t *a = calloc(1, sizeof(*a));
-    if (a == NULL)
-        return REDIS_ERR;
+    adapter_t *a = sg_xcalloc(1, sizeof(*a));
     a->ac = ac;
     a->sock = h2o_evloop_socket_create(loop, ac->c.fd, H2O_SOCKET_FLAG_DONT_READ);
     if (a->sock == NULL) {
@@ -97,12 +104,7 @@ int sg_redis_h2o_attach(redisAsyncContext *ac, h2o_loop_t *loop)
     }
     a->sock->data = a;
 
-    ac->ev.addRead = add_read;
-    ac->ev.delRead = del_read;
-    ac->ev.addWrite = add_write;
-    ac->ev.delWrite = del_write;
-    ac->ev.cleanup = cleanup;
-    ac->ev.data = a;
+    set_hooks(ac, a);
 
     /* replies, and a refused connect (EPOLLERR), arrive as read events */
     add_read(a);

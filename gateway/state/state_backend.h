@@ -1,9 +1,9 @@
 /*
- * state_backend.h — private to state*.c: what a state backend provides and
- * the helpers both backends share. Callers use state.h only.
+ * state_backend.h — private to gateway/state/: what a state backend
+ * provides and the helpers both backends share. Callers use state.h only.
  *
- * Every public sg_state_* call checks nothing and forwards to ops; each
- * backend embeds sg_state_t as its first member.
+ * Every public sg_state_* call (state_backend.c) checks nothing and
+ * forwards to ops; each backend embeds sg_state_t as its first member.
  */
 #ifndef SANDGATE_STATE_BACKEND_H
 #define SANDGATE_STATE_BACKEND_H
@@ -52,8 +52,6 @@ struct sg_state {
 /* Wall-clock milliseconds / seconds since the epoch, plus the test skew. */
 int64_t sg_state__now_ms(sg_state_t *st);
 int64_t sg_state__now_s(sg_state_t *st);
-/* The GCRA emission interval for a rate, ms: ceil(60000 / rate), at least 1. */
-int64_t sg_state__gcra_interval_ms(long rate_per_min);
 
 /* Invokes cb with available = 0 and everything else zero / NULL. */
 void sg_state__fail_rate(sg_rate_cb cb, void *data, long burst);

@@ -1,8 +1,8 @@
 /*
- * state_redis.c — the state backend on Redis (key schema in state.h).
+ * redis.c — the state backend on Redis (key schema in state.h).
  *
  * Every check-and-update is one Lua script, run by EVALSHA with the SHA1
- * computed here; a NOSCRIPT answer (Redis restarted or SCRIPT FLUSH) is
+ * redis_scripts.c computes; a NOSCRIPT answer (Redis restarted or SCRIPT FLUSH) is
  * retried once as EVAL, which also loads the script again. Scripts get the
  * gateway's wall clock as an argument, so they stay deterministic.
  *
@@ -35,11 +35,11 @@
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
-#include <openssl/sha.h>
 
 #include "log.h"
 #include "redis_h2o.h"
 #include "state.h"
+#include "redis_scripts.h"
 #include "state_backend.h"
 #include "util.h"
 
@@ -49,191 +49,6 @@
 
 static const uint64_t backoff_ms[] = {100, 200, 400, 800, 1600, 3200, 5000};
 #define NBACKOFF (sizeof(backoff_ms) / sizeof(backoff_ms[0]))
-
-/* ---- scripts ------------------------------------------------------------------- */
-
-typedef struct {
-    const char *src;
-    char sha[41];
-} script_t;
-
-enum {
-    SCRIPT_RATE,
-    SCRIPT_RESERVE,
-    SCRIPT_UNRESERVE,
-    SCRIPT_COMMIT,
-    SCRIPT_TOUCH,
-    SCRIPT_REMOVE,
-    SCRIPT_RESTORE,
-    SCRIPT_EXPIRED,
-    SCRIPT_LIST,
-    SCRIPT_EXEC_ACQUIRE,
-    SCRIPT_EXEC_RELEASE,
-    SCRIPT_QUOTA_RESERVE,
-    SCRIPT_QUOTA_SEED,
-    SCRIPT_QUOTA_ADD,
-    SCRIPT_COUNT
-};
-
-static script_t scripts[SCRIPT_COUNT] = {
-    /* KEYS: rate key. ARGV: now ms, emission interval T ms, burst.
-     * The GCRA of state.c; returns {allowed, stored tat} and state.c's
-     * sg_gcra recomputes remaining / reset / retry_after from the same
-     * stored tat, so both backends share one formula. */
-    [SCRIPT_RATE] = {"local now = tonumber(ARGV[1])\n"
-                     "local t = tonumber(ARGV[2])\n"
-                     "local bucket = t * tonumber(ARGV[3])\n"
-                     "local stored = tonumber(redis.call('GET', KEYS[1]) or '0') or 0\n"
-                     "local tat = stored\n"
-                     "if tat < now then tat = now end\n"
-                     "local nxt = tat + t\n"
-                     "if now < nxt - bucket then return {0, stored} end\n"
-                     "redis.call('SET', KEYS[1], string.format('%d', nxt), 'PX', string.format('%d', nxt - now))\n"
-                     "return {1, stored}\n"},
-    /* KEYS: tenant set. ARGV: now s, max, "pending:<token>", expiry s. */
-    [SCRIPT_RESERVE] = {"redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])\n"
-                        "local n = redis.call('ZCARD', KEYS[1])\n"
-                        "if n < tonumber(ARGV[2]) then\n"
-                        "  redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])\n"
-                        "  return {1, redis.call('ZCARD', KEYS[1])}\n"
-                        "end\n"
-                        "return {0, n}\n"},
-    /* KEYS: tenant set. ARGV: "pending:<token>". */
-    [SCRIPT_UNRESERVE] = {"local ok = redis.call('ZREM', KEYS[1], ARGV[1])\n"
-                          "return {ok, redis.call('ZCARD', KEYS[1])}\n"},
-    /* KEYS: tenant set, record, idle index, lifetime index.
-     * ARGV: "pending:<token>" or "", sid, tenant, lang, created_at,
-     * last_used_at, idle_deadline, lifetime_deadline, executions. */
-    [SCRIPT_COMMIT] = {"if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end\n"
-                       "redis.call('ZADD', KEYS[1], ARGV[8], ARGV[2])\n"
-                       "redis.call('DEL', KEYS[2])\n"
-                       "redis.call('HSET', KEYS[2], 'tenant', ARGV[3], 'lang', ARGV[4], 'created_at', ARGV[5],\n"
-                       "  'last_used_at', ARGV[6], 'idle_deadline', ARGV[7], 'lifetime_deadline', ARGV[8],\n"
-                       "  'executions', ARGV[9])\n"
-                       "redis.call('ZADD', KEYS[3], ARGV[7], ARGV[2])\n"
-                       "redis.call('ZADD', KEYS[4], ARGV[8], ARGV[2])\n"
-                       "return {1, redis.call('ZCARD', KEYS[1])}\n"},
-    /* KEYS: record, idle index. ARGV: sid, now, idle timeout, executions to add.
-     * Returns {ok, executions}. */
-    [SCRIPT_TOUCH] = {"if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end\n"
-                      "local dl = string.format('%d', tonumber(ARGV[2]) + tonumber(ARGV[3]))\n"
-                      "redis.call('HSET', KEYS[1], 'last_used_at', ARGV[2], 'idle_deadline', dl)\n"
-                      "local e = redis.call('HINCRBY', KEYS[1], 'executions', ARGV[4])\n"
-                      "redis.call('ZADD', KEYS[2], dl, ARGV[1])\n"
-                      "return {1, e}\n"},
-    /* KEYS: idle index, record, tenant set, lifetime index, closed mark.
-     * ARGV: sid, mark TTL s. Whoever removes anything wins (the script is
-     * atomic, so of two callers exactly one does). The record's own tenant
-     * set is cleaned too, should the caller have named another tenant. */
-    [SCRIPT_REMOVE] = {"redis.call('SET', KEYS[5], '1', 'EX', ARGV[2])\n"
-                       "local t = redis.call('HGET', KEYS[2], 'tenant')\n"
-                       "local n = redis.call('ZREM', KEYS[1], ARGV[1]) + redis.call('DEL', KEYS[2])\n"
-                       "  + redis.call('ZREM', KEYS[4], ARGV[1])\n"
-                       "redis.call('ZREM', KEYS[3], ARGV[1])\n"
-                       "if t then\n"
-                       "  local tk = 'sg:tenant:' .. t .. ':sessions'\n"
-                       "  if tk ~= KEYS[3] then redis.call('ZREM', tk, ARGV[1]) end\n"
-                       "end\n"
-                       "local ok = 0\n"
-                       "if n > 0 then ok = 1 end\n"
-                       "return {ok, redis.call('ZCARD', KEYS[3])}\n"},
-    /* KEYS: tenant set, record, idle index, lifetime index, closed mark.
-     * ARGV: sid, tenant, lang, created_at, last_used_at, idle_deadline,
-     * lifetime_deadline, executions. */
-    [SCRIPT_RESTORE] = {"if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('EXISTS', KEYS[5]) == 1 then\n"
-                        "  return {0, redis.call('ZCARD', KEYS[1])}\n"
-                        "end\n"
-                        "redis.call('ZADD', KEYS[1], ARGV[7], ARGV[1])\n"
-                        "redis.call('HSET', KEYS[2], 'tenant', ARGV[2], 'lang', ARGV[3], 'created_at', ARGV[4],\n"
-                        "  'last_used_at', ARGV[5], 'idle_deadline', ARGV[6], 'lifetime_deadline', ARGV[7],\n"
-                        "  'executions', ARGV[8])\n"
-                        "redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])\n"
-                        "redis.call('ZADD', KEYS[4], ARGV[7], ARGV[1])\n"
-                        "return {1, redis.call('ZCARD', KEYS[1])}\n"},
-    /* KEYS: idle index, lifetime index. ARGV: now s, limit.
-     * Returns sid, reason, tenant triples; lifetime first. */
-    [SCRIPT_EXPIRED] = {"local out, seen, n = {}, {}, 0\n"
-                        "local lim = tonumber(ARGV[2])\n"
-                        "for _, src in ipairs({{KEYS[2], 'lifetime'}, {KEYS[1], 'idle'}}) do\n"
-                        "  if n >= lim then break end\n"
-                        "  local ids = redis.call('ZRANGEBYSCORE', src[1], '-inf', ARGV[1], 'LIMIT', 0, lim)\n"
-                        "  for _, id in ipairs(ids) do\n"
-                        "    if n >= lim then break end\n"
-                        "    if not seen[id] then\n"
-                        "      seen[id] = true\n"
-                        "      n = n + 1\n"
-                        "      out[#out + 1] = id\n"
-                        "      out[#out + 1] = src[2]\n"
-                        "      out[#out + 1] = redis.call('HGET', 'sg:session:' .. id, 'tenant') or '0'\n"
-                        "    end\n"
-                        "  end\n"
-                        "end\n"
-                        "return out\n"},
-    /* KEYS: a tenant set, or the lifetime index for all sessions. ARGV: max.
-     * Returns sid + the 7 record fields, per session. */
-    [SCRIPT_LIST] = {"local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)\n"
-                     "local out = {}\n"
-                     "for _, id in ipairs(ids) do\n"
-                     "  if string.sub(id, 1, 8) ~= 'pending:' then\n"
-                     "    local h = redis.call('HMGET', 'sg:session:' .. id, 'tenant', 'lang', 'created_at',\n"
-                     "      'last_used_at', 'idle_deadline', 'lifetime_deadline', 'executions')\n"
-                     "    if h[1] then\n"
-                     "      out[#out + 1] = id\n"
-                     "      for i = 1, 7 do out[#out + 1] = h[i] or '' end\n"
-                     "    end\n"
-                     "  end\n"
-                     "end\n"
-                     "return out\n"},
-    /* KEYS: tenant's in-flight set. ARGV: now s, max, token, lease deadline s,
-     * key slack s. Leases that ran out go first; a token already held is
-     * renewed. The key lives until slack s after its last lease. */
-    [SCRIPT_EXEC_ACQUIRE] = {"redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])\n"
-                             "local n = redis.call('ZCARD', KEYS[1])\n"
-                             "local held = redis.call('ZSCORE', KEYS[1], ARGV[3])\n"
-                             "if not held and n >= tonumber(ARGV[2]) then return {0, n} end\n"
-                             "redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])\n"
-                             "local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')\n"
-                             "local ttl = tonumber(last[2]) - tonumber(ARGV[1]) + tonumber(ARGV[5])\n"
-                             "if ttl < 1 then ttl = 1 end\n"
-                             "redis.call('EXPIRE', KEYS[1], math.floor(ttl))\n"
-                             "return {1, redis.call('ZCARD', KEYS[1])}\n"},
-    /* KEYS: tenant's in-flight set. ARGV: token. */
-    [SCRIPT_EXEC_RELEASE] = {"local ok = redis.call('ZREM', KEYS[1], ARGV[1])\n"
-                             "return {ok, redis.call('ZCARD', KEYS[1])}\n"},
-    /* KEYS: quota key. ARGV: max execs, max seconds.
-     * Returns {status, execs, seconds as a string}. */
-    [SCRIPT_QUOTA_RESERVE] = {"if redis.call('EXISTS', KEYS[1]) == 0 then return {3, 0, '0'} end\n"
-                              "local e = tonumber(redis.call('HGET', KEYS[1], 'execs') or '0') or 0\n"
-                              "local s = redis.call('HGET', KEYS[1], 'seconds') or '0'\n"
-                              "if e >= tonumber(ARGV[1]) then return {1, e, s} end\n"
-                              "if (tonumber(s) or 0) >= tonumber(ARGV[2]) then return {2, e, s} end\n"
-                              "e = redis.call('HINCRBY', KEYS[1], 'execs', 1)\n"
-                              "return {0, e, s}\n"},
-    /* KEYS: quota key. ARGV: execs, seconds, ttl s. ok = 1 if it seeded. */
-    [SCRIPT_QUOTA_SEED] = {"local n = redis.call('HSETNX', KEYS[1], 'execs', ARGV[1])\n"
-                           "  + redis.call('HSETNX', KEYS[1], 'seconds', ARGV[2])\n"
-                           "if n == 0 then return {0, 0} end\n"
-                           "redis.call('EXPIRE', KEYS[1], ARGV[3])\n"
-                           "return {1, 0}\n"},
-    /* KEYS: quota key. ARGV: seconds. Nothing when the day is not seeded. */
-    [SCRIPT_QUOTA_ADD] = {"if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end\n"
-                          "redis.call('HINCRBYFLOAT', KEYS[1], 'seconds', ARGV[1])\n"
-                          "return {1, 0}\n"},
-};
-
-static void scripts_init(void)
-{
-    static int done;
-    if (done)
-        return;
-    for (size_t i = 0; i < SCRIPT_COUNT; i++) {
-        unsigned char md[SHA_DIGEST_LENGTH];
-        SHA1((const unsigned char *)scripts[i].src, strlen(scripts[i].src), md);
-        for (size_t j = 0; j < SHA_DIGEST_LENGTH; j++)
-            snprintf(scripts[i].sha + 2 * j, 3, "%02x", md[j]);
-    }
-    done = 1;
-}
 
 /* ---- the backend ------------------------------------------------------------- */
 
@@ -289,7 +104,7 @@ static char *xvasprintf(const char *fmt, va_list ap)
 {
     char *s;
     if (vasprintf(&s, fmt, ap) < 0)
-        h2o_fatal("state: out of memory");
+        sg_oom(strlen(fmt));
     return s;
 }
 
@@ -310,7 +125,7 @@ static void req_arg(redis_req_t *req, const char *fmt, ...)
 /* A script call: EVALSHA <sha> <nkeys>, then the caller adds keys and args. */
 static redis_req_t *req_new(redis_state_t *st, int script, int nkeys, req_done_fn done, void *data)
 {
-    redis_req_t *req = h2o_mem_alloc(sizeof(*req));
+    redis_req_t *req = sg_xmalloc(sizeof(*req));
     memset(req, 0, sizeof(*req));
     req->st = st;
     req->timeout.cb = on_cmd_timeout;
@@ -320,7 +135,7 @@ static redis_req_t *req_new(redis_state_t *st, int script, int nkeys, req_done_f
     if (script >= 0) {
         req->argv[0] = "EVALSHA";
         req->argvlen[0] = 7;
-        req->argv[1] = scripts[script].sha;
+        req->argv[1] = sg_state__scripts[script].sha;
         req->argvlen[1] = 40;
         req->argc = 2;
         req_arg(req, "%d", nkeys);
@@ -408,8 +223,8 @@ static void on_reply(redisAsyncContext *ac, void *r, void *privdata)
             req->retried = 1;
             req->argv[0] = "EVAL";
             req->argvlen[0] = 4;
-            req->argv[1] = scripts[req->script].src;
-            req->argvlen[1] = strlen(scripts[req->script].src);
+            req->argv[1] = sg_state__scripts[req->script].src;
+            req->argvlen[1] = strlen(sg_state__scripts[req->script].src);
             sg_debug("state: redis: NOSCRIPT, sending the script again");
             req_send(req);
             return;
@@ -659,10 +474,10 @@ static void on_expired(redis_req_t *req, redisReply *reply)
         return;
     }
     size_t n = reply->elements / 3;
-    char(*ids)[37] = n ? h2o_mem_alloc(n * sizeof(*ids)) : NULL;
-    const char **sids = n ? h2o_mem_alloc(n * sizeof(*sids)) : NULL;
-    const char **reasons = n ? h2o_mem_alloc(n * sizeof(*reasons)) : NULL;
-    int64_t *tenants = n ? h2o_mem_alloc(n * sizeof(*tenants)) : NULL;
+    char(*ids)[37] = n ? sg_xmalloc(n * sizeof(*ids)) : NULL;
+    const char **sids = n ? sg_xmalloc(n * sizeof(*sids)) : NULL;
+    const char **reasons = n ? sg_xmalloc(n * sizeof(*reasons)) : NULL;
+    int64_t *tenants = n ? sg_xmalloc(n * sizeof(*tenants)) : NULL;
     for (size_t i = 0; i < n; i++) {
         char reason[16];
         reply_str(reply->element[3 * i], ids[i], sizeof(ids[i]));
@@ -688,7 +503,7 @@ static void on_list(redis_req_t *req, redisReply *reply)
         return;
     }
     size_t n = reply->elements / 8;
-    sg_live_session_t *list = n ? h2o_mem_alloc(n * sizeof(*list)) : NULL;
+    sg_live_session_t *list = n ? sg_xmalloc(n * sizeof(*list)) : NULL;
     for (size_t i = 0; i < n; i++) {
         memset(&list[i], 0, sizeof(list[i]));
         reply_str(reply->element[8 * i], list[i].id, sizeof(list[i].id));
@@ -723,7 +538,7 @@ static redis_state_t *rs(sg_state_t *st)
 static void redis_rate_check(sg_state_t *_st, int64_t tenant, long rate_per_min, long burst, sg_rate_cb cb, void *data)
 {
     redis_state_t *st = rs(_st);
-    int64_t interval = sg_state__gcra_interval_ms(rate_per_min);
+    int64_t interval = sg_gcra_interval_ms(rate_per_min);
     if (burst < 1)
         burst = 1;
     if (burst > 1000000000L)
@@ -748,6 +563,20 @@ static void redis_rate_check(sg_state_t *_st, int64_t tenant, long rate_per_min,
     req_send(req);
 }
 
+/* The fields of a live-session record, as SCRIPT_COMMIT and SCRIPT_RESTORE
+ * take them after their first ARGV. */
+static void req_session_args(redis_req_t *req, const sg_live_session_t *s)
+{
+    req_arg(req, "%.36s", s->id);
+    req_arg(req, "%" PRId64, s->tenant_id);
+    req_arg(req, "%.31s", s->lang);
+    req_arg(req, "%" PRId64, s->created_at);
+    req_arg(req, "%" PRId64, s->last_used_at);
+    req_arg(req, "%" PRId64, s->idle_deadline);
+    req_arg(req, "%" PRId64, s->lifetime_deadline);
+    req_arg(req, "%" PRId64, s->executions);
+}
+
 static void redis_session_reserve(sg_state_t *_st, int64_t tenant, long max, const char *token, sg_state_cb cb,
                                   void *data)
 {
@@ -762,13 +591,21 @@ static void redis_session_reserve(sg_state_t *_st, int64_t tenant, long max, con
     req_send(req);
 }
 
+/* SCRIPT_ZREM on the tenant's set sg:tenant:<tid>:<set>: member prefix +
+ * token (at most token_max bytes of it) is given back. */
+static void give_back(sg_state_t *_st, int64_t tenant, const char *set, const char *prefix, const char *token,
+                      int token_max, sg_state_cb cb, void *data)
+{
+    redis_req_t *req = req_new(rs(_st), SCRIPT_ZREM, 1, on_state, data);
+    req->cb.state = cb;
+    req_arg(req, "sg:tenant:%" PRId64 ":%s", tenant, set);
+    req_arg(req, "%s%.*s", prefix, token_max, token);
+    req_send(req);
+}
+
 static void redis_session_unreserve(sg_state_t *_st, int64_t tenant, const char *token, sg_state_cb cb, void *data)
 {
-    redis_req_t *req = req_new(rs(_st), SCRIPT_UNRESERVE, 1, on_state, data);
-    req->cb.state = cb;
-    req_arg(req, "sg:tenant:%" PRId64 ":sessions", tenant);
-    req_arg(req, "pending:%s", token);
-    req_send(req);
+    give_back(_st, tenant, "sessions", "pending:", token, INT_MAX, cb, data);
 }
 
 static void redis_session_commit(sg_state_t *_st, const char *token, const sg_live_session_t *s, sg_state_cb cb,
@@ -784,14 +621,7 @@ static void redis_session_commit(sg_state_t *_st, const char *token, const sg_li
         req_arg(req, "pending:%s", token);
     else
         req_arg(req, "%s", "");
-    req_arg(req, "%.36s", s->id);
-    req_arg(req, "%" PRId64, s->tenant_id);
-    req_arg(req, "%.31s", s->lang);
-    req_arg(req, "%" PRId64, s->created_at);
-    req_arg(req, "%" PRId64, s->last_used_at);
-    req_arg(req, "%" PRId64, s->idle_deadline);
-    req_arg(req, "%" PRId64, s->lifetime_deadline);
-    req_arg(req, "%" PRId64, s->executions);
+    req_session_args(req, s);
     req_send(req);
 }
 
@@ -832,14 +662,7 @@ static void redis_session_restore(sg_state_t *_st, const sg_live_session_t *s, s
     req_arg(req, "sg:sessions:idle");
     req_arg(req, "sg:sessions:lifetime");
     req_arg(req, "sg:closed:%.36s", s->id);
-    req_arg(req, "%.36s", s->id);
-    req_arg(req, "%" PRId64, s->tenant_id);
-    req_arg(req, "%.31s", s->lang);
-    req_arg(req, "%" PRId64, s->created_at);
-    req_arg(req, "%" PRId64, s->last_used_at);
-    req_arg(req, "%" PRId64, s->idle_deadline);
-    req_arg(req, "%" PRId64, s->lifetime_deadline);
-    req_arg(req, "%" PRId64, s->executions);
+    req_session_args(req, s);
     req_send(req);
 }
 
@@ -892,11 +715,7 @@ static void redis_exec_acquire(sg_state_t *_st, int64_t tenant, long max, const 
 
 static void redis_exec_release(sg_state_t *_st, int64_t tenant, const char *token, sg_state_cb cb, void *data)
 {
-    redis_req_t *req = req_new(rs(_st), SCRIPT_EXEC_RELEASE, 1, on_state, data);
-    req->cb.state = cb;
-    req_arg(req, "sg:tenant:%" PRId64 ":execs", tenant);
-    req_arg(req, "%.64s", token);
-    req_send(req);
+    give_back(_st, tenant, "execs", "", token, 64, cb, data);
 }
 
 static void redis_quota_reserve(sg_state_t *_st, int64_t tenant, const char *day, long max_execs, double max_seconds,
@@ -1045,16 +864,12 @@ static int parse_url(const char *url, redis_state_t *st, char *err, size_t errle
 
 sg_state_t *sg_state_create_redis(h2o_loop_t *loop, const char *url, char *err, size_t errlen)
 {
-    redis_state_t *st = calloc(1, sizeof(*st));
-    if (st == NULL) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
+    redis_state_t *st = sg_xcalloc(1, sizeof(*st));
     if (parse_url(url != NULL ? url : "", st, err, errlen) != 0) {
         free(st);
         return NULL;
     }
-    scripts_init();
+    sg_state__scripts_init();
     st->super.ops = &redis_ops;
     st->super.loop = loop;
     st->phase = PHASE_IDLE;

@@ -28,7 +28,9 @@
  * (available = 0) and the caller applies its per-limit policy (README).
  *
  * Threading: loop thread only. Callbacks may run before the call returns
- * (memory backend) or later (redis backend); callers must accept both.
+ * (the memory backend always; the redis backend when Redis is not
+ * answering, and for a rate check that limits nothing) or later (the redis
+ * backend's replies); callers must accept both.
  */
 #ifndef SANDGATE_STATE_H
 #define SANDGATE_STATE_H
@@ -66,6 +68,9 @@ typedef void (*sg_rate_cb)(void *data, const sg_rate_result_t *r);
  * *new_tat_ms (unchanged when denied). The formula is in state.c. A
  * rate_per_min <= 0 limits nothing. */
 void sg_gcra(int64_t now_ms, int64_t tat_ms, long rate_per_min, long burst, sg_rate_result_t *r, int64_t *new_tat_ms);
+/* The GCRA emission interval for a rate, ms: ceil(60000 / rate), at least
+ * 1; 0 when rate_per_min <= 0 (no limit). */
+int64_t sg_gcra_interval_ms(long rate_per_min);
 void sg_state_rate_check(sg_state_t *st, int64_t tenant, long rate_per_min, long burst, sg_rate_cb cb, void *data);
 
 /* ---- live sessions ---- */

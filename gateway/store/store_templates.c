@@ -2,27 +2,19 @@
  * store_templates.c — the templates table and tenant deletion (store.h).
  * Rare calls: each prepares its statement, on the store's connection.
  */
-#include "store.h"
+#include "store_sql.h"
 #include "util.h"
 
-#include <sqlite3.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #define TEMPLATE_COLS "id, tenant_id, COALESCE(name, ''), COALESCE(session_id, ''), created_at, size_bytes"
 
-static int fail(sg_store_t *st, const char *what, char *err, size_t errlen)
-{
-    snprintf(err, errlen, "%s: %s", what, sqlite3_errmsg(sg_store_db(st)));
-    return -1;
-}
-
 static sqlite3_stmt *prepare(sg_store_t *st, const char *sql, char *err, size_t errlen)
 {
     sqlite3_stmt *s = NULL;
     if (sqlite3_prepare_v2(sg_store_db(st), sql, -1, &s, NULL) != SQLITE_OK) {
-        fail(st, "prepare", err, errlen);
+        sg_store__db_err(st, "prepare", err, errlen);
         return NULL;
     }
     return s;
@@ -37,7 +29,7 @@ static int run(sg_store_t *st, sqlite3_stmt *s, const char *what, char *err, siz
     rc = sqlite3_step(s);
     sqlite3_finalize(s);
     if (rc != SQLITE_DONE)
-        return fail(st, what, err, errlen);
+        return sg_store__db_err(st, what, err, errlen);
     return sqlite3_changes(sg_store_db(st));
 }
 
@@ -52,8 +44,9 @@ static int exec(sg_store_t *st, const char *sql, char *err, size_t errlen)
     return 0;
 }
 
-static void read_template(sqlite3_stmt *s, sg_template_rec_t *t)
+static void read_template(sqlite3_stmt *s, void *out)
 {
+    sg_template_rec_t *t = out;
     memset(t, 0, sizeof(*t));
     t->id = sqlite3_column_int64(s, 0);
     t->tenant_id = sqlite3_column_int64(s, 1);
@@ -161,18 +154,11 @@ int sg_store_template_closed(sg_store_t *st, int64_t tenant_id, const char *sess
 int sg_store_template_get(sg_store_t *st, const char *name, sg_template_rec_t *out, char *err, size_t errlen)
 {
     sqlite3_stmt *s = prepare(st, "SELECT " TEMPLATE_COLS " FROM templates WHERE name = ?1", err, errlen);
-    int rc, ret;
+    int ret;
     if (s == NULL)
         return -1;
     sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
-    rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) {
-        if (out != NULL)
-            read_template(s, out);
-        ret = 1;
-    } else {
-        ret = rc == SQLITE_DONE ? 0 : fail(st, "template get", err, errlen);
-    }
+    ret = sg_store__get(st, s, read_template, out, "template get", err, errlen);
     sqlite3_finalize(s);
     return ret;
 }
@@ -194,7 +180,7 @@ int sg_store_template_list(sg_store_t *st, int64_t tenant_id, void (*fn)(const s
         fn(&t, data);
     }
     sqlite3_finalize(s);
-    return rc == SQLITE_DONE ? 0 : fail(st, "template list", err, errlen);
+    return rc == SQLITE_DONE ? 0 : sg_store__db_err(st, "template list", err, errlen);
 }
 
 int sg_store_template_delete(sg_store_t *st, const char *name, char *err, size_t errlen)
@@ -234,7 +220,7 @@ int sg_store_tenant_list_deleting(sg_store_t *st, void (*fn)(const sg_tenant_t *
         ids[n++] = sqlite3_column_int64(s, 0);
     sqlite3_finalize(s);
     if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-        return fail(st, "tenant list", err, errlen);
+        return sg_store__db_err(st, "tenant list", err, errlen);
     for (size_t i = 0; i < n; i++) {
         sg_tenant_t t;
         if (sg_store_tenant_get(st, ids[i], &t, err, errlen) == 1)

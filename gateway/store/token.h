@@ -18,6 +18,8 @@
 #define SG_TOKEN_SECRET_LEN 43
 #define SG_TOKEN_LEN (SG_TOKEN_PREFIX_LEN + SG_TOKEN_PUBLIC_LEN + 1 + SG_TOKEN_SECRET_LEN) /* 56 */
 #define SG_TOKEN_HASH_LEN 32
+/* A buffer that holds any token the store hands out, NUL included. */
+#define SG_TOKEN_MAX 64
 
 /* A new token from getrandom into out (>= SG_TOKEN_LEN + 1 bytes, NUL
  * terminated); its public id into public_id (NUL terminated). 0 or -1. */

@@ -1,0 +1,169 @@
+/*
+ * redis_scripts.c — the Lua scripts of the Redis backend (redis_scripts.h).
+ * Scripts get the gateway's wall clock as an argument, so they stay
+ * deterministic.
+ */
+#include "redis_scripts.h"
+
+#include <openssl/sha.h>
+#include <stdio.h>
+#include <string.h>
+
+sg_state__script_t sg_state__scripts[SCRIPT_COUNT] = {
+    /* KEYS: rate key. ARGV: now ms, emission interval T ms, burst.
+     * The GCRA of state.c; returns {allowed, stored tat} and state.c's
+     * sg_gcra recomputes remaining / reset / retry_after from the same
+     * stored tat, so both backends share one formula. */
+    [SCRIPT_RATE] = {"local now = tonumber(ARGV[1])\n"
+                     "local t = tonumber(ARGV[2])\n"
+                     "local bucket = t * tonumber(ARGV[3])\n"
+                     "local stored = tonumber(redis.call('GET', KEYS[1]) or '0') or 0\n"
+                     "local tat = stored\n"
+                     "if tat < now then tat = now end\n"
+                     "local nxt = tat + t\n"
+                     "if now < nxt - bucket then return {0, stored} end\n"
+                     "redis.call('SET', KEYS[1], string.format('%d', nxt), 'PX', string.format('%d', nxt - now))\n"
+                     "return {1, stored}\n"},
+    /* KEYS: tenant set. ARGV: now s, max, "pending:<token>", expiry s. */
+    [SCRIPT_RESERVE] = {"redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])\n"
+                        "local n = redis.call('ZCARD', KEYS[1])\n"
+                        "if n < tonumber(ARGV[2]) then\n"
+                        "  redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])\n"
+                        "  return {1, redis.call('ZCARD', KEYS[1])}\n"
+                        "end\n"
+                        "return {0, n}\n"},
+    /* KEYS: a set (tenant's sessions, tenant's in-flight executions).
+     * ARGV: the member ("pending:<token>", an execution's token). Gives
+     * back a reservation or an execution slot: {removed, members left}. */
+    [SCRIPT_ZREM] = {"local ok = redis.call('ZREM', KEYS[1], ARGV[1])\n"
+                     "return {ok, redis.call('ZCARD', KEYS[1])}\n"},
+    /* KEYS: tenant set, record, idle index, lifetime index.
+     * ARGV: "pending:<token>" or "", sid, tenant, lang, created_at,
+     * last_used_at, idle_deadline, lifetime_deadline, executions. */
+    [SCRIPT_COMMIT] = {"if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end\n"
+                       "redis.call('ZADD', KEYS[1], ARGV[8], ARGV[2])\n"
+                       "redis.call('DEL', KEYS[2])\n"
+                       "redis.call('HSET', KEYS[2], 'tenant', ARGV[3], 'lang', ARGV[4], 'created_at', ARGV[5],\n"
+                       "  'last_used_at', ARGV[6], 'idle_deadline', ARGV[7], 'lifetime_deadline', ARGV[8],\n"
+                       "  'executions', ARGV[9])\n"
+                       "redis.call('ZADD', KEYS[3], ARGV[7], ARGV[2])\n"
+                       "redis.call('ZADD', KEYS[4], ARGV[8], ARGV[2])\n"
+                       "return {1, redis.call('ZCARD', KEYS[1])}\n"},
+    /* KEYS: record, idle index. ARGV: sid, now, idle timeout, executions to add.
+     * Returns {ok, executions}. */
+    [SCRIPT_TOUCH] = {"if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end\n"
+                      "local dl = string.format('%d', tonumber(ARGV[2]) + tonumber(ARGV[3]))\n"
+                      "redis.call('HSET', KEYS[1], 'last_used_at', ARGV[2], 'idle_deadline', dl)\n"
+                      "local e = redis.call('HINCRBY', KEYS[1], 'executions', ARGV[4])\n"
+                      "redis.call('ZADD', KEYS[2], dl, ARGV[1])\n"
+                      "return {1, e}\n"},
+    /* KEYS: idle index, record, tenant set, lifetime index, closed mark.
+     * ARGV: sid, mark TTL s. Whoever removes anything wins (the script is
+     * atomic, so of two callers exactly one does). The record's own tenant
+     * set is cleaned too, should the caller have named another tenant. */
+    [SCRIPT_REMOVE] = {"redis.call('SET', KEYS[5], '1', 'EX', ARGV[2])\n"
+                       "local t = redis.call('HGET', KEYS[2], 'tenant')\n"
+                       "local n = redis.call('ZREM', KEYS[1], ARGV[1]) + redis.call('DEL', KEYS[2])\n"
+                       "  + redis.call('ZREM', KEYS[4], ARGV[1])\n"
+                       "redis.call('ZREM', KEYS[3], ARGV[1])\n"
+                       "if t then\n"
+                       "  local tk = 'sg:tenant:' .. t .. ':sessions'\n"
+                       "  if tk ~= KEYS[3] then redis.call('ZREM', tk, ARGV[1]) end\n"
+                       "end\n"
+                       "local ok = 0\n"
+                       "if n > 0 then ok = 1 end\n"
+                       "return {ok, redis.call('ZCARD', KEYS[3])}\n"},
+    /* KEYS: tenant set, record, idle index, lifetime index, closed mark.
+     * ARGV: sid, tenant, lang, created_at, last_used_at, idle_deadline,
+     * lifetime_deadline, executions. */
+    [SCRIPT_RESTORE] = {"if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('EXISTS', KEYS[5]) == 1 then\n"
+                        "  return {0, redis.call('ZCARD', KEYS[1])}\n"
+                        "end\n"
+                        "redis.call('ZADD', KEYS[1], ARGV[7], ARGV[1])\n"
+                        "redis.call('HSET', KEYS[2], 'tenant', ARGV[2], 'lang', ARGV[3], 'created_at', ARGV[4],\n"
+                        "  'last_used_at', ARGV[5], 'idle_deadline', ARGV[6], 'lifetime_deadline', ARGV[7],\n"
+                        "  'executions', ARGV[8])\n"
+                        "redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])\n"
+                        "redis.call('ZADD', KEYS[4], ARGV[7], ARGV[1])\n"
+                        "return {1, redis.call('ZCARD', KEYS[1])}\n"},
+    /* KEYS: idle index, lifetime index. ARGV: now s, limit.
+     * Returns sid, reason, tenant triples; lifetime first. */
+    [SCRIPT_EXPIRED] = {"local out, seen, n = {}, {}, 0\n"
+                        "local lim = tonumber(ARGV[2])\n"
+                        "for _, src in ipairs({{KEYS[2], 'lifetime'}, {KEYS[1], 'idle'}}) do\n"
+                        "  if n >= lim then break end\n"
+                        "  local ids = redis.call('ZRANGEBYSCORE', src[1], '-inf', ARGV[1], 'LIMIT', 0, lim)\n"
+                        "  for _, id in ipairs(ids) do\n"
+                        "    if n >= lim then break end\n"
+                        "    if not seen[id] then\n"
+                        "      seen[id] = true\n"
+                        "      n = n + 1\n"
+                        "      out[#out + 1] = id\n"
+                        "      out[#out + 1] = src[2]\n"
+                        "      out[#out + 1] = redis.call('HGET', 'sg:session:' .. id, 'tenant') or '0'\n"
+                        "    end\n"
+                        "  end\n"
+                        "end\n"
+                        "return out\n"},
+    /* KEYS: a tenant set, or the lifetime index for all sessions. ARGV: max.
+     * Returns sid + the 7 record fields, per session. */
+    [SCRIPT_LIST] = {"local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)\n"
+                     "local out = {}\n"
+                     "for _, id in ipairs(ids) do\n"
+                     "  if string.sub(id, 1, 8) ~= 'pending:' then\n"
+                     "    local h = redis.call('HMGET', 'sg:session:' .. id, 'tenant', 'lang', 'created_at',\n"
+                     "      'last_used_at', 'idle_deadline', 'lifetime_deadline', 'executions')\n"
+                     "    if h[1] then\n"
+                     "      out[#out + 1] = id\n"
+                     "      for i = 1, 7 do out[#out + 1] = h[i] or '' end\n"
+                     "    end\n"
+                     "  end\n"
+                     "end\n"
+                     "return out\n"},
+    /* KEYS: tenant's in-flight set. ARGV: now s, max, token, lease deadline s,
+     * key slack s. Leases that ran out go first; a token already held is
+     * renewed. The key lives until slack s after its last lease. */
+    [SCRIPT_EXEC_ACQUIRE] = {"redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])\n"
+                             "local n = redis.call('ZCARD', KEYS[1])\n"
+                             "local held = redis.call('ZSCORE', KEYS[1], ARGV[3])\n"
+                             "if not held and n >= tonumber(ARGV[2]) then return {0, n} end\n"
+                             "redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])\n"
+                             "local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')\n"
+                             "local ttl = tonumber(last[2]) - tonumber(ARGV[1]) + tonumber(ARGV[5])\n"
+                             "if ttl < 1 then ttl = 1 end\n"
+                             "redis.call('EXPIRE', KEYS[1], math.floor(ttl))\n"
+                             "return {1, redis.call('ZCARD', KEYS[1])}\n"},
+    /* KEYS: quota key. ARGV: max execs, max seconds.
+     * Returns {status, execs, seconds as a string}. */
+    [SCRIPT_QUOTA_RESERVE] = {"if redis.call('EXISTS', KEYS[1]) == 0 then return {3, 0, '0'} end\n"
+                              "local e = tonumber(redis.call('HGET', KEYS[1], 'execs') or '0') or 0\n"
+                              "local s = redis.call('HGET', KEYS[1], 'seconds') or '0'\n"
+                              "if e >= tonumber(ARGV[1]) then return {1, e, s} end\n"
+                              "if (tonumber(s) or 0) >= tonumber(ARGV[2]) then return {2, e, s} end\n"
+                              "e = redis.call('HINCRBY', KEYS[1], 'execs', 1)\n"
+                              "return {0, e, s}\n"},
+    /* KEYS: quota key. ARGV: execs, seconds, ttl s. ok = 1 if it seeded. */
+    [SCRIPT_QUOTA_SEED] = {"local n = redis.call('HSETNX', KEYS[1], 'execs', ARGV[1])\n"
+                           "  + redis.call('HSETNX', KEYS[1], 'seconds', ARGV[2])\n"
+                           "if n == 0 then return {0, 0} end\n"
+                           "redis.call('EXPIRE', KEYS[1], ARGV[3])\n"
+                           "return {1, 0}\n"},
+    /* KEYS: quota key. ARGV: seconds. Nothing when the day is not seeded. */
+    [SCRIPT_QUOTA_ADD] = {"if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end\n"
+                          "redis.call('HINCRBYFLOAT', KEYS[1], 'seconds', ARGV[1])\n"
+                          "return {1, 0}\n"},
+};
+
+void sg_state__scripts_init(void)
+{
+    static int done;
+    if (done)
+        return;
+    for (size_t i = 0; i < SCRIPT_COUNT; i++) {
+        unsigned char md[SHA_DIGEST_LENGTH];
+        SHA1((const unsigned char *)sg_state__scripts[i].src, strlen(sg_state__scripts[i].src), md);
+        for (size_t j = 0; j < SHA_DIGEST_LENGTH; j++)
+            snprintf(sg_state__scripts[i].sha + 2 * j, 3, "%02x", md[j]);
+    }
+    done = 1;
+}

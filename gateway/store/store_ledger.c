@@ -1,0 +1,180 @@
+/*
+ * store_ledger.c — the usage ledger (one row per execution) and session
+ * history in SQLite (store.h).
+ */
+#include "store_sql.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ---- usage ---- */
+
+int sg_store_usage_add(sg_store_t *st, const sg_usage_t *u, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = st->stmt[S_USAGE_INSERT];
+    int rc;
+
+    sqlite3_bind_int64(s, 1, u->tenant_id);
+    sg_store__bind_text_or_null(s, 2, u->session_id);
+    sqlite3_bind_text(s, 3, u->lang, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 4, u->kind, -1, SQLITE_STATIC);
+    sqlite3_bind_double(s, 5, u->started_at);
+    sqlite3_bind_double(s, 6, u->duration);
+    sqlite3_bind_int(s, 7, u->exit_code);
+    sqlite3_bind_int(s, 8, u->timed_out != 0);
+    sqlite3_bind_int64(s, 9, u->output_bytes);
+    rc = sqlite3_step(s);
+    if (rc != SQLITE_DONE) {
+        if (rc == SQLITE_CONSTRAINT_FOREIGNKEY)
+            sg_store__errf(err, errlen, "usage add: no tenant with id %lld", (long long)u->tenant_id);
+        else
+            sg_store__db_err(st, "usage add", err, errlen);
+        sg_store__done(s);
+        return -1;
+    }
+    sg_store__done(s);
+    return 0;
+}
+
+int sg_store_usage_total(sg_store_t *st, int64_t tenant_id, double from, double to, sg_usage_total_t *out, char *err,
+                         size_t errlen)
+{
+    sqlite3_stmt *s = st->stmt[S_USAGE_TOTAL];
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    sqlite3_bind_int64(s, 1, tenant_id);
+    sqlite3_bind_double(s, 2, from);
+    sqlite3_bind_double(s, 3, to);
+    rc = sqlite3_step(s);
+    if (rc != SQLITE_ROW) {
+        sg_store__db_err(st, "usage total", err, errlen);
+        sg_store__done(s);
+        return -1;
+    }
+    out->executions = sqlite3_column_int64(s, 0);
+    out->seconds = sqlite3_column_double(s, 1);
+    out->output_bytes = sqlite3_column_int64(s, 2);
+    out->timed_out = sqlite3_column_int64(s, 3);
+    sg_store__done(s);
+    return 0;
+}
+
+int sg_store_usage_list(sg_store_t *st, int64_t tenant_id, double from, double to, int limit,
+                        void (*fn)(const sg_usage_t *u, void *data), void *data, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = st->stmt[tenant_id != 0 ? S_USAGE_LIST_TENANT : S_USAGE_LIST_ALL];
+    sg_usage_t u;
+    int rc;
+
+    if (tenant_id != 0)
+        sqlite3_bind_int64(s, 1, tenant_id);
+    sqlite3_bind_double(s, 2, from);
+    sqlite3_bind_double(s, 3, to);
+    sqlite3_bind_int(s, 4, limit > 0 ? limit : -1);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        memset(&u, 0, sizeof(u));
+        u.tenant_id = sqlite3_column_int64(s, 0);
+        sg_store__col_text(s, 1, u.session_id, sizeof(u.session_id));
+        sg_store__col_text(s, 2, u.lang, sizeof(u.lang));
+        sg_store__col_text(s, 3, u.kind, sizeof(u.kind));
+        u.started_at = sqlite3_column_double(s, 4);
+        u.duration = sqlite3_column_double(s, 5);
+        u.exit_code = sqlite3_column_int(s, 6);
+        u.timed_out = sqlite3_column_int(s, 7);
+        u.output_bytes = sqlite3_column_int64(s, 8);
+        fn(&u, data);
+    }
+    return sg_store__finish(st, s, rc, "usage list", err, errlen);
+}
+
+/* ---- sessions ---- */
+
+static void read_session(sqlite3_stmt *s, void *out)
+{
+    sg_session_rec_t *r = out;
+    memset(r, 0, sizeof(*r));
+    sg_store__col_text(s, 0, r->id, sizeof(r->id));
+    r->tenant_id = sqlite3_column_int64(s, 1);
+    sg_store__col_text(s, 2, r->lang, sizeof(r->lang));
+    r->created_at = sqlite3_column_int64(s, 3);
+    r->closed_at = sqlite3_column_int64(s, 4);
+    sg_store__col_text(s, 5, r->close_reason, sizeof(r->close_reason));
+    r->executions = sqlite3_column_int64(s, 6);
+}
+
+int sg_store_session_open(sg_store_t *st, const sg_session_rec_t *r, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = st->stmt[S_SESSION_INSERT];
+    int rc;
+
+    if (r->id[0] == '\0') {
+        sg_store__errf(err, errlen, "session open: empty session id");
+        return -1;
+    }
+    sqlite3_bind_text(s, 1, r->id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, r->tenant_id);
+    sqlite3_bind_text(s, 3, r->lang, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 4, r->created_at != 0 ? r->created_at : sg_wall_s());
+    sqlite3_bind_int64(s, 5, r->executions);
+    rc = sqlite3_step(s);
+    if (rc != SQLITE_DONE) {
+        if (rc == SQLITE_CONSTRAINT_PRIMARYKEY || rc == SQLITE_CONSTRAINT_UNIQUE)
+            sg_store__errf(err, errlen, "session open: session %s already recorded", r->id);
+        else if (rc == SQLITE_CONSTRAINT_FOREIGNKEY)
+            sg_store__errf(err, errlen, "session open: no tenant with id %lld", (long long)r->tenant_id);
+        else
+            sg_store__db_err(st, "session open", err, errlen);
+        sg_store__done(s);
+        return -1;
+    }
+    sg_store__done(s);
+    return 0;
+}
+
+int sg_store_session_close(sg_store_t *st, const char *id, int64_t closed_at, const char *reason, char *err,
+                           size_t errlen)
+{
+    sqlite3_stmt *s = st->stmt[S_SESSION_CLOSE];
+    int rc;
+
+    sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, closed_at != 0 ? closed_at : sg_wall_s());
+    sqlite3_bind_text(s, 3, reason != NULL ? reason : "", -1, SQLITE_STATIC);
+    rc = sqlite3_step(s);
+    return sg_store__finish(st, s, rc, "session close", err, errlen);
+}
+
+int sg_store_session_count_exec(sg_store_t *st, const char *id, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = st->stmt[S_SESSION_COUNT_EXEC];
+    int rc;
+
+    sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+    rc = sqlite3_step(s);
+    return sg_store__finish(st, s, rc, "session count", err, errlen);
+}
+
+int sg_store_session_get(sg_store_t *st, const char *id, sg_session_rec_t *out, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = st->stmt[S_SESSION_GET];
+    sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+    return sg_store__get(st, s, read_session, out, "session get", err, errlen);
+}
+
+int sg_store_session_list_open(sg_store_t *st, int64_t tenant_id, void (*fn)(const sg_session_rec_t *s, void *data),
+                               void *data, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = st->stmt[tenant_id != 0 ? S_SESSION_OPEN_TENANT : S_SESSION_OPEN_ALL];
+    sg_session_rec_t r;
+    int rc;
+
+    if (tenant_id != 0)
+        sqlite3_bind_int64(s, 1, tenant_id);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        read_session(s, &r);
+        fn(&r, data);
+    }
+    return sg_store__finish(st, s, rc, "session list", err, errlen);
+}
