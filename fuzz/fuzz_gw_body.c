@@ -1,10 +1,10 @@
 /*
  * fuzz_gw_body — request bodies as the gateway takes them before it
  * forwards them: the shared JSON parse (sg_json_parse_object), the
- * tenant's caps on the numbers (sg_gw_number_field, gateway/fields.c, with
- * the arguments gateway/api.c passes for POST /sessions and the execution
+ * tenant's caps on the numbers (sg_gw_number_field, gateway/core/fields.c, with
+ * the arguments gateway/handler/sessions.c and executions.c pass for POST /sessions and the execution
  * routes) and the tenant's language list (sg_tenant_lang_allowed,
- * gateway/store.c); and the admin API's numbers given as text
+ * gateway/store/tenant.c); and the admin API's numbers given as text
  * (sg_gw_number_text).
  *
  * Input: one byte choosing the route and the caps, then the body.
@@ -25,7 +25,7 @@
 #include "store.h"
 
 /* The bounds sandgate-admin and the admin API put on a tenant's caps
- * (gateway/store.c), the upper ones and the defaults. */
+ * (gateway/store/tenant.c), the upper ones and the defaults. */
 static const double caps[2][3] = {{86400, 1048576, 1024}, {300, 1024, 2}};
 
 static int number(json_object *body, const char *field, int whole, double cap, double def, double *out)

@@ -1,7 +1,7 @@
 /*
  * fuzz_sse_tail — the streamed execution reply as the gateway reads it on
  * its way through, for the "result" event it records the execution from
- * (sg_sse_tail_*, gateway/sse_tail.c).
+ * (sg_sse_tail_*, gateway/upstream/sse_tail.c).
  *
  * Input: one byte of mode, then bytes. Mode even: the bytes are the stream
  * itself, anything the proxy could send, fed in pieces the mode byte

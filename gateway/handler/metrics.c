@@ -1,6 +1,6 @@
 /*
  * metrics.c — the two routes without a token: GET / (a liveness answer)
- * and GET /metrics (the counters of core/metrics.h, Prometheus text).
+ * and GET /metrics (the counters of base/metrics.h, Prometheus text).
  */
 #include "buf.h"
 #include "gateway.h"

@@ -1,5 +1,5 @@
 /*
- * test_store.c — the gateway's SQLite store (gateway/store.c) on real
+ * test_store.c — the gateway's SQLite store (gateway/store/) on real
  * database files in a temporary directory: WAL and pragmas, tenants and
  * their quota fields, token create / auth / revoke, the usage ledger.
  * Session history, restart, two connections, concurrent first opens and

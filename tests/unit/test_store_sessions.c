@@ -1,5 +1,5 @@
 /*
- * test_store_sessions.c — the gateway's SQLite store (gateway/store.c) on
+ * test_store_sessions.c — the gateway's SQLite store (gateway/store/) on
  * real database files in a temporary directory: session history and
  * templates, restart (close + open), two connections and concurrent first
  * opens of one file; and sandgate-admin end to end when the binary is built

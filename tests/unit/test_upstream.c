@@ -1,5 +1,5 @@
 /*
- * test_upstream.c — gateway/upstream.c against a real h2o server living in
+ * test_upstream.c — gateway/upstream/upstream.c against a real h2o server living in
  * the same process and the same loop (no mocks): round trips, hundreds of
  * requests in flight without blocking the loop, timeouts, refused
  * connections, the reply cap, streaming, cancellation (also from inside
