@@ -28,15 +28,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* ------------------------------------------------------------------------
- * Temporary directories
- * ------------------------------------------------------------------------ */
-
-/* A new private directory "$TMPDIR/<prefix>-XXXXXX" (malloc'd), or NULL. It
- * is registered: sggw_rmtree() removes it, or the atexit handler does. */
-char *sggw_mkdtemp(const char *prefix);
-/* Removes dir and everything below it; unregisters it. 0 or -1. */
-int sggw_rmtree(const char *dir);
+/* Temporary directories (sggw_mkdtemp, sggw_rmtree), sggw_wall() and the
+ * plain-socket HTTP client (sggw_http*) are the core's: sgtest.h. */
 
 /* ------------------------------------------------------------------------
  * redis-server
@@ -151,27 +144,6 @@ char *sggw_new_token(const char *data_dir, const char *tenant);
  * HTTP with a bearer token
  * ------------------------------------------------------------------------ */
 
-/* One request with extra header lines ("Name: value"; NULL-terminated, may
- * be NULL), over a plain socket (one connection per request): the reply is
- * taken as it comes, so that a malformed header is something a test can
- * look at rather than a failed transfer (NUL bytes of the header block show
- * as '\x1a'). Otherwise like sgtest_http(): 0 when an HTTP reply came back,
- * -1 with out->error set. Every sggw_* call below goes through it. */
-int sggw_http(const char *method, const char *url, const void *body, size_t len, const char *content_type,
-              const char *const *headers, long timeout_s, sgtest_reply_t *out);
-/* A client that hangs up: sends one request (json_body as application/json,
- * may be NULL; extra header lines NULL-terminated, may be NULL) on a new
- * blocking connection and returns the socket without reading anything, or
- * -1 (after printing why). The caller close()s it to hang up, or reads the
- * reply with sggw_http_read_reply(). */
-int sggw_http_open(const char *method, const char *url, const char *json_body, const char *const *headers);
-/* Reads the whole reply from such a socket (until the server closes it,
- * or timeout_s) and closes it; out as sggw_http's. 0 or -1. */
-int sggw_http_read_reply(int fd, long timeout_s, sgtest_reply_t *out);
-/* The same through libcurl, as a typical client does it (libcurl refuses
- * replies with a NUL byte in a header). */
-int sggw_http_curl(const char *method, const char *url, const void *body, size_t len, const char *content_type,
-                   const char *const *headers, long timeout_s, sgtest_reply_t *out);
 /* method g's URL + path, with "Authorization: Bearer <token>" unless token
  * is NULL, json_body (may be NULL) as application/json. Default timeout. */
 int sggw_call(const sggw_gateway_t *g, const char *token, const char *method, const char *path, const char *json_body,
@@ -186,31 +158,15 @@ int sggw_admin_call(const sggw_gateway_t *g, const char *method, const char *pat
  * min (the headers are printed when not); returns it. */
 long sggw_int_header(const sgtest_reply_t *r, const char *name, long min);
 
-/* Many requests at once: one thread each; every thread waits on one barrier
- * so that all requests leave together. */
-typedef struct {
-    /* in */
-    const char *method;
-    const char *url;         /* borrowed */
-    const char *token;       /* borrowed; NULL: no Authorization header */
-    const void *body;        /* borrowed, may be NULL */
-    size_t body_len;
-    const char *content_type;
-    long timeout_s;
-    /* out */
-    sgtest_reply_t reply;
-    int rc;
-    double started, finished; /* sgtest_now() around the call */
-} sggw_par_req_t;
-
-typedef struct sggw_batch sggw_batch_t;
-/* Starts the batch; NULL if threads cannot start (those started are
- * released and joined first). */
-sggw_batch_t *sggw_batch_start(sggw_par_req_t *reqs, size_t n);
-/* Joins every thread, frees b (replies stay in reqs). */
-void sggw_batch_join(sggw_batch_t *b);
-/* Start + join: 0, or -1 if the batch could not start. */
-int sggw_parallel(sggw_par_req_t *reqs, size_t n);
+/* Many requests at once: sggw_batch_start() and sggw_parallel() of the
+ * core's one batch (sgtest.h), through sggw_http(); a request's token (if
+ * not NULL) goes as "Authorization: Bearer <token>". */
+typedef sgtest_par_req_t sggw_par_req_t;
+typedef sgtest_batch_t sggw_batch_t;
+static inline void sggw_batch_join(sggw_batch_t *b)
+{
+    sgtest_batch_join(b);
+}
 
 /* ------------------------------------------------------------------------
  * The gateway's SQLite file, read-only
@@ -243,8 +199,6 @@ void sggw_db_writer_close(sggw_db_writer_t *w);
  * base64url) that no store issued; malloc'd. With public_id not NULL, that
  * public id is used (a wrong secret for an existing token). */
 char *sggw_fake_token(const char *public_id);
-/* Wall clock, seconds. */
-double sggw_wall(void);
 /* The value of the sample line "name{labels} value" of Prometheus text
  * (labels exactly as given, "" for none) or -1 when absent. */
 double sggw_metric(const char *text, const char *name, const char *labels);

@@ -13,6 +13,10 @@
  *
  * Ownership: every `char *` and `json_object *` returned is the caller's
  * (free() / json_object_put()) unless documented as borrowed.
+ *
+ * This is the harness's core (processes, ports, HTTP, the parallel batch,
+ * Docker, a proxy of a test's own); sggw.h stacks the gateway tier on it.
+ * Which file holds what: sgtest_int.h.
  */
 #ifndef SANDGATE_SGTEST_H
 #define SANDGATE_SGTEST_H
@@ -32,6 +36,14 @@
 
 /* Monotonic clock, seconds. */
 double sgtest_now(void);
+/* Wall clock, seconds. */
+double sggw_wall(void);
+
+/* A new private directory "$TMPDIR/<prefix>-XXXXXX" (malloc'd), or NULL. It
+ * is registered: sggw_rmtree() removes it, or an atexit handler does. */
+char *sggw_mkdtemp(const char *prefix);
+/* Removes dir and everything below it; unregisters it. 0 or -1. */
+int sggw_rmtree(const char *dir);
 
 /* ------------------------------------------------------------------------
  * The proxy under test
@@ -106,6 +118,28 @@ int sgtest_http(const char *method, const char *url, const void *body, size_t le
 void sgtest_reply_free(sgtest_reply_t *r);
 /* Value of the last header `name` (case-insensitive), or NULL. */
 char *sgtest_reply_header(const sgtest_reply_t *r, const char *name);
+
+/* One request with extra header lines ("Name: value"; NULL-terminated, may
+ * be NULL), over a plain socket (one connection per request): the reply is
+ * taken as it comes, so that a malformed header is something a test can
+ * look at rather than a failed transfer (NUL bytes of the header block show
+ * as '\x1a'). Otherwise like sgtest_http(): 0 when an HTTP reply came back,
+ * -1 with out->error set. Every sggw_* call of the gateway goes through it. */
+int sggw_http(const char *method, const char *url, const void *body, size_t len, const char *content_type,
+              const char *const *headers, long timeout_s, sgtest_reply_t *out);
+/* A client that hangs up: sends one request (json_body as application/json,
+ * may be NULL; extra header lines NULL-terminated, may be NULL) on a new
+ * blocking connection and returns the socket without reading anything, or
+ * -1 (after printing why). The caller close()s it to hang up, or reads the
+ * reply with sggw_http_read_reply(). */
+int sggw_http_open(const char *method, const char *url, const char *json_body, const char *const *headers);
+/* Reads the whole reply from such a socket (until the server closes it,
+ * or timeout_s) and closes it; out as sggw_http's. 0 or -1. */
+int sggw_http_read_reply(int fd, long timeout_s, sgtest_reply_t *out);
+/* sgtest_http() with extra header lines, as a typical client does it
+ * (libcurl refuses replies with a NUL byte in a header). */
+int sggw_http_curl(const char *method, const char *url, const void *body, size_t len, const char *content_type,
+                   const char *const *headers, long timeout_s, sgtest_reply_t *out);
 
 /* A request to the proxy: base URL + path; json_body (may be NULL) is sent
  * as application/json. Default timeout. */
@@ -281,29 +315,34 @@ int sgtest_docker_remove_all(const char *proxy_id);
 int sgtest_docker_network_remove(const char *name);
 
 /* ------------------------------------------------------------------------
- * Parallel requests: one thread per request.
+ * Parallel requests: one thread per request; every thread waits until all
+ * have started, so that the requests leave together.
  * ------------------------------------------------------------------------ */
 
 typedef struct {
     /* in */
     const char *method;
     const char *url;         /* borrowed */
+    const char *token;       /* borrowed; NULL: no Authorization header */
     const void *body;        /* borrowed, may be NULL */
     size_t body_len;
     const char *content_type;
     long timeout_s;
     /* out */
-    sgtest_reply_t reply;
-    int rc;                  /* sgtest_http's return */
+    sgtest_reply_t reply;     /* "not sent" when the batch could not start */
+    int rc;                   /* the client's return */
     double started, finished; /* sgtest_now() around the call */
-    double sent_at;          /* when the request body was fully sent, or 0 */
+    double sent_at;           /* when the request was fully sent, or 0 */
 } sgtest_par_req_t;
 
 typedef struct sgtest_batch sgtest_batch_t;
 
-/* Starts every request at once; returns NULL if threads cannot start
- * (those already started are joined first). */
+/* Starts every request at once through libcurl (sgtest_http), or through
+ * the plain-socket client (sggw_http: what the gateway suites use); NULL
+ * if threads cannot start (those already started are released without
+ * sending and joined first). */
 sgtest_batch_t *sgtest_batch_start(sgtest_par_req_t *reqs, size_t n);
+sgtest_batch_t *sggw_batch_start(sgtest_par_req_t *reqs, size_t n);
 /* Waits until every request of the batch was fully sent (or finished).
  * Returns 0, or -1 when timeout_s passed first. */
 int sgtest_batch_wait_sent(sgtest_batch_t *b, double timeout_s);
@@ -311,5 +350,6 @@ int sgtest_batch_wait_sent(sgtest_batch_t *b, double timeout_s);
 void sgtest_batch_join(sgtest_batch_t *b);
 /* Start + join. Returns 0, or -1 if the batch could not start. */
 int sgtest_parallel(sgtest_par_req_t *reqs, size_t n);
+int sggw_parallel(sgtest_par_req_t *reqs, size_t n);
 
 #endif

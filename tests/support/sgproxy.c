@@ -1,0 +1,365 @@
+/*
+ * sgproxy.c — a sandgate-proxy of a test's own (see sgtest.h), its session
+ * API as the proxy suites call it, and a proxy suite's teardown.
+ */
+#include "sgtest_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define START_DEADLINE_S 60.0
+
+struct sgtest_proxy {
+    sgtest__server_t s; /* first: the registry holds &p->s */
+    char id[128];
+};
+
+char *sgtest_new_proxy_id(void)
+{
+    char hex[17];
+    sgtest__random_hex(hex, 8);
+    char *id = malloc(64);
+    if (id == NULL)
+        return NULL;
+    snprintf(id, 64, "sgtest-%d-%s", (int)getpid(), hex);
+    return id;
+}
+
+const char *sgtest_proxy_status(sgtest_proxy_t *p)
+{
+    static __thread char buf[96];
+    return sgtest__server_status(&p->s, buf, sizeof(buf));
+}
+
+void sgtest_proxy_print_log(sgtest_proxy_t *p, int lines)
+{
+    sgtest__server_print_log(&p->s, lines);
+}
+
+static void proxy_free(sgtest_proxy_t *p)
+{
+    sgtest__live_remove(&p->s);
+    sgtest__server_free_dir(&p->s);
+    free(p);
+}
+
+sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extra_env)
+{
+    sgtest__curl_ready();
+    const char *bin = getenv("SANDGATE_PROXY_BIN");
+    if (bin == NULL || *bin == '\0') {
+        fprintf(stderr, "sgtest: SANDGATE_PROXY_BIN is not set (ctest sets it)\n");
+        return NULL;
+    }
+    if (access(bin, X_OK) != 0) {
+        fprintf(stderr, "sgtest: SANDGATE_PROXY_BIN=%s is not executable: %s\n", bin, strerror(errno));
+        return NULL;
+    }
+    sgtest_proxy_t *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return NULL;
+    char name[160];
+    snprintf(name, sizeof(name), "proxy %s", proxy_id);
+    if (sgtest__server_init(&p->s, SGTEST__PROXY, name, "sgtest-proxy", "proxy.log") != 0)
+        goto Error;
+    snprintf(p->id, sizeof(p->id), "%s", proxy_id);
+    p->s.port = sgtest__free_port();
+    if (p->s.port <= 0) {
+        fprintf(stderr, "sgtest: no free loopback port: %s\n", strerror(errno));
+        goto Error;
+    }
+    snprintf(p->s.url, sizeof(p->s.url), "http://127.0.0.1:%d", p->s.port);
+
+    char host_kv[] = "HOST=127.0.0.1", port_kv[32], id_kv[160];
+    snprintf(port_kv, sizeof(port_kv), "PORT=%d", p->s.port);
+    snprintf(id_kv, sizeof(id_kv), "SANDGATE_PROXY_ID=%s", proxy_id);
+    size_t nextra = 0;
+    while (extra_env != NULL && extra_env[nextra] != NULL)
+        nextra++;
+    const char **set = calloc(nextra + 5, sizeof(*set));
+    if (set == NULL)
+        goto Error;
+    /* Library installs stay off unless a test sets them up: then no shared
+     * store volume is made and no installer ever looks for a public index. */
+    static char no_store_kv[] = "SANDGATE_STORE_VOLUME=";
+    bool store_given = false;
+    for (size_t i = 0; i < nextra; i++) {
+        set[i] = extra_env[i];
+        store_given = store_given || sgtest_env_key_is(no_store_kv, extra_env[i]);
+    }
+    size_t nset = nextra;
+    set[nset++] = host_kv;
+    set[nset++] = port_kv;
+    set[nset++] = id_kv;
+    if (!store_given)
+        set[nset++] = no_store_kv;
+    /* The suites run their proxies on runc unless the environment names a
+     * runtime (SANDGATE_RUNTIME=runsc ctest ... runs them under gVisor;
+     * README "Tests"), or a test asks for one. */
+    static char runtime_kv[] = "SANDGATE_RUNTIME=runc";
+    bool runtime_given = getenv("SANDGATE_RUNTIME") != NULL;
+    for (size_t i = 0; i < nextra; i++)
+        runtime_given = runtime_given || sgtest_env_key_is(runtime_kv, extra_env[i]);
+    if (!runtime_given)
+        set[nset++] = runtime_kv;
+    char **envp = sgtest_build_env(set, nset);
+    free(set);
+    if (envp == NULL)
+        goto Error;
+    char *const argv[] = {(char *)bin, NULL};
+    p->s.child.pid = sgtest__spawn(argv, envp, p->s.log, -1, -1, NULL, false);
+    free(envp);
+    if (p->s.child.pid < 0) {
+        fprintf(stderr, "sgtest: fork: %s\n", strerror(errno));
+        goto Error;
+    }
+    if (sgtest__server_wait_ready(&p->s, START_DEADLINE_S) != 0)
+        goto Error;
+    sgtest__live_add(&p->s);
+    return p;
+
+Error:
+    sgtest__server_free_dir(&p->s);
+    free(p);
+    return NULL;
+}
+
+int sgtest_proxy_stop(sgtest_proxy_t *p)
+{
+    if (p == NULL)
+        return 0;
+    int result = sgtest__server_stop(&p->s);
+    proxy_free(p);
+    return result;
+}
+
+void sgtest_proxy_kill9(sgtest_proxy_t *p)
+{
+    if (p == NULL)
+        return;
+    sgtest__server_kill(&p->s);
+    proxy_free(p);
+}
+
+const char *sgtest_proxy_url(const sgtest_proxy_t *p)
+{
+    return p != NULL ? p->s.url : "http://127.0.0.1:0";
+}
+
+const char *sgtest_proxy_id(const sgtest_proxy_t *p)
+{
+    return p->id;
+}
+
+pid_t sgtest_proxy_pid(const sgtest_proxy_t *p)
+{
+    return p->s.child.pid;
+}
+
+bool sgtest_proxy_alive(sgtest_proxy_t *p)
+{
+    return !sgtest_child_reap(&p->s.child, WNOHANG);
+}
+
+static int no_proxy(sgtest_reply_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->body = calloc(1, 1);
+    out->headers = calloc(1, 1);
+    snprintf(out->error, sizeof(out->error), "no proxy is running");
+    return -1;
+}
+
+int sgtest_call(const sgtest_proxy_t *p, const char *method, const char *path, const char *json_body,
+                sgtest_reply_t *out)
+{
+    if (p == NULL)
+        return no_proxy(out);
+    char url[2048];
+    snprintf(url, sizeof(url), "%s%s", p->s.url, path);
+    return sgtest_http(method, url, json_body, json_body ? strlen(json_body) : 0,
+                       json_body ? "application/json" : NULL, 0, out);
+}
+
+int sgtest_call_json(const sgtest_proxy_t *p, const char *method, const char *path, json_object *body,
+                     long timeout_s, sgtest_reply_t *out)
+{
+    if (p == NULL)
+        return no_proxy(out);
+    char url[2048];
+    snprintf(url, sizeof(url), "%s%s", p->s.url, path);
+    const char *s = body ? json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN) : NULL;
+    return sgtest_http(method, url, s, s ? strlen(s) : 0, s ? "application/json" : NULL, timeout_s, out);
+}
+
+/* ---- the harness of a suite with a proxy of its own ---- */
+
+void sgtest_close_all_sessions(const sgtest_proxy_t *p)
+{
+    sgtest_reply_t r;
+    if (p == NULL)
+        return;
+    sgtest_call(p, "GET", "/sessions", NULL, &r);
+    json_object *o = r.status == 200 ? json_tokener_parse(r.body) : NULL;
+    sgtest_reply_free(&r);
+    json_object *arr = NULL;
+    if (o != NULL && json_object_object_get_ex(o, "sessions", &arr) && json_object_is_type(arr, json_type_array)) {
+        for (size_t i = 0; i < json_object_array_length(arr); i++) {
+            char path[256];
+            snprintf(path, sizeof(path), "/sessions/%s", json_object_get_string(json_object_array_get_idx(arr, i)));
+            sgtest_reply_t d;
+            sgtest_call(p, "DELETE", path, NULL, &d);
+            if (d.status != 200)
+                fprintf(stderr, "teardown: DELETE %s: HTTP %ld %s\n", path, d.status, d.body);
+            sgtest_reply_free(&d);
+        }
+    }
+    json_object_put(o);
+}
+
+int sgtest_proxy_check_alive(sgtest_proxy_t **pp, sgtest_proxy_t *(*restart)(void))
+{
+    if (*pp != NULL && sgtest_proxy_alive(*pp))
+        return 0;
+    if (*pp != NULL) {
+        fprintf(stderr, "the proxy died during this test:\n");
+        sgtest_proxy_print_log(*pp, 60);
+        sgtest_proxy_kill9(*pp);
+    }
+    *pp = restart();
+    return -1;
+}
+
+int sgtest_proxy_finish(sgtest_proxy_t **pp, const char *proxy_id, double removal_s)
+{
+    int rc = 0;
+    if (*pp != NULL) {
+        sgtest_close_all_sessions(*pp);
+        char l[192];
+        snprintf(l, sizeof(l), "sandgate.proxy=%s", proxy_id);
+        const char *labels[] = {l, NULL};
+        int left = sgtest_docker_wait_count(labels, 0, removal_s);
+        if (left != 0) {
+            fprintf(stderr, "teardown: %d container(s) labelled %s remain after every session was closed\n", left,
+                    l);
+            sgtest_proxy_print_log(*pp, 40);
+            rc = -1;
+        }
+        int st = sgtest_proxy_stop(*pp);
+        *pp = NULL;
+        if (st != 0) {
+            fprintf(stderr, "teardown: proxy %s did not exit with status 0 on SIGTERM (wait status %d)\n", proxy_id,
+                    st);
+            rc = -1;
+        }
+    }
+    if (proxy_id != NULL) {
+        int removed = sgtest_docker_remove_all(proxy_id);
+        if (removed != 0) {
+            fprintf(stderr, "teardown: %d leftover container(s) of %s force-removed\n", removed, proxy_id);
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
+/* ---- the proxy's session API ---- */
+
+char *sgtest_create_session(const sgtest_proxy_t *p, const char *lang, json_object *extra, json_object **reply_out)
+{
+    json_object *body = extra ? extra : json_object_new_object();
+    json_object_object_add(body, "lang", json_object_new_string(lang));
+    json_object_object_add(body, "keep_template", json_object_new_boolean(0));
+    sgtest_reply_t r;
+    sgtest_call_json(p, "POST", "/sessions", body, 0, &r);
+    json_object_put(body);
+    json_object *o = SG_EXPECT_JSON(&r, 200);
+    sgtest_reply_free(&r);
+    const char *id = SG_STR(o, "session_id");
+    SG_CHECK(*id != '\0', o, "empty session_id");
+    SG_CHECK(strcmp(SG_STR(o, "status"), "active") == 0, o, "new session is not active");
+    char *copy = strdup(id);
+    if (reply_out != NULL)
+        *reply_out = o;
+    else
+        json_object_put(o);
+    return copy;
+}
+
+json_object *sgtest_libs_array(const char *const *libs)
+{
+    json_object *a = json_object_new_array();
+    for (size_t i = 0; libs != NULL && libs[i] != NULL; i++)
+        json_object_array_add(a, json_object_new_string(libs[i]));
+    return a;
+}
+
+json_object *sgtest_post_result(const sgtest_proxy_t *p, const char *path, json_object *body, double *seconds)
+{
+    sgtest_reply_t r;
+    sgtest_call_json(p, "POST", path, body, 0, &r);
+    json_object_put(body);
+    json_object *o = SG_EXPECT_JSON(&r, 200);
+    if (seconds != NULL)
+        *seconds = r.seconds;
+    sgtest_reply_free(&r);
+    SG_CHECK_RESULT_SHAPE(o);
+    return o;
+}
+
+/* The body of an execute: `field` = text, plus libraries and timeout. */
+static json_object *run_body(const char *field, const char *text, const char *const *libs, int timeout)
+{
+    json_object *b = json_object_new_object();
+    json_object_object_add(b, field, json_object_new_string(text));
+    if (libs != NULL)
+        json_object_object_add(b, "libraries", sgtest_libs_array(libs));
+    if (timeout > 0)
+        json_object_object_add(b, "timeout", json_object_new_int(timeout));
+    return b;
+}
+
+json_object *sgtest_run_code(const sgtest_proxy_t *p, const char *sid, const char *code, const char *const *libs,
+                             int timeout, double *seconds)
+{
+    char path[256];
+    pathf(path, sizeof(path), "/sessions/%s/execute", sid);
+    return sgtest_post_result(p, path, run_body("code", code, libs, timeout), seconds);
+}
+
+json_object *sgtest_run_cmd(const sgtest_proxy_t *p, const char *sid, const char *cmd, int timeout, double *seconds)
+{
+    char path[256];
+    pathf(path, sizeof(path), "/sessions/%s/commands", sid);
+    return sgtest_post_result(p, path, run_body("command", cmd, NULL, timeout), seconds);
+}
+
+json_object *sgtest_run_ephemeral(const sgtest_proxy_t *p, const char *lang, const char *code,
+                                  const char *const *libs, int timeout, double *seconds)
+{
+    json_object *b = run_body("code", code, libs, timeout);
+    json_object_object_add(b, "lang", json_object_new_string(lang));
+    return sgtest_post_result(p, "/execute", b, seconds);
+}
+
+void sgtest_close_session(const sgtest_proxy_t *p, const char *proxy_id, const char *sid, const char *cid,
+                          double removal_s)
+{
+    char *own = cid != NULL ? strdup(cid) : sgtest_docker_session_container(proxy_id, sid);
+    char path[256];
+    pathf(path, sizeof(path), "/sessions/%s", sid);
+    sgtest_reply_t r;
+    sgtest_call(p, "DELETE", path, NULL, &r);
+    json_object *o = SG_EXPECT_JSON(&r, 200);
+    sgtest_reply_free(&r);
+    SG_CHECK(strcmp(SG_STR(o, "status"), "closed") == 0, o, "DELETE did not answer closed");
+    json_object_put(o);
+    SG_CHECK(own != NULL, NULL, "session %s had no container of its own", sid);
+    SG_CHECK(sgtest_docker_wait_gone(own, removal_s, NULL) == 0, NULL,
+             "container %s of closed session %s still exists %.0f s after DELETE", own, sid, removal_s);
+    free(own);
+}
