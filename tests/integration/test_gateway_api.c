@@ -166,8 +166,7 @@ SGGW_TEST(test_auth_matrix)
 
     /* GET / needs no token */
     sggw_call(stack.gw, NULL, "GET", "/", NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     SG_CHECK(strcmp(SG_STR(o, "status"), "ok") == 0, o, "GET / must answer {\"status\":\"ok\"}");
     json_object_put(o);
 
@@ -570,9 +569,7 @@ SGGW_TEST(test_cross_tenant)
     json_object_put(o);
     pathf(path, sizeof(path), "/sessions/%s/files?path=b.txt", sa);
     sggw_call(stack.gw, ta, "GET", path, NULL, &r);
-    o = SG_EXPECT_ERROR(&r, 404, NULL);
-    sgtest_reply_free(&r);
-    json_object_put(o);
+    SG_TAKE_ERROR(&r, 404, NULL);
     pathf(path, sizeof(path), "/sessions/%s", sa);
     sggw_call(stack.gw, ta, "GET", path, NULL, &r);
     o = SG_EXPECT_JSON(&r, 200);
@@ -622,8 +619,7 @@ SGGW_TEST(test_seed003_examples)
 
     /* Health Check */
     sggw_call(stack.gw, tok, "GET", "/", NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     SG_CHECK(strcmp(SG_STR(o, "status"), "ok") == 0, o, "GET /");
     json_object_put(o);
 
@@ -678,9 +674,7 @@ SGGW_TEST(test_seed003_examples)
     free(cid);
     pathf(path, sizeof(path), "/sessions/%s/execute", sid);
     sggw_call(stack.gw, tok, "POST", path, "{\"code\":\"print(1)\"}", &r);
-    o = SG_EXPECT_ERROR(&r, 404, NULL);
-    sgtest_reply_free(&r);
-    json_object_put(o);
+    SG_TAKE_ERROR(&r, 404, NULL);
 
     /* Execute Code (Ephemeral), as documented */
     o = ephemeral(stack.gw, tok,
@@ -766,14 +760,10 @@ SGGW_TEST(test_bad_input)
         call_hdr("POST", "/sessions", h, broken[i], "application/json", &r);
         if (r.status != 400)
             fprintf(stderr, "body %s:\n", broken[i]);
-        o = SG_EXPECT_ERROR(&r, 400, "bad_json");
-        sgtest_reply_free(&r);
-        json_object_put(o);
+        SG_TAKE_ERROR(&r, 400, "bad_json");
     }
     call_hdr("POST", "/execute", h, "{\"code\": \"print(1)\"", "application/json", &r);
-    o = SG_EXPECT_ERROR(&r, 400, "bad_json");
-    sgtest_reply_free(&r);
-    json_object_put(o);
+    SG_TAKE_ERROR(&r, 400, "bad_json");
     /* ill-typed fields */
     call_hdr("POST", "/execute", h, "{\"code\":\"print(1)\",\"timeout\":\"ten\"}", "application/json", &r);
     expect_bad_field(&r, "timeout");
@@ -784,13 +774,9 @@ SGGW_TEST(test_bad_input)
 
     /* wrong content type */
     call_hdr("POST", "/sessions", h, "{\"lang\":\"python\"}", "text/plain", &r);
-    o = SG_EXPECT_ERROR(&r, 415, NULL);
-    sgtest_reply_free(&r);
-    json_object_put(o);
+    SG_TAKE_ERROR(&r, 415, NULL);
     call_hdr("POST", "/execute", h, "{\"code\":\"print(1)\"}", "application/x-www-form-urlencoded", &r);
-    o = SG_EXPECT_ERROR(&r, 415, NULL);
-    sgtest_reply_free(&r);
-    json_object_put(o);
+    SG_TAKE_ERROR(&r, 415, NULL);
 
     /* unknown routes: 404; known paths with a wrong method: 405 with Allow */
     const char *unknown[] = {"/nope", "/sessions/a/b/c/d", "/session", "/executes", "/sessions/x/run"};
@@ -798,21 +784,15 @@ SGGW_TEST(test_bad_input)
         call_hdr("GET", unknown[i], h, NULL, NULL, &r);
         if (r.status != 404)
             fprintf(stderr, "GET %s:\n", unknown[i]);
-        o = SG_EXPECT_ERROR(&r, 404, NULL);
-        sgtest_reply_free(&r);
-        json_object_put(o);
+        SG_TAKE_ERROR(&r, 404, NULL);
     }
     char nosuch[37];
     random_uuid(nosuch);
     pathf(path, sizeof(path), "/sessions/%s", nosuch);
     call_hdr("GET", path, h, NULL, NULL, &r);
-    o = SG_EXPECT_ERROR(&r, 404, NULL);
-    sgtest_reply_free(&r);
-    json_object_put(o);
+    SG_TAKE_ERROR(&r, 404, NULL);
     call_hdr("GET", "/sessions/not-a-session-id", h, NULL, NULL, &r);
-    o = SG_EXPECT_ERROR(&r, 404, NULL);
-    sgtest_reply_free(&r);
-    json_object_put(o);
+    SG_TAKE_ERROR(&r, 404, NULL);
     struct {
         const char *method, *path;
     } wrong[] = {{"PUT", "/sessions"}, {"DELETE", "/execute"}, {"GET", "/execute"},
@@ -860,9 +840,7 @@ SGGW_TEST(test_file_cap)
     free(blob);
     if (r.status != 413)
         fprintf(stderr, "a file of SANDGATE_MAX_FILE_BYTES + 1 = %zu bytes through the gateway:\n", n);
-    o = SG_EXPECT_ERROR(&r, 413, NULL);
-    sgtest_reply_free(&r);
-    json_object_put(o);
+    SG_TAKE_ERROR(&r, 413, NULL);
     sggw_delete_session(stack.gw, tok, sid);
     free(sid);
     free(tok);
@@ -918,8 +896,7 @@ SGGW_TEST(test_files_long_path)
     rel[1100] = '\0';
     append_encoded(url, 8192, rel);
     sggw_http("PUT", url, "x", 1, "application/octet-stream", h, 0, &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 400, "bad_path"));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 400, "bad_path");
 
     /* the session works on */
     pathf(url, 8192, "%s/sessions/%s/files?path=short.txt", sggw_gateway_url(stack.gw), sid);
@@ -1257,8 +1234,7 @@ SGGW_TEST(test_metrics)
     SG_ASSERT_STATUS(&r, 200);
     sgtest_reply_free(&r);
     sggw_call(g2, slow, "GET", "/sessions", NULL, &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 429, NULL));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 429, NULL);
 
     /* the live-session gauge follows (it is refreshed by the reaper) */
     char *sid = sggw_create_session(g2, tok, NULL, NULL);
@@ -1279,13 +1255,11 @@ SGGW_TEST(test_metrics)
     extra_proxy = NULL;
     SG_CHECK(sgtest_proxy_stop(p2) == 0, NULL, "the second proxy did not stop cleanly");
     sggw_call(g2, tok, "POST", "/execute", "{\"code\":\"print(1)\",\"lang\":\"python\"}", &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 502, "proxy_unavailable"));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 502, "proxy_unavailable");
     /* a failed create gives its slot back: max_sessions 1, twice 502, not 429 */
     for (int i = 0; i < 2; i++) {
         sggw_call(g2, tok, "POST", "/sessions", "{\"lang\":\"python\"}", &r);
-        json_object_put(SG_EXPECT_ERROR(&r, 502, "proxy_unavailable"));
-        sgtest_reply_free(&r);
+        SG_TAKE_ERROR(&r, 502, "proxy_unavailable");
     }
 
     text = get_metrics(g2);
@@ -1496,25 +1470,20 @@ SGGW_TEST(test_libraries_route)
     pathf(path, sizeof(path), "/sessions/%s/libraries", sid);
 
     sggw_call(stack.gw, tok, "POST", path, "{\"package\": \"sgtest-nowhere\", \"version\": \"1.0\"}", &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     SG_CHECK(!SG_BOOL(o, "success"), o, "success");
     SG_CHECK(strstr(SG_STR(o, "message"), "sgtest-nowhere") != NULL, o, "the message names the package");
     (void)SG_DBL(o, "installation_time");
     json_object_put(o);
 
     sggw_call(stack.gw, tok, "POST", path, "{\"package\": \"os\"}", &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 400, "bad_library"));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 400, "bad_library");
     sggw_call(stack.gw, tok, "POST", path, "not json", &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 400, "bad_json"));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 400, "bad_json");
     sggw_call(stack.gw, other, "POST", path, "{\"package\": \"requests\"}", &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 404, "no_such_session"));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 404, "no_such_session");
     sggw_call(stack.gw, tok, "GET", path, NULL, &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 405, NULL));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 405, NULL);
 
     sggw_delete_session(stack.gw, tok, sid);
     free(sid);

@@ -45,9 +45,7 @@ static long expect_429(const sgtest_reply_t *r)
 static int group_setup(void **state)
 {
     *state = &stack;
-    const char *env[] = {"SANDGATE_POOL_SIZE=2", NULL};
-    sggw_stack_opts_t o = {.redis = true, .proxy_env = env};
-    return sggw_stack_start(&stack, &o);
+    return sggw_stack_start_pool(&stack, true, 2);
 }
 
 /* ------------------------------------------------------------------------

@@ -20,10 +20,7 @@
 #define REAP_SLACK_S 3.0 /* a session is closed within its deadline + this */
 #define REMOVAL_S 15.0
 
-static sgtest_proxy_t *proxy;
-static char *proxy_id;
-static sggw_redis_t *redis;
-static sggw_gateway_t *gw;
+static sggw_stack_t stack;
 /* a test's own gateway and data directory; after_test cleans them up */
 static sggw_gateway_t *extra_gw;
 static char *extra_dir;
@@ -31,7 +28,7 @@ static sggw_redis_t *extra_redis;
 
 static const char *data_dir(void)
 {
-    return sggw_gateway_data_dir(gw);
+    return sggw_gateway_data_dir(stack.gw);
 }
 
 
@@ -52,15 +49,15 @@ static double wait_closed(sggw_gateway_t *g, const char *tenant, const char *sid
 static void expect_redis_clean(const char *sid, int64_t tenant_id)
 {
     int ok;
-    char *v = sggw_redis_cmd(redis, &ok, "EXISTS sg:session:%s", sid);
+    char *v = sggw_redis_cmd(stack.redis, &ok, "EXISTS sg:session:%s", sid);
     SG_CHECK(ok && v != NULL && strcmp(v, "0") == 0, NULL, "sg:session:%s still exists", sid);
     free(v);
     const char *zsets[] = {"sg:sessions:idle", "sg:sessions:lifetime"};
     for (int i = 0; i < 2; i++) {
-        v = sggw_redis_cmd(redis, &ok, "ZSCORE %s %s", zsets[i], sid);
+        v = sggw_redis_cmd(stack.redis, &ok, "ZSCORE %s %s", zsets[i], sid);
         SG_CHECK(ok && v == NULL, NULL, "%s still holds %s", zsets[i], sid);
     }
-    v = sggw_redis_cmd(redis, &ok, "ZSCORE sg:tenant:%lld:sessions %s", (long long)tenant_id, sid);
+    v = sggw_redis_cmd(stack.redis, &ok, "ZSCORE sg:tenant:%lld:sessions %s", (long long)tenant_id, sid);
     SG_CHECK(ok && v == NULL, NULL, "sg:tenant:%lld:sessions still holds %s", (long long)tenant_id, sid);
 }
 
@@ -78,8 +75,7 @@ static void expect_gone_for_client(sggw_gateway_t *g, const char *tok, const cha
     sgtest_reply_t r;
     pathf(path, sizeof(path), "/sessions/%s/execute", sid);
     sggw_call(g, tok, "POST", path, "{\"code\":\"print(1)\"}", &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 404, NULL));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 404, NULL);
     SG_CHECK(!sggw_lists(g, tok, sid), NULL, "GET /sessions still lists closed session %s", sid);
 }
 
@@ -99,26 +95,19 @@ static void align_wall(double frac)
 
 static sggw_gateway_t *start_gateway(const char *dir, const char *redis_url)
 {
-    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(proxy), .redis_url = redis_url, .data_dir = dir};
+    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(stack.proxy), .redis_url = redis_url, .data_dir = dir};
     return sggw_gateway_start(&o);
 }
 
 static int group_setup(void **state)
 {
-    proxy_id = sgtest_new_proxy_id();
-    const char *env[] = {"SANDGATE_POOL_SIZE=2", NULL};
-    if (proxy_id == NULL || (proxy = sgtest_proxy_start(proxy_id, env)) == NULL)
-        return -1;
-    if ((redis = sggw_redis_start()) == NULL)
-        return -1;
-    gw = start_gateway(NULL, sggw_redis_url(redis));
-    return gw != NULL ? 0 : -1;
+    *state = &stack;
+    return sggw_stack_start_pool(&stack, true, 2);
 }
 
 static int after_test(void **state)
 {
-    sggw_after_test();
-    int rc = 0;
+    int rc = sggw_stack_after_test(&stack);
     if (extra_gw != NULL)
         sggw_gateway_stop(extra_gw);
     extra_gw = NULL;
@@ -129,18 +118,6 @@ static int after_test(void **state)
         free(extra_dir);
         extra_dir = NULL;
     }
-    if (!sgtest_proxy_alive(proxy) || !sggw_gateway_alive(gw) || !sggw_redis_running(redis)) {
-        fprintf(stderr, "a server died during this test\n");
-        sggw_print_logs(80);
-        rc = -1;
-    }
-    return rc;
-}
-
-static int group_teardown(void **state)
-{
-    int rc = sggw_stack_stop(&gw, &redis, &proxy, proxy_id);
-    free(proxy_id);
     return rc;
 }
 
@@ -155,17 +132,17 @@ SGGW_TEST(test_idle_timeout_closes)
     int64_t tid = sggw_tenant_id(data_dir(), "idle");
 
     json_object *created = NULL;
-    char *sid = sggw_create_session(gw, tok, NULL, &created);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, &created);
     SG_CHECK(SG_INT(created, "idle_timeout") == 2, created, "the reply must say idle_timeout 2");
     json_object_put(created);
     double t0 = sggw_wall();
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    char *cid = sgtest_docker_session_container(stack.proxy_id, sid);
     SG_CHECK(cid != NULL, NULL, "no container labelled sandgate.session=%s", sid);
     /* the record is written right after the reply: poll briefly */
     double until = sgtest_now() + 2;
     for (;;) {
         int ok;
-        char *v = sggw_redis_cmd(redis, &ok, "HGET sg:session:%s tenant", sid);
+        char *v = sggw_redis_cmd(stack.redis, &ok, "HGET sg:session:%s tenant", sid);
         bool there = v != NULL && atoll(v) == tid;
         free(v);
         if (there)
@@ -176,7 +153,7 @@ SGGW_TEST(test_idle_timeout_closes)
 
     /* the reaper closes it: unlisted, container gone, Redis clean, row closed "idle" */
     double deadline = sgtest_now() + 2 + REAP_SLACK_S;
-    while (sggw_lists(gw, tok, sid)) {
+    while (sggw_lists(stack.gw, tok, sid)) {
         SG_CHECK(sgtest_now() < deadline, NULL, "session %s is still listed %.1f s after its last use (idle 2 s)", sid,
                  sggw_wall() - t0);
         usleep(50000);
@@ -184,8 +161,8 @@ SGGW_TEST(test_idle_timeout_closes)
     expect_container_gone(cid, sid);
     sggw_expect_db_closed(data_dir(), sid, "idle");
     expect_redis_clean(sid, tid);
-    SG_CHECK(!sggw_admin_lists(gw, "idle", sid), NULL, "the admin API still lists %s", sid);
-    expect_gone_for_client(gw, tok, sid);
+    SG_CHECK(!sggw_admin_lists(stack.gw, "idle", sid), NULL, "the admin API still lists %s", sid);
+    expect_gone_for_client(stack.gw, tok, sid);
     free(cid);
     free(sid);
     free(tok);
@@ -196,7 +173,7 @@ SGGW_TEST(test_use_keeps_session)
 {
     const char *q[] = {"idle_timeout=2", "max_lifetime=600", NULL};
     char *tok = sggw_new_tenant(data_dir(), "busy", q);
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
     char path[256];
     sgtest_reply_t r;
 
@@ -206,23 +183,23 @@ SGGW_TEST(test_use_keeps_session)
     int i = 0;
     while (sgtest_now() < end) {
         if (i % 3 == 0) {
-            json_object *o = sggw_execute(gw, tok, sid, "print('tick')", 0);
+            json_object *o = sggw_execute(stack.gw, tok, sid, "print('tick')", 0);
             json_object_put(o);
         } else if (i % 3 == 1) {
             pathf(path, sizeof(path), "/sessions/%s/commands", sid);
-            json_object_put(sggw_post_result(gw, tok, path, json_tokener_parse("{\"command\":\"true\"}")));
+            json_object_put(sggw_post_result(stack.gw, tok, path, json_tokener_parse("{\"command\":\"true\"}")));
         } else {
             pathf(path, sizeof(path), "/sessions/%s/files?path=t.txt", sid);
-            sggw_call(gw, tok, "PUT", path, "tick", &r);
+            sggw_call(stack.gw, tok, "PUT", path, "tick", &r);
             SG_ASSERT_STATUS(&r, 200);
             sgtest_reply_free(&r);
         }
         i++;
         usleep(500000);
     }
-    SG_CHECK(sggw_lists(gw, tok, sid), NULL, "a session used every 0.5 s was closed (idle 2 s)");
-    SG_CHECK(sggw_admin_lists(gw, "busy", sid), NULL, "a session used every 0.5 s is no longer live");
-    sggw_delete_session(gw, tok, sid);
+    SG_CHECK(sggw_lists(stack.gw, tok, sid), NULL, "a session used every 0.5 s was closed (idle 2 s)");
+    SG_CHECK(sggw_admin_lists(stack.gw, "busy", sid), NULL, "a session used every 0.5 s is no longer live");
+    sggw_delete_session(stack.gw, tok, sid);
     sggw_expect_db_closed(data_dir(), sid, "deleted");
     free(sid);
     free(tok);
@@ -239,12 +216,12 @@ SGGW_TEST(test_lifetime_closes_even_when_used)
     int64_t tid = sggw_tenant_id(data_dir(), "lifetime");
     double t0 = sggw_wall();
     json_object *created = NULL;
-    char *sid = sggw_create_session(gw, tok, NULL, &created);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, &created);
     int64_t expires = SG_INT(created, "expires_at");
     SG_CHECK(expires >= (int64_t)t0 + 3 - 1 && expires <= (int64_t)t0 + 3 + 1, created,
              "expires_at must be creation + 3 s");
     json_object_put(created);
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    char *cid = sgtest_docker_session_container(stack.proxy_id, sid);
     char path[256];
     pathf(path, sizeof(path), "/sessions/%s/execute", sid);
 
@@ -254,7 +231,7 @@ SGGW_TEST(test_lifetime_closes_even_when_used)
         SG_CHECK(sggw_wall() - t0 < 3 + REAP_SLACK_S, NULL, "session %s still runs %.1f s after creation (lifetime 3)",
                  sid, sggw_wall() - t0);
         sgtest_reply_t r;
-        sggw_call(gw, tok, "POST", path, "{\"code\":\"print(1)\"}", &r);
+        sggw_call(stack.gw, tok, "POST", path, "{\"code\":\"print(1)\"}", &r);
         if (r.status == 404)
             closed_at = sggw_wall();
         else
@@ -278,11 +255,11 @@ SGGW_TEST(test_deadlines_not_early)
 {
     const char *q[] = {"idle_timeout=2", "max_lifetime=600", NULL};
     char *tok = sggw_new_tenant(data_dir(), "not-early", q);
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
     align_wall(0.85);
-    json_object_put(sggw_execute(gw, tok, sid, "print('last use')", 0));
+    json_object_put(sggw_execute(stack.gw, tok, sid, "print('last use')", 0));
     double used = sggw_wall(); /* the gateway saw the use no later than this */
-    double gone = wait_closed(gw, "not-early", sid, 2 + REAP_SLACK_S);
+    double gone = wait_closed(stack.gw, "not-early", sid, 2 + REAP_SLACK_S);
     SG_CHECK(gone - used >= 2.0 - 0.1, NULL, "idle_timeout 2: closed %.2f s after its last use", gone - used);
     free(sid);
 
@@ -290,8 +267,8 @@ SGGW_TEST(test_deadlines_not_early)
     sggw_tenant_set(data_dir(), "not-early", q2);
     align_wall(0.85);
     double asked = sggw_wall(); /* the gateway created it no earlier than this */
-    sid = sggw_create_session(gw, tok, NULL, NULL);
-    gone = wait_closed(gw, "not-early", sid, 2 + REAP_SLACK_S);
+    sid = sggw_create_session(stack.gw, tok, NULL, NULL);
+    gone = wait_closed(stack.gw, "not-early", sid, 2 + REAP_SLACK_S);
     SG_CHECK(gone - asked >= 2.0 - 0.1, NULL, "max_lifetime 2: closed %.2f s after it was created", gone - asked);
     free(sid);
     free(tok);
@@ -305,25 +282,23 @@ SGGW_TEST(test_admin_force_close)
 {
     char *tok = sggw_new_tenant(data_dir(), "forced", NULL);
     int64_t tid = sggw_tenant_id(data_dir(), "forced");
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
+    char *cid = sgtest_docker_session_container(stack.proxy_id, sid);
     char path[256];
     sgtest_reply_t r;
 
     pathf(path, sizeof(path), "/admin/sessions/%s", sid);
-    sggw_admin_call(gw, "DELETE", path, NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    sggw_admin_call(stack.gw, "DELETE", path, NULL, &r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     SG_CHECK(strcmp(SG_STR(o, "status"), "closed") == 0, o, "force-close answers {\"status\":\"closed\"}");
     json_object_put(o);
     expect_container_gone(cid, sid);
     sggw_expect_db_closed(data_dir(), sid, "admin");
     expect_redis_clean(sid, tid);
-    expect_gone_for_client(gw, tok, sid);
+    expect_gone_for_client(stack.gw, tok, sid);
     /* again: it is no longer live */
-    sggw_admin_call(gw, "DELETE", path, NULL, &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 404, NULL));
-    sgtest_reply_free(&r);
+    sggw_admin_call(stack.gw, "DELETE", path, NULL, &r);
+    SG_TAKE_ERROR(&r, 404, NULL);
     free(cid);
     free(sid);
     free(tok);
@@ -341,8 +316,7 @@ static void wait_usage(sggw_gateway_t *g, const char *tenant, int64_t want)
     for (;;) {
         sgtest_reply_t r;
         sggw_admin_call(g, "GET", path, NULL, &r);
-        json_object *o = SG_EXPECT_JSON(&r, 200);
-        sgtest_reply_free(&r);
+        json_object *o = SG_TAKE_JSON(&r, 200);
         int64_t n = SG_INT(o, "executions");
         json_object_put(o);
         if (n == want)
@@ -395,7 +369,7 @@ SGGW_TEST(test_restart_keeps_state)
     json_object_put(o);
 
     /* and its timeout still applies */
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    char *cid = sgtest_docker_session_container(stack.proxy_id, sid);
     wait_closed(b, "restart", sid, 4 + REAP_SLACK_S);
     expect_container_gone(cid, sid);
     sggw_expect_db_closed(extra_dir, sid, "idle");
@@ -430,7 +404,7 @@ SGGW_TEST(test_restart_memory_state)
     json_object_put(o);
 
     /* left alone, it is closed by its idle timeout */
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    char *cid = sgtest_docker_session_container(stack.proxy_id, sid);
     double deadline = sgtest_now() + 3 + REAP_SLACK_S;
     while (sggw_lists(b, tok, sid)) {
         SG_CHECK(sgtest_now() < deadline, NULL,
@@ -478,5 +452,5 @@ int main(void)
         cmocka_unit_test_teardown(test_restart_keeps_state, after_test),
         cmocka_unit_test_teardown(test_restart_memory_state, after_test),
     };
-    return cmocka_run_group_tests_name("gateway_sessions", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("gateway_sessions", tests, group_setup, sggw_stack_group_teardown);
 }

@@ -91,8 +91,7 @@ static json_object *session_details(const char *sid)
     pathf(path, sizeof(path), "/sessions/%s", sid);
     sgtest_reply_t r;
     sgtest_call(proxy, "GET", path, NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     return o;
 }
 
@@ -100,8 +99,7 @@ static json_object *list_sessions(void)
 {
     sgtest_reply_t r;
     sgtest_call(proxy, "GET", "/sessions", NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     SG_ARR(o, "sessions");
     return o;
 }
@@ -159,8 +157,7 @@ static void expect_proxy_healthy(void)
 {
     sgtest_reply_t r;
     sgtest_call(proxy, "GET", "/", NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     SG_CHECK(strcmp(SG_STR(o, "status"), "ok") == 0, o, "GET / is not ok");
     json_object_put(o);
 }
@@ -301,8 +298,7 @@ static void test_seed_readme_examples(void **state)
     char path[256];
     pathf(path, sizeof(path), "/sessions/%s", sid);
     sgtest_call(proxy, "GET", path, NULL, &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 404, NULL));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 404, NULL);
     SG_CHECK(sgtest_docker_exists(cid) == 0, NULL, "container %s of closed session remains", cid);
     free(cid);
     SG_CHECK(sglibs_count_labelled(proxy_id, "sandgate.kind=session") == 0, NULL, "session containers remain");
@@ -861,8 +857,7 @@ static void test_files_roundtrip(void **state)
 
     sgtest_reply_t r;
     put_file(sid, "data/in.bin", data, sizeof(data), &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     SG_CHECK(strcmp(SG_STR(o, "path"), "data/in.bin") == 0, o, "path");
     SG_CHECK(SG_INT(o, "size") == (int64_t)sizeof(data), o, "size");
     json_object_put(o);
@@ -918,11 +913,9 @@ static void test_files_refused(void **state)
     sgtest_reply_t r;
     for (size_t i = 0; bad[i] != NULL; i++) {
         get_file(sid, bad[i], &r);
-        json_object_put(SG_EXPECT_ERROR(&r, 400, "bad_path"));
-        sgtest_reply_free(&r);
+        SG_TAKE_ERROR(&r, 400, "bad_path");
         put_file(sid, bad[i], "x", 1, &r);
-        json_object_put(SG_EXPECT_ERROR(&r, 400, "bad_path"));
-        sgtest_reply_free(&r);
+        SG_TAKE_ERROR(&r, 400, "bad_path");
     }
 
     /* A symlink on the way out of the sandbox. */
@@ -930,23 +923,18 @@ static void test_files_refused(void **state)
     expect_success(o);
     json_object_put(o);
     get_file(sid, "esc/passwd", &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 400, "bad_path"));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 400, "bad_path");
     get_file(sid, "pw", &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 400, "bad_path"));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 400, "bad_path");
     put_file(sid, "esc/sgtest", "x", 1, &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 400, "bad_path"));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 400, "bad_path");
     /* Not a regular file. */
     get_file(sid, "d", &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 400, "bad_path"));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 400, "bad_path");
 
     /* Missing. */
     get_file(sid, "no/such/file.txt", &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 404, "no_such_file"));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 404, "no_such_file");
     close_session(sid);
     free(sid);
 }
@@ -960,16 +948,13 @@ static void test_files_too_large(void **state)
 
     sgtest_reply_t r;
     put_file(sid, "big.txt", big, MAX_FILE_BYTES + 1, &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 413, "too_large"));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 413, "too_large");
     get_file(sid, "big.txt", &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 404, "no_such_file"));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 404, "no_such_file");
 
     /* Exactly the cap is fine. */
     put_file(sid, "big.txt", big, MAX_FILE_BYTES, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     SG_CHECK(SG_INT(o, "size") == MAX_FILE_BYTES, o, "size");
     json_object_put(o);
     get_file(sid, "big.txt", &r);

@@ -97,8 +97,7 @@ static char *create_session(const char *body)
 {
     sgtest_reply_t r;
     sgtest_call(proxy, "POST", "/sessions", body, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     char *sid = strdup(SG_STR(o, "session_id"));
     json_object_put(o);
     return sid;
@@ -110,8 +109,7 @@ static json_object *run(const char *sid, const char *route, const char *body)
     sgtest_reply_t r;
     snprintf(path, sizeof(path), "/sessions/%s/%s", sid, route);
     sgtest_call(proxy, "POST", path, body, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     return o;
 }
 
@@ -121,8 +119,7 @@ static json_object *delete_session(const char *sid)
     sgtest_reply_t r;
     snprintf(path, sizeof(path), "/sessions/%s", sid);
     sgtest_call(proxy, "DELETE", path, NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     SG_CHECK(strcmp(SG_STR(o, "status"), "closed") == 0, o, "status");
     return o;
 }
@@ -160,8 +157,7 @@ static void test_custom_image(void **state)
     sgtest_reply_t r;
     snprintf(path, sizeof(path), "/sessions/%s/libraries", sid);
     sgtest_call(proxy, "POST", path, "{\"package\":\"requests\"}", &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 400, "bad_library"));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 400, "bad_library");
 
     json_object_put(delete_session(sid));
     SG_CHECK(sgtest_docker_wait_gone(cid, 10, NULL) == 0, NULL, "container %s gone after delete", cid);
@@ -180,8 +176,7 @@ static void test_image_not_allowed(void **state)
     for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
         sgtest_reply_t r;
         sgtest_call(proxy, "POST", "/sessions", bodies[i], &r);
-        json_object_put(SG_EXPECT_ERROR(&r, 400, i < 3 ? "image_not_allowed" : "unknown_image"));
-        sgtest_reply_free(&r);
+        SG_TAKE_ERROR(&r, 400, i < 3 ? "image_not_allowed" : "unknown_image");
     }
     SG_CHECK(sgtest_docker_count(proxy_id) == 0, NULL, "no container for a refused image");
 }

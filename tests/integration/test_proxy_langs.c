@@ -137,8 +137,7 @@ static char *create_session(const char *lang)
     sgtest_reply_t r;
     sgtest_call_json(proxy, "POST", "/sessions", body, 0, &r);
     json_object_put(body);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     expect_str(o, "status", "active");
     expect_str(o, "lang", lang);
     char image[64];

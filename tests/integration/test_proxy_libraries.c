@@ -442,8 +442,7 @@ static void concurrent_installs(const char *lang, const char *package, const cha
     SG_CHECK(sgtest_parallel(q, 2) == 0, NULL, "cannot start threads");
     bool overlapped = q[0].finished > q[1].started && q[1].finished > q[0].started;
     for (int i = 0; i < 2; i++) {
-        json_object *o = SG_EXPECT_JSON(&q[i].reply, 200);
-        sgtest_reply_free(&q[i].reply);
+        json_object *o = SG_TAKE_JSON(&q[i].reply, 200);
         sglibs_check_install_shape(o);
         printf("concurrent %s install %d of %s %s: %.3f s, from_store %s%s\n", lang, i + 1, package, version,
                SG_DBL(o, "installation_time"), SG_BOOL(o, "from_store") ? "true" : "false",

@@ -56,8 +56,7 @@ static char **listed_sessions(void)
 {
     sgtest_reply_t r;
     sgtest_call(proxy, "GET", "/sessions", NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     json_object *arr = SG_ARR(o, "sessions");
     size_t n = json_object_array_length(arr);
     char **v = calloc(n + 1, sizeof(*v));
@@ -146,8 +145,7 @@ static void expect_prints(const char *path, const char *body, const char *want)
 {
     sgtest_reply_t r;
     sgtest_call(proxy, "POST", path, body, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     SG_CHECK(strcmp(SG_STR(o, "stdout"), want) == 0, o, "stdout");
     SG_CHECK(SG_BOOL(o, "success"), o, "success");
     json_object_put(o);

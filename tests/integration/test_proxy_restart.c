@@ -70,8 +70,7 @@ static char *create_session(sgtest_proxy_t *p)
 {
     sgtest_reply_t r;
     sgtest_call(p, "POST", "/sessions", "{\"lang\":\"python\",\"keep_template\":false}", &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     SG_CHECK(strcmp(SG_STR(o, "status"), "active") == 0, o, "status");
     char *sid = strdup(SG_STR(o, "session_id"));
     json_object_put(o);
@@ -83,8 +82,7 @@ static void expect_executes(sgtest_proxy_t *p, const char *path, const char *bod
 {
     sgtest_reply_t r;
     sgtest_call(p, "POST", path, body, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     SG_CHECK(strcmp(SG_STR(o, "stdout"), stdout_want) == 0, o, "stdout");
     SG_CHECK(SG_BOOL(o, "success"), o, "success");
     json_object_put(o);
@@ -138,8 +136,7 @@ static void expect_no_sessions(sgtest_proxy_t *p)
 {
     sgtest_reply_t r;
     sgtest_call(p, "GET", "/sessions", NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     SG_CHECK(json_object_array_length(SG_ARR(o, "sessions")) == 0, o,
              "a restarted proxy knows no sessions");
     json_object_put(o);
@@ -188,8 +185,7 @@ static void test_restart_removes_own_leftovers(void **state)
     snprintf(path, sizeof(path), "/sessions/%s/execute", sid[0]);
     sgtest_reply_t r;
     sgtest_call(f->x, "POST", path, "{\"code\":\"print(1)\"}", &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 404, NULL));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 404, NULL);
 
     /* And it works. */
     expect_executes(f->x, "/execute", "{\"code\":\"print('after restart')\",\"lang\":\"python\"}",

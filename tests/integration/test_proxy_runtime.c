@@ -90,8 +90,7 @@ static json_object *health(void)
 {
     sgtest_reply_t r;
     sgtest_call(proxy, "GET", "/health", NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     return o;
 }
 
@@ -101,8 +100,7 @@ static json_object *details(const char *sid)
     sgtest_reply_t r;
     pathf(path, sizeof(path), "/sessions/%s", sid);
     sgtest_call(proxy, "GET", path, NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     return o;
 }
 

@@ -853,11 +853,9 @@ static void test_streaming(void **state)
         sgtest_reply_t r;
         sgtest_call(proxy, "POST", "/sessions/00000000-0000-4000-8000-000000000000/execute",
                     "{\"code\":\"print(1)\",\"stream\":true}", &r);
-        json_object_put(SG_EXPECT_ERROR(&r, 404, "no_such_session"));
-        sgtest_reply_free(&r);
+        SG_TAKE_ERROR(&r, 404, "no_such_session");
         sgtest_call(proxy, "POST", path, "{\"stream\":true}", &r);
-        json_object_put(SG_EXPECT_ERROR(&r, 400, "bad_field"));
-        sgtest_reply_free(&r);
+        SG_TAKE_ERROR(&r, 400, "bad_field");
     }
 
     /* commands stream too, and report state none */
@@ -885,8 +883,7 @@ static char **listed_sessions(void)
 {
     sgtest_reply_t r;
     sgtest_call(proxy, "GET", "/sessions", NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     json_object *arr = SG_ARR(o, "sessions");
     size_t n = json_object_array_length(arr);
     char **v = calloc(n + 1, sizeof(*v));

@@ -215,6 +215,19 @@ json_object *sgtest__expect_error(const sgtest_reply_t *r, long status, const ch
     return o;
 }
 
+json_object *sgtest__take_json(sgtest_reply_t *r, long status, const char *file, int line)
+{
+    json_object *o = sgtest__expect_json(r, status, file, line);
+    sgtest_reply_free(r);
+    return o;
+}
+
+void sgtest__take_error(sgtest_reply_t *r, long status, const char *code, const char *file, int line)
+{
+    json_object_put(sgtest__expect_error(r, status, code, file, line));
+    sgtest_reply_free(r);
+}
+
 char *sgtest_urlencode(const char *s)
 {
     sgtest__curl_ready();

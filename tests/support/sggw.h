@@ -290,6 +290,9 @@ typedef struct {
 /* For a group setup: starts the stack of o (copied; the strings may be the
  * caller's locals) into st (zeroed first). 0, or -1 after printing why. */
 int sggw_stack_start(sggw_stack_t *st, const sggw_stack_opts_t *o);
+/* The usual gateway suite's stack: a proxy with SANDGATE_POOL_SIZE=pool,
+ * a private redis-server when redis is true, a gateway with the defaults. */
+int sggw_stack_start_pool(sggw_stack_t *st, bool redis, int pool);
 /* For a test's teardown: sggw_after_test(); then every server of st that
  * died during the test is reported, its log's tail printed, and it is
  * started again with the same settings (the gateway with a new data

@@ -237,8 +237,7 @@ char *sggw_create_session(const sggw_gateway_t *g, const char *token, const char
 {
     sgtest_reply_t r;
     sggw_call(g, token, "POST", "/sessions", json_body != NULL ? json_body : "{\"lang\":\"python\"}", &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     const char *id = SG_STR(o, "session_id");
     SG_CHECK(strlen(id) == 36, o, "session_id is not a 36-char uuid");
     SG_CHECK(strcmp(SG_STR(o, "status"), "active") == 0, o, "a new session must be \"active\"");
@@ -270,8 +269,7 @@ json_object *sggw_post_result(const sggw_gateway_t *g, const char *token, const 
     sgtest_reply_t r;
     sggw_call_json(g, token, "POST", path, body, 0, &r);
     json_object_put(body);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     sggw_check_result(o);
     return o;
 }
@@ -293,8 +291,7 @@ void sggw_delete_session(const sggw_gateway_t *g, const char *token, const char 
     sgtest_reply_t r;
     snprintf(path, sizeof(path), "/sessions/%s", sid);
     sggw_call(g, token, "DELETE", path, NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     SG_CHECK(strcmp(SG_STR(o, "status"), "closed") == 0, o, "DELETE must answer {\"status\":\"closed\"}");
     json_object_put(o);
 }
@@ -303,8 +300,7 @@ json_object *sggw_list_sessions(const sggw_gateway_t *g, const char *token)
 {
     sgtest_reply_t r;
     sggw_call(g, token, "GET", "/sessions", NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     json_object *a = SG_ARR(o, "sessions");
     for (size_t i = 0; i < json_object_array_length(a); i++)
         SG_CHECK(json_object_is_type(json_object_array_get_idx(a, i), json_type_string), o,
@@ -344,8 +340,7 @@ bool sggw_admin_lists(const sggw_gateway_t *g, const char *tenant, const char *s
     sgtest_reply_t r;
     pathf(path, sizeof(path), "/admin/sessions?tenant=%s", tenant);
     sggw_admin_call(g, "GET", path, NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     json_object *a = SG_ARR(o, "sessions");
     bool found = false;
     for (size_t i = 0; i < json_object_array_length(a) && !found; i++)
@@ -471,6 +466,15 @@ int sggw_stack_start(sggw_stack_t *st, const sggw_stack_opts_t *o)
         return -1;
     st->gw = stack_gateway_start(st);
     return st->gw != NULL ? 0 : -1;
+}
+
+int sggw_stack_start_pool(sggw_stack_t *st, bool redis, int pool)
+{
+    char pool_kv[48];
+    snprintf(pool_kv, sizeof(pool_kv), "SANDGATE_POOL_SIZE=%d", pool);
+    const char *env[] = {pool_kv, NULL};
+    sggw_stack_opts_t o = {.redis = redis, .proxy_env = env};
+    return sggw_stack_start(st, &o);
 }
 
 int sggw_stack_after_test(sggw_stack_t *st)

@@ -277,8 +277,7 @@ char *sgtest_create_session(const sgtest_proxy_t *p, const char *lang, json_obje
     sgtest_reply_t r;
     sgtest_call_json(p, "POST", "/sessions", body, 0, &r);
     json_object_put(body);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     const char *id = SG_STR(o, "session_id");
     SG_CHECK(*id != '\0', o, "empty session_id");
     SG_CHECK(strcmp(SG_STR(o, "status"), "active") == 0, o, "new session is not active");
@@ -354,8 +353,7 @@ void sgtest_close_session(const sgtest_proxy_t *p, const char *proxy_id, const c
     pathf(path, sizeof(path), "/sessions/%s", sid);
     sgtest_reply_t r;
     sgtest_call(p, "DELETE", path, NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     SG_CHECK(strcmp(SG_STR(o, "status"), "closed") == 0, o, "DELETE did not answer closed");
     json_object_put(o);
     SG_CHECK(own != NULL, NULL, "session %s had no container of its own", sid);

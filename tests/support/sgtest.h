@@ -170,6 +170,10 @@ int sgtest_call_json(const sgtest_proxy_t *p, const char *method, const char *pa
 /* An error reply: the status, and a body {"detail": non-empty string,
  * "code": code}; code NULL accepts any non-empty code. Returns the object. */
 #define SG_EXPECT_ERROR(r, st, code) sgtest__expect_error((r), (st), (code), __FILE__, __LINE__)
+/* The same, then the reply is freed (it is done with): SG_TAKE_JSON returns
+ * the parsed body, SG_TAKE_ERROR checks the error and frees it too. */
+#define SG_TAKE_JSON(r, st) sgtest__take_json((r), (st), __FILE__, __LINE__)
+#define SG_TAKE_ERROR(r, st, code) sgtest__take_error((r), (st), (code), __FILE__, __LINE__)
 /* Fails the test with a printf-style message, plus `obj` serialized if it
  * is not NULL, plus live proxies' log tails. */
 #define SG_FAIL(obj, ...) sgtest__fail((obj), __FILE__, __LINE__, __VA_ARGS__)
@@ -245,6 +249,8 @@ json_object *sgtest__get_obj(json_object *o, const char *key, json_type type, co
                              int line);
 json_object *sgtest__expect_error(const sgtest_reply_t *r, long status, const char *code,
                                   const char *file, int line);
+json_object *sgtest__take_json(sgtest_reply_t *r, long status, const char *file, int line);
+void sgtest__take_error(sgtest_reply_t *r, long status, const char *code, const char *file, int line);
 void sgtest__fail(json_object *o, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5), noreturn));
 void sgtest__check_failed(json_object *o, const char *file, int line, const char *cond,
