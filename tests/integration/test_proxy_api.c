@@ -204,19 +204,12 @@ static sgtest_proxy_t *start_proxy(void)
     snprintf(out_kv, sizeof(out_kv), "SANDGATE_OUTPUT_LIMIT=%d", OUTPUT_LIMIT);
     snprintf(file_kv, sizeof(file_kv), "SANDGATE_MAX_FILE_BYTES=%d", MAX_FILE_BYTES);
     const char *env[] = {out_kv, file_kv, "SANDGATE_POOL_SIZE=0", NULL};
-    sgtest_proxy_t *p = sgtest_proxy_start(proxy_id, env);
-    if (p == NULL)
-        fprintf(stderr, "cannot start the proxy\n");
-    return p;
+    return sgtest_proxy_start(proxy_id, env);
 }
 
 static int group_setup(void **state)
 {
-    proxy_id = sgtest_new_proxy_id();
-    if (proxy_id == NULL)
-        return -1;
-    proxy = start_proxy();
-    return proxy != NULL ? 0 : -1;
+    return sgtest_suite_start(&proxy, &proxy_id, start_proxy);
 }
 
 /* After every test: a test during which the proxy died fails here, and the
@@ -229,10 +222,7 @@ static int check_proxy_alive(void **state)
 
 static int group_teardown(void **state)
 {
-    int rc = sgtest_proxy_finish(&proxy, proxy_id, REMOVAL_S);
-    free(proxy_id);
-    proxy_id = NULL;
-    return rc;
+    return sgtest_suite_end(&proxy, &proxy_id, REMOVAL_S);
 }
 
 /* ------------------------------------------------------------------------

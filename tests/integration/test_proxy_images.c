@@ -23,12 +23,8 @@ static size_t ntemplates;
 
 static int group_setup(void **state)
 {
-    proxy_id = sgtest_new_proxy_id();
-    if (proxy_id == NULL)
-        return -1;
     const char *env[] = {"SANDGATE_POOL_SIZE=0", "SANDGATE_IMAGE_ALLOWLIST=" CUSTOM_IMAGE ",sgtest-allowed/*", NULL};
-    proxy = sgtest_proxy_start(proxy_id, env);
-    return proxy != NULL ? 0 : -1;
+    return sgtest_suite_start_env(&proxy, &proxy_id, env);
 }
 
 /* The agent volume the proxy uses for custom images: from a container it

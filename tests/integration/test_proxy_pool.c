@@ -25,14 +25,10 @@ static const char *const langs[] = {"python", "javascript", NULL};
 
 static int group_setup(void **state)
 {
-    proxy_id = sgtest_new_proxy_id();
-    if (proxy_id == NULL)
-        return -1;
     char pool_kv[64];
     snprintf(pool_kv, sizeof(pool_kv), "SANDGATE_POOL_SIZE=%d", POOL);
     const char *env[] = {pool_kv, NULL};
-    proxy = sgtest_proxy_start(proxy_id, env);
-    return proxy != NULL ? 0 : -1;
+    return sgtest_suite_start_env(&proxy, &proxy_id, env);
 }
 
 static int group_teardown(void **state)

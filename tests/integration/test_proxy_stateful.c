@@ -61,21 +61,14 @@ static sgtest_proxy_t *start_proxy(void)
     snprintf(pool_kv, sizeof(pool_kv), "SANDGATE_POOL_SIZE=%d", POOL);
     const char *env[] = {pool_kv, NULL};
     sgtest_proxy_t *p = sgtest_proxy_start(proxy_id, env);
-    if (p == NULL)
-        fprintf(stderr, "cannot start the proxy\n");
-    else
+    if (p != NULL)
         remember_tmpdir(p);
     return p;
 }
 
 static int group_setup(void **state)
 {
-    (void)state;
-    proxy_id = sgtest_new_proxy_id();
-    if (proxy_id == NULL)
-        return -1;
-    proxy = start_proxy();
-    return proxy != NULL ? 0 : -1;
+    return sgtest_suite_start(&proxy, &proxy_id, start_proxy);
 }
 
 /* After every test: a test during which the proxy died fails here, and the
@@ -88,12 +81,10 @@ static int check_proxy_alive(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    int rc = sgtest_proxy_finish(&proxy, proxy_id, REMOVAL_S);
+    int rc = sgtest_suite_end(&proxy, &proxy_id, REMOVAL_S);
     for (size_t i = 0; i < ntmpdirs; i++)
         free(tmpdirs[i]);
     ntmpdirs = 0;
-    free(proxy_id);
-    proxy_id = NULL;
     return rc;
 }
 

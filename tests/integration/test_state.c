@@ -328,29 +328,21 @@ static int teardown(void **state)
 
 /* ---- waiting for callbacks ----------------------------------------------------------- */
 
-typedef struct {
-    int done;
-    sg_rate_result_t r;
-} rate_wait_t;
-
-static void on_rate(void *data, const sg_rate_result_t *r)
-{
-    rate_wait_t *w = data;
-    w->r = *r;
-    w->done++;
-}
-
-typedef struct {
-    int done;
-    sg_state_result_t r;
-} state_wait_t;
-
-static void on_state(void *data, const sg_state_result_t *r)
-{
-    state_wait_t *w = data;
-    w->r = *r;
-    w->done++;
-}
+/* A waiter for a callback that hands over one result: name##_wait_t holds
+ * it and counts the calls, on_##name is the callback. */
+#define RESULT_WAITER(name, type)                                                                                      \
+    typedef struct {                                                                                                   \
+        int done;                                                                                                      \
+        type r;                                                                                                        \
+    } name##_wait_t;                                                                                                   \
+    static void on_##name(void *data, const type *r)                                                                   \
+    {                                                                                                                  \
+        name##_wait_t *w = data;                                                                                       \
+        w->r = *r;                                                                                                     \
+        w->done++;                                                                                                     \
+    }
+RESULT_WAITER(rate, sg_rate_result_t)
+RESULT_WAITER(state, sg_state_result_t)
 
 typedef struct {
     int done, available, found;
@@ -442,60 +434,53 @@ static sg_state_result_t check_state(fixture_t *f, state_wait_t *w)
     return w->r;
 }
 
+/* Calls fn(f->st, args..., on_state, &w) and returns check_state()'s
+ * result: the body of every synchronous wrapper below. */
+#define STATE_CALL(f, fn, ...)                                                                                         \
+    do {                                                                                                               \
+        state_wait_t w_ = {0};                                                                                         \
+        fn((f)->st, __VA_ARGS__, on_state, &w_);                                                                       \
+        return check_state((f), &w_);                                                                                  \
+    } while (0)
+
 static sg_state_result_t reserve(fixture_t *f, int64_t tenant, long max, const char *token)
 {
-    state_wait_t w = {0};
-    sg_state_session_reserve(f->st, tenant, max, token, on_state, &w);
-    return check_state(f, &w);
+    STATE_CALL(f, sg_state_session_reserve, tenant, max, token);
 }
 
 static sg_state_result_t unreserve(fixture_t *f, int64_t tenant, const char *token)
 {
-    state_wait_t w = {0};
-    sg_state_session_unreserve(f->st, tenant, token, on_state, &w);
-    return check_state(f, &w);
+    STATE_CALL(f, sg_state_session_unreserve, tenant, token);
 }
 
 static sg_state_result_t exec_acquire(fixture_t *f, int64_t tenant, long max, const char *token, long lease_s)
 {
-    state_wait_t w = {0};
-    sg_state_exec_acquire(f->st, tenant, max, token, lease_s, on_state, &w);
-    return check_state(f, &w);
+    STATE_CALL(f, sg_state_exec_acquire, tenant, max, token, lease_s);
 }
 
 static sg_state_result_t exec_release(fixture_t *f, int64_t tenant, const char *token)
 {
-    state_wait_t w = {0};
-    sg_state_exec_release(f->st, tenant, token, on_state, &w);
-    return check_state(f, &w);
+    STATE_CALL(f, sg_state_exec_release, tenant, token);
 }
 
 static sg_state_result_t commit(fixture_t *f, const char *token, const sg_live_session_t *s)
 {
-    state_wait_t w = {0};
-    sg_state_session_commit(f->st, token, s, on_state, &w);
-    return check_state(f, &w);
+    STATE_CALL(f, sg_state_session_commit, token, s);
 }
 
 static sg_state_result_t touch(fixture_t *f, const char *sid, int64_t now, long idle, int add)
 {
-    state_wait_t w = {0};
-    sg_state_session_touch(f->st, sid, now, idle, add, on_state, &w);
-    return check_state(f, &w);
+    STATE_CALL(f, sg_state_session_touch, sid, now, idle, add);
 }
 
 static sg_state_result_t remove_session(fixture_t *f, const char *sid, int64_t tenant)
 {
-    state_wait_t w = {0};
-    sg_state_session_remove(f->st, sid, tenant, on_state, &w);
-    return check_state(f, &w);
+    STATE_CALL(f, sg_state_session_remove, sid, tenant);
 }
 
 static sg_state_result_t restore(fixture_t *f, const sg_live_session_t *s)
 {
-    state_wait_t w = {0};
-    sg_state_session_restore(f->st, s, on_state, &w);
-    return check_state(f, &w);
+    STATE_CALL(f, sg_state_session_restore, s);
 }
 
 static get_wait_t get(fixture_t *f, const char *sid)
@@ -538,16 +523,12 @@ static quota_wait_t quota(fixture_t *f, int64_t tenant, const char *day, long ma
 
 static sg_state_result_t seed(fixture_t *f, int64_t tenant, const char *day, int64_t execs, double seconds)
 {
-    state_wait_t w = {0};
-    sg_state_quota_seed(f->st, tenant, day, execs, seconds, on_state, &w);
-    return check_state(f, &w);
+    STATE_CALL(f, sg_state_quota_seed, tenant, day, execs, seconds);
 }
 
 static sg_state_result_t add_seconds(fixture_t *f, int64_t tenant, const char *day, double seconds)
 {
-    state_wait_t w = {0};
-    sg_state_quota_add_seconds(f->st, tenant, day, seconds, on_state, &w);
-    return check_state(f, &w);
+    STATE_CALL(f, sg_state_quota_add_seconds, tenant, day, seconds);
 }
 
 static sg_live_session_t make_session(int64_t tenant, const char *lang, int64_t now, long idle, long lifetime)

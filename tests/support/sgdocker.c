@@ -342,29 +342,24 @@ int sgtest_docker_remove_all(const char *proxy_id)
     char l[192];
     proxy_label(l, sizeof(l), proxy_id);
     const char *labels[] = {l, NULL};
-    json_object *a = sgtest_docker_list(labels);
-    if (a == NULL)
+    char **ids = sgtest_docker_ids(labels);
+    if (ids == NULL)
         return -1;
     int removed = 0, failed = 0;
-    size_t n = json_object_array_length(a);
-    for (size_t i = 0; i < n; i++) {
-        json_object *v;
-        if (!json_object_object_get_ex(json_object_array_get_idx(a, i), "Id", &v))
-            continue;
+    for (size_t i = 0; ids[i] != NULL; i++) {
         char path[256];
-        snprintf(path, sizeof(path), "/containers/%s?force=1&v=1", json_object_get_string(v));
+        snprintf(path, sizeof(path), "/containers/%s?force=1&v=1", ids[i]);
         sgtest_reply_t r;
         sgtest_docker_call("DELETE", path, NULL, &r);
         if (r.status == 204)
             removed++;
         else if (r.status != 404) { /* 404: it went away meanwhile */
             failed++;
-            fprintf(stderr, "sgtest: removing container %s: HTTP %ld %s %s\n",
-                    json_object_get_string(v), r.status, r.error, r.body);
+            fprintf(stderr, "sgtest: removing container %s: HTTP %ld %s %s\n", ids[i], r.status, r.error, r.body);
         }
         sgtest_reply_free(&r);
     }
-    json_object_put(a);
+    sgtest_strv_free(ids);
     return failed ? -1 : removed;
 }
 

@@ -281,15 +281,9 @@ static void gateway_free(sggw_gateway_t *g)
 
 sggw_gateway_t *sggw_gateway_start(const sggw_opts_t *o)
 {
-    const char *bin = getenv("SANDGATE_GATEWAY_BIN");
-    if (bin == NULL || *bin == '\0') {
-        fprintf(stderr, "sggw: SANDGATE_GATEWAY_BIN is not set (ctest sets it)\n");
+    const char *bin = sgtest__bin("SANDGATE_GATEWAY_BIN");
+    if (bin == NULL)
         return NULL;
-    }
-    if (access(bin, X_OK) != 0) {
-        fprintf(stderr, "sggw: SANDGATE_GATEWAY_BIN=%s is not executable: %s\n", bin, strerror(errno));
-        return NULL;
-    }
     if (o == NULL || o->proxy_url == NULL) {
         fprintf(stderr, "sggw: sggw_gateway_start needs a proxy URL\n");
         return NULL;
@@ -335,20 +329,10 @@ sggw_gateway_t *sggw_gateway_start(const sggw_opts_t *o)
     memcpy(set, defaults, sizeof(defaults));
     for (size_t i = 0; i < nextra; i++)
         set[ndef + i] = o->env[i];
-    char **envp = sgtest_build_env(set, ndef + nextra);
+    int rc = sgtest__server_exec(&g->s, bin, set, ndef + nextra, GW_START_DEADLINE_S);
     free(set);
-    if (envp == NULL)
+    if (rc != 0)
         goto Error;
-    char *const argv[] = {(char *)bin, NULL};
-    g->s.child.pid = sgtest__spawn(argv, envp, g->s.log, -1, -1, NULL, false);
-    free(envp);
-    if (g->s.child.pid < 0) {
-        fprintf(stderr, "sggw: fork: %s\n", strerror(errno));
-        goto Error;
-    }
-    if (sgtest__server_wait_ready(&g->s, GW_START_DEADLINE_S) != 0)
-        goto Error;
-    sgtest__live_add(&g->s);
     return g;
 
 Error:

@@ -709,20 +709,21 @@ void sgtest_batch_join(sgtest_batch_t *b)
     free(b);
 }
 
-int sgtest_parallel(sgtest_par_req_t *reqs, size_t n)
+static int parallel(sgtest_par_req_t *reqs, size_t n, bool socket)
 {
-    sgtest_batch_t *b = sgtest_batch_start(reqs, n);
+    sgtest_batch_t *b = batch_start(reqs, n, socket);
     if (b == NULL)
         return -1;
     sgtest_batch_join(b);
     return 0;
 }
 
+int sgtest_parallel(sgtest_par_req_t *reqs, size_t n)
+{
+    return parallel(reqs, n, false);
+}
+
 int sggw_parallel(sgtest_par_req_t *reqs, size_t n)
 {
-    sgtest_batch_t *b = sggw_batch_start(reqs, n);
-    if (b == NULL)
-        return -1;
-    sgtest_batch_join(b);
-    return 0;
+    return parallel(reqs, n, true);
 }

@@ -50,15 +50,9 @@ static void proxy_free(sgtest_proxy_t *p)
 sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extra_env)
 {
     sgtest__curl_ready();
-    const char *bin = getenv("SANDGATE_PROXY_BIN");
-    if (bin == NULL || *bin == '\0') {
-        fprintf(stderr, "sgtest: SANDGATE_PROXY_BIN is not set (ctest sets it)\n");
+    const char *bin = sgtest__bin("SANDGATE_PROXY_BIN");
+    if (bin == NULL)
         return NULL;
-    }
-    if (access(bin, X_OK) != 0) {
-        fprintf(stderr, "sgtest: SANDGATE_PROXY_BIN=%s is not executable: %s\n", bin, strerror(errno));
-        return NULL;
-    }
     sgtest_proxy_t *p = calloc(1, sizeof(*p));
     if (p == NULL)
         return NULL;
@@ -106,20 +100,10 @@ sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extr
         runtime_given = runtime_given || sgtest_env_key_is(runtime_kv, extra_env[i]);
     if (!runtime_given)
         set[nset++] = runtime_kv;
-    char **envp = sgtest_build_env(set, nset);
+    int rc = sgtest__server_exec(&p->s, bin, set, nset, START_DEADLINE_S);
     free(set);
-    if (envp == NULL)
+    if (rc != 0)
         goto Error;
-    char *const argv[] = {(char *)bin, NULL};
-    p->s.child.pid = sgtest__spawn(argv, envp, p->s.log, -1, -1, NULL, false);
-    free(envp);
-    if (p->s.child.pid < 0) {
-        fprintf(stderr, "sgtest: fork: %s\n", strerror(errno));
-        goto Error;
-    }
-    if (sgtest__server_wait_ready(&p->s, START_DEADLINE_S) != 0)
-        goto Error;
-    sgtest__live_add(&p->s);
     return p;
 
 Error:
@@ -264,6 +248,34 @@ int sgtest_proxy_finish(sgtest_proxy_t **pp, const char *proxy_id, double remova
             rc = -1;
         }
     }
+    return rc;
+}
+
+int sgtest_suite_start(sgtest_proxy_t **pp, char **idp, sgtest_proxy_t *(*start)(void))
+{
+    *idp = sgtest_new_proxy_id();
+    if (*idp == NULL)
+        return -1;
+    *pp = start();
+    if (*pp == NULL)
+        fprintf(stderr, "cannot start the proxy\n");
+    return *pp != NULL ? 0 : -1;
+}
+
+int sgtest_suite_start_env(sgtest_proxy_t **pp, char **idp, const char *const *env)
+{
+    *idp = sgtest_new_proxy_id();
+    if (*idp == NULL)
+        return -1;
+    *pp = sgtest_proxy_start(*idp, env);
+    return *pp != NULL ? 0 : -1;
+}
+
+int sgtest_suite_end(sgtest_proxy_t **pp, char **idp, double removal_s)
+{
+    int rc = sgtest_proxy_finish(pp, *idp, removal_s);
+    free(*idp);
+    *idp = NULL;
     return rc;
 }
 

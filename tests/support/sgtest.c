@@ -410,6 +410,39 @@ void sgtest__server_print_log(sgtest__server_t *s, int lines)
     fprintf(stderr, "---- end of the log of %s ----\n", s->name);
 }
 
+const char *sgtest__bin(const char *var)
+{
+    const char *bin = getenv(var);
+    if (bin == NULL || *bin == '\0') {
+        fprintf(stderr, "sgtest: %s is not set (ctest sets it)\n", var);
+        return NULL;
+    }
+    if (access(bin, X_OK) != 0) {
+        fprintf(stderr, "sgtest: %s=%s is not executable: %s\n", var, bin, strerror(errno));
+        return NULL;
+    }
+    return bin;
+}
+
+int sgtest__server_exec(sgtest__server_t *s, const char *bin, const char *const *set, size_t nset,
+                        double deadline_s)
+{
+    char **envp = sgtest_build_env(set, nset);
+    if (envp == NULL)
+        return -1;
+    char *const argv[] = {(char *)bin, NULL};
+    s->child.pid = sgtest__spawn(argv, envp, s->log, -1, -1, NULL, false);
+    free(envp);
+    if (s->child.pid < 0) {
+        fprintf(stderr, "sgtest: fork: %s\n", strerror(errno));
+        return -1;
+    }
+    if (sgtest__server_wait_ready(s, deadline_s) != 0)
+        return -1;
+    sgtest__live_add(s);
+    return 0;
+}
+
 int sgtest__server_wait_ready(sgtest__server_t *s, double deadline_s)
 {
     char url[96];

@@ -235,6 +235,17 @@ int sgtest_proxy_check_alive(sgtest_proxy_t **pp, sgtest_proxy_t *(*restart)(voi
  * Returns 0, or -1 with each problem printed. */
 int sgtest_proxy_finish(sgtest_proxy_t **pp, const char *proxy_id, double removal_s);
 
+/* A proxy suite's group setup: a new proxy id into *idp, then *pp =
+ * start() (the suite's own start, which its teardown hands on to
+ * sgtest_proxy_check_alive()). 0, or -1 when either failed. */
+int sgtest_suite_start(sgtest_proxy_t **pp, char **idp, sgtest_proxy_t *(*start)(void));
+/* The same for a suite whose proxy is not started again: *pp =
+ * sgtest_proxy_start(*idp, env). */
+int sgtest_suite_start_env(sgtest_proxy_t **pp, char **idp, const char *const *env);
+/* Its group teardown: sgtest_proxy_finish(), then *idp is freed and
+ * cleared. 0 or -1. */
+int sgtest_suite_end(sgtest_proxy_t **pp, char **idp, double removal_s);
+
 /* snprintf that must fit (the test fails otherwise). */
 void pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

@@ -76,6 +76,14 @@ typedef struct sgtest__server {
 /* Zeroes s, makes its directory "<prefix>-XXXXXX" and names its log file
  * <dir>/<logname>. 0 or -1. */
 int sgtest__server_init(sgtest__server_t *s, int kind, const char *name, const char *prefix, const char *logname);
+/* The executable named by the environment variable `var` (ctest sets it),
+ * or NULL after printing why. */
+const char *sgtest__bin(const char *var);
+/* Runs bin with the environment plus `set` ("KEY=VALUE", a later one
+ * wins), its output to s's log, and waits (sgtest__server_wait_ready) until
+ * it answers; then registers it as live. 0, or -1 after printing why. */
+int sgtest__server_exec(sgtest__server_t *s, const char *bin, const char *const *set, size_t nset,
+                        double deadline_s);
 /* Polls GET <url>/ until it answers 200: 0; -1 (after printing why and the
  * log's tail, the child killed) when the child exits or deadline_s pass. */
 int sgtest__server_wait_ready(sgtest__server_t *s, double deadline_s);
