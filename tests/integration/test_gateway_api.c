@@ -90,19 +90,6 @@ static void expect_401(const sgtest_reply_t *r, const char *file, int line)
     json_object_put(o);
 }
 
-static void expect_stdout(json_object *r, const char *want)
-{
-    const char *got = SG_STR(r, "stdout");
-    if (strcmp(got, want) != 0)
-        SG_FAIL(r, "stdout differs: expected \"%s\"", want);
-}
-
-static void expect_success(json_object *r)
-{
-    if (!SG_BOOL(r, "success") || SG_INT(r, "exit_code") != 0)
-        SG_FAIL(r, "expected a successful run");
-}
-
 static json_object *ephemeral(sggw_gateway_t *g, const char *token, const char *json_body)
 {
     return sggw_post_result(g, token, "/execute", json_tokener_parse(json_body));
@@ -551,7 +538,7 @@ SGGW_TEST(test_cross_tenant)
 
     char *sa = sggw_create_session(stack.gw, ta, NULL, NULL);
     json_object *o = sggw_execute(stack.gw, ta, sa, "secret = 42\nprint('set')", 0);
-    expect_stdout(o, "set\n");
+    sgtest_expect_stdout(o, "set\n");
     json_object_put(o);
 
     expect_like_missing(tb, "GET", "/sessions/%s", NULL, NULL, sa, nosuch);
@@ -565,7 +552,7 @@ SGGW_TEST(test_cross_tenant)
 
     /* A's session is untouched: alive, its state kept, no file from B */
     o = sggw_execute(stack.gw, ta, sa, "print(secret)", 0);
-    expect_stdout(o, "42\n");
+    sgtest_expect_stdout(o, "42\n");
     json_object_put(o);
     pathf(path, sizeof(path), "/sessions/%s/files?path=b.txt", sa);
     sggw_call(stack.gw, ta, "GET", path, NULL, &r);
@@ -629,7 +616,7 @@ SGGW_TEST(test_seed003_examples)
     pathf(path, sizeof(path), "/sessions/%s/execute", doc);
     o = sggw_post_result(stack.gw, tok, path,
                          json_tokener_parse("{\"code\": \"print('Hello, World!')\", \"libraries\": [\"numpy\"]}"));
-    expect_stdout(o, "Hello, World!\n");
+    sgtest_expect_stdout(o, "Hello, World!\n");
     SG_CHECK(strcmp(SG_STR(o, "stderr"), "") == 0 && SG_INT(o, "exit_code") == 0, o, "documented reply");
     json_object_put(o);
 
@@ -639,14 +626,14 @@ SGGW_TEST(test_seed003_examples)
     o = sggw_post_result(stack.gw, tok, path,
                          json_tokener_parse("{\"code\": \"import numpy as np\\nprint(np.array([1,2,3]).mean())\","
                                             " \"libraries\": [\"numpy\"]}"));
-    expect_stdout(o, "2.0\n");
-    expect_success(o);
+    sgtest_expect_stdout(o, "2.0\n");
+    sgtest_expect_success(o);
     json_object_put(o);
     /* 3. state is preserved: np is still defined */
     o = sggw_post_result(stack.gw, tok, path,
                          json_tokener_parse("{\"code\": \"print(\\\"Previous imports are still available\\\")\\n"
                                             "print(np.__version__)\"}"));
-    expect_success(o);
+    sgtest_expect_success(o);
     const char *out = SG_STR(o, "stdout");
     const char *first = "Previous imports are still available\n";
     SG_CHECK(strncmp(out, first, strlen(first)) == 0, o, "the first line");
@@ -680,13 +667,13 @@ SGGW_TEST(test_seed003_examples)
     o = ephemeral(stack.gw, tok,
                   "{\"code\": \"print('Hello, World!')\", \"lang\": \"python\", \"keep_template\": false,"
                   " \"libraries\": []}");
-    expect_stdout(o, "Hello, World!\n");
+    sgtest_expect_stdout(o, "Hello, World!\n");
     SG_CHECK(strcmp(SG_STR(o, "stderr"), "") == 0 && SG_INT(o, "exit_code") == 0, o, "documented reply");
     json_object_put(o);
     /* Ephemeral Execution example */
     o = ephemeral(stack.gw, tok,
                   "{\"code\": \"import sys\\nprint(f\\\"Python {sys.version}\\\")\", \"lang\": \"python\"}");
-    expect_success(o);
+    sgtest_expect_success(o);
     SG_CHECK(strncmp(SG_STR(o, "stdout"), "Python 3.", 9) == 0, o, "stdout must start with \"Python 3.\"");
     json_object_put(o);
     /* With Error Handling */
@@ -715,7 +702,7 @@ SGGW_TEST(test_seed000_examples)
     pathf(path, sizeof(path), "/sessions/%s/execute", sid);
     json_object *o = sggw_post_result(
         stack.gw, tok, path, json_tokener_parse("{\"code\": \"print('Hello, World!')\", \"libraries\": [\"numpy\"]}"));
-    expect_stdout(o, "Hello, World!\n");
+    sgtest_expect_stdout(o, "Hello, World!\n");
     SG_CHECK(strcmp(SG_STR(o, "stderr"), "") == 0 && SG_INT(o, "exit_code") == 0, o, "documented reply");
     json_object_put(o);
     json_object *l = sggw_list_sessions(stack.gw, tok);
@@ -732,8 +719,8 @@ SGGW_TEST(test_seed000_examples)
     o = sggw_post_result(stack.gw, tok, path,
                          json_tokener_parse("{\"code\": \"import numpy as np\\nprint(np.array([1,2,3]).mean())\","
                                             " \"libraries\": [\"numpy\"]}"));
-    expect_stdout(o, "2.0\n");
-    expect_success(o);
+    sgtest_expect_stdout(o, "2.0\n");
+    sgtest_expect_success(o);
     json_object_put(o);
     sggw_delete_session(stack.gw, tok, sid);
     SG_CHECK(!sggw_lists(stack.gw, tok, sid), NULL, "%s is still listed after DELETE", sid);
@@ -748,11 +735,11 @@ SGGW_TEST(test_seed000_examples)
 SGGW_TEST(test_bad_input)
 {
     char *tok = sggw_new_tenant(data_dir(), "bad-input", NULL);
-    char auth[128], path[256];
+    char path[256];
     sgtest_reply_t r;
     json_object *o;
-    pathf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
-    const char *h[] = {auth, NULL};
+    sggw_auth_t auth;
+    const char *const *h = sggw_auth(&auth, tok);
 
     /* malformed JSON */
     const char *broken[] = {"{\"lang\":", "not json", "{\"lang\":\"python\"} trailing", "[1,2]", "\"python\""};
@@ -819,11 +806,11 @@ SGGW_TEST(test_bad_input)
 SGGW_TEST(test_file_cap)
 {
     char *tok = sggw_new_tenant(data_dir(), "file-cap", NULL);
-    char auth[128], url[512];
+    char url[512];
     sgtest_reply_t r;
     json_object *o;
-    pathf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
-    const char *h[] = {auth, NULL};
+    sggw_auth_t auth;
+    const char *const *h = sggw_auth(&auth, tok);
 
     char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
     size_t n = GW_MAX_FILE_BYTES + 1;
@@ -863,11 +850,11 @@ static void append_encoded(char *url, size_t cap, const char *s)
 SGGW_TEST(test_files_long_path)
 {
     char *tok = sggw_new_tenant(data_dir(), "files-long-path", NULL);
-    char auth[128], rel[1200] = "", *url = malloc(8192);
+    char rel[1200] = "", *url = malloc(8192);
     sgtest_reply_t r;
     json_object *o;
-    pathf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
-    const char *h[] = {auth, NULL};
+    sggw_auth_t auth;
+    const char *const *h = sggw_auth(&auth, tok);
     char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
 
     /* three directories of 100 "é" (200 bytes each, under NAME_MAX), then a file */
@@ -914,10 +901,10 @@ SGGW_TEST(test_files_long_path)
 SGGW_TEST(test_json_body_too_large)
 {
     char *tok = sggw_new_tenant(data_dir(), "json-too-large", NULL);
-    char auth[128], url[512];
+    char url[512];
     sgtest_reply_t r;
-    pathf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
-    const char *h[] = {auth, NULL};
+    sggw_auth_t auth;
+    const char *const *h = sggw_auth(&auth, tok);
     size_t big = ((size_t)4 << 20) + 4096;
     char *body = malloc(big + 1);
     memset(body, ' ', big);
@@ -1053,7 +1040,7 @@ SGGW_TEST(test_caps)
     expect_bad_field(&r, "timeout");
     sgtest_reply_free(&r);
     json_object *o = sggw_execute(stack.gw, tok, sid, "print('ok')", 5);
-    expect_stdout(o, "ok\n");
+    sgtest_expect_stdout(o, "ok\n");
     json_object_put(o);
     char *cid = sgtest_docker_session_container(stack.proxy_id, sid);
     SG_CHECK(cid != NULL, NULL, "no container for session %s", sid);
@@ -1132,17 +1119,7 @@ SGGW_TEST(test_memory_state_limits)
                                       .body_len = strlen(body), .content_type = "application/json",
                                       .timeout_s = 60};
     /* the rate bucket of burst 3 may still be empty: wait until a request passes */
-    double deadline = sgtest_now() + 10;
-    for (;;) {
-        sgtest_reply_t r;
-        sggw_call(stack.gw, tok, "GET", "/sessions", NULL, &r);
-        long st = r.status;
-        sgtest_reply_free(&r);
-        if (st == 200)
-            break;
-        SG_CHECK(sgtest_now() < deadline, NULL, "the rate limit did not let a request through within 10 s");
-        usleep(100000);
-    }
+    sggw_wait_allowed(stack.gw, tok, 10, 0); /* the rate limit lets a request through */
     SG_CHECK(sggw_parallel(creates, M) == 0, NULL, "cannot start threads");
     char *sids[M];
     int made = 0, refused = 0;
@@ -1225,7 +1202,7 @@ SGGW_TEST(test_metrics)
     free(text);
 
     json_object *o = ephemeral(g2, tok, "{\"code\":\"print(1)\",\"lang\":\"python\"}");
-    expect_success(o);
+    sgtest_expect_success(o);
     json_object_put(o);
     o = ephemeral(g2, tok, "{\"code\":\"import sys; sys.exit(3)\",\"lang\":\"python\"}");
     SG_CHECK(SG_INT(o, "exit_code") == 3, o, "exit code 3");
@@ -1349,7 +1326,7 @@ SGGW_TEST(test_loop_health)
     for (int i = 0; i < NX; i++) {
         json_object *o = SG_EXPECT_JSON(&execs[i].reply, 200);
         sggw_check_result(o);
-        expect_stdout(o, "ok\n");
+        sgtest_expect_stdout(o, "ok\n");
         json_object_put(o);
         sgtest_reply_free(&execs[i].reply);
         if (execs[i].finished < first_done)

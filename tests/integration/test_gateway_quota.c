@@ -103,18 +103,7 @@ SGGW_TEST(test_rate_limit_exact)
         sgtest_reply_free(&reqs[i].reply);
 
     /* one token comes back each second */
-    double deadline = sgtest_now() + 3;
-    for (;;) {
-        sgtest_reply_t r;
-        sggw_call(stack.gw, tok, "GET", "/sessions", NULL, &r);
-        long st = r.status;
-        sgtest_reply_free(&r);
-        if (st == 200)
-            break;
-        SG_CHECK(st == 429, NULL, "expected 200 or 429, got %ld", st);
-        SG_CHECK(sgtest_now() < deadline, NULL, "no request was allowed again within 3 s at 60/min");
-        usleep(100000);
-    }
+    sggw_wait_allowed(stack.gw, tok, 3, 429); /* at 60/min */
     free(tok);
 }
 
@@ -226,20 +215,7 @@ SGGW_TEST(test_daily_execs_quota)
     json_object_put(o);
 
     /* the ledger holds exactly the 3 that ran */
-    double deadline = sgtest_now() + 5;
-    for (;;) {
-        char *out = NULL;
-        SG_CHECK(sggw_admin(data_dir(), &out, "--json", "usage", "execs-quota", NULL) == 0, NULL, "usage failed");
-        json_object *u = json_tokener_parse(out);
-        free(out);
-        int64_t n = u != NULL ? SG_INT(u, "executions") : -1;
-        json_object_put(u);
-        if (n == 3)
-            break;
-        SG_CHECK(n < 3 && sgtest_now() < deadline, NULL, "the ledger shows %lld executions, expected 3",
-                 (long long)n);
-        usleep(100000);
-    }
+    sggw_expect_ledger_execs(data_dir(), "execs-quota", 3, 5);
     sggw_delete_session(stack.gw, tok, sid);
     free(sid);
     free(tok);

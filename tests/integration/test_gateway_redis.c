@@ -335,20 +335,7 @@ SGGW_TEST(test_redis_outage)
     sgtest_reply_free(&r);
 
     /* the ledger has every execution, those during the outage included */
-    double deadline = sgtest_now() + 5;
-    for (;;) {
-        char *out = NULL;
-        SG_CHECK(sggw_admin(data_dir(), &out, "--json", "usage", "outage", NULL) == 0, NULL, "usage failed");
-        json_object *u = json_tokener_parse(out);
-        free(out);
-        int64_t n = u != NULL ? SG_INT(u, "executions") : -1;
-        json_object_put(u);
-        if (n == 3)
-            break;
-        SG_CHECK(n < 3 && sgtest_now() < deadline, NULL, "the ledger must hold the 3 executions (has %lld)",
-                 (long long)n);
-        usleep(100000);
-    }
+    sggw_expect_ledger_execs(data_dir(), "outage", 3, 5);
 
     /* clean up through the admin API (the tenant's bucket is empty now) */
     admin_close(sid2);

@@ -32,19 +32,6 @@ static char *proxy_id;
 
 
 
-static void expect_stdout(json_object *r, const char *want)
-{
-    const char *got = SG_STR(r, "stdout");
-    if (strcmp(got, want) != 0)
-        SG_FAIL(r, "stdout differs: expected \"%s\"", want);
-}
-
-static void expect_success(json_object *r)
-{
-    if (!SG_BOOL(r, "success") || SG_INT(r, "exit_code") != 0)
-        SG_FAIL(r, "expected a successful run");
-}
-
 static char *create_session(const char *lang)
 {
     return sgtest_create_session(proxy, lang, NULL, NULL);
@@ -253,20 +240,20 @@ static void test_seed_readme_examples(void **state)
     /* 2. Execute code in the session. */
     const char *numpy[] = {"numpy", NULL};
     o = run_code_t(sid, "import numpy as np\nprint(np.array([1,2,3]).mean())", numpy, 0, NULL);
-    expect_stdout(o, "2.0\n");
-    expect_success(o);
+    sgtest_expect_stdout(o, "2.0\n");
+    sgtest_expect_success(o);
     json_object_put(o);
 
     /* 3. More code in the same session (state persistence is a later issue). */
     o = run_code(sid, "print(\"Previous imports are still available\")");
-    expect_stdout(o, "Previous imports are still available\n");
+    sgtest_expect_stdout(o, "Previous imports are still available\n");
     SG_CHECK(SG_INT(o, "exit_code") == 0, o, "exit_code");
     json_object_put(o);
 
     /* Ephemeral execution; its container goes right after the reply. */
     o = run_ephemeral("python", "import sys\nprint(f\"Python {sys.version}\")", NULL);
     SG_CHECK(strncmp(SG_STR(o, "stdout"), "Python 3.", 9) == 0, o, "stdout");
-    expect_success(o);
+    sgtest_expect_success(o);
     json_object_put(o);
 
     /* With error handling. */
@@ -276,7 +263,7 @@ static void test_seed_readme_examples(void **state)
                     "NameError: name 'undefined_variable' is not defined") != NULL,
              o, "stderr");
     SG_CHECK(!SG_BOOL(o, "success"), o, "success");
-    expect_stdout(o, "");
+    sgtest_expect_stdout(o, "");
     json_object_put(o);
 
     /* List sessions. */
@@ -304,8 +291,8 @@ static void test_javascript(void **state)
 {
     char *sid = create_session("javascript");
     json_object *o = run_code(sid, "console.log(1+1)");
-    expect_stdout(o, "2\n");
-    expect_success(o);
+    sgtest_expect_stdout(o, "2\n");
+    sgtest_expect_success(o);
     json_object_put(o);
     json_object *d = session_details(sid);
     SG_CHECK(strcmp(SG_STR(d, "lang"), "javascript") == 0, d, "lang");
@@ -315,8 +302,8 @@ static void test_javascript(void **state)
     free(sid);
 
     o = run_ephemeral("javascript", "console.log('js ' + [1, 2, 3].length)", NULL);
-    expect_stdout(o, "js 3\n");
-    expect_success(o);
+    sgtest_expect_stdout(o, "js 3\n");
+    sgtest_expect_success(o);
     json_object_put(o);
     expect_no_ephemeral_left();
 }
@@ -369,7 +356,7 @@ static void test_session_details(void **state)
 
     for (int i = 1; i <= 2; i++) {
         json_object *o = run_code(sid, "print('x')");
-        expect_success(o);
+        sgtest_expect_success(o);
         json_object_put(o);
         d = session_details(sid);
         SG_CHECK(SG_INT(d, "executions") == i, d, "executions after %d execute(s)", i);
@@ -385,8 +372,8 @@ static void test_command_non_root(void **state)
 {
     char *sid = create_session("python");
     json_object *o = run_cmd(sid, "echo hello && id -u");
-    expect_stdout(o, "hello\n1000\n");
-    expect_success(o);
+    sgtest_expect_stdout(o, "hello\n1000\n");
+    sgtest_expect_success(o);
     json_object_put(o);
     /* A failing command reports its status. */
     o = run_cmd(sid, "echo oops >&2; exit 3");
@@ -504,8 +491,8 @@ static void test_timeout_code(void **state)
     json_object_put(o);
 
     o = run_code(sid, "print(1)");
-    expect_stdout(o, "1\n");
-    expect_success(o);
+    sgtest_expect_stdout(o, "1\n");
+    sgtest_expect_success(o);
     json_object_put(o);
     close_session(sid);
     free(sid);
@@ -529,7 +516,7 @@ static void test_timeout_command(void **state)
     expect_timed_out(o, secs, 2);
     json_object_put(o);
     o = run_cmd(sid, "echo still here");
-    expect_stdout(o, "still here\n");
+    sgtest_expect_stdout(o, "still here\n");
     json_object_put(o);
     close_session(sid);
     free(sid);
@@ -564,8 +551,8 @@ static void test_timeout_kills_process_tree(void **state)
     json_object_put(o);
 
     o = run_cmd(sid, LIST_SLEEPS);
-    expect_success(o);
-    expect_stdout(o, "");
+    sgtest_expect_success(o);
+    sgtest_expect_stdout(o, "");
     json_object_put(o);
     close_session(sid);
     free(sid);
@@ -600,7 +587,7 @@ static void test_output_flood(void **state)
 
     /* The session is still usable. */
     o = run_cmd(sid, "echo after");
-    expect_stdout(o, "after\n");
+    sgtest_expect_stdout(o, "after\n");
     json_object_put(o);
     close_session(sid);
     free(sid);
@@ -611,7 +598,7 @@ static void test_non_utf8_output(void **state)
     char *sid = create_session("python");
     /* Octal escapes: dash's printf has no \x. Bytes FF FE, then "ok". */
     json_object *o = run_cmd(sid, "printf '\\377\\376ok'");
-    expect_success(o);
+    sgtest_expect_success(o);
     const char *out = SG_STR(o, "stdout");
     SG_CHECK(sgtest_utf8_valid(out, strlen(out)), o, "stdout is not valid UTF-8");
     SG_CHECK(strstr(out, "ok") != NULL, o, "stdout keeps the valid bytes");
@@ -691,7 +678,7 @@ static void test_hardening(void **state)
 
     /* Inside: no interface but loopback, no writable root fs, no root. */
     json_object *o = run_cmd(sid, IFACES_CMD);
-    expect_stdout(o, "['lo']\n");
+    sgtest_expect_stdout(o, "['lo']\n");
     json_object_put(o);
     o = run_cmd(sid, "touch /usr/sgtest-probe");
     SG_CHECK(SG_INT(o, "exit_code") != 0, o, "the root filesystem must be read-only");
@@ -699,7 +686,7 @@ static void test_hardening(void **state)
     /* no_new_privs from prctl: gVisor's /proc/self/status has no line for it */
     o = run_cmd(sid, "grep -E '^CapEff' /proc/self/status; "
                      "python3 -c 'import ctypes; print(\"NoNewPrivs\", ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))'");
-    expect_stdout(o, "CapEff:\t0000000000000000\nNoNewPrivs 1\n");
+    sgtest_expect_stdout(o, "CapEff:\t0000000000000000\nNoNewPrivs 1\n");
     json_object_put(o);
     close_session(sid);
     free(sid);
@@ -746,7 +733,7 @@ static void test_fork_bomb(void **state)
     /* What runs in an idle session that has executed code (an interpreter
      * kept between executes, if the proxy keeps one). */
     json_object *o = run_code(sid, "print(0)");
-    expect_success(o);
+    sgtest_expect_success(o);
     json_object_put(o);
     o = run_cmd(sid, PROC_LOOP);
     int base_all, base_py, base_z;
@@ -764,8 +751,8 @@ static void test_fork_bomb(void **state)
     /* The session survives; nothing of the bomb is left in it, not even
      * zombies (they hold pid slots: enough of them and nothing can run). */
     o = run_code(sid, "print(1)");
-    expect_stdout(o, "1\n");
-    expect_success(o);
+    sgtest_expect_stdout(o, "1\n");
+    sgtest_expect_success(o);
     json_object_put(o);
     o = run_cmd(sid, PROC_LOOP);
     int all, py, zombies;
@@ -871,10 +858,10 @@ static void test_files_roundtrip(void **state)
 
     /* Code in the sandbox sees it, and writes files we can read back. */
     o = run_cmd(sid, "wc -c data/in.bin");
-    expect_stdout(o, "512 data/in.bin\n");
+    sgtest_expect_stdout(o, "512 data/in.bin\n");
     json_object_put(o);
     o = run_code(sid, "open('out.txt', 'w').write('from python\\n')");
-    expect_success(o);
+    sgtest_expect_success(o);
     json_object_put(o);
     get_file(sid, "out.txt", &r);
     SG_ASSERT_STATUS(&r, 200);
@@ -910,7 +897,7 @@ static void test_files_refused(void **state)
 
     /* A symlink on the way out of the sandbox. */
     json_object *o = run_cmd(sid, "ln -s /etc esc && ln -s /etc/passwd pw && mkdir -p d");
-    expect_success(o);
+    sgtest_expect_success(o);
     json_object_put(o);
     get_file(sid, "esc/passwd", &r);
     SG_TAKE_ERROR(&r, 400, "bad_path");
@@ -1018,8 +1005,8 @@ static void test_concurrency(void **state)
     for (int i = 0; i < NPAR; i++) {
         json_object *o = SG_EXPECT_JSON(&q[i].reply, 200);
         SG_CHECK_RESULT_SHAPE(o);
-        expect_stdout(o, "done\n");
-        expect_success(o);
+        sgtest_expect_stdout(o, "done\n");
+        sgtest_expect_success(o);
         json_object_put(o);
         sgtest_reply_free(&q[i].reply);
         if (q[i].started < first_start)

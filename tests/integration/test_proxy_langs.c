@@ -131,20 +131,12 @@ static void expect_clean(json_object *r, const char *want_stdout)
 
 static char *create_session(const char *lang)
 {
-    json_object *body = json_object_new_object();
-    json_object_object_add(body, "lang", json_object_new_string(lang));
-    json_object_object_add(body, "keep_template", json_object_new_boolean(0));
-    sgtest_reply_t r;
-    sgtest_call_json(proxy, "POST", "/sessions", body, 0, &r);
-    json_object_put(body);
-    json_object *o = SG_TAKE_JSON(&r, 200);
-    expect_str(o, "status", "active");
+    json_object *o = NULL;
+    char *id = sgtest_create_session(proxy, lang, NULL, &o); /* a session_id, status "active" */
     expect_str(o, "lang", lang);
     char image[64];
     pathf(image, sizeof(image), "sandgate/%s:latest", lang);
     expect_str(o, "image", image);
-    char *id = strdup(SG_STR(o, "session_id"));
-    SG_CHECK(*id != '\0', o, "empty session_id");
     json_object_put(o);
     return id;
 }
@@ -183,13 +175,21 @@ static void expect_no_ephemeral_left(void)
  * The tests, per language
  * ------------------------------------------------------------------------ */
 
-/* Session: create, execute twice, a shell command, close. */
-static void do_session(const lang_case_t *L)
+/* A new session of L that has run L's hello world cleanly. */
+static char *session_said_hello(const lang_case_t *L)
 {
     char *sid = create_session(L->name);
     json_object *o = run_code(sid, L->hello, COMPILE_TIMEOUT, NULL);
     expect_clean(o, "Hello, World!\n");
     json_object_put(o);
+    return sid;
+}
+
+/* Session: create, execute twice, a shell command, close. */
+static void do_session(const lang_case_t *L)
+{
+    char *sid = session_said_hello(L);
+    json_object *o;
 
     o = run_code(sid, L->second, COMPILE_TIMEOUT, NULL);
     expect_clean(o, SECOND_OUT);
@@ -222,10 +222,8 @@ static void do_ephemeral(const lang_case_t *L)
  * message; the program does not run, and the session stays usable. */
 static void do_compile_error(const lang_case_t *L)
 {
-    char *sid = create_session(L->name);
-    json_object *o = run_code(sid, L->hello, COMPILE_TIMEOUT, NULL);
-    expect_clean(o, "Hello, World!\n");
-    json_object_put(o);
+    char *sid = session_said_hello(L);
+    json_object *o;
 
     o = run_code(sid, L->compile_error, COMPILE_TIMEOUT, NULL);
     SG_CHECK(!SG_BOOL(o, "success"), o, "a compile error is not a success");

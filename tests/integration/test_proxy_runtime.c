@@ -104,12 +104,6 @@ static json_object *details(const char *sid)
     return o;
 }
 
-static void expect_stdout(json_object *r, const char *want)
-{
-    if (strcmp(SG_STR(r, "stdout"), want) != 0)
-        SG_FAIL(r, "stdout differs: expected \"%s\"", want);
-}
-
 /* The session's container runs on `want`, and says so in its label. */
 static void expect_container_runtime(const char *sid, const char *want)
 {
@@ -170,7 +164,7 @@ static void check_session(const char *lang, const char *want, const char *set, c
              "%s on %s: the first execute of a pooled session must find its kernel started", lang, want);
     json_object_put(r);
     r = sgtest_run_code(proxy, sid, get, NULL, 0, NULL);
-    expect_stdout(r, out);
+    sgtest_expect_stdout(r, out);
     SG_CHECK(strcmp(SG_STR(r, "state"), "kept") == 0, r, "%s: the kernel was not kept", lang);
     json_object_put(r);
     sgtest_close_session(proxy, proxy_id, sid, NULL, REMOVAL_S);
@@ -403,7 +397,7 @@ static void test_failed_start_leaves_no_process(void **state)
     char *sid = sgtest_create_session(proxy, "python", NULL, NULL);
     SG_CHECK(sid != NULL, NULL, "no session after the failed starts");
     json_object *r = sgtest_run_code(proxy, sid, "print(6 * 7)", NULL, 0, NULL);
-    expect_stdout(r, "42\n");
+    sgtest_expect_stdout(r, "42\n");
     json_object_put(r);
     sgtest_close_session(proxy, proxy_id, sid, NULL, REMOVAL_S);
     free(sid);

@@ -94,18 +94,6 @@ static int group_teardown(void **state)
 
 
 
-static void expect_stdout(json_object *r, const char *want)
-{
-    if (strcmp(SG_STR(r, "stdout"), want) != 0)
-        SG_FAIL(r, "stdout differs: expected \"%s\"", want);
-}
-
-static void expect_success(json_object *r)
-{
-    if (!SG_BOOL(r, "success") || SG_INT(r, "exit_code") != 0)
-        SG_FAIL(r, "expected a successful run");
-}
-
 static void expect_state(json_object *r, const char *want)
 {
     if (strcmp(SG_STR(r, "state"), want) != 0)
@@ -183,9 +171,9 @@ static json_object *run_cmd(const char *sid, const char *cmd)
 static void expect_run(const char *sid, const char *code, const char *want, const char *state)
 {
     json_object *r = run_code(sid, code);
-    expect_success(r);
+    sgtest_expect_success(r);
     if (want != NULL)
-        expect_stdout(r, want);
+        sgtest_expect_stdout(r, want);
     if (state != NULL)
         expect_state(r, state);
     else
@@ -215,7 +203,7 @@ static void test_python_state_persists(void **state)
     SG_CHECK(SG_INT(r, "exit_code") == 1, r, "an uncaught NameError must exit 1");
     SG_CHECK(!SG_BOOL(r, "success"), r, "success");
     SG_CHECK(strcmp(SG_STR(r, "reason"), "exited") == 0, r, "reason");
-    expect_stdout(r, "before\n");
+    sgtest_expect_stdout(r, "before\n");
     expect_stderr_has(r, "NameError");
     expect_state(r, "kept");
     json_object_put(r);
@@ -245,8 +233,8 @@ static void test_javascript_state_persists(void **state)
     double secs = 0;
     json_object *r = run_code_t(sid, "console.log('early'); setTimeout(() => console.log(\"late\"), 200)",
                                 0, &secs);
-    expect_success(r);
-    expect_stdout(r, "early\nlate\n");
+    sgtest_expect_success(r);
+    sgtest_expect_stdout(r, "early\nlate\n");
     expect_state(r, "kept");
     SG_CHECK(secs >= 0.2, r, "the execute answered after %.3f s, before its 200 ms timer", secs);
     json_object_put(r);
@@ -327,8 +315,8 @@ static void test_state_lost_is_reported(void **state)
     expect_state(r, "lost");
     json_object_put(r);
     r = run_code(sid, "console.log(typeof b)");
-    expect_success(r);
-    expect_stdout(r, "undefined\n");
+    sgtest_expect_success(r);
+    sgtest_expect_stdout(r, "undefined\n");
     expect_state(r, "new");
     json_object_put(r);
     close_session(sid);
@@ -345,8 +333,8 @@ static void test_commands_leave_state_alone(void **state)
     char *sid = create_session("python");
     expect_run(sid, "x = 5", "", NULL);
     json_object *r = run_cmd(sid, "echo hi");
-    expect_success(r);
-    expect_stdout(r, "hi\n");
+    sgtest_expect_success(r);
+    sgtest_expect_stdout(r, "hi\n");
     expect_state(r, "none");
     json_object_put(r);
     /* a failing command neither */
@@ -793,7 +781,7 @@ static void test_streaming(void **state)
                             0, true),
                   false, &t);
     expect_state(t.result, "new"); /* the timeout above lost the kernel */
-    expect_success(t.result);
+    sgtest_expect_success(t.result);
     static const char emoji_line[] = "a\xf0\x9f\x98\x80" "b\n";
     SG_CHECK(strncmp(t.out, emoji_line, strlen(emoji_line)) == 0, t.result,
              "the split emoji did not arrive intact: stdout \"%s\"", t.out);
@@ -832,8 +820,8 @@ static void test_streaming(void **state)
         SG_CHECK(rc == CURLE_WRITE_ERROR && nev >= 1, NULL,
                  "the hang-up did not happen as planned: curl %d after %zu event(s)", (int)rc, nev);
         json_object *r = run_code(sid, "print('after hang-up')");
-        expect_success(r);
-        expect_stdout(r, "after hang-up\n");
+        sgtest_expect_success(r);
+        sgtest_expect_stdout(r, "after hang-up\n");
         expect_first_state(r); /* kept, or new if the abandoned run was cancelled */
         json_object_put(r);
         SG_CHECK(sgtest_proxy_alive(proxy), NULL, "the proxy died after a client hung up");

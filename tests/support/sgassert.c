@@ -282,3 +282,15 @@ void sgtest__check_result_shape(json_object *r, const char *file, int line)
     if (strcmp(st, "kept") != 0 && strcmp(st, "new") != 0 && strcmp(st, "lost") != 0 && strcmp(st, "none") != 0)
         sgtest__check_failed(r, file, line, "state", "state must be one of kept, new, lost, none");
 }
+
+void sgtest_expect_stdout(json_object *r, const char *want)
+{
+    if (strcmp(SG_STR(r, "stdout"), want) != 0)
+        SG_FAIL(r, "stdout differs: expected \"%s\"", want);
+}
+
+void sgtest_expect_success(json_object *r)
+{
+    if (!SG_BOOL(r, "success") || SG_INT(r, "exit_code") != 0)
+        SG_FAIL(r, "expected a successful run");
+}

@@ -144,6 +144,13 @@ char *sggw_new_token(const char *data_dir, const char *tenant);
  * HTTP with a bearer token
  * ------------------------------------------------------------------------ */
 
+/* The header list of a bearer token for sggw_http(): {"Authorization:
+ * Bearer <token>", NULL}, in a.  Returns a->h. */
+typedef struct {
+    char line[160];
+    const char *h[2];
+} sggw_auth_t;
+const char *const *sggw_auth(sggw_auth_t *a, const char *token);
 /* method g's URL + path, with "Authorization: Bearer <token>" unless token
  * is NULL, json_body (may be NULL) as application/json. Default timeout. */
 int sggw_call(const sggw_gateway_t *g, const char *token, const char *method, const char *path, const char *json_body,
@@ -233,6 +240,14 @@ bool sggw_admin_lists(const sggw_gateway_t *g, const char *tenant, const char *s
 /* Polls (up to 10 s) the SQLite row of sid until it is closed; asserts its
  * close_reason and that closed_at is a unix time. */
 void sggw_expect_db_closed(const char *data_dir, const char *sid, const char *reason);
+
+/* Polls GET /sessions of token (every 100 ms) until it is answered 200;
+ * every other answer meanwhile must be `meanwhile` (0: any). Asserts that
+ * it comes within timeout_s. */
+void sggw_wait_allowed(const sggw_gateway_t *g, const char *token, double timeout_s, long meanwhile);
+/* Polls (up to timeout_s) `sandgate-admin --json usage tenant` until its
+ * "executions" is want; asserts it never passes want. */
+void sggw_expect_ledger_execs(const char *data_dir, const char *tenant, int64_t want, double timeout_s);
 
 /* ------------------------------------------------------------------------
  * Test bodies that show the servers' logs when they fail

@@ -19,6 +19,14 @@
  * Calls with a bearer token
  * ------------------------------------------------------------------------ */
 
+const char *const *sggw_auth(sggw_auth_t *a, const char *token)
+{
+    snprintf(a->line, sizeof(a->line), "Authorization: Bearer %s", token);
+    a->h[0] = a->line;
+    a->h[1] = NULL;
+    return a->h;
+}
+
 static int call_with_token(const char *base, const char *token, const char *method, const char *path,
                            const char *body, size_t len, const char *ctype, long timeout_s, sgtest_reply_t *out)
 {
@@ -371,6 +379,40 @@ void sggw_expect_db_closed(const char *data_dir, const char *sid, const char *re
              sid, bar ? bar + 1 : row, reason);
     SG_CHECK(atoll(row) > 1000000000LL, NULL, "session %s: closed_at %s is no unix time", sid, row);
     free(row);
+}
+
+void sggw_wait_allowed(const sggw_gateway_t *g, const char *token, double timeout_s, long meanwhile)
+{
+    double deadline = sgtest_now() + timeout_s;
+    for (;;) {
+        sgtest_reply_t r;
+        sggw_call(g, token, "GET", "/sessions", NULL, &r);
+        long st = r.status;
+        sgtest_reply_free(&r);
+        if (st == 200)
+            break;
+        SG_CHECK(meanwhile == 0 || st == meanwhile, NULL, "expected 200 or %ld, got %ld", meanwhile, st);
+        SG_CHECK(sgtest_now() < deadline, NULL, "no request was allowed within %.0f s", timeout_s);
+        usleep(100000);
+    }
+}
+
+void sggw_expect_ledger_execs(const char *data_dir, const char *tenant, int64_t want, double timeout_s)
+{
+    double deadline = sgtest_now() + timeout_s;
+    for (;;) {
+        char *out = NULL;
+        SG_CHECK(sggw_admin(data_dir, &out, "--json", "usage", tenant, NULL) == 0, NULL, "usage failed");
+        json_object *u = json_tokener_parse(out);
+        free(out);
+        int64_t n = u != NULL ? SG_INT(u, "executions") : -1;
+        json_object_put(u);
+        if (n == want)
+            break;
+        SG_CHECK(n < want && sgtest_now() < deadline, NULL, "the ledger of %s shows %lld executions, expected %lld",
+                 tenant, (long long)n, (long long)want);
+        usleep(100000);
+    }
 }
 
 int sggw_test_ok = 1;

@@ -190,6 +190,10 @@ int sgtest_call_json(const sgtest_proxy_t *p, const char *method, const char *pa
  * "timeout", state is one of kept/new/lost/none. */
 #define SG_CHECK_RESULT_SHAPE(r) sgtest__check_result_shape((r), __FILE__, __LINE__)
 void sgtest__check_result_shape(json_object *r, const char *file, int line);
+/* An execution result's stdout is exactly want; a result is a success
+ * (success and exit code 0). Asserting. */
+void sgtest_expect_stdout(json_object *r, const char *want);
+void sgtest_expect_success(json_object *r);
 /* ------------------------------------------------------------------------
  * The proxy's session API, as every proxy suite calls it. Each expects 200
  * and a well-formed answer, and fails the test otherwise; results are
