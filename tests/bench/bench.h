@@ -44,7 +44,6 @@ typedef struct {
     struct curl_slist *hdr_plain, *hdr_json;
     char base[512];
     sg_buf_t body;             /* capped at BENCH_MAX_BODY; NUL-terminated */
-    int too_big;               /* the last reply's body passed the cap */
     long status;               /* 0 when the transfer itself failed */
     double ms;                 /* wall time of the last request */
     char errbuf[CURL_ERROR_SIZE];

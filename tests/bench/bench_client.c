@@ -39,10 +39,7 @@ void sleep_ms(long ms)
 static size_t on_body(char *p, size_t sz, size_t nm, void *ud)
 {
     hc_t *c = ud;
-    if (sg_buf_append(&c->body, p, sz * nm) == 0)
-        return sz * nm;
-    c->too_big = c->body.len + sz * nm > c->body.max;
-    return 0;
+    return sg_buf_append(&c->body, p, sz * nm) == 0 ? sz * nm : 0;
 }
 
 /* base: "http://host:port" (no trailing slash); unix_socket may be NULL;
@@ -101,7 +98,6 @@ int hc_do(hc_t *c, const char *method, const char *path, const char *json)
     double t0;
 
     sg_buf_reset(&c->body);
-    c->too_big = 0;
     c->status = 0;
     c->ms = 0;
     c->errbuf[0] = '\0';
@@ -126,7 +122,7 @@ int hc_do(hc_t *c, const char *method, const char *path, const char *json)
     if (c->body.base == NULL)
         sg_buf_append(&c->body, "", 0);
     if (rc != CURLE_OK) {
-        if (c->too_big)
+        if (rc == CURLE_WRITE_ERROR) /* the body's cap (or memory) ran out */
             snprintf(c->errbuf, sizeof(c->errbuf), "reply body over %u bytes", BENCH_MAX_BODY);
         else if (c->errbuf[0] == '\0')
             snprintf(c->errbuf, sizeof(c->errbuf), "%s", curl_easy_strerror(rc));

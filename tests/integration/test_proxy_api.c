@@ -23,8 +23,7 @@
 #define SLACK_S 10.0 /* a timed-out run must be back within its timeout + this */
 #define REMOVAL_S 10.0 /* a closed session's container is gone within this */
 
-static sgtest_proxy_t *proxy;
-static char *proxy_id;
+static sgtest_suite_t suite = {.removal_s = REMOVAL_S};
 
 /* ------------------------------------------------------------------------
  * Small helpers (test thread only)
@@ -34,14 +33,14 @@ static char *proxy_id;
 
 static char *create_session(const char *lang)
 {
-    return sgtest_create_session(proxy, lang, NULL, NULL);
+    return sgtest_create_session(suite.proxy, lang, NULL, NULL);
 }
 
 /* timeout <= 0: the field is left out. libs NULL: the field is left out. */
 static json_object *run_code_t(const char *sid, const char *code, const char *const *libs,
                                int timeout, double *seconds)
 {
-    return sgtest_run_code(proxy, sid, code, libs, timeout, seconds);
+    return sgtest_run_code(suite.proxy, sid, code, libs, timeout, seconds);
 }
 
 static json_object *run_code(const char *sid, const char *code)
@@ -51,7 +50,7 @@ static json_object *run_code(const char *sid, const char *code)
 
 static json_object *run_cmd_t(const char *sid, const char *cmd, int timeout, double *seconds)
 {
-    return sgtest_run_cmd(proxy, sid, cmd, timeout, seconds);
+    return sgtest_run_cmd(suite.proxy, sid, cmd, timeout, seconds);
 }
 
 static json_object *run_cmd(const char *sid, const char *cmd)
@@ -61,7 +60,7 @@ static json_object *run_cmd(const char *sid, const char *cmd)
 
 static json_object *run_ephemeral(const char *lang, const char *code, const char *const *libs)
 {
-    return sgtest_run_ephemeral(proxy, lang, code, libs, 0, NULL);
+    return sgtest_run_ephemeral(suite.proxy, lang, code, libs, 0, NULL);
 }
 
 /* DELETE /sessions/{id}; then its container must go. docs/architecture.md:
@@ -69,7 +68,7 @@ static json_object *run_ephemeral(const char *lang, const char *code, const char
  * background, so this polls up to REMOVAL_S. */
 static void close_session(const char *sid)
 {
-    sgtest_close_session(proxy, proxy_id, sid, NULL, REMOVAL_S);
+    sgtest_close_session(suite.proxy, suite.proxy_id, sid, NULL, REMOVAL_S);
 }
 
 static json_object *session_details(const char *sid)
@@ -77,7 +76,7 @@ static json_object *session_details(const char *sid)
     char path[256];
     pathf(path, sizeof(path), "/sessions/%s", sid);
     sgtest_reply_t r;
-    sgtest_call(proxy, "GET", path, NULL, &r);
+    sgtest_call(suite.proxy, "GET", path, NULL, &r);
     json_object *o = SG_TAKE_JSON(&r, 200);
     return o;
 }
@@ -85,7 +84,7 @@ static json_object *session_details(const char *sid)
 static json_object *list_sessions(void)
 {
     sgtest_reply_t r;
-    sgtest_call(proxy, "GET", "/sessions", NULL, &r);
+    sgtest_call(suite.proxy, "GET", "/sessions", NULL, &r);
     json_object *o = SG_TAKE_JSON(&r, 200);
     SG_ARR(o, "sessions");
     return o;
@@ -102,10 +101,10 @@ static bool listed(const char *sid)
 /* The container of a session of this proxy; asserts there is exactly one. */
 static char *session_container(const char *sid)
 {
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    char *cid = sgtest_docker_session_container(suite.proxy_id, sid);
     if (cid == NULL)
         SG_FAIL(NULL, "no single container labelled sandgate.proxy=%s, sandgate.session=%s",
-                proxy_id, sid);
+                suite.proxy_id, sid);
     return cid;
 }
 
@@ -134,7 +133,7 @@ static int64_t jpath_int(json_object *o, const char *dotted)
 static void expect_no_ephemeral_left(void)
 {
     char l1[192];
-    snprintf(l1, sizeof(l1), "sandgate.proxy=%s", proxy_id);
+    snprintf(l1, sizeof(l1), "sandgate.proxy=%s", suite.proxy_id);
     const char *labels[] = {l1, "sandgate.kind=ephemeral", NULL};
     int n = sgtest_docker_wait_count(labels, 0, REMOVAL_S);
     SG_CHECK(n == 0, NULL, "%d ephemeral container(s) still exist %.0f s after the reply", n, REMOVAL_S);
@@ -143,7 +142,7 @@ static void expect_no_ephemeral_left(void)
 static void expect_proxy_healthy(void)
 {
     sgtest_reply_t r;
-    sgtest_call(proxy, "GET", "/", NULL, &r);
+    sgtest_call(suite.proxy, "GET", "/", NULL, &r);
     json_object *o = SG_TAKE_JSON(&r, 200);
     SG_CHECK(strcmp(SG_STR(o, "status"), "ok") == 0, o, "GET / is not ok");
     json_object_put(o);
@@ -185,31 +184,14 @@ static bool parse_rfc3339(const char *s, time_t *out)
  * Fixtures
  * ------------------------------------------------------------------------ */
 
-static sgtest_proxy_t *start_proxy(void)
+static int group_setup(void **state)
 {
+    *state = &suite;
     char out_kv[64], file_kv[64];
     snprintf(out_kv, sizeof(out_kv), "SANDGATE_OUTPUT_LIMIT=%d", OUTPUT_LIMIT);
     snprintf(file_kv, sizeof(file_kv), "SANDGATE_MAX_FILE_BYTES=%d", MAX_FILE_BYTES);
     const char *env[] = {out_kv, file_kv, "SANDGATE_POOL_SIZE=0", NULL};
-    return sgtest_proxy_start(proxy_id, env);
-}
-
-static int group_setup(void **state)
-{
-    return sgtest_suite_start(&proxy, &proxy_id, start_proxy);
-}
-
-/* After every test: a test during which the proxy died fails here, and the
- * proxy is started again (same id: it reconciles what the dead one left) so
- * that the tests after it still say something. */
-static int check_proxy_alive(void **state)
-{
-    return sgtest_proxy_check_alive(&proxy, start_proxy);
-}
-
-static int group_teardown(void **state)
-{
-    return sgtest_suite_end(&proxy, &proxy_id, REMOVAL_S);
+    return sgtest_suite_start(&suite, env);
 }
 
 /* ------------------------------------------------------------------------
@@ -220,7 +202,7 @@ static void test_seed_readme_examples(void **state)
 {
     /* Health check. */
     sgtest_reply_t r;
-    sgtest_call(proxy, "GET", "/", NULL, &r);
+    sgtest_call(suite.proxy, "GET", "/", NULL, &r);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     SG_CHECK(json_object_object_length(o) == 1 && strcmp(SG_STR(o, "status"), "ok") == 0, o,
              "GET / must be exactly {\"status\":\"ok\"}");
@@ -228,7 +210,7 @@ static void test_seed_readme_examples(void **state)
     sgtest_reply_free(&r);
 
     /* 1. Create a session ({"lang":"python"} exactly as the README sends it). */
-    sgtest_call(proxy, "POST", "/sessions", "{\"lang\": \"python\"}", &r);
+    sgtest_call(suite.proxy, "POST", "/sessions", "{\"lang\": \"python\"}", &r);
     o = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     SG_CHECK(strcmp(SG_STR(o, "status"), "active") == 0, o, "status");
@@ -274,11 +256,11 @@ static void test_seed_readme_examples(void **state)
     SG_CHECK(!listed(sid), NULL, "closed session %s is still listed", sid);
     char path[256];
     pathf(path, sizeof(path), "/sessions/%s", sid);
-    sgtest_call(proxy, "GET", path, NULL, &r);
+    sgtest_call(suite.proxy, "GET", path, NULL, &r);
     SG_TAKE_ERROR(&r, 404, NULL);
     SG_CHECK(sgtest_docker_exists(cid) == 0, NULL, "container %s of closed session remains", cid);
     free(cid);
-    SG_CHECK(sglibs_count_labelled(proxy_id, "sandgate.kind=session") == 0, NULL, "session containers remain");
+    SG_CHECK(sglibs_count_labelled(suite.proxy_id, "sandgate.kind=session") == 0, NULL, "session containers remain");
     expect_no_ephemeral_left();
     free(sid);
 }
@@ -314,7 +296,7 @@ static void test_session_details(void **state)
     json_object *extra = json_object_new_object();
     json_object_object_add(extra, "timeout", json_object_new_int(7));
     json_object_object_add(extra, "memory_mb", json_object_new_int(256));
-    char *sid = sgtest_create_session(proxy, "python", extra, &created);
+    char *sid = sgtest_create_session(suite.proxy, "python", extra, &created);
     time_t now = time(NULL);
 
     /* The create reply carries the contract's fields too. */
@@ -407,7 +389,7 @@ static void expect_call_error(const char *method, const char *path, const char *
                               long status, const char *code, const char *detail_names)
 {
     sgtest_reply_t r;
-    sgtest_call(proxy, method, path, body, &r);
+    sgtest_call(suite.proxy, method, path, body, &r);
     json_object *o = SG_EXPECT_ERROR(&r, status, code);
     sgtest_reply_free(&r);
     if (detail_names != NULL && strstr(SG_STR(o, "detail"), detail_names) == NULL)
@@ -422,7 +404,7 @@ static void test_errors(void **state)
     json_object *before = list_sessions();
     int sessions_before = (int)json_object_array_length(SG_ARR(before, "sessions"));
     json_object_put(before);
-    int containers_before = sgtest_docker_count(proxy_id);
+    int containers_before = sgtest_docker_count(suite.proxy_id);
 
     expect_call_error("POST", "/sessions", "{not json", 400, "bad_json", NULL);
     expect_call_error("POST", "/execute", "{\"code\": \"print(1)\", \"lang\": ", 400, "bad_json",
@@ -463,7 +445,7 @@ static void test_errors(void **state)
     SG_CHECK(json_object_array_length(SG_ARR(l, "sessions")) == (size_t)sessions_before, l,
              "errors must not open sessions");
     json_object_put(l);
-    SG_CHECK(sgtest_docker_count(proxy_id) <= containers_before, NULL,
+    SG_CHECK(sgtest_docker_count(suite.proxy_id) <= containers_before, NULL,
              "errors must not create containers");
 }
 
@@ -500,7 +482,7 @@ static void test_timeout_code(void **state)
     /* A session's own default timeout applies when execute names none. */
     json_object *extra = json_object_new_object();
     json_object_object_add(extra, "timeout", json_object_new_int(2));
-    sid = sgtest_create_session(proxy, "python", extra, NULL);
+    sid = sgtest_create_session(suite.proxy, "python", extra, NULL);
     o = run_code_t(sid, "while True: pass", NULL, 0, &secs);
     expect_timed_out(o, secs, 2);
     json_object_put(o);
@@ -664,7 +646,7 @@ static void test_hardening(void **state)
     const char *lp = label(c, "sandgate.proxy"), *ls = label(c, "sandgate.session");
     const char *ll = label(c, "sandgate.lang"), *lk = label(c, "sandgate.kind");
     const char *lc = label(c, "sandgate.created");
-    SG_CHECK(lp && strcmp(lp, proxy_id) == 0, c, "label sandgate.proxy");
+    SG_CHECK(lp && strcmp(lp, suite.proxy_id) == 0, c, "label sandgate.proxy");
     SG_CHECK(ls && strcmp(ls, sid) == 0, c, "label sandgate.session");
     SG_CHECK(ll && strcmp(ll, "python") == 0, c, "label sandgate.lang");
     SG_CHECK(lk && strcmp(lk, "session") == 0, c, "label sandgate.kind");
@@ -771,7 +753,7 @@ static void test_memory_bomb(void **state)
 {
     json_object *extra = json_object_new_object();
     json_object_object_add(extra, "memory_mb", json_object_new_int(128));
-    char *sid = sgtest_create_session(proxy, "python", extra, NULL);
+    char *sid = sgtest_create_session(suite.proxy, "python", extra, NULL);
     require_caps(sid, true, true);
     json_object *c = inspect_session(sid);
     SG_CHECK(jpath_int(c, "HostConfig.Memory") == 128LL * 1024 * 1024, sgtest_jpath(c, "HostConfig"),
@@ -802,7 +784,7 @@ static void files_url(char *buf, size_t len, const char *sid, const char *path)
 {
     char *enc = sgtest_urlencode(path);
     assert_non_null(enc);
-    pathf(buf, len, "%s/sessions/%s/files?path=%s", sgtest_proxy_url(proxy), sid, enc);
+    pathf(buf, len, "%s/sessions/%s/files?path=%s", sgtest_proxy_url(suite.proxy), sid, enc);
     free(enc);
 }
 
@@ -960,7 +942,7 @@ static void test_concurrency(void **state)
     /* Eight sessions, created at once. */
     memset(q, 0, sizeof(q));
     for (int i = 0; i < NPAR; i++) {
-        pathf(url[i], sizeof(url[i]), "%s/sessions", sgtest_proxy_url(proxy));
+        pathf(url[i], sizeof(url[i]), "%s/sessions", sgtest_proxy_url(suite.proxy));
         pathf(body[i], sizeof(body[i]), "{\"lang\":\"python\",\"keep_template\":false}");
         q[i] = (sgtest_par_req_t){.method = "POST", .url = url[i], .body = body[i],
                                   .body_len = strlen(body[i]),
@@ -979,7 +961,7 @@ static void test_concurrency(void **state)
     /* Eight one-second executes must overlap. */
     memset(q, 0, sizeof(q));
     for (int i = 0; i < NPAR; i++) {
-        pathf(url[i], sizeof(url[i]), "%s/sessions/%s/execute", sgtest_proxy_url(proxy), sid[i]);
+        pathf(url[i], sizeof(url[i]), "%s/sessions/%s/execute", sgtest_proxy_url(suite.proxy), sid[i]);
         pathf(body[i], sizeof(body[i]),
               "{\"code\":\"import time; time.sleep(1); print(\\\"done\\\")\",\"timeout\":30}");
         q[i] = (sgtest_par_req_t){.method = "POST", .url = url[i], .body = body[i],
@@ -992,7 +974,7 @@ static void test_concurrency(void **state)
 
     /* Mid-batch, the event loop must still answer at once. */
     sgtest_reply_t h;
-    sgtest_call(proxy, "GET", "/", NULL, &h);
+    sgtest_call(suite.proxy, "GET", "/", NULL, &h);
     double health_done = sgtest_now();
     sgtest_batch_join(b);
 
@@ -1035,41 +1017,41 @@ static void test_concurrency(void **state)
 static void test_zz_nothing_left(void **state)
 {
     /* Close what failed tests may have left, through the API only. */
-    sgtest_close_all_sessions(proxy);
+    sgtest_close_all_sessions(suite.proxy);
     json_object *l = list_sessions();
     SG_CHECK(json_object_array_length(SG_ARR(l, "sessions")) == 0, l,
              "sessions remain after closing every listed one");
     json_object_put(l);
     char l1[192];
-    snprintf(l1, sizeof(l1), "sandgate.proxy=%s", proxy_id);
+    snprintf(l1, sizeof(l1), "sandgate.proxy=%s", suite.proxy_id);
     const char *labels[] = {l1, NULL};
     int n = sgtest_docker_wait_count(labels, 0, REMOVAL_S);
     SG_CHECK(n == 0, NULL, "%d container(s) labelled sandgate.proxy=%s remain %.0f s after every "
-             "session was closed", n, proxy_id, REMOVAL_S);
+             "session was closed", n, suite.proxy_id, REMOVAL_S);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_seed_readme_examples, check_proxy_alive),
-        cmocka_unit_test_teardown(test_javascript, check_proxy_alive),
-        cmocka_unit_test_teardown(test_session_details, check_proxy_alive),
-        cmocka_unit_test_teardown(test_command_non_root, check_proxy_alive),
-        cmocka_unit_test_teardown(test_unknown_library, check_proxy_alive),
-        cmocka_unit_test_teardown(test_errors, check_proxy_alive),
-        cmocka_unit_test_teardown(test_timeout_code, check_proxy_alive),
-        cmocka_unit_test_teardown(test_timeout_command, check_proxy_alive),
-        cmocka_unit_test_teardown(test_timeout_kills_process_tree, check_proxy_alive),
-        cmocka_unit_test_teardown(test_output_flood, check_proxy_alive),
-        cmocka_unit_test_teardown(test_non_utf8_output, check_proxy_alive),
-        cmocka_unit_test_teardown(test_hardening, check_proxy_alive),
-        cmocka_unit_test_teardown(test_fork_bomb, check_proxy_alive),
-        cmocka_unit_test_teardown(test_memory_bomb, check_proxy_alive),
-        cmocka_unit_test_teardown(test_files_roundtrip, check_proxy_alive),
-        cmocka_unit_test_teardown(test_files_refused, check_proxy_alive),
-        cmocka_unit_test_teardown(test_files_too_large, check_proxy_alive),
-        cmocka_unit_test_teardown(test_concurrency, check_proxy_alive),
-        cmocka_unit_test_teardown(test_zz_nothing_left, check_proxy_alive),
+        cmocka_unit_test_teardown(test_seed_readme_examples, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_javascript, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_session_details, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_command_non_root, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_unknown_library, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_errors, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_timeout_code, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_timeout_command, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_timeout_kills_process_tree, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_output_flood, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_non_utf8_output, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_hardening, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_fork_bomb, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_memory_bomb, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_files_roundtrip, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_files_refused, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_files_too_large, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_concurrency, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_zz_nothing_left, sgtest_suite_teardown),
     };
-    return cmocka_run_group_tests_name("proxy_api", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("proxy_api", tests, group_setup, sgtest_suite_group_teardown);
 }

@@ -26,8 +26,7 @@
 #define SLACK_S 10.0       /* a timed-out run is back within its timeout + this */
 #define REMOVAL_S 10.0     /* a closed session's container is gone within this */
 
-static sgtest_proxy_t *proxy;
-static char *proxy_id;
+static sgtest_suite_t suite = {.removal_s = REMOVAL_S};
 
 typedef struct {
     const char *name;
@@ -132,7 +131,7 @@ static void expect_clean(json_object *r, const char *want_stdout)
 static char *create_session(const char *lang)
 {
     json_object *o = NULL;
-    char *id = sgtest_create_session(proxy, lang, NULL, &o); /* a session_id, status "active" */
+    char *id = sgtest_create_session(suite.proxy, lang, NULL, &o); /* a session_id, status "active" */
     expect_str(o, "lang", lang);
     char image[64];
     pathf(image, sizeof(image), "sandgate/%s:latest", lang);
@@ -143,28 +142,28 @@ static char *create_session(const char *lang)
 
 static json_object *run_code(const char *sid, const char *code, int timeout, double *seconds)
 {
-    return sgtest_run_code(proxy, sid, code, NULL, timeout, seconds);
+    return sgtest_run_code(suite.proxy, sid, code, NULL, timeout, seconds);
 }
 
 static json_object *run_cmd(const char *sid, const char *cmd)
 {
-    return sgtest_run_cmd(proxy, sid, cmd, 30, NULL);
+    return sgtest_run_cmd(suite.proxy, sid, cmd, 30, NULL);
 }
 
 static json_object *run_ephemeral(const char *lang, const char *code, int timeout, double *seconds)
 {
-    return sgtest_run_ephemeral(proxy, lang, code, NULL, timeout, seconds);
+    return sgtest_run_ephemeral(suite.proxy, lang, code, NULL, timeout, seconds);
 }
 
 static void close_session(const char *sid)
 {
-    sgtest_close_session(proxy, proxy_id, sid, NULL, REMOVAL_S);
+    sgtest_close_session(suite.proxy, suite.proxy_id, sid, NULL, REMOVAL_S);
 }
 
 static void expect_no_ephemeral_left(void)
 {
     char l1[192];
-    snprintf(l1, sizeof(l1), "sandgate.proxy=%s", proxy_id);
+    snprintf(l1, sizeof(l1), "sandgate.proxy=%s", suite.proxy_id);
     const char *labels[] = {l1, "sandgate.kind=ephemeral", NULL};
     int n = sgtest_docker_wait_count(labels, 0, REMOVAL_S);
     SG_CHECK(n == 0, NULL, "%d ephemeral container(s) still exist %.0f s after the reply", n,
@@ -306,7 +305,7 @@ static void do_timeout(const lang_case_t *L)
 static void expect_400(const char *path, json_object *body, const char *detail)
 {
     sgtest_reply_t r;
-    sgtest_call_json(proxy, "POST", path, body, 0, &r);
+    sgtest_call_json(suite.proxy, "POST", path, body, 0, &r);
     json_object_put(body);
     json_object *o = SG_EXPECT_ERROR(&r, 400, "bad_field");
     sgtest_reply_free(&r);
@@ -320,7 +319,7 @@ static void do_libraries_refused(const lang_case_t *L)
 {
     char detail[128];
     pathf(detail, sizeof(detail), "libraries are not supported for %s", L->name);
-    int before = sgtest_docker_count(proxy_id);
+    int before = sgtest_docker_count(suite.proxy_id);
 
     json_object *b = json_object_new_object();
     json_object_object_add(b, "code", json_object_new_string(L->hello));
@@ -329,7 +328,7 @@ static void do_libraries_refused(const lang_case_t *L)
     json_object_array_add(libs, json_object_new_string("boost"));
     json_object_object_add(b, "libraries", libs);
     expect_400("/execute", b, detail);
-    SG_CHECK(sgtest_docker_count(proxy_id) == before, NULL,
+    SG_CHECK(sgtest_docker_count(suite.proxy_id) == before, NULL,
              "a refused ephemeral execute made a container");
 
     char *sid = create_session(L->name);
@@ -346,7 +345,7 @@ static void do_libraries_refused(const lang_case_t *L)
     json_object_object_add(b, "code", json_object_new_string(L->hello));
     json_object_object_add(b, "libraries", json_object_new_array());
     json_object_object_add(b, "timeout", json_object_new_int(COMPILE_TIMEOUT));
-    json_object *o = sgtest_post_result(proxy, path, b, NULL);
+    json_object *o = sgtest_post_result(suite.proxy, path, b, NULL);
     expect_clean(o, "Hello, World!\n");
     json_object_put(o);
     close_session(sid);
@@ -388,33 +387,14 @@ static void test_java_heap(void **state)
  * Fixtures
  * ------------------------------------------------------------------------ */
 
-static sgtest_proxy_t *start_proxy(void)
-{
-    const char *env[] = {"SANDGATE_POOL_SIZE=0", NULL};
-    return sgtest_proxy_start(proxy_id, env);
-}
-
 static int group_setup(void **state)
 {
-    return sgtest_suite_start(&proxy, &proxy_id, start_proxy);
+    *state = &suite;
+    const char *env[] = {"SANDGATE_POOL_SIZE=0", NULL};
+    return sgtest_suite_start(&suite, env);
 }
 
-/* After every test: a test during which the proxy died fails here, and the
- * proxy is started again so that the tests after it still say something. */
-static int check_proxy_alive(void **state)
-{
-    return sgtest_proxy_check_alive(&proxy, start_proxy);
-}
-
-/* Deletes what failed tests left, stops the proxy (which must exit 0: under
- * ASan a leak or an error makes it fail) and checks that no container
- * labelled with its id remains. */
-static int group_teardown(void **state)
-{
-    return sgtest_suite_end(&proxy, &proxy_id, REMOVAL_S);
-}
-
-#define T(f) cmocka_unit_test_teardown(f, check_proxy_alive)
+#define T(f) cmocka_unit_test_teardown(f, sgtest_suite_teardown)
 
 int main(void)
 {
@@ -429,5 +409,5 @@ int main(void)
         T(test_ruby_session),        T(test_ruby_ephemeral),        T(test_ruby_runtime_error),
         T(test_ruby_timeout),
     };
-    return cmocka_run_group_tests_name("proxy_langs", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("proxy_langs", tests, group_setup, sgtest_suite_group_teardown);
 }

@@ -18,8 +18,7 @@
 #define FILL_S 60.0    /* the pool is full again within this */
 #define REMOVAL_S 10.0 /* a closed session's container is gone within this */
 
-static sgtest_proxy_t *proxy;
-static char *proxy_id;
+static sgtest_suite_t suite;
 
 static const char *const langs[] = {"python", "javascript", NULL};
 
@@ -28,30 +27,19 @@ static int group_setup(void **state)
     char pool_kv[64];
     snprintf(pool_kv, sizeof(pool_kv), "SANDGATE_POOL_SIZE=%d", POOL);
     const char *env[] = {pool_kv, NULL};
-    return sgtest_suite_start_env(&proxy, &proxy_id, env);
+    return sgtest_suite_start(&suite, env);
 }
 
 static int group_teardown(void **state)
 {
-    int rc = 0;
-    if (proxy != NULL) {
-        sgtest_proxy_stop(proxy);
-        proxy = NULL;
-    }
-    int removed = sgtest_docker_remove_all(proxy_id);
-    if (removed != 0) {
-        fprintf(stderr, "teardown: force-removed %d leftover container(s)\n", removed);
-        rc = -1;
-    }
-    free(proxy_id);
-    return rc;
+    return sgtest_suite_stop(&suite, false);
 }
 
 /* The ids of the sessions the proxy lists (malloc'd strv). */
 static char **listed_sessions(void)
 {
     sgtest_reply_t r;
-    sgtest_call(proxy, "GET", "/sessions", NULL, &r);
+    sgtest_call(suite.proxy, "GET", "/sessions", NULL, &r);
     json_object *o = SG_TAKE_JSON(&r, 200);
     json_object *arr = SG_ARR(o, "sessions");
     size_t n = json_object_array_length(arr);
@@ -67,7 +55,7 @@ static char **listed_sessions(void)
 static char **idle_pool(const char *lang)
 {
     char l1[192], l2[64];
-    snprintf(l1, sizeof(l1), "sandgate.proxy=%s", proxy_id);
+    snprintf(l1, sizeof(l1), "sandgate.proxy=%s", suite.proxy_id);
     snprintf(l2, sizeof(l2), "sandgate.lang=%s", lang);
     const char *labels[] = {l1, l2, "sandgate.kind=pool", NULL};
     json_object *a = sgtest_docker_list(labels);
@@ -113,7 +101,7 @@ static char **wait_pool_full(const char *lang)
 static char *create_session(const char *body, double *seconds)
 {
     sgtest_reply_t r;
-    sgtest_call(proxy, "POST", "/sessions", body, &r);
+    sgtest_call(suite.proxy, "POST", "/sessions", body, &r);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     if (seconds != NULL)
         *seconds = r.seconds;
@@ -129,7 +117,7 @@ static void close_session(const char *sid, const char *cid)
     char path[256];
     snprintf(path, sizeof(path), "/sessions/%s", sid);
     sgtest_reply_t r;
-    sgtest_call(proxy, "DELETE", path, NULL, &r);
+    sgtest_call(suite.proxy, "DELETE", path, NULL, &r);
     json_object_put(SG_EXPECT_JSON(&r, 200));
     sgtest_reply_free(&r);
     SG_CHECK(sgtest_docker_wait_gone(cid, REMOVAL_S, NULL) == 0, NULL,
@@ -140,7 +128,7 @@ static void close_session(const char *sid, const char *cid)
 static void expect_prints(const char *path, const char *body, const char *want)
 {
     sgtest_reply_t r;
-    sgtest_call(proxy, "POST", path, body, &r);
+    sgtest_call(suite.proxy, "POST", path, body, &r);
     json_object *o = SG_TAKE_JSON(&r, 200);
     SG_CHECK(strcmp(SG_STR(o, "stdout"), want) == 0, o, "stdout");
     SG_CHECK(SG_BOOL(o, "success"), o, "success");
@@ -171,7 +159,7 @@ static void test_session_takes_from_pool(void **state)
     char **before = wait_pool_full("python");
     double secs;
     char *sid = create_session("{\"lang\":\"python\"}", &secs);
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    char *cid = sgtest_docker_session_container(suite.proxy_id, sid);
     SG_CHECK(cid != NULL, NULL, "no container for session %s", sid);
     SG_CHECK(sgtest_strv_has(before, cid), NULL,
              "a default python session did not get a pool container (created in %.3f s)", secs);
@@ -192,7 +180,7 @@ static void test_custom_limits_bypass_pool(void **state)
 {
     char **before = wait_pool_full("python");
     char *sid = create_session("{\"lang\":\"python\",\"memory_mb\":256}", NULL);
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    char *cid = sgtest_docker_session_container(suite.proxy_id, sid);
     SG_CHECK(cid != NULL, NULL, "no container for session %s", sid);
     SG_CHECK(!sgtest_strv_has(before, cid), NULL,
              "a session with its own memory_mb got a pool container");
@@ -235,11 +223,11 @@ static void test_shutdown_removes_everything(void **state)
     /* A live session and a full pool at the moment of the stop. */
     char *sid = create_session("{\"lang\":\"python\"}", NULL);
     sgtest_strv_free(wait_pool_full("python"));
-    int st = sgtest_proxy_stop(proxy);
-    proxy = NULL;
+    int st = sgtest_proxy_stop(suite.proxy);
+    suite.proxy = NULL;
     SG_CHECK(st != -1, NULL, "the proxy ignored SIGTERM");
-    int n = sgtest_docker_count(proxy_id);
-    SG_CHECK(n == 0, NULL, "%d container(s) of %s remain after SIGTERM", n, proxy_id);
+    int n = sgtest_docker_count(suite.proxy_id);
+    SG_CHECK(n == 0, NULL, "%d container(s) of %s remain after SIGTERM", n, suite.proxy_id);
     free(sid);
 }
 

@@ -30,8 +30,6 @@
 #define POOL_TAKE_S 0.1 /* a session from the pool is created within this */
 #define STREAM_GAP_S 0.8 /* first stdout event before the result event, at least */
 
-static sgtest_proxy_t *proxy;
-static char *proxy_id;
 /* The temporary directories of every proxy this file started. */
 static char *tmpdirs[8];
 static size_t ntmpdirs;
@@ -42,46 +40,34 @@ static size_t ntmpdirs;
 
 /* The proxy's private temporary directory: the one holding the log its
  * stdout goes to (sgtest_proxy_start). */
+static void remember_tmpdir(sgtest_proxy_t *p);
+static sgtest_suite_t suite = {.removal_s = REMOVAL_S, .on_start = remember_tmpdir};
+
 static void remember_tmpdir(sgtest_proxy_t *p)
 {
     char link[64], target[4096];
     snprintf(link, sizeof(link), "/proc/%d/fd/1", (int)sgtest_proxy_pid(p));
     ssize_t n = readlink(link, target, sizeof(target) - 1);
     if (n <= 0 || ntmpdirs == sizeof(tmpdirs) / sizeof(tmpdirs[0])) {
-        fprintf(stderr, "cannot find the temporary directory of proxy %s\n", proxy_id);
+        fprintf(stderr, "cannot find the temporary directory of proxy %s\n", suite.proxy_id);
         return;
     }
     target[n] = '\0';
     tmpdirs[ntmpdirs++] = strdup(dirname(target));
 }
 
-static sgtest_proxy_t *start_proxy(void)
+static int group_setup(void **state)
 {
+    *state = &suite;
     char pool_kv[64];
     snprintf(pool_kv, sizeof(pool_kv), "SANDGATE_POOL_SIZE=%d", POOL);
     const char *env[] = {pool_kv, NULL};
-    sgtest_proxy_t *p = sgtest_proxy_start(proxy_id, env);
-    if (p != NULL)
-        remember_tmpdir(p);
-    return p;
-}
-
-static int group_setup(void **state)
-{
-    return sgtest_suite_start(&proxy, &proxy_id, start_proxy);
-}
-
-/* After every test: a test during which the proxy died fails here, and the
- * proxy is started again (same id: it reconciles what the dead one left). */
-static int check_proxy_alive(void **state)
-{
-    return sgtest_proxy_check_alive(&proxy, start_proxy);
+    return sgtest_suite_start(&suite, env);
 }
 
 static int group_teardown(void **state)
 {
-    (void)state;
-    int rc = sgtest_suite_end(&proxy, &proxy_id, REMOVAL_S);
+    int rc = sgtest_suite_end(&suite);
     for (size_t i = 0; i < ntmpdirs; i++)
         free(tmpdirs[i]);
     ntmpdirs = 0;
@@ -120,7 +106,7 @@ static char *create_session_t(const char *lang, double *seconds)
     char body[128];
     pathf(body, sizeof(body), "{\"lang\":\"%s\",\"keep_template\":false}", lang);
     sgtest_reply_t r;
-    sgtest_call(proxy, "POST", "/sessions", body, &r);
+    sgtest_call(suite.proxy, "POST", "/sessions", body, &r);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     if (seconds != NULL)
         *seconds = r.seconds;
@@ -142,7 +128,7 @@ static char *create_session(const char *lang)
  * gone within REMOVAL_S. */
 static void close_session_c(const char *sid, const char *cid_known)
 {
-    sgtest_close_session(proxy, proxy_id, sid, cid_known, REMOVAL_S);
+    sgtest_close_session(suite.proxy, suite.proxy_id, sid, cid_known, REMOVAL_S);
 }
 
 static void close_session(const char *sid)
@@ -153,7 +139,7 @@ static void close_session(const char *sid)
 /* timeout <= 0: the field is left out. */
 static json_object *run_code_t(const char *sid, const char *code, int timeout, double *seconds)
 {
-    return sgtest_run_code(proxy, sid, code, NULL, timeout, seconds);
+    return sgtest_run_code(suite.proxy, sid, code, NULL, timeout, seconds);
 }
 
 static json_object *run_code(const char *sid, const char *code)
@@ -163,7 +149,7 @@ static json_object *run_code(const char *sid, const char *code)
 
 static json_object *run_cmd(const char *sid, const char *cmd)
 {
-    return sgtest_run_cmd(proxy, sid, cmd, 0, NULL);
+    return sgtest_run_cmd(suite.proxy, sid, cmd, 0, NULL);
 }
 
 /* Runs code, expects success, stdout `want` (NULL: not checked) and state
@@ -504,7 +490,7 @@ static void post_streamed(const char *path, json_object *body, bool accept_sse, 
     memset(t, 0, sizeof(*t));
     t->first_stdout_at = -1;
     char url[512];
-    pathf(url, sizeof(url), "%s%s", sgtest_proxy_url(proxy), path);
+    pathf(url, sizeof(url), "%s%s", sgtest_proxy_url(suite.proxy), path);
     const char *js = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
     sse_stream_t s = {0};
     char errbuf[CURL_ERROR_SIZE] = "";
@@ -685,11 +671,11 @@ static void test_stream_closed_session(void **state)
 {
     (void)state;
     char *sid = create_session("python");
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    char *cid = sgtest_docker_session_container(suite.proxy_id, sid);
     SG_CHECK(cid != NULL, NULL, "no container for session %s", sid);
     bg_stream_t *b = calloc(1, sizeof(*b));
     assert_non_null(b);
-    pathf(b->url, sizeof(b->url), "%s/sessions/%s/execute", sgtest_proxy_url(proxy), sid);
+    pathf(b->url, sizeof(b->url), "%s/sessions/%s/execute", sgtest_proxy_url(suite.proxy), sid);
     b->body = "{\"stream\":true,\"code\":\"import time\\nfor i in range(50):\\n"
               "    print(i, flush=True)\\n    time.sleep(0.2)\"}";
     pthread_t th;
@@ -796,7 +782,7 @@ static void test_streaming(void **state)
      * proxy carry on */
     {
         char url[512];
-        pathf(url, sizeof(url), "%s%s", sgtest_proxy_url(proxy), path);
+        pathf(url, sizeof(url), "%s%s", sgtest_proxy_url(suite.proxy), path);
         const char *js = "{\"stream\":true,\"code\":\"import time\\nfor i in range(4):\\n"
                          "    print(i, flush=True)\\n    time.sleep(0.3)\"}";
         sse_stream_t s = {.abort_after = 1};
@@ -824,16 +810,16 @@ static void test_streaming(void **state)
         sgtest_expect_stdout(r, "after hang-up\n");
         expect_first_state(r); /* kept, or new if the abandoned run was cancelled */
         json_object_put(r);
-        SG_CHECK(sgtest_proxy_alive(proxy), NULL, "the proxy died after a client hung up");
+        SG_CHECK(sgtest_proxy_alive(suite.proxy), NULL, "the proxy died after a client hung up");
     }
 
     /* errors before the stream starts are plain JSON errors */
     {
         sgtest_reply_t r;
-        sgtest_call(proxy, "POST", "/sessions/00000000-0000-4000-8000-000000000000/execute",
+        sgtest_call(suite.proxy, "POST", "/sessions/00000000-0000-4000-8000-000000000000/execute",
                     "{\"code\":\"print(1)\",\"stream\":true}", &r);
         SG_TAKE_ERROR(&r, 404, "no_such_session");
-        sgtest_call(proxy, "POST", path, "{\"stream\":true}", &r);
+        sgtest_call(suite.proxy, "POST", path, "{\"stream\":true}", &r);
         SG_TAKE_ERROR(&r, 400, "bad_field");
     }
 
@@ -861,7 +847,7 @@ static void test_streaming(void **state)
 static char **listed_sessions(void)
 {
     sgtest_reply_t r;
-    sgtest_call(proxy, "GET", "/sessions", NULL, &r);
+    sgtest_call(suite.proxy, "GET", "/sessions", NULL, &r);
     json_object *o = SG_TAKE_JSON(&r, 200);
     json_object *arr = SG_ARR(o, "sessions");
     size_t n = json_object_array_length(arr);
@@ -881,7 +867,7 @@ static char **listed_sessions(void)
 static char **ready_pool(void)
 {
     char l1[192];
-    pathf(l1, sizeof(l1), "sandgate.proxy=%s", proxy_id);
+    pathf(l1, sizeof(l1), "sandgate.proxy=%s", suite.proxy_id);
     const char *labels[] = {l1, "sandgate.lang=python", "sandgate.kind=pool", NULL};
     json_object *a = sgtest_docker_list(labels);
     SG_CHECK(a != NULL, NULL, "cannot list containers from Docker");
@@ -942,7 +928,7 @@ static void test_pool_refills(void **state)
         for (int i = 0; i < POOL; i++) {
             double secs = 0;
             char *sid = create_session_t("python", &secs);
-            char *cid = sgtest_docker_session_container(proxy_id, sid);
+            char *cid = sgtest_docker_session_container(suite.proxy_id, sid);
             SG_CHECK(cid != NULL, NULL, "no container for session %s", sid);
             sids[nused] = sid;
             cids[nused] = cid;
@@ -1023,7 +1009,7 @@ static void test_zz_no_leaks(void **state)
 
     /* now only idle pool containers are left */
     char l1[192];
-    pathf(l1, sizeof(l1), "sandgate.proxy=%s", proxy_id);
+    pathf(l1, sizeof(l1), "sandgate.proxy=%s", suite.proxy_id);
     const char *non_pool[] = {l1, "sandgate.kind=session", NULL};
     const char *ephemeral[] = {l1, "sandgate.kind=ephemeral", NULL};
     int n = sgtest_docker_wait_count(non_pool, 0, REMOVAL_S);
@@ -1035,13 +1021,13 @@ static void test_zz_no_leaks(void **state)
     SG_CHECK(n == POOL, NULL, "%d python pool container(s), expected %d", n, POOL);
 
     /* SIGTERM: the proxy removes its containers and ends cleanly */
-    int st = sgtest_proxy_stop(proxy);
-    proxy = NULL;
+    int st = sgtest_proxy_stop(suite.proxy);
+    suite.proxy = NULL;
     SG_CHECK(st != -1, NULL, "the proxy ignored SIGTERM");
     SG_CHECK(st == 0, NULL, "the proxy ended with wait status 0x%x after SIGTERM", st);
-    n = sgtest_docker_count(proxy_id);
+    n = sgtest_docker_count(suite.proxy_id);
     SG_CHECK(n == 0, NULL, "%d container(s) labelled sandgate.proxy=%s remain after SIGTERM", n,
-             proxy_id);
+             suite.proxy_id);
     SG_CHECK(ntmpdirs > 0, NULL, "the proxy's temporary directory was never found");
     for (size_t i = 0; i < ntmpdirs; i++) {
         struct stat sb;
@@ -1053,13 +1039,13 @@ static void test_zz_no_leaks(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_python_state_persists, check_proxy_alive),
-        cmocka_unit_test_teardown(test_javascript_state_persists, check_proxy_alive),
-        cmocka_unit_test_teardown(test_state_lost_is_reported, check_proxy_alive),
-        cmocka_unit_test_teardown(test_commands_leave_state_alone, check_proxy_alive),
-        cmocka_unit_test_teardown(test_streaming, check_proxy_alive),
-        cmocka_unit_test_teardown(test_stream_closed_session, check_proxy_alive),
-        cmocka_unit_test_teardown(test_pool_refills, check_proxy_alive),
+        cmocka_unit_test_teardown(test_python_state_persists, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_javascript_state_persists, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_state_lost_is_reported, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_commands_leave_state_alone, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_streaming, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_stream_closed_session, sgtest_suite_teardown),
+        cmocka_unit_test_teardown(test_pool_refills, sgtest_suite_teardown),
         cmocka_unit_test(test_zz_no_leaks),
     };
     return cmocka_run_group_tests_name("proxy_stateful", tests, group_setup, group_teardown);

@@ -11,7 +11,7 @@
  * The server is killed at the end, whatever failed (teardown, atexit, and
  * PR_SET_PDEATHSIG should this process die).
  */
-#include "sgtest.h"
+#include "sggw.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,163 +37,25 @@
 
 #define WAIT_S 5.0 /* a callback of a working backend comes within this */
 
-/* ---- the redis-server under test ------------------------------------------------ */
+/* ---- the redis-server under test (sggw.h) -------------------------------------- */
 
-static struct {
-    pid_t pid;
-    int port;
-    int stopped; /* SIGSTOP sent */
-    char dir[64];
-    char log[128];
-} server = {.pid = -1};
+static sggw_redis_t *redis;
 
-static int free_port(void)
+static bool server_ping(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(sa);
-    if (fd < 0)
-        return -1;
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
-        close(fd);
-        return -1;
-    }
-    close(fd);
-    return ntohs(sa.sin_port);
+    int ok;
+    char *v = sggw_redis_cmd(redis, &ok, "PING");
+    bool pong = ok && v != NULL && strcmp(v, "PONG") == 0;
+    free(v);
+    return pong;
 }
 
-/* A synchronous connection to the server, or NULL. */
-static redisContext *server_connect(void)
-{
-    struct timeval tv = {0, 300000};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", server.port, tv);
-    if (c == NULL)
-        return NULL;
-    if (c->err) {
-        redisFree(c);
-        return NULL;
-    }
-    redisSetTimeout(c, tv);
-    return c;
-}
-
-static int server_ping(void)
-{
-    redisContext *c = server_connect();
-    if (c == NULL)
-        return 0;
-    redisReply *r = redisCommand(c, "PING");
-    int ok = r != NULL && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
-    if (r != NULL)
-        freeReplyObject(r);
-    redisFree(c);
-    return ok;
-}
-
-/* Runs one command on a fresh connection; 0 if it answered without error. */
+/* Runs one command; 0 if it answered without error. */
 static int server_command(const char *cmd)
 {
-    redisContext *c = server_connect();
-    if (c == NULL)
-        return -1;
-    redisReply *r = redisCommand(c, cmd);
-    int rc = r != NULL && r->type != REDIS_REPLY_ERROR ? 0 : -1;
-    if (r != NULL)
-        freeReplyObject(r);
-    redisFree(c);
-    return rc;
-}
-
-static void server_print_log(void)
-{
-    char line[512];
-    FILE *f = fopen(server.log, "r");
-    if (f == NULL)
-        return;
-    fprintf(stderr, "---- %s\n", server.log);
-    while (fgets(line, sizeof(line), f) != NULL)
-        fputs(line, stderr);
-    fclose(f);
-}
-
-/* Starts redis-server on server.port (picking one if 0); waits for PING. */
-static int server_start(void)
-{
-    if (server.dir[0] == '\0') {
-        snprintf(server.dir, sizeof(server.dir), "/tmp/sg-test-state-XXXXXX");
-        if (mkdtemp(server.dir) == NULL) {
-            fprintf(stderr, "mkdtemp: %s\n", strerror(errno));
-            server.dir[0] = '\0';
-            return -1;
-        }
-        snprintf(server.log, sizeof(server.log), "%s/redis.log", server.dir);
-    }
-    if (server.port == 0 && (server.port = free_port()) <= 0)
-        return -1;
-
-    char port[16];
-    snprintf(port, sizeof(port), "%d", server.port);
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        int fd = open(server.log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        if (chdir(server.dir) != 0)
-            _exit(127);
-        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly",
-               "no", "--dir", server.dir, (char *)NULL);
-        fprintf(stderr, "exec redis-server: %s\n", strerror(errno));
-        _exit(127);
-    }
-    server.pid = pid;
-    server.stopped = 0;
-    double deadline = sgtest_now() + 10;
-    while (sgtest_now() < deadline) {
-        int status;
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            server.pid = -1;
-            fprintf(stderr, "redis-server exited at once (status %d); is it installed?\n", status);
-            server_print_log();
-            return -1;
-        }
-        if (server_ping())
-            return 0;
-        usleep(20000);
-    }
-    fprintf(stderr, "redis-server does not answer PING on port %d\n", server.port);
-    server_print_log();
-    return -1;
-}
-
-static void server_kill(void)
-{
-    if (server.pid <= 0)
-        return;
-    kill(server.pid, SIGKILL);
-    if (server.stopped)
-        kill(server.pid, SIGCONT);
-    waitpid(server.pid, NULL, 0);
-    server.pid = -1;
-    server.stopped = 0;
-}
-
-static void server_cleanup(void)
-{
-    server_kill();
-    if (server.dir[0] != '\0') {
-        unlink(server.log);
-        rmdir(server.dir);
-        server.dir[0] = '\0';
-    }
+    int ok;
+    free(sggw_redis_cmd(redis, &ok, cmd));
+    return ok ? 0 : -1;
 }
 
 /* ---- fixture ------------------------------------------------------------------------ */
@@ -256,7 +118,8 @@ static int group_teardown(void **state)
 {
     h2o_evloop_destroy(group_loop);
     group_loop = NULL;
-    server_cleanup();
+    sggw_redis_stop(redis);
+    redis = NULL;
     return 0;
 }
 
@@ -264,9 +127,9 @@ static int group_setup_redis(void **state)
 {
     group_backend = BACKEND_REDIS;
     group_loop = h2o_evloop_create();
-    if (server_start() != 0)
+    if ((redis = sggw_redis_start()) == NULL)
         return -1;
-    snprintf(redis_url, sizeof(redis_url), "redis://127.0.0.1:%d/0", server.port);
+    snprintf(redis_url, sizeof(redis_url), "%s/0", sggw_redis_url(redis));
     return 0;
 }
 
@@ -283,15 +146,9 @@ static int setup(void **state)
         return f->st != NULL ? 0 : -1;
     }
     /* a test before may have left the server stopped or dead */
-    if (server.stopped) {
-        kill(server.pid, SIGCONT);
-        server.stopped = 0;
-    }
-    if (!server_ping()) {
-        server_kill();
-        if (server_start() != 0)
-            return -1;
-    }
+    sggw_redis_resume(redis);
+    if (!server_ping() && sggw_redis_restart(redis) != 0)
+        return -1;
     if (server_command("FLUSHALL") != 0)
         return -1;
     char err[256];
@@ -310,10 +167,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture_t *f = *state;
-    if (server.stopped) {
-        kill(server.pid, SIGCONT);
-        server.stopped = 0;
-    }
+    if (redis != NULL)
+        sggw_redis_resume(redis);
     sg_state_destroy(f->st);
     /* closed sockets are freed by the loop's next round */
     h2o_evloop_run(f->loop, 0);
@@ -1153,7 +1008,7 @@ static void test_bad_urls(void **state)
 static void test_unreachable(void **state)
 {
     fixture_t *f = *state;
-    int port = free_port(); /* nobody listens there */
+    int port = sgtest_free_port(); /* nobody listens there */
     char url[64], err[256];
     snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
     sg_state_t *st = sg_state_create_redis(f->loop, url, err, sizeof(err));
@@ -1180,29 +1035,31 @@ static void test_unreachable(void **state)
     sg_state_destroy(st);
 }
 
-/* One reply of a command on a fresh connection to db 0 (caller frees), or NULL. */
-static redisReply *server_query(const char *fmt, ...)
+/* A command's answer on a fresh connection to db 0 (caller frees); the
+ * command must have been answered. */
+static char *server_query(const char *fmt, const char *arg1, const char *arg2)
 {
-    redisContext *c = server_connect();
-    if (c == NULL)
-        return NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = redisvCommand(c, fmt, ap);
-    va_end(ap);
-    redisFree(c);
-    return r;
+    int ok;
+    char *v = sggw_redis_cmd(redis, &ok, fmt, arg1, arg2);
+    assert_true(ok || v != NULL); /* an answer: a value, nil or an error */
+    return ok ? v : (free(v), NULL);
 }
 
 static long long query_int(const char *fmt, const char *arg1, const char *arg2)
 {
-    redisReply *r = server_query(fmt, arg1, arg2);
-    assert_non_null(r);
-    long long v = r->type == REDIS_REPLY_INTEGER ? r->integer
-                  : r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10)
-                                                  : LLONG_MIN;
-    freeReplyObject(r);
-    return v;
+    char *v = server_query(fmt, arg1, arg2);
+    long long n = v != NULL ? strtoll(v, NULL, 10) : LLONG_MIN;
+    free(v);
+    return n;
+}
+
+/* The text of a command's answer is want. */
+static void query_is(const char *cmd, const char *key, const char *want)
+{
+    char *v = server_query(cmd, key, NULL);
+    assert_non_null(v);
+    assert_string_equal(v, want);
+    free(v);
 }
 
 /* The keys dashboards read (state.h): names, types, scores, expiry. */
@@ -1220,20 +1077,14 @@ static void test_key_schema(void **state)
     assert_int_equal(touch(f, s.id, now + 1, 900, 3).ok, 1);
     char key[64];
     snprintf(key, sizeof(key), "sg:session:%s", s.id);
-    redisReply *r = server_query("TYPE %s", key);
-    assert_non_null(r);
-    assert_string_equal(r->str, "hash");
-    freeReplyObject(r);
+    query_is("TYPE %s", key, "hash");
     assert_int_equal(query_int("HGET %s %s", key, "tenant"), 42);
     assert_int_equal(query_int("HGET %s %s", key, "created_at"), now);
     assert_int_equal(query_int("HGET %s %s", key, "last_used_at"), now + 1);
     assert_int_equal(query_int("HGET %s %s", key, "idle_deadline"), now + 901);
     assert_int_equal(query_int("HGET %s %s", key, "lifetime_deadline"), now + 14400);
     assert_int_equal(query_int("HGET %s %s", key, "executions"), 3);
-    r = server_query("HGET %s lang", key);
-    assert_non_null(r);
-    assert_string_equal(r->str, "python");
-    freeReplyObject(r);
+    query_is("HGET %s lang", key, "python");
     assert_int_equal(query_int("ZSCORE sg:tenant:42:sessions %s", s.id, NULL), now + 14400);
     assert_int_equal(query_int("ZSCORE sg:tenant:42:sessions %s", "pending:tok-b", NULL), score);
     assert_int_equal(query_int("ZCARD sg:tenant:42:sessions", NULL, NULL), 2); /* tok-a became the session */
@@ -1249,10 +1100,10 @@ static void test_key_schema(void **state)
 
     assert_int_equal(seed(f, 42, "20260102", 7, 2.5).ok, 1);
     assert_int_equal(query_int("HGET sg:quota:42:20260102 execs", NULL, NULL), 7);
-    r = server_query("HGET sg:quota:42:20260102 seconds");
-    assert_non_null(r);
-    assert_near(strtod(r->str, NULL), 2.5);
-    freeReplyObject(r);
+    char *secs = server_query("HGET sg:quota:42:20260102 seconds", NULL, NULL);
+    assert_non_null(secs);
+    assert_near(strtod(secs, NULL), 2.5);
+    free(secs);
     long long ttl = query_int("TTL sg:quota:42:20260102", NULL, NULL);
     assert_true(ttl > 3 * 86400 - 10 && ttl <= 3 * 86400);
 
@@ -1269,10 +1120,7 @@ static void test_key_schema(void **state)
      * expiring a minute after the last lease */
     assert_int_equal(exec_acquire(f, 42, 8, "run-1", 100).ok, 1);
     assert_int_equal(exec_acquire(f, 42, 8, "run-2", 40).ok, 1);
-    r = server_query("TYPE sg:tenant:42:execs");
-    assert_non_null(r);
-    assert_string_equal(r->str, "zset");
-    freeReplyObject(r);
+    query_is("TYPE %s", "sg:tenant:42:execs", "zset");
     score = query_int("ZSCORE sg:tenant:42:execs %s", "run-1", NULL);
     assert_true(score >= now + 100 && score <= now + 102);
     ttl = query_int("TTL sg:tenant:42:execs", NULL, NULL);
@@ -1287,7 +1135,7 @@ static void test_db_select(void **state)
 {
     fixture_t *f = *state;
     char url[64], err[256];
-    snprintf(url, sizeof(url), "redis://127.0.0.1:%d/5", server.port);
+    snprintf(url, sizeof(url), "%s/5", sggw_redis_url(redis));
     sg_state_t *st5 = sg_state_create_redis(f->loop, url, err, sizeof(err));
     assert_non_null(st5);
     sg_state_t *st0 = f->st;
@@ -1299,8 +1147,9 @@ static void test_db_select(void **state)
     sg_state_destroy(st5);
     assert_true(up);
     assert_int_equal(query_int("EXISTS sg:quota:7:20260102", NULL, NULL), 0);
-    redisContext *c = server_connect();
-    assert_non_null(c);
+    struct timeval tv = {1, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", sggw_redis_port(redis), tv);
+    assert_true(c != NULL && c->err == 0);
     redisReply *r = redisCommand(c, "SELECT 5");
     assert_non_null(r);
     freeReplyObject(r);
@@ -1361,6 +1210,23 @@ static void test_noscript(void **state)
     assert_int_equal(sg_state_available(f->st), 1);
 }
 
+/* Rate checks of tenant (each answered within call_s) until the backend
+ * answers available again, for up to timeout_s: whether it did. */
+static int wait_back(fixture_t *f, int64_t tenant, double timeout_s, double call_s)
+{
+    double t0 = sgtest_now();
+    int back = 0;
+    while (!back && sgtest_now() - t0 < timeout_s) {
+        rate_wait_t w = {0};
+        sg_state_rate_check(f->st, tenant, 60, 3, on_rate, &w);
+        RUN_UNTIL(f, w.done, call_s);
+        back = w.r.available;
+        if (!back)
+            run_for(f, 0.2);
+    }
+    return back;
+}
+
 static void test_redis_restart(void **state)
 {
     fixture_t *f = *state;
@@ -1371,7 +1237,7 @@ static void test_redis_restart(void **state)
     memset(inflight, 0, sizeof(inflight));
     for (int i = 0; i < 5; i++)
         sg_state_session_reserve(f->st, 1101, 10, "x", on_state, &inflight[i]);
-    server_kill();
+    sggw_redis_kill(redis);
     double t0 = sgtest_now();
     for (int i = 0; i < 5; i++) {
         RUN_UNTIL(f, inflight[i].done, 3.0);
@@ -1394,18 +1260,9 @@ static void test_redis_restart(void **state)
     }
 
     /* back on the same port (empty: no persistence): calls work again */
-    assert_int_equal(server_start(), 0);
+    assert_int_equal(sggw_redis_restart(redis), 0);
     t0 = sgtest_now();
-    int back = 0;
-    while (!back && sgtest_now() - t0 < 10.0) {
-        rate_wait_t w = {0};
-        sg_state_rate_check(f->st, 1101, 60, 3, on_rate, &w);
-        RUN_UNTIL(f, w.done, 3.0);
-        back = w.r.available;
-        if (!back)
-            run_for(f, 0.2);
-    }
-    assert_true(back);
+    assert_true(wait_back(f, 1101, 10.0, 3.0));
     fprintf(stderr, "    redis answered again %.2f s after its restart\n", sgtest_now() - t0);
     assert_int_equal(sg_state_available(f->st), 1);
     /* the scripts were loaded again (a new server has none) */
@@ -1418,8 +1275,7 @@ static void test_redis_hang(void **state)
     fixture_t *f = *state;
     assert_true(rate(f, 1201, 60, 3).allowed);
 
-    assert_int_equal(kill(server.pid, SIGSTOP), 0);
-    server.stopped = 1;
+    assert_int_equal(sggw_redis_pause(redis), 0);
     double t0 = sgtest_now();
     state_wait_t w1 = {0}, w2 = {0};
     rate_wait_t w3 = {0};
@@ -1444,19 +1300,9 @@ static void test_redis_hang(void **state)
     assert_int_equal(g.available, 0);
     assert_true(sgtest_now() - t0 < 3.5);
 
-    kill(server.pid, SIGCONT);
-    server.stopped = 0;
+    assert_int_equal(sggw_redis_resume(redis), 0);
     t0 = sgtest_now();
-    int back = 0;
-    while (!back && sgtest_now() - t0 < 15.0) {
-        rate_wait_t w = {0};
-        sg_state_rate_check(f->st, 1201, 60, 3, on_rate, &w);
-        RUN_UNTIL(f, w.done, 3.5);
-        back = w.r.available;
-        if (!back)
-            run_for(f, 0.2);
-    }
-    assert_true(back);
+    assert_true(wait_back(f, 1201, 15.0, 3.5));
     fprintf(stderr, "    redis answered again %.2f s after SIGCONT\n", sgtest_now() - t0);
 }
 
@@ -1491,7 +1337,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_redis_hang, setup, teardown),
     };
     signal(SIGPIPE, SIG_IGN);
-    atexit(server_cleanup);
     int failed = cmocka_run_group_tests_name("state: memory backend", memory_tests, group_setup_memory, group_teardown);
     failed += cmocka_run_group_tests_name("state: redis backend", redis_tests, group_setup_redis, group_teardown);
     return failed;

@@ -100,7 +100,7 @@ sggw_redis_t *sggw_redis_start(void)
     if (sgtest__server_init(&r->s, SGTEST__REDIS, "redis-server", "sggw-redis", "redis.log") != 0)
         goto Error;
     for (int attempt = 0; attempt < 3; attempt++) {
-        r->s.port = sgtest__free_port();
+        r->s.port = sgtest_free_port();
         if (r->s.port <= 0)
             goto Error;
         snprintf(r->s.url, sizeof(r->s.url), "redis://127.0.0.1:%d", r->s.port);
@@ -305,7 +305,7 @@ sggw_gateway_t *sggw_gateway_start(const sggw_opts_t *o)
         snprintf(g->admin_token, sizeof(g->admin_token), "%s", o->admin_token);
     else
         sgtest__random_hex(g->admin_token, 24);
-    g->s.port = o->port > 0 ? o->port : sgtest__free_port();
+    g->s.port = o->port > 0 ? o->port : sgtest_free_port();
     if (g->s.port <= 0)
         goto Error;
     snprintf(g->s.url, sizeof(g->s.url), "http://127.0.0.1:%d", g->s.port);

@@ -61,7 +61,7 @@ sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extr
     if (sgtest__server_init(&p->s, SGTEST__PROXY, name, "sgtest-proxy", "proxy.log") != 0)
         goto Error;
     snprintf(p->id, sizeof(p->id), "%s", proxy_id);
-    p->s.port = sgtest__free_port();
+    p->s.port = sgtest_free_port();
     if (p->s.port <= 0) {
         fprintf(stderr, "sgtest: no free loopback port: %s\n", strerror(errno));
         goto Error;
@@ -205,7 +205,8 @@ void sgtest_close_all_sessions(const sgtest_proxy_t *p)
     json_object_put(o);
 }
 
-int sgtest_proxy_check_alive(sgtest_proxy_t **pp, sgtest_proxy_t *(*restart)(void))
+/* 0 while *pp is alive; else its log, and *pp = restart(ctx): -1. */
+static int check_alive(sgtest_proxy_t **pp, sgtest_proxy_t *(*restart)(void *), void *ctx)
 {
     if (*pp != NULL && sgtest_proxy_alive(*pp))
         return 0;
@@ -214,8 +215,19 @@ int sgtest_proxy_check_alive(sgtest_proxy_t **pp, sgtest_proxy_t *(*restart)(voi
         sgtest_proxy_print_log(*pp, 60);
         sgtest_proxy_kill9(*pp);
     }
-    *pp = restart();
+    *pp = restart(ctx);
     return -1;
+}
+
+static sgtest_proxy_t *call_restart(void *fn)
+{
+    sgtest_proxy_t *(**restart)(void) = fn;
+    return (*restart)();
+}
+
+int sgtest_proxy_check_alive(sgtest_proxy_t **pp, sgtest_proxy_t *(*restart)(void))
+{
+    return check_alive(pp, call_restart, &restart);
 }
 
 int sgtest_proxy_finish(sgtest_proxy_t **pp, const char *proxy_id, double removal_s)
@@ -251,32 +263,86 @@ int sgtest_proxy_finish(sgtest_proxy_t **pp, const char *proxy_id, double remova
     return rc;
 }
 
-int sgtest_suite_start(sgtest_proxy_t **pp, char **idp, sgtest_proxy_t *(*start)(void))
+static sgtest_proxy_t *suite_proxy_start(sgtest_suite_t *s)
 {
-    *idp = sgtest_new_proxy_id();
-    if (*idp == NULL)
-        return -1;
-    *pp = start();
-    if (*pp == NULL)
+    sgtest_proxy_t *p = sgtest_proxy_start(s->proxy_id, (const char *const *)s->env);
+    if (p == NULL)
         fprintf(stderr, "cannot start the proxy\n");
-    return *pp != NULL ? 0 : -1;
+    else if (s->on_start != NULL)
+        s->on_start(p);
+    return p;
 }
 
-int sgtest_suite_start_env(sgtest_proxy_t **pp, char **idp, const char *const *env)
+int sgtest_suite_start(sgtest_suite_t *s, const char *const *env)
 {
-    *idp = sgtest_new_proxy_id();
-    if (*idp == NULL)
+    size_t n = 0;
+    for (; env != NULL && env[n] != NULL; n++) {
+        if (n >= SGTEST_SUITE_MAX_ENV) {
+            fprintf(stderr, "sgtest_suite_start: more than %d settings\n", SGTEST_SUITE_MAX_ENV);
+            return -1;
+        }
+        if ((s->env[n] = strdup(env[n])) == NULL)
+            return -1;
+    }
+    s->env[n] = NULL;
+    if ((s->proxy_id = sgtest_new_proxy_id()) == NULL)
         return -1;
-    *pp = sgtest_proxy_start(*idp, env);
-    return *pp != NULL ? 0 : -1;
+    s->proxy = suite_proxy_start(s);
+    return s->proxy != NULL ? 0 : -1;
 }
 
-int sgtest_suite_end(sgtest_proxy_t **pp, char **idp, double removal_s)
+static sgtest_proxy_t *suite_restart(void *s)
 {
-    int rc = sgtest_proxy_finish(pp, *idp, removal_s);
-    free(*idp);
-    *idp = NULL;
+    return suite_proxy_start(s);
+}
+
+int sgtest_suite_after_test(sgtest_suite_t *s)
+{
+    return check_alive(&s->proxy, suite_restart, s);
+}
+
+static void suite_free(sgtest_suite_t *s)
+{
+    free(s->proxy_id);
+    s->proxy_id = NULL;
+    for (size_t i = 0; s->env[i] != NULL; i++) {
+        free(s->env[i]);
+        s->env[i] = NULL;
+    }
+}
+
+int sgtest_suite_end(sgtest_suite_t *s)
+{
+    int rc = sgtest_proxy_finish(&s->proxy, s->proxy_id, s->removal_s);
+    suite_free(s);
     return rc;
+}
+
+int sgtest_suite_stop(sgtest_suite_t *s, bool check_exit)
+{
+    int rc = 0;
+    if (s->proxy != NULL) {
+        if (sgtest_proxy_stop(s->proxy) != 0 && check_exit)
+            rc = -1;
+        s->proxy = NULL;
+    }
+    int removed = s->proxy_id != NULL ? sgtest_docker_remove_all(s->proxy_id) : 0;
+    if (removed != 0) {
+        fprintf(stderr, "teardown: force-removed %d leftover container(s)\n", removed);
+        rc = -1;
+    }
+    suite_free(s);
+    return rc;
+}
+
+int sgtest_suite_teardown(void **state)
+{
+    return sgtest_suite_after_test(*state);
+}
+
+int sgtest_suite_group_teardown(void **state)
+{
+    return sgtest_suite_end(*state);
 }
 
 /* ---- the proxy's session API ---- */

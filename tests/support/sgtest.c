@@ -169,7 +169,7 @@ int sggw_rmtree(const char *dir)
  * Child processes
  * ------------------------------------------------------------------------ */
 
-int sgtest__free_port(void)
+int sgtest_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)

@@ -55,6 +55,10 @@ typedef struct sgtest_proxy sgtest_proxy_t;
  * whose sandgate.proxy label starts with "sgtest-". */
 char *sgtest_new_proxy_id(void);
 
+/* A loopback port nobody listens on right now (bind port 0, read, close),
+ * or -1. */
+int sgtest_free_port(void);
+
 /* A child process of a test, and how it ended. */
 typedef struct {
     pid_t pid;
@@ -239,16 +243,35 @@ int sgtest_proxy_check_alive(sgtest_proxy_t **pp, sgtest_proxy_t *(*restart)(voi
  * Returns 0, or -1 with each problem printed. */
 int sgtest_proxy_finish(sgtest_proxy_t **pp, const char *proxy_id, double removal_s);
 
-/* A proxy suite's group setup: a new proxy id into *idp, then *pp =
- * start() (the suite's own start, which its teardown hands on to
- * sgtest_proxy_check_alive()). 0, or -1 when either failed. */
-int sgtest_suite_start(sgtest_proxy_t **pp, char **idp, sgtest_proxy_t *(*start)(void));
-/* The same for a suite whose proxy is not started again: *pp =
- * sgtest_proxy_start(*idp, env). */
-int sgtest_suite_start_env(sgtest_proxy_t **pp, char **idp, const char *const *env);
-/* Its group teardown: sgtest_proxy_finish(), then *idp is freed and
- * cleared. 0 or -1. */
-int sgtest_suite_end(sgtest_proxy_t **pp, char **idp, double removal_s);
+/* A proxy suite's harness: its one proxy, started again (same id and
+ * settings: it reconciles what a dead one left) when it died in a test. */
+#define SGTEST_SUITE_MAX_ENV 16
+typedef struct {
+    sgtest_proxy_t *proxy;
+    char *proxy_id;
+    double removal_s;                    /* teardown: how long closed sessions' containers may take to go */
+    void (*on_start)(sgtest_proxy_t *p); /* may be NULL: called after every start */
+    /* private: copies of the settings, for restarts */
+    char *env[SGTEST_SUITE_MAX_ENV + 1];
+} sgtest_suite_t;
+/* For a group setup: a new proxy id, then the proxy with the "KEY=VALUE"
+ * settings of env (NULL-terminated, copied). Set removal_s and on_start
+ * first. 0, or -1 after printing why. */
+int sgtest_suite_start(sgtest_suite_t *s, const char *const *env);
+/* For a test's teardown: sgtest_proxy_check_alive() (a proxy that died
+ * fails the test, -1, and is started again). */
+int sgtest_suite_after_test(sgtest_suite_t *s);
+/* For the group teardown: sgtest_proxy_finish() (sessions closed, no
+ * container left, exit status 0), then what s holds is freed. 0 or -1. */
+int sgtest_suite_end(sgtest_suite_t *s);
+/* The group teardown of a suite whose last test leaves nothing to close:
+ * stops the proxy (its exit status counts only with check_exit), then
+ * force-removes (-1) whatever still carries its id, frees what s holds. */
+int sgtest_suite_stop(sgtest_suite_t *s, bool check_exit);
+/* The same as cmocka fixtures, for a suite whose group setup sets
+ * *state = &suite (cmocka hands it to every test and teardown). */
+int sgtest_suite_teardown(void **state);
+int sgtest_suite_group_teardown(void **state);
 
 /* snprintf that must fit (the test fails otherwise). */
 void pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

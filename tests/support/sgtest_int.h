@@ -43,8 +43,6 @@ typedef struct {
 /* 0 when an HTTP answer came back, -1 with out->error set. */
 int sgtest__curl(const sgtest__http_req_t *q, sgtest_reply_t *out);
 
-/* A loopback port nobody listens on right now: bind port 0, read, close. */
-int sgtest__free_port(void);
 /* Forks and execs argv[0] (a path, or a name looked up in PATH when
  * use_path) with envp (NULL: environ), stdin from /dev/null, stdout and
  * stderr appended to log (or to the fds out_fd / err_fd when log is NULL),
