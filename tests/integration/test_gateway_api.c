@@ -152,8 +152,7 @@ SGGW_TEST(test_auth_matrix)
     random_uuid(u);
 
     /* GET / needs no token */
-    sggw_call(stack.gw, NULL, "GET", "/", NULL, &r);
-    json_object *o = SG_TAKE_JSON(&r, 200);
+    json_object *o = SGGW_CALL_JSON(stack.gw, NULL, "GET", "/", NULL, 200);
     SG_CHECK(strcmp(SG_STR(o, "status"), "ok") == 0, o, "GET / must answer {\"status\":\"ok\"}");
     json_object_put(o);
 
@@ -334,12 +333,20 @@ SGGW_TEST(test_auth_matrix)
 /* What sandgate-admin changes in the SQLite file reaches a running gateway
  * at once, and what the gateway writes reaches the file, with the default
  * number of DB threads (2). */
-SGGW_TEST(test_admin_changes_reach_gateway)
+/* A gateway of the test's own (extra_gw: after_test stops it) with two DB
+ * threads, in front of the suite's proxy. */
+static sggw_gateway_t *two_db_threads_gateway(void)
 {
     const char *env[] = {"SANDGATE_DB_WORKERS=2", NULL};
     sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy), .env = env};
-    sggw_gateway_t *g2 = extra_gw = sggw_gateway_start(&opts);
-    SG_CHECK(g2 != NULL, NULL, "cannot start a gateway");
+    extra_gw = sggw_gateway_start(&opts);
+    SG_CHECK(extra_gw != NULL, NULL, "cannot start a gateway");
+    return extra_gw;
+}
+
+SGGW_TEST(test_admin_changes_reach_gateway)
+{
+    sggw_gateway_t *g2 = two_db_threads_gateway();
     const char *dir = sggw_gateway_data_dir(g2);
     char *tok = sggw_new_tenant(dir, "live-admin", NULL);
     char url[256];
@@ -427,10 +434,7 @@ SGGW_TEST(test_admin_changes_reach_gateway)
  * before the gateway's DB threads open the file.) */
 SGGW_TEST(test_create_then_use_at_once)
 {
-    const char *env[] = {"SANDGATE_DB_WORKERS=2", NULL};
-    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy), .env = env};
-    sggw_gateway_t *g2 = extra_gw = sggw_gateway_start(&opts);
-    SG_CHECK(g2 != NULL, NULL, "cannot start a gateway");
+    sggw_gateway_t *g2 = two_db_threads_gateway();
     const char *dir = sggw_gateway_data_dir(g2);
     char *tok = sggw_new_tenant(dir, "at-once", NULL);
     char path[256];
@@ -555,8 +559,7 @@ SGGW_TEST(test_cross_tenant)
     sgtest_expect_stdout(o, "42\n");
     json_object_put(o);
     pathf(path, sizeof(path), "/sessions/%s/files?path=b.txt", sa);
-    sggw_call(stack.gw, ta, "GET", path, NULL, &r);
-    SG_TAKE_ERROR(&r, 404, NULL);
+    SGGW_CALL_ERROR(stack.gw, ta, "GET", path, NULL, 404, NULL);
     pathf(path, sizeof(path), "/sessions/%s", sa);
     sggw_call(stack.gw, ta, "GET", path, NULL, &r);
     o = SG_EXPECT_JSON(&r, 200);
@@ -601,12 +604,10 @@ SGGW_TEST(test_cross_tenant)
 SGGW_TEST(test_seed003_examples)
 {
     char *tok = sggw_new_tenant(data_dir(), "seed003", NULL);
-    sgtest_reply_t r;
     char path[256];
 
     /* Health Check */
-    sggw_call(stack.gw, tok, "GET", "/", NULL, &r);
-    json_object *o = SG_TAKE_JSON(&r, 200);
+    json_object *o = SGGW_CALL_JSON(stack.gw, tok, "GET", "/", NULL, 200);
     SG_CHECK(strcmp(SG_STR(o, "status"), "ok") == 0, o, "GET /");
     json_object_put(o);
 
@@ -660,8 +661,7 @@ SGGW_TEST(test_seed003_examples)
              "the container of closed session %s remains", sid);
     free(cid);
     pathf(path, sizeof(path), "/sessions/%s/execute", sid);
-    sggw_call(stack.gw, tok, "POST", path, "{\"code\":\"print(1)\"}", &r);
-    SG_TAKE_ERROR(&r, 404, NULL);
+    SGGW_CALL_ERROR(stack.gw, tok, "POST", path, "{\"code\":\"print(1)\"}", 404, NULL);
 
     /* Execute Code (Ephemeral), as documented */
     o = ephemeral(stack.gw, tok,
@@ -1088,10 +1088,7 @@ SGGW_TEST(test_memory_state_limits)
     sggw_par_req_t reqs[N];
 
     snprintf(url, sizeof(url), "%s/sessions", sggw_gateway_url(stack.gw));
-    memset(reqs, 0, sizeof(reqs));
-    for (int i = 0; i < N; i++)
-        reqs[i] = (sggw_par_req_t){.method = "GET", .url = url, .token = tok, .timeout_s = 30};
-    SG_CHECK(sggw_parallel(reqs, N) == 0, NULL, "cannot start threads");
+    sggw_parallel_get(reqs, N, url, tok);
     int ok = 0, limited = 0;
     double first = reqs[0].started, last = reqs[0].finished;
     for (int i = 0; i < N; i++) {
@@ -1210,8 +1207,7 @@ SGGW_TEST(test_metrics)
     sggw_call(g2, slow, "GET", "/sessions", NULL, &r);
     SG_ASSERT_STATUS(&r, 200);
     sgtest_reply_free(&r);
-    sggw_call(g2, slow, "GET", "/sessions", NULL, &r);
-    SG_TAKE_ERROR(&r, 429, NULL);
+    SGGW_CALL_ERROR(g2, slow, "GET", "/sessions", NULL, 429, NULL);
 
     /* the live-session gauge follows (it is refreshed by the reaper) */
     char *sid = sggw_create_session(g2, tok, NULL, NULL);
@@ -1231,12 +1227,10 @@ SGGW_TEST(test_metrics)
     /* the proxy goes away */
     extra_proxy = NULL;
     SG_CHECK(sgtest_proxy_stop(p2) == 0, NULL, "the second proxy did not stop cleanly");
-    sggw_call(g2, tok, "POST", "/execute", "{\"code\":\"print(1)\",\"lang\":\"python\"}", &r);
-    SG_TAKE_ERROR(&r, 502, "proxy_unavailable");
+    SGGW_CALL_ERROR(g2, tok, "POST", "/execute", "{\"code\":\"print(1)\",\"lang\":\"python\"}", 502, "proxy_unavailable");
     /* a failed create gives its slot back: max_sessions 1, twice 502, not 429 */
     for (int i = 0; i < 2; i++) {
-        sggw_call(g2, tok, "POST", "/sessions", "{\"lang\":\"python\"}", &r);
-        SG_TAKE_ERROR(&r, 502, "proxy_unavailable");
+        SGGW_CALL_ERROR(g2, tok, "POST", "/sessions", "{\"lang\":\"python\"}", 502, "proxy_unavailable");
     }
 
     text = get_metrics(g2);
@@ -1443,24 +1437,18 @@ SGGW_TEST(test_libraries_route)
     char *tok = sggw_new_tenant(data_dir(), "libs-a", NULL), *other = sggw_new_tenant(data_dir(), "libs-b", NULL);
     char *sid = sggw_create_session(stack.gw, tok, "{\"lang\": \"python\"}", NULL);
     char path[256];
-    sgtest_reply_t r;
     pathf(path, sizeof(path), "/sessions/%s/libraries", sid);
 
-    sggw_call(stack.gw, tok, "POST", path, "{\"package\": \"sgtest-nowhere\", \"version\": \"1.0\"}", &r);
-    json_object *o = SG_TAKE_JSON(&r, 200);
+    json_object *o = SGGW_CALL_JSON(stack.gw, tok, "POST", path, "{\"package\": \"sgtest-nowhere\", \"version\": \"1.0\"}", 200);
     SG_CHECK(!SG_BOOL(o, "success"), o, "success");
     SG_CHECK(strstr(SG_STR(o, "message"), "sgtest-nowhere") != NULL, o, "the message names the package");
     (void)SG_DBL(o, "installation_time");
     json_object_put(o);
 
-    sggw_call(stack.gw, tok, "POST", path, "{\"package\": \"os\"}", &r);
-    SG_TAKE_ERROR(&r, 400, "bad_library");
-    sggw_call(stack.gw, tok, "POST", path, "not json", &r);
-    SG_TAKE_ERROR(&r, 400, "bad_json");
-    sggw_call(stack.gw, other, "POST", path, "{\"package\": \"requests\"}", &r);
-    SG_TAKE_ERROR(&r, 404, "no_such_session");
-    sggw_call(stack.gw, tok, "GET", path, NULL, &r);
-    SG_TAKE_ERROR(&r, 405, NULL);
+    SGGW_CALL_ERROR(stack.gw, tok, "POST", path, "{\"package\": \"os\"}", 400, "bad_library");
+    SGGW_CALL_ERROR(stack.gw, tok, "POST", path, "not json", 400, "bad_json");
+    SGGW_CALL_ERROR(stack.gw, other, "POST", path, "{\"package\": \"requests\"}", 404, "no_such_session");
+    SGGW_CALL_ERROR(stack.gw, tok, "GET", path, NULL, 405, NULL);
 
     sggw_delete_session(stack.gw, tok, sid);
     free(sid);

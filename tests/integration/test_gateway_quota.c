@@ -61,10 +61,7 @@ SGGW_TEST(test_rate_limit_exact)
     char url[256];
 
     pathf(url, sizeof(url), "%s/sessions", sggw_gateway_url(stack.gw));
-    memset(reqs, 0, sizeof(reqs));
-    for (int i = 0; i < N; i++)
-        reqs[i] = (sggw_par_req_t){.method = "GET", .url = url, .token = tok, .timeout_s = 30};
-    SG_CHECK(sggw_parallel(reqs, N) == 0, NULL, "cannot start threads");
+    sggw_parallel_get(reqs, N, url, tok);
 
     int ok = 0, limited = 0;
     double first = reqs[0].started, last = reqs[0].finished;
@@ -263,8 +260,7 @@ typedef struct {
 
 SGGW_TEST(test_usage_matches_replies)
 {
-    char *tok = sggw_new_tenant(data_dir(), "usage-match", NULL);
-    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
+    char *sid, *tok = sggw_tenant_session(stack.gw, "usage-match", NULL, &sid);
     run_t runs[] = {
         {"execute", "{\"code\":\"print('hello')\"}"},
         {"execute", "{\"code\":\"import sys\\nprint('to stderr', file=sys.stderr)\\nsys.exit(2)\"}"},

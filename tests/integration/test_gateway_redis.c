@@ -311,8 +311,7 @@ SGGW_TEST(test_redis_outage)
     json_object_put(sggw_post_result(stack.gw, tok, "/execute",
                                      json_tokener_parse("{\"code\":\"print(1)\",\"lang\":\"python\"}")));
     /* creating a session: 503 state_unavailable */
-    sggw_call(stack.gw, tok, "POST", "/sessions", "{\"lang\":\"python\"}", &r);
-    SG_TAKE_ERROR(&r, 503, "state_unavailable");
+    SGGW_CALL_ERROR(stack.gw, tok, "POST", "/sessions", "{\"lang\":\"python\"}", 503, "state_unavailable");
     /* metrics say so */
     sggw_call(stack.gw, NULL, "GET", "/metrics", NULL, &r);
     SG_ASSERT_STATUS(&r, 200);
@@ -352,8 +351,7 @@ SGGW_TEST(test_redis_outage)
 SGGW_TEST(test_timeouts_survive_redis_restart)
 {
     const char *q[] = {"idle_timeout=2", "max_lifetime=600", NULL};
-    char *tok = sggw_new_tenant(data_dir(), "rebuilt", q);
-    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
+    char *sid, *tok = sggw_tenant_session(stack.gw, "rebuilt", q, &sid);
     char *cid = sgtest_docker_session_container(stack.proxy_id, sid);
     SG_CHECK(cid != NULL, NULL, "no container for %s", sid);
 
@@ -426,8 +424,7 @@ SGGW_TEST(test_script_flush)
 
 SGGW_TEST(test_redis_hang)
 {
-    char *tok = sggw_new_tenant(data_dir(), "hang", NULL);
-    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
+    char *sid, *tok = sggw_tenant_session(stack.gw, "hang", NULL, &sid);
     sgtest_reply_t r;
 
     SG_CHECK(sggw_redis_pause(stack.redis) == 0, NULL, "SIGSTOP redis-server");
@@ -474,8 +471,7 @@ SGGW_TEST(test_redis_down_at_start)
     sggw_call(g, tok, "GET", "/sessions", NULL, &r);
     SG_ASSERT_STATUS(&r, 200);
     sgtest_reply_free(&r);
-    sggw_call(g, tok, "POST", "/sessions", "{\"lang\":\"python\"}", &r);
-    SG_TAKE_ERROR(&r, 503, "state_unavailable");
+    SGGW_CALL_ERROR(g, tok, "POST", "/sessions", "{\"lang\":\"python\"}", 503, "state_unavailable");
 
     SG_CHECK(sggw_redis_restart(extra_redis) == 0, NULL, "cannot start the second redis-server");
     char *sid = create_when_back(g, tok, RECOVER_S, NULL);

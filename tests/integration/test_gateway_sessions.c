@@ -72,10 +72,8 @@ static void expect_container_gone(char *cid, const char *sid)
 static void expect_gone_for_client(sggw_gateway_t *g, const char *tok, const char *sid)
 {
     char path[256];
-    sgtest_reply_t r;
     pathf(path, sizeof(path), "/sessions/%s/execute", sid);
-    sggw_call(g, tok, "POST", path, "{\"code\":\"print(1)\"}", &r);
-    SG_TAKE_ERROR(&r, 404, NULL);
+    SGGW_CALL_ERROR(g, tok, "POST", path, "{\"code\":\"print(1)\"}", 404, NULL);
     SG_CHECK(!sggw_lists(g, tok, sid), NULL, "GET /sessions still lists closed session %s", sid);
 }
 
@@ -172,8 +170,7 @@ SGGW_TEST(test_idle_timeout_closes)
 SGGW_TEST(test_use_keeps_session)
 {
     const char *q[] = {"idle_timeout=2", "max_lifetime=600", NULL};
-    char *tok = sggw_new_tenant(data_dir(), "busy", q);
-    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
+    char *sid, *tok = sggw_tenant_session(stack.gw, "busy", q, &sid);
     char path[256];
     sgtest_reply_t r;
 
@@ -254,8 +251,7 @@ SGGW_TEST(test_lifetime_closes_even_when_used)
 SGGW_TEST(test_deadlines_not_early)
 {
     const char *q[] = {"idle_timeout=2", "max_lifetime=600", NULL};
-    char *tok = sggw_new_tenant(data_dir(), "not-early", q);
-    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
+    char *sid, *tok = sggw_tenant_session(stack.gw, "not-early", q, &sid);
     align_wall(0.85);
     json_object_put(sggw_execute(stack.gw, tok, sid, "print('last use')", 0));
     double used = sggw_wall(); /* the gateway saw the use no later than this */
@@ -285,11 +281,9 @@ SGGW_TEST(test_admin_force_close)
     char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
     char *cid = sgtest_docker_session_container(stack.proxy_id, sid);
     char path[256];
-    sgtest_reply_t r;
 
     pathf(path, sizeof(path), "/admin/sessions/%s", sid);
-    sggw_admin_call(stack.gw, "DELETE", path, NULL, &r);
-    json_object *o = SG_TAKE_JSON(&r, 200);
+    json_object *o = SGGW_ADMIN_JSON(stack.gw, "DELETE", path, NULL, 200);
     SG_CHECK(strcmp(SG_STR(o, "status"), "closed") == 0, o, "force-close answers {\"status\":\"closed\"}");
     json_object_put(o);
     expect_container_gone(cid, sid);
@@ -297,8 +291,7 @@ SGGW_TEST(test_admin_force_close)
     expect_redis_clean(sid, tid);
     expect_gone_for_client(stack.gw, tok, sid);
     /* again: it is no longer live */
-    sggw_admin_call(stack.gw, "DELETE", path, NULL, &r);
-    SG_TAKE_ERROR(&r, 404, NULL);
+    SGGW_ADMIN_ERROR(stack.gw, "DELETE", path, NULL, 404, NULL);
     free(cid);
     free(sid);
     free(tok);
@@ -314,9 +307,7 @@ static void wait_usage(sggw_gateway_t *g, const char *tenant, int64_t want)
     pathf(path, sizeof(path), "/admin/usage?tenant=%s", tenant);
     double deadline = sgtest_now() + 5;
     for (;;) {
-        sgtest_reply_t r;
-        sggw_admin_call(g, "GET", path, NULL, &r);
-        json_object *o = SG_TAKE_JSON(&r, 200);
+        json_object *o = SGGW_ADMIN_JSON(g, "GET", path, NULL, 200);
         int64_t n = SG_INT(o, "executions");
         json_object_put(o);
         if (n == want)

@@ -75,17 +75,12 @@ static json_object *session_details(const char *sid)
 {
     char path[256];
     pathf(path, sizeof(path), "/sessions/%s", sid);
-    sgtest_reply_t r;
-    sgtest_call(suite.proxy, "GET", path, NULL, &r);
-    json_object *o = SG_TAKE_JSON(&r, 200);
-    return o;
+    return SG_CALL_JSON(suite.proxy, "GET", path, NULL, 200);
 }
 
 static json_object *list_sessions(void)
 {
-    sgtest_reply_t r;
-    sgtest_call(suite.proxy, "GET", "/sessions", NULL, &r);
-    json_object *o = SG_TAKE_JSON(&r, 200);
+    json_object *o = SG_CALL_JSON(suite.proxy, "GET", "/sessions", NULL, 200);
     SG_ARR(o, "sessions");
     return o;
 }
@@ -141,9 +136,7 @@ static void expect_no_ephemeral_left(void)
 
 static void expect_proxy_healthy(void)
 {
-    sgtest_reply_t r;
-    sgtest_call(suite.proxy, "GET", "/", NULL, &r);
-    json_object *o = SG_TAKE_JSON(&r, 200);
+    json_object *o = SG_CALL_JSON(suite.proxy, "GET", "/", NULL, 200);
     SG_CHECK(strcmp(SG_STR(o, "status"), "ok") == 0, o, "GET / is not ok");
     json_object_put(o);
 }
@@ -256,8 +249,7 @@ static void test_seed_readme_examples(void **state)
     SG_CHECK(!listed(sid), NULL, "closed session %s is still listed", sid);
     char path[256];
     pathf(path, sizeof(path), "/sessions/%s", sid);
-    sgtest_call(suite.proxy, "GET", path, NULL, &r);
-    SG_TAKE_ERROR(&r, 404, NULL);
+    SG_CALL_ERROR(suite.proxy, "GET", path, NULL, 404, NULL);
     SG_CHECK(sgtest_docker_exists(cid) == 0, NULL, "container %s of closed session remains", cid);
     free(cid);
     SG_CHECK(sglibs_count_labelled(suite.proxy_id, "sandgate.kind=session") == 0, NULL, "session containers remain");

@@ -79,9 +79,7 @@ static int group_teardown(void **state)
 
 static char *create_session(const char *body)
 {
-    sgtest_reply_t r;
-    sgtest_call(suite.proxy, "POST", "/sessions", body, &r);
-    json_object *o = SG_TAKE_JSON(&r, 200);
+    json_object *o = SG_CALL_JSON(suite.proxy, "POST", "/sessions", body, 200);
     char *sid = strdup(SG_STR(o, "session_id"));
     json_object_put(o);
     return sid;
@@ -90,20 +88,15 @@ static char *create_session(const char *body)
 static json_object *run(const char *sid, const char *route, const char *body)
 {
     char path[256];
-    sgtest_reply_t r;
     snprintf(path, sizeof(path), "/sessions/%s/%s", sid, route);
-    sgtest_call(suite.proxy, "POST", path, body, &r);
-    json_object *o = SG_TAKE_JSON(&r, 200);
-    return o;
+    return SG_CALL_JSON(suite.proxy, "POST", path, body, 200);
 }
 
 static json_object *delete_session(const char *sid)
 {
     char path[256];
-    sgtest_reply_t r;
     snprintf(path, sizeof(path), "/sessions/%s", sid);
-    sgtest_call(suite.proxy, "DELETE", path, NULL, &r);
-    json_object *o = SG_TAKE_JSON(&r, 200);
+    json_object *o = SG_CALL_JSON(suite.proxy, "DELETE", path, NULL, 200);
     SG_CHECK(strcmp(SG_STR(o, "status"), "closed") == 0, o, "status");
     return o;
 }
@@ -138,10 +131,8 @@ static void test_custom_image(void **state)
 
     /* no library installs in a custom image */
     char path[256];
-    sgtest_reply_t r;
     snprintf(path, sizeof(path), "/sessions/%s/libraries", sid);
-    sgtest_call(suite.proxy, "POST", path, "{\"package\":\"requests\"}", &r);
-    SG_TAKE_ERROR(&r, 400, "bad_library");
+    SG_CALL_ERROR(suite.proxy, "POST", path, "{\"package\":\"requests\"}", 400, "bad_library");
 
     json_object_put(delete_session(sid));
     SG_CHECK(sgtest_docker_wait_gone(cid, 10, NULL) == 0, NULL, "container %s gone after delete", cid);
@@ -158,9 +149,7 @@ static void test_image_not_allowed(void **state)
         "{\"lang\":\"python\",\"image\":\"sandgate-template:nosuch\"}", /* a template name that does not exist */
     };
     for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
-        sgtest_reply_t r;
-        sgtest_call(suite.proxy, "POST", "/sessions", bodies[i], &r);
-        SG_TAKE_ERROR(&r, 400, i < 3 ? "image_not_allowed" : "unknown_image");
+        SG_CALL_ERROR(suite.proxy, "POST", "/sessions", bodies[i], 400, i < 3 ? "image_not_allowed" : "unknown_image");
     }
     SG_CHECK(sgtest_docker_count(suite.proxy_id) == 0, NULL, "no container for a refused image");
 }

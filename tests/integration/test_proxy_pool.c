@@ -38,9 +38,7 @@ static int group_teardown(void **state)
 /* The ids of the sessions the proxy lists (malloc'd strv). */
 static char **listed_sessions(void)
 {
-    sgtest_reply_t r;
-    sgtest_call(suite.proxy, "GET", "/sessions", NULL, &r);
-    json_object *o = SG_TAKE_JSON(&r, 200);
+    json_object *o = SG_CALL_JSON(suite.proxy, "GET", "/sessions", NULL, 200);
     json_object *arr = SG_ARR(o, "sessions");
     size_t n = json_object_array_length(arr);
     char **v = calloc(n + 1, sizeof(*v));
@@ -127,9 +125,7 @@ static void close_session(const char *sid, const char *cid)
 
 static void expect_prints(const char *path, const char *body, const char *want)
 {
-    sgtest_reply_t r;
-    sgtest_call(suite.proxy, "POST", path, body, &r);
-    json_object *o = SG_TAKE_JSON(&r, 200);
+    json_object *o = SG_CALL_JSON(suite.proxy, "POST", path, body, 200);
     SG_CHECK(strcmp(SG_STR(o, "stdout"), want) == 0, o, "stdout");
     SG_CHECK(SG_BOOL(o, "success"), o, "success");
     json_object_put(o);

@@ -88,20 +88,14 @@ static void start_proxy(const char *runtime, const char *extra1, const char *ext
 
 static json_object *health(void)
 {
-    sgtest_reply_t r;
-    sgtest_call(proxy, "GET", "/health", NULL, &r);
-    json_object *o = SG_TAKE_JSON(&r, 200);
-    return o;
+    return SG_CALL_JSON(proxy, "GET", "/health", NULL, 200);
 }
 
 static json_object *details(const char *sid)
 {
     char path[128];
-    sgtest_reply_t r;
     pathf(path, sizeof(path), "/sessions/%s", sid);
-    sgtest_call(proxy, "GET", path, NULL, &r);
-    json_object *o = SG_TAKE_JSON(&r, 200);
-    return o;
+    return SG_CALL_JSON(proxy, "GET", path, NULL, 200);
 }
 
 /* The session's container runs on `want`, and says so in its label. */

@@ -815,12 +815,9 @@ static void test_streaming(void **state)
 
     /* errors before the stream starts are plain JSON errors */
     {
-        sgtest_reply_t r;
-        sgtest_call(suite.proxy, "POST", "/sessions/00000000-0000-4000-8000-000000000000/execute",
-                    "{\"code\":\"print(1)\",\"stream\":true}", &r);
-        SG_TAKE_ERROR(&r, 404, "no_such_session");
-        sgtest_call(suite.proxy, "POST", path, "{\"stream\":true}", &r);
-        SG_TAKE_ERROR(&r, 400, "bad_field");
+        SG_CALL_ERROR(suite.proxy, "POST", "/sessions/00000000-0000-4000-8000-000000000000/execute",
+                    "{\"code\":\"print(1)\",\"stream\":true}", 404, "no_such_session");
+        SG_CALL_ERROR(suite.proxy, "POST", path, "{\"stream\":true}", 400, "bad_field");
     }
 
     /* commands stream too, and report state none */
@@ -846,9 +843,7 @@ static void test_streaming(void **state)
 
 static char **listed_sessions(void)
 {
-    sgtest_reply_t r;
-    sgtest_call(suite.proxy, "GET", "/sessions", NULL, &r);
-    json_object *o = SG_TAKE_JSON(&r, 200);
+    json_object *o = SG_CALL_JSON(suite.proxy, "GET", "/sessions", NULL, 200);
     json_object *arr = SG_ARR(o, "sessions");
     size_t n = json_object_array_length(arr);
     char **v = calloc(n + 1, sizeof(*v));

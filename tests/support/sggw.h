@@ -158,6 +158,19 @@ int sggw_call(const sggw_gateway_t *g, const char *token, const char *method, co
 /* The same with a JSON object body (not consumed) and a timeout (<= 0: default). */
 int sggw_call_json(const sggw_gateway_t *g, const char *token, const char *method, const char *path,
                    json_object *body, long timeout_s, sgtest_reply_t *out);
+/* sggw_call() / sggw_admin_call(), then the reply taken at once
+ * (SG_TAKE_JSON / SG_TAKE_ERROR): asserting, test thread only. */
+#define SGGW_CALL_JSON(g, token, method, path, json_body, st)                                                          \
+    sggw__call_take((g), (token), (method), (path), (json_body), (st), NULL, 0, __FILE__, __LINE__)
+#define SGGW_CALL_ERROR(g, token, method, path, json_body, st, code)                                                   \
+    ((void)sggw__call_take((g), (token), (method), (path), (json_body), (st), (code), 1, __FILE__, __LINE__))
+#define SGGW_ADMIN_JSON(g, method, path, json_body, st)                                                                \
+    SGGW_CALL_JSON((g), sggw_gateway_admin_token(g), (method), (path), (json_body), (st))
+#define SGGW_ADMIN_ERROR(g, method, path, json_body, st, code)                                                         \
+    SGGW_CALL_ERROR((g), sggw_gateway_admin_token(g), (method), (path), (json_body), (st), (code))
+json_object *sggw__call_take(const sggw_gateway_t *g, const char *token, const char *method, const char *path,
+                             const char *json_body, long status, const char *code, int error, const char *file,
+                             int line);
 /* A call of the admin API with g's admin token. */
 int sggw_admin_call(const sggw_gateway_t *g, const char *method, const char *path, const char *json_body,
                     sgtest_reply_t *out);
@@ -241,6 +254,11 @@ bool sggw_admin_lists(const sggw_gateway_t *g, const char *tenant, const char *s
  * close_reason and that closed_at is a unix time. */
 void sggw_expect_db_closed(const char *data_dir, const char *sid, const char *reason);
 
+/* Asserting: a new tenant `name` of g (quotas as sggw_new_tenant) and a
+ * python session of its token: returns the token, *sid the session. */
+char *sggw_tenant_session(const sggw_gateway_t *g, const char *name, const char *const *quotas, char **sid);
+/* Asserting: n GET url with token at once (sggw_parallel, 30 s each). */
+void sggw_parallel_get(sggw_par_req_t *reqs, size_t n, const char *url, const char *token);
 /* Polls GET /sessions of token (every 100 ms) until it is answered 200;
  * every other answer meanwhile must be `meanwhile` (0: any). Asserts that
  * it comes within timeout_s. */

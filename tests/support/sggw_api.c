@@ -68,6 +68,18 @@ int sggw_call_json(const sggw_gateway_t *g, const char *token, const char *metho
                            timeout_s, out);
 }
 
+json_object *sggw__call_take(const sggw_gateway_t *g, const char *token, const char *method, const char *path,
+                             const char *json_body, long status, const char *code, int error, const char *file,
+                             int line)
+{
+    sgtest_reply_t r;
+    sggw_call(g, token, method, path, json_body, &r);
+    if (!error)
+        return sgtest__take_json(&r, status, file, line);
+    sgtest__take_error(&r, status, code, file, line);
+    return NULL;
+}
+
 int sggw_admin_call(const sggw_gateway_t *g, const char *method, const char *path, const char *json_body,
                     sgtest_reply_t *out)
 {
@@ -379,6 +391,21 @@ void sggw_expect_db_closed(const char *data_dir, const char *sid, const char *re
              sid, bar ? bar + 1 : row, reason);
     SG_CHECK(atoll(row) > 1000000000LL, NULL, "session %s: closed_at %s is no unix time", sid, row);
     free(row);
+}
+
+char *sggw_tenant_session(const sggw_gateway_t *g, const char *name, const char *const *quotas, char **sid)
+{
+    char *tok = sggw_new_tenant(sggw_gateway_data_dir(g), name, quotas);
+    *sid = sggw_create_session(g, tok, NULL, NULL);
+    return tok;
+}
+
+void sggw_parallel_get(sggw_par_req_t *reqs, size_t n, const char *url, const char *token)
+{
+    memset(reqs, 0, n * sizeof(*reqs));
+    for (size_t i = 0; i < n; i++)
+        reqs[i] = (sggw_par_req_t){.method = "GET", .url = url, .token = token, .timeout_s = 30};
+    SG_CHECK(sggw_parallel(reqs, n) == 0, NULL, "cannot start threads");
 }
 
 void sggw_wait_allowed(const sggw_gateway_t *g, const char *token, double timeout_s, long meanwhile)

@@ -180,6 +180,17 @@ int sgtest_call_json(const sgtest_proxy_t *p, const char *method, const char *pa
     return sgtest_http(method, url, s, s ? strlen(s) : 0, s ? "application/json" : NULL, timeout_s, out);
 }
 
+json_object *sgtest__call_take(const sgtest_proxy_t *p, const char *method, const char *path, const char *json_body,
+                               long status, const char *code, int error, const char *file, int line)
+{
+    sgtest_reply_t r;
+    sgtest_call(p, method, path, json_body, &r);
+    if (!error)
+        return sgtest__take_json(&r, status, file, line);
+    sgtest__take_error(&r, status, code, file, line);
+    return NULL;
+}
+
 /* ---- the harness of a suite with a proxy of its own ---- */
 
 void sgtest_close_all_sessions(const sgtest_proxy_t *p)

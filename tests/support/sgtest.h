@@ -149,6 +149,14 @@ int sggw_http_curl(const char *method, const char *url, const void *body, size_t
  * as application/json. Default timeout. */
 int sgtest_call(const sgtest_proxy_t *p, const char *method, const char *path,
                 const char *json_body, sgtest_reply_t *out);
+/* sgtest_call(), then the reply taken at once (SG_TAKE_JSON /
+ * SG_TAKE_ERROR): asserting, test thread only. */
+#define SG_CALL_JSON(p, method, path, json_body, st)                                                                   \
+    sgtest__call_take((p), (method), (path), (json_body), (st), NULL, 0, __FILE__, __LINE__)
+#define SG_CALL_ERROR(p, method, path, json_body, st, code)                                                            \
+    ((void)sgtest__call_take((p), (method), (path), (json_body), (st), (code), 1, __FILE__, __LINE__))
+json_object *sgtest__call_take(const sgtest_proxy_t *p, const char *method, const char *path, const char *json_body,
+                               long status, const char *code, int error, const char *file, int line);
 /* Same with a JSON object body (serialized here; not consumed). */
 int sgtest_call_json(const sgtest_proxy_t *p, const char *method, const char *path,
                      json_object *body, long timeout_s, sgtest_reply_t *out);
