@@ -1005,27 +1005,23 @@ SGGW_TEST(test_caps)
     sgtest_reply_t r;
     char path[256];
 
-    sggw_call(stack.gw, tok, "POST", "/sessions", "{\"lang\":\"python\",\"timeout\":10}", &r);
-    expect_bad_field(&r, "timeout");
-    sgtest_reply_free(&r);
-    sggw_call(stack.gw, tok, "POST", "/sessions", "{\"lang\":\"python\",\"memory_mb\":512}", &r);
-    expect_bad_field(&r, "memory_mb");
-    sgtest_reply_free(&r);
-    sggw_call(stack.gw, tok, "POST", "/sessions", "{\"lang\":\"python\",\"cpus\":2}", &r);
-    expect_bad_field(&r, "cpus");
-    sgtest_reply_free(&r);
-    sggw_call(stack.gw, tok, "POST", "/sessions", "{\"lang\":\"javascript\"}", &r);
-    expect_bad_field(&r, "lang");
-    sgtest_reply_free(&r);
-    sggw_call(stack.gw, tok, "POST", "/sessions", "{\"lang\":\"python\",\"network\":true}", &r);
-    expect_bad_field(&r, "network");
-    sgtest_reply_free(&r);
-    sggw_call(stack.gw, tok, "POST", "/execute", "{\"code\":\"console.log(1)\",\"lang\":\"javascript\"}", &r);
-    expect_bad_field(&r, "lang");
-    sgtest_reply_free(&r);
-    sggw_call(stack.gw, tok, "POST", "/execute", "{\"code\":\"print(1)\",\"timeout\":10}", &r);
-    expect_bad_field(&r, "timeout");
-    sgtest_reply_free(&r);
+    /* over each cap: 400 naming the field */
+    static const struct {
+        const char *path, *body, *field;
+    } over[] = {
+        {"/sessions", "{\"lang\":\"python\",\"timeout\":10}", "timeout"},
+        {"/sessions", "{\"lang\":\"python\",\"memory_mb\":512}", "memory_mb"},
+        {"/sessions", "{\"lang\":\"python\",\"cpus\":2}", "cpus"},
+        {"/sessions", "{\"lang\":\"javascript\"}", "lang"},
+        {"/sessions", "{\"lang\":\"python\",\"network\":true}", "network"},
+        {"/execute", "{\"code\":\"console.log(1)\",\"lang\":\"javascript\"}", "lang"},
+        {"/execute", "{\"code\":\"print(1)\",\"timeout\":10}", "timeout"},
+    };
+    for (size_t i = 0; i < sizeof(over) / sizeof(over[0]); i++) {
+        sggw_call(stack.gw, tok, "POST", over[i].path, over[i].body, &r);
+        expect_bad_field(&r, over[i].field);
+        sgtest_reply_free(&r);
+    }
     json_object *l = sggw_list_sessions(stack.gw, tok);
     SG_CHECK(json_object_array_length(SG_ARR(l, "sessions")) == 0, l, "a refused create left a session");
     json_object_put(l);

@@ -228,6 +228,19 @@ void sgtest__take_error(sgtest_reply_t *r, long status, const char *code, const 
     sgtest_reply_free(r);
 }
 
+char *sgtest__take_id(json_object *o, const char *key, json_object **keep, const char *file, int line)
+{
+    const char *id = sgtest__get_str(o, key, file, line);
+    if (*id == '\0')
+        sgtest__fail(o, file, line, "empty %s", key);
+    char *copy = strdup(id);
+    if (keep != NULL)
+        *keep = o;
+    else
+        json_object_put(o);
+    return copy;
+}
+
 char *sgtest_urlencode(const char *s)
 {
     sgtest__curl_ready();

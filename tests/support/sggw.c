@@ -92,6 +92,12 @@ static int redis_spawn(sggw_redis_t *r)
     return -1;
 }
 
+static void redis_free(sgtest__server_t *s)
+{
+    sgtest__server_free_dir(s);
+    free(s); /* the redis' first member */
+}
+
 sggw_redis_t *sggw_redis_start(void)
 {
     sggw_redis_t *r = calloc(1, sizeof(*r));
@@ -99,6 +105,7 @@ sggw_redis_t *sggw_redis_start(void)
         return NULL;
     if (sgtest__server_init(&r->s, SGTEST__REDIS, "redis-server", "sggw-redis", "redis.log") != 0)
         goto Error;
+    r->s.free_fn = redis_free;
     for (int attempt = 0; attempt < 3; attempt++) {
         r->s.port = sgtest_free_port();
         if (r->s.port <= 0)
@@ -161,12 +168,8 @@ bool sggw_redis_running(sggw_redis_t *r)
 
 void sggw_redis_stop(sggw_redis_t *r)
 {
-    if (r == NULL)
-        return;
-    sgtest__live_remove(&r->s);
-    sgtest__server_kill(&r->s);
-    sgtest__server_free_dir(&r->s);
-    free(r);
+    if (r != NULL)
+        sgtest__server_end(&r->s, false);
 }
 
 const char *sggw_redis_url(const sggw_redis_t *r)
@@ -269,9 +272,9 @@ struct sggw_gateway {
     char admin_token[80];
 };
 
-static void gateway_free(sggw_gateway_t *g)
+static void gateway_free(sgtest__server_t *s)
 {
-    sgtest__live_remove(&g->s);
+    sggw_gateway_t *g = (sggw_gateway_t *)s; /* its first member */
     sgtest__server_free_dir(&g->s);
     if (g->own_data && g->data_dir != NULL)
         sggw_rmtree(g->data_dir);
@@ -293,6 +296,7 @@ sggw_gateway_t *sggw_gateway_start(const sggw_opts_t *o)
         return NULL;
     if (sgtest__server_init(&g->s, SGTEST__GATEWAY, "gateway", "sggw-gateway", "gateway.log") != 0)
         goto Error;
+    g->s.free_fn = gateway_free;
     if (o->data_dir != NULL) {
         g->data_dir = strdup(o->data_dir);
     } else {
@@ -336,44 +340,37 @@ sggw_gateway_t *sggw_gateway_start(const sggw_opts_t *o)
     return g;
 
 Error:
-    gateway_free(g);
+    gateway_free(&g->s);
     return NULL;
 }
 
 int sggw_gateway_stop(sggw_gateway_t *g)
 {
-    if (g == NULL)
-        return 0;
-    int result = sgtest__server_stop(&g->s);
-    gateway_free(g);
-    return result;
+    return g != NULL ? sgtest__server_end(&g->s, true) : 0;
+}
+
+/* The admin API lists no live session. */
+static bool no_live_session(void *g)
+{
+    sgtest_reply_t r;
+    sggw_admin_call(g, "GET", "/admin/sessions", NULL, &r);
+    json_object *o = r.status == 200 ? json_tokener_parse(r.body) : NULL, *a = NULL;
+    bool empty = o != NULL && json_object_object_get_ex(o, "sessions", &a) && json_object_is_type(a, json_type_array) &&
+                 json_object_array_length(a) == 0;
+    json_object_put(o);
+    sgtest_reply_free(&r);
+    return empty;
 }
 
 int sggw_gateway_quiesce(sggw_gateway_t *g)
 {
-    double deadline = sgtest_now() + 5;
-    for (;;) {
-        sgtest_reply_t r;
-        sggw_admin_call(g, "GET", "/admin/sessions", NULL, &r);
-        json_object *o = r.status == 200 ? json_tokener_parse(r.body) : NULL, *a = NULL;
-        bool empty = o != NULL && json_object_object_get_ex(o, "sessions", &a) &&
-                     json_object_is_type(a, json_type_array) && json_object_array_length(a) == 0;
-        json_object_put(o);
-        sgtest_reply_free(&r);
-        if (empty)
-            return 0;
-        if (sgtest_now() > deadline)
-            return -1;
-        usleep(20000);
-    }
+    return sgtest_poll(no_live_session, g, 5, 0.02);
 }
 
 void sggw_gateway_kill9(sggw_gateway_t *g)
 {
-    if (g == NULL)
-        return;
-    sgtest__server_kill(&g->s);
-    gateway_free(g);
+    if (g != NULL)
+        sgtest__server_end(&g->s, false);
 }
 
 bool sggw_gateway_alive(sggw_gateway_t *g)

@@ -258,15 +258,9 @@ char *sggw_create_session(const sggw_gateway_t *g, const char *token, const char
     sgtest_reply_t r;
     sggw_call(g, token, "POST", "/sessions", json_body != NULL ? json_body : "{\"lang\":\"python\"}", &r);
     json_object *o = SG_TAKE_JSON(&r, 200);
-    const char *id = SG_STR(o, "session_id");
-    SG_CHECK(strlen(id) == 36, o, "session_id is not a 36-char uuid");
+    SG_CHECK(strlen(SG_STR(o, "session_id")) == 36, o, "session_id is not a 36-char uuid");
     SG_CHECK(strcmp(SG_STR(o, "status"), "active") == 0, o, "a new session must be \"active\"");
-    char *copy = strdup(id);
-    if (reply != NULL)
-        *reply = o;
-    else
-        json_object_put(o);
-    return copy;
+    return SG_TAKE_ID(o, "session_id", reply);
 }
 
 void sggw_check_result(json_object *r)

@@ -853,17 +853,13 @@ long sglibs_volume_remove(const char *name)
 int sglibs_volume_run(const char *volume, const char *image, const char *label_proxy_id, const char *script,
                       char **out)
 {
-    json_object *c = json_object_new_object(), *a, *hc = json_object_new_object(), *m, *mounts;
+    json_object *c = json_object_new_object(), *hc = json_object_new_object(), *m, *mounts;
     json_object *labels = json_object_new_object();
+    const char *entrypoint[] = {"/bin/sh", "-c", NULL}, *cmd[] = {script, NULL};
     json_object_object_add(c, "Image", json_object_new_string(image));
     json_object_object_add(c, "User", json_object_new_string("1000:1000"));
-    a = json_object_new_array();
-    json_object_array_add(a, json_object_new_string("/bin/sh"));
-    json_object_array_add(a, json_object_new_string("-c"));
-    json_object_object_add(c, "Entrypoint", a);
-    a = json_object_new_array();
-    json_object_array_add(a, json_object_new_string(script));
-    json_object_object_add(c, "Cmd", a);
+    json_object_object_add(c, "Entrypoint", sgtest_libs_array(entrypoint));
+    json_object_object_add(c, "Cmd", sgtest_libs_array(cmd));
     json_object_object_add(labels, "sandgate.proxy", json_object_new_string(label_proxy_id));
     json_object_object_add(labels, "sandgate.kind", json_object_new_string("sgtest-helper"));
     json_object_object_add(c, "Labels", labels);

@@ -40,11 +40,10 @@ void sgtest_proxy_print_log(sgtest_proxy_t *p, int lines)
     sgtest__server_print_log(&p->s, lines);
 }
 
-static void proxy_free(sgtest_proxy_t *p)
+static void proxy_free(sgtest__server_t *s)
 {
-    sgtest__live_remove(&p->s);
-    sgtest__server_free_dir(&p->s);
-    free(p);
+    sgtest__server_free_dir(s);
+    free(s); /* the proxy's first member */
 }
 
 sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extra_env)
@@ -60,6 +59,7 @@ sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extr
     snprintf(name, sizeof(name), "proxy %s", proxy_id);
     if (sgtest__server_init(&p->s, SGTEST__PROXY, name, "sgtest-proxy", "proxy.log") != 0)
         goto Error;
+    p->s.free_fn = proxy_free;
     snprintf(p->id, sizeof(p->id), "%s", proxy_id);
     p->s.port = sgtest_free_port();
     if (p->s.port <= 0) {
@@ -114,19 +114,13 @@ Error:
 
 int sgtest_proxy_stop(sgtest_proxy_t *p)
 {
-    if (p == NULL)
-        return 0;
-    int result = sgtest__server_stop(&p->s);
-    proxy_free(p);
-    return result;
+    return p != NULL ? sgtest__server_end(&p->s, true) : 0;
 }
 
 void sgtest_proxy_kill9(sgtest_proxy_t *p)
 {
-    if (p == NULL)
-        return;
-    sgtest__server_kill(&p->s);
-    proxy_free(p);
+    if (p != NULL)
+        sgtest__server_end(&p->s, false);
 }
 
 const char *sgtest_proxy_url(const sgtest_proxy_t *p)
@@ -367,15 +361,8 @@ char *sgtest_create_session(const sgtest_proxy_t *p, const char *lang, json_obje
     sgtest_call_json(p, "POST", "/sessions", body, 0, &r);
     json_object_put(body);
     json_object *o = SG_TAKE_JSON(&r, 200);
-    const char *id = SG_STR(o, "session_id");
-    SG_CHECK(*id != '\0', o, "empty session_id");
     SG_CHECK(strcmp(SG_STR(o, "status"), "active") == 0, o, "new session is not active");
-    char *copy = strdup(id);
-    if (reply_out != NULL)
-        *reply_out = o;
-    else
-        json_object_put(o);
-    return copy;
+    return SG_TAKE_ID(o, "session_id", reply_out); /* a non-empty session_id */
 }
 
 json_object *sgtest_libs_array(const char *const *libs)

@@ -41,6 +41,17 @@ double sggw_wall(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+int sgtest_poll(bool (*done)(void *ctx), void *ctx, double timeout_s, double every_s)
+{
+    double deadline = sgtest_now() + timeout_s;
+    while (!done(ctx)) {
+        if (sgtest_now() > deadline)
+            return -1;
+        usleep((useconds_t)(every_s * 1e6));
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------------
  * The registry: live servers and temporary directories, for the logs of a
  * failed test and for an atexit handler
@@ -511,5 +522,17 @@ int sgtest__server_stop(sgtest__server_t *s)
             sgtest__server_print_log(s, 60);
         }
     }
+    return result;
+}
+
+int sgtest__server_end(sgtest__server_t *s, bool gently)
+{
+    int result = 0;
+    if (gently)
+        result = sgtest__server_stop(s);
+    else
+        sgtest__server_kill(s);
+    sgtest__live_remove(s);
+    s->free_fn(s);
     return result;
 }

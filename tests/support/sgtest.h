@@ -55,6 +55,10 @@ typedef struct sgtest_proxy sgtest_proxy_t;
  * whose sandgate.proxy label starts with "sgtest-". */
 char *sgtest_new_proxy_id(void);
 
+/* Calls done(ctx) every every_s seconds until it is true (0) or timeout_s
+ * have passed (-1). */
+int sgtest_poll(bool (*done)(void *ctx), void *ctx, double timeout_s, double every_s);
+
 /* A loopback port nobody listens on right now (bind port 0, read, close),
  * or -1. */
 int sgtest_free_port(void);
@@ -304,6 +308,11 @@ void sgtest__check_failed(json_object *o, const char *file, int line, const char
 
 /* Percent-encodes s for a URL query value (malloc'd). */
 char *sgtest_urlencode(const char *s);
+
+/* A copy of o's non-empty string `key`; then o goes to *keep, or is put
+ * when keep is NULL. Asserting. */
+#define SG_TAKE_ID(o, key, keep) sgtest__take_id((o), (key), (keep), __FILE__, __LINE__)
+char *sgtest__take_id(json_object *o, const char *key, json_object **keep, const char *file, int line);
 
 /* true when s[0..len) is valid UTF-8. */
 bool sgtest_utf8_valid(const char *s, size_t len);

@@ -69,6 +69,7 @@ typedef struct sgtest__server {
     char *dir;      /* private temporary directory, holds the log */
     char log[600];
     char name[192]; /* "proxy <id>", "gateway", "redis-server" */
+    void (*free_fn)(struct sgtest__server *s); /* frees the object s is the first member of */
 } sgtest__server_t;
 
 /* Zeroes s, makes its directory "<prefix>-XXXXXX" and names its log file
@@ -90,6 +91,10 @@ int sgtest__server_wait_ready(sgtest__server_t *s, double deadline_s);
 int sgtest__server_stop(sgtest__server_t *s);
 /* SIGKILL (after SIGCONT if stopped) and reap. */
 void sgtest__server_kill(sgtest__server_t *s);
+/* The end of a server: sgtest__server_stop() when gently, else
+ * sgtest__server_kill(); then it leaves the registry and s->free_fn(s)
+ * frees it. The wait status (gently), or 0. */
+int sgtest__server_end(sgtest__server_t *s, bool gently);
 /* "running", or how it ended; into buf. */
 const char *sgtest__server_status(sgtest__server_t *s, char *buf, size_t len);
 void sgtest__server_print_log(sgtest__server_t *s, int lines);
