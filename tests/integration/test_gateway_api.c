@@ -29,7 +29,6 @@
 
 static sggw_stack_t stack;
 /* what a single test starts for itself; after_test stops it whatever happened */
-static sggw_gateway_t *extra_gw;
 static sgtest_proxy_t *extra_proxy;
 static char *extra_proxy_id;
 
@@ -37,9 +36,6 @@ static sggw_db_writer_t *writer;
 
 static void cleanup_extra(void)
 {
-    if (extra_gw != NULL)
-        sggw_gateway_stop(extra_gw);
-    extra_gw = NULL;
     sggw_db_writer_close(writer); /* after the gateway: its close must not disturb it */
     writer = NULL;
     if (extra_proxy != NULL)
@@ -339,9 +335,9 @@ static sggw_gateway_t *two_db_threads_gateway(void)
 {
     const char *env[] = {"SANDGATE_DB_WORKERS=2", NULL};
     sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy), .env = env};
-    extra_gw = sggw_gateway_start(&opts);
-    SG_CHECK(extra_gw != NULL, NULL, "cannot start a gateway");
-    return extra_gw;
+    stack.extra_gw = sggw_gateway_start(&opts);
+    SG_CHECK(stack.extra_gw != NULL, NULL, "cannot start a gateway");
+    return stack.extra_gw;
 }
 
 SGGW_TEST(test_admin_changes_reach_gateway)
@@ -420,8 +416,7 @@ SGGW_TEST(test_admin_changes_reach_gateway)
     }
     free(t2);
     free(tok);
-    extra_gw = NULL;
-    SG_CHECK(sggw_gateway_stop(g2) == 0, NULL, "the gateway did not exit with status 0");
+    sggw_stack_stop_extra(&stack, "the gateway");
 }
 
 /* A session is usable, listed, and then gone, at once: the reply to
@@ -463,8 +458,7 @@ SGGW_TEST(test_create_then_use_at_once)
         free(sid);
     }
     free(tok);
-    extra_gw = NULL;
-    SG_CHECK(sggw_gateway_stop(g2) == 0, NULL, "the gateway did not exit with status 0");
+    sggw_stack_stop_extra(&stack, "the gateway");
     sggw_db_writer_close(writer);
     writer = NULL;
 }
@@ -965,7 +959,7 @@ SGGW_TEST(test_body_cap_own_limit)
 {
     const char *env[] = {"SANDGATE_MAX_BODY_BYTES=4096", "SANDGATE_MAX_FILE_BYTES=65536", NULL};
     sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy), .env = env};
-    sggw_gateway_t *g2 = extra_gw = sggw_gateway_start(&opts);
+    sggw_gateway_t *g2 = stack.extra_gw = sggw_gateway_start(&opts);
     SG_CHECK(g2 != NULL, NULL, "cannot start a second gateway");
     char *tok = sggw_new_tenant(sggw_gateway_data_dir(g2), "body-cap", NULL);
     sgtest_reply_t r;
@@ -989,8 +983,7 @@ SGGW_TEST(test_body_cap_own_limit)
     sgtest_reply_free(&r);
     SG_CHECK(sggw_gateway_alive(g2), NULL, "the gateway died");
     free(tok);
-    extra_gw = NULL;
-    SG_CHECK(sggw_gateway_stop(g2) == 0, NULL, "the second gateway did not exit with status 0");
+    sggw_stack_stop_extra(&stack, "the second gateway");
 }
 
 /* ------------------------------------------------------------------------
@@ -1180,7 +1173,7 @@ SGGW_TEST(test_metrics)
     sgtest_proxy_t *p2 = extra_proxy = sgtest_proxy_start(pid2, penv);
     SG_CHECK(p2 != NULL, NULL, "cannot start a second proxy");
     sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(p2)};
-    sggw_gateway_t *g2 = extra_gw = sggw_gateway_start(&opts);
+    sggw_gateway_t *g2 = stack.extra_gw = sggw_gateway_start(&opts);
     SG_CHECK(g2 != NULL, NULL, "cannot start a second gateway");
     const char *q[] = {"max_sessions=1", NULL};
     char *tok = sggw_new_tenant(sggw_gateway_data_dir(g2), "metrics", q);
@@ -1245,8 +1238,7 @@ SGGW_TEST(test_metrics)
 
     free(tok);
     free(slow);
-    extra_gw = NULL;
-    SG_CHECK(sggw_gateway_stop(g2) == 0, NULL, "the second gateway did not exit with status 0");
+    sggw_stack_stop_extra(&stack, "the second gateway");
     int left = sgtest_docker_count(pid2);
     SG_CHECK(left == 0, NULL, "%d container(s) of %s remain", left, pid2); /* after_test removes them */
 }

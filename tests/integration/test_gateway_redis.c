@@ -26,8 +26,6 @@
 #define RECOVER_S 15.0 /* the gateway reconnects with a backoff of at most 5 s */
 
 static sggw_stack_t stack;
-static sggw_gateway_t *extra_gw;
-static sggw_redis_t *extra_redis;
 
 static const char *data_dir(void)
 {
@@ -144,11 +142,6 @@ static int after_test(void **state)
 {
     sggw_after_test();
     int rc = 0;
-    if (extra_gw != NULL)
-        sggw_gateway_stop(extra_gw);
-    extra_gw = NULL;
-    sggw_redis_stop(extra_redis);
-    extra_redis = NULL;
     sggw_redis_resume(stack.redis);
     if (!sggw_redis_running(stack.redis) && sggw_redis_restart(stack.redis) != 0)
         rc = -1;
@@ -460,11 +453,11 @@ SGGW_TEST(test_redis_hang)
 
 SGGW_TEST(test_redis_down_at_start)
 {
-    extra_redis = sggw_redis_start();
-    SG_CHECK(extra_redis != NULL, NULL, "cannot start a second redis-server");
-    sggw_redis_kill(extra_redis);
-    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy), .redis_url = sggw_redis_url(extra_redis)};
-    sggw_gateway_t *g = extra_gw = sggw_gateway_start(&opts);
+    stack.extra_redis = sggw_redis_start();
+    SG_CHECK(stack.extra_redis != NULL, NULL, "cannot start a second redis-server");
+    sggw_redis_kill(stack.extra_redis);
+    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy), .redis_url = sggw_redis_url(stack.extra_redis)};
+    sggw_gateway_t *g = stack.extra_gw = sggw_gateway_start(&opts);
     SG_CHECK(g != NULL, NULL, "the gateway must start (and answer GET /) while its Redis is down");
     char *tok = sggw_new_tenant(sggw_gateway_data_dir(g), "late-redis", NULL);
     sgtest_reply_t r;
@@ -473,14 +466,14 @@ SGGW_TEST(test_redis_down_at_start)
     sgtest_reply_free(&r);
     SGGW_CALL_ERROR(g, tok, "POST", "/sessions", "{\"lang\":\"python\"}", 503, "state_unavailable");
 
-    SG_CHECK(sggw_redis_restart(extra_redis) == 0, NULL, "cannot start the second redis-server");
+    SG_CHECK(sggw_redis_restart(stack.extra_redis) == 0, NULL, "cannot start the second redis-server");
     char *sid = create_when_back(g, tok, RECOVER_S, NULL);
     sggw_delete_session(g, tok, sid);
     /* the record goes right after the reply; stop once it has (a stop with
      * a Redis call in flight is test_shutdown_with_redis_call_in_flight) */
     double deadline = sgtest_now() + 2;
     for (;;) {
-        char *ex = rcmd(extra_redis, "EXISTS sg:session:%s", sid, NULL);
+        char *ex = rcmd(stack.extra_redis, "EXISTS sg:session:%s", sid, NULL);
         bool gone = ex != NULL && strcmp(ex, "0") == 0;
         free(ex);
         if (gone)
@@ -490,8 +483,7 @@ SGGW_TEST(test_redis_down_at_start)
     }
     free(sid);
     free(tok);
-    extra_gw = NULL;
-    SG_CHECK(sggw_gateway_stop(g) == 0, NULL, "the gateway did not exit with status 0");
+    sggw_stack_stop_extra(&stack, "the gateway");
 }
 
 /* ------------------------------------------------------------------------
@@ -503,10 +495,10 @@ SGGW_TEST(test_redis_down_at_start)
  * available = 0) and exits with status 0 — whatever those completions do. */
 SGGW_TEST(test_shutdown_with_redis_call_in_flight)
 {
-    extra_redis = sggw_redis_start();
-    SG_CHECK(extra_redis != NULL, NULL, "cannot start a second redis-server");
-    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy), .redis_url = sggw_redis_url(extra_redis)};
-    sggw_gateway_t *g = extra_gw = sggw_gateway_start(&opts);
+    stack.extra_redis = sggw_redis_start();
+    SG_CHECK(stack.extra_redis != NULL, NULL, "cannot start a second redis-server");
+    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy), .redis_url = sggw_redis_url(stack.extra_redis)};
+    sggw_gateway_t *g = stack.extra_gw = sggw_gateway_start(&opts);
     SG_CHECK(g != NULL, NULL, "cannot start a gateway");
     char *tok = sggw_new_tenant(sggw_gateway_data_dir(g), "in-flight", NULL);
     sgtest_reply_t r;
@@ -514,7 +506,7 @@ SGGW_TEST(test_shutdown_with_redis_call_in_flight)
     SG_ASSERT_STATUS(&r, 200);
     sgtest_reply_free(&r);
 
-    SG_CHECK(sggw_redis_pause(extra_redis) == 0, NULL, "SIGSTOP redis-server");
+    SG_CHECK(sggw_redis_pause(stack.extra_redis) == 0, NULL, "SIGSTOP redis-server");
     char url[256];
     pathf(url, sizeof(url), "%s/sessions", sggw_gateway_url(g));
     sggw_par_req_t q = {.method = "GET", .url = url, .token = tok, .timeout_s = 30};
@@ -524,7 +516,7 @@ SGGW_TEST(test_shutdown_with_redis_call_in_flight)
      * stopped Redis for its 2 s command timeout */
     usleep(500000);
     bool in_flight = q.finished == 0;
-    extra_gw = NULL;
+    stack.extra_gw = NULL;
     int st = sggw_gateway_stop(g);
     sggw_batch_join(b);
     sgtest_reply_free(&q.reply);

@@ -22,9 +22,6 @@
 
 static sggw_stack_t stack;
 /* a test's own gateway and data directory; after_test cleans them up */
-static sggw_gateway_t *extra_gw;
-static char *extra_dir;
-static sggw_redis_t *extra_redis;
 
 static const char *data_dir(void)
 {
@@ -105,18 +102,7 @@ static int group_setup(void **state)
 
 static int after_test(void **state)
 {
-    int rc = sggw_stack_after_test(&stack);
-    if (extra_gw != NULL)
-        sggw_gateway_stop(extra_gw);
-    extra_gw = NULL;
-    sggw_redis_stop(extra_redis);
-    extra_redis = NULL;
-    if (extra_dir != NULL) {
-        sggw_rmtree(extra_dir);
-        free(extra_dir);
-        extra_dir = NULL;
-    }
-    return rc;
+    return sggw_stack_after_test(&stack);
 }
 
 /* ------------------------------------------------------------------------
@@ -324,22 +310,21 @@ static void wait_usage(sggw_gateway_t *g, const char *tenant, int64_t want)
  * are the keys — and the group's gateway has another file.) */
 SGGW_TEST(test_restart_keeps_state)
 {
-    extra_dir = sggw_mkdtemp("sggw-restart");
-    SG_CHECK(extra_dir != NULL, NULL, "mkdtemp");
-    extra_redis = sggw_redis_start();
-    SG_CHECK(extra_redis != NULL, NULL, "cannot start a redis-server");
-    sggw_gateway_t *a = extra_gw = start_gateway(extra_dir, sggw_redis_url(extra_redis));
+    stack.extra_dir = sggw_mkdtemp("sggw-restart");
+    SG_CHECK(stack.extra_dir != NULL, NULL, "mkdtemp");
+    stack.extra_redis = sggw_redis_start();
+    SG_CHECK(stack.extra_redis != NULL, NULL, "cannot start a redis-server");
+    sggw_gateway_t *a = stack.extra_gw = start_gateway(stack.extra_dir, sggw_redis_url(stack.extra_redis));
     SG_CHECK(a != NULL, NULL, "cannot start gateway A");
     const char *q[] = {"idle_timeout=4", "max_lifetime=600", NULL};
-    char *tok = sggw_new_tenant(extra_dir, "restart", q);
+    char *tok = sggw_new_tenant(stack.extra_dir, "restart", q);
     char *sid = sggw_create_session(a, tok, NULL, NULL);
     json_object_put(sggw_execute(a, tok, sid, "x = 41", 0));
     json_object_put(sggw_execute(a, tok, sid, "print(x + 1)", 0));
     wait_usage(a, "restart", 2);
 
-    extra_gw = NULL;
-    SG_CHECK(sggw_gateway_stop(a) == 0, NULL, "gateway A did not exit with status 0 on SIGTERM");
-    sggw_gateway_t *b = extra_gw = start_gateway(extra_dir, sggw_redis_url(extra_redis));
+    sggw_stack_stop_extra(&stack, "gateway A");
+    sggw_gateway_t *b = stack.extra_gw = start_gateway(stack.extra_dir, sggw_redis_url(stack.extra_redis));
     SG_CHECK(b != NULL, NULL, "cannot start gateway B on the same data directory");
 
     /* the same token, the same session and its interpreter state */
@@ -349,7 +334,7 @@ SGGW_TEST(test_restart_keeps_state)
     json_object_put(o);
     wait_usage(b, "restart", 3);
     char *out = NULL;
-    SG_CHECK(sggw_admin(extra_dir, &out, "usage", "restart", NULL) == 0, NULL, "usage failed");
+    SG_CHECK(sggw_admin(stack.extra_dir, &out, "usage", "restart", NULL) == 0, NULL, "usage failed");
     SG_CHECK(strstr(out, "executions=3 ") != NULL, NULL, "sandgate-admin usage must say executions=3:\n%s", out);
     free(out);
     sgtest_reply_t r;
@@ -363,12 +348,11 @@ SGGW_TEST(test_restart_keeps_state)
     char *cid = sgtest_docker_session_container(stack.proxy_id, sid);
     wait_closed(b, "restart", sid, 4 + REAP_SLACK_S);
     expect_container_gone(cid, sid);
-    sggw_expect_db_closed(extra_dir, sid, "idle");
+    sggw_expect_db_closed(stack.extra_dir, sid, "idle");
     free(cid);
     free(sid);
     free(tok);
-    extra_gw = NULL;
-    SG_CHECK(sggw_gateway_stop(b) == 0, NULL, "gateway B did not exit with status 0 on SIGTERM");
+    sggw_stack_stop_extra(&stack, "gateway B");
 }
 
 /* Without Redis (state in memory): after a restart the open session is
@@ -376,17 +360,16 @@ SGGW_TEST(test_restart_keeps_state)
  * closed when idle — a restart must not make sessions immortal. */
 SGGW_TEST(test_restart_memory_state)
 {
-    extra_dir = sggw_mkdtemp("sggw-restart-mem");
-    SG_CHECK(extra_dir != NULL, NULL, "mkdtemp");
-    sggw_gateway_t *a = extra_gw = start_gateway(extra_dir, NULL);
+    stack.extra_dir = sggw_mkdtemp("sggw-restart-mem");
+    SG_CHECK(stack.extra_dir != NULL, NULL, "mkdtemp");
+    sggw_gateway_t *a = stack.extra_gw = start_gateway(stack.extra_dir, NULL);
     SG_CHECK(a != NULL, NULL, "cannot start gateway A");
     const char *q[] = {"idle_timeout=3", "max_lifetime=600", "max_sessions=1", NULL};
-    char *tok = sggw_new_tenant(extra_dir, "restart-mem", q);
+    char *tok = sggw_new_tenant(stack.extra_dir, "restart-mem", q);
     char *sid = sggw_create_session(a, tok, NULL, NULL);
     json_object_put(sggw_execute(a, tok, sid, "x = 7", 0));
-    extra_gw = NULL;
-    SG_CHECK(sggw_gateway_stop(a) == 0, NULL, "gateway A did not exit with status 0 on SIGTERM");
-    sggw_gateway_t *b = extra_gw = start_gateway(extra_dir, NULL);
+    sggw_stack_stop_extra(&stack, "gateway A");
+    sggw_gateway_t *b = stack.extra_gw = start_gateway(stack.extra_dir, NULL);
     SG_CHECK(b != NULL, NULL, "cannot start gateway B on the same data directory");
 
     SG_CHECK(sggw_lists(b, tok, sid), NULL, "after the restart, GET /sessions must still list %s", sid);
@@ -404,15 +387,14 @@ SGGW_TEST(test_restart_memory_state)
         usleep(100000);
     }
     expect_container_gone(cid, sid);
-    sggw_expect_db_closed(extra_dir, sid, "idle");
+    sggw_expect_db_closed(stack.extra_dir, sid, "idle");
     free(cid);
     free(sid);
 
     /* and the cap counts what was open before the restart */
     sid = sggw_create_session(b, tok, NULL, NULL);
-    extra_gw = NULL;
-    SG_CHECK(sggw_gateway_stop(b) == 0, NULL, "gateway B did not exit with status 0 on SIGTERM");
-    sggw_gateway_t *c = extra_gw = start_gateway(extra_dir, NULL);
+    sggw_stack_stop_extra(&stack, "gateway B");
+    sggw_gateway_t *c = stack.extra_gw = start_gateway(stack.extra_dir, NULL);
     SG_CHECK(c != NULL, NULL, "cannot start gateway C");
     sgtest_reply_t r;
     sggw_call(c, tok, "POST", "/sessions", "{\"lang\":\"python\"}", &r);
@@ -428,8 +410,7 @@ SGGW_TEST(test_restart_memory_state)
     sggw_delete_session(c, tok, sid);
     free(sid);
     free(tok);
-    extra_gw = NULL;
-    SG_CHECK(sggw_gateway_stop(c) == 0, NULL, "gateway C did not exit with status 0 on SIGTERM");
+    sggw_stack_stop_extra(&stack, "gateway C");
 }
 
 int main(void)

@@ -24,10 +24,7 @@ static const char *const langs[] = {"python", "javascript", NULL};
 
 static int group_setup(void **state)
 {
-    char pool_kv[64];
-    snprintf(pool_kv, sizeof(pool_kv), "SANDGATE_POOL_SIZE=%d", POOL);
-    const char *env[] = {pool_kv, NULL};
-    return sgtest_suite_start(&suite, env);
+    return sgtest_suite_start_pool(&suite, POOL);
 }
 
 static int group_teardown(void **state)

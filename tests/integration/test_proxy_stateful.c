@@ -59,10 +59,7 @@ static void remember_tmpdir(sgtest_proxy_t *p)
 static int group_setup(void **state)
 {
     *state = &suite;
-    char pool_kv[64];
-    snprintf(pool_kv, sizeof(pool_kv), "SANDGATE_POOL_SIZE=%d", POOL);
-    const char *env[] = {pool_kv, NULL};
-    return sgtest_suite_start(&suite, env);
+    return sgtest_suite_start_pool(&suite, POOL);
 }
 
 static int group_teardown(void **state)

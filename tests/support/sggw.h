@@ -315,6 +315,11 @@ typedef struct {
     sggw_gateway_t *gw;
     bool gw_restarted;   /* the last sggw_stack_after_test() started a new gateway
                           * (a new data directory: the suite's tokens are gone) */
+    /* a test's own servers and directory (a sggw_mkdtemp one): the test's
+     * teardown stops and removes them, whatever happened */
+    sggw_gateway_t *extra_gw;
+    sggw_redis_t *extra_redis;
+    char *extra_dir;
     /* private: copies of the options, for restarts */
     char *proxy_env[SGGW_STACK_MAX_ENV + 1];
     char *gateway_env[SGGW_STACK_MAX_ENV + 1];
@@ -326,7 +331,11 @@ int sggw_stack_start(sggw_stack_t *st, const sggw_stack_opts_t *o);
 /* The usual gateway suite's stack: a proxy with SANDGATE_POOL_SIZE=pool,
  * a private redis-server when redis is true, a gateway with the defaults. */
 int sggw_stack_start_pool(sggw_stack_t *st, bool redis, int pool);
-/* For a test's teardown: sggw_after_test(); then every server of st that
+/* Asserting: stops the test's own gateway st->extra_gw (cleared first),
+ * which must exit 0 on SIGTERM; `what` names it in the failure. */
+void sggw_stack_stop_extra(sggw_stack_t *st, const char *what);
+/* For a test's teardown: sggw_after_test(); the test's own servers and
+ * directory are stopped and removed; then every server of st that
  * died during the test is reported, its log's tail printed, and it is
  * started again with the same settings (the gateway with a new data
  * directory: gw_restarted). 0, or -1 when the test failed or a server died. */

@@ -540,9 +540,30 @@ int sggw_stack_start_pool(sggw_stack_t *st, bool redis, int pool)
     return sggw_stack_start(st, &o);
 }
 
+void sggw_stack_stop_extra(sggw_stack_t *st, const char *what)
+{
+    sggw_gateway_t *g = st->extra_gw;
+    st->extra_gw = NULL;
+    SG_CHECK(sggw_gateway_stop(g) == 0, NULL, "%s did not exit with status 0 on SIGTERM", what);
+}
+
+static void stack_drop_extras(sggw_stack_t *st)
+{
+    sggw_gateway_stop(st->extra_gw);
+    st->extra_gw = NULL;
+    sggw_redis_stop(st->extra_redis);
+    st->extra_redis = NULL;
+    if (st->extra_dir != NULL) {
+        sggw_rmtree(st->extra_dir);
+        free(st->extra_dir);
+        st->extra_dir = NULL;
+    }
+}
+
 int sggw_stack_after_test(sggw_stack_t *st)
 {
     int rc = sggw_after_test() ? -1 : 0;
+    stack_drop_extras(st);
     st->gw_restarted = false;
     if (st->redis != NULL && !sggw_redis_running(st->redis)) {
         fprintf(stderr, "redis-server died during this test\n");
@@ -572,6 +593,7 @@ int sggw_stack_after_test(sggw_stack_t *st)
 
 int sggw_stack_end(sggw_stack_t *st)
 {
+    stack_drop_extras(st);
     int rc = sggw_stack_stop(&st->gw, &st->redis, &st->proxy, st->proxy_id);
     free(st->proxy_id);
     st->proxy_id = NULL;

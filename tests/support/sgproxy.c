@@ -301,6 +301,14 @@ static sgtest_proxy_t *suite_restart(void *s)
     return suite_proxy_start(s);
 }
 
+int sgtest_suite_start_pool(sgtest_suite_t *s, int pool)
+{
+    char pool_kv[48];
+    snprintf(pool_kv, sizeof(pool_kv), "SANDGATE_POOL_SIZE=%d", pool);
+    const char *env[] = {pool_kv, NULL};
+    return sgtest_suite_start(s, env);
+}
+
 int sgtest_suite_after_test(sgtest_suite_t *s)
 {
     return check_alive(&s->proxy, suite_restart, s);

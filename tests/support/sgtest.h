@@ -270,6 +270,8 @@ typedef struct {
  * settings of env (NULL-terminated, copied). Set removal_s and on_start
  * first. 0, or -1 after printing why. */
 int sgtest_suite_start(sgtest_suite_t *s, const char *const *env);
+/* The same with the one setting SANDGATE_POOL_SIZE=pool. */
+int sgtest_suite_start_pool(sgtest_suite_t *s, int pool);
 /* For a test's teardown: sgtest_proxy_check_alive() (a proxy that died
  * fails the test, -1, and is started again). */
 int sgtest_suite_after_test(sgtest_suite_t *s);
