@@ -618,12 +618,9 @@ SGGW_TEST(test_seed003_examples)
     /* Example Usage: Session-based Execution */
     char *sid = sggw_create_session(stack.gw, tok, "{\"lang\": \"python\"}", NULL);
     pathf(path, sizeof(path), "/sessions/%s/execute", sid);
-    o = sggw_post_result(stack.gw, tok, path,
+    sgtest_expect_ok(sggw_post_result(stack.gw, tok, path,
                          json_tokener_parse("{\"code\": \"import numpy as np\\nprint(np.array([1,2,3]).mean())\","
-                                            " \"libraries\": [\"numpy\"]}"));
-    sgtest_expect_stdout(o, "2.0\n");
-    sgtest_expect_success(o);
-    json_object_put(o);
+                                            " \"libraries\": [\"numpy\"]}")), "2.0\n");
     /* 3. state is preserved: np is still defined */
     o = sggw_post_result(stack.gw, tok, path,
                          json_tokener_parse("{\"code\": \"print(\\\"Previous imports are still available\\\")\\n"
@@ -710,12 +707,9 @@ SGGW_TEST(test_seed000_examples)
     /* Example Usage: create, numpy, clean up */
     sid = sggw_create_session(stack.gw, tok, "{\"lang\": \"python\"}", NULL);
     pathf(path, sizeof(path), "/sessions/%s/execute", sid);
-    o = sggw_post_result(stack.gw, tok, path,
+    sgtest_expect_ok(sggw_post_result(stack.gw, tok, path,
                          json_tokener_parse("{\"code\": \"import numpy as np\\nprint(np.array([1,2,3]).mean())\","
-                                            " \"libraries\": [\"numpy\"]}"));
-    sgtest_expect_stdout(o, "2.0\n");
-    sgtest_expect_success(o);
-    json_object_put(o);
+                                            " \"libraries\": [\"numpy\"]}")), "2.0\n");
     sggw_delete_session(stack.gw, tok, sid);
     SG_CHECK(!sggw_lists(stack.gw, tok, sid), NULL, "%s is still listed after DELETE", sid);
     free(sid);

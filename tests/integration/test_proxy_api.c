@@ -214,10 +214,7 @@ static void test_seed_readme_examples(void **state)
 
     /* 2. Execute code in the session. */
     const char *numpy[] = {"numpy", NULL};
-    o = run_code_t(sid, "import numpy as np\nprint(np.array([1,2,3]).mean())", numpy, 0, NULL);
-    sgtest_expect_stdout(o, "2.0\n");
-    sgtest_expect_success(o);
-    json_object_put(o);
+    sgtest_expect_ok(run_code_t(sid, "import numpy as np\nprint(np.array([1,2,3]).mean())", numpy, 0, NULL), "2.0\n");
 
     /* 3. More code in the same session (state persistence is a later issue). */
     o = run_code(sid, "print(\"Previous imports are still available\")");
@@ -264,10 +261,7 @@ static void test_seed_readme_examples(void **state)
 static void test_javascript(void **state)
 {
     char *sid = create_session("javascript");
-    json_object *o = run_code(sid, "console.log(1+1)");
-    sgtest_expect_stdout(o, "2\n");
-    sgtest_expect_success(o);
-    json_object_put(o);
+    sgtest_expect_ok(run_code(sid, "console.log(1+1)"), "2\n");
     json_object *d = session_details(sid);
     SG_CHECK(strcmp(SG_STR(d, "lang"), "javascript") == 0, d, "lang");
     SG_CHECK(strcmp(SG_STR(d, "image"), "sandgate/javascript:latest") == 0, d, "image");
@@ -275,10 +269,7 @@ static void test_javascript(void **state)
     close_session(sid);
     free(sid);
 
-    o = run_ephemeral("javascript", "console.log('js ' + [1, 2, 3].length)", NULL);
-    sgtest_expect_stdout(o, "js 3\n");
-    sgtest_expect_success(o);
-    json_object_put(o);
+    sgtest_expect_ok(run_ephemeral("javascript", "console.log('js ' + [1, 2, 3].length)", NULL), "js 3\n");
     expect_no_ephemeral_left();
 }
 
@@ -345,12 +336,9 @@ static void test_session_details(void **state)
 static void test_command_non_root(void **state)
 {
     char *sid = create_session("python");
-    json_object *o = run_cmd(sid, "echo hello && id -u");
-    sgtest_expect_stdout(o, "hello\n1000\n");
-    sgtest_expect_success(o);
-    json_object_put(o);
+    sgtest_expect_ok(run_cmd(sid, "echo hello && id -u"), "hello\n1000\n");
     /* A failing command reports its status. */
-    o = run_cmd(sid, "echo oops >&2; exit 3");
+    json_object *o = run_cmd(sid, "echo oops >&2; exit 3");
     SG_CHECK(SG_INT(o, "exit_code") == 3, o, "exit_code");
     SG_CHECK(strcmp(SG_STR(o, "stderr"), "oops\n") == 0, o, "stderr");
     SG_CHECK(!SG_BOOL(o, "success"), o, "success");
@@ -464,10 +452,7 @@ static void test_timeout_code(void **state)
     expect_timed_out(o, secs, 2);
     json_object_put(o);
 
-    o = run_code(sid, "print(1)");
-    sgtest_expect_stdout(o, "1\n");
-    sgtest_expect_success(o);
-    json_object_put(o);
+    sgtest_expect_ok(run_code(sid, "print(1)"), "1\n");
     close_session(sid);
     free(sid);
 
@@ -524,10 +509,7 @@ static void test_timeout_kills_process_tree(void **state)
              "the sleeps never all ran, so the check below would prove nothing");
     json_object_put(o);
 
-    o = run_cmd(sid, LIST_SLEEPS);
-    sgtest_expect_success(o);
-    sgtest_expect_stdout(o, "");
-    json_object_put(o);
+    sgtest_expect_ok(run_cmd(sid, LIST_SLEEPS), "");
     close_session(sid);
     free(sid);
 }
@@ -724,10 +706,7 @@ static void test_fork_bomb(void **state)
 
     /* The session survives; nothing of the bomb is left in it, not even
      * zombies (they hold pid slots: enough of them and nothing can run). */
-    o = run_code(sid, "print(1)");
-    sgtest_expect_stdout(o, "1\n");
-    sgtest_expect_success(o);
-    json_object_put(o);
+    sgtest_expect_ok(run_code(sid, "print(1)"), "1\n");
     o = run_cmd(sid, PROC_LOOP);
     int all, py, zombies;
     count_procs(SG_STR(o, "stdout"), NULL, &all, &zombies);

@@ -455,6 +455,22 @@ static void test_rate_exact(void **state)
     assert_int_equal(allowed, 7);
 }
 
+/* A call's result has ok and count as given. */
+#define EXPECT_RESULT(call, ok_, count_)                                                                               \
+    do {                                                                                                               \
+        sg_state_result_t res_ = (call);                                                                               \
+        assert_int_equal(res_.ok, (ok_));                                                                              \
+        assert_int_equal(res_.count, (count_));                                                                        \
+    } while (0)
+
+/* Tenant's 2 session slots taken by "a" and "b"; "c" is refused. */
+static void fill_two(fixture_t *f, int64_t tenant)
+{
+    assert_int_equal(reserve(f, tenant, 2, "a").ok, 1);
+    assert_int_equal(reserve(f, tenant, 2, "b").ok, 1);
+    assert_int_equal(reserve(f, tenant, 2, "c").ok, 0);
+}
+
 static void test_reserve_concurrent(void **state)
 {
     fixture_t *f = *state;
@@ -480,47 +496,31 @@ static void test_reserve_concurrent(void **state)
     assert_int_equal(ok, 5);
     assert_int_equal(max_count, 5);
     /* and still full */
-    sg_state_result_t r = reserve(f, 201, 5, "late");
-    assert_int_equal(r.ok, 0);
-    assert_int_equal(r.count, 5);
+    EXPECT_RESULT(reserve(f, 201, 5, "late"), 0, 5);
     /* another tenant is not affected */
-    r = reserve(f, 202, 5, "tok-0");
-    assert_int_equal(r.ok, 1);
-    assert_int_equal(r.count, 1);
+    EXPECT_RESULT(reserve(f, 202, 5, "tok-0"), 1, 1);
 }
 
 static void test_unreserve(void **state)
 {
     fixture_t *f = *state;
-    assert_int_equal(reserve(f, 301, 2, "a").ok, 1);
-    assert_int_equal(reserve(f, 301, 2, "b").ok, 1);
-    assert_int_equal(reserve(f, 301, 2, "c").ok, 0);
-    sg_state_result_t r = unreserve(f, 301, "a");
-    assert_int_equal(r.ok, 1);
-    assert_int_equal(r.count, 1);
-    r = unreserve(f, 301, "a");
-    assert_int_equal(r.ok, 0);
-    assert_int_equal(r.count, 1);
+    fill_two(f, 301); /* "a" and "b" hold the 2 slots, "c" is refused */
+    EXPECT_RESULT(unreserve(f, 301, "a"), 1, 1);
+    EXPECT_RESULT(unreserve(f, 301, "a"), 0, 1);
     assert_int_equal(unreserve(f, 301, "never").ok, 0);
-    r = reserve(f, 301, 2, "c");
-    assert_int_equal(r.ok, 1);
-    assert_int_equal(r.count, 2);
+    EXPECT_RESULT(reserve(f, 301, 2, "c"), 1, 2);
 }
 
 static void test_reservation_expires(void **state)
 {
     fixture_t *f = *state;
-    assert_int_equal(reserve(f, 351, 2, "a").ok, 1);
-    assert_int_equal(reserve(f, 351, 2, "b").ok, 1);
-    assert_int_equal(reserve(f, 351, 2, "c").ok, 0);
+    fill_two(f, 351); /* "a" and "b" hold the 2 slots, "c" is refused */
     /* a reservation holds its slot for 120 s, counted in whole seconds: 118 s
      * later it holds whatever second boundary the test crossed meanwhile */
     sg_state_set_clock_skew_ms(f->st, 118 * 1000);
     assert_int_equal(reserve(f, 351, 2, "c").ok, 0);
     sg_state_set_clock_skew_ms(f->st, 121 * 1000);
-    sg_state_result_t r = reserve(f, 351, 2, "c");
-    assert_int_equal(r.ok, 1);
-    assert_int_equal(r.count, 1);
+    EXPECT_RESULT(reserve(f, 351, 2, "c"), 1, 1);
 }
 
 /* max_concurrent_execs: 40 acquires issued at once (none answered before
@@ -545,9 +545,7 @@ static void test_exec_concurrent(void **state)
         assert_true(w[i].r.count <= 3);
     }
     assert_int_equal(ok, 3);
-    sg_state_result_t r = exec_acquire(f, 501, 3, "late", 60);
-    assert_int_equal(r.ok, 0);
-    assert_int_equal(r.count, 3);
+    EXPECT_RESULT(exec_acquire(f, 501, 3, "late", 60), 0, 3);
     /* another tenant, and the session slots of the same tenant, are apart */
     assert_int_equal(exec_acquire(f, 502, 3, "x-0", 60).ok, 1);
     assert_int_equal(reserve(f, 501, 1, "session").ok, 1);
@@ -558,12 +556,8 @@ static void test_exec_concurrent(void **state)
     for (int i = 0; i < 40 && first < 0; i++)
         if (w[i].r.ok)
             first = i;
-    r = exec_release(f, 501, tokens[first]);
-    assert_int_equal(r.ok, 1);
-    assert_int_equal(r.count, 2);
-    r = exec_release(f, 501, tokens[first]);
-    assert_int_equal(r.ok, 0);
-    assert_int_equal(r.count, 2);
+    EXPECT_RESULT(exec_release(f, 501, tokens[first]), 1, 2);
+    EXPECT_RESULT(exec_release(f, 501, tokens[first]), 0, 2);
     assert_int_equal(exec_release(f, 501, "never").ok, 0);
     memset(w, 0, sizeof(w));
     for (int i = 0; i < 10; i++)
@@ -577,9 +571,7 @@ static void test_exec_concurrent(void **state)
     assert_int_equal(ok, 1);
 
     /* max 0: nothing runs */
-    r = exec_acquire(f, 503, 0, "a", 60);
-    assert_int_equal(r.ok, 0);
-    assert_int_equal(r.count, 0);
+    EXPECT_RESULT(exec_acquire(f, 503, 0, "a", 60), 0, 0);
 }
 
 /* A slot whose holder never released it (a gateway killed mid-execution)
@@ -599,15 +591,11 @@ static void test_exec_lease_expires(void **state)
     assert_int_equal(exec_acquire(f, 551, 2, "c", 30).ok, 0);
     /* 31 s: "a" ran out, "b" (100 s) did not */
     sg_state_set_clock_skew_ms(f->st, 31 * 1000);
-    r = exec_acquire(f, 551, 2, "c", 30);
-    assert_int_equal(r.ok, 1);
-    assert_int_equal(r.count, 2);
+    EXPECT_RESULT(exec_acquire(f, 551, 2, "c", 30), 1, 2);
     assert_int_equal(exec_acquire(f, 551, 2, "d", 30).ok, 0);
     /* 102 s: "b" ran out too, and so did "c" (31 + 30) */
     sg_state_set_clock_skew_ms(f->st, 102 * 1000);
-    r = exec_acquire(f, 551, 2, "d", 30);
-    assert_int_equal(r.ok, 1);
-    assert_int_equal(r.count, 1);
+    EXPECT_RESULT(exec_acquire(f, 551, 2, "d", 30), 1, 1);
 }
 
 static void test_commit_get_touch(void **state)
@@ -634,9 +622,7 @@ static void test_commit_get_touch(void **state)
     r = touch(f, s.id, now + 10, 900, 1);
     assert_int_equal(r.ok, 1);
     assert_int_equal(r.count, 1); /* executions so far */
-    r = touch(f, s.id, now + 20, 600, 2);
-    assert_int_equal(r.ok, 1);
-    assert_int_equal(r.count, 3);
+    EXPECT_RESULT(touch(f, s.id, now + 20, 600, 2), 1, 3);
     g = get(f, s.id);
     assert_true(g.found);
     assert_int_equal(g.s.last_used_at, now + 20);
@@ -673,11 +659,8 @@ static void test_remove_once(void **state)
     assert_int_equal(commit(f, "t", &s).ok, 1);
     assert_int_equal(reserve(f, 501, 1, "u").ok, 0); /* the session holds the only slot */
 
-    sg_state_result_t r = remove_session(f, s.id, 501);
-    assert_int_equal(r.ok, 1);
-    assert_int_equal(r.count, 0);
-    r = remove_session(f, s.id, 501);
-    assert_int_equal(r.ok, 0);
+    EXPECT_RESULT(remove_session(f, s.id, 501), 1, 0);
+    assert_int_equal(remove_session(f, s.id, 501).ok, 0);
 
     /* two at once: exactly one wins */
     sg_live_session_t s2 = make_session(501, "bash", now, 900, 14400);
@@ -707,9 +690,7 @@ static void test_restore(void **state)
     fixture_t *f = *state;
     int64_t now = sg_wall_s();
     sg_live_session_t s = make_session(601, "python", now, 900, 14400);
-    sg_state_result_t r = restore(f, &s);
-    assert_int_equal(r.ok, 1);
-    assert_int_equal(r.count, 1);
+    EXPECT_RESULT(restore(f, &s), 1, 1);
     get_wait_t g = get(f, s.id);
     assert_true(g.found);
     assert_int_equal(g.s.tenant_id, 601);
@@ -722,18 +703,14 @@ static void test_restore(void **state)
 
     /* live already: the record stays as it is */
     assert_int_equal(touch(f, s.id, now + 5, 900, 2).ok, 1);
-    r = restore(f, &s);
-    assert_int_equal(r.ok, 0);
-    assert_int_equal(r.count, 1);
+    EXPECT_RESULT(restore(f, &s), 0, 1);
     g = get(f, s.id);
     assert_int_equal(g.s.executions, 2);
     assert_int_equal(g.s.last_used_at, now + 5);
 
     /* closed: it stays closed */
     assert_int_equal(remove_session(f, s.id, 601).ok, 1);
-    r = restore(f, &s);
-    assert_int_equal(r.ok, 0);
-    assert_int_equal(r.count, 0);
+    EXPECT_RESULT(restore(f, &s), 0, 0);
     assert_false(get(f, s.id).found);
     list_wait_t l;
     list(f, 601, &l);

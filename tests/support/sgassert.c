@@ -307,3 +307,10 @@ void sgtest_expect_success(json_object *r)
     if (!SG_BOOL(r, "success") || SG_INT(r, "exit_code") != 0)
         SG_FAIL(r, "expected a successful run");
 }
+
+void sgtest_expect_ok(json_object *r, const char *want_stdout)
+{
+    sgtest_expect_stdout(r, want_stdout);
+    sgtest_expect_success(r);
+    json_object_put(r);
+}

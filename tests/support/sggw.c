@@ -92,20 +92,11 @@ static int redis_spawn(sggw_redis_t *r)
     return -1;
 }
 
-static void redis_free(sgtest__server_t *s)
-{
-    sgtest__server_free_dir(s);
-    free(s); /* the redis' first member */
-}
-
 sggw_redis_t *sggw_redis_start(void)
 {
-    sggw_redis_t *r = calloc(1, sizeof(*r));
+    sggw_redis_t *r = sgtest__server_new(sizeof(*r), SGTEST__REDIS, "redis-server", "sggw-redis", "redis.log", NULL);
     if (r == NULL)
         return NULL;
-    if (sgtest__server_init(&r->s, SGTEST__REDIS, "redis-server", "sggw-redis", "redis.log") != 0)
-        goto Error;
-    r->s.free_fn = redis_free;
     for (int attempt = 0; attempt < 3; attempt++) {
         r->s.port = sgtest_free_port();
         if (r->s.port <= 0)
@@ -117,9 +108,7 @@ sggw_redis_t *sggw_redis_start(void)
         }
     }
 Error:
-    sgtest__server_free_dir(&r->s);
-    free(r);
-    return NULL;
+    return sgtest__server_fail(&r->s);
 }
 
 void sggw_redis_kill(sggw_redis_t *r)
@@ -291,12 +280,10 @@ sggw_gateway_t *sggw_gateway_start(const sggw_opts_t *o)
         fprintf(stderr, "sggw: sggw_gateway_start needs a proxy URL\n");
         return NULL;
     }
-    sggw_gateway_t *g = calloc(1, sizeof(*g));
+    sggw_gateway_t *g =
+        sgtest__server_new(sizeof(*g), SGTEST__GATEWAY, "gateway", "sggw-gateway", "gateway.log", gateway_free);
     if (g == NULL)
         return NULL;
-    if (sgtest__server_init(&g->s, SGTEST__GATEWAY, "gateway", "sggw-gateway", "gateway.log") != 0)
-        goto Error;
-    g->s.free_fn = gateway_free;
     if (o->data_dir != NULL) {
         g->data_dir = strdup(o->data_dir);
     } else {
@@ -340,8 +327,7 @@ sggw_gateway_t *sggw_gateway_start(const sggw_opts_t *o)
     return g;
 
 Error:
-    gateway_free(&g->s);
-    return NULL;
+    return sgtest__server_fail(&g->s);
 }
 
 int sggw_gateway_stop(sggw_gateway_t *g)

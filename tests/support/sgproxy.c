@@ -40,26 +40,17 @@ void sgtest_proxy_print_log(sgtest_proxy_t *p, int lines)
     sgtest__server_print_log(&p->s, lines);
 }
 
-static void proxy_free(sgtest__server_t *s)
-{
-    sgtest__server_free_dir(s);
-    free(s); /* the proxy's first member */
-}
-
 sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extra_env)
 {
     sgtest__curl_ready();
     const char *bin = sgtest__bin("SANDGATE_PROXY_BIN");
     if (bin == NULL)
         return NULL;
-    sgtest_proxy_t *p = calloc(1, sizeof(*p));
-    if (p == NULL)
-        return NULL;
     char name[160];
     snprintf(name, sizeof(name), "proxy %s", proxy_id);
-    if (sgtest__server_init(&p->s, SGTEST__PROXY, name, "sgtest-proxy", "proxy.log") != 0)
-        goto Error;
-    p->s.free_fn = proxy_free;
+    sgtest_proxy_t *p = sgtest__server_new(sizeof(*p), SGTEST__PROXY, name, "sgtest-proxy", "proxy.log", NULL);
+    if (p == NULL)
+        return NULL;
     snprintf(p->id, sizeof(p->id), "%s", proxy_id);
     p->s.port = sgtest_free_port();
     if (p->s.port <= 0) {
@@ -107,9 +98,7 @@ sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extr
     return p;
 
 Error:
-    sgtest__server_free_dir(&p->s);
-    free(p);
-    return NULL;
+    return sgtest__server_fail(&p->s);
 }
 
 int sgtest_proxy_stop(sgtest_proxy_t *p)

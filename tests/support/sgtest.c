@@ -383,16 +383,32 @@ void sgtest__random_hex(char *out, size_t nbytes)
  * Servers
  * ------------------------------------------------------------------------ */
 
-int sgtest__server_init(sgtest__server_t *s, int kind, const char *name, const char *prefix, const char *logname)
+static void server_free(sgtest__server_t *s)
 {
-    memset(s, 0, sizeof(*s));
+    sgtest__server_free_dir(s);
+    free(s);
+}
+
+void *sgtest__server_new(size_t size, int kind, const char *name, const char *prefix, const char *logname,
+                         void (*free_fn)(sgtest__server_t *s))
+{
+    sgtest__server_t *s = calloc(1, size);
+    if (s == NULL)
+        return NULL;
     s->kind = kind;
+    s->free_fn = free_fn != NULL ? free_fn : server_free;
     snprintf(s->name, sizeof(s->name), "%s", name);
     s->dir = sggw_mkdtemp(prefix);
     if (s->dir == NULL)
-        return -1;
+        return sgtest__server_fail(s);
     snprintf(s->log, sizeof(s->log), "%s/%s", s->dir, logname);
-    return 0;
+    return s;
+}
+
+void *sgtest__server_fail(sgtest__server_t *s)
+{
+    s->free_fn(s);
+    return NULL;
 }
 
 void sgtest__server_free_dir(sgtest__server_t *s)

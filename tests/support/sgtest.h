@@ -210,6 +210,8 @@ void sgtest__check_result_shape(json_object *r, const char *file, int line);
  * (success and exit code 0). Asserting. */
 void sgtest_expect_stdout(json_object *r, const char *want);
 void sgtest_expect_success(json_object *r);
+/* Both, then r is put. */
+void sgtest_expect_ok(json_object *r, const char *want_stdout);
 /* ------------------------------------------------------------------------
  * The proxy's session API, as every proxy suite calls it. Each expects 200
  * and a well-formed answer, and fails the test otherwise; results are

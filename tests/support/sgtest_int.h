@@ -72,9 +72,11 @@ typedef struct sgtest__server {
     void (*free_fn)(struct sgtest__server *s); /* frees the object s is the first member of */
 } sgtest__server_t;
 
-/* Zeroes s, makes its directory "<prefix>-XXXXXX" and names its log file
- * <dir>/<logname>. 0 or -1. */
-int sgtest__server_init(sgtest__server_t *s, int kind, const char *name, const char *prefix, const char *logname);
+/* A new zeroed object of `size` bytes whose first member is a server: its
+ * directory "<prefix>-XXXXXX" made, its log file <dir>/<logname>, freed by
+ * free_fn (NULL: the directory and the object). NULL after printing why. */
+void *sgtest__server_new(size_t size, int kind, const char *name, const char *prefix, const char *logname,
+                         void (*free_fn)(sgtest__server_t *s));
 /* The executable named by the environment variable `var` (ctest sets it),
  * or NULL after printing why. */
 const char *sgtest__bin(const char *var);
@@ -100,6 +102,8 @@ const char *sgtest__server_status(sgtest__server_t *s, char *buf, size_t len);
 void sgtest__server_print_log(sgtest__server_t *s, int lines);
 /* Removes its directory. */
 void sgtest__server_free_dir(sgtest__server_t *s);
+/* A start that failed: frees s through its free_fn; NULL. */
+void *sgtest__server_fail(sgtest__server_t *s);
 
 /* The registry of live servers: their logs when a test fails, and those
  * still running when the test process exits are killed. */
