@@ -32,48 +32,11 @@ static int group_teardown(void **state)
     return sgtest_suite_stop(&suite, false);
 }
 
-/* The ids of the sessions the proxy lists (malloc'd strv). */
-static char **listed_sessions(void)
-{
-    json_object *o = SG_CALL_JSON(suite.proxy, "GET", "/sessions", NULL, 200);
-    json_object *arr = SG_ARR(o, "sessions");
-    size_t n = json_object_array_length(arr);
-    char **v = calloc(n + 1, sizeof(*v));
-    for (size_t i = 0; i < n; i++)
-        v[i] = strdup(json_object_get_string(json_object_array_get_idx(arr, i)));
-    json_object_put(o);
-    return v;
-}
-
 /* Idle pool containers of a language: labelled kind=pool, running, and not
  * the container of a listed session. */
 static char **idle_pool(const char *lang)
 {
-    char l1[192], l2[64];
-    snprintf(l1, sizeof(l1), "sandgate.proxy=%s", suite.proxy_id);
-    snprintf(l2, sizeof(l2), "sandgate.lang=%s", lang);
-    const char *labels[] = {l1, l2, "sandgate.kind=pool", NULL};
-    json_object *a = sgtest_docker_list(labels);
-    SG_CHECK(a != NULL, NULL, "cannot list containers from Docker");
-    char **sessions = listed_sessions();
-    size_t n = json_object_array_length(a), k = 0;
-    char **v = calloc(n + 1, sizeof(*v));
-    for (size_t i = 0; i < n; i++) {
-        json_object *c = json_object_array_get_idx(a, i);
-        json_object *id = sgtest_jpath(c, "Id"), *state = sgtest_jpath(c, "State");
-        json_object *labels_o = sgtest_jpath(c, "Labels"), *sid = NULL;
-        /* label keys contain dots: no sgtest_jpath here */
-        if (labels_o != NULL)
-            json_object_object_get_ex(labels_o, "sandgate.session", &sid);
-        if (id == NULL || state == NULL || strcmp(json_object_get_string(state), "running") != 0)
-            continue;
-        if (sid != NULL && sgtest_strv_has(sessions, json_object_get_string(sid)))
-            continue;
-        v[k++] = strdup(json_object_get_string(id));
-    }
-    json_object_put(a);
-    sgtest_strv_free(sessions);
-    return v;
+    return sgtest_idle_pool(suite.proxy, suite.proxy_id, lang, false, NULL);
 }
 
 /* Polls until the language's idle pool holds POOL containers. */
@@ -142,7 +105,7 @@ static void test_pool_fills_hardened(void **state)
         sgtest_strv_free(ids);
     }
     /* Pool containers are nobody's sessions. */
-    char **sessions = listed_sessions();
+    char **sessions = sgtest_listed_sessions(suite.proxy);
     SG_CHECK(sgtest_strv_len(sessions) == 0, NULL, "pool containers must not be listed");
     sgtest_strv_free(sessions);
 }

@@ -834,56 +834,13 @@ static void test_streaming(void **state)
     free(sid);
 }
 
-/* ------------------------------------------------------------------------
- * 6. The warm pool refills; a used container is never handed out again
- * ------------------------------------------------------------------------ */
-
-static char **listed_sessions(void)
-{
-    json_object *o = SG_CALL_JSON(suite.proxy, "GET", "/sessions", NULL, 200);
-    json_object *arr = SG_ARR(o, "sessions");
-    size_t n = json_object_array_length(arr);
-    char **v = calloc(n + 1, sizeof(*v));
-    assert_non_null(v);
-    for (size_t i = 0; i < n; i++)
-        v[i] = strdup(json_object_get_string(json_object_array_get_idx(arr, i)));
-    json_object_put(o);
-    return v;
-}
-
-
 /* Idle, ready pool containers of python: labelled kind=pool, running, not
  * the container of a listed session, and with the warm kernel running (the
  * proxy starts it once the agent said READY and the container joined the
  * pool, so such a container can be handed out at once). */
 static char **ready_pool(void)
 {
-    char l1[192];
-    pathf(l1, sizeof(l1), "sandgate.proxy=%s", suite.proxy_id);
-    const char *labels[] = {l1, "sandgate.lang=python", "sandgate.kind=pool", NULL};
-    json_object *a = sgtest_docker_list(labels);
-    SG_CHECK(a != NULL, NULL, "cannot list containers from Docker");
-    char **sessions = listed_sessions();
-    size_t n = json_object_array_length(a), k = 0;
-    char **v = calloc(n + 1, sizeof(*v));
-    assert_non_null(v);
-    for (size_t i = 0; i < n; i++) {
-        json_object *c = json_object_array_get_idx(a, i);
-        json_object *id = sgtest_jpath(c, "Id"), *st = sgtest_jpath(c, "State");
-        json_object *labels_o = sgtest_jpath(c, "Labels"), *sid = NULL;
-        if (labels_o != NULL)
-            json_object_object_get_ex(labels_o, "sandgate.session", &sid);
-        if (id == NULL || st == NULL || strcmp(json_object_get_string(st), "running") != 0)
-            continue;
-        if (sid == NULL || sgtest_strv_has(sessions, json_object_get_string(sid)))
-            continue;
-        if (!sgtest_docker_container_runs(json_object_get_string(id), "kernel.py"))
-            continue;
-        v[k++] = strdup(json_object_get_string(id));
-    }
-    json_object_put(a);
-    sgtest_strv_free(sessions);
-    return v;
+    return sgtest_idle_pool(suite.proxy, suite.proxy_id, "python", true, "kernel.py");
 }
 
 static char **wait_pool_ready(double timeout_s, double *took)
@@ -990,11 +947,11 @@ static void test_zz_no_leaks(void **state)
 {
     (void)state;
     /* close whatever is listed (nothing, unless a test above failed) */
-    char **sessions = listed_sessions();
+    char **sessions = sgtest_listed_sessions(suite.proxy);
     for (size_t i = 0; sessions[i] != NULL; i++)
         close_session(sessions[i]);
     sgtest_strv_free(sessions);
-    sessions = listed_sessions();
+    sessions = sgtest_listed_sessions(suite.proxy);
     SG_CHECK(sgtest_strv_len(sessions) == 0, NULL, "%zu session(s) listed after closing all",
              sgtest_strv_len(sessions));
     sgtest_strv_free(sessions);

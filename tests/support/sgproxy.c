@@ -434,3 +434,49 @@ void sgtest_close_session(const sgtest_proxy_t *p, const char *proxy_id, const c
              "container %s of closed session %s still exists %.0f s after DELETE", own, sid, removal_s);
     free(own);
 }
+
+char **sgtest_listed_sessions(const sgtest_proxy_t *p)
+{
+    json_object *o = SG_CALL_JSON(p, "GET", "/sessions", NULL, 200);
+    json_object *arr = SG_ARR(o, "sessions");
+    size_t n = json_object_array_length(arr);
+    char **v = calloc(n + 1, sizeof(*v));
+    assert_non_null(v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = strdup(json_object_get_string(json_object_array_get_idx(arr, i)));
+    json_object_put(o);
+    return v;
+}
+
+char **sgtest_idle_pool(const sgtest_proxy_t *p, const char *proxy_id, const char *lang, bool labelled_only,
+                        const char *running)
+{
+    char l1[192], l2[64];
+    pathf(l1, sizeof(l1), "sandgate.proxy=%s", proxy_id);
+    pathf(l2, sizeof(l2), "sandgate.lang=%s", lang);
+    const char *labels[] = {l1, l2, "sandgate.kind=pool", NULL};
+    json_object *a = sgtest_docker_list(labels);
+    SG_CHECK(a != NULL, NULL, "cannot list containers from Docker");
+    char **sessions = sgtest_listed_sessions(p);
+    size_t n = json_object_array_length(a), k = 0;
+    char **v = calloc(n + 1, sizeof(*v));
+    assert_non_null(v);
+    for (size_t i = 0; i < n; i++) {
+        json_object *c = json_object_array_get_idx(a, i);
+        json_object *id = sgtest_jpath(c, "Id"), *state = sgtest_jpath(c, "State");
+        json_object *labels_o = sgtest_jpath(c, "Labels"), *sid = NULL;
+        /* label keys contain dots: no sgtest_jpath here */
+        if (labels_o != NULL)
+            json_object_object_get_ex(labels_o, "sandgate.session", &sid);
+        if (id == NULL || state == NULL || strcmp(json_object_get_string(state), "running") != 0)
+            continue;
+        if ((labelled_only && sid == NULL) || (sid != NULL && sgtest_strv_has(sessions, json_object_get_string(sid))))
+            continue;
+        if (running != NULL && !sgtest_docker_container_runs(json_object_get_string(id), running))
+            continue;
+        v[k++] = strdup(json_object_get_string(id));
+    }
+    json_object_put(a);
+    sgtest_strv_free(sessions);
+    return v;
+}

@@ -236,6 +236,15 @@ json_object *sgtest_run_cmd(const sgtest_proxy_t *p, const char *sid, const char
 /* POST /execute */
 json_object *sgtest_run_ephemeral(const sgtest_proxy_t *p, const char *lang, const char *code,
                                   const char *const *libs, int timeout, double *seconds);
+/* GET /sessions: the ids (a strv, sgtest_strv_free). Asserting. */
+char **sgtest_listed_sessions(const sgtest_proxy_t *p);
+/* The idle pool containers of lang of p (proxy id proxy_id): labelled
+ * kind=pool, running, and not the container of a session p lists; with
+ * labelled_only, only those that carry a sandgate.session label; with
+ * running (not NULL), only those in which a process has it in its command
+ * line. A strv of ids. Asserting. */
+char **sgtest_idle_pool(const sgtest_proxy_t *p, const char *proxy_id, const char *lang, bool labelled_only,
+                        const char *running);
 /* DELETE /sessions/{sid}: expects {"status":"closed"}, then the session's
  * container (cid, or when NULL the one labelled with proxy_id and sid,
  * looked up first) gone within removal_s. */
