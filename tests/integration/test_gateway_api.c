@@ -816,9 +816,7 @@ SGGW_TEST(test_file_cap)
     if (r.status != 413)
         fprintf(stderr, "a file of SANDGATE_MAX_FILE_BYTES + 1 = %zu bytes through the gateway:\n", n);
     SG_TAKE_ERROR(&r, 413, NULL);
-    sggw_delete_session(stack.gw, tok, sid);
-    free(sid);
-    free(tok);
+    sggw_session_done(stack.gw, tok, sid);
 }
 
 /* Percent-encodes every byte of s onto the end of url. */
@@ -1053,9 +1051,7 @@ SGGW_TEST(test_caps)
     SG_CHECK(SG_BOOL(o, "timed_out"), o, "a 30 s sleep must time out at the tenant's 5 s cap");
     SG_CHECK(took < 5 + 10, o, "took %.1f s", took);
     json_object_put(o);
-    sggw_delete_session(stack.gw, tok, sid);
-    free(sid);
-    free(tok);
+    sggw_session_done(stack.gw, tok, sid);
 }
 
 /* ------------------------------------------------------------------------
@@ -1406,9 +1402,7 @@ SGGW_TEST(test_streaming_through_gateway)
     sgtest_reply_free(&r);
     SG_CHECK(SG_INT(o, "executions") == 1, o, "one usage row for the streamed execution");
     json_object_put(o);
-    sggw_delete_session(stack.gw, tok, sid);
-    free(sid);
-    free(tok);
+    sggw_session_done(stack.gw, tok, sid);
 }
 
 /* POST /sessions/{id}/libraries through the gateway: the proxy's answer
@@ -1432,34 +1426,34 @@ SGGW_TEST(test_libraries_route)
     SGGW_CALL_ERROR(stack.gw, other, "POST", path, "{\"package\": \"requests\"}", 404, "no_such_session");
     SGGW_CALL_ERROR(stack.gw, tok, "GET", path, NULL, 405, NULL);
 
-    sggw_delete_session(stack.gw, tok, sid);
-    free(sid);
-    free(tok);
+    sggw_session_done(stack.gw, tok, sid);
     free(other);
 }
+
+#define T(f) cmocka_unit_test_teardown(f, after_test)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_auth_matrix, after_test),
-        cmocka_unit_test_teardown(test_admin_changes_reach_gateway, after_test),
-        cmocka_unit_test_teardown(test_reply_headers_well_formed, after_test),
-        cmocka_unit_test_teardown(test_create_then_use_at_once, after_test),
-        cmocka_unit_test_teardown(test_cross_tenant, after_test),
-        cmocka_unit_test_teardown(test_seed003_examples, after_test),
-        cmocka_unit_test_teardown(test_seed000_examples, after_test),
-        cmocka_unit_test_teardown(test_bad_input, after_test),
-        cmocka_unit_test_teardown(test_file_cap, after_test),
-        cmocka_unit_test_teardown(test_files_long_path, after_test),
-        cmocka_unit_test_teardown(test_json_body_too_large, after_test),
-        cmocka_unit_test_teardown(test_oversized_header, after_test),
-        cmocka_unit_test_teardown(test_body_cap_own_limit, after_test),
-        cmocka_unit_test_teardown(test_caps, after_test),
-        cmocka_unit_test_teardown(test_memory_state_limits, after_test),
-        cmocka_unit_test_teardown(test_metrics, after_test),
-        cmocka_unit_test_teardown(test_loop_health, after_test),
-        cmocka_unit_test_teardown(test_streaming_through_gateway, after_test),
-        cmocka_unit_test_teardown(test_libraries_route, after_test),
+        T(test_auth_matrix),
+        T(test_admin_changes_reach_gateway),
+        T(test_reply_headers_well_formed),
+        T(test_create_then_use_at_once),
+        T(test_cross_tenant),
+        T(test_seed003_examples),
+        T(test_seed000_examples),
+        T(test_bad_input),
+        T(test_file_cap),
+        T(test_files_long_path),
+        T(test_json_body_too_large),
+        T(test_oversized_header),
+        T(test_body_cap_own_limit),
+        T(test_caps),
+        T(test_memory_state_limits),
+        T(test_metrics),
+        T(test_loop_health),
+        T(test_streaming_through_gateway),
+        T(test_libraries_route),
     };
     return cmocka_run_group_tests_name("gateway_api", tests, group_setup, sggw_stack_group_teardown);
 }

@@ -213,9 +213,7 @@ SGGW_TEST(test_daily_execs_quota)
 
     /* the ledger holds exactly the 3 that ran */
     sggw_expect_ledger_execs(data_dir(), "execs-quota", 3, 5);
-    sggw_delete_session(stack.gw, tok, sid);
-    free(sid);
-    free(tok);
+    sggw_session_done(stack.gw, tok, sid);
     free(other);
 }
 
@@ -239,9 +237,7 @@ SGGW_TEST(test_daily_seconds_quota)
     sggw_call(stack.gw, tok, "POST", "/execute", "{\"code\":\"print(1)\",\"lang\":\"python\"}", &r);
     expect_429(&r);
     sgtest_reply_free(&r);
-    sggw_delete_session(stack.gw, tok, sid);
-    free(sid);
-    free(tok);
+    sggw_session_done(stack.gw, tok, sid);
 }
 
 /* ------------------------------------------------------------------------
@@ -366,19 +362,19 @@ SGGW_TEST(test_usage_matches_replies)
              row ? row : "no row", err);
     free(row);
 
-    sggw_delete_session(stack.gw, tok, sid);
-    free(sid);
-    free(tok);
+    sggw_session_done(stack.gw, tok, sid);
 }
+
+#define T(f) cmocka_unit_test_teardown(f, sggw_stack_teardown)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_rate_limit_exact, sggw_stack_teardown),
-        cmocka_unit_test_teardown(test_session_cap_exact, sggw_stack_teardown),
-        cmocka_unit_test_teardown(test_daily_execs_quota, sggw_stack_teardown),
-        cmocka_unit_test_teardown(test_daily_seconds_quota, sggw_stack_teardown),
-        cmocka_unit_test_teardown(test_usage_matches_replies, sggw_stack_teardown),
+        T(test_rate_limit_exact),
+        T(test_session_cap_exact),
+        T(test_daily_execs_quota),
+        T(test_daily_seconds_quota),
+        T(test_usage_matches_replies),
     };
     return cmocka_run_group_tests_name("gateway_quota", tests, group_setup, sggw_stack_group_teardown);
 }

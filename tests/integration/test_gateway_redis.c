@@ -526,16 +526,18 @@ SGGW_TEST(test_shutdown_with_redis_call_in_flight)
     free(tok);
 }
 
+#define T(f) cmocka_unit_test_teardown(f, after_test)
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_key_schema, after_test),
-        cmocka_unit_test_teardown(test_redis_outage, after_test),
-        cmocka_unit_test_teardown(test_timeouts_survive_redis_restart, after_test),
-        cmocka_unit_test_teardown(test_script_flush, after_test),
-        cmocka_unit_test_teardown(test_redis_hang, after_test),
-        cmocka_unit_test_teardown(test_redis_down_at_start, after_test),
-        cmocka_unit_test_teardown(test_shutdown_with_redis_call_in_flight, after_test),
+        T(test_key_schema),
+        T(test_redis_outage),
+        T(test_timeouts_survive_redis_restart),
+        T(test_script_flush),
+        T(test_redis_hang),
+        T(test_redis_down_at_start),
+        T(test_shutdown_with_redis_call_in_flight),
     };
     return cmocka_run_group_tests_name("gateway_redis", tests, group_setup, sggw_stack_group_teardown);
 }

@@ -407,22 +407,22 @@ SGGW_TEST(test_restart_memory_state)
              "max_sessions 1 with a session open before the restart: a new create must get 429, got %ld",
              r.status);
     sgtest_reply_free(&r);
-    sggw_delete_session(c, tok, sid);
-    free(sid);
-    free(tok);
+    sggw_session_done(c, tok, sid);
     sggw_stack_stop_extra(&stack, "gateway C");
 }
+
+#define T(f) cmocka_unit_test_teardown(f, after_test)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_idle_timeout_closes, after_test),
-        cmocka_unit_test_teardown(test_use_keeps_session, after_test),
-        cmocka_unit_test_teardown(test_lifetime_closes_even_when_used, after_test),
-        cmocka_unit_test_teardown(test_deadlines_not_early, after_test),
-        cmocka_unit_test_teardown(test_admin_force_close, after_test),
-        cmocka_unit_test_teardown(test_restart_keeps_state, after_test),
-        cmocka_unit_test_teardown(test_restart_memory_state, after_test),
+        T(test_idle_timeout_closes),
+        T(test_use_keeps_session),
+        T(test_lifetime_closes_even_when_used),
+        T(test_deadlines_not_early),
+        T(test_admin_force_close),
+        T(test_restart_keeps_state),
+        T(test_restart_memory_state),
     };
     return cmocka_run_group_tests_name("gateway_sessions", tests, group_setup, sggw_stack_group_teardown);
 }

@@ -1001,28 +1001,30 @@ static void test_zz_nothing_left(void **state)
              "session was closed", n, suite.proxy_id, REMOVAL_S);
 }
 
+#define T(f) cmocka_unit_test_teardown(f, sgtest_suite_teardown)
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_seed_readme_examples, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_javascript, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_session_details, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_command_non_root, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_unknown_library, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_errors, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_timeout_code, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_timeout_command, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_timeout_kills_process_tree, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_output_flood, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_non_utf8_output, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_hardening, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_fork_bomb, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_memory_bomb, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_files_roundtrip, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_files_refused, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_files_too_large, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_concurrency, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_zz_nothing_left, sgtest_suite_teardown),
+        T(test_seed_readme_examples),
+        T(test_javascript),
+        T(test_session_details),
+        T(test_command_non_root),
+        T(test_unknown_library),
+        T(test_errors),
+        T(test_timeout_code),
+        T(test_timeout_command),
+        T(test_timeout_kills_process_tree),
+        T(test_output_flood),
+        T(test_non_utf8_output),
+        T(test_hardening),
+        T(test_fork_bomb),
+        T(test_memory_bomb),
+        T(test_files_roundtrip),
+        T(test_files_refused),
+        T(test_files_too_large),
+        T(test_concurrency),
+        T(test_zz_nothing_left),
     };
     return cmocka_run_group_tests_name("proxy_api", tests, group_setup, sgtest_suite_group_teardown);
 }

@@ -397,12 +397,14 @@ static void test_failed_start_leaves_no_process(void **state)
     free(sid);
 }
 
+#define T(f) cmocka_unit_test_teardown(f, after_test)
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_auto_takes_runsc_when_offered, after_test),
-        cmocka_unit_test_teardown(test_explicit_runtimes, after_test),
-        cmocka_unit_test_teardown(test_failed_start_leaves_no_process, after_test),
+        T(test_auto_takes_runsc_when_offered),
+        T(test_explicit_runtimes),
+        T(test_failed_start_leaves_no_process),
     };
     return cmocka_run_group_tests_name("proxy_runtime", tests, group_setup, NULL);
 }

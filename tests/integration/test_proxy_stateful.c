@@ -479,6 +479,47 @@ static void append(char **buf, size_t *len, const char *p, size_t n)
     *buf = nb;
 }
 
+/* POSTs js to url (application/json; with accept_sse, "Accept:
+ * text/event-stream"), the reply going into s as it comes (sse_on_body;
+ * s->t0 is set when it starts). *status and ctype (may be NULL) get the
+ * reply's; errbuf (may be NULL) libcurl's message. */
+static CURLcode sse_perform(const char *url, const char *js, bool accept_sse, long timeout_s, sse_stream_t *s,
+                            long *status, char *ctype, size_t ctlen, char *errbuf)
+{
+    struct curl_slist *hl = NULL;
+    hl = curl_slist_append(hl, "Content-Type: application/json");
+    hl = curl_slist_append(hl, "Expect:");
+    if (accept_sse)
+        hl = curl_slist_append(hl, "Accept: text/event-stream");
+    CURLcode rc = CURLE_FAILED_INIT;
+    CURL *h = curl_easy_init();
+    if (h != NULL) {
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+        curl_easy_setopt(h, CURLOPT_TIMEOUT, timeout_s);
+        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, js);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(js));
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sse_on_body);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
+        if (errbuf != NULL)
+            curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+        s->t0 = sgtest_now();
+        rc = curl_easy_perform(h);
+        char *ct = NULL;
+        if (status != NULL)
+            curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+        curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &ct);
+        if (ctype != NULL)
+            snprintf(ctype, ctlen, "%s", ct != NULL ? ct : "(none)");
+        curl_easy_cleanup(h);
+    }
+    curl_slist_free_all(hl);
+    return rc;
+}
+
 /* POSTs body (consumed) to path; with accept_sse the request carries
  * "Accept: text/event-stream", otherwise the body must ask for a stream.
  * Asserts a well-formed event stream that ends with one result event. */
@@ -490,36 +531,10 @@ static void post_streamed(const char *path, json_object *body, bool accept_sse, 
     pathf(url, sizeof(url), "%s%s", sgtest_proxy_url(suite.proxy), path);
     const char *js = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
     sse_stream_t s = {0};
-    char errbuf[CURL_ERROR_SIZE] = "";
-    struct curl_slist *hl = NULL;
-    hl = curl_slist_append(hl, "Content-Type: application/json");
-    hl = curl_slist_append(hl, "Expect:");
-    if (accept_sse)
-        hl = curl_slist_append(hl, "Accept: text/event-stream");
-    CURL *h = curl_easy_init();
-    assert_non_null(h);
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
-    curl_easy_setopt(h, CURLOPT_TIMEOUT, 120L);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, js);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(js));
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sse_on_body);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-    s.t0 = sgtest_now();
-    CURLcode rc = curl_easy_perform(h);
-    t->seconds = sgtest_now() - s.t0;
+    char errbuf[CURL_ERROR_SIZE] = "", ctype[128];
     long status = 0;
-    char *ct = NULL;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &ct);
-    char ctype[128];
-    snprintf(ctype, sizeof(ctype), "%s", ct != NULL ? ct : "(none)");
-    curl_easy_cleanup(h);
-    curl_slist_free_all(hl);
+    CURLcode rc = sse_perform(url, js, accept_sse, 120, &s, &status, ctype, sizeof(ctype), errbuf);
+    t->seconds = sgtest_now() - s.t0;
     json_object_put(body);
 
     /* copy what the assertions print, then free before any of them fails */
@@ -642,24 +657,7 @@ typedef struct {
 static void *bg_stream_main(void *arg)
 {
     bg_stream_t *b = arg;
-    struct curl_slist *hl = curl_slist_append(NULL, "Content-Type: application/json");
-    CURL *h = curl_easy_init();
-    b->rc = CURLE_FAILED_INIT;
-    if (h != NULL) {
-        curl_easy_setopt(h, CURLOPT_URL, b->url);
-        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
-        curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, b->body);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sse_on_body);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, &b->s);
-        b->s.t0 = sgtest_now();
-        b->rc = curl_easy_perform(h);
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &b->status);
-        curl_easy_cleanup(h);
-    }
-    curl_slist_free_all(hl);
+    b->rc = sse_perform(b->url, b->body, false, 60, &b->s, &b->status, NULL, 0, NULL);
     return NULL;
 }
 
@@ -783,22 +781,8 @@ static void test_streaming(void **state)
         const char *js = "{\"stream\":true,\"code\":\"import time\\nfor i in range(4):\\n"
                          "    print(i, flush=True)\\n    time.sleep(0.3)\"}";
         sse_stream_t s = {.abort_after = 1};
-        struct curl_slist *hl = curl_slist_append(NULL, "Content-Type: application/json");
-        CURL *h = curl_easy_init();
-        assert_non_null(h);
-        curl_easy_setopt(h, CURLOPT_URL, url);
-        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
-        curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, js);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sse_on_body);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
-        s.t0 = sgtest_now();
-        CURLcode rc = curl_easy_perform(h);
+        CURLcode rc = sse_perform(url, js, false, 60, &s, NULL, NULL, 0, NULL);
         size_t nev = s.nev;
-        curl_easy_cleanup(h);
-        curl_slist_free_all(hl);
         sse_free(&s);
         SG_CHECK(rc == CURLE_WRITE_ERROR && nev >= 1, NULL,
                  "the hang-up did not happen as planned: curl %d after %zu event(s)", (int)rc, nev);
@@ -985,16 +969,18 @@ static void test_zz_no_leaks(void **state)
     }
 }
 
+#define T(f) cmocka_unit_test_teardown(f, sgtest_suite_teardown)
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_python_state_persists, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_javascript_state_persists, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_state_lost_is_reported, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_commands_leave_state_alone, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_streaming, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_stream_closed_session, sgtest_suite_teardown),
-        cmocka_unit_test_teardown(test_pool_refills, sgtest_suite_teardown),
+        T(test_python_state_persists),
+        T(test_javascript_state_persists),
+        T(test_state_lost_is_reported),
+        T(test_commands_leave_state_alone),
+        T(test_streaming),
+        T(test_stream_closed_session),
+        T(test_pool_refills),
         cmocka_unit_test(test_zz_no_leaks),
     };
     return cmocka_run_group_tests_name("proxy_stateful", tests, group_setup, group_teardown);

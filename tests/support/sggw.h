@@ -239,6 +239,9 @@ json_object *sggw_post_result(const sggw_gateway_t *g, const char *token, const 
 json_object *sggw_execute(const sggw_gateway_t *g, const char *token, const char *sid, const char *code, double timeout);
 /* DELETE /sessions/{sid}; asserts 200 {"status":"closed"}. */
 void sggw_delete_session(const sggw_gateway_t *g, const char *token, const char *sid);
+/* The end of a test's session: sggw_delete_session(), then sid and token
+ * are freed. */
+void sggw_session_done(const sggw_gateway_t *g, char *token, char *sid);
 /* GET /sessions; asserts 200 and a "sessions" array of strings. Returns
  * the whole reply object. */
 json_object *sggw_list_sessions(const sggw_gateway_t *g, const char *token);

@@ -310,6 +310,13 @@ void sggw_delete_session(const sggw_gateway_t *g, const char *token, const char 
     json_object_put(o);
 }
 
+void sggw_session_done(const sggw_gateway_t *g, char *token, char *sid)
+{
+    sggw_delete_session(g, token, sid);
+    free(sid);
+    free(token);
+}
+
 json_object *sggw_list_sessions(const sggw_gateway_t *g, const char *token)
 {
     sgtest_reply_t r;
