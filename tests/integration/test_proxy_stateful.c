@@ -486,38 +486,20 @@ static void append(char **buf, size_t *len, const char *p, size_t n)
 static CURLcode sse_perform(const char *url, const char *js, bool accept_sse, long timeout_s, sse_stream_t *s,
                             long *status, char *ctype, size_t ctlen, char *errbuf)
 {
-    struct curl_slist *hl = NULL;
-    hl = curl_slist_append(hl, "Content-Type: application/json");
-    hl = curl_slist_append(hl, "Expect:");
-    if (accept_sse)
-        hl = curl_slist_append(hl, "Accept: text/event-stream");
-    CURLcode rc = CURLE_FAILED_INIT;
-    CURL *h = curl_easy_init();
-    if (h != NULL) {
-        curl_easy_setopt(h, CURLOPT_URL, url);
-        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
-        curl_easy_setopt(h, CURLOPT_TIMEOUT, timeout_s);
-        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, js);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(js));
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sse_on_body);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
-        if (errbuf != NULL)
-            curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-        s->t0 = sgtest_now();
-        rc = curl_easy_perform(h);
-        char *ct = NULL;
-        if (status != NULL)
-            curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
-        curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &ct);
-        if (ctype != NULL)
-            snprintf(ctype, ctlen, "%s", ct != NULL ? ct : "(none)");
-        curl_easy_cleanup(h);
-    }
-    curl_slist_free_all(hl);
-    return rc;
+    const char *hl[] = {accept_sse ? "Accept: text/event-stream" : NULL, NULL};
+    sgtest_reply_t r;
+    s->t0 = sgtest_now();
+    sgtest_post_stream(url, js, hl, timeout_s, sse_on_body, s, &r);
+    if (status != NULL)
+        *status = r.status;
+    char *ct = sgtest_reply_header(&r, "Content-Type");
+    if (ctype != NULL)
+        snprintf(ctype, ctlen, "%s", ct != NULL ? ct : "(none)");
+    if (errbuf != NULL)
+        snprintf(errbuf, CURL_ERROR_SIZE, "%s", r.error);
+    free(ct);
+    sgtest_reply_free(&r);
+    return (CURLcode)r.curl_code;
 }
 
 /* POSTs body (consumed) to path; with accept_sse the request carries

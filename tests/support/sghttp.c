@@ -115,8 +115,8 @@ int sgtest__curl(const sgtest__http_req_t *q, sgtest_reply_t *out)
     curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
     curl_easy_setopt(h, CURLOPT_TIMEOUT, q->timeout_s > 0 ? q->timeout_s : SGTEST_HTTP_TIMEOUT);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, q->on_body != NULL ? q->on_body : on_data);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, q->on_body != NULL ? q->ctx : &body);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_data);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &hdrs);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, out->error);
@@ -148,21 +148,26 @@ int sgtest__curl(const sgtest__http_req_t *q, sgtest_reply_t *out)
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, q->method);
     }
     CURLcode rc = curl_easy_perform(h);
-    if (rc == CURLE_OK) {
+    out->curl_code = (int)rc;
+    if (rc == CURLE_OK || q->on_body != NULL) {
+        /* a stream cut short by its reader still had its status */
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out->status);
-    } else {
+    }
+    if (rc != CURLE_OK) {
         if (out->error[0] == '\0')
             snprintf(out->error, sizeof(out->error), "%s", curl_easy_strerror(rc));
         if (body.overflow)
             snprintf(out->error, sizeof(out->error), "reply body over %zu bytes", SGTEST__BODY_CAP);
-        out->status = 0;
+        if (q->on_body == NULL)
+            out->status = 0;
     }
 
 Exit:
     if (h != NULL)
         curl_easy_cleanup(h);
     curl_slist_free_all(hl);
-    return reply_finish(out, &body.b, &hdrs.b, t0);
+    reply_finish(out, &body.b, &hdrs.b, t0);
+    return out->curl_code == CURLE_OK && out->status != 0 ? 0 : -1;
 }
 
 int sgtest_http(const char *method, const char *url, const void *body, size_t len, const char *content_type,
@@ -170,6 +175,15 @@ int sgtest_http(const char *method, const char *url, const void *body, size_t le
 {
     sgtest__http_req_t q = {.method = method, .url = url, .body = body, .len = len, .content_type = content_type,
                             .timeout_s = timeout_s};
+    return sgtest__curl(&q, out);
+}
+
+int sgtest_post_stream(const char *url, const char *json_body, const char *const *headers, long timeout_s,
+                       size_t (*on_body)(char *p, size_t size, size_t n, void *ctx), void *ctx, sgtest_reply_t *out)
+{
+    sgtest__http_req_t q = {.method = "POST", .url = url, .body = json_body, .len = strlen(json_body),
+                            .content_type = "application/json", .headers = headers, .timeout_s = timeout_s,
+                            .on_body = on_body, .ctx = ctx};
     return sgtest__curl(&q, out);
 }
 

@@ -116,6 +116,7 @@ typedef struct {
     char *headers;   /* raw response header block(s) */
     double seconds;  /* wall time of the call */
     char error[256]; /* libcurl's message when status == 0 */
+    int curl_code;   /* libcurl's CURLcode (0: the transfer completed); 0 for the plain-socket client */
 } sgtest_reply_t;
 
 /* One request; body may be NULL (len 0), content_type may be NULL.
@@ -148,6 +149,15 @@ int sggw_http_read_reply(int fd, long timeout_s, sgtest_reply_t *out);
  * (libcurl refuses replies with a NUL byte in a header). */
 int sggw_http_curl(const char *method, const char *url, const void *body, size_t len, const char *content_type,
                    const char *const *headers, long timeout_s, sgtest_reply_t *out);
+
+/* A POST of json_body (application/json) whose reply body is handed, as it
+ * arrives, to on_body(ptr, 1, n, ctx) (a libcurl write callback: returning
+ * less than n ends the transfer, as a client that hangs up), with the extra
+ * header lines (NULL-terminated, may be NULL). out gets the status (also
+ * when the transfer was cut short), the headers, curl_code and error; its
+ * body stays empty. 0 when the transfer completed, -1 otherwise. */
+int sgtest_post_stream(const char *url, const char *json_body, const char *const *headers, long timeout_s,
+                       size_t (*on_body)(char *p, size_t size, size_t n, void *ctx), void *ctx, sgtest_reply_t *out);
 
 /* A request to the proxy: base URL + path; json_body (may be NULL) is sent
  * as application/json. Default timeout. */

@@ -39,6 +39,9 @@ typedef struct {
     long timeout_s;             /* <= 0: SGTEST_HTTP_TIMEOUT */
     const char *unix_socket;    /* may be NULL */
     sgtest__sent_watch_t *watch; /* may be NULL */
+    /* may be NULL: the body goes here as it arrives, not into the reply */
+    size_t (*on_body)(char *p, size_t size, size_t n, void *ctx);
+    void *ctx;
 } sgtest__http_req_t;
 /* 0 when an HTTP answer came back, -1 with out->error set. */
 int sgtest__curl(const sgtest__http_req_t *q, sgtest_reply_t *out);
