@@ -326,33 +326,37 @@ SGGW_TEST(test_auth_matrix)
     free(tok);
 }
 
-/* What sandgate-admin changes in the SQLite file reaches a running gateway
- * at once, and what the gateway writes reaches the file, with the default
- * number of DB threads (2). */
 /* A gateway of the test's own (extra_gw: after_test stops it) with two DB
- * threads, in front of the suite's proxy. */
-static sggw_gateway_t *two_db_threads_gateway(void)
+ * threads, in front of the suite's proxy, into *g2; a tenant `name` of it,
+ * whose token is returned (made before the gateway's DB threads open the
+ * file), and `writer`: another writer of its SQLite file. */
+static char *two_db_threads_tenant(const char *name, sggw_gateway_t **g2)
 {
     const char *env[] = {"SANDGATE_DB_WORKERS=2", NULL};
     sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy), .env = env};
-    stack.extra_gw = sggw_gateway_start(&opts);
-    SG_CHECK(stack.extra_gw != NULL, NULL, "cannot start a gateway");
-    return stack.extra_gw;
+    *g2 = stack.extra_gw = sggw_gateway_start(&opts);
+    SG_CHECK(*g2 != NULL, NULL, "cannot start a gateway");
+    char *tok = sggw_new_tenant(sggw_gateway_data_dir(*g2), name, NULL);
+    writer = sggw_db_writer_open(sggw_gateway_data_dir(*g2));
+    SG_CHECK(writer != NULL, NULL, "cannot open the SQLite file");
+    return tok;
 }
 
+/* What sandgate-admin changes in the SQLite file reaches a running gateway
+ * at once, and what the gateway writes reaches the file, with the default
+ * number of DB threads (2). */
 SGGW_TEST(test_admin_changes_reach_gateway)
 {
-    sggw_gateway_t *g2 = two_db_threads_gateway();
+    sggw_gateway_t *g2;
+    char *tok = two_db_threads_tenant("live-admin", &g2);
     const char *dir = sggw_gateway_data_dir(g2);
-    char *tok = sggw_new_tenant(dir, "live-admin", NULL);
     char url[256];
     sgtest_reply_t r;
 
     /* both DB threads open their connection, one after the other: the first
      * is kept busy by a write that waits for another writer's lock, so the
      * next request goes to the second */
-    writer = sggw_db_writer_open(dir);
-    SG_CHECK(writer != NULL && sggw_db_writer_hold(writer, 1.0) == 0, NULL, "cannot take the SQLite write lock");
+    SG_CHECK(sggw_db_writer_hold(writer, 1.0) == 0, NULL, "cannot take the SQLite write lock");
     pathf(url, sizeof(url), "%s/admin/tenants", sggw_gateway_url(g2));
     const char tbody[] = "{\"name\":\"live-admin-2\"}";
     sggw_par_req_t q = {.method = "POST", .url = url, .token = sggw_gateway_admin_token(g2), .body = tbody,
@@ -429,14 +433,11 @@ SGGW_TEST(test_admin_changes_reach_gateway)
  * before the gateway's DB threads open the file.) */
 SGGW_TEST(test_create_then_use_at_once)
 {
-    sggw_gateway_t *g2 = two_db_threads_gateway();
-    const char *dir = sggw_gateway_data_dir(g2);
-    char *tok = sggw_new_tenant(dir, "at-once", NULL);
+    sggw_gateway_t *g2;
+    char *tok = two_db_threads_tenant("at-once", &g2);
     char path[256];
     sgtest_reply_t r;
 
-    writer = sggw_db_writer_open(dir);
-    SG_CHECK(writer != NULL, NULL, "cannot open the SQLite file");
     for (int i = 0; i < 7; i++) {
         if (i == 0)
             SG_CHECK(sggw_db_writer_hold(writer, 0.5) == 0, NULL, "cannot take the SQLite write lock");

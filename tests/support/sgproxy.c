@@ -40,6 +40,17 @@ void sgtest_proxy_print_log(sgtest_proxy_t *p, int lines)
     sgtest__server_print_log(&p->s, lines);
 }
 
+int sgtest_proxy_stop(sgtest_proxy_t *p)
+{
+    return p != NULL ? sgtest__server_end(&p->s, true) : 0;
+}
+
+void sgtest_proxy_kill9(sgtest_proxy_t *p)
+{
+    if (p != NULL)
+        sgtest__server_end(&p->s, false);
+}
+
 sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extra_env)
 {
     sgtest__curl_ready();
@@ -99,17 +110,6 @@ sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extr
 
 Error:
     return sgtest__server_fail(&p->s);
-}
-
-int sgtest_proxy_stop(sgtest_proxy_t *p)
-{
-    return p != NULL ? sgtest__server_end(&p->s, true) : 0;
-}
-
-void sgtest_proxy_kill9(sgtest_proxy_t *p)
-{
-    if (p != NULL)
-        sgtest__server_end(&p->s, false);
 }
 
 const char *sgtest_proxy_url(const sgtest_proxy_t *p)
