@@ -1258,10 +1258,7 @@ SGGW_TEST(test_loop_health)
                                       .timeout_s = 120};
     SG_CHECK(sggw_parallel(creates, NS) == 0, NULL, "cannot start threads");
     for (int i = 0; i < NS; i++) {
-        json_object *o = SG_EXPECT_JSON(&creates[i].reply, 200);
-        sids[i] = strdup(SG_STR(o, "session_id"));
-        json_object_put(o);
-        sgtest_reply_free(&creates[i].reply);
+        sids[i] = SG_TAKE_ID(SG_TAKE_JSON(&creates[i].reply, 200), "session_id", NULL);
         snprintf(xurl[i], sizeof(xurl[i]), "%s/sessions/%s/execute", sggw_gateway_url(stack.gw), sids[i]);
     }
 

@@ -52,17 +52,18 @@ static int64_t hget_int(sggw_redis_t *r, const char *key, const char *f)
     return n;
 }
 
-/* Polls (up to 2 s) until key exists. */
-static void wait_key(const char *key)
+/* Polls (up to 2 s) until key of redis r exists (there) or is gone. */
+static void wait_key(sggw_redis_t *r, const char *key, bool there)
 {
     double deadline = sgtest_now() + 2;
     for (;;) {
-        char *v = rcmd(stack.redis, "EXISTS %s", key, NULL);
-        bool there = v != NULL && strcmp(v, "1") == 0;
+        char *v = rcmd(r, "EXISTS %s", key, NULL);
+        bool done = v != NULL && strcmp(v, there ? "1" : "0") == 0;
         free(v);
-        if (there)
+        if (done)
             return;
-        SG_CHECK(sgtest_now() < deadline, NULL, "%s does not exist 2 s after the reply", key);
+        SG_CHECK(sgtest_now() < deadline, NULL, "%s %s 2 s after the reply", key,
+                 there ? "does not exist" : "is still there");
         usleep(10000);
     }
 }
@@ -172,7 +173,7 @@ SGGW_TEST(test_key_schema)
      * idle_deadline, lifetime_deadline, executions. It is written right
      * after the reply (the gateway does not wait for Redis): poll briefly. */
     pathf(key, sizeof(key), "sg:session:%s", sid);
-    wait_key(key);
+    wait_key(stack.redis, key, true);
     char *type = rcmd(stack.redis, "TYPE %s", key, NULL);
     SG_CHECK(type != NULL && strcmp(type, "hash") == 0, NULL, "%s must be a hash (is %s)", key, type ? type : "?");
     free(type);
@@ -343,8 +344,7 @@ SGGW_TEST(test_redis_outage)
  * is still closed by its idle timeout once Redis is back. */
 SGGW_TEST(test_timeouts_survive_redis_restart)
 {
-    const char *q[] = {"idle_timeout=2", "max_lifetime=600", NULL};
-    char *sid, *tok = sggw_tenant_session(stack.gw, "rebuilt", q, &sid);
+    char *sid, *tok = sggw_tenant_session(stack.gw, "rebuilt", sggw_idle_2s, &sid);
     char *cid = sgtest_docker_session_container(stack.proxy_id, sid);
     SG_CHECK(cid != NULL, NULL, "no container for %s", sid);
 
@@ -471,16 +471,9 @@ SGGW_TEST(test_redis_down_at_start)
     sggw_delete_session(g, tok, sid);
     /* the record goes right after the reply; stop once it has (a stop with
      * a Redis call in flight is test_shutdown_with_redis_call_in_flight) */
-    double deadline = sgtest_now() + 2;
-    for (;;) {
-        char *ex = rcmd(stack.extra_redis, "EXISTS sg:session:%s", sid, NULL);
-        bool gone = ex != NULL && strcmp(ex, "0") == 0;
-        free(ex);
-        if (gone)
-            break;
-        SG_CHECK(sgtest_now() < deadline, NULL, "sg:session:%s is still there 2 s after DELETE", sid);
-        usleep(10000);
-    }
+    char skey[96];
+    pathf(skey, sizeof(skey), "sg:session:%s", sid);
+    wait_key(stack.extra_redis, skey, false); /* after DELETE */
     free(sid);
     free(tok);
     sggw_stack_stop_extra(&stack, "the gateway");

@@ -111,8 +111,7 @@ static int after_test(void **state)
 
 SGGW_TEST(test_idle_timeout_closes)
 {
-    const char *q[] = {"idle_timeout=2", "max_lifetime=600", NULL};
-    char *tok = sggw_new_tenant(data_dir(), "idle", q);
+    char *tok = sggw_new_tenant(data_dir(), "idle", sggw_idle_2s);
     int64_t tid = sggw_tenant_id(data_dir(), "idle");
 
     json_object *created = NULL;
@@ -155,8 +154,7 @@ SGGW_TEST(test_idle_timeout_closes)
 /* Every use pushes the idle deadline: executes, commands and file uploads. */
 SGGW_TEST(test_use_keeps_session)
 {
-    const char *q[] = {"idle_timeout=2", "max_lifetime=600", NULL};
-    char *sid, *tok = sggw_tenant_session(stack.gw, "busy", q, &sid);
+    char *sid, *tok = sggw_tenant_session(stack.gw, "busy", sggw_idle_2s, &sid);
     char path[256];
     sgtest_reply_t r;
 
@@ -236,8 +234,7 @@ SGGW_TEST(test_lifetime_closes_even_when_used)
  * second at which that use or creation happened. */
 SGGW_TEST(test_deadlines_not_early)
 {
-    const char *q[] = {"idle_timeout=2", "max_lifetime=600", NULL};
-    char *sid, *tok = sggw_tenant_session(stack.gw, "not-early", q, &sid);
+    char *sid, *tok = sggw_tenant_session(stack.gw, "not-early", sggw_idle_2s, &sid);
     align_wall(0.85);
     json_object_put(sggw_execute(stack.gw, tok, sid, "print('last use')", 0));
     double used = sggw_wall(); /* the gateway saw the use no later than this */

@@ -71,6 +71,13 @@ static void close_session(const char *sid)
     sgtest_close_session(suite.proxy, suite.proxy_id, sid, NULL, REMOVAL_S);
 }
 
+/* The end of a test's session: closed (its container gone), its id freed. */
+static void session_done(char *sid)
+{
+    close_session(sid);
+    free(sid);
+}
+
 static json_object *session_details(const char *sid)
 {
     char path[256];
@@ -266,8 +273,7 @@ static void test_javascript(void **state)
     SG_CHECK(strcmp(SG_STR(d, "lang"), "javascript") == 0, d, "lang");
     SG_CHECK(strcmp(SG_STR(d, "image"), "sandgate/javascript:latest") == 0, d, "image");
     json_object_put(d);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 
     sgtest_expect_ok(run_ephemeral("javascript", "console.log('js ' + [1, 2, 3].length)", NULL), "js 3\n");
     expect_no_ephemeral_left();
@@ -329,8 +335,7 @@ static void test_session_details(void **state)
                  d, "last_used_at");
         json_object_put(d);
     }
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 static void test_command_non_root(void **state)
@@ -343,8 +348,7 @@ static void test_command_non_root(void **state)
     SG_CHECK(strcmp(SG_STR(o, "stderr"), "oops\n") == 0, o, "stderr");
     SG_CHECK(!SG_BOOL(o, "success"), o, "success");
     json_object_put(o);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 static void test_unknown_library(void **state)
@@ -453,8 +457,7 @@ static void test_timeout_code(void **state)
     json_object_put(o);
 
     sgtest_expect_ok(run_code(sid, "print(1)"), "1\n");
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 
     /* A session's own default timeout applies when execute names none. */
     json_object *extra = json_object_new_object();
@@ -463,8 +466,7 @@ static void test_timeout_code(void **state)
     o = run_code_t(sid, "while True: pass", NULL, 0, &secs);
     expect_timed_out(o, secs, 2);
     json_object_put(o);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 static void test_timeout_command(void **state)
@@ -477,8 +479,7 @@ static void test_timeout_command(void **state)
     o = run_cmd(sid, "echo still here");
     sgtest_expect_stdout(o, "still here\n");
     json_object_put(o);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 /* A loop over /proc (the images need not have ps) printing "<pid> <comm>
@@ -510,8 +511,7 @@ static void test_timeout_kills_process_tree(void **state)
     json_object_put(o);
 
     sgtest_expect_ok(run_cmd(sid, LIST_SLEEPS), "");
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 /* ------------------------------------------------------------------------
@@ -545,8 +545,7 @@ static void test_output_flood(void **state)
     o = run_cmd(sid, "echo after");
     sgtest_expect_stdout(o, "after\n");
     json_object_put(o);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 static void test_non_utf8_output(void **state)
@@ -560,8 +559,7 @@ static void test_non_utf8_output(void **state)
     SG_CHECK(strstr(out, "ok") != NULL, o, "stdout keeps the valid bytes");
     SG_CHECK(strstr(out, "\xef\xbf\xbd") != NULL, o, "invalid bytes become U+FFFD");
     json_object_put(o);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 /* ------------------------------------------------------------------------
@@ -644,8 +642,7 @@ static void test_hardening(void **state)
                      "python3 -c 'import ctypes; print(\"NoNewPrivs\", ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))'");
     sgtest_expect_stdout(o, "CapEff:\t0000000000000000\nNoNewPrivs 1\n");
     json_object_put(o);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 /* A bomb is only run where the container caps what it can take. */
@@ -716,8 +713,7 @@ static void test_fork_bomb(void **state)
              "processes of the bomb are left (%d python3 of %d processes; before: %d of %d)", py,
              all, base_py, base_all);
     json_object_put(o);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 static void test_memory_bomb(void **state)
@@ -743,8 +739,7 @@ static void test_memory_bomb(void **state)
              o, "reason out_of_memory or a MemoryError");
     json_object_put(o);
     expect_proxy_healthy();
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 /* ------------------------------------------------------------------------
@@ -831,8 +826,7 @@ static void test_files_roundtrip(void **state)
     SG_CHECK(r.body_len == 2 && memcmp(r.body, "v2", 2) == 0, NULL, "overwritten file");
     sgtest_reply_free(&r);
 
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 static void test_files_refused(void **state)
@@ -865,8 +859,7 @@ static void test_files_refused(void **state)
     /* Missing. */
     get_file(sid, "no/such/file.txt", &r);
     SG_TAKE_ERROR(&r, 404, "no_such_file");
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 static void test_files_too_large(void **state)
@@ -893,8 +886,7 @@ static void test_files_too_large(void **state)
              "file at the cap comes back whole");
     sgtest_reply_free(&r);
     free(big);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 /* ------------------------------------------------------------------------
@@ -921,10 +913,7 @@ static void test_concurrency(void **state)
     }
     SG_CHECK(sgtest_parallel(q, NPAR) == 0, NULL, "cannot start threads");
     for (int i = 0; i < NPAR; i++) {
-        json_object *o = SG_EXPECT_JSON(&q[i].reply, 200);
-        sid[i] = strdup(SG_STR(o, "session_id"));
-        json_object_put(o);
-        sgtest_reply_free(&q[i].reply);
+        sid[i] = SG_TAKE_ID(SG_TAKE_JSON(&q[i].reply, 200), "session_id", NULL);
         for (int j = 0; j < i; j++)
             SG_CHECK(strcmp(sid[i], sid[j]) != 0, NULL, "two sessions got the id %s", sid[i]);
     }

@@ -160,6 +160,13 @@ static void close_session(const char *sid)
     sgtest_close_session(suite.proxy, suite.proxy_id, sid, NULL, REMOVAL_S);
 }
 
+/* The end of a test's session: closed (its container gone), its id freed. */
+static void session_done(char *sid)
+{
+    close_session(sid);
+    free(sid);
+}
+
 static void expect_no_ephemeral_left(void)
 {
     char l1[192];
@@ -205,14 +212,24 @@ static void do_session(const lang_case_t *L)
     SG_CHECK(SG_BOOL(o, "success"), o, "/sandbox must be writable and / read-only");
     json_object_put(o);
 
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 static void do_ephemeral(const lang_case_t *L)
 {
     json_object *o = run_ephemeral(L->name, L->hello, COMPILE_TIMEOUT, NULL);
     expect_clean(o, "Hello, World!\n");
+    json_object_put(o);
+    expect_no_ephemeral_left();
+}
+
+/* An ephemeral run's result o (put here) ended with reason in stage, its
+ * stderr holding stderr_has; no ephemeral container is left. */
+static void expect_ended(json_object *o, const char *reason, const char *stage, const char *stderr_has)
+{
+    expect_str(o, "reason", reason);
+    expect_str(o, "stage", stage);
+    expect_contains(o, "stderr", stderr_has);
     json_object_put(o);
     expect_no_ephemeral_left();
 }
@@ -238,15 +255,10 @@ static void do_compile_error(const lang_case_t *L)
     o = run_code(sid, L->second, COMPILE_TIMEOUT, NULL);
     expect_clean(o, SECOND_OUT);
     json_object_put(o);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 
-    o = run_ephemeral(L->name, L->compile_error, COMPILE_TIMEOUT, NULL);
-    expect_str(o, "reason", "setup_failed");
-    expect_str(o, "stage", "compile");
-    expect_contains(o, "stderr", L->compiler_says);
-    json_object_put(o);
-    expect_no_ephemeral_left();
+    expect_ended(run_ephemeral(L->name, L->compile_error, COMPILE_TIMEOUT, NULL), "setup_failed", "compile",
+                 L->compiler_says);
 }
 
 static void do_runtime_error(const lang_case_t *L)
@@ -254,11 +266,7 @@ static void do_runtime_error(const lang_case_t *L)
     json_object *o = run_ephemeral(L->name, L->runtime_error, COMPILE_TIMEOUT, NULL);
     SG_CHECK(SG_INT(o, "exit_code") != 0, o, "a runtime error exits non-zero");
     SG_CHECK(!SG_BOOL(o, "success"), o, "success");
-    expect_str(o, "reason", "exited");
-    expect_str(o, "stage", "run");
-    expect_contains(o, "stderr", L->runtime_says);
-    json_object_put(o);
-    expect_no_ephemeral_left();
+    expect_ended(o, "exited", "run", L->runtime_says);
 }
 
 /* An endless loop: timed out in stage "run", back within its timeout. The
@@ -298,8 +306,7 @@ static void do_timeout(const lang_case_t *L)
     o = run_code(sid, L->hello, COMPILE_TIMEOUT, NULL);
     expect_clean(o, "Hello, World!\n");
     json_object_put(o);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 static void expect_400(const char *path, json_object *body, const char *detail)
@@ -348,8 +355,7 @@ static void do_libraries_refused(const lang_case_t *L)
     json_object *o = sgtest_post_result(suite.proxy, path, b, NULL);
     expect_clean(o, "Hello, World!\n");
     json_object_put(o);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 #define LANG_TESTS(L)                                                                              \

@@ -91,6 +91,16 @@ static void expect_prints(const char *path, const char *body, const char *want)
     json_object_put(o);
 }
 
+/* The end of a test's session: closed (its container gone), and what the
+ * test held freed (the session's id and container id, the pool it saw). */
+static void session_done(char *sid, char *cid, char **before)
+{
+    close_session(sid, cid);
+    free(cid);
+    free(sid);
+    sgtest_strv_free(before);
+}
+
 static void test_pool_fills_hardened(void **state)
 {
     for (size_t i = 0; langs[i] != NULL; i++) {
@@ -126,10 +136,7 @@ static void test_session_takes_from_pool(void **state)
 
     /* The pool refills in the background. */
     sgtest_strv_free(wait_pool_full("python"));
-    close_session(sid, cid);
-    free(cid);
-    free(sid);
-    sgtest_strv_free(before);
+    session_done(sid, cid, before);
 }
 
 static void test_custom_limits_bypass_pool(void **state)
@@ -147,10 +154,7 @@ static void test_custom_limits_bypass_pool(void **state)
     SG_CHECK(mem != NULL && json_object_get_int64(mem) == 256LL * 1024 * 1024, c,
              "memory_mb 256 must cap the container at 256 MiB");
     json_object_put(c);
-    close_session(sid, cid);
-    free(cid);
-    free(sid);
-    sgtest_strv_free(before);
+    session_done(sid, cid, before);
 }
 
 static void test_ephemeral_from_pool(void **state)

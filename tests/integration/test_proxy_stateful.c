@@ -133,6 +133,13 @@ static void close_session(const char *sid)
     close_session_c(sid, NULL);
 }
 
+/* The end of a test's session: closed (its container gone), its id freed. */
+static void session_done(char *sid)
+{
+    close_session(sid);
+    free(sid);
+}
+
 /* timeout <= 0: the field is left out. */
 static json_object *run_code_t(const char *sid, const char *code, int timeout, double *seconds)
 {
@@ -199,8 +206,7 @@ static void test_python_state_persists(void **state)
 
     expect_run(sid, "print(x)", "42\n", "kept");
     expect_run(sid, "print(sq(2) + math.floor(math.pi))", "7\n", "kept");
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 static void test_javascript_state_persists(void **state)
@@ -230,8 +236,7 @@ static void test_javascript_state_persists(void **state)
     json_object_put(r);
 
     expect_run(sid, "console.log(a, f())", "21 7\n", "kept");
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 /* ------------------------------------------------------------------------
@@ -287,8 +292,7 @@ static void test_state_lost_is_reported(void **state)
     expect_state(r, "lost");
     json_object_put(r);
     expect_python_forgot(sid, "w");
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 
     /* JavaScript: process.exit(4) ends the kernel */
     sid = create_session("javascript");
@@ -302,8 +306,7 @@ static void test_state_lost_is_reported(void **state)
     sgtest_expect_stdout(r, "undefined\n");
     expect_state(r, "new");
     json_object_put(r);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 /* ------------------------------------------------------------------------
@@ -326,8 +329,7 @@ static void test_commands_leave_state_alone(void **state)
     expect_state(r, "none");
     json_object_put(r);
     expect_run(sid, "print(x)", "5\n", "kept");
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 /* ------------------------------------------------------------------------
@@ -796,8 +798,7 @@ static void test_streaming(void **state)
              t.first_stdout_at, t.result_at);
     streamed_free(&t);
 
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 /* Idle, ready pool containers of python: labelled kind=pool, running, not

@@ -320,11 +320,7 @@ sggw_gateway_t *sggw_gateway_start(const sggw_opts_t *o)
     memcpy(set, defaults, sizeof(defaults));
     for (size_t i = 0; i < nextra; i++)
         set[ndef + i] = o->env[i];
-    int rc = sgtest__server_exec(&g->s, bin, set, ndef + nextra, GW_START_DEADLINE_S);
-    free(set);
-    if (rc != 0)
-        goto Error;
-    return g;
+    return sgtest__server_exec(&g->s, bin, set, ndef + nextra, GW_START_DEADLINE_S);
 
 Error:
     return sgtest__server_fail(&g->s);

@@ -257,6 +257,9 @@ bool sggw_admin_lists(const sggw_gateway_t *g, const char *tenant, const char *s
  * close_reason and that closed_at is a unix time. */
 void sggw_expect_db_closed(const char *data_dir, const char *sid, const char *reason);
 
+/* The quotas of a tenant whose sessions close after 2 s without use
+ * (lifetime 600 s): for sggw_new_tenant() and sggw_tenant_session(). */
+extern const char *const sggw_idle_2s[];
 /* Asserting: a new tenant `name` of g (quotas as sggw_new_tenant) and a
  * python session of its token: returns the token, *sid the session. */
 char *sggw_tenant_session(const sggw_gateway_t *g, const char *name, const char *const *quotas, char **sid);

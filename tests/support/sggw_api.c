@@ -394,6 +394,8 @@ void sggw_expect_db_closed(const char *data_dir, const char *sid, const char *re
     free(row);
 }
 
+const char *const sggw_idle_2s[] = {"idle_timeout=2", "max_lifetime=600", NULL};
+
 char *sggw_tenant_session(const sggw_gateway_t *g, const char *name, const char *const *quotas, char **sid)
 {
     char *tok = sggw_new_tenant(sggw_gateway_data_dir(g), name, quotas);

@@ -102,11 +102,7 @@ sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extr
         runtime_given = runtime_given || sgtest_env_key_is(runtime_kv, extra_env[i]);
     if (!runtime_given)
         set[nset++] = runtime_kv;
-    int rc = sgtest__server_exec(&p->s, bin, set, nset, START_DEADLINE_S);
-    free(set);
-    if (rc != 0)
-        goto Error;
-    return p;
+    return sgtest__server_exec(&p->s, bin, set, nset, START_DEADLINE_S);
 
 Error:
     return sgtest__server_fail(&p->s);

@@ -451,23 +451,23 @@ const char *sgtest__bin(const char *var)
     return bin;
 }
 
-int sgtest__server_exec(sgtest__server_t *s, const char *bin, const char *const *set, size_t nset,
-                        double deadline_s)
+void *sgtest__server_exec(sgtest__server_t *s, const char *bin, const char **set, size_t nset, double deadline_s)
 {
     char **envp = sgtest_build_env(set, nset);
+    free(set);
     if (envp == NULL)
-        return -1;
+        return sgtest__server_fail(s);
     char *const argv[] = {(char *)bin, NULL};
     s->child.pid = sgtest__spawn(argv, envp, s->log, -1, -1, NULL, false);
     free(envp);
     if (s->child.pid < 0) {
         fprintf(stderr, "sgtest: fork: %s\n", strerror(errno));
-        return -1;
+        return sgtest__server_fail(s);
     }
     if (sgtest__server_wait_ready(s, deadline_s) != 0)
-        return -1;
+        return sgtest__server_fail(s);
     sgtest__live_add(s);
-    return 0;
+    return s;
 }
 
 int sgtest__server_wait_ready(sgtest__server_t *s, double deadline_s)

@@ -84,10 +84,11 @@ void *sgtest__server_new(size_t size, int kind, const char *name, const char *pr
  * or NULL after printing why. */
 const char *sgtest__bin(const char *var);
 /* Runs bin with the environment plus `set` ("KEY=VALUE", a later one
- * wins), its output to s's log, and waits (sgtest__server_wait_ready) until
- * it answers; then registers it as live. 0, or -1 after printing why. */
-int sgtest__server_exec(sgtest__server_t *s, const char *bin, const char *const *set, size_t nset,
-                        double deadline_s);
+ * wins; the malloc'd array is freed here), its output to s's log, and waits
+ * (sgtest__server_wait_ready) until it answers; then registers it as live
+ * and returns s. On failure (printed) s is freed (sgtest__server_fail):
+ * NULL. */
+void *sgtest__server_exec(sgtest__server_t *s, const char *bin, const char **set, size_t nset, double deadline_s);
 /* Polls GET <url>/ until it answers 200: 0; -1 (after printing why and the
  * log's tail, the child killed) when the child exits or deadline_s pass. */
 int sgtest__server_wait_ready(sgtest__server_t *s, double deadline_s);
