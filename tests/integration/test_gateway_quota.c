@@ -45,9 +45,7 @@ static long expect_429(const sgtest_reply_t *r)
 static int group_setup(void **state)
 {
     *state = &stack;
-    const char *env[] = {"SANDGATE_POOL_SIZE=2", NULL};
-    sggw_stack_opts_t o = {.redis = true, .proxy_env = env};
-    return sggw_stack_start(&stack, &o);
+    return sggw_stack_start_pool(&stack, true, 2);
 }
 
 /* ------------------------------------------------------------------------
@@ -63,10 +61,7 @@ SGGW_TEST(test_rate_limit_exact)
     char url[256];
 
     pathf(url, sizeof(url), "%s/sessions", sggw_gateway_url(stack.gw));
-    memset(reqs, 0, sizeof(reqs));
-    for (int i = 0; i < N; i++)
-        reqs[i] = (sggw_par_req_t){.method = "GET", .url = url, .token = tok, .timeout_s = 30};
-    SG_CHECK(sggw_parallel(reqs, N) == 0, NULL, "cannot start threads");
+    sggw_parallel_get(reqs, N, url, tok);
 
     int ok = 0, limited = 0;
     double first = reqs[0].started, last = reqs[0].finished;
@@ -105,18 +100,7 @@ SGGW_TEST(test_rate_limit_exact)
         sgtest_reply_free(&reqs[i].reply);
 
     /* one token comes back each second */
-    double deadline = sgtest_now() + 3;
-    for (;;) {
-        sgtest_reply_t r;
-        sggw_call(stack.gw, tok, "GET", "/sessions", NULL, &r);
-        long st = r.status;
-        sgtest_reply_free(&r);
-        if (st == 200)
-            break;
-        SG_CHECK(st == 429, NULL, "expected 200 or 429, got %ld", st);
-        SG_CHECK(sgtest_now() < deadline, NULL, "no request was allowed again within 3 s at 60/min");
-        usleep(100000);
-    }
+    sggw_wait_allowed(stack.gw, tok, 3, 429); /* at 60/min */
     free(tok);
 }
 
@@ -228,23 +212,8 @@ SGGW_TEST(test_daily_execs_quota)
     json_object_put(o);
 
     /* the ledger holds exactly the 3 that ran */
-    double deadline = sgtest_now() + 5;
-    for (;;) {
-        char *out = NULL;
-        SG_CHECK(sggw_admin(data_dir(), &out, "--json", "usage", "execs-quota", NULL) == 0, NULL, "usage failed");
-        json_object *u = json_tokener_parse(out);
-        free(out);
-        int64_t n = u != NULL ? SG_INT(u, "executions") : -1;
-        json_object_put(u);
-        if (n == 3)
-            break;
-        SG_CHECK(n < 3 && sgtest_now() < deadline, NULL, "the ledger shows %lld executions, expected 3",
-                 (long long)n);
-        usleep(100000);
-    }
-    sggw_delete_session(stack.gw, tok, sid);
-    free(sid);
-    free(tok);
+    sggw_expect_ledger_execs(data_dir(), "execs-quota", 3, 5);
+    sggw_session_done(stack.gw, tok, sid);
     free(other);
 }
 
@@ -268,9 +237,7 @@ SGGW_TEST(test_daily_seconds_quota)
     sggw_call(stack.gw, tok, "POST", "/execute", "{\"code\":\"print(1)\",\"lang\":\"python\"}", &r);
     expect_429(&r);
     sgtest_reply_free(&r);
-    sggw_delete_session(stack.gw, tok, sid);
-    free(sid);
-    free(tok);
+    sggw_session_done(stack.gw, tok, sid);
 }
 
 /* ------------------------------------------------------------------------
@@ -289,8 +256,7 @@ typedef struct {
 
 SGGW_TEST(test_usage_matches_replies)
 {
-    char *tok = sggw_new_tenant(data_dir(), "usage-match", NULL);
-    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
+    char *sid, *tok = sggw_tenant_session(stack.gw, "usage-match", NULL, &sid);
     run_t runs[] = {
         {"execute", "{\"code\":\"print('hello')\"}"},
         {"execute", "{\"code\":\"import sys\\nprint('to stderr', file=sys.stderr)\\nsys.exit(2)\"}"},
@@ -396,19 +362,19 @@ SGGW_TEST(test_usage_matches_replies)
              row ? row : "no row", err);
     free(row);
 
-    sggw_delete_session(stack.gw, tok, sid);
-    free(sid);
-    free(tok);
+    sggw_session_done(stack.gw, tok, sid);
 }
+
+#define T(f) cmocka_unit_test_teardown(f, sggw_stack_teardown)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_rate_limit_exact, sggw_stack_teardown),
-        cmocka_unit_test_teardown(test_session_cap_exact, sggw_stack_teardown),
-        cmocka_unit_test_teardown(test_daily_execs_quota, sggw_stack_teardown),
-        cmocka_unit_test_teardown(test_daily_seconds_quota, sggw_stack_teardown),
-        cmocka_unit_test_teardown(test_usage_matches_replies, sggw_stack_teardown),
+        T(test_rate_limit_exact),
+        T(test_session_cap_exact),
+        T(test_daily_execs_quota),
+        T(test_daily_seconds_quota),
+        T(test_usage_matches_replies),
     };
     return cmocka_run_group_tests_name("gateway_quota", tests, group_setup, sggw_stack_group_teardown);
 }

@@ -25,16 +25,11 @@
 
 #define RECOVER_S 15.0 /* the gateway reconnects with a backoff of at most 5 s */
 
-static sgtest_proxy_t *proxy;
-static char *proxy_id;
-static sggw_redis_t *redis;
-static sggw_gateway_t *gw;
-static sggw_gateway_t *extra_gw;
-static sggw_redis_t *extra_redis;
+static sggw_stack_t stack;
 
 static const char *data_dir(void)
 {
-    return sggw_gateway_data_dir(gw);
+    return sggw_gateway_data_dir(stack.gw);
 }
 
 
@@ -57,17 +52,18 @@ static int64_t hget_int(sggw_redis_t *r, const char *key, const char *f)
     return n;
 }
 
-/* Polls (up to 2 s) until key exists. */
-static void wait_key(const char *key)
+/* Polls (up to 2 s) until key of redis r exists (there) or is gone. */
+static void wait_key(sggw_redis_t *r, const char *key, bool there)
 {
     double deadline = sgtest_now() + 2;
     for (;;) {
-        char *v = rcmd(redis, "EXISTS %s", key, NULL);
-        bool there = v != NULL && strcmp(v, "1") == 0;
+        char *v = rcmd(r, "EXISTS %s", key, NULL);
+        bool done = v != NULL && strcmp(v, there ? "1" : "0") == 0;
         free(v);
-        if (there)
+        if (done)
             return;
-        SG_CHECK(sgtest_now() < deadline, NULL, "%s does not exist 2 s after the reply", key);
+        SG_CHECK(sgtest_now() < deadline, NULL, "%s %s 2 s after the reply", key,
+                 there ? "does not exist" : "is still there");
         usleep(10000);
     }
 }
@@ -98,8 +94,7 @@ static char *create_when_back(sggw_gateway_t *g, const char *tok, double timeout
                 *took = sgtest_now() - t0;
             return sid;
         }
-        json_object_put(SG_EXPECT_ERROR(&r, 503, "state_unavailable"));
-        sgtest_reply_free(&r);
+        SG_TAKE_ERROR(&r, 503, "state_unavailable");
         SG_CHECK(sgtest_now() < deadline, NULL, "session creation did not work again within %.0f s", timeout_s);
         usleep(200000);
     }
@@ -110,7 +105,7 @@ static void admin_close(const char *sid)
     char path[128];
     sgtest_reply_t r;
     pathf(path, sizeof(path), "/admin/sessions/%s", sid);
-    sggw_admin_call(gw, "DELETE", path, NULL, &r);
+    sggw_admin_call(stack.gw, "DELETE", path, NULL, &r);
     SG_ASSERT_STATUS(&r, 200);
     sgtest_reply_free(&r);
 }
@@ -138,15 +133,8 @@ static void count_rate(sggw_gateway_t *g, const char *tok, int n, int *ok, int *
 
 static int group_setup(void **state)
 {
-    proxy_id = sgtest_new_proxy_id();
-    const char *env[] = {"SANDGATE_POOL_SIZE=2", NULL};
-    if (proxy_id == NULL || (proxy = sgtest_proxy_start(proxy_id, env)) == NULL)
-        return -1;
-    if ((redis = sggw_redis_start()) == NULL)
-        return -1;
-    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(proxy), .redis_url = sggw_redis_url(redis)};
-    gw = sggw_gateway_start(&o);
-    return gw != NULL ? 0 : -1;
+    *state = &stack;
+    return sggw_stack_start_pool(&stack, true, 2);
 }
 
 /* After every test: Redis runs again (a test may have killed or stopped
@@ -155,27 +143,10 @@ static int after_test(void **state)
 {
     sggw_after_test();
     int rc = 0;
-    if (extra_gw != NULL)
-        sggw_gateway_stop(extra_gw);
-    extra_gw = NULL;
-    sggw_redis_stop(extra_redis);
-    extra_redis = NULL;
-    sggw_redis_resume(redis);
-    if (!sggw_redis_running(redis) && sggw_redis_restart(redis) != 0)
+    sggw_redis_resume(stack.redis);
+    if (!sggw_redis_running(stack.redis) && sggw_redis_restart(stack.redis) != 0)
         rc = -1;
-    if (!sgtest_proxy_alive(proxy) || !sggw_gateway_alive(gw)) {
-        fprintf(stderr, "a server died during this test\n");
-        sggw_print_logs(80);
-        rc = -1;
-    }
-    return rc;
-}
-
-static int group_teardown(void **state)
-{
-    int rc = sggw_stack_stop(&gw, &redis, &proxy, proxy_id);
-    free(proxy_id);
-    return rc;
+    return sggw_stack_after_test(&stack) != 0 ? -1 : rc;
 }
 
 /* ------------------------------------------------------------------------
@@ -195,66 +166,66 @@ SGGW_TEST(test_key_schema)
     snprintf(stid, sizeof(stid), "%lld", (long long)tid);
 
     int64_t before = (int64_t)sggw_wall();
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
     int64_t after = (int64_t)sggw_wall() + 1;
 
     /* sg:session:<sid> HASH tenant, lang, created_at, last_used_at,
      * idle_deadline, lifetime_deadline, executions. It is written right
      * after the reply (the gateway does not wait for Redis): poll briefly. */
     pathf(key, sizeof(key), "sg:session:%s", sid);
-    wait_key(key);
-    char *type = rcmd(redis, "TYPE %s", key, NULL);
+    wait_key(stack.redis, key, true);
+    char *type = rcmd(stack.redis, "TYPE %s", key, NULL);
     SG_CHECK(type != NULL && strcmp(type, "hash") == 0, NULL, "%s must be a hash (is %s)", key, type ? type : "?");
     free(type);
-    SG_CHECK(hget_int(redis, key, "tenant") == tid, NULL, "%s tenant", key);
-    char *lang = rcmd(redis, "HGET %s %s", key, "lang");
+    SG_CHECK(hget_int(stack.redis, key, "tenant") == tid, NULL, "%s tenant", key);
+    char *lang = rcmd(stack.redis, "HGET %s %s", key, "lang");
     SG_CHECK(lang != NULL && strcmp(lang, "python") == 0, NULL, "%s lang must be python", key);
     free(lang);
-    int64_t created = hget_int(redis, key, "created_at");
+    int64_t created = hget_int(stack.redis, key, "created_at");
     SG_CHECK(created >= before && created <= after, NULL, "%s created_at %lld not in [%lld, %lld]", key,
              (long long)created, (long long)before, (long long)after);
-    SG_CHECK(hget_int(redis, key, "last_used_at") == created, NULL, "last_used_at of a new session");
-    int64_t idle = hget_int(redis, key, "idle_deadline");
-    int64_t life = hget_int(redis, key, "lifetime_deadline");
+    SG_CHECK(hget_int(stack.redis, key, "last_used_at") == created, NULL, "last_used_at of a new session");
+    int64_t idle = hget_int(stack.redis, key, "idle_deadline");
+    int64_t life = hget_int(stack.redis, key, "lifetime_deadline");
     SG_CHECK(idle == created + 300, NULL, "idle_deadline must be created_at + idle_timeout");
     SG_CHECK(life == created + 3600, NULL, "lifetime_deadline must be created_at + max_lifetime");
-    SG_CHECK(hget_int(redis, key, "executions") == 0, NULL, "executions of a new session");
+    SG_CHECK(hget_int(stack.redis, key, "executions") == 0, NULL, "executions of a new session");
 
     /* the indexes: per-tenant set scored by lifetime, idle and lifetime zsets */
     pathf(tkey, sizeof(tkey), "sg:tenant:%s:sessions", stid);
-    SG_CHECK(zscore(redis, tkey, sid) == (double)life, NULL, "%s must score %s by its lifetime deadline", tkey, sid);
-    SG_CHECK(zscore(redis, "sg:sessions:idle", sid) == (double)idle, NULL, "sg:sessions:idle score");
-    SG_CHECK(zscore(redis, "sg:sessions:lifetime", sid) == (double)life, NULL, "sg:sessions:lifetime score");
-    char *card = rcmd(redis, "ZCARD %s", tkey, NULL);
+    SG_CHECK(zscore(stack.redis, tkey, sid) == (double)life, NULL, "%s must score %s by its lifetime deadline", tkey, sid);
+    SG_CHECK(zscore(stack.redis, "sg:sessions:idle", sid) == (double)idle, NULL, "sg:sessions:idle score");
+    SG_CHECK(zscore(stack.redis, "sg:sessions:lifetime", sid) == (double)life, NULL, "sg:sessions:lifetime score");
+    char *card = rcmd(stack.redis, "ZCARD %s", tkey, NULL);
     SG_CHECK(card != NULL && strcmp(card, "1") == 0, NULL, "%s must hold exactly the one session (no reservation left)",
              tkey);
     free(card);
 
     /* a use moves last_used_at, the idle deadline and the count */
     sleep(1); /* deadlines are whole seconds: let one pass so the move shows */
-    json_object_put(sggw_execute(gw, tok, sid, "print(1)", 0));
+    json_object_put(sggw_execute(stack.gw, tok, sid, "print(1)", 0));
     double deadline = sgtest_now() + 2;
-    while (hget_int(redis, key, "executions") != 1) {
+    while (hget_int(stack.redis, key, "executions") != 1) {
         SG_CHECK(sgtest_now() < deadline, NULL, "%s executions is not 1 2 s after an execute", key);
         usleep(10000);
     }
-    int64_t used = hget_int(redis, key, "last_used_at");
+    int64_t used = hget_int(stack.redis, key, "last_used_at");
     SG_CHECK(used > created, NULL, "last_used_at must move on a use");
-    SG_CHECK(hget_int(redis, key, "idle_deadline") == used + 300, NULL, "idle_deadline = last_used_at + 300");
-    SG_CHECK(zscore(redis, "sg:sessions:idle", sid) == (double)(used + 300), NULL, "the idle index follows");
-    SG_CHECK(hget_int(redis, key, "lifetime_deadline") == life, NULL, "a use does not move the lifetime");
+    SG_CHECK(hget_int(stack.redis, key, "idle_deadline") == used + 300, NULL, "idle_deadline = last_used_at + 300");
+    SG_CHECK(zscore(stack.redis, "sg:sessions:idle", sid) == (double)(used + 300), NULL, "the idle index follows");
+    SG_CHECK(hget_int(stack.redis, key, "lifetime_deadline") == life, NULL, "a use does not move the lifetime");
 
     /* sg:rate:<tid> STRING (GCRA time, ms) with an expiry */
     char rkey[64];
     pathf(rkey, sizeof(rkey), "sg:rate:%s", stid);
-    type = rcmd(redis, "TYPE %s", rkey, NULL);
+    type = rcmd(stack.redis, "TYPE %s", rkey, NULL);
     SG_CHECK(type != NULL && strcmp(type, "string") == 0, NULL, "%s must be a string (is %s)", rkey, type ? type : "?");
     free(type);
-    char *tat = rcmd(redis, "GET %s", rkey, NULL);
+    char *tat = rcmd(stack.redis, "GET %s", rkey, NULL);
     SG_CHECK(tat != NULL && strspn(tat, "0123456789") == strlen(tat) && atoll(tat) > before * 1000LL, NULL,
              "%s must hold a time in ms (is %s)", rkey, tat ? tat : "(nil)");
     free(tat);
-    char *pttl = rcmd(redis, "PTTL %s", rkey, NULL);
+    char *pttl = rcmd(stack.redis, "PTTL %s", rkey, NULL);
     SG_CHECK(pttl != NULL && atoll(pttl) > 0, NULL, "%s must expire (PTTL %s)", rkey, pttl ? pttl : "?");
     free(pttl);
 
@@ -266,11 +237,11 @@ SGGW_TEST(test_key_schema)
     gmtime_r(&now, &tm);
     strftime(day, sizeof(day), "%Y%m%d", &tm);
     pathf(qkey, sizeof(qkey), "sg:quota:%s:%s", stid, day);
-    SG_CHECK(hget_int(redis, qkey, "execs") == 1, NULL, "%s execs must be 1", qkey);
+    SG_CHECK(hget_int(stack.redis, qkey, "execs") == 1, NULL, "%s execs must be 1", qkey);
     char *secs = NULL;
     deadline = sgtest_now() + 2;
     for (;;) {
-        secs = rcmd(redis, "HGET %s %s", qkey, "seconds");
+        secs = rcmd(stack.redis, "HGET %s %s", qkey, "seconds");
         if ((secs != NULL && strtod(secs, NULL) > 0) || sgtest_now() > deadline)
             break;
         free(secs);
@@ -279,16 +250,16 @@ SGGW_TEST(test_key_schema)
     SG_CHECK(secs != NULL && strtod(secs, NULL) > 0, NULL, "%s seconds must be > 0 (is %s)", qkey,
              secs ? secs : "(nil)");
     free(secs);
-    char *ttl = rcmd(redis, "TTL %s", qkey, NULL);
+    char *ttl = rcmd(stack.redis, "TTL %s", qkey, NULL);
     SG_CHECK(ttl != NULL && atoll(ttl) > 0 && atoll(ttl) <= 3 * 86400, NULL, "%s TTL %s must be in (0, 3 days]", qkey,
              ttl ? ttl : "?");
     free(ttl);
 
     /* closed: no trace (removed right after the reply: poll briefly) */
-    sggw_delete_session(gw, tok, sid);
+    sggw_delete_session(stack.gw, tok, sid);
     deadline = sgtest_now() + 2;
     for (;;) {
-        char *ex = rcmd(redis, "EXISTS %s", key, NULL);
+        char *ex = rcmd(stack.redis, "EXISTS %s", key, NULL);
         bool gone = ex != NULL && strcmp(ex, "0") == 0;
         free(ex);
         if (gone)
@@ -298,7 +269,7 @@ SGGW_TEST(test_key_schema)
     }
     const char *zs[] = {tkey, "sg:sessions:idle", "sg:sessions:lifetime"};
     for (int i = 0; i < 3; i++) {
-        char *v = rcmd(redis, "ZSCORE %s %s", zs[i], sid);
+        char *v = rcmd(stack.redis, "ZSCORE %s %s", zs[i], sid);
         SG_CHECK(v == NULL, NULL, "%s still holds %s after DELETE", zs[i], sid);
     }
     free(sid);
@@ -314,65 +285,50 @@ SGGW_TEST(test_redis_outage)
     const char *q[] = {"rate_per_min=60", "burst=5", NULL};
     char *tok = sggw_new_tenant(data_dir(), "outage", q);
     sgtest_reply_t r;
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
-    json_object_put(sggw_execute(gw, tok, sid, "x = 'before'", 0));
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
+    json_object_put(sggw_execute(stack.gw, tok, sid, "x = 'before'", 0));
 
-    sggw_redis_kill(redis);
+    sggw_redis_kill(stack.redis);
 
     /* served: GET /, and (rate limit open) more requests than the burst */
-    sggw_call(gw, NULL, "GET", "/", NULL, &r);
+    sggw_call(stack.gw, NULL, "GET", "/", NULL, &r);
     SG_ASSERT_STATUS(&r, 200);
     sgtest_reply_free(&r);
     int ok, limited;
-    count_rate(gw, tok, 8, &ok, &limited);
+    count_rate(stack.gw, tok, 8, &ok, &limited);
     SG_CHECK(ok == 8, NULL, "with Redis down the rate limit fails open: 8 of 8 expected, %d allowed, %d limited", ok,
              limited);
     /* executions in the existing session run, and are recorded */
-    json_object *o = sggw_execute(gw, tok, sid, "print(x)", 0);
+    json_object *o = sggw_execute(stack.gw, tok, sid, "print(x)", 0);
     SG_CHECK(strcmp(SG_STR(o, "stdout"), "before\n") == 0, o, "the session must still work");
     json_object_put(o);
-    json_object_put(sggw_post_result(gw, tok, "/execute",
+    json_object_put(sggw_post_result(stack.gw, tok, "/execute",
                                      json_tokener_parse("{\"code\":\"print(1)\",\"lang\":\"python\"}")));
     /* creating a session: 503 state_unavailable */
-    sggw_call(gw, tok, "POST", "/sessions", "{\"lang\":\"python\"}", &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 503, "state_unavailable"));
-    sgtest_reply_free(&r);
+    SGGW_CALL_ERROR(stack.gw, tok, "POST", "/sessions", "{\"lang\":\"python\"}", 503, "state_unavailable");
     /* metrics say so */
-    sggw_call(gw, NULL, "GET", "/metrics", NULL, &r);
+    sggw_call(stack.gw, NULL, "GET", "/metrics", NULL, &r);
     SG_ASSERT_STATUS(&r, 200);
     SG_CHECK(sggw_metric(r.body, "sandgate_redis_up", "") == 0, NULL, "sandgate_redis_up must be 0");
     sgtest_reply_free(&r);
 
     /* back, empty, on the same port: creating works again */
-    SG_CHECK(sggw_redis_restart(redis) == 0, NULL, "cannot start redis-server again on port %d",
-             sggw_redis_port(redis));
+    SG_CHECK(sggw_redis_restart(stack.redis) == 0, NULL, "cannot start redis-server again on port %d",
+             sggw_redis_port(stack.redis));
     double took = 0;
-    char *sid2 = create_when_back(gw, tok, RECOVER_S, &took);
+    char *sid2 = create_when_back(stack.gw, tok, RECOVER_S, &took);
     /* the scripts were loaded again: the rate limit applies once more (the
      * new Redis starts with a full bucket of 5; the create took one) */
-    count_rate(gw, tok, 8, &ok, &limited);
+    count_rate(stack.gw, tok, 8, &ok, &limited);
     SG_CHECK(ok >= 4 && ok <= 5 && ok + limited == 8, NULL,
              "after Redis came back the burst of 5 must apply again: %d allowed, %d limited (create after %.1f s)",
              ok, limited, took);
-    sggw_call(gw, NULL, "GET", "/metrics", NULL, &r);
+    sggw_call(stack.gw, NULL, "GET", "/metrics", NULL, &r);
     SG_CHECK(sggw_metric(r.body, "sandgate_redis_up", "") == 1, NULL, "sandgate_redis_up must be 1 again");
     sgtest_reply_free(&r);
 
     /* the ledger has every execution, those during the outage included */
-    double deadline = sgtest_now() + 5;
-    for (;;) {
-        char *out = NULL;
-        SG_CHECK(sggw_admin(data_dir(), &out, "--json", "usage", "outage", NULL) == 0, NULL, "usage failed");
-        json_object *u = json_tokener_parse(out);
-        free(out);
-        int64_t n = u != NULL ? SG_INT(u, "executions") : -1;
-        json_object_put(u);
-        if (n == 3)
-            break;
-        SG_CHECK(n < 3 && sgtest_now() < deadline, NULL, "the ledger must hold the 3 executions (has %lld)",
-                 (long long)n);
-        usleep(100000);
-    }
+    sggw_expect_ledger_execs(data_dir(), "outage", 3, 5);
 
     /* clean up through the admin API (the tenant's bucket is empty now) */
     admin_close(sid2);
@@ -388,21 +344,19 @@ SGGW_TEST(test_redis_outage)
  * is still closed by its idle timeout once Redis is back. */
 SGGW_TEST(test_timeouts_survive_redis_restart)
 {
-    const char *q[] = {"idle_timeout=2", "max_lifetime=600", NULL};
-    char *tok = sggw_new_tenant(data_dir(), "rebuilt", q);
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    char *sid, *tok = sggw_tenant_session(stack.gw, "rebuilt", sggw_idle_2s, &sid);
+    char *cid = sgtest_docker_session_container(stack.proxy_id, sid);
     SG_CHECK(cid != NULL, NULL, "no container for %s", sid);
 
-    sggw_redis_kill(redis);
-    SG_CHECK(sggw_redis_restart(redis) == 0, NULL, "cannot start redis-server again");
-    char *probe = create_when_back(gw, tok, RECOVER_S, NULL);
+    sggw_redis_kill(stack.redis);
+    SG_CHECK(sggw_redis_restart(stack.redis) == 0, NULL, "cannot start redis-server again");
+    char *probe = create_when_back(stack.gw, tok, RECOVER_S, NULL);
     admin_close(probe);
     free(probe);
 
     /* idle since its creation: closed within 2 s + slack of Redis being back */
     double deadline = sgtest_now() + 2 + 5;
-    while (sggw_lists(gw, tok, sid)) {
+    while (sggw_lists(stack.gw, tok, sid)) {
         SG_CHECK(sgtest_now() < deadline, NULL,
                  "session %s (idle_timeout 2) is still open 7 s after Redis came back (it was restarted empty)", sid);
         usleep(100000);
@@ -428,28 +382,28 @@ SGGW_TEST(test_script_flush)
     char *tok = sggw_new_tenant(data_dir(), "flush", q);
     int ok;
 
-    char *v = sggw_redis_cmd(redis, &ok, "SCRIPT FLUSH");
+    char *v = sggw_redis_cmd(stack.redis, &ok, "SCRIPT FLUSH");
     SG_CHECK(ok, NULL, "SCRIPT FLUSH failed");
     free(v);
     /* every script of the gateway is needed again: reserve + commit, touch,
      * quota, rate */
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
-    v = sggw_redis_cmd(redis, &ok, "SCRIPT FLUSH");
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
+    v = sggw_redis_cmd(stack.redis, &ok, "SCRIPT FLUSH");
     free(v);
-    json_object *o = sggw_execute(gw, tok, sid, "print('after flush')", 0);
+    json_object *o = sggw_execute(stack.gw, tok, sid, "print('after flush')", 0);
     SG_CHECK(strcmp(SG_STR(o, "stdout"), "after flush\n") == 0, o, "execute after SCRIPT FLUSH");
     json_object_put(o);
     /* two requests used, one left of the burst of 3 */
-    v = sggw_redis_cmd(redis, &ok, "SCRIPT FLUSH");
+    v = sggw_redis_cmd(stack.redis, &ok, "SCRIPT FLUSH");
     free(v);
     int allowed, limited;
-    count_rate(gw, tok, 3, &allowed, &limited);
+    count_rate(stack.gw, tok, 3, &allowed, &limited);
     SG_CHECK(allowed == 1 && limited == 2, NULL,
              "burst 3 after 2 requests: 1 allowed and 2 limited expected, got %d and %d", allowed, limited);
     /* the counters are the real ones, not fresh: the record counted the execute */
     char key[128];
     pathf(key, sizeof(key), "sg:session:%s", sid);
-    SG_CHECK(hget_int(redis, key, "executions") == 1, NULL, "%s executions must be 1", key);
+    SG_CHECK(hget_int(stack.redis, key, "executions") == 1, NULL, "%s executions must be 1", key);
 
     /* the tenant's bucket is empty: close through the admin API */
     admin_close(sid);
@@ -463,32 +417,31 @@ SGGW_TEST(test_script_flush)
 
 SGGW_TEST(test_redis_hang)
 {
-    char *tok = sggw_new_tenant(data_dir(), "hang", NULL);
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
+    char *sid, *tok = sggw_tenant_session(stack.gw, "hang", NULL, &sid);
     sgtest_reply_t r;
 
-    SG_CHECK(sggw_redis_pause(redis) == 0, NULL, "SIGSTOP redis-server");
+    SG_CHECK(sggw_redis_pause(stack.redis) == 0, NULL, "SIGSTOP redis-server");
     /* the loop does not wait for Redis */
-    sggw_call(gw, NULL, "GET", "/", NULL, &r);
+    sggw_call(stack.gw, NULL, "GET", "/", NULL, &r);
     SG_ASSERT_STATUS(&r, 200);
     SG_CHECK(r.seconds < 0.5, NULL, "GET / took %.2f s while Redis hangs", r.seconds);
     sgtest_reply_free(&r);
     /* a request that needs Redis is answered, within its 2 s command timeout */
-    sggw_call(gw, tok, "GET", "/sessions", NULL, &r);
+    sggw_call(stack.gw, tok, "GET", "/sessions", NULL, &r);
     SG_ASSERT_STATUS(&r, 200);
     SG_CHECK(r.seconds < 5, NULL, "GET /sessions took %.2f s while Redis hangs", r.seconds);
     sgtest_reply_free(&r);
-    sggw_call(gw, tok, "POST", "/sessions", "{\"lang\":\"python\"}", &r);
+    sggw_call(stack.gw, tok, "POST", "/sessions", "{\"lang\":\"python\"}", &r);
     json_object_put(SG_EXPECT_ERROR(&r, 503, "state_unavailable"));
     SG_CHECK(r.seconds < 5, NULL, "POST /sessions took %.2f s while Redis hangs", r.seconds);
     sgtest_reply_free(&r);
-    json_object *o = sggw_execute(gw, tok, sid, "print('still')", 0);
+    json_object *o = sggw_execute(stack.gw, tok, sid, "print('still')", 0);
     json_object_put(o);
 
-    SG_CHECK(sggw_redis_resume(redis) == 0, NULL, "SIGCONT redis-server");
-    char *sid2 = create_when_back(gw, tok, RECOVER_S, NULL);
-    sggw_delete_session(gw, tok, sid2);
-    sggw_delete_session(gw, tok, sid);
+    SG_CHECK(sggw_redis_resume(stack.redis) == 0, NULL, "SIGCONT redis-server");
+    char *sid2 = create_when_back(stack.gw, tok, RECOVER_S, NULL);
+    sggw_delete_session(stack.gw, tok, sid2);
+    sggw_delete_session(stack.gw, tok, sid);
     free(sid2);
     free(sid);
     free(tok);
@@ -500,40 +453,30 @@ SGGW_TEST(test_redis_hang)
 
 SGGW_TEST(test_redis_down_at_start)
 {
-    extra_redis = sggw_redis_start();
-    SG_CHECK(extra_redis != NULL, NULL, "cannot start a second redis-server");
-    sggw_redis_kill(extra_redis);
-    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(proxy), .redis_url = sggw_redis_url(extra_redis)};
-    sggw_gateway_t *g = extra_gw = sggw_gateway_start(&opts);
+    stack.extra_redis = sggw_redis_start();
+    SG_CHECK(stack.extra_redis != NULL, NULL, "cannot start a second redis-server");
+    sggw_redis_kill(stack.extra_redis);
+    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy), .redis_url = sggw_redis_url(stack.extra_redis)};
+    sggw_gateway_t *g = stack.extra_gw = sggw_gateway_start(&opts);
     SG_CHECK(g != NULL, NULL, "the gateway must start (and answer GET /) while its Redis is down");
     char *tok = sggw_new_tenant(sggw_gateway_data_dir(g), "late-redis", NULL);
     sgtest_reply_t r;
     sggw_call(g, tok, "GET", "/sessions", NULL, &r);
     SG_ASSERT_STATUS(&r, 200);
     sgtest_reply_free(&r);
-    sggw_call(g, tok, "POST", "/sessions", "{\"lang\":\"python\"}", &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 503, "state_unavailable"));
-    sgtest_reply_free(&r);
+    SGGW_CALL_ERROR(g, tok, "POST", "/sessions", "{\"lang\":\"python\"}", 503, "state_unavailable");
 
-    SG_CHECK(sggw_redis_restart(extra_redis) == 0, NULL, "cannot start the second redis-server");
+    SG_CHECK(sggw_redis_restart(stack.extra_redis) == 0, NULL, "cannot start the second redis-server");
     char *sid = create_when_back(g, tok, RECOVER_S, NULL);
     sggw_delete_session(g, tok, sid);
     /* the record goes right after the reply; stop once it has (a stop with
      * a Redis call in flight is test_shutdown_with_redis_call_in_flight) */
-    double deadline = sgtest_now() + 2;
-    for (;;) {
-        char *ex = rcmd(extra_redis, "EXISTS sg:session:%s", sid, NULL);
-        bool gone = ex != NULL && strcmp(ex, "0") == 0;
-        free(ex);
-        if (gone)
-            break;
-        SG_CHECK(sgtest_now() < deadline, NULL, "sg:session:%s is still there 2 s after DELETE", sid);
-        usleep(10000);
-    }
+    char skey[96];
+    pathf(skey, sizeof(skey), "sg:session:%s", sid);
+    wait_key(stack.extra_redis, skey, false); /* after DELETE */
     free(sid);
     free(tok);
-    extra_gw = NULL;
-    SG_CHECK(sggw_gateway_stop(g) == 0, NULL, "the gateway did not exit with status 0");
+    sggw_stack_stop_extra(&stack, "the gateway");
 }
 
 /* ------------------------------------------------------------------------
@@ -545,10 +488,10 @@ SGGW_TEST(test_redis_down_at_start)
  * available = 0) and exits with status 0 — whatever those completions do. */
 SGGW_TEST(test_shutdown_with_redis_call_in_flight)
 {
-    extra_redis = sggw_redis_start();
-    SG_CHECK(extra_redis != NULL, NULL, "cannot start a second redis-server");
-    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(proxy), .redis_url = sggw_redis_url(extra_redis)};
-    sggw_gateway_t *g = extra_gw = sggw_gateway_start(&opts);
+    stack.extra_redis = sggw_redis_start();
+    SG_CHECK(stack.extra_redis != NULL, NULL, "cannot start a second redis-server");
+    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy), .redis_url = sggw_redis_url(stack.extra_redis)};
+    sggw_gateway_t *g = stack.extra_gw = sggw_gateway_start(&opts);
     SG_CHECK(g != NULL, NULL, "cannot start a gateway");
     char *tok = sggw_new_tenant(sggw_gateway_data_dir(g), "in-flight", NULL);
     sgtest_reply_t r;
@@ -556,7 +499,7 @@ SGGW_TEST(test_shutdown_with_redis_call_in_flight)
     SG_ASSERT_STATUS(&r, 200);
     sgtest_reply_free(&r);
 
-    SG_CHECK(sggw_redis_pause(extra_redis) == 0, NULL, "SIGSTOP redis-server");
+    SG_CHECK(sggw_redis_pause(stack.extra_redis) == 0, NULL, "SIGSTOP redis-server");
     char url[256];
     pathf(url, sizeof(url), "%s/sessions", sggw_gateway_url(g));
     sggw_par_req_t q = {.method = "GET", .url = url, .token = tok, .timeout_s = 30};
@@ -566,7 +509,7 @@ SGGW_TEST(test_shutdown_with_redis_call_in_flight)
      * stopped Redis for its 2 s command timeout */
     usleep(500000);
     bool in_flight = q.finished == 0;
-    extra_gw = NULL;
+    stack.extra_gw = NULL;
     int st = sggw_gateway_stop(g);
     sggw_batch_join(b);
     sgtest_reply_free(&q.reply);
@@ -576,16 +519,18 @@ SGGW_TEST(test_shutdown_with_redis_call_in_flight)
     free(tok);
 }
 
+#define T(f) cmocka_unit_test_teardown(f, after_test)
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_key_schema, after_test),
-        cmocka_unit_test_teardown(test_redis_outage, after_test),
-        cmocka_unit_test_teardown(test_timeouts_survive_redis_restart, after_test),
-        cmocka_unit_test_teardown(test_script_flush, after_test),
-        cmocka_unit_test_teardown(test_redis_hang, after_test),
-        cmocka_unit_test_teardown(test_redis_down_at_start, after_test),
-        cmocka_unit_test_teardown(test_shutdown_with_redis_call_in_flight, after_test),
+        T(test_key_schema),
+        T(test_redis_outage),
+        T(test_timeouts_survive_redis_restart),
+        T(test_script_flush),
+        T(test_redis_hang),
+        T(test_redis_down_at_start),
+        T(test_shutdown_with_redis_call_in_flight),
     };
-    return cmocka_run_group_tests_name("gateway_redis", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("gateway_redis", tests, group_setup, sggw_stack_group_teardown);
 }

@@ -20,18 +20,12 @@
 #define REAP_SLACK_S 3.0 /* a session is closed within its deadline + this */
 #define REMOVAL_S 15.0
 
-static sgtest_proxy_t *proxy;
-static char *proxy_id;
-static sggw_redis_t *redis;
-static sggw_gateway_t *gw;
+static sggw_stack_t stack;
 /* a test's own gateway and data directory; after_test cleans them up */
-static sggw_gateway_t *extra_gw;
-static char *extra_dir;
-static sggw_redis_t *extra_redis;
 
 static const char *data_dir(void)
 {
-    return sggw_gateway_data_dir(gw);
+    return sggw_gateway_data_dir(stack.gw);
 }
 
 
@@ -52,15 +46,15 @@ static double wait_closed(sggw_gateway_t *g, const char *tenant, const char *sid
 static void expect_redis_clean(const char *sid, int64_t tenant_id)
 {
     int ok;
-    char *v = sggw_redis_cmd(redis, &ok, "EXISTS sg:session:%s", sid);
+    char *v = sggw_redis_cmd(stack.redis, &ok, "EXISTS sg:session:%s", sid);
     SG_CHECK(ok && v != NULL && strcmp(v, "0") == 0, NULL, "sg:session:%s still exists", sid);
     free(v);
     const char *zsets[] = {"sg:sessions:idle", "sg:sessions:lifetime"};
     for (int i = 0; i < 2; i++) {
-        v = sggw_redis_cmd(redis, &ok, "ZSCORE %s %s", zsets[i], sid);
+        v = sggw_redis_cmd(stack.redis, &ok, "ZSCORE %s %s", zsets[i], sid);
         SG_CHECK(ok && v == NULL, NULL, "%s still holds %s", zsets[i], sid);
     }
-    v = sggw_redis_cmd(redis, &ok, "ZSCORE sg:tenant:%lld:sessions %s", (long long)tenant_id, sid);
+    v = sggw_redis_cmd(stack.redis, &ok, "ZSCORE sg:tenant:%lld:sessions %s", (long long)tenant_id, sid);
     SG_CHECK(ok && v == NULL, NULL, "sg:tenant:%lld:sessions still holds %s", (long long)tenant_id, sid);
 }
 
@@ -75,11 +69,8 @@ static void expect_container_gone(char *cid, const char *sid)
 static void expect_gone_for_client(sggw_gateway_t *g, const char *tok, const char *sid)
 {
     char path[256];
-    sgtest_reply_t r;
     pathf(path, sizeof(path), "/sessions/%s/execute", sid);
-    sggw_call(g, tok, "POST", path, "{\"code\":\"print(1)\"}", &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 404, NULL));
-    sgtest_reply_free(&r);
+    SGGW_CALL_ERROR(g, tok, "POST", path, "{\"code\":\"print(1)\"}", 404, NULL);
     SG_CHECK(!sggw_lists(g, tok, sid), NULL, "GET /sessions still lists closed session %s", sid);
 }
 
@@ -99,49 +90,19 @@ static void align_wall(double frac)
 
 static sggw_gateway_t *start_gateway(const char *dir, const char *redis_url)
 {
-    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(proxy), .redis_url = redis_url, .data_dir = dir};
+    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(stack.proxy), .redis_url = redis_url, .data_dir = dir};
     return sggw_gateway_start(&o);
 }
 
 static int group_setup(void **state)
 {
-    proxy_id = sgtest_new_proxy_id();
-    const char *env[] = {"SANDGATE_POOL_SIZE=2", NULL};
-    if (proxy_id == NULL || (proxy = sgtest_proxy_start(proxy_id, env)) == NULL)
-        return -1;
-    if ((redis = sggw_redis_start()) == NULL)
-        return -1;
-    gw = start_gateway(NULL, sggw_redis_url(redis));
-    return gw != NULL ? 0 : -1;
+    *state = &stack;
+    return sggw_stack_start_pool(&stack, true, 2);
 }
 
 static int after_test(void **state)
 {
-    sggw_after_test();
-    int rc = 0;
-    if (extra_gw != NULL)
-        sggw_gateway_stop(extra_gw);
-    extra_gw = NULL;
-    sggw_redis_stop(extra_redis);
-    extra_redis = NULL;
-    if (extra_dir != NULL) {
-        sggw_rmtree(extra_dir);
-        free(extra_dir);
-        extra_dir = NULL;
-    }
-    if (!sgtest_proxy_alive(proxy) || !sggw_gateway_alive(gw) || !sggw_redis_running(redis)) {
-        fprintf(stderr, "a server died during this test\n");
-        sggw_print_logs(80);
-        rc = -1;
-    }
-    return rc;
-}
-
-static int group_teardown(void **state)
-{
-    int rc = sggw_stack_stop(&gw, &redis, &proxy, proxy_id);
-    free(proxy_id);
-    return rc;
+    return sggw_stack_after_test(&stack);
 }
 
 /* ------------------------------------------------------------------------
@@ -150,22 +111,21 @@ static int group_teardown(void **state)
 
 SGGW_TEST(test_idle_timeout_closes)
 {
-    const char *q[] = {"idle_timeout=2", "max_lifetime=600", NULL};
-    char *tok = sggw_new_tenant(data_dir(), "idle", q);
+    char *tok = sggw_new_tenant(data_dir(), "idle", sggw_idle_2s);
     int64_t tid = sggw_tenant_id(data_dir(), "idle");
 
     json_object *created = NULL;
-    char *sid = sggw_create_session(gw, tok, NULL, &created);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, &created);
     SG_CHECK(SG_INT(created, "idle_timeout") == 2, created, "the reply must say idle_timeout 2");
     json_object_put(created);
     double t0 = sggw_wall();
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    char *cid = sgtest_docker_session_container(stack.proxy_id, sid);
     SG_CHECK(cid != NULL, NULL, "no container labelled sandgate.session=%s", sid);
     /* the record is written right after the reply: poll briefly */
     double until = sgtest_now() + 2;
     for (;;) {
         int ok;
-        char *v = sggw_redis_cmd(redis, &ok, "HGET sg:session:%s tenant", sid);
+        char *v = sggw_redis_cmd(stack.redis, &ok, "HGET sg:session:%s tenant", sid);
         bool there = v != NULL && atoll(v) == tid;
         free(v);
         if (there)
@@ -176,7 +136,7 @@ SGGW_TEST(test_idle_timeout_closes)
 
     /* the reaper closes it: unlisted, container gone, Redis clean, row closed "idle" */
     double deadline = sgtest_now() + 2 + REAP_SLACK_S;
-    while (sggw_lists(gw, tok, sid)) {
+    while (sggw_lists(stack.gw, tok, sid)) {
         SG_CHECK(sgtest_now() < deadline, NULL, "session %s is still listed %.1f s after its last use (idle 2 s)", sid,
                  sggw_wall() - t0);
         usleep(50000);
@@ -184,8 +144,8 @@ SGGW_TEST(test_idle_timeout_closes)
     expect_container_gone(cid, sid);
     sggw_expect_db_closed(data_dir(), sid, "idle");
     expect_redis_clean(sid, tid);
-    SG_CHECK(!sggw_admin_lists(gw, "idle", sid), NULL, "the admin API still lists %s", sid);
-    expect_gone_for_client(gw, tok, sid);
+    SG_CHECK(!sggw_admin_lists(stack.gw, "idle", sid), NULL, "the admin API still lists %s", sid);
+    expect_gone_for_client(stack.gw, tok, sid);
     free(cid);
     free(sid);
     free(tok);
@@ -194,9 +154,7 @@ SGGW_TEST(test_idle_timeout_closes)
 /* Every use pushes the idle deadline: executes, commands and file uploads. */
 SGGW_TEST(test_use_keeps_session)
 {
-    const char *q[] = {"idle_timeout=2", "max_lifetime=600", NULL};
-    char *tok = sggw_new_tenant(data_dir(), "busy", q);
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
+    char *sid, *tok = sggw_tenant_session(stack.gw, "busy", sggw_idle_2s, &sid);
     char path[256];
     sgtest_reply_t r;
 
@@ -206,23 +164,23 @@ SGGW_TEST(test_use_keeps_session)
     int i = 0;
     while (sgtest_now() < end) {
         if (i % 3 == 0) {
-            json_object *o = sggw_execute(gw, tok, sid, "print('tick')", 0);
+            json_object *o = sggw_execute(stack.gw, tok, sid, "print('tick')", 0);
             json_object_put(o);
         } else if (i % 3 == 1) {
             pathf(path, sizeof(path), "/sessions/%s/commands", sid);
-            json_object_put(sggw_post_result(gw, tok, path, json_tokener_parse("{\"command\":\"true\"}")));
+            json_object_put(sggw_post_result(stack.gw, tok, path, json_tokener_parse("{\"command\":\"true\"}")));
         } else {
             pathf(path, sizeof(path), "/sessions/%s/files?path=t.txt", sid);
-            sggw_call(gw, tok, "PUT", path, "tick", &r);
+            sggw_call(stack.gw, tok, "PUT", path, "tick", &r);
             SG_ASSERT_STATUS(&r, 200);
             sgtest_reply_free(&r);
         }
         i++;
         usleep(500000);
     }
-    SG_CHECK(sggw_lists(gw, tok, sid), NULL, "a session used every 0.5 s was closed (idle 2 s)");
-    SG_CHECK(sggw_admin_lists(gw, "busy", sid), NULL, "a session used every 0.5 s is no longer live");
-    sggw_delete_session(gw, tok, sid);
+    SG_CHECK(sggw_lists(stack.gw, tok, sid), NULL, "a session used every 0.5 s was closed (idle 2 s)");
+    SG_CHECK(sggw_admin_lists(stack.gw, "busy", sid), NULL, "a session used every 0.5 s is no longer live");
+    sggw_delete_session(stack.gw, tok, sid);
     sggw_expect_db_closed(data_dir(), sid, "deleted");
     free(sid);
     free(tok);
@@ -239,12 +197,12 @@ SGGW_TEST(test_lifetime_closes_even_when_used)
     int64_t tid = sggw_tenant_id(data_dir(), "lifetime");
     double t0 = sggw_wall();
     json_object *created = NULL;
-    char *sid = sggw_create_session(gw, tok, NULL, &created);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, &created);
     int64_t expires = SG_INT(created, "expires_at");
     SG_CHECK(expires >= (int64_t)t0 + 3 - 1 && expires <= (int64_t)t0 + 3 + 1, created,
              "expires_at must be creation + 3 s");
     json_object_put(created);
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    char *cid = sgtest_docker_session_container(stack.proxy_id, sid);
     char path[256];
     pathf(path, sizeof(path), "/sessions/%s/execute", sid);
 
@@ -254,7 +212,7 @@ SGGW_TEST(test_lifetime_closes_even_when_used)
         SG_CHECK(sggw_wall() - t0 < 3 + REAP_SLACK_S, NULL, "session %s still runs %.1f s after creation (lifetime 3)",
                  sid, sggw_wall() - t0);
         sgtest_reply_t r;
-        sggw_call(gw, tok, "POST", path, "{\"code\":\"print(1)\"}", &r);
+        sggw_call(stack.gw, tok, "POST", path, "{\"code\":\"print(1)\"}", &r);
         if (r.status == 404)
             closed_at = sggw_wall();
         else
@@ -276,13 +234,11 @@ SGGW_TEST(test_lifetime_closes_even_when_used)
  * second at which that use or creation happened. */
 SGGW_TEST(test_deadlines_not_early)
 {
-    const char *q[] = {"idle_timeout=2", "max_lifetime=600", NULL};
-    char *tok = sggw_new_tenant(data_dir(), "not-early", q);
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
+    char *sid, *tok = sggw_tenant_session(stack.gw, "not-early", sggw_idle_2s, &sid);
     align_wall(0.85);
-    json_object_put(sggw_execute(gw, tok, sid, "print('last use')", 0));
+    json_object_put(sggw_execute(stack.gw, tok, sid, "print('last use')", 0));
     double used = sggw_wall(); /* the gateway saw the use no later than this */
-    double gone = wait_closed(gw, "not-early", sid, 2 + REAP_SLACK_S);
+    double gone = wait_closed(stack.gw, "not-early", sid, 2 + REAP_SLACK_S);
     SG_CHECK(gone - used >= 2.0 - 0.1, NULL, "idle_timeout 2: closed %.2f s after its last use", gone - used);
     free(sid);
 
@@ -290,8 +246,8 @@ SGGW_TEST(test_deadlines_not_early)
     sggw_tenant_set(data_dir(), "not-early", q2);
     align_wall(0.85);
     double asked = sggw_wall(); /* the gateway created it no earlier than this */
-    sid = sggw_create_session(gw, tok, NULL, NULL);
-    gone = wait_closed(gw, "not-early", sid, 2 + REAP_SLACK_S);
+    sid = sggw_create_session(stack.gw, tok, NULL, NULL);
+    gone = wait_closed(stack.gw, "not-early", sid, 2 + REAP_SLACK_S);
     SG_CHECK(gone - asked >= 2.0 - 0.1, NULL, "max_lifetime 2: closed %.2f s after it was created", gone - asked);
     free(sid);
     free(tok);
@@ -305,25 +261,20 @@ SGGW_TEST(test_admin_force_close)
 {
     char *tok = sggw_new_tenant(data_dir(), "forced", NULL);
     int64_t tid = sggw_tenant_id(data_dir(), "forced");
-    char *sid = sggw_create_session(gw, tok, NULL, NULL);
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
+    char *cid = sgtest_docker_session_container(stack.proxy_id, sid);
     char path[256];
-    sgtest_reply_t r;
 
     pathf(path, sizeof(path), "/admin/sessions/%s", sid);
-    sggw_admin_call(gw, "DELETE", path, NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SGGW_ADMIN_JSON(stack.gw, "DELETE", path, NULL, 200);
     SG_CHECK(strcmp(SG_STR(o, "status"), "closed") == 0, o, "force-close answers {\"status\":\"closed\"}");
     json_object_put(o);
     expect_container_gone(cid, sid);
     sggw_expect_db_closed(data_dir(), sid, "admin");
     expect_redis_clean(sid, tid);
-    expect_gone_for_client(gw, tok, sid);
+    expect_gone_for_client(stack.gw, tok, sid);
     /* again: it is no longer live */
-    sggw_admin_call(gw, "DELETE", path, NULL, &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 404, NULL));
-    sgtest_reply_free(&r);
+    SGGW_ADMIN_ERROR(stack.gw, "DELETE", path, NULL, 404, NULL);
     free(cid);
     free(sid);
     free(tok);
@@ -339,10 +290,7 @@ static void wait_usage(sggw_gateway_t *g, const char *tenant, int64_t want)
     pathf(path, sizeof(path), "/admin/usage?tenant=%s", tenant);
     double deadline = sgtest_now() + 5;
     for (;;) {
-        sgtest_reply_t r;
-        sggw_admin_call(g, "GET", path, NULL, &r);
-        json_object *o = SG_EXPECT_JSON(&r, 200);
-        sgtest_reply_free(&r);
+        json_object *o = SGGW_ADMIN_JSON(g, "GET", path, NULL, 200);
         int64_t n = SG_INT(o, "executions");
         json_object_put(o);
         if (n == want)
@@ -359,22 +307,21 @@ static void wait_usage(sggw_gateway_t *g, const char *tenant, int64_t want)
  * are the keys — and the group's gateway has another file.) */
 SGGW_TEST(test_restart_keeps_state)
 {
-    extra_dir = sggw_mkdtemp("sggw-restart");
-    SG_CHECK(extra_dir != NULL, NULL, "mkdtemp");
-    extra_redis = sggw_redis_start();
-    SG_CHECK(extra_redis != NULL, NULL, "cannot start a redis-server");
-    sggw_gateway_t *a = extra_gw = start_gateway(extra_dir, sggw_redis_url(extra_redis));
+    stack.extra_dir = sggw_mkdtemp("sggw-restart");
+    SG_CHECK(stack.extra_dir != NULL, NULL, "mkdtemp");
+    stack.extra_redis = sggw_redis_start();
+    SG_CHECK(stack.extra_redis != NULL, NULL, "cannot start a redis-server");
+    sggw_gateway_t *a = stack.extra_gw = start_gateway(stack.extra_dir, sggw_redis_url(stack.extra_redis));
     SG_CHECK(a != NULL, NULL, "cannot start gateway A");
     const char *q[] = {"idle_timeout=4", "max_lifetime=600", NULL};
-    char *tok = sggw_new_tenant(extra_dir, "restart", q);
+    char *tok = sggw_new_tenant(stack.extra_dir, "restart", q);
     char *sid = sggw_create_session(a, tok, NULL, NULL);
     json_object_put(sggw_execute(a, tok, sid, "x = 41", 0));
     json_object_put(sggw_execute(a, tok, sid, "print(x + 1)", 0));
     wait_usage(a, "restart", 2);
 
-    extra_gw = NULL;
-    SG_CHECK(sggw_gateway_stop(a) == 0, NULL, "gateway A did not exit with status 0 on SIGTERM");
-    sggw_gateway_t *b = extra_gw = start_gateway(extra_dir, sggw_redis_url(extra_redis));
+    sggw_stack_stop_extra(&stack, "gateway A");
+    sggw_gateway_t *b = stack.extra_gw = start_gateway(stack.extra_dir, sggw_redis_url(stack.extra_redis));
     SG_CHECK(b != NULL, NULL, "cannot start gateway B on the same data directory");
 
     /* the same token, the same session and its interpreter state */
@@ -384,7 +331,7 @@ SGGW_TEST(test_restart_keeps_state)
     json_object_put(o);
     wait_usage(b, "restart", 3);
     char *out = NULL;
-    SG_CHECK(sggw_admin(extra_dir, &out, "usage", "restart", NULL) == 0, NULL, "usage failed");
+    SG_CHECK(sggw_admin(stack.extra_dir, &out, "usage", "restart", NULL) == 0, NULL, "usage failed");
     SG_CHECK(strstr(out, "executions=3 ") != NULL, NULL, "sandgate-admin usage must say executions=3:\n%s", out);
     free(out);
     sgtest_reply_t r;
@@ -395,15 +342,14 @@ SGGW_TEST(test_restart_keeps_state)
     json_object_put(o);
 
     /* and its timeout still applies */
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    char *cid = sgtest_docker_session_container(stack.proxy_id, sid);
     wait_closed(b, "restart", sid, 4 + REAP_SLACK_S);
     expect_container_gone(cid, sid);
-    sggw_expect_db_closed(extra_dir, sid, "idle");
+    sggw_expect_db_closed(stack.extra_dir, sid, "idle");
     free(cid);
     free(sid);
     free(tok);
-    extra_gw = NULL;
-    SG_CHECK(sggw_gateway_stop(b) == 0, NULL, "gateway B did not exit with status 0 on SIGTERM");
+    sggw_stack_stop_extra(&stack, "gateway B");
 }
 
 /* Without Redis (state in memory): after a restart the open session is
@@ -411,17 +357,16 @@ SGGW_TEST(test_restart_keeps_state)
  * closed when idle — a restart must not make sessions immortal. */
 SGGW_TEST(test_restart_memory_state)
 {
-    extra_dir = sggw_mkdtemp("sggw-restart-mem");
-    SG_CHECK(extra_dir != NULL, NULL, "mkdtemp");
-    sggw_gateway_t *a = extra_gw = start_gateway(extra_dir, NULL);
+    stack.extra_dir = sggw_mkdtemp("sggw-restart-mem");
+    SG_CHECK(stack.extra_dir != NULL, NULL, "mkdtemp");
+    sggw_gateway_t *a = stack.extra_gw = start_gateway(stack.extra_dir, NULL);
     SG_CHECK(a != NULL, NULL, "cannot start gateway A");
     const char *q[] = {"idle_timeout=3", "max_lifetime=600", "max_sessions=1", NULL};
-    char *tok = sggw_new_tenant(extra_dir, "restart-mem", q);
+    char *tok = sggw_new_tenant(stack.extra_dir, "restart-mem", q);
     char *sid = sggw_create_session(a, tok, NULL, NULL);
     json_object_put(sggw_execute(a, tok, sid, "x = 7", 0));
-    extra_gw = NULL;
-    SG_CHECK(sggw_gateway_stop(a) == 0, NULL, "gateway A did not exit with status 0 on SIGTERM");
-    sggw_gateway_t *b = extra_gw = start_gateway(extra_dir, NULL);
+    sggw_stack_stop_extra(&stack, "gateway A");
+    sggw_gateway_t *b = stack.extra_gw = start_gateway(stack.extra_dir, NULL);
     SG_CHECK(b != NULL, NULL, "cannot start gateway B on the same data directory");
 
     SG_CHECK(sggw_lists(b, tok, sid), NULL, "after the restart, GET /sessions must still list %s", sid);
@@ -430,7 +375,7 @@ SGGW_TEST(test_restart_memory_state)
     json_object_put(o);
 
     /* left alone, it is closed by its idle timeout */
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    char *cid = sgtest_docker_session_container(stack.proxy_id, sid);
     double deadline = sgtest_now() + 3 + REAP_SLACK_S;
     while (sggw_lists(b, tok, sid)) {
         SG_CHECK(sgtest_now() < deadline, NULL,
@@ -439,15 +384,14 @@ SGGW_TEST(test_restart_memory_state)
         usleep(100000);
     }
     expect_container_gone(cid, sid);
-    sggw_expect_db_closed(extra_dir, sid, "idle");
+    sggw_expect_db_closed(stack.extra_dir, sid, "idle");
     free(cid);
     free(sid);
 
     /* and the cap counts what was open before the restart */
     sid = sggw_create_session(b, tok, NULL, NULL);
-    extra_gw = NULL;
-    SG_CHECK(sggw_gateway_stop(b) == 0, NULL, "gateway B did not exit with status 0 on SIGTERM");
-    sggw_gateway_t *c = extra_gw = start_gateway(extra_dir, NULL);
+    sggw_stack_stop_extra(&stack, "gateway B");
+    sggw_gateway_t *c = stack.extra_gw = start_gateway(stack.extra_dir, NULL);
     SG_CHECK(c != NULL, NULL, "cannot start gateway C");
     sgtest_reply_t r;
     sggw_call(c, tok, "POST", "/sessions", "{\"lang\":\"python\"}", &r);
@@ -460,23 +404,22 @@ SGGW_TEST(test_restart_memory_state)
              "max_sessions 1 with a session open before the restart: a new create must get 429, got %ld",
              r.status);
     sgtest_reply_free(&r);
-    sggw_delete_session(c, tok, sid);
-    free(sid);
-    free(tok);
-    extra_gw = NULL;
-    SG_CHECK(sggw_gateway_stop(c) == 0, NULL, "gateway C did not exit with status 0 on SIGTERM");
+    sggw_session_done(c, tok, sid);
+    sggw_stack_stop_extra(&stack, "gateway C");
 }
+
+#define T(f) cmocka_unit_test_teardown(f, after_test)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_idle_timeout_closes, after_test),
-        cmocka_unit_test_teardown(test_use_keeps_session, after_test),
-        cmocka_unit_test_teardown(test_lifetime_closes_even_when_used, after_test),
-        cmocka_unit_test_teardown(test_deadlines_not_early, after_test),
-        cmocka_unit_test_teardown(test_admin_force_close, after_test),
-        cmocka_unit_test_teardown(test_restart_keeps_state, after_test),
-        cmocka_unit_test_teardown(test_restart_memory_state, after_test),
+        T(test_idle_timeout_closes),
+        T(test_use_keeps_session),
+        T(test_lifetime_closes_even_when_used),
+        T(test_deadlines_not_early),
+        T(test_admin_force_close),
+        T(test_restart_keeps_state),
+        T(test_restart_memory_state),
     };
-    return cmocka_run_group_tests_name("gateway_sessions", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("gateway_sessions", tests, group_setup, sggw_stack_group_teardown);
 }

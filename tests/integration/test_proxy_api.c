@@ -1,242 +1,16 @@
 /*
  * test_proxy_api.c — sandgate-proxy's HTTP API (docs/proxy-api.md) against
- * a real proxy process, the real Docker engine and the real sandbox images.
+ * a real proxy process, the real Docker engine and the real sandbox images:
+ * the seed's README, languages, details, commands, errors, timeouts,
+ * files, concurrency. Output caps and the sandbox's hardening:
+ * test_proxy_limits.c.
  *
- * One proxy serves the whole group. It runs with small output and file caps
- * (OUTPUT_LIMIT, MAX_FILE_BYTES) so the flood tests are fast and exact, and
- * without a warm pool (SANDGATE_POOL_SIZE=0): every container then belongs
- * to exactly one session or ephemeral run of these tests, so "nothing is
- * left behind" can be checked exactly (test_proxy_pool.c covers the pool).
- * Every test closes the sessions it opens; the group teardown checks that
- * nothing is left and force-removes whatever a failed test leaked.
+ * One proxy serves the whole group (proxy_api_suite.h; test_proxy_pool.c
+ * covers the pool). Every test closes the sessions it opens; the group
+ * teardown checks that nothing is left and force-removes whatever a failed
+ * test leaked.
  */
-#include "sglibs.h"
-#include "sgtest.h"
-
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#define OUTPUT_LIMIT 65536
-#define MAX_FILE_BYTES 65536
-#define SLACK_S 10.0 /* a timed-out run must be back within its timeout + this */
-#define REMOVAL_S 10.0 /* a closed session's container is gone within this */
-
-static sgtest_proxy_t *proxy;
-static char *proxy_id;
-
-/* ------------------------------------------------------------------------
- * Small helpers (test thread only)
- * ------------------------------------------------------------------------ */
-
-
-
-static void expect_stdout(json_object *r, const char *want)
-{
-    const char *got = SG_STR(r, "stdout");
-    if (strcmp(got, want) != 0)
-        SG_FAIL(r, "stdout differs: expected \"%s\"", want);
-}
-
-static void expect_success(json_object *r)
-{
-    if (!SG_BOOL(r, "success") || SG_INT(r, "exit_code") != 0)
-        SG_FAIL(r, "expected a successful run");
-}
-
-static char *create_session(const char *lang)
-{
-    return sgtest_create_session(proxy, lang, NULL, NULL);
-}
-
-/* timeout <= 0: the field is left out. libs NULL: the field is left out. */
-static json_object *run_code_t(const char *sid, const char *code, const char *const *libs,
-                               int timeout, double *seconds)
-{
-    return sgtest_run_code(proxy, sid, code, libs, timeout, seconds);
-}
-
-static json_object *run_code(const char *sid, const char *code)
-{
-    return run_code_t(sid, code, NULL, 0, NULL);
-}
-
-static json_object *run_cmd_t(const char *sid, const char *cmd, int timeout, double *seconds)
-{
-    return sgtest_run_cmd(proxy, sid, cmd, timeout, seconds);
-}
-
-static json_object *run_cmd(const char *sid, const char *cmd)
-{
-    return run_cmd_t(sid, cmd, 0, NULL);
-}
-
-static json_object *run_ephemeral(const char *lang, const char *code, const char *const *libs)
-{
-    return sgtest_run_ephemeral(proxy, lang, code, libs, 0, NULL);
-}
-
-/* DELETE /sessions/{id}; then its container must go. docs/architecture.md:
- * the session is unlisted at once and its container removed in the
- * background, so this polls up to REMOVAL_S. */
-static void close_session(const char *sid)
-{
-    sgtest_close_session(proxy, proxy_id, sid, NULL, REMOVAL_S);
-}
-
-static json_object *session_details(const char *sid)
-{
-    char path[256];
-    pathf(path, sizeof(path), "/sessions/%s", sid);
-    sgtest_reply_t r;
-    sgtest_call(proxy, "GET", path, NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
-    return o;
-}
-
-static json_object *list_sessions(void)
-{
-    sgtest_reply_t r;
-    sgtest_call(proxy, "GET", "/sessions", NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
-    SG_ARR(o, "sessions");
-    return o;
-}
-
-static bool listed(const char *sid)
-{
-    json_object *o = list_sessions();
-    bool found = sgtest_json_array_has_string(SG_ARR(o, "sessions"), sid);
-    json_object_put(o);
-    return found;
-}
-
-/* The container of a session of this proxy; asserts there is exactly one. */
-static char *session_container(const char *sid)
-{
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
-    if (cid == NULL)
-        SG_FAIL(NULL, "no single container labelled sandgate.proxy=%s, sandgate.session=%s",
-                proxy_id, sid);
-    return cid;
-}
-
-static json_object *inspect_session(const char *sid)
-{
-    char *cid = session_container(sid);
-    long st = 0;
-    json_object *c = sgtest_docker_inspect(cid, &st);
-    if (c == NULL)
-        SG_FAIL(NULL, "docker inspect %s: HTTP %ld", cid, st);
-    free(cid);
-    return c;
-}
-
-static int64_t jpath_int(json_object *o, const char *dotted)
-{
-    json_object *v = sgtest_jpath(o, dotted);
-    if (v == NULL || !json_object_is_type(v, json_type_int))
-        SG_FAIL(NULL, "%s is missing or not an integer", dotted);
-    return json_object_get_int64(v);
-}
-
-/* docs/proxy-api.md: an ephemeral run's container is removed right after
- * the reply (in the background, so that the reply does not wait for it):
- * none may remain after REMOVAL_S. */
-static void expect_no_ephemeral_left(void)
-{
-    char l1[192];
-    snprintf(l1, sizeof(l1), "sandgate.proxy=%s", proxy_id);
-    const char *labels[] = {l1, "sandgate.kind=ephemeral", NULL};
-    int n = sgtest_docker_wait_count(labels, 0, REMOVAL_S);
-    SG_CHECK(n == 0, NULL, "%d ephemeral container(s) still exist %.0f s after the reply", n, REMOVAL_S);
-}
-
-static void expect_proxy_healthy(void)
-{
-    sgtest_reply_t r;
-    sgtest_call(proxy, "GET", "/", NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
-    SG_CHECK(strcmp(SG_STR(o, "status"), "ok") == 0, o, "GET / is not ok");
-    json_object_put(o);
-}
-
-/* Accepts "YYYY-MM-DDTHH:MM:SS[.frac](Z|+hh:mm|-hh:mm)"; returns UTC time. */
-static bool parse_rfc3339(const char *s, time_t *out)
-{
-    struct tm tm = {0};
-    const char *p = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
-    if (p == NULL)
-        return false;
-    if (*p == '.') {
-        p++;
-        if (*p < '0' || *p > '9')
-            return false;
-        while (*p >= '0' && *p <= '9')
-            p++;
-    }
-    long off = 0;
-    if (*p == 'Z' || *p == 'z') {
-        p++;
-    } else if ((*p == '+' || *p == '-') && strlen(p) == 6 && p[3] == ':') {
-        int hh, mm;
-        if (sscanf(p + 1, "%2d:%2d", &hh, &mm) != 2)
-            return false;
-        off = (hh * 3600L + mm * 60L) * (*p == '+' ? 1 : -1);
-        p += 6;
-    } else {
-        return false;
-    }
-    if (*p != '\0')
-        return false;
-    *out = timegm(&tm) - off;
-    return true;
-}
-
-/* ------------------------------------------------------------------------
- * Fixtures
- * ------------------------------------------------------------------------ */
-
-static sgtest_proxy_t *start_proxy(void)
-{
-    char out_kv[64], file_kv[64];
-    snprintf(out_kv, sizeof(out_kv), "SANDGATE_OUTPUT_LIMIT=%d", OUTPUT_LIMIT);
-    snprintf(file_kv, sizeof(file_kv), "SANDGATE_MAX_FILE_BYTES=%d", MAX_FILE_BYTES);
-    const char *env[] = {out_kv, file_kv, "SANDGATE_POOL_SIZE=0", NULL};
-    sgtest_proxy_t *p = sgtest_proxy_start(proxy_id, env);
-    if (p == NULL)
-        fprintf(stderr, "cannot start the proxy\n");
-    return p;
-}
-
-static int group_setup(void **state)
-{
-    proxy_id = sgtest_new_proxy_id();
-    if (proxy_id == NULL)
-        return -1;
-    proxy = start_proxy();
-    return proxy != NULL ? 0 : -1;
-}
-
-/* After every test: a test during which the proxy died fails here, and the
- * proxy is started again (same id: it reconciles what the dead one left) so
- * that the tests after it still say something. */
-static int check_proxy_alive(void **state)
-{
-    return sgtest_proxy_check_alive(&proxy, start_proxy);
-}
-
-static int group_teardown(void **state)
-{
-    int rc = sgtest_proxy_finish(&proxy, proxy_id, REMOVAL_S);
-    free(proxy_id);
-    proxy_id = NULL;
-    return rc;
-}
+#include "proxy_api_suite.h"
 
 /* ------------------------------------------------------------------------
  * Seed 003's README, in order
@@ -246,7 +20,7 @@ static void test_seed_readme_examples(void **state)
 {
     /* Health check. */
     sgtest_reply_t r;
-    sgtest_call(proxy, "GET", "/", NULL, &r);
+    sgtest_call(suite.proxy, "GET", "/", NULL, &r);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     SG_CHECK(json_object_object_length(o) == 1 && strcmp(SG_STR(o, "status"), "ok") == 0, o,
              "GET / must be exactly {\"status\":\"ok\"}");
@@ -254,7 +28,7 @@ static void test_seed_readme_examples(void **state)
     sgtest_reply_free(&r);
 
     /* 1. Create a session ({"lang":"python"} exactly as the README sends it). */
-    sgtest_call(proxy, "POST", "/sessions", "{\"lang\": \"python\"}", &r);
+    sgtest_call(suite.proxy, "POST", "/sessions", "{\"lang\": \"python\"}", &r);
     o = SG_EXPECT_JSON(&r, 200);
     sgtest_reply_free(&r);
     SG_CHECK(strcmp(SG_STR(o, "status"), "active") == 0, o, "status");
@@ -265,21 +39,18 @@ static void test_seed_readme_examples(void **state)
 
     /* 2. Execute code in the session. */
     const char *numpy[] = {"numpy", NULL};
-    o = run_code_t(sid, "import numpy as np\nprint(np.array([1,2,3]).mean())", numpy, 0, NULL);
-    expect_stdout(o, "2.0\n");
-    expect_success(o);
-    json_object_put(o);
+    sgtest_expect_ok(run_code_t(sid, "import numpy as np\nprint(np.array([1,2,3]).mean())", numpy, 0, NULL), "2.0\n");
 
     /* 3. More code in the same session (state persistence is a later issue). */
     o = run_code(sid, "print(\"Previous imports are still available\")");
-    expect_stdout(o, "Previous imports are still available\n");
+    sgtest_expect_stdout(o, "Previous imports are still available\n");
     SG_CHECK(SG_INT(o, "exit_code") == 0, o, "exit_code");
     json_object_put(o);
 
     /* Ephemeral execution; its container goes right after the reply. */
     o = run_ephemeral("python", "import sys\nprint(f\"Python {sys.version}\")", NULL);
     SG_CHECK(strncmp(SG_STR(o, "stdout"), "Python 3.", 9) == 0, o, "stdout");
-    expect_success(o);
+    sgtest_expect_success(o);
     json_object_put(o);
 
     /* With error handling. */
@@ -289,7 +60,7 @@ static void test_seed_readme_examples(void **state)
                     "NameError: name 'undefined_variable' is not defined") != NULL,
              o, "stderr");
     SG_CHECK(!SG_BOOL(o, "success"), o, "success");
-    expect_stdout(o, "");
+    sgtest_expect_stdout(o, "");
     json_object_put(o);
 
     /* List sessions. */
@@ -300,12 +71,10 @@ static void test_seed_readme_examples(void **state)
     SG_CHECK(!listed(sid), NULL, "closed session %s is still listed", sid);
     char path[256];
     pathf(path, sizeof(path), "/sessions/%s", sid);
-    sgtest_call(proxy, "GET", path, NULL, &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 404, NULL));
-    sgtest_reply_free(&r);
+    SG_CALL_ERROR(suite.proxy, "GET", path, NULL, 404, NULL);
     SG_CHECK(sgtest_docker_exists(cid) == 0, NULL, "container %s of closed session remains", cid);
     free(cid);
-    SG_CHECK(sglibs_count_labelled(proxy_id, "sandgate.kind=session") == 0, NULL, "session containers remain");
+    SG_CHECK(sglibs_count_labelled(suite.proxy_id, "sandgate.kind=session") == 0, NULL, "session containers remain");
     expect_no_ephemeral_left();
     free(sid);
 }
@@ -317,21 +86,14 @@ static void test_seed_readme_examples(void **state)
 static void test_javascript(void **state)
 {
     char *sid = create_session("javascript");
-    json_object *o = run_code(sid, "console.log(1+1)");
-    expect_stdout(o, "2\n");
-    expect_success(o);
-    json_object_put(o);
+    sgtest_expect_ok(run_code(sid, "console.log(1+1)"), "2\n");
     json_object *d = session_details(sid);
     SG_CHECK(strcmp(SG_STR(d, "lang"), "javascript") == 0, d, "lang");
     SG_CHECK(strcmp(SG_STR(d, "image"), "sandgate/javascript:latest") == 0, d, "image");
     json_object_put(d);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 
-    o = run_ephemeral("javascript", "console.log('js ' + [1, 2, 3].length)", NULL);
-    expect_stdout(o, "js 3\n");
-    expect_success(o);
-    json_object_put(o);
+    sgtest_expect_ok(run_ephemeral("javascript", "console.log('js ' + [1, 2, 3].length)", NULL), "js 3\n");
     expect_no_ephemeral_left();
 }
 
@@ -341,7 +103,7 @@ static void test_session_details(void **state)
     json_object *extra = json_object_new_object();
     json_object_object_add(extra, "timeout", json_object_new_int(7));
     json_object_object_add(extra, "memory_mb", json_object_new_int(256));
-    char *sid = sgtest_create_session(proxy, "python", extra, &created);
+    char *sid = sgtest_create_session(suite.proxy, "python", extra, &created);
     time_t now = time(NULL);
 
     /* The create reply carries the contract's fields too. */
@@ -383,7 +145,7 @@ static void test_session_details(void **state)
 
     for (int i = 1; i <= 2; i++) {
         json_object *o = run_code(sid, "print('x')");
-        expect_success(o);
+        sgtest_expect_success(o);
         json_object_put(o);
         d = session_details(sid);
         SG_CHECK(SG_INT(d, "executions") == i, d, "executions after %d execute(s)", i);
@@ -391,25 +153,20 @@ static void test_session_details(void **state)
                  d, "last_used_at");
         json_object_put(d);
     }
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 static void test_command_non_root(void **state)
 {
     char *sid = create_session("python");
-    json_object *o = run_cmd(sid, "echo hello && id -u");
-    expect_stdout(o, "hello\n1000\n");
-    expect_success(o);
-    json_object_put(o);
+    sgtest_expect_ok(run_cmd(sid, "echo hello && id -u"), "hello\n1000\n");
     /* A failing command reports its status. */
-    o = run_cmd(sid, "echo oops >&2; exit 3");
+    json_object *o = run_cmd(sid, "echo oops >&2; exit 3");
     SG_CHECK(SG_INT(o, "exit_code") == 3, o, "exit_code");
     SG_CHECK(strcmp(SG_STR(o, "stderr"), "oops\n") == 0, o, "stderr");
     SG_CHECK(!SG_BOOL(o, "success"), o, "success");
     json_object_put(o);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 static void test_unknown_library(void **state)
@@ -434,7 +191,7 @@ static void expect_call_error(const char *method, const char *path, const char *
                               long status, const char *code, const char *detail_names)
 {
     sgtest_reply_t r;
-    sgtest_call(proxy, method, path, body, &r);
+    sgtest_call(suite.proxy, method, path, body, &r);
     json_object *o = SG_EXPECT_ERROR(&r, status, code);
     sgtest_reply_free(&r);
     if (detail_names != NULL && strstr(SG_STR(o, "detail"), detail_names) == NULL)
@@ -449,7 +206,7 @@ static void test_errors(void **state)
     json_object *before = list_sessions();
     int sessions_before = (int)json_object_array_length(SG_ARR(before, "sessions"));
     json_object_put(before);
-    int containers_before = sgtest_docker_count(proxy_id);
+    int containers_before = sgtest_docker_count(suite.proxy_id);
 
     expect_call_error("POST", "/sessions", "{not json", 400, "bad_json", NULL);
     expect_call_error("POST", "/execute", "{\"code\": \"print(1)\", \"lang\": ", 400, "bad_json",
@@ -490,7 +247,7 @@ static void test_errors(void **state)
     SG_CHECK(json_object_array_length(SG_ARR(l, "sessions")) == (size_t)sessions_before, l,
              "errors must not open sessions");
     json_object_put(l);
-    SG_CHECK(sgtest_docker_count(proxy_id) <= containers_before, NULL,
+    SG_CHECK(sgtest_docker_count(suite.proxy_id) <= containers_before, NULL,
              "errors must not create containers");
 }
 
@@ -517,22 +274,17 @@ static void test_timeout_code(void **state)
     expect_timed_out(o, secs, 2);
     json_object_put(o);
 
-    o = run_code(sid, "print(1)");
-    expect_stdout(o, "1\n");
-    expect_success(o);
-    json_object_put(o);
-    close_session(sid);
-    free(sid);
+    sgtest_expect_ok(run_code(sid, "print(1)"), "1\n");
+    session_done(sid);
 
     /* A session's own default timeout applies when execute names none. */
     json_object *extra = json_object_new_object();
     json_object_object_add(extra, "timeout", json_object_new_int(2));
-    sid = sgtest_create_session(proxy, "python", extra, NULL);
+    sid = sgtest_create_session(suite.proxy, "python", extra, NULL);
     o = run_code_t(sid, "while True: pass", NULL, 0, &secs);
     expect_timed_out(o, secs, 2);
     json_object_put(o);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 static void test_timeout_command(void **state)
@@ -542,22 +294,9 @@ static void test_timeout_command(void **state)
     json_object *o = run_cmd_t(sid, "sleep 1000", 2, &secs);
     expect_timed_out(o, secs, 2);
     json_object_put(o);
-    o = run_cmd(sid, "echo still here");
-    expect_stdout(o, "still here\n");
-    json_object_put(o);
-    close_session(sid);
-    free(sid);
+    expect_cmd_prints(sid, "echo still here", "still here\n");
+    session_done(sid);
 }
-
-/* A loop over /proc (the images need not have ps) printing "<pid> <comm>
- * <state>" for every process; the state Z would be an unreaped zombie. */
-#define PROC_LOOP                                                                                  \
-    "for d in /proc/[0-9]*; do "                                                                   \
-    "  c=$(cat $d/comm 2>/dev/null) || continue; "                                                 \
-    "  echo \"${d#/proc/} $c $(cut -d' ' -f3 $d/stat 2>/dev/null)\"; "                              \
-    "done"
-#define LIST_SLEEPS "{ " PROC_LOOP "; } | grep ' sleep ' || true"
-#define COUNT_SLEEPS "{ " PROC_LOOP "; } | grep -c ' sleep '"
 
 static void test_timeout_kills_process_tree(void **state)
 {
@@ -577,248 +316,8 @@ static void test_timeout_kills_process_tree(void **state)
              "the sleeps never all ran, so the check below would prove nothing");
     json_object_put(o);
 
-    o = run_cmd(sid, LIST_SLEEPS);
-    expect_success(o);
-    expect_stdout(o, "");
-    json_object_put(o);
-    close_session(sid);
-    free(sid);
-}
-
-/* ------------------------------------------------------------------------
- * Output
- * ------------------------------------------------------------------------ */
-
-static void test_output_flood(void **state)
-{
-    char *sid = create_session("python");
-    double secs;
-    json_object *o = run_cmd_t(sid, "yes", 30, &secs);
-    SG_CHECK(SG_BOOL(o, "truncated"), o, "truncated");
-    SG_CHECK(!SG_BOOL(o, "success"), o, "success");
-    SG_CHECK(!SG_BOOL(o, "timed_out"), o, "the cap, not the timeout, must stop `yes`");
-    SG_CHECK(strcmp(SG_STR(o, "reason"), "output_limit") == 0, o, "reason");
-    size_t len = strlen(SG_STR(o, "stdout"));
-    if (len != OUTPUT_LIMIT)
-        SG_FAIL(NULL, "stdout is %zu bytes, the cap is %d", len, OUTPUT_LIMIT);
-    SG_CHECK(strncmp(SG_STR(o, "stdout"), "y\ny\n", 4) == 0, NULL, "stdout is yes's output");
-    json_object_put(o);
-
-    /* stderr has its own cap. */
-    o = run_code_t(sid, "import sys\nwhile True: sys.stderr.write('e' * 4096)", NULL, 30, NULL);
-    SG_CHECK(SG_BOOL(o, "truncated"), o, "truncated");
-    len = strlen(SG_STR(o, "stderr"));
-    if (len != OUTPUT_LIMIT)
-        SG_FAIL(NULL, "stderr is %zu bytes, the cap is %d", len, OUTPUT_LIMIT);
-    json_object_put(o);
-
-    /* The session is still usable. */
-    o = run_cmd(sid, "echo after");
-    expect_stdout(o, "after\n");
-    json_object_put(o);
-    close_session(sid);
-    free(sid);
-}
-
-static void test_non_utf8_output(void **state)
-{
-    char *sid = create_session("python");
-    /* Octal escapes: dash's printf has no \x. Bytes FF FE, then "ok". */
-    json_object *o = run_cmd(sid, "printf '\\377\\376ok'");
-    expect_success(o);
-    const char *out = SG_STR(o, "stdout");
-    SG_CHECK(sgtest_utf8_valid(out, strlen(out)), o, "stdout is not valid UTF-8");
-    SG_CHECK(strstr(out, "ok") != NULL, o, "stdout keeps the valid bytes");
-    SG_CHECK(strstr(out, "\xef\xbf\xbd") != NULL, o, "invalid bytes become U+FFFD");
-    json_object_put(o);
-    close_session(sid);
-    free(sid);
-}
-
-/* ------------------------------------------------------------------------
- * Hardening
- * ------------------------------------------------------------------------ */
-
-static const char *label(json_object *c, const char *key)
-{
-    json_object *labels = sgtest_jpath(c, "Config.Labels"), *v = NULL;
-    if (labels == NULL || !json_object_object_get_ex(labels, key, &v))
-        return NULL;
-    return json_object_get_string(v);
-}
-
-/* The network interfaces a sandbox sees, from the kernel it runs on (gVisor
- * has no /sys/class/net). */
-#define IFACES_CMD "python3 -c 'import socket; print(sorted(n for _, n in socket.if_nameindex()))'"
-
-static void test_hardening(void **state)
-{
-    char *sid = create_session("python");
-    json_object *d = session_details(sid);
-    json_object *lim = SG_OBJ(d, "limits");
-    json_object *c = inspect_session(sid);
-    SG_ASSERT_HARDENED(c);
-
-    /* The container's caps are the limits the session reports. */
-    int64_t mem = jpath_int(c, "HostConfig.Memory");
-    SG_CHECK(mem == SG_INT(lim, "memory_mb") * 1024 * 1024, d,
-             "container Memory %lld differs from limits.memory_mb", (long long)mem);
-    /* The runtime the session reports is its container's (README
-     * "Sandboxes"); under runsc the process cap is RLIMIT_NPROC inside the
-     * sandbox's kernel, the host's pids cgroup a looser backstop for the
-     * sandbox kernel's own threads (proxy/container.h). */
-    const char *rt = SG_STR(d, "runtime");
-    SG_CHECK(strcmp(rt, "runc") == 0 || strcmp(rt, "runsc") == 0, d, "runtime %s", rt);
-    json_object *hrt = sgtest_jpath(c, "HostConfig.Runtime");
-    SG_CHECK(hrt != NULL && strcmp(json_object_get_string(hrt), rt) == 0, c, "HostConfig.Runtime vs runtime");
-    SG_CHECK(label(c, "sandgate.runtime") && strcmp(label(c, "sandgate.runtime"), rt) == 0, c,
-             "label sandgate.runtime");
-    int64_t pids = jpath_int(c, "HostConfig.PidsLimit");
-    if (strcmp(rt, "runc") == 0) {
-        SG_CHECK(pids > 0 && pids == SG_INT(lim, "pids"), d, "PidsLimit %lld vs limits.pids", (long long)pids);
-    } else {
-        json_object *u = sgtest_jpath(c, "HostConfig.Ulimits");
-        json_object *nproc = u != NULL && json_object_array_length(u) == 1 ? json_object_array_get_idx(u, 0) : NULL;
-        SG_CHECK(nproc != NULL && strcmp(SG_STR(nproc, "Name"), "nproc") == 0 &&
-                     SG_INT(nproc, "Soft") == SG_INT(lim, "pids") && SG_INT(nproc, "Hard") == SG_INT(lim, "pids"),
-                 c, "under runsc, Ulimits nproc must be limits.pids");
-        SG_CHECK(pids == SG_INT(lim, "pids") * 6 + 96, d, "PidsLimit %lld under runsc", (long long)pids);
-    }
-    int64_t nano = jpath_int(c, "HostConfig.NanoCpus");
-    SG_CHECK(nano > 0 && nano == (int64_t)(SG_DBL(lim, "cpus") * 1e9 + 0.5), d,
-             "NanoCpus %lld vs limits.cpus", (long long)nano);
-
-    const char *lp = label(c, "sandgate.proxy"), *ls = label(c, "sandgate.session");
-    const char *ll = label(c, "sandgate.lang"), *lk = label(c, "sandgate.kind");
-    const char *lc = label(c, "sandgate.created");
-    SG_CHECK(lp && strcmp(lp, proxy_id) == 0, c, "label sandgate.proxy");
-    SG_CHECK(ls && strcmp(ls, sid) == 0, c, "label sandgate.session");
-    SG_CHECK(ll && strcmp(ll, "python") == 0, c, "label sandgate.lang");
-    SG_CHECK(lk && strcmp(lk, "session") == 0, c, "label sandgate.kind");
-    char *end = NULL;
-    long long created = lc ? strtoll(lc, &end, 10) : 0;
-    SG_CHECK(lc && *lc && end && *end == '\0' && created > time(NULL) - 600 &&
-                 created <= time(NULL) + 5,
-             c, "label sandgate.created must be recent unix seconds");
-    json_object_put(c);
-    json_object_put(d);
-
-    /* Inside: no interface but loopback, no writable root fs, no root. */
-    json_object *o = run_cmd(sid, IFACES_CMD);
-    expect_stdout(o, "['lo']\n");
-    json_object_put(o);
-    o = run_cmd(sid, "touch /usr/sgtest-probe");
-    SG_CHECK(SG_INT(o, "exit_code") != 0, o, "the root filesystem must be read-only");
-    json_object_put(o);
-    /* no_new_privs from prctl: gVisor's /proc/self/status has no line for it */
-    o = run_cmd(sid, "grep -E '^CapEff' /proc/self/status; "
-                     "python3 -c 'import ctypes; print(\"NoNewPrivs\", ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))'");
-    expect_stdout(o, "CapEff:\t0000000000000000\nNoNewPrivs 1\n");
-    json_object_put(o);
-    close_session(sid);
-    free(sid);
-}
-
-/* A bomb is only run where the container caps what it can take. */
-static void require_caps(const char *sid, bool pids, bool memory)
-{
-    json_object *c = inspect_session(sid);
-    if (pids && jpath_int(c, "HostConfig.PidsLimit") <= 0)
-        SG_FAIL(sgtest_jpath(c, "HostConfig"), "refusing to fork-bomb a container without PidsLimit");
-    if (memory && jpath_int(c, "HostConfig.Memory") <= 0)
-        SG_FAIL(sgtest_jpath(c, "HostConfig"), "refusing to memory-bomb a container without Memory");
-    json_object_put(c);
-}
-
-/* Counts the lines of a PROC_LOOP listing: processes named `comm` (NULL:
- * any name but the listing's own tools), and zombies. */
-static void count_procs(const char *listing, const char *comm, int *named, int *zombies)
-{
-    static const char *const tools[] = {"sh", "cat", "cut", "grep", NULL};
-    *named = *zombies = 0;
-    char *copy = strdup(listing), *save = NULL;
-    for (char *line = strtok_r(copy, "\n", &save); line != NULL;
-         line = strtok_r(NULL, "\n", &save)) {
-        char name[64] = "", state = '?';
-        if (sscanf(line, "%*d %63s %c", name, &state) != 2)
-            continue;
-        if (state == 'Z')
-            (*zombies)++;
-        bool tool = false;
-        for (size_t i = 0; tools[i] != NULL; i++)
-            tool = tool || strcmp(name, tools[i]) == 0;
-        if (comm != NULL ? strcmp(name, comm) == 0 : !tool)
-            (*named)++;
-    }
-    free(copy);
-}
-
-static void test_fork_bomb(void **state)
-{
-    char *sid = create_session("python");
-    require_caps(sid, true, true);
-    /* What runs in an idle session that has executed code (an interpreter
-     * kept between executes, if the proxy keeps one). */
-    json_object *o = run_code(sid, "print(0)");
-    expect_success(o);
-    json_object_put(o);
-    o = run_cmd(sid, PROC_LOOP);
-    int base_all, base_py, base_z;
-    count_procs(SG_STR(o, "stdout"), NULL, &base_all, &base_z);
-    count_procs(SG_STR(o, "stdout"), "python3", &base_py, &base_z);
-    json_object_put(o);
-
-    double secs;
-    o = run_code_t(sid, "import os\nwhile True: os.fork()", NULL, 5, &secs);
-    SG_CHECK(!SG_BOOL(o, "success"), o, "a fork bomb cannot succeed");
-    SG_CHECK(secs < 5 + SLACK_S, o, "reply after %.2f s", secs);
-    json_object_put(o);
-    expect_proxy_healthy();
-
-    /* The session survives; nothing of the bomb is left in it, not even
-     * zombies (they hold pid slots: enough of them and nothing can run). */
-    o = run_code(sid, "print(1)");
-    expect_stdout(o, "1\n");
-    expect_success(o);
-    json_object_put(o);
-    o = run_cmd(sid, PROC_LOOP);
-    int all, py, zombies;
-    count_procs(SG_STR(o, "stdout"), NULL, &all, &zombies);
-    count_procs(SG_STR(o, "stdout"), "python3", &py, &zombies);
-    SG_CHECK(zombies == 0, o, "%d zombie(s) left by the fork bomb", zombies);
-    SG_CHECK(py <= base_py && all <= base_all, o,
-             "processes of the bomb are left (%d python3 of %d processes; before: %d of %d)", py,
-             all, base_py, base_all);
-    json_object_put(o);
-    close_session(sid);
-    free(sid);
-}
-
-static void test_memory_bomb(void **state)
-{
-    json_object *extra = json_object_new_object();
-    json_object_object_add(extra, "memory_mb", json_object_new_int(128));
-    char *sid = sgtest_create_session(proxy, "python", extra, NULL);
-    require_caps(sid, true, true);
-    json_object *c = inspect_session(sid);
-    SG_CHECK(jpath_int(c, "HostConfig.Memory") == 128LL * 1024 * 1024, sgtest_jpath(c, "HostConfig"),
-             "memory_mb 128 must cap the container at 128 MiB");
-    json_object_put(c);
-
-    json_object *o = run_code_t(sid,
-                                "chunks = []\n"
-                                "while True:\n"
-                                "    chunks.append(bytearray(16 * 1024 * 1024))\n",
-                                NULL, 60, NULL);
-    SG_CHECK(!SG_BOOL(o, "success"), o, "success");
-    SG_CHECK(!SG_BOOL(o, "timed_out"), o, "the memory cap, not the timeout, must end it");
-    SG_CHECK(strcmp(SG_STR(o, "reason"), "out_of_memory") == 0 ||
-                 strstr(SG_STR(o, "stderr"), "MemoryError") != NULL,
-             o, "reason out_of_memory or a MemoryError");
-    json_object_put(o);
-    expect_proxy_healthy();
-    close_session(sid);
-    free(sid);
+    sgtest_expect_ok(run_cmd(sid, LIST_SLEEPS), "");
+    session_done(sid);
 }
 
 /* ------------------------------------------------------------------------
@@ -829,7 +328,7 @@ static void files_url(char *buf, size_t len, const char *sid, const char *path)
 {
     char *enc = sgtest_urlencode(path);
     assert_non_null(enc);
-    pathf(buf, len, "%s/sessions/%s/files?path=%s", sgtest_proxy_url(proxy), sid, enc);
+    pathf(buf, len, "%s/sessions/%s/files?path=%s", sgtest_proxy_url(suite.proxy), sid, enc);
     free(enc);
 }
 
@@ -861,8 +360,7 @@ static void test_files_roundtrip(void **state)
 
     sgtest_reply_t r;
     put_file(sid, "data/in.bin", data, sizeof(data), &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     SG_CHECK(strcmp(SG_STR(o, "path"), "data/in.bin") == 0, o, "path");
     SG_CHECK(SG_INT(o, "size") == (int64_t)sizeof(data), o, "size");
     json_object_put(o);
@@ -885,11 +383,9 @@ static void test_files_roundtrip(void **state)
     sgtest_reply_free(&r);
 
     /* Code in the sandbox sees it, and writes files we can read back. */
-    o = run_cmd(sid, "wc -c data/in.bin");
-    expect_stdout(o, "512 data/in.bin\n");
-    json_object_put(o);
+    expect_cmd_prints(sid, "wc -c data/in.bin", "512 data/in.bin\n");
     o = run_code(sid, "open('out.txt', 'w').write('from python\\n')");
-    expect_success(o);
+    sgtest_expect_success(o);
     json_object_put(o);
     get_file(sid, "out.txt", &r);
     SG_ASSERT_STATUS(&r, 200);
@@ -906,8 +402,7 @@ static void test_files_roundtrip(void **state)
     SG_CHECK(r.body_len == 2 && memcmp(r.body, "v2", 2) == 0, NULL, "overwritten file");
     sgtest_reply_free(&r);
 
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 static void test_files_refused(void **state)
@@ -918,37 +413,29 @@ static void test_files_refused(void **state)
     sgtest_reply_t r;
     for (size_t i = 0; bad[i] != NULL; i++) {
         get_file(sid, bad[i], &r);
-        json_object_put(SG_EXPECT_ERROR(&r, 400, "bad_path"));
-        sgtest_reply_free(&r);
+        SG_TAKE_ERROR(&r, 400, "bad_path");
         put_file(sid, bad[i], "x", 1, &r);
-        json_object_put(SG_EXPECT_ERROR(&r, 400, "bad_path"));
-        sgtest_reply_free(&r);
+        SG_TAKE_ERROR(&r, 400, "bad_path");
     }
 
     /* A symlink on the way out of the sandbox. */
     json_object *o = run_cmd(sid, "ln -s /etc esc && ln -s /etc/passwd pw && mkdir -p d");
-    expect_success(o);
+    sgtest_expect_success(o);
     json_object_put(o);
     get_file(sid, "esc/passwd", &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 400, "bad_path"));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 400, "bad_path");
     get_file(sid, "pw", &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 400, "bad_path"));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 400, "bad_path");
     put_file(sid, "esc/sgtest", "x", 1, &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 400, "bad_path"));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 400, "bad_path");
     /* Not a regular file. */
     get_file(sid, "d", &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 400, "bad_path"));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 400, "bad_path");
 
     /* Missing. */
     get_file(sid, "no/such/file.txt", &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 404, "no_such_file"));
-    sgtest_reply_free(&r);
-    close_session(sid);
-    free(sid);
+    SG_TAKE_ERROR(&r, 404, "no_such_file");
+    session_done(sid);
 }
 
 static void test_files_too_large(void **state)
@@ -960,16 +447,13 @@ static void test_files_too_large(void **state)
 
     sgtest_reply_t r;
     put_file(sid, "big.txt", big, MAX_FILE_BYTES + 1, &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 413, "too_large"));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 413, "too_large");
     get_file(sid, "big.txt", &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 404, "no_such_file"));
-    sgtest_reply_free(&r);
+    SG_TAKE_ERROR(&r, 404, "no_such_file");
 
     /* Exactly the cap is fine. */
     put_file(sid, "big.txt", big, MAX_FILE_BYTES, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_TAKE_JSON(&r, 200);
     SG_CHECK(SG_INT(o, "size") == MAX_FILE_BYTES, o, "size");
     json_object_put(o);
     get_file(sid, "big.txt", &r);
@@ -978,8 +462,7 @@ static void test_files_too_large(void **state)
              "file at the cap comes back whole");
     sgtest_reply_free(&r);
     free(big);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 /* ------------------------------------------------------------------------
@@ -998,7 +481,7 @@ static void test_concurrency(void **state)
     /* Eight sessions, created at once. */
     memset(q, 0, sizeof(q));
     for (int i = 0; i < NPAR; i++) {
-        pathf(url[i], sizeof(url[i]), "%s/sessions", sgtest_proxy_url(proxy));
+        pathf(url[i], sizeof(url[i]), "%s/sessions", sgtest_proxy_url(suite.proxy));
         pathf(body[i], sizeof(body[i]), "{\"lang\":\"python\",\"keep_template\":false}");
         q[i] = (sgtest_par_req_t){.method = "POST", .url = url[i], .body = body[i],
                                   .body_len = strlen(body[i]),
@@ -1006,10 +489,7 @@ static void test_concurrency(void **state)
     }
     SG_CHECK(sgtest_parallel(q, NPAR) == 0, NULL, "cannot start threads");
     for (int i = 0; i < NPAR; i++) {
-        json_object *o = SG_EXPECT_JSON(&q[i].reply, 200);
-        sid[i] = strdup(SG_STR(o, "session_id"));
-        json_object_put(o);
-        sgtest_reply_free(&q[i].reply);
+        sid[i] = SG_TAKE_ID(SG_TAKE_JSON(&q[i].reply, 200), "session_id", NULL);
         for (int j = 0; j < i; j++)
             SG_CHECK(strcmp(sid[i], sid[j]) != 0, NULL, "two sessions got the id %s", sid[i]);
     }
@@ -1017,7 +497,7 @@ static void test_concurrency(void **state)
     /* Eight one-second executes must overlap. */
     memset(q, 0, sizeof(q));
     for (int i = 0; i < NPAR; i++) {
-        pathf(url[i], sizeof(url[i]), "%s/sessions/%s/execute", sgtest_proxy_url(proxy), sid[i]);
+        pathf(url[i], sizeof(url[i]), "%s/sessions/%s/execute", sgtest_proxy_url(suite.proxy), sid[i]);
         pathf(body[i], sizeof(body[i]),
               "{\"code\":\"import time; time.sleep(1); print(\\\"done\\\")\",\"timeout\":30}");
         q[i] = (sgtest_par_req_t){.method = "POST", .url = url[i], .body = body[i],
@@ -1030,7 +510,7 @@ static void test_concurrency(void **state)
 
     /* Mid-batch, the event loop must still answer at once. */
     sgtest_reply_t h;
-    sgtest_call(proxy, "GET", "/", NULL, &h);
+    sgtest_call(suite.proxy, "GET", "/", NULL, &h);
     double health_done = sgtest_now();
     sgtest_batch_join(b);
 
@@ -1043,8 +523,8 @@ static void test_concurrency(void **state)
     for (int i = 0; i < NPAR; i++) {
         json_object *o = SG_EXPECT_JSON(&q[i].reply, 200);
         SG_CHECK_RESULT_SHAPE(o);
-        expect_stdout(o, "done\n");
-        expect_success(o);
+        sgtest_expect_stdout(o, "done\n");
+        sgtest_expect_success(o);
         json_object_put(o);
         sgtest_reply_free(&q[i].reply);
         if (q[i].started < first_start)
@@ -1073,41 +553,38 @@ static void test_concurrency(void **state)
 static void test_zz_nothing_left(void **state)
 {
     /* Close what failed tests may have left, through the API only. */
-    sgtest_close_all_sessions(proxy);
+    sgtest_close_all_sessions(suite.proxy);
     json_object *l = list_sessions();
     SG_CHECK(json_object_array_length(SG_ARR(l, "sessions")) == 0, l,
              "sessions remain after closing every listed one");
     json_object_put(l);
     char l1[192];
-    snprintf(l1, sizeof(l1), "sandgate.proxy=%s", proxy_id);
+    snprintf(l1, sizeof(l1), "sandgate.proxy=%s", suite.proxy_id);
     const char *labels[] = {l1, NULL};
     int n = sgtest_docker_wait_count(labels, 0, REMOVAL_S);
     SG_CHECK(n == 0, NULL, "%d container(s) labelled sandgate.proxy=%s remain %.0f s after every "
-             "session was closed", n, proxy_id, REMOVAL_S);
+             "session was closed", n, suite.proxy_id, REMOVAL_S);
 }
+
+#define T(f) cmocka_unit_test_teardown(f, sgtest_suite_teardown)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_seed_readme_examples, check_proxy_alive),
-        cmocka_unit_test_teardown(test_javascript, check_proxy_alive),
-        cmocka_unit_test_teardown(test_session_details, check_proxy_alive),
-        cmocka_unit_test_teardown(test_command_non_root, check_proxy_alive),
-        cmocka_unit_test_teardown(test_unknown_library, check_proxy_alive),
-        cmocka_unit_test_teardown(test_errors, check_proxy_alive),
-        cmocka_unit_test_teardown(test_timeout_code, check_proxy_alive),
-        cmocka_unit_test_teardown(test_timeout_command, check_proxy_alive),
-        cmocka_unit_test_teardown(test_timeout_kills_process_tree, check_proxy_alive),
-        cmocka_unit_test_teardown(test_output_flood, check_proxy_alive),
-        cmocka_unit_test_teardown(test_non_utf8_output, check_proxy_alive),
-        cmocka_unit_test_teardown(test_hardening, check_proxy_alive),
-        cmocka_unit_test_teardown(test_fork_bomb, check_proxy_alive),
-        cmocka_unit_test_teardown(test_memory_bomb, check_proxy_alive),
-        cmocka_unit_test_teardown(test_files_roundtrip, check_proxy_alive),
-        cmocka_unit_test_teardown(test_files_refused, check_proxy_alive),
-        cmocka_unit_test_teardown(test_files_too_large, check_proxy_alive),
-        cmocka_unit_test_teardown(test_concurrency, check_proxy_alive),
-        cmocka_unit_test_teardown(test_zz_nothing_left, check_proxy_alive),
+        T(test_seed_readme_examples),
+        T(test_javascript),
+        T(test_session_details),
+        T(test_command_non_root),
+        T(test_unknown_library),
+        T(test_errors),
+        T(test_timeout_code),
+        T(test_timeout_command),
+        T(test_timeout_kills_process_tree),
+        T(test_files_roundtrip),
+        T(test_files_refused),
+        T(test_files_too_large),
+        T(test_concurrency),
+        T(test_zz_nothing_left),
     };
-    return cmocka_run_group_tests_name("proxy_api", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("proxy_api", tests, group_setup, sgtest_suite_group_teardown);
 }

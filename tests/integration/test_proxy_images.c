@@ -16,19 +16,14 @@
 
 #define CUSTOM_IMAGE "debian:bookworm-slim" /* made by deploy/base-image.sh; never pulled */
 
-static sgtest_proxy_t *proxy;
-static char *proxy_id;
+static sgtest_suite_t suite;
 static char *templates[8];
 static size_t ntemplates;
 
 static int group_setup(void **state)
 {
-    proxy_id = sgtest_new_proxy_id();
-    if (proxy_id == NULL)
-        return -1;
     const char *env[] = {"SANDGATE_POOL_SIZE=0", "SANDGATE_IMAGE_ALLOWLIST=" CUSTOM_IMAGE ",sgtest-allowed/*", NULL};
-    proxy = sgtest_proxy_start(proxy_id, env);
-    return proxy != NULL ? 0 : -1;
+    return sgtest_suite_start(&suite, env);
 }
 
 /* The agent volume the proxy uses for custom images: from a container it
@@ -53,17 +48,7 @@ static char *agent_volume;
 
 static int group_teardown(void **state)
 {
-    int rc = 0;
-    if (proxy != NULL) {
-        if (sgtest_proxy_stop(proxy) != 0)
-            rc = -1;
-        proxy = NULL;
-    }
-    int removed = sgtest_docker_remove_all(proxy_id);
-    if (removed != 0) {
-        fprintf(stderr, "teardown: force-removed %d leftover container(s)\n", removed);
-        rc = -1;
-    }
+    int rc = sgtest_suite_stop(&suite, true);
     for (size_t i = 0; i < ntemplates; i++) {
         char path[512];
         sgtest_reply_t r;
@@ -89,16 +74,12 @@ static int group_teardown(void **state)
         sgtest_reply_free(&r);
         free(agent_volume);
     }
-    free(proxy_id);
     return rc;
 }
 
 static char *create_session(const char *body)
 {
-    sgtest_reply_t r;
-    sgtest_call(proxy, "POST", "/sessions", body, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_CALL_JSON(suite.proxy, "POST", "/sessions", body, 200);
     char *sid = strdup(SG_STR(o, "session_id"));
     json_object_put(o);
     return sid;
@@ -107,22 +88,15 @@ static char *create_session(const char *body)
 static json_object *run(const char *sid, const char *route, const char *body)
 {
     char path[256];
-    sgtest_reply_t r;
     snprintf(path, sizeof(path), "/sessions/%s/%s", sid, route);
-    sgtest_call(proxy, "POST", path, body, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
-    return o;
+    return SG_CALL_JSON(suite.proxy, "POST", path, body, 200);
 }
 
 static json_object *delete_session(const char *sid)
 {
     char path[256];
-    sgtest_reply_t r;
     snprintf(path, sizeof(path), "/sessions/%s", sid);
-    sgtest_call(proxy, "DELETE", path, NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_CALL_JSON(suite.proxy, "DELETE", path, NULL, 200);
     SG_CHECK(strcmp(SG_STR(o, "status"), "closed") == 0, o, "status");
     return o;
 }
@@ -130,7 +104,7 @@ static json_object *delete_session(const char *sid)
 static void test_custom_image(void **state)
 {
     char *sid = create_session("{\"lang\":\"python\",\"image\":\"" CUSTOM_IMAGE "\"}");
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    char *cid = sgtest_docker_session_container(suite.proxy_id, sid);
     SG_CHECK(cid != NULL, NULL, "no container for session %s", sid);
 
     /* the image is the custom one, with its own tools (and no python) */
@@ -157,11 +131,8 @@ static void test_custom_image(void **state)
 
     /* no library installs in a custom image */
     char path[256];
-    sgtest_reply_t r;
     snprintf(path, sizeof(path), "/sessions/%s/libraries", sid);
-    sgtest_call(proxy, "POST", path, "{\"package\":\"requests\"}", &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 400, "bad_library"));
-    sgtest_reply_free(&r);
+    SG_CALL_ERROR(suite.proxy, "POST", path, "{\"package\":\"requests\"}", 400, "bad_library");
 
     json_object_put(delete_session(sid));
     SG_CHECK(sgtest_docker_wait_gone(cid, 10, NULL) == 0, NULL, "container %s gone after delete", cid);
@@ -178,12 +149,9 @@ static void test_image_not_allowed(void **state)
         "{\"lang\":\"python\",\"image\":\"sandgate-template:nosuch\"}", /* a template name that does not exist */
     };
     for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
-        sgtest_reply_t r;
-        sgtest_call(proxy, "POST", "/sessions", bodies[i], &r);
-        json_object_put(SG_EXPECT_ERROR(&r, 400, i < 3 ? "image_not_allowed" : "unknown_image"));
-        sgtest_reply_free(&r);
+        SG_CALL_ERROR(suite.proxy, "POST", "/sessions", bodies[i], 400, i < 3 ? "image_not_allowed" : "unknown_image");
     }
-    SG_CHECK(sgtest_docker_count(proxy_id) == 0, NULL, "no container for a refused image");
+    SG_CHECK(sgtest_docker_count(suite.proxy_id) == 0, NULL, "no container for a refused image");
 }
 
 /* keep_template: the container is committed at close; a new session can

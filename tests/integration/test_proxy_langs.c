@@ -26,8 +26,7 @@
 #define SLACK_S 10.0       /* a timed-out run is back within its timeout + this */
 #define REMOVAL_S 10.0     /* a closed session's container is gone within this */
 
-static sgtest_proxy_t *proxy;
-static char *proxy_id;
+static sgtest_suite_t suite = {.removal_s = REMOVAL_S};
 
 typedef struct {
     const char *name;
@@ -131,49 +130,47 @@ static void expect_clean(json_object *r, const char *want_stdout)
 
 static char *create_session(const char *lang)
 {
-    json_object *body = json_object_new_object();
-    json_object_object_add(body, "lang", json_object_new_string(lang));
-    json_object_object_add(body, "keep_template", json_object_new_boolean(0));
-    sgtest_reply_t r;
-    sgtest_call_json(proxy, "POST", "/sessions", body, 0, &r);
-    json_object_put(body);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
-    expect_str(o, "status", "active");
+    json_object *o = NULL;
+    char *id = sgtest_create_session(suite.proxy, lang, NULL, &o); /* a session_id, status "active" */
     expect_str(o, "lang", lang);
     char image[64];
     pathf(image, sizeof(image), "sandgate/%s:latest", lang);
     expect_str(o, "image", image);
-    char *id = strdup(SG_STR(o, "session_id"));
-    SG_CHECK(*id != '\0', o, "empty session_id");
     json_object_put(o);
     return id;
 }
 
 static json_object *run_code(const char *sid, const char *code, int timeout, double *seconds)
 {
-    return sgtest_run_code(proxy, sid, code, NULL, timeout, seconds);
+    return sgtest_run_code(suite.proxy, sid, code, NULL, timeout, seconds);
 }
 
 static json_object *run_cmd(const char *sid, const char *cmd)
 {
-    return sgtest_run_cmd(proxy, sid, cmd, 30, NULL);
+    return sgtest_run_cmd(suite.proxy, sid, cmd, 30, NULL);
 }
 
 static json_object *run_ephemeral(const char *lang, const char *code, int timeout, double *seconds)
 {
-    return sgtest_run_ephemeral(proxy, lang, code, NULL, timeout, seconds);
+    return sgtest_run_ephemeral(suite.proxy, lang, code, NULL, timeout, seconds);
 }
 
 static void close_session(const char *sid)
 {
-    sgtest_close_session(proxy, proxy_id, sid, NULL, REMOVAL_S);
+    sgtest_close_session(suite.proxy, suite.proxy_id, sid, NULL, REMOVAL_S);
+}
+
+/* The end of a test's session: closed (its container gone), its id freed. */
+static void session_done(char *sid)
+{
+    close_session(sid);
+    free(sid);
 }
 
 static void expect_no_ephemeral_left(void)
 {
     char l1[192];
-    snprintf(l1, sizeof(l1), "sandgate.proxy=%s", proxy_id);
+    snprintf(l1, sizeof(l1), "sandgate.proxy=%s", suite.proxy_id);
     const char *labels[] = {l1, "sandgate.kind=ephemeral", NULL};
     int n = sgtest_docker_wait_count(labels, 0, REMOVAL_S);
     SG_CHECK(n == 0, NULL, "%d ephemeral container(s) still exist %.0f s after the reply", n,
@@ -184,13 +181,21 @@ static void expect_no_ephemeral_left(void)
  * The tests, per language
  * ------------------------------------------------------------------------ */
 
-/* Session: create, execute twice, a shell command, close. */
-static void do_session(const lang_case_t *L)
+/* A new session of L that has run L's hello world cleanly. */
+static char *session_said_hello(const lang_case_t *L)
 {
     char *sid = create_session(L->name);
     json_object *o = run_code(sid, L->hello, COMPILE_TIMEOUT, NULL);
     expect_clean(o, "Hello, World!\n");
     json_object_put(o);
+    return sid;
+}
+
+/* Session: create, execute twice, a shell command, close. */
+static void do_session(const lang_case_t *L)
+{
+    char *sid = session_said_hello(L);
+    json_object *o;
 
     o = run_code(sid, L->second, COMPILE_TIMEOUT, NULL);
     expect_clean(o, SECOND_OUT);
@@ -207,8 +212,7 @@ static void do_session(const lang_case_t *L)
     SG_CHECK(SG_BOOL(o, "success"), o, "/sandbox must be writable and / read-only");
     json_object_put(o);
 
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 static void do_ephemeral(const lang_case_t *L)
@@ -219,14 +223,23 @@ static void do_ephemeral(const lang_case_t *L)
     expect_no_ephemeral_left();
 }
 
+/* An ephemeral run's result o (put here) ended with reason in stage, its
+ * stderr holding stderr_has; no ephemeral container is left. */
+static void expect_ended(json_object *o, const char *reason, const char *stage, const char *stderr_has)
+{
+    expect_str(o, "reason", reason);
+    expect_str(o, "stage", stage);
+    expect_contains(o, "stderr", stderr_has);
+    json_object_put(o);
+    expect_no_ephemeral_left();
+}
+
 /* A compile error ends the execution in stage "compile" with the compiler's
  * message; the program does not run, and the session stays usable. */
 static void do_compile_error(const lang_case_t *L)
 {
-    char *sid = create_session(L->name);
-    json_object *o = run_code(sid, L->hello, COMPILE_TIMEOUT, NULL);
-    expect_clean(o, "Hello, World!\n");
-    json_object_put(o);
+    char *sid = session_said_hello(L);
+    json_object *o;
 
     o = run_code(sid, L->compile_error, COMPILE_TIMEOUT, NULL);
     SG_CHECK(!SG_BOOL(o, "success"), o, "a compile error is not a success");
@@ -242,15 +255,10 @@ static void do_compile_error(const lang_case_t *L)
     o = run_code(sid, L->second, COMPILE_TIMEOUT, NULL);
     expect_clean(o, SECOND_OUT);
     json_object_put(o);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 
-    o = run_ephemeral(L->name, L->compile_error, COMPILE_TIMEOUT, NULL);
-    expect_str(o, "reason", "setup_failed");
-    expect_str(o, "stage", "compile");
-    expect_contains(o, "stderr", L->compiler_says);
-    json_object_put(o);
-    expect_no_ephemeral_left();
+    expect_ended(run_ephemeral(L->name, L->compile_error, COMPILE_TIMEOUT, NULL), "setup_failed", "compile",
+                 L->compiler_says);
 }
 
 static void do_runtime_error(const lang_case_t *L)
@@ -258,11 +266,7 @@ static void do_runtime_error(const lang_case_t *L)
     json_object *o = run_ephemeral(L->name, L->runtime_error, COMPILE_TIMEOUT, NULL);
     SG_CHECK(SG_INT(o, "exit_code") != 0, o, "a runtime error exits non-zero");
     SG_CHECK(!SG_BOOL(o, "success"), o, "success");
-    expect_str(o, "reason", "exited");
-    expect_str(o, "stage", "run");
-    expect_contains(o, "stderr", L->runtime_says);
-    json_object_put(o);
-    expect_no_ephemeral_left();
+    expect_ended(o, "exited", "run", L->runtime_says);
 }
 
 /* An endless loop: timed out in stage "run", back within its timeout. The
@@ -302,14 +306,13 @@ static void do_timeout(const lang_case_t *L)
     o = run_code(sid, L->hello, COMPILE_TIMEOUT, NULL);
     expect_clean(o, "Hello, World!\n");
     json_object_put(o);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 static void expect_400(const char *path, json_object *body, const char *detail)
 {
     sgtest_reply_t r;
-    sgtest_call_json(proxy, "POST", path, body, 0, &r);
+    sgtest_call_json(suite.proxy, "POST", path, body, 0, &r);
     json_object_put(body);
     json_object *o = SG_EXPECT_ERROR(&r, 400, "bad_field");
     sgtest_reply_free(&r);
@@ -323,7 +326,7 @@ static void do_libraries_refused(const lang_case_t *L)
 {
     char detail[128];
     pathf(detail, sizeof(detail), "libraries are not supported for %s", L->name);
-    int before = sgtest_docker_count(proxy_id);
+    int before = sgtest_docker_count(suite.proxy_id);
 
     json_object *b = json_object_new_object();
     json_object_object_add(b, "code", json_object_new_string(L->hello));
@@ -332,7 +335,7 @@ static void do_libraries_refused(const lang_case_t *L)
     json_object_array_add(libs, json_object_new_string("boost"));
     json_object_object_add(b, "libraries", libs);
     expect_400("/execute", b, detail);
-    SG_CHECK(sgtest_docker_count(proxy_id) == before, NULL,
+    SG_CHECK(sgtest_docker_count(suite.proxy_id) == before, NULL,
              "a refused ephemeral execute made a container");
 
     char *sid = create_session(L->name);
@@ -349,11 +352,10 @@ static void do_libraries_refused(const lang_case_t *L)
     json_object_object_add(b, "code", json_object_new_string(L->hello));
     json_object_object_add(b, "libraries", json_object_new_array());
     json_object_object_add(b, "timeout", json_object_new_int(COMPILE_TIMEOUT));
-    json_object *o = sgtest_post_result(proxy, path, b, NULL);
+    json_object *o = sgtest_post_result(suite.proxy, path, b, NULL);
     expect_clean(o, "Hello, World!\n");
     json_object_put(o);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 #define LANG_TESTS(L)                                                                              \
@@ -391,43 +393,14 @@ static void test_java_heap(void **state)
  * Fixtures
  * ------------------------------------------------------------------------ */
 
-static sgtest_proxy_t *start_proxy(void)
-{
-    const char *env[] = {"SANDGATE_POOL_SIZE=0", NULL};
-    sgtest_proxy_t *p = sgtest_proxy_start(proxy_id, env);
-    if (p == NULL)
-        fprintf(stderr, "cannot start the proxy\n");
-    return p;
-}
-
 static int group_setup(void **state)
 {
-    proxy_id = sgtest_new_proxy_id();
-    if (proxy_id == NULL)
-        return -1;
-    proxy = start_proxy();
-    return proxy != NULL ? 0 : -1;
+    *state = &suite;
+    const char *env[] = {"SANDGATE_POOL_SIZE=0", NULL};
+    return sgtest_suite_start(&suite, env);
 }
 
-/* After every test: a test during which the proxy died fails here, and the
- * proxy is started again so that the tests after it still say something. */
-static int check_proxy_alive(void **state)
-{
-    return sgtest_proxy_check_alive(&proxy, start_proxy);
-}
-
-/* Deletes what failed tests left, stops the proxy (which must exit 0: under
- * ASan a leak or an error makes it fail) and checks that no container
- * labelled with its id remains. */
-static int group_teardown(void **state)
-{
-    int rc = sgtest_proxy_finish(&proxy, proxy_id, REMOVAL_S);
-    free(proxy_id);
-    proxy_id = NULL;
-    return rc;
-}
-
-#define T(f) cmocka_unit_test_teardown(f, check_proxy_alive)
+#define T(f) cmocka_unit_test_teardown(f, sgtest_suite_teardown)
 
 int main(void)
 {
@@ -442,5 +415,5 @@ int main(void)
         T(test_ruby_session),        T(test_ruby_ephemeral),        T(test_ruby_runtime_error),
         T(test_ruby_timeout),
     };
-    return cmocka_run_group_tests_name("proxy_langs", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("proxy_langs", tests, group_setup, sgtest_suite_group_teardown);
 }

@@ -123,6 +123,21 @@ static void expect_output(json_object *r, const char *want)
         SG_FAIL(r, "expected a successful run");
 }
 
+/* code run in session sid prints want, successfully. */
+static void expect_run(const char *sid, const char *code, const char *want)
+{
+    json_object *o = run_code(sid, code, NULL);
+    expect_output(o, want);
+    json_object_put(o);
+}
+
+/* The end of a test's session: closed (its container gone), its id freed. */
+static void session_done(char *sid)
+{
+    close_session(sid);
+    free(sid);
+}
+
 /* code with libs in a new python session, which then closes: stdout must be
  * exactly want. */
 static void run_in_new_session(const char *code, const char *const *libs, const char *want)
@@ -131,8 +146,7 @@ static void run_in_new_session(const char *code, const char *const *libs, const 
     json_object *o = run_code(sid, code, libs);
     expect_output(o, want);
     json_object_put(o);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 static json_object *install(const char *sid, const char *package, const char *version)
@@ -268,13 +282,9 @@ static void test_pip_install(void **state)
 
     /* the same interpreter (its variable is still there) now imports it */
     pathf(code, sizeof(code), "import %s\nprint(%s.VALUE)", py_name, py_name);
-    o = run_code(pip_sid, code, NULL);
-    expect_output(o, "42\n");
-    json_object_put(o);
+    expect_run(pip_sid, code, "42\n");
     pathf(code, sizeof(code), "print(started, %s.double(21), %s.VERSION)", py_name, py_name);
-    o = run_code(pip_sid, code, NULL);
-    expect_output(o, "yes 42 1.0\n");
-    json_object_put(o);
+    expect_run(pip_sid, code, "yes 42 1.0\n");
     /* pip_sid stays open for test 7 */
 }
 
@@ -305,11 +315,8 @@ static void test_pip_from_store(void **state)
     SG_CHECK(pip_second < pip_first, NULL, "the install from the store (%.3f s) is not faster than the fetch (%.3f s)",
              pip_second, pip_first);
     pathf(code, sizeof(code), "import %s\nprint(%s.VALUE)", py_name, py_name);
-    o = run_code(sid, code, NULL);
-    expect_output(o, "42\n");
-    json_object_put(o);
-    close_session(sid);
-    free(sid);
+    expect_run(sid, code, "42\n");
+    session_done(sid);
 
     int after = sglibs_hits(index_srv, "");
     SG_CHECK(after == before, NULL, "the index saw %d request(s): the store should have served them", after - before);
@@ -356,11 +363,8 @@ static void test_pip_version(void **state)
     json_object_put(o);
     SG_CHECK(sglibs_hits(index_srv, whl) > before, NULL, "the index never served %s", whl);
     pathf(code, sizeof(code), "import %s\nprint(%s.VERSION, %s.VALUE)", py_name, py_name, py_name);
-    o = run_code(sid, code, NULL);
-    expect_output(o, "2.0 42\n");
-    json_object_put(o);
-    close_session(sid);
-    free(sid);
+    expect_run(sid, code, "2.0 42\n");
+    session_done(sid);
 
     /* "latest" is no version: the bare name's spec, which test 2 fetched
      * (the newest the index had) */
@@ -368,8 +372,7 @@ static void test_pip_version(void **state)
     o = install(sid, py_name, "latest");
     sglibs_expect_installed(o, "3.0", true);
     json_object_put(o);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 /* ------------------------------------------------------------------------
@@ -393,11 +396,8 @@ static void test_npm_install(void **state)
     SG_CHECK(sglibs_hits(index_srv, tgz) >= 1, NULL, "the registry never served %s", tgz);
     int created = sglibs_installers_created_since(proxy_id, t0);
     SG_CHECK(created == 1, NULL, "%d installer container(s) were created, expected 1", created);
-    o = run_code(sid, code, NULL);
-    expect_output(o, "42\n");
-    json_object_put(o);
-    close_session(sid);
-    free(sid);
+    expect_run(sid, code, "42\n");
+    session_done(sid);
 
     /* again in a new session: from the store */
     int before = sglibs_hits(index_srv, "");
@@ -411,11 +411,8 @@ static void test_npm_install(void **state)
            npm_first, npm_second);
     SG_CHECK(npm_second < npm_first, NULL, "the install from the store (%.3f s) is not faster than the fetch (%.3f s)",
              npm_second, npm_first);
-    o = run_code(sid, code, NULL);
-    expect_output(o, "42\n");
-    json_object_put(o);
-    close_session(sid);
-    free(sid);
+    expect_run(sid, code, "42\n");
+    session_done(sid);
     SG_CHECK(sglibs_hits(index_srv, "") == before, NULL, "the registry was contacted for a package in the store");
     created = sglibs_installers_created_since(proxy_id, t0);
     SG_CHECK(created == 0, NULL, "%d installer container(s) were created for a package in the store", created);
@@ -442,8 +439,7 @@ static void concurrent_installs(const char *lang, const char *package, const cha
     SG_CHECK(sgtest_parallel(q, 2) == 0, NULL, "cannot start threads");
     bool overlapped = q[0].finished > q[1].started && q[1].finished > q[0].started;
     for (int i = 0; i < 2; i++) {
-        json_object *o = SG_EXPECT_JSON(&q[i].reply, 200);
-        sgtest_reply_free(&q[i].reply);
+        json_object *o = SG_TAKE_JSON(&q[i].reply, 200);
         sglibs_check_install_shape(o);
         printf("concurrent %s install %d of %s %s: %.3f s, from_store %s%s\n", lang, i + 1, package, version,
                SG_DBL(o, "installation_time"), SG_BOOL(o, "from_store") ? "true" : "false",
@@ -537,11 +533,8 @@ static void test_refused(void **state)
     SG_CHECK(strstr(SG_STR(o, "stdout"), "never") == NULL, o, "the code must not run");
     json_object_put(o);
     /* the session is still fine */
-    o = run_code(sid, "print(6 * 7)", NULL);
-    expect_output(o, "42\n");
-    json_object_put(o);
-    close_session(sid);
-    free(sid);
+    expect_run(sid, "print(6 * 7)", "42\n");
+    session_done(sid);
 
     /* a compiled language has no package manager */
     if (!image_exists("sandgate/cpp:latest"))
@@ -555,8 +548,7 @@ static void test_refused(void **state)
     sgtest_reply_free(&r);
     SG_CHECK(strstr(SG_STR(o, "detail"), "libraries") != NULL, o, "the detail must name the field");
     json_object_put(o);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
 }
 
 /* ------------------------------------------------------------------------
@@ -744,9 +736,7 @@ static void test_sandbox_still_offline(void **state)
           "import urllib.request as u\ntry:\n    u.urlopen('%s', timeout=2)\n    print('reached')\n"
           "except OSError as e:\n    print('refused' if 'refused' in str(e).lower() else repr(e))",
           url);
-    o = run_code(pip_sid, code, NULL);
-    expect_output(o, "refused\n");
-    json_object_put(o);
+    expect_run(pip_sid, code, "refused\n");
     SG_CHECK(sglibs_hits(index_srv, "") == before, NULL, "the index saw %d request(s) from the sandbox",
              sglibs_hits(index_srv, "") - before);
 
@@ -769,8 +759,7 @@ static void test_preinstalled(void **state)
     json_object *o = run_code(sid, code, libs);
     expect_output(o, "3\n");
     json_object_put(o);
-    close_session(sid);
-    free(sid);
+    session_done(sid);
     o = run_ephemeral("python", code, libs);
     expect_output(o, "3\n");
     json_object_put(o);

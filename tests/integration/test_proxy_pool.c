@@ -18,84 +18,25 @@
 #define FILL_S 60.0    /* the pool is full again within this */
 #define REMOVAL_S 10.0 /* a closed session's container is gone within this */
 
-static sgtest_proxy_t *proxy;
-static char *proxy_id;
+static sgtest_suite_t suite;
 
 static const char *const langs[] = {"python", "javascript", NULL};
 
 static int group_setup(void **state)
 {
-    proxy_id = sgtest_new_proxy_id();
-    if (proxy_id == NULL)
-        return -1;
-    char pool_kv[64];
-    snprintf(pool_kv, sizeof(pool_kv), "SANDGATE_POOL_SIZE=%d", POOL);
-    const char *env[] = {pool_kv, NULL};
-    proxy = sgtest_proxy_start(proxy_id, env);
-    return proxy != NULL ? 0 : -1;
+    return sgtest_suite_start_pool(&suite, POOL);
 }
 
 static int group_teardown(void **state)
 {
-    int rc = 0;
-    if (proxy != NULL) {
-        sgtest_proxy_stop(proxy);
-        proxy = NULL;
-    }
-    int removed = sgtest_docker_remove_all(proxy_id);
-    if (removed != 0) {
-        fprintf(stderr, "teardown: force-removed %d leftover container(s)\n", removed);
-        rc = -1;
-    }
-    free(proxy_id);
-    return rc;
-}
-
-/* The ids of the sessions the proxy lists (malloc'd strv). */
-static char **listed_sessions(void)
-{
-    sgtest_reply_t r;
-    sgtest_call(proxy, "GET", "/sessions", NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
-    json_object *arr = SG_ARR(o, "sessions");
-    size_t n = json_object_array_length(arr);
-    char **v = calloc(n + 1, sizeof(*v));
-    for (size_t i = 0; i < n; i++)
-        v[i] = strdup(json_object_get_string(json_object_array_get_idx(arr, i)));
-    json_object_put(o);
-    return v;
+    return sgtest_suite_stop(&suite, false);
 }
 
 /* Idle pool containers of a language: labelled kind=pool, running, and not
  * the container of a listed session. */
 static char **idle_pool(const char *lang)
 {
-    char l1[192], l2[64];
-    snprintf(l1, sizeof(l1), "sandgate.proxy=%s", proxy_id);
-    snprintf(l2, sizeof(l2), "sandgate.lang=%s", lang);
-    const char *labels[] = {l1, l2, "sandgate.kind=pool", NULL};
-    json_object *a = sgtest_docker_list(labels);
-    SG_CHECK(a != NULL, NULL, "cannot list containers from Docker");
-    char **sessions = listed_sessions();
-    size_t n = json_object_array_length(a), k = 0;
-    char **v = calloc(n + 1, sizeof(*v));
-    for (size_t i = 0; i < n; i++) {
-        json_object *c = json_object_array_get_idx(a, i);
-        json_object *id = sgtest_jpath(c, "Id"), *state = sgtest_jpath(c, "State");
-        json_object *labels_o = sgtest_jpath(c, "Labels"), *sid = NULL;
-        /* label keys contain dots: no sgtest_jpath here */
-        if (labels_o != NULL)
-            json_object_object_get_ex(labels_o, "sandgate.session", &sid);
-        if (id == NULL || state == NULL || strcmp(json_object_get_string(state), "running") != 0)
-            continue;
-        if (sid != NULL && sgtest_strv_has(sessions, json_object_get_string(sid)))
-            continue;
-        v[k++] = strdup(json_object_get_string(id));
-    }
-    json_object_put(a);
-    sgtest_strv_free(sessions);
-    return v;
+    return sgtest_idle_pool(suite.proxy, suite.proxy_id, lang, false, NULL);
 }
 
 /* Polls until the language's idle pool holds POOL containers. */
@@ -118,7 +59,7 @@ static char **wait_pool_full(const char *lang)
 static char *create_session(const char *body, double *seconds)
 {
     sgtest_reply_t r;
-    sgtest_call(proxy, "POST", "/sessions", body, &r);
+    sgtest_call(suite.proxy, "POST", "/sessions", body, &r);
     json_object *o = SG_EXPECT_JSON(&r, 200);
     if (seconds != NULL)
         *seconds = r.seconds;
@@ -134,7 +75,7 @@ static void close_session(const char *sid, const char *cid)
     char path[256];
     snprintf(path, sizeof(path), "/sessions/%s", sid);
     sgtest_reply_t r;
-    sgtest_call(proxy, "DELETE", path, NULL, &r);
+    sgtest_call(suite.proxy, "DELETE", path, NULL, &r);
     json_object_put(SG_EXPECT_JSON(&r, 200));
     sgtest_reply_free(&r);
     SG_CHECK(sgtest_docker_wait_gone(cid, REMOVAL_S, NULL) == 0, NULL,
@@ -144,13 +85,20 @@ static void close_session(const char *sid, const char *cid)
 
 static void expect_prints(const char *path, const char *body, const char *want)
 {
-    sgtest_reply_t r;
-    sgtest_call(proxy, "POST", path, body, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_CALL_JSON(suite.proxy, "POST", path, body, 200);
     SG_CHECK(strcmp(SG_STR(o, "stdout"), want) == 0, o, "stdout");
     SG_CHECK(SG_BOOL(o, "success"), o, "success");
     json_object_put(o);
+}
+
+/* The end of a test's session: closed (its container gone), and what the
+ * test held freed (the session's id and container id, the pool it saw). */
+static void session_done(char *sid, char *cid, char **before)
+{
+    close_session(sid, cid);
+    free(cid);
+    free(sid);
+    sgtest_strv_free(before);
 }
 
 static void test_pool_fills_hardened(void **state)
@@ -167,7 +115,7 @@ static void test_pool_fills_hardened(void **state)
         sgtest_strv_free(ids);
     }
     /* Pool containers are nobody's sessions. */
-    char **sessions = listed_sessions();
+    char **sessions = sgtest_listed_sessions(suite.proxy);
     SG_CHECK(sgtest_strv_len(sessions) == 0, NULL, "pool containers must not be listed");
     sgtest_strv_free(sessions);
 }
@@ -177,7 +125,7 @@ static void test_session_takes_from_pool(void **state)
     char **before = wait_pool_full("python");
     double secs;
     char *sid = create_session("{\"lang\":\"python\"}", &secs);
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    char *cid = sgtest_docker_session_container(suite.proxy_id, sid);
     SG_CHECK(cid != NULL, NULL, "no container for session %s", sid);
     SG_CHECK(sgtest_strv_has(before, cid), NULL,
              "a default python session did not get a pool container (created in %.3f s)", secs);
@@ -188,17 +136,14 @@ static void test_session_takes_from_pool(void **state)
 
     /* The pool refills in the background. */
     sgtest_strv_free(wait_pool_full("python"));
-    close_session(sid, cid);
-    free(cid);
-    free(sid);
-    sgtest_strv_free(before);
+    session_done(sid, cid, before);
 }
 
 static void test_custom_limits_bypass_pool(void **state)
 {
     char **before = wait_pool_full("python");
     char *sid = create_session("{\"lang\":\"python\",\"memory_mb\":256}", NULL);
-    char *cid = sgtest_docker_session_container(proxy_id, sid);
+    char *cid = sgtest_docker_session_container(suite.proxy_id, sid);
     SG_CHECK(cid != NULL, NULL, "no container for session %s", sid);
     SG_CHECK(!sgtest_strv_has(before, cid), NULL,
              "a session with its own memory_mb got a pool container");
@@ -209,10 +154,7 @@ static void test_custom_limits_bypass_pool(void **state)
     SG_CHECK(mem != NULL && json_object_get_int64(mem) == 256LL * 1024 * 1024, c,
              "memory_mb 256 must cap the container at 256 MiB");
     json_object_put(c);
-    close_session(sid, cid);
-    free(cid);
-    free(sid);
-    sgtest_strv_free(before);
+    session_done(sid, cid, before);
 }
 
 static void test_ephemeral_from_pool(void **state)
@@ -241,11 +183,11 @@ static void test_shutdown_removes_everything(void **state)
     /* A live session and a full pool at the moment of the stop. */
     char *sid = create_session("{\"lang\":\"python\"}", NULL);
     sgtest_strv_free(wait_pool_full("python"));
-    int st = sgtest_proxy_stop(proxy);
-    proxy = NULL;
+    int st = sgtest_proxy_stop(suite.proxy);
+    suite.proxy = NULL;
     SG_CHECK(st != -1, NULL, "the proxy ignored SIGTERM");
-    int n = sgtest_docker_count(proxy_id);
-    SG_CHECK(n == 0, NULL, "%d container(s) of %s remain after SIGTERM", n, proxy_id);
+    int n = sgtest_docker_count(suite.proxy_id);
+    SG_CHECK(n == 0, NULL, "%d container(s) of %s remain after SIGTERM", n, suite.proxy_id);
     free(sid);
 }
 

@@ -68,10 +68,7 @@ static sgtest_proxy_t *start(const char *id)
 
 static char *create_session(sgtest_proxy_t *p)
 {
-    sgtest_reply_t r;
-    sgtest_call(p, "POST", "/sessions", "{\"lang\":\"python\",\"keep_template\":false}", &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_CALL_JSON(p, "POST", "/sessions", "{\"lang\":\"python\",\"keep_template\":false}", 200);
     SG_CHECK(strcmp(SG_STR(o, "status"), "active") == 0, o, "status");
     char *sid = strdup(SG_STR(o, "session_id"));
     json_object_put(o);
@@ -81,10 +78,7 @@ static char *create_session(sgtest_proxy_t *p)
 static void expect_executes(sgtest_proxy_t *p, const char *path, const char *body,
                             const char *stdout_want)
 {
-    sgtest_reply_t r;
-    sgtest_call(p, "POST", path, body, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_CALL_JSON(p, "POST", path, body, 200);
     SG_CHECK(strcmp(SG_STR(o, "stdout"), stdout_want) == 0, o, "stdout");
     SG_CHECK(SG_BOOL(o, "success"), o, "success");
     json_object_put(o);
@@ -136,10 +130,7 @@ static void stop_and_expect_no_containers(sgtest_proxy_t **pp, const char *proxy
 
 static void expect_no_sessions(sgtest_proxy_t *p)
 {
-    sgtest_reply_t r;
-    sgtest_call(p, "GET", "/sessions", NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
+    json_object *o = SG_CALL_JSON(p, "GET", "/sessions", NULL, 200);
     SG_CHECK(json_object_array_length(SG_ARR(o, "sessions")) == 0, o,
              "a restarted proxy knows no sessions");
     json_object_put(o);
@@ -186,10 +177,7 @@ static void test_restart_removes_own_leftovers(void **state)
     /* The old sessions are unknown now. */
     char path[256];
     snprintf(path, sizeof(path), "/sessions/%s/execute", sid[0]);
-    sgtest_reply_t r;
-    sgtest_call(f->x, "POST", path, "{\"code\":\"print(1)\"}", &r);
-    json_object_put(SG_EXPECT_ERROR(&r, 404, NULL));
-    sgtest_reply_free(&r);
+    SG_CALL_ERROR(f->x, "POST", path, "{\"code\":\"print(1)\"}", 404, NULL);
 
     /* And it works. */
     expect_executes(f->x, "/execute", "{\"code\":\"print('after restart')\",\"lang\":\"python\"}",

@@ -88,28 +88,14 @@ static void start_proxy(const char *runtime, const char *extra1, const char *ext
 
 static json_object *health(void)
 {
-    sgtest_reply_t r;
-    sgtest_call(proxy, "GET", "/health", NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
-    return o;
+    return SG_CALL_JSON(proxy, "GET", "/health", NULL, 200);
 }
 
 static json_object *details(const char *sid)
 {
     char path[128];
-    sgtest_reply_t r;
     pathf(path, sizeof(path), "/sessions/%s", sid);
-    sgtest_call(proxy, "GET", path, NULL, &r);
-    json_object *o = SG_EXPECT_JSON(&r, 200);
-    sgtest_reply_free(&r);
-    return o;
-}
-
-static void expect_stdout(json_object *r, const char *want)
-{
-    if (strcmp(SG_STR(r, "stdout"), want) != 0)
-        SG_FAIL(r, "stdout differs: expected \"%s\"", want);
+    return SG_CALL_JSON(proxy, "GET", path, NULL, 200);
 }
 
 /* The session's container runs on `want`, and says so in its label. */
@@ -172,7 +158,7 @@ static void check_session(const char *lang, const char *want, const char *set, c
              "%s on %s: the first execute of a pooled session must find its kernel started", lang, want);
     json_object_put(r);
     r = sgtest_run_code(proxy, sid, get, NULL, 0, NULL);
-    expect_stdout(r, out);
+    sgtest_expect_stdout(r, out);
     SG_CHECK(strcmp(SG_STR(r, "state"), "kept") == 0, r, "%s: the kernel was not kept", lang);
     json_object_put(r);
     sgtest_close_session(proxy, proxy_id, sid, NULL, REMOVAL_S);
@@ -405,18 +391,20 @@ static void test_failed_start_leaves_no_process(void **state)
     char *sid = sgtest_create_session(proxy, "python", NULL, NULL);
     SG_CHECK(sid != NULL, NULL, "no session after the failed starts");
     json_object *r = sgtest_run_code(proxy, sid, "print(6 * 7)", NULL, 0, NULL);
-    expect_stdout(r, "42\n");
+    sgtest_expect_stdout(r, "42\n");
     json_object_put(r);
     sgtest_close_session(proxy, proxy_id, sid, NULL, REMOVAL_S);
     free(sid);
 }
 
+#define T(f) cmocka_unit_test_teardown(f, after_test)
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_auto_takes_runsc_when_offered, after_test),
-        cmocka_unit_test_teardown(test_explicit_runtimes, after_test),
-        cmocka_unit_test_teardown(test_failed_start_leaves_no_process, after_test),
+        T(test_auto_takes_runsc_when_offered),
+        T(test_explicit_runtimes),
+        T(test_failed_start_leaves_no_process),
     };
     return cmocka_run_group_tests_name("proxy_runtime", tests, group_setup, NULL);
 }

@@ -2,573 +2,13 @@
  * test_state.c — gateway/state.h against both backends: the same
  * behavioural suite runs on the memory backend and on a real redis-server
  * this test starts (on a free loopback port, in a private temporary
- * directory, without persistence) and drives through an h2o evloop.
- *
- * Redis only: scripts flushed under the gateway (NOSCRIPT), redis-server
- * killed and started again on the same port, redis-server stopped with
- * SIGSTOP (a hang: calls must still complete, with available = 0).
+ * directory, without persistence) and drives through an h2o evloop
+ * (state_suite.h). What only Redis has: test_state_redis.c.
  *
  * The server is killed at the end, whatever failed (teardown, atexit, and
  * PR_SET_PDEATHSIG should this process die).
  */
-#include "sgtest.h"
-
-#include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
-#include <limits.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#include <hiredis/hiredis.h>
-
-#include "state.h"
-#include "util.h"
-
-#define WAIT_S 5.0 /* a callback of a working backend comes within this */
-
-/* ---- the redis-server under test ------------------------------------------------ */
-
-static struct {
-    pid_t pid;
-    int port;
-    int stopped; /* SIGSTOP sent */
-    char dir[64];
-    char log[128];
-} server = {.pid = -1};
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(sa);
-    if (fd < 0)
-        return -1;
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
-        close(fd);
-        return -1;
-    }
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
-/* A synchronous connection to the server, or NULL. */
-static redisContext *server_connect(void)
-{
-    struct timeval tv = {0, 300000};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", server.port, tv);
-    if (c == NULL)
-        return NULL;
-    if (c->err) {
-        redisFree(c);
-        return NULL;
-    }
-    redisSetTimeout(c, tv);
-    return c;
-}
-
-static int server_ping(void)
-{
-    redisContext *c = server_connect();
-    if (c == NULL)
-        return 0;
-    redisReply *r = redisCommand(c, "PING");
-    int ok = r != NULL && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
-    if (r != NULL)
-        freeReplyObject(r);
-    redisFree(c);
-    return ok;
-}
-
-/* Runs one command on a fresh connection; 0 if it answered without error. */
-static int server_command(const char *cmd)
-{
-    redisContext *c = server_connect();
-    if (c == NULL)
-        return -1;
-    redisReply *r = redisCommand(c, cmd);
-    int rc = r != NULL && r->type != REDIS_REPLY_ERROR ? 0 : -1;
-    if (r != NULL)
-        freeReplyObject(r);
-    redisFree(c);
-    return rc;
-}
-
-static void server_print_log(void)
-{
-    char line[512];
-    FILE *f = fopen(server.log, "r");
-    if (f == NULL)
-        return;
-    fprintf(stderr, "---- %s\n", server.log);
-    while (fgets(line, sizeof(line), f) != NULL)
-        fputs(line, stderr);
-    fclose(f);
-}
-
-/* Starts redis-server on server.port (picking one if 0); waits for PING. */
-static int server_start(void)
-{
-    if (server.dir[0] == '\0') {
-        snprintf(server.dir, sizeof(server.dir), "/tmp/sg-test-state-XXXXXX");
-        if (mkdtemp(server.dir) == NULL) {
-            fprintf(stderr, "mkdtemp: %s\n", strerror(errno));
-            server.dir[0] = '\0';
-            return -1;
-        }
-        snprintf(server.log, sizeof(server.log), "%s/redis.log", server.dir);
-    }
-    if (server.port == 0 && (server.port = free_port()) <= 0)
-        return -1;
-
-    char port[16];
-    snprintf(port, sizeof(port), "%d", server.port);
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        int fd = open(server.log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        if (chdir(server.dir) != 0)
-            _exit(127);
-        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly",
-               "no", "--dir", server.dir, (char *)NULL);
-        fprintf(stderr, "exec redis-server: %s\n", strerror(errno));
-        _exit(127);
-    }
-    server.pid = pid;
-    server.stopped = 0;
-    double deadline = sgtest_now() + 10;
-    while (sgtest_now() < deadline) {
-        int status;
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            server.pid = -1;
-            fprintf(stderr, "redis-server exited at once (status %d); is it installed?\n", status);
-            server_print_log();
-            return -1;
-        }
-        if (server_ping())
-            return 0;
-        usleep(20000);
-    }
-    fprintf(stderr, "redis-server does not answer PING on port %d\n", server.port);
-    server_print_log();
-    return -1;
-}
-
-static void server_kill(void)
-{
-    if (server.pid <= 0)
-        return;
-    kill(server.pid, SIGKILL);
-    if (server.stopped)
-        kill(server.pid, SIGCONT);
-    waitpid(server.pid, NULL, 0);
-    server.pid = -1;
-    server.stopped = 0;
-}
-
-static void server_cleanup(void)
-{
-    server_kill();
-    if (server.dir[0] != '\0') {
-        unlink(server.log);
-        rmdir(server.dir);
-        server.dir[0] = '\0';
-    }
-}
-
-/* ---- fixture ------------------------------------------------------------------------ */
-
-typedef enum { BACKEND_MEMORY, BACKEND_REDIS } backend_t;
-static backend_t group_backend;
-static h2o_loop_t *group_loop;
-
-typedef struct {
-    h2o_loop_t *loop;
-    sg_state_t *st;
-    int fds; /* open before the test */
-} fixture_t;
-
-static int count_fds(void)
-{
-    int n = 0;
-    for (int fd = 0; fd < 1024; fd++)
-        n += fcntl(fd, F_GETFD) != -1;
-    return n;
-}
-
-static char redis_url[64];
-
-static void run_for(fixture_t *f, double seconds)
-{
-    double end = sgtest_now() + seconds;
-    while (sgtest_now() < end)
-        h2o_evloop_run(f->loop, 10);
-}
-
-/* Runs the loop until *flag is set or timeout_s pass; asserts it was set. */
-#define RUN_UNTIL(f, flag, timeout_s)                                                                                  \
-    do {                                                                                                               \
-        double deadline_ = sgtest_now() + (timeout_s);                                                                 \
-        while (!(flag) && sgtest_now() < deadline_)                                                                    \
-            h2o_evloop_run((f)->loop, 10);                                                                             \
-        if (!(flag))                                                                                                   \
-            fail_msg("no callback within %.1f s (%s)", (double)(timeout_s), #flag);                                    \
-    } while (0)
-
-static int wait_available(fixture_t *f, double timeout_s)
-{
-    double deadline = sgtest_now() + timeout_s;
-    while (!sg_state_available(f->st) && sgtest_now() < deadline)
-        h2o_evloop_run(f->loop, 10);
-    return sg_state_available(f->st);
-}
-
-/* One loop per group: h2o 2.2.5's h2o_evloop_destroy leaks the epoll fd,
- * which would hide a leak of ours from the per-test fd count. */
-static int group_setup_memory(void **state)
-{
-    group_backend = BACKEND_MEMORY;
-    group_loop = h2o_evloop_create();
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    h2o_evloop_destroy(group_loop);
-    group_loop = NULL;
-    server_cleanup();
-    return 0;
-}
-
-static int group_setup_redis(void **state)
-{
-    group_backend = BACKEND_REDIS;
-    group_loop = h2o_evloop_create();
-    if (server_start() != 0)
-        return -1;
-    snprintf(redis_url, sizeof(redis_url), "redis://127.0.0.1:%d/0", server.port);
-    return 0;
-}
-
-static int setup(void **state)
-{
-    fixture_t *f = calloc(1, sizeof(*f));
-    if (f == NULL)
-        return -1;
-    *state = f;
-    f->fds = count_fds();
-    f->loop = group_loop;
-    if (group_backend == BACKEND_MEMORY) {
-        f->st = sg_state_create_memory(f->loop);
-        return f->st != NULL ? 0 : -1;
-    }
-    /* a test before may have left the server stopped or dead */
-    if (server.stopped) {
-        kill(server.pid, SIGCONT);
-        server.stopped = 0;
-    }
-    if (!server_ping()) {
-        server_kill();
-        if (server_start() != 0)
-            return -1;
-    }
-    if (server_command("FLUSHALL") != 0)
-        return -1;
-    char err[256];
-    f->st = sg_state_create_redis(f->loop, redis_url, err, sizeof(err));
-    if (f->st == NULL) {
-        fprintf(stderr, "sg_state_create_redis: %s\n", err);
-        return -1;
-    }
-    if (!wait_available(f, WAIT_S)) {
-        fprintf(stderr, "the redis backend did not become available\n");
-        return -1;
-    }
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture_t *f = *state;
-    if (server.stopped) {
-        kill(server.pid, SIGCONT);
-        server.stopped = 0;
-    }
-    sg_state_destroy(f->st);
-    /* closed sockets are freed by the loop's next round */
-    h2o_evloop_run(f->loop, 0);
-    int fds = count_fds(), before = f->fds;
-    free(f);
-    if (fds != before) {
-        fprintf(stderr, "teardown: %d file descriptors open, %d before the test\n", fds, before);
-        return -1;
-    }
-    return 0;
-}
-
-/* ---- waiting for callbacks ----------------------------------------------------------- */
-
-typedef struct {
-    int done;
-    sg_rate_result_t r;
-} rate_wait_t;
-
-static void on_rate(void *data, const sg_rate_result_t *r)
-{
-    rate_wait_t *w = data;
-    w->r = *r;
-    w->done++;
-}
-
-typedef struct {
-    int done;
-    sg_state_result_t r;
-} state_wait_t;
-
-static void on_state(void *data, const sg_state_result_t *r)
-{
-    state_wait_t *w = data;
-    w->r = *r;
-    w->done++;
-}
-
-typedef struct {
-    int done, available, found;
-    sg_live_session_t s;
-} get_wait_t;
-
-static void on_get(void *data, int available, const sg_live_session_t *s)
-{
-    get_wait_t *w = data;
-    w->available = available;
-    w->found = s != NULL;
-    if (s != NULL)
-        w->s = *s;
-    w->done++;
-}
-
-#define MAXN 32
-typedef struct {
-    int done, available;
-    size_t n;
-    char sids[MAXN][37];
-    char reasons[MAXN][16];
-    int64_t tenants[MAXN];
-} expired_wait_t;
-
-static void on_expired(void *data, int available, size_t n, const char *const *sids, const char *const *reasons,
-                       const int64_t *tenants)
-{
-    expired_wait_t *w = data;
-    w->available = available;
-    w->n = n;
-    for (size_t i = 0; i < n && i < MAXN; i++) {
-        snprintf(w->sids[i], sizeof(w->sids[i]), "%s", sids[i]);
-        snprintf(w->reasons[i], sizeof(w->reasons[i]), "%s", reasons[i]);
-        w->tenants[i] = tenants[i];
-    }
-    w->done++;
-}
-
-typedef struct {
-    int done, available;
-    size_t n;
-    sg_live_session_t list[MAXN];
-} list_wait_t;
-
-static void on_list(void *data, int available, size_t n, const sg_live_session_t *list)
-{
-    list_wait_t *w = data;
-    w->available = available;
-    w->n = n;
-    for (size_t i = 0; i < n && i < MAXN; i++)
-        w->list[i] = list[i];
-    w->done++;
-}
-
-typedef struct {
-    int done, available;
-    sg_quota_status_t status;
-    int64_t execs;
-    double seconds;
-} quota_wait_t;
-
-static void on_quota(void *data, int available, sg_quota_status_t status, int64_t execs, double seconds)
-{
-    quota_wait_t *w = data;
-    w->available = available;
-    w->status = status;
-    w->execs = execs;
-    w->seconds = seconds;
-    w->done++;
-}
-
-/* Synchronous wrappers: call, run the loop until the callback, assert it
- * came once and (for the ones named do_) that the backend was available. */
-static sg_rate_result_t rate(fixture_t *f, int64_t tenant, long per_min, long burst)
-{
-    rate_wait_t w = {0};
-    sg_state_rate_check(f->st, tenant, per_min, burst, on_rate, &w);
-    RUN_UNTIL(f, w.done, WAIT_S);
-    assert_int_equal(w.done, 1);
-    return w.r;
-}
-
-static sg_state_result_t check_state(fixture_t *f, state_wait_t *w)
-{
-    RUN_UNTIL(f, w->done, WAIT_S);
-    assert_int_equal(w->done, 1);
-    assert_int_equal(w->r.available, 1);
-    return w->r;
-}
-
-static sg_state_result_t reserve(fixture_t *f, int64_t tenant, long max, const char *token)
-{
-    state_wait_t w = {0};
-    sg_state_session_reserve(f->st, tenant, max, token, on_state, &w);
-    return check_state(f, &w);
-}
-
-static sg_state_result_t unreserve(fixture_t *f, int64_t tenant, const char *token)
-{
-    state_wait_t w = {0};
-    sg_state_session_unreserve(f->st, tenant, token, on_state, &w);
-    return check_state(f, &w);
-}
-
-static sg_state_result_t exec_acquire(fixture_t *f, int64_t tenant, long max, const char *token, long lease_s)
-{
-    state_wait_t w = {0};
-    sg_state_exec_acquire(f->st, tenant, max, token, lease_s, on_state, &w);
-    return check_state(f, &w);
-}
-
-static sg_state_result_t exec_release(fixture_t *f, int64_t tenant, const char *token)
-{
-    state_wait_t w = {0};
-    sg_state_exec_release(f->st, tenant, token, on_state, &w);
-    return check_state(f, &w);
-}
-
-static sg_state_result_t commit(fixture_t *f, const char *token, const sg_live_session_t *s)
-{
-    state_wait_t w = {0};
-    sg_state_session_commit(f->st, token, s, on_state, &w);
-    return check_state(f, &w);
-}
-
-static sg_state_result_t touch(fixture_t *f, const char *sid, int64_t now, long idle, int add)
-{
-    state_wait_t w = {0};
-    sg_state_session_touch(f->st, sid, now, idle, add, on_state, &w);
-    return check_state(f, &w);
-}
-
-static sg_state_result_t remove_session(fixture_t *f, const char *sid, int64_t tenant)
-{
-    state_wait_t w = {0};
-    sg_state_session_remove(f->st, sid, tenant, on_state, &w);
-    return check_state(f, &w);
-}
-
-static sg_state_result_t restore(fixture_t *f, const sg_live_session_t *s)
-{
-    state_wait_t w = {0};
-    sg_state_session_restore(f->st, s, on_state, &w);
-    return check_state(f, &w);
-}
-
-static get_wait_t get(fixture_t *f, const char *sid)
-{
-    get_wait_t w = {0};
-    sg_state_session_get(f->st, sid, on_get, &w);
-    RUN_UNTIL(f, w.done, WAIT_S);
-    assert_int_equal(w.done, 1);
-    assert_int_equal(w.available, 1);
-    return w;
-}
-
-static void expired(fixture_t *f, int64_t now, size_t limit, expired_wait_t *w)
-{
-    memset(w, 0, sizeof(*w));
-    sg_state_sessions_expired(f->st, now, limit, on_expired, w);
-    RUN_UNTIL(f, w->done, WAIT_S);
-    assert_int_equal(w->done, 1);
-    assert_int_equal(w->available, 1);
-}
-
-static void list(fixture_t *f, int64_t tenant, list_wait_t *w)
-{
-    memset(w, 0, sizeof(*w));
-    sg_state_sessions_list(f->st, tenant, on_list, w);
-    RUN_UNTIL(f, w->done, WAIT_S);
-    assert_int_equal(w->done, 1);
-    assert_int_equal(w->available, 1);
-}
-
-static quota_wait_t quota(fixture_t *f, int64_t tenant, const char *day, long max_execs, double max_seconds)
-{
-    quota_wait_t w = {0};
-    sg_state_quota_reserve(f->st, tenant, day, max_execs, max_seconds, on_quota, &w);
-    RUN_UNTIL(f, w.done, WAIT_S);
-    assert_int_equal(w.done, 1);
-    assert_int_equal(w.available, 1);
-    return w;
-}
-
-static sg_state_result_t seed(fixture_t *f, int64_t tenant, const char *day, int64_t execs, double seconds)
-{
-    state_wait_t w = {0};
-    sg_state_quota_seed(f->st, tenant, day, execs, seconds, on_state, &w);
-    return check_state(f, &w);
-}
-
-static sg_state_result_t add_seconds(fixture_t *f, int64_t tenant, const char *day, double seconds)
-{
-    state_wait_t w = {0};
-    sg_state_quota_add_seconds(f->st, tenant, day, seconds, on_state, &w);
-    return check_state(f, &w);
-}
-
-static sg_live_session_t make_session(int64_t tenant, const char *lang, int64_t now, long idle, long lifetime)
-{
-    sg_live_session_t s;
-    memset(&s, 0, sizeof(s));
-    assert_int_equal(sg_uuid4(s.id), 0);
-    s.tenant_id = tenant;
-    snprintf(s.lang, sizeof(s.lang), "%s", lang);
-    s.created_at = now;
-    s.last_used_at = now;
-    s.idle_deadline = now + idle;
-    s.lifetime_deadline = now + lifetime;
-    return s;
-}
-
-static void assert_near(double got, double want)
-{
-    if (got < want - 1e-6 || got > want + 1e-6)
-        fail_msg("%.9f, expected %.9f", got, want);
-}
+#include "state_suite.h"
 
 /* ---- the behavioural suite (both backends) ----------------------------------------------- */
 
@@ -619,6 +59,22 @@ static void test_rate_exact(void **state)
     assert_int_equal(allowed, 7);
 }
 
+/* A call's result has ok and count as given. */
+#define EXPECT_RESULT(call, ok_, count_)                                                                               \
+    do {                                                                                                               \
+        sg_state_result_t res_ = (call);                                                                               \
+        assert_int_equal(res_.ok, (ok_));                                                                              \
+        assert_int_equal(res_.count, (count_));                                                                        \
+    } while (0)
+
+/* Tenant's 2 session slots taken by "a" and "b"; "c" is refused. */
+static void fill_two(fixture_t *f, int64_t tenant)
+{
+    assert_int_equal(reserve(f, tenant, 2, "a").ok, 1);
+    assert_int_equal(reserve(f, tenant, 2, "b").ok, 1);
+    assert_int_equal(reserve(f, tenant, 2, "c").ok, 0);
+}
+
 static void test_reserve_concurrent(void **state)
 {
     fixture_t *f = *state;
@@ -644,47 +100,31 @@ static void test_reserve_concurrent(void **state)
     assert_int_equal(ok, 5);
     assert_int_equal(max_count, 5);
     /* and still full */
-    sg_state_result_t r = reserve(f, 201, 5, "late");
-    assert_int_equal(r.ok, 0);
-    assert_int_equal(r.count, 5);
+    EXPECT_RESULT(reserve(f, 201, 5, "late"), 0, 5);
     /* another tenant is not affected */
-    r = reserve(f, 202, 5, "tok-0");
-    assert_int_equal(r.ok, 1);
-    assert_int_equal(r.count, 1);
+    EXPECT_RESULT(reserve(f, 202, 5, "tok-0"), 1, 1);
 }
 
 static void test_unreserve(void **state)
 {
     fixture_t *f = *state;
-    assert_int_equal(reserve(f, 301, 2, "a").ok, 1);
-    assert_int_equal(reserve(f, 301, 2, "b").ok, 1);
-    assert_int_equal(reserve(f, 301, 2, "c").ok, 0);
-    sg_state_result_t r = unreserve(f, 301, "a");
-    assert_int_equal(r.ok, 1);
-    assert_int_equal(r.count, 1);
-    r = unreserve(f, 301, "a");
-    assert_int_equal(r.ok, 0);
-    assert_int_equal(r.count, 1);
+    fill_two(f, 301); /* "a" and "b" hold the 2 slots, "c" is refused */
+    EXPECT_RESULT(unreserve(f, 301, "a"), 1, 1);
+    EXPECT_RESULT(unreserve(f, 301, "a"), 0, 1);
     assert_int_equal(unreserve(f, 301, "never").ok, 0);
-    r = reserve(f, 301, 2, "c");
-    assert_int_equal(r.ok, 1);
-    assert_int_equal(r.count, 2);
+    EXPECT_RESULT(reserve(f, 301, 2, "c"), 1, 2);
 }
 
 static void test_reservation_expires(void **state)
 {
     fixture_t *f = *state;
-    assert_int_equal(reserve(f, 351, 2, "a").ok, 1);
-    assert_int_equal(reserve(f, 351, 2, "b").ok, 1);
-    assert_int_equal(reserve(f, 351, 2, "c").ok, 0);
+    fill_two(f, 351); /* "a" and "b" hold the 2 slots, "c" is refused */
     /* a reservation holds its slot for 120 s, counted in whole seconds: 118 s
      * later it holds whatever second boundary the test crossed meanwhile */
     sg_state_set_clock_skew_ms(f->st, 118 * 1000);
     assert_int_equal(reserve(f, 351, 2, "c").ok, 0);
     sg_state_set_clock_skew_ms(f->st, 121 * 1000);
-    sg_state_result_t r = reserve(f, 351, 2, "c");
-    assert_int_equal(r.ok, 1);
-    assert_int_equal(r.count, 1);
+    EXPECT_RESULT(reserve(f, 351, 2, "c"), 1, 1);
 }
 
 /* max_concurrent_execs: 40 acquires issued at once (none answered before
@@ -709,9 +149,7 @@ static void test_exec_concurrent(void **state)
         assert_true(w[i].r.count <= 3);
     }
     assert_int_equal(ok, 3);
-    sg_state_result_t r = exec_acquire(f, 501, 3, "late", 60);
-    assert_int_equal(r.ok, 0);
-    assert_int_equal(r.count, 3);
+    EXPECT_RESULT(exec_acquire(f, 501, 3, "late", 60), 0, 3);
     /* another tenant, and the session slots of the same tenant, are apart */
     assert_int_equal(exec_acquire(f, 502, 3, "x-0", 60).ok, 1);
     assert_int_equal(reserve(f, 501, 1, "session").ok, 1);
@@ -722,12 +160,8 @@ static void test_exec_concurrent(void **state)
     for (int i = 0; i < 40 && first < 0; i++)
         if (w[i].r.ok)
             first = i;
-    r = exec_release(f, 501, tokens[first]);
-    assert_int_equal(r.ok, 1);
-    assert_int_equal(r.count, 2);
-    r = exec_release(f, 501, tokens[first]);
-    assert_int_equal(r.ok, 0);
-    assert_int_equal(r.count, 2);
+    EXPECT_RESULT(exec_release(f, 501, tokens[first]), 1, 2);
+    EXPECT_RESULT(exec_release(f, 501, tokens[first]), 0, 2);
     assert_int_equal(exec_release(f, 501, "never").ok, 0);
     memset(w, 0, sizeof(w));
     for (int i = 0; i < 10; i++)
@@ -741,9 +175,7 @@ static void test_exec_concurrent(void **state)
     assert_int_equal(ok, 1);
 
     /* max 0: nothing runs */
-    r = exec_acquire(f, 503, 0, "a", 60);
-    assert_int_equal(r.ok, 0);
-    assert_int_equal(r.count, 0);
+    EXPECT_RESULT(exec_acquire(f, 503, 0, "a", 60), 0, 0);
 }
 
 /* A slot whose holder never released it (a gateway killed mid-execution)
@@ -763,15 +195,11 @@ static void test_exec_lease_expires(void **state)
     assert_int_equal(exec_acquire(f, 551, 2, "c", 30).ok, 0);
     /* 31 s: "a" ran out, "b" (100 s) did not */
     sg_state_set_clock_skew_ms(f->st, 31 * 1000);
-    r = exec_acquire(f, 551, 2, "c", 30);
-    assert_int_equal(r.ok, 1);
-    assert_int_equal(r.count, 2);
+    EXPECT_RESULT(exec_acquire(f, 551, 2, "c", 30), 1, 2);
     assert_int_equal(exec_acquire(f, 551, 2, "d", 30).ok, 0);
     /* 102 s: "b" ran out too, and so did "c" (31 + 30) */
     sg_state_set_clock_skew_ms(f->st, 102 * 1000);
-    r = exec_acquire(f, 551, 2, "d", 30);
-    assert_int_equal(r.ok, 1);
-    assert_int_equal(r.count, 1);
+    EXPECT_RESULT(exec_acquire(f, 551, 2, "d", 30), 1, 1);
 }
 
 static void test_commit_get_touch(void **state)
@@ -798,9 +226,7 @@ static void test_commit_get_touch(void **state)
     r = touch(f, s.id, now + 10, 900, 1);
     assert_int_equal(r.ok, 1);
     assert_int_equal(r.count, 1); /* executions so far */
-    r = touch(f, s.id, now + 20, 600, 2);
-    assert_int_equal(r.ok, 1);
-    assert_int_equal(r.count, 3);
+    EXPECT_RESULT(touch(f, s.id, now + 20, 600, 2), 1, 3);
     g = get(f, s.id);
     assert_true(g.found);
     assert_int_equal(g.s.last_used_at, now + 20);
@@ -837,11 +263,8 @@ static void test_remove_once(void **state)
     assert_int_equal(commit(f, "t", &s).ok, 1);
     assert_int_equal(reserve(f, 501, 1, "u").ok, 0); /* the session holds the only slot */
 
-    sg_state_result_t r = remove_session(f, s.id, 501);
-    assert_int_equal(r.ok, 1);
-    assert_int_equal(r.count, 0);
-    r = remove_session(f, s.id, 501);
-    assert_int_equal(r.ok, 0);
+    EXPECT_RESULT(remove_session(f, s.id, 501), 1, 0);
+    assert_int_equal(remove_session(f, s.id, 501).ok, 0);
 
     /* two at once: exactly one wins */
     sg_live_session_t s2 = make_session(501, "bash", now, 900, 14400);
@@ -871,9 +294,7 @@ static void test_restore(void **state)
     fixture_t *f = *state;
     int64_t now = sg_wall_s();
     sg_live_session_t s = make_session(601, "python", now, 900, 14400);
-    sg_state_result_t r = restore(f, &s);
-    assert_int_equal(r.ok, 1);
-    assert_int_equal(r.count, 1);
+    EXPECT_RESULT(restore(f, &s), 1, 1);
     get_wait_t g = get(f, s.id);
     assert_true(g.found);
     assert_int_equal(g.s.tenant_id, 601);
@@ -886,18 +307,14 @@ static void test_restore(void **state)
 
     /* live already: the record stays as it is */
     assert_int_equal(touch(f, s.id, now + 5, 900, 2).ok, 1);
-    r = restore(f, &s);
-    assert_int_equal(r.ok, 0);
-    assert_int_equal(r.count, 1);
+    EXPECT_RESULT(restore(f, &s), 0, 1);
     g = get(f, s.id);
     assert_int_equal(g.s.executions, 2);
     assert_int_equal(g.s.last_used_at, now + 5);
 
     /* closed: it stays closed */
     assert_int_equal(remove_session(f, s.id, 601).ok, 1);
-    r = restore(f, &s);
-    assert_int_equal(r.ok, 0);
-    assert_int_equal(r.count, 0);
+    EXPECT_RESULT(restore(f, &s), 0, 0);
     assert_false(get(f, s.id).found);
     list_wait_t l;
     list(f, 601, &l);
@@ -1143,342 +560,6 @@ static void test_quota_seconds(void **state)
     assert_near(q.seconds, 20.0);
 }
 
-/* ---- redis only ---------------------------------------------------------------------------- */
-
-static void test_bad_urls(void **state)
-{
-    fixture_t *f = *state;
-    static const char *const bad[] = {"",
-                                      "127.0.0.1:6379",
-                                      "http://127.0.0.1:6379",
-                                      "redis://",
-                                      "redis://:6379",
-                                      "redis://127.0.0.1:0",
-                                      "redis://127.0.0.1:65536",
-                                      "redis://127.0.0.1:x",
-                                      "redis://127.0.0.1:6379/x",
-                                      "redis://127.0.0.1:6379/1/2",
-                                      "redis://user:pw@127.0.0.1:6379",
-                                      "redis://[::1:6379"};
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        char err[256] = "";
-        sg_state_t *st = sg_state_create_redis(f->loop, bad[i], err, sizeof(err));
-        if (st != NULL)
-            fail_msg("\"%s\" was accepted", bad[i]);
-        assert_true(err[0] != '\0');
-    }
-}
-
-static void test_unreachable(void **state)
-{
-    fixture_t *f = *state;
-    int port = free_port(); /* nobody listens there */
-    char url[64], err[256];
-    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
-    sg_state_t *st = sg_state_create_redis(f->loop, url, err, sizeof(err));
-    assert_non_null(st);
-    assert_string_equal(sg_state_backend(st), "redis");
-    run_for(f, 0.3);
-    assert_int_equal(sg_state_available(st), 0);
-
-    double t0 = sgtest_now();
-    rate_wait_t w = {0};
-    sg_state_rate_check(st, 1, 60, 5, on_rate, &w);
-    RUN_UNTIL(f, w.done, 3.0);
-    assert_int_equal(w.r.available, 0);
-    assert_false(w.r.allowed);
-    get_wait_t g = {0};
-    sg_state_session_get(st, "x", on_get, &g);
-    RUN_UNTIL(f, g.done, 3.0);
-    assert_int_equal(g.available, 0);
-    quota_wait_t q = {0};
-    sg_state_quota_reserve(st, 1, "20260102", 1, 1, on_quota, &q);
-    RUN_UNTIL(f, q.done, 3.0);
-    assert_int_equal(q.available, 0);
-    assert_true(sgtest_now() - t0 < 1.0);
-    sg_state_destroy(st);
-}
-
-/* One reply of a command on a fresh connection to db 0 (caller frees), or NULL. */
-static redisReply *server_query(const char *fmt, ...)
-{
-    redisContext *c = server_connect();
-    if (c == NULL)
-        return NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = redisvCommand(c, fmt, ap);
-    va_end(ap);
-    redisFree(c);
-    return r;
-}
-
-static long long query_int(const char *fmt, const char *arg1, const char *arg2)
-{
-    redisReply *r = server_query(fmt, arg1, arg2);
-    assert_non_null(r);
-    long long v = r->type == REDIS_REPLY_INTEGER ? r->integer
-                  : r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10)
-                                                  : LLONG_MIN;
-    freeReplyObject(r);
-    return v;
-}
-
-/* The keys dashboards read (state.h): names, types, scores, expiry. */
-static void test_key_schema(void **state)
-{
-    fixture_t *f = *state;
-    int64_t now = sg_wall_s();
-    assert_int_equal(reserve(f, 42, 5, "tok-a").ok, 1);
-    assert_int_equal(reserve(f, 42, 5, "tok-b").ok, 1);
-    long long score = query_int("ZSCORE sg:tenant:42:sessions %s", "pending:tok-a", NULL);
-    assert_true(score >= now + 120 && score <= now + 122);
-
-    sg_live_session_t s = make_session(42, "python", now, 900, 14400);
-    assert_int_equal(commit(f, "tok-a", &s).ok, 1);
-    assert_int_equal(touch(f, s.id, now + 1, 900, 3).ok, 1);
-    char key[64];
-    snprintf(key, sizeof(key), "sg:session:%s", s.id);
-    redisReply *r = server_query("TYPE %s", key);
-    assert_non_null(r);
-    assert_string_equal(r->str, "hash");
-    freeReplyObject(r);
-    assert_int_equal(query_int("HGET %s %s", key, "tenant"), 42);
-    assert_int_equal(query_int("HGET %s %s", key, "created_at"), now);
-    assert_int_equal(query_int("HGET %s %s", key, "last_used_at"), now + 1);
-    assert_int_equal(query_int("HGET %s %s", key, "idle_deadline"), now + 901);
-    assert_int_equal(query_int("HGET %s %s", key, "lifetime_deadline"), now + 14400);
-    assert_int_equal(query_int("HGET %s %s", key, "executions"), 3);
-    r = server_query("HGET %s lang", key);
-    assert_non_null(r);
-    assert_string_equal(r->str, "python");
-    freeReplyObject(r);
-    assert_int_equal(query_int("ZSCORE sg:tenant:42:sessions %s", s.id, NULL), now + 14400);
-    assert_int_equal(query_int("ZSCORE sg:tenant:42:sessions %s", "pending:tok-b", NULL), score);
-    assert_int_equal(query_int("ZCARD sg:tenant:42:sessions", NULL, NULL), 2); /* tok-a became the session */
-    assert_int_equal(query_int("ZSCORE sg:sessions:idle %s", s.id, NULL), now + 901);
-    assert_int_equal(query_int("ZSCORE sg:sessions:lifetime %s", s.id, NULL), now + 14400);
-
-    int64_t before_ms = (int64_t)sg_wall_s() * 1000;
-    assert_true(rate(f, 42, 60, 5).allowed);
-    long long tat = query_int("GET sg:rate:42", NULL, NULL);
-    assert_true(tat >= before_ms && tat <= before_ms + 1000 + 2000);
-    long long pttl = query_int("PTTL sg:rate:42", NULL, NULL);
-    assert_true(pttl > 0 && pttl <= 1000);
-
-    assert_int_equal(seed(f, 42, "20260102", 7, 2.5).ok, 1);
-    assert_int_equal(query_int("HGET sg:quota:42:20260102 execs", NULL, NULL), 7);
-    r = server_query("HGET sg:quota:42:20260102 seconds");
-    assert_non_null(r);
-    assert_near(strtod(r->str, NULL), 2.5);
-    freeReplyObject(r);
-    long long ttl = query_int("TTL sg:quota:42:20260102", NULL, NULL);
-    assert_true(ttl > 3 * 86400 - 10 && ttl <= 3 * 86400);
-
-    assert_int_equal(remove_session(f, s.id, 42).ok, 1);
-    assert_int_equal(query_int("EXISTS %s", key, NULL), 0);
-    snprintf(key, sizeof(key), "sg:closed:%s", s.id);
-    ttl = query_int("TTL %s", key, NULL);
-    assert_true(ttl > SG_STATE_CLOSED_TTL - 10 && ttl <= SG_STATE_CLOSED_TTL);
-    assert_int_equal(query_int("ZCARD sg:tenant:42:sessions", NULL, NULL), 1);
-    assert_int_equal(query_int("ZCARD sg:sessions:idle", NULL, NULL), 0);
-    assert_int_equal(query_int("ZCARD sg:sessions:lifetime", NULL, NULL), 0);
-
-    /* executions in flight: a zset of tokens scored by lease deadline,
-     * expiring a minute after the last lease */
-    assert_int_equal(exec_acquire(f, 42, 8, "run-1", 100).ok, 1);
-    assert_int_equal(exec_acquire(f, 42, 8, "run-2", 40).ok, 1);
-    r = server_query("TYPE sg:tenant:42:execs");
-    assert_non_null(r);
-    assert_string_equal(r->str, "zset");
-    freeReplyObject(r);
-    score = query_int("ZSCORE sg:tenant:42:execs %s", "run-1", NULL);
-    assert_true(score >= now + 100 && score <= now + 102);
-    ttl = query_int("TTL sg:tenant:42:execs", NULL, NULL);
-    assert_true(ttl > 100 + 60 - 10 && ttl <= 102 + 60); /* the key outlives its last lease by 60 s */
-    assert_int_equal(exec_release(f, 42, "run-1").ok, 1);
-    assert_int_equal(exec_release(f, 42, "run-2").ok, 1);
-    assert_int_equal(query_int("EXISTS sg:tenant:42:execs", NULL, NULL), 0);
-}
-
-/* redis://host:port/<db> selects that database. */
-static void test_db_select(void **state)
-{
-    fixture_t *f = *state;
-    char url[64], err[256];
-    snprintf(url, sizeof(url), "redis://127.0.0.1:%d/5", server.port);
-    sg_state_t *st5 = sg_state_create_redis(f->loop, url, err, sizeof(err));
-    assert_non_null(st5);
-    sg_state_t *st0 = f->st;
-    f->st = st5;
-    int up = wait_available(f, WAIT_S);
-    if (up)
-        up = seed(f, 7, "20260102", 1, 0).ok;
-    f->st = st0;
-    sg_state_destroy(st5);
-    assert_true(up);
-    assert_int_equal(query_int("EXISTS sg:quota:7:20260102", NULL, NULL), 0);
-    redisContext *c = server_connect();
-    assert_non_null(c);
-    redisReply *r = redisCommand(c, "SELECT 5");
-    assert_non_null(r);
-    freeReplyObject(r);
-    r = redisCommand(c, "EXISTS sg:quota:7:20260102");
-    assert_non_null(r);
-    assert_int_equal(r->integer, 1);
-    freeReplyObject(r);
-    redisFree(c);
-    /* and the default backend still sees db 0 only */
-    assert_int_equal(quota(f, 7, "20260102", 5, 5).status, SG_QUOTA_UNSEEDED);
-}
-
-/* Destroying the backend with calls in flight completes them, at once. */
-static void test_destroy_inflight(void **state)
-{
-    fixture_t *f = *state;
-    state_wait_t w[5];
-    memset(w, 0, sizeof(w));
-    for (int i = 0; i < 5; i++)
-        sg_state_session_reserve(f->st, 1301, 10, "x", on_state, &w[i]);
-    h2o_evloop_run(f->loop, 0); /* sent, most likely not yet answered */
-    sg_state_destroy(f->st);
-    f->st = NULL;
-    for (int i = 0; i < 5; i++)
-        assert_int_equal(w[i].done, 1);
-}
-
-static void test_noscript(void **state)
-{
-    fixture_t *f = *state;
-    assert_true(rate(f, 1001, 60, 3).allowed);
-    assert_int_equal(reserve(f, 1001, 2, "a").ok, 1);
-
-    assert_int_equal(server_command("SCRIPT FLUSH"), 0);
-    /* EVALSHA now answers NOSCRIPT; the backend sends the script itself */
-    sg_rate_result_t r = rate(f, 1001, 60, 3);
-    assert_int_equal(r.available, 1);
-    assert_true(r.allowed);
-    assert_int_equal(r.remaining, 1);
-    sg_state_result_t s = reserve(f, 1001, 2, "b");
-    assert_int_equal(s.ok, 1);
-    assert_int_equal(s.count, 2);
-
-    /* flushed again with many calls in flight: all of them come through */
-    assert_int_equal(server_command("SCRIPT FLUSH"), 0);
-    state_wait_t w[10];
-    memset(w, 0, sizeof(w));
-    for (int i = 0; i < 10; i++)
-        sg_state_session_reserve(f->st, 1002, 4, i % 2 ? "odd" : "even", on_state, &w[i]);
-    int ok = 0;
-    for (int i = 0; i < 10; i++) {
-        RUN_UNTIL(f, w[i].done, WAIT_S);
-        assert_int_equal(w[i].r.available, 1);
-        ok += w[i].r.ok;
-    }
-    assert_int_equal(ok, 10); /* two tokens, re-reserved: 2 slots of 4 */
-    assert_int_equal(w[9].r.count, 2);
-    assert_int_equal(sg_state_available(f->st), 1);
-}
-
-static void test_redis_restart(void **state)
-{
-    fixture_t *f = *state;
-    assert_true(rate(f, 1101, 60, 3).allowed);
-
-    /* calls issued, then the server dies before they are even sent */
-    state_wait_t inflight[5];
-    memset(inflight, 0, sizeof(inflight));
-    for (int i = 0; i < 5; i++)
-        sg_state_session_reserve(f->st, 1101, 10, "x", on_state, &inflight[i]);
-    server_kill();
-    double t0 = sgtest_now();
-    for (int i = 0; i < 5; i++) {
-        RUN_UNTIL(f, inflight[i].done, 3.0);
-        assert_int_equal(inflight[i].done, 1);
-        assert_int_equal(inflight[i].r.available, 0);
-    }
-    assert_true(sgtest_now() - t0 < 3.0);
-    assert_int_equal(sg_state_available(f->st), 0);
-
-    /* while it is down, every call answers at once with available = 0 */
-    for (int i = 0; i < 3; i++) {
-        run_for(f, 0.3);
-        t0 = sgtest_now();
-        rate_wait_t w = {0};
-        sg_state_rate_check(f->st, 1101, 60, 3, on_rate, &w);
-        RUN_UNTIL(f, w.done, 3.0);
-        assert_int_equal(w.r.available, 0);
-        assert_true(sgtest_now() - t0 < 0.5);
-        assert_int_equal(sg_state_available(f->st), 0);
-    }
-
-    /* back on the same port (empty: no persistence): calls work again */
-    assert_int_equal(server_start(), 0);
-    t0 = sgtest_now();
-    int back = 0;
-    while (!back && sgtest_now() - t0 < 10.0) {
-        rate_wait_t w = {0};
-        sg_state_rate_check(f->st, 1101, 60, 3, on_rate, &w);
-        RUN_UNTIL(f, w.done, 3.0);
-        back = w.r.available;
-        if (!back)
-            run_for(f, 0.2);
-    }
-    assert_true(back);
-    fprintf(stderr, "    redis answered again %.2f s after its restart\n", sgtest_now() - t0);
-    assert_int_equal(sg_state_available(f->st), 1);
-    /* the scripts were loaded again (a new server has none) */
-    assert_int_equal(reserve(f, 1101, 1, "y").ok, 1);
-    assert_int_equal(reserve(f, 1101, 1, "z").ok, 0);
-}
-
-static void test_redis_hang(void **state)
-{
-    fixture_t *f = *state;
-    assert_true(rate(f, 1201, 60, 3).allowed);
-
-    assert_int_equal(kill(server.pid, SIGSTOP), 0);
-    server.stopped = 1;
-    double t0 = sgtest_now();
-    state_wait_t w1 = {0}, w2 = {0};
-    rate_wait_t w3 = {0};
-    sg_state_session_reserve(f->st, 1201, 10, "x", on_state, &w1);
-    sg_state_session_reserve(f->st, 1201, 10, "y", on_state, &w2);
-    sg_state_rate_check(f->st, 1201, 60, 3, on_rate, &w3);
-    RUN_UNTIL(f, w1.done && w2.done && w3.done, 3.5);
-    double took = sgtest_now() - t0;
-    fprintf(stderr, "    calls to a stopped redis answered after %.2f s\n", took);
-    assert_int_equal(w1.r.available, 0);
-    assert_int_equal(w2.r.available, 0);
-    assert_int_equal(w3.r.available, 0);
-    assert_true(took >= 1.5 && took < 3.5);
-    assert_int_equal(sg_state_available(f->st), 0);
-
-    /* while it hangs, calls do not queue up behind the dead connection */
-    run_for(f, 0.2);
-    t0 = sgtest_now();
-    get_wait_t g = {0};
-    sg_state_session_get(f->st, "x", on_get, &g);
-    RUN_UNTIL(f, g.done, 3.5);
-    assert_int_equal(g.available, 0);
-    assert_true(sgtest_now() - t0 < 3.5);
-
-    kill(server.pid, SIGCONT);
-    server.stopped = 0;
-    t0 = sgtest_now();
-    int back = 0;
-    while (!back && sgtest_now() - t0 < 15.0) {
-        rate_wait_t w = {0};
-        sg_state_rate_check(f->st, 1201, 60, 3, on_rate, &w);
-        RUN_UNTIL(f, w.done, 3.5);
-        back = w.r.available;
-        if (!back)
-            run_for(f, 0.2);
-    }
-    assert_true(back);
-    fprintf(stderr, "    redis answered again %.2f s after SIGCONT\n", sgtest_now() - t0);
-}
-
 #define SUITE(setup_, teardown_)                                                                                       \
     cmocka_unit_test_setup_teardown(test_backend_name, setup_, teardown_),                                             \
         cmocka_unit_test_setup_teardown(test_rate_exact, setup_, teardown_),                                           \
@@ -1498,19 +579,8 @@ static void test_redis_hang(void **state)
 int main(void)
 {
     const struct CMUnitTest memory_tests[] = {SUITE(setup, teardown)};
-    const struct CMUnitTest redis_tests[] = {
-        SUITE(setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_urls, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_unreachable, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_key_schema, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_db_select, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_destroy_inflight, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_noscript, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_redis_restart, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_redis_hang, setup, teardown),
-    };
+    const struct CMUnitTest redis_tests[] = {SUITE(setup, teardown)};
     signal(SIGPIPE, SIG_IGN);
-    atexit(server_cleanup);
     int failed = cmocka_run_group_tests_name("state: memory backend", memory_tests, group_setup_memory, group_teardown);
     failed += cmocka_run_group_tests_name("state: redis backend", redis_tests, group_setup_redis, group_teardown);
     return failed;

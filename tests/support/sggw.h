@@ -28,15 +28,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* ------------------------------------------------------------------------
- * Temporary directories
- * ------------------------------------------------------------------------ */
-
-/* A new private directory "$TMPDIR/<prefix>-XXXXXX" (malloc'd), or NULL. It
- * is registered: sggw_rmtree() removes it, or the atexit handler does. */
-char *sggw_mkdtemp(const char *prefix);
-/* Removes dir and everything below it; unregisters it. 0 or -1. */
-int sggw_rmtree(const char *dir);
+/* Temporary directories (sggw_mkdtemp, sggw_rmtree), sggw_wall() and the
+ * plain-socket HTTP client (sggw_http*) are the core's: sgtest.h. */
 
 /* ------------------------------------------------------------------------
  * redis-server
@@ -151,27 +144,13 @@ char *sggw_new_token(const char *data_dir, const char *tenant);
  * HTTP with a bearer token
  * ------------------------------------------------------------------------ */
 
-/* One request with extra header lines ("Name: value"; NULL-terminated, may
- * be NULL), over a plain socket (one connection per request): the reply is
- * taken as it comes, so that a malformed header is something a test can
- * look at rather than a failed transfer (NUL bytes of the header block show
- * as '\x1a'). Otherwise like sgtest_http(): 0 when an HTTP reply came back,
- * -1 with out->error set. Every sggw_* call below goes through it. */
-int sggw_http(const char *method, const char *url, const void *body, size_t len, const char *content_type,
-              const char *const *headers, long timeout_s, sgtest_reply_t *out);
-/* A client that hangs up: sends one request (json_body as application/json,
- * may be NULL; extra header lines NULL-terminated, may be NULL) on a new
- * blocking connection and returns the socket without reading anything, or
- * -1 (after printing why). The caller close()s it to hang up, or reads the
- * reply with sggw_http_read_reply(). */
-int sggw_http_open(const char *method, const char *url, const char *json_body, const char *const *headers);
-/* Reads the whole reply from such a socket (until the server closes it,
- * or timeout_s) and closes it; out as sggw_http's. 0 or -1. */
-int sggw_http_read_reply(int fd, long timeout_s, sgtest_reply_t *out);
-/* The same through libcurl, as a typical client does it (libcurl refuses
- * replies with a NUL byte in a header). */
-int sggw_http_curl(const char *method, const char *url, const void *body, size_t len, const char *content_type,
-                   const char *const *headers, long timeout_s, sgtest_reply_t *out);
+/* The header list of a bearer token for sggw_http(): {"Authorization:
+ * Bearer <token>", NULL}, in a.  Returns a->h. */
+typedef struct {
+    char line[160];
+    const char *h[2];
+} sggw_auth_t;
+const char *const *sggw_auth(sggw_auth_t *a, const char *token);
 /* method g's URL + path, with "Authorization: Bearer <token>" unless token
  * is NULL, json_body (may be NULL) as application/json. Default timeout. */
 int sggw_call(const sggw_gateway_t *g, const char *token, const char *method, const char *path, const char *json_body,
@@ -179,6 +158,19 @@ int sggw_call(const sggw_gateway_t *g, const char *token, const char *method, co
 /* The same with a JSON object body (not consumed) and a timeout (<= 0: default). */
 int sggw_call_json(const sggw_gateway_t *g, const char *token, const char *method, const char *path,
                    json_object *body, long timeout_s, sgtest_reply_t *out);
+/* sggw_call() / sggw_admin_call(), then the reply taken at once
+ * (SG_TAKE_JSON / SG_TAKE_ERROR): asserting, test thread only. */
+#define SGGW_CALL_JSON(g, token, method, path, json_body, st)                                                          \
+    sggw__call_take((g), (token), (method), (path), (json_body), (st), NULL, 0, __FILE__, __LINE__)
+#define SGGW_CALL_ERROR(g, token, method, path, json_body, st, code)                                                   \
+    ((void)sggw__call_take((g), (token), (method), (path), (json_body), (st), (code), 1, __FILE__, __LINE__))
+#define SGGW_ADMIN_JSON(g, method, path, json_body, st)                                                                \
+    SGGW_CALL_JSON((g), sggw_gateway_admin_token(g), (method), (path), (json_body), (st))
+#define SGGW_ADMIN_ERROR(g, method, path, json_body, st, code)                                                         \
+    SGGW_CALL_ERROR((g), sggw_gateway_admin_token(g), (method), (path), (json_body), (st), (code))
+json_object *sggw__call_take(const sggw_gateway_t *g, const char *token, const char *method, const char *path,
+                             const char *json_body, long status, const char *code, int error, const char *file,
+                             int line);
 /* A call of the admin API with g's admin token. */
 int sggw_admin_call(const sggw_gateway_t *g, const char *method, const char *path, const char *json_body,
                     sgtest_reply_t *out);
@@ -186,31 +178,15 @@ int sggw_admin_call(const sggw_gateway_t *g, const char *method, const char *pat
  * min (the headers are printed when not); returns it. */
 long sggw_int_header(const sgtest_reply_t *r, const char *name, long min);
 
-/* Many requests at once: one thread each; every thread waits on one barrier
- * so that all requests leave together. */
-typedef struct {
-    /* in */
-    const char *method;
-    const char *url;         /* borrowed */
-    const char *token;       /* borrowed; NULL: no Authorization header */
-    const void *body;        /* borrowed, may be NULL */
-    size_t body_len;
-    const char *content_type;
-    long timeout_s;
-    /* out */
-    sgtest_reply_t reply;
-    int rc;
-    double started, finished; /* sgtest_now() around the call */
-} sggw_par_req_t;
-
-typedef struct sggw_batch sggw_batch_t;
-/* Starts the batch; NULL if threads cannot start (those started are
- * released and joined first). */
-sggw_batch_t *sggw_batch_start(sggw_par_req_t *reqs, size_t n);
-/* Joins every thread, frees b (replies stay in reqs). */
-void sggw_batch_join(sggw_batch_t *b);
-/* Start + join: 0, or -1 if the batch could not start. */
-int sggw_parallel(sggw_par_req_t *reqs, size_t n);
+/* Many requests at once: sggw_batch_start() and sggw_parallel() of the
+ * core's one batch (sgtest.h), through sggw_http(); a request's token (if
+ * not NULL) goes as "Authorization: Bearer <token>". */
+typedef sgtest_par_req_t sggw_par_req_t;
+typedef sgtest_batch_t sggw_batch_t;
+static inline void sggw_batch_join(sggw_batch_t *b)
+{
+    sgtest_batch_join(b);
+}
 
 /* ------------------------------------------------------------------------
  * The gateway's SQLite file, read-only
@@ -243,8 +219,6 @@ void sggw_db_writer_close(sggw_db_writer_t *w);
  * base64url) that no store issued; malloc'd. With public_id not NULL, that
  * public id is used (a wrong secret for an existing token). */
 char *sggw_fake_token(const char *public_id);
-/* Wall clock, seconds. */
-double sggw_wall(void);
 /* The value of the sample line "name{labels} value" of Prometheus text
  * (labels exactly as given, "" for none) or -1 when absent. */
 double sggw_metric(const char *text, const char *name, const char *labels);
@@ -265,6 +239,9 @@ json_object *sggw_post_result(const sggw_gateway_t *g, const char *token, const 
 json_object *sggw_execute(const sggw_gateway_t *g, const char *token, const char *sid, const char *code, double timeout);
 /* DELETE /sessions/{sid}; asserts 200 {"status":"closed"}. */
 void sggw_delete_session(const sggw_gateway_t *g, const char *token, const char *sid);
+/* The end of a test's session: sggw_delete_session(), then sid and token
+ * are freed. */
+void sggw_session_done(const sggw_gateway_t *g, char *token, char *sid);
 /* GET /sessions; asserts 200 and a "sessions" array of strings. Returns
  * the whole reply object. */
 json_object *sggw_list_sessions(const sggw_gateway_t *g, const char *token);
@@ -279,6 +256,22 @@ bool sggw_admin_lists(const sggw_gateway_t *g, const char *tenant, const char *s
 /* Polls (up to 10 s) the SQLite row of sid until it is closed; asserts its
  * close_reason and that closed_at is a unix time. */
 void sggw_expect_db_closed(const char *data_dir, const char *sid, const char *reason);
+
+/* The quotas of a tenant whose sessions close after 2 s without use
+ * (lifetime 600 s): for sggw_new_tenant() and sggw_tenant_session(). */
+extern const char *const sggw_idle_2s[];
+/* Asserting: a new tenant `name` of g (quotas as sggw_new_tenant) and a
+ * python session of its token: returns the token, *sid the session. */
+char *sggw_tenant_session(const sggw_gateway_t *g, const char *name, const char *const *quotas, char **sid);
+/* Asserting: n GET url with token at once (sggw_parallel, 30 s each). */
+void sggw_parallel_get(sggw_par_req_t *reqs, size_t n, const char *url, const char *token);
+/* Polls GET /sessions of token (every 100 ms) until it is answered 200;
+ * every other answer meanwhile must be `meanwhile` (0: any). Asserts that
+ * it comes within timeout_s. */
+void sggw_wait_allowed(const sggw_gateway_t *g, const char *token, double timeout_s, long meanwhile);
+/* Polls (up to timeout_s) `sandgate-admin --json usage tenant` until its
+ * "executions" is want; asserts it never passes want. */
+void sggw_expect_ledger_execs(const char *data_dir, const char *tenant, int64_t want, double timeout_s);
 
 /* ------------------------------------------------------------------------
  * Test bodies that show the servers' logs when they fail
@@ -328,6 +321,11 @@ typedef struct {
     sggw_gateway_t *gw;
     bool gw_restarted;   /* the last sggw_stack_after_test() started a new gateway
                           * (a new data directory: the suite's tokens are gone) */
+    /* a test's own servers and directory (a sggw_mkdtemp one): the test's
+     * teardown stops and removes them, whatever happened */
+    sggw_gateway_t *extra_gw;
+    sggw_redis_t *extra_redis;
+    char *extra_dir;
     /* private: copies of the options, for restarts */
     char *proxy_env[SGGW_STACK_MAX_ENV + 1];
     char *gateway_env[SGGW_STACK_MAX_ENV + 1];
@@ -336,7 +334,14 @@ typedef struct {
 /* For a group setup: starts the stack of o (copied; the strings may be the
  * caller's locals) into st (zeroed first). 0, or -1 after printing why. */
 int sggw_stack_start(sggw_stack_t *st, const sggw_stack_opts_t *o);
-/* For a test's teardown: sggw_after_test(); then every server of st that
+/* The usual gateway suite's stack: a proxy with SANDGATE_POOL_SIZE=pool,
+ * a private redis-server when redis is true, a gateway with the defaults. */
+int sggw_stack_start_pool(sggw_stack_t *st, bool redis, int pool);
+/* Asserting: stops the test's own gateway st->extra_gw (cleared first),
+ * which must exit 0 on SIGTERM; `what` names it in the failure. */
+void sggw_stack_stop_extra(sggw_stack_t *st, const char *what);
+/* For a test's teardown: sggw_after_test(); the test's own servers and
+ * directory are stopped and removed; then every server of st that
  * died during the test is reported, its log's tail printed, and it is
  * started again with the same settings (the gateway with a new data
  * directory: gw_restarted). 0, or -1 when the test failed or a server died. */

@@ -1,4 +1,5 @@
 #include "sgsse.h"
+#include "sgtest.h"
 
 #include <curl/curl.h>
 #include <json-c/json.h>
@@ -154,54 +155,36 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud)
 int sgsse_post(const char *url, const char *token, const char *json_body, const char *const *headers, long timeout_s,
                sgsse_result_t *out)
 {
-    char auth[512], errbuf[CURL_ERROR_SIZE] = "";
-    struct curl_slist *hl = NULL;
-    sgsse_parser_t *p;
-    CURL *h;
-    CURLcode rc;
-    char *ct = NULL;
+    char auth[512];
+    const char *hl[34];
+    size_t n = 0;
+    sgtest_reply_t r;
 
     memset(out, 0, sizeof(*out));
-    p = sgsse_parser_new(out);
-    h = curl_easy_init();
-    if (p == NULL || h == NULL) {
+    sgsse_parser_t *p = sgsse_parser_new(out);
+    if (p == NULL) {
         snprintf(out->error, sizeof(out->error), "out of memory");
-        sgsse_parser_free(p);
-        if (h != NULL)
-            curl_easy_cleanup(h);
         return -1;
     }
-    hl = curl_slist_append(hl, "Content-Type: application/json");
-    hl = curl_slist_append(hl, "Expect:");
     if (token != NULL) {
         snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
-        hl = curl_slist_append(hl, auth);
+        hl[n++] = auth;
     }
-    for (size_t i = 0; headers != NULL && headers[i] != NULL; i++)
-        hl = curl_slist_append(hl, headers[i]);
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
-    curl_easy_setopt(h, CURLOPT_TIMEOUT, timeout_s > 0 ? timeout_s : 120L);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, json_body);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(json_body));
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, p);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-    rc = curl_easy_perform(h);
-    out->curl_rc = (int)rc;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out->status);
-    curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &ct);
+    for (size_t i = 0; headers != NULL && headers[i] != NULL && n < 33; i++)
+        hl[n++] = headers[i];
+    hl[n] = NULL;
+    sgtest_post_stream(url, json_body, hl, timeout_s, on_body, p, &r);
+    out->curl_rc = r.curl_code;
+    out->status = r.status;
+    char *ct = sgtest_reply_header(&r, "Content-Type");
     snprintf(out->ctype, sizeof(out->ctype), "%s", ct != NULL ? ct : "");
-    if (rc != CURLE_OK)
-        snprintf(out->error, sizeof(out->error), "%s", errbuf[0] ? errbuf : curl_easy_strerror(rc));
+    free(ct);
+    if (r.curl_code != CURLE_OK)
+        snprintf(out->error, sizeof(out->error), "%s", r.error[0] ? r.error : curl_easy_strerror(r.curl_code));
+    sgtest_reply_free(&r);
     sgsse_parser_finish(p);
     sgsse_parser_free(p);
-    curl_easy_cleanup(h);
-    curl_slist_free_all(hl);
-    return rc == CURLE_OK ? 0 : -1;
+    return out->curl_rc == CURLE_OK ? 0 : -1;
 }
 
 void sgsse_result_free(sgsse_result_t *r)

@@ -13,6 +13,10 @@
  *
  * Ownership: every `char *` and `json_object *` returned is the caller's
  * (free() / json_object_put()) unless documented as borrowed.
+ *
+ * This is the harness's core (processes, ports, HTTP, the parallel batch,
+ * Docker, a proxy of a test's own); sggw.h stacks the gateway tier on it.
+ * Which file holds what: sgtest_int.h.
  */
 #ifndef SANDGATE_SGTEST_H
 #define SANDGATE_SGTEST_H
@@ -32,6 +36,14 @@
 
 /* Monotonic clock, seconds. */
 double sgtest_now(void);
+/* Wall clock, seconds. */
+double sggw_wall(void);
+
+/* A new private directory "$TMPDIR/<prefix>-XXXXXX" (malloc'd), or NULL. It
+ * is registered: sggw_rmtree() removes it, or an atexit handler does. */
+char *sggw_mkdtemp(const char *prefix);
+/* Removes dir and everything below it; unregisters it. 0 or -1. */
+int sggw_rmtree(const char *dir);
 
 /* ------------------------------------------------------------------------
  * The proxy under test
@@ -42,6 +54,14 @@ typedef struct sgtest_proxy sgtest_proxy_t;
 /* "sgtest-<pid>-<16 random hex digits>"; deploy/test.sh sweeps containers
  * whose sandgate.proxy label starts with "sgtest-". */
 char *sgtest_new_proxy_id(void);
+
+/* Calls done(ctx) every every_s seconds until it is true (0) or timeout_s
+ * have passed (-1). */
+int sgtest_poll(bool (*done)(void *ctx), void *ctx, double timeout_s, double every_s);
+
+/* A loopback port nobody listens on right now (bind port 0, read, close),
+ * or -1. */
+int sgtest_free_port(void);
 
 /* A child process of a test, and how it ended. */
 typedef struct {
@@ -96,6 +116,7 @@ typedef struct {
     char *headers;   /* raw response header block(s) */
     double seconds;  /* wall time of the call */
     char error[256]; /* libcurl's message when status == 0 */
+    int curl_code;   /* libcurl's CURLcode (0: the transfer completed); 0 for the plain-socket client */
 } sgtest_reply_t;
 
 /* One request; body may be NULL (len 0), content_type may be NULL.
@@ -107,10 +128,49 @@ void sgtest_reply_free(sgtest_reply_t *r);
 /* Value of the last header `name` (case-insensitive), or NULL. */
 char *sgtest_reply_header(const sgtest_reply_t *r, const char *name);
 
+/* One request with extra header lines ("Name: value"; NULL-terminated, may
+ * be NULL), over a plain socket (one connection per request): the reply is
+ * taken as it comes, so that a malformed header is something a test can
+ * look at rather than a failed transfer (NUL bytes of the header block show
+ * as '\x1a'). Otherwise like sgtest_http(): 0 when an HTTP reply came back,
+ * -1 with out->error set. Every sggw_* call of the gateway goes through it. */
+int sggw_http(const char *method, const char *url, const void *body, size_t len, const char *content_type,
+              const char *const *headers, long timeout_s, sgtest_reply_t *out);
+/* A client that hangs up: sends one request (json_body as application/json,
+ * may be NULL; extra header lines NULL-terminated, may be NULL) on a new
+ * blocking connection and returns the socket without reading anything, or
+ * -1 (after printing why). The caller close()s it to hang up, or reads the
+ * reply with sggw_http_read_reply(). */
+int sggw_http_open(const char *method, const char *url, const char *json_body, const char *const *headers);
+/* Reads the whole reply from such a socket (until the server closes it,
+ * or timeout_s) and closes it; out as sggw_http's. 0 or -1. */
+int sggw_http_read_reply(int fd, long timeout_s, sgtest_reply_t *out);
+/* sgtest_http() with extra header lines, as a typical client does it
+ * (libcurl refuses replies with a NUL byte in a header). */
+int sggw_http_curl(const char *method, const char *url, const void *body, size_t len, const char *content_type,
+                   const char *const *headers, long timeout_s, sgtest_reply_t *out);
+
+/* A POST of json_body (application/json) whose reply body is handed, as it
+ * arrives, to on_body(ptr, 1, n, ctx) (a libcurl write callback: returning
+ * less than n ends the transfer, as a client that hangs up), with the extra
+ * header lines (NULL-terminated, may be NULL). out gets the status (also
+ * when the transfer was cut short), the headers, curl_code and error; its
+ * body stays empty. 0 when the transfer completed, -1 otherwise. */
+int sgtest_post_stream(const char *url, const char *json_body, const char *const *headers, long timeout_s,
+                       size_t (*on_body)(char *p, size_t size, size_t n, void *ctx), void *ctx, sgtest_reply_t *out);
+
 /* A request to the proxy: base URL + path; json_body (may be NULL) is sent
  * as application/json. Default timeout. */
 int sgtest_call(const sgtest_proxy_t *p, const char *method, const char *path,
                 const char *json_body, sgtest_reply_t *out);
+/* sgtest_call(), then the reply taken at once (SG_TAKE_JSON /
+ * SG_TAKE_ERROR): asserting, test thread only. */
+#define SG_CALL_JSON(p, method, path, json_body, st)                                                                   \
+    sgtest__call_take((p), (method), (path), (json_body), (st), NULL, 0, __FILE__, __LINE__)
+#define SG_CALL_ERROR(p, method, path, json_body, st, code)                                                            \
+    ((void)sgtest__call_take((p), (method), (path), (json_body), (st), (code), 1, __FILE__, __LINE__))
+json_object *sgtest__call_take(const sgtest_proxy_t *p, const char *method, const char *path, const char *json_body,
+                               long status, const char *code, int error, const char *file, int line);
 /* Same with a JSON object body (serialized here; not consumed). */
 int sgtest_call_json(const sgtest_proxy_t *p, const char *method, const char *path,
                      json_object *body, long timeout_s, sgtest_reply_t *out);
@@ -136,6 +196,10 @@ int sgtest_call_json(const sgtest_proxy_t *p, const char *method, const char *pa
 /* An error reply: the status, and a body {"detail": non-empty string,
  * "code": code}; code NULL accepts any non-empty code. Returns the object. */
 #define SG_EXPECT_ERROR(r, st, code) sgtest__expect_error((r), (st), (code), __FILE__, __LINE__)
+/* The same, then the reply is freed (it is done with): SG_TAKE_JSON returns
+ * the parsed body, SG_TAKE_ERROR checks the error and frees it too. */
+#define SG_TAKE_JSON(r, st) sgtest__take_json((r), (st), __FILE__, __LINE__)
+#define SG_TAKE_ERROR(r, st, code) sgtest__take_error((r), (st), (code), __FILE__, __LINE__)
 /* Fails the test with a printf-style message, plus `obj` serialized if it
  * is not NULL, plus live proxies' log tails. */
 #define SG_FAIL(obj, ...) sgtest__fail((obj), __FILE__, __LINE__, __VA_ARGS__)
@@ -152,6 +216,12 @@ int sgtest_call_json(const sgtest_proxy_t *p, const char *method, const char *pa
  * "timeout", state is one of kept/new/lost/none. */
 #define SG_CHECK_RESULT_SHAPE(r) sgtest__check_result_shape((r), __FILE__, __LINE__)
 void sgtest__check_result_shape(json_object *r, const char *file, int line);
+/* An execution result's stdout is exactly want; a result is a success
+ * (success and exit code 0). Asserting. */
+void sgtest_expect_stdout(json_object *r, const char *want);
+void sgtest_expect_success(json_object *r);
+/* Both, then r is put. */
+void sgtest_expect_ok(json_object *r, const char *want_stdout);
 /* ------------------------------------------------------------------------
  * The proxy's session API, as every proxy suite calls it. Each expects 200
  * and a well-formed answer, and fails the test otherwise; results are
@@ -176,6 +246,15 @@ json_object *sgtest_run_cmd(const sgtest_proxy_t *p, const char *sid, const char
 /* POST /execute */
 json_object *sgtest_run_ephemeral(const sgtest_proxy_t *p, const char *lang, const char *code,
                                   const char *const *libs, int timeout, double *seconds);
+/* GET /sessions: the ids (a strv, sgtest_strv_free). Asserting. */
+char **sgtest_listed_sessions(const sgtest_proxy_t *p);
+/* The idle pool containers of lang of p (proxy id proxy_id): labelled
+ * kind=pool, running, and not the container of a session p lists; with
+ * labelled_only, only those that carry a sandgate.session label; with
+ * running (not NULL), only those in which a process has it in its command
+ * line. A strv of ids. Asserting. */
+char **sgtest_idle_pool(const sgtest_proxy_t *p, const char *proxy_id, const char *lang, bool labelled_only,
+                        const char *running);
 /* DELETE /sessions/{sid}: expects {"status":"closed"}, then the session's
  * container (cid, or when NULL the one labelled with proxy_id and sid,
  * looked up first) gone within removal_s. */
@@ -197,6 +276,38 @@ int sgtest_proxy_check_alive(sgtest_proxy_t **pp, sgtest_proxy_t *(*restart)(voi
  * Returns 0, or -1 with each problem printed. */
 int sgtest_proxy_finish(sgtest_proxy_t **pp, const char *proxy_id, double removal_s);
 
+/* A proxy suite's harness: its one proxy, started again (same id and
+ * settings: it reconciles what a dead one left) when it died in a test. */
+#define SGTEST_SUITE_MAX_ENV 16
+typedef struct {
+    sgtest_proxy_t *proxy;
+    char *proxy_id;
+    double removal_s;                    /* teardown: how long closed sessions' containers may take to go */
+    void (*on_start)(sgtest_proxy_t *p); /* may be NULL: called after every start */
+    /* private: copies of the settings, for restarts */
+    char *env[SGTEST_SUITE_MAX_ENV + 1];
+} sgtest_suite_t;
+/* For a group setup: a new proxy id, then the proxy with the "KEY=VALUE"
+ * settings of env (NULL-terminated, copied). Set removal_s and on_start
+ * first. 0, or -1 after printing why. */
+int sgtest_suite_start(sgtest_suite_t *s, const char *const *env);
+/* The same with the one setting SANDGATE_POOL_SIZE=pool. */
+int sgtest_suite_start_pool(sgtest_suite_t *s, int pool);
+/* For a test's teardown: sgtest_proxy_check_alive() (a proxy that died
+ * fails the test, -1, and is started again). */
+int sgtest_suite_after_test(sgtest_suite_t *s);
+/* For the group teardown: sgtest_proxy_finish() (sessions closed, no
+ * container left, exit status 0), then what s holds is freed. 0 or -1. */
+int sgtest_suite_end(sgtest_suite_t *s);
+/* The group teardown of a suite whose last test leaves nothing to close:
+ * stops the proxy (its exit status counts only with check_exit), then
+ * force-removes (-1) whatever still carries its id, frees what s holds. */
+int sgtest_suite_stop(sgtest_suite_t *s, bool check_exit);
+/* The same as cmocka fixtures, for a suite whose group setup sets
+ * *state = &suite (cmocka hands it to every test and teardown). */
+int sgtest_suite_teardown(void **state);
+int sgtest_suite_group_teardown(void **state);
+
 /* snprintf that must fit (the test fails otherwise). */
 void pathf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -211,6 +322,8 @@ json_object *sgtest__get_obj(json_object *o, const char *key, json_type type, co
                              int line);
 json_object *sgtest__expect_error(const sgtest_reply_t *r, long status, const char *code,
                                   const char *file, int line);
+json_object *sgtest__take_json(sgtest_reply_t *r, long status, const char *file, int line);
+void sgtest__take_error(sgtest_reply_t *r, long status, const char *code, const char *file, int line);
 void sgtest__fail(json_object *o, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5), noreturn));
 void sgtest__check_failed(json_object *o, const char *file, int line, const char *cond,
@@ -218,6 +331,11 @@ void sgtest__check_failed(json_object *o, const char *file, int line, const char
 
 /* Percent-encodes s for a URL query value (malloc'd). */
 char *sgtest_urlencode(const char *s);
+
+/* A copy of o's non-empty string `key`; then o goes to *keep, or is put
+ * when keep is NULL. Asserting. */
+#define SG_TAKE_ID(o, key, keep) sgtest__take_id((o), (key), (keep), __FILE__, __LINE__)
+char *sgtest__take_id(json_object *o, const char *key, json_object **keep, const char *file, int line);
 
 /* true when s[0..len) is valid UTF-8. */
 bool sgtest_utf8_valid(const char *s, size_t len);
@@ -281,29 +399,34 @@ int sgtest_docker_remove_all(const char *proxy_id);
 int sgtest_docker_network_remove(const char *name);
 
 /* ------------------------------------------------------------------------
- * Parallel requests: one thread per request.
+ * Parallel requests: one thread per request; every thread waits until all
+ * have started, so that the requests leave together.
  * ------------------------------------------------------------------------ */
 
 typedef struct {
     /* in */
     const char *method;
     const char *url;         /* borrowed */
+    const char *token;       /* borrowed; NULL: no Authorization header */
     const void *body;        /* borrowed, may be NULL */
     size_t body_len;
     const char *content_type;
     long timeout_s;
     /* out */
-    sgtest_reply_t reply;
-    int rc;                  /* sgtest_http's return */
+    sgtest_reply_t reply;     /* "not sent" when the batch could not start */
+    int rc;                   /* the client's return */
     double started, finished; /* sgtest_now() around the call */
-    double sent_at;          /* when the request body was fully sent, or 0 */
+    double sent_at;           /* when the request was fully sent, or 0 */
 } sgtest_par_req_t;
 
 typedef struct sgtest_batch sgtest_batch_t;
 
-/* Starts every request at once; returns NULL if threads cannot start
- * (those already started are joined first). */
+/* Starts every request at once through libcurl (sgtest_http), or through
+ * the plain-socket client (sggw_http: what the gateway suites use); NULL
+ * if threads cannot start (those already started are released without
+ * sending and joined first). */
 sgtest_batch_t *sgtest_batch_start(sgtest_par_req_t *reqs, size_t n);
+sgtest_batch_t *sggw_batch_start(sgtest_par_req_t *reqs, size_t n);
 /* Waits until every request of the batch was fully sent (or finished).
  * Returns 0, or -1 when timeout_s passed first. */
 int sgtest_batch_wait_sent(sgtest_batch_t *b, double timeout_s);
@@ -311,5 +434,6 @@ int sgtest_batch_wait_sent(sgtest_batch_t *b, double timeout_s);
 void sgtest_batch_join(sgtest_batch_t *b);
 /* Start + join. Returns 0, or -1 if the batch could not start. */
 int sgtest_parallel(sgtest_par_req_t *reqs, size_t n);
+int sggw_parallel(sgtest_par_req_t *reqs, size_t n);
 
 #endif

@@ -1,0 +1,357 @@
+/*
+ * test_state_redis.c — gateway/state.h's Redis backend against a real
+ * redis-server (state_suite.h): bad and unreachable URLs, the documented
+ * key schema, database selection, destroying with calls in flight, scripts
+ * flushed under the gateway (NOSCRIPT), redis-server killed and started
+ * again on the same port, redis-server stopped with SIGSTOP (a hang: calls
+ * must still complete, with available = 0).
+ *
+ * The server is killed at the end, whatever failed (teardown, atexit, and
+ * PR_SET_PDEATHSIG should this process die).
+ */
+#include "state_suite.h"
+
+/* ---- redis only ---------------------------------------------------------------------------- */
+
+static void test_bad_urls(void **state)
+{
+    fixture_t *f = *state;
+    static const char *const bad[] = {"",
+                                      "127.0.0.1:6379",
+                                      "http://127.0.0.1:6379",
+                                      "redis://",
+                                      "redis://:6379",
+                                      "redis://127.0.0.1:0",
+                                      "redis://127.0.0.1:65536",
+                                      "redis://127.0.0.1:x",
+                                      "redis://127.0.0.1:6379/x",
+                                      "redis://127.0.0.1:6379/1/2",
+                                      "redis://user:pw@127.0.0.1:6379",
+                                      "redis://[::1:6379"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char err[256] = "";
+        sg_state_t *st = sg_state_create_redis(f->loop, bad[i], err, sizeof(err));
+        if (st != NULL)
+            fail_msg("\"%s\" was accepted", bad[i]);
+        assert_true(err[0] != '\0');
+    }
+}
+
+static void test_unreachable(void **state)
+{
+    fixture_t *f = *state;
+    int port = sgtest_free_port(); /* nobody listens there */
+    char url[64], err[256];
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%d", port);
+    sg_state_t *st = sg_state_create_redis(f->loop, url, err, sizeof(err));
+    assert_non_null(st);
+    assert_string_equal(sg_state_backend(st), "redis");
+    run_for(f, 0.3);
+    assert_int_equal(sg_state_available(st), 0);
+
+    double t0 = sgtest_now();
+    rate_wait_t w = {0};
+    sg_state_rate_check(st, 1, 60, 5, on_rate, &w);
+    RUN_UNTIL(f, w.done, 3.0);
+    assert_int_equal(w.r.available, 0);
+    assert_false(w.r.allowed);
+    get_wait_t g = {0};
+    sg_state_session_get(st, "x", on_get, &g);
+    RUN_UNTIL(f, g.done, 3.0);
+    assert_int_equal(g.available, 0);
+    quota_wait_t q = {0};
+    sg_state_quota_reserve(st, 1, "20260102", 1, 1, on_quota, &q);
+    RUN_UNTIL(f, q.done, 3.0);
+    assert_int_equal(q.available, 0);
+    assert_true(sgtest_now() - t0 < 1.0);
+    sg_state_destroy(st);
+}
+
+/* A command's answer on a fresh connection to db 0 (caller frees); the
+ * command must have been answered. */
+static char *server_query(const char *fmt, const char *arg1, const char *arg2)
+{
+    int ok;
+    char *v = sggw_redis_cmd(redis, &ok, fmt, arg1, arg2);
+    assert_true(ok || v != NULL); /* an answer: a value, nil or an error */
+    return ok ? v : (free(v), NULL);
+}
+
+static long long query_int(const char *fmt, const char *arg1, const char *arg2)
+{
+    char *v = server_query(fmt, arg1, arg2);
+    long long n = v != NULL ? strtoll(v, NULL, 10) : LLONG_MIN;
+    free(v);
+    return n;
+}
+
+/* The text of a command's answer is want. */
+static void query_is(const char *cmd, const char *key, const char *want)
+{
+    char *v = server_query(cmd, key, NULL);
+    assert_non_null(v);
+    assert_string_equal(v, want);
+    free(v);
+}
+
+/* The keys dashboards read (state.h): names, types, scores, expiry. */
+static void test_key_schema(void **state)
+{
+    fixture_t *f = *state;
+    int64_t now = sg_wall_s();
+    assert_int_equal(reserve(f, 42, 5, "tok-a").ok, 1);
+    assert_int_equal(reserve(f, 42, 5, "tok-b").ok, 1);
+    long long score = query_int("ZSCORE sg:tenant:42:sessions %s", "pending:tok-a", NULL);
+    assert_true(score >= now + 120 && score <= now + 122);
+
+    sg_live_session_t s = make_session(42, "python", now, 900, 14400);
+    assert_int_equal(commit(f, "tok-a", &s).ok, 1);
+    assert_int_equal(touch(f, s.id, now + 1, 900, 3).ok, 1);
+    char key[64];
+    snprintf(key, sizeof(key), "sg:session:%s", s.id);
+    query_is("TYPE %s", key, "hash");
+    assert_int_equal(query_int("HGET %s %s", key, "tenant"), 42);
+    assert_int_equal(query_int("HGET %s %s", key, "created_at"), now);
+    assert_int_equal(query_int("HGET %s %s", key, "last_used_at"), now + 1);
+    assert_int_equal(query_int("HGET %s %s", key, "idle_deadline"), now + 901);
+    assert_int_equal(query_int("HGET %s %s", key, "lifetime_deadline"), now + 14400);
+    assert_int_equal(query_int("HGET %s %s", key, "executions"), 3);
+    query_is("HGET %s lang", key, "python");
+    assert_int_equal(query_int("ZSCORE sg:tenant:42:sessions %s", s.id, NULL), now + 14400);
+    assert_int_equal(query_int("ZSCORE sg:tenant:42:sessions %s", "pending:tok-b", NULL), score);
+    assert_int_equal(query_int("ZCARD sg:tenant:42:sessions", NULL, NULL), 2); /* tok-a became the session */
+    assert_int_equal(query_int("ZSCORE sg:sessions:idle %s", s.id, NULL), now + 901);
+    assert_int_equal(query_int("ZSCORE sg:sessions:lifetime %s", s.id, NULL), now + 14400);
+
+    int64_t before_ms = (int64_t)sg_wall_s() * 1000;
+    assert_true(rate(f, 42, 60, 5).allowed);
+    long long tat = query_int("GET sg:rate:42", NULL, NULL);
+    assert_true(tat >= before_ms && tat <= before_ms + 1000 + 2000);
+    long long pttl = query_int("PTTL sg:rate:42", NULL, NULL);
+    assert_true(pttl > 0 && pttl <= 1000);
+
+    assert_int_equal(seed(f, 42, "20260102", 7, 2.5).ok, 1);
+    assert_int_equal(query_int("HGET sg:quota:42:20260102 execs", NULL, NULL), 7);
+    char *secs = server_query("HGET sg:quota:42:20260102 seconds", NULL, NULL);
+    assert_non_null(secs);
+    assert_near(strtod(secs, NULL), 2.5);
+    free(secs);
+    long long ttl = query_int("TTL sg:quota:42:20260102", NULL, NULL);
+    assert_true(ttl > 3 * 86400 - 10 && ttl <= 3 * 86400);
+
+    assert_int_equal(remove_session(f, s.id, 42).ok, 1);
+    assert_int_equal(query_int("EXISTS %s", key, NULL), 0);
+    snprintf(key, sizeof(key), "sg:closed:%s", s.id);
+    ttl = query_int("TTL %s", key, NULL);
+    assert_true(ttl > SG_STATE_CLOSED_TTL - 10 && ttl <= SG_STATE_CLOSED_TTL);
+    assert_int_equal(query_int("ZCARD sg:tenant:42:sessions", NULL, NULL), 1);
+    assert_int_equal(query_int("ZCARD sg:sessions:idle", NULL, NULL), 0);
+    assert_int_equal(query_int("ZCARD sg:sessions:lifetime", NULL, NULL), 0);
+
+    /* executions in flight: a zset of tokens scored by lease deadline,
+     * expiring a minute after the last lease */
+    assert_int_equal(exec_acquire(f, 42, 8, "run-1", 100).ok, 1);
+    assert_int_equal(exec_acquire(f, 42, 8, "run-2", 40).ok, 1);
+    query_is("TYPE %s", "sg:tenant:42:execs", "zset");
+    score = query_int("ZSCORE sg:tenant:42:execs %s", "run-1", NULL);
+    assert_true(score >= now + 100 && score <= now + 102);
+    ttl = query_int("TTL sg:tenant:42:execs", NULL, NULL);
+    assert_true(ttl > 100 + 60 - 10 && ttl <= 102 + 60); /* the key outlives its last lease by 60 s */
+    assert_int_equal(exec_release(f, 42, "run-1").ok, 1);
+    assert_int_equal(exec_release(f, 42, "run-2").ok, 1);
+    assert_int_equal(query_int("EXISTS sg:tenant:42:execs", NULL, NULL), 0);
+}
+
+/* redis://host:port/<db> selects that database. */
+static void test_db_select(void **state)
+{
+    fixture_t *f = *state;
+    char url[64], err[256];
+    snprintf(url, sizeof(url), "%s/5", sggw_redis_url(redis));
+    sg_state_t *st5 = sg_state_create_redis(f->loop, url, err, sizeof(err));
+    assert_non_null(st5);
+    sg_state_t *st0 = f->st;
+    f->st = st5;
+    int up = wait_available(f, WAIT_S);
+    if (up)
+        up = seed(f, 7, "20260102", 1, 0).ok;
+    f->st = st0;
+    sg_state_destroy(st5);
+    assert_true(up);
+    assert_int_equal(query_int("EXISTS sg:quota:7:20260102", NULL, NULL), 0);
+    struct timeval tv = {1, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", sggw_redis_port(redis), tv);
+    assert_true(c != NULL && c->err == 0);
+    redisReply *r = redisCommand(c, "SELECT 5");
+    assert_non_null(r);
+    freeReplyObject(r);
+    r = redisCommand(c, "EXISTS sg:quota:7:20260102");
+    assert_non_null(r);
+    assert_int_equal(r->integer, 1);
+    freeReplyObject(r);
+    redisFree(c);
+    /* and the default backend still sees db 0 only */
+    assert_int_equal(quota(f, 7, "20260102", 5, 5).status, SG_QUOTA_UNSEEDED);
+}
+
+/* Destroying the backend with calls in flight completes them, at once. */
+static void test_destroy_inflight(void **state)
+{
+    fixture_t *f = *state;
+    state_wait_t w[5];
+    memset(w, 0, sizeof(w));
+    for (int i = 0; i < 5; i++)
+        sg_state_session_reserve(f->st, 1301, 10, "x", on_state, &w[i]);
+    h2o_evloop_run(f->loop, 0); /* sent, most likely not yet answered */
+    sg_state_destroy(f->st);
+    f->st = NULL;
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(w[i].done, 1);
+}
+
+static void test_noscript(void **state)
+{
+    fixture_t *f = *state;
+    assert_true(rate(f, 1001, 60, 3).allowed);
+    assert_int_equal(reserve(f, 1001, 2, "a").ok, 1);
+
+    assert_int_equal(server_command("SCRIPT FLUSH"), 0);
+    /* EVALSHA now answers NOSCRIPT; the backend sends the script itself */
+    sg_rate_result_t r = rate(f, 1001, 60, 3);
+    assert_int_equal(r.available, 1);
+    assert_true(r.allowed);
+    assert_int_equal(r.remaining, 1);
+    sg_state_result_t s = reserve(f, 1001, 2, "b");
+    assert_int_equal(s.ok, 1);
+    assert_int_equal(s.count, 2);
+
+    /* flushed again with many calls in flight: all of them come through */
+    assert_int_equal(server_command("SCRIPT FLUSH"), 0);
+    state_wait_t w[10];
+    memset(w, 0, sizeof(w));
+    for (int i = 0; i < 10; i++)
+        sg_state_session_reserve(f->st, 1002, 4, i % 2 ? "odd" : "even", on_state, &w[i]);
+    int ok = 0;
+    for (int i = 0; i < 10; i++) {
+        RUN_UNTIL(f, w[i].done, WAIT_S);
+        assert_int_equal(w[i].r.available, 1);
+        ok += w[i].r.ok;
+    }
+    assert_int_equal(ok, 10); /* two tokens, re-reserved: 2 slots of 4 */
+    assert_int_equal(w[9].r.count, 2);
+    assert_int_equal(sg_state_available(f->st), 1);
+}
+
+/* Rate checks of tenant (each answered within call_s) until the backend
+ * answers available again, for up to timeout_s: whether it did. */
+static int wait_back(fixture_t *f, int64_t tenant, double timeout_s, double call_s)
+{
+    double t0 = sgtest_now();
+    int back = 0;
+    while (!back && sgtest_now() - t0 < timeout_s) {
+        rate_wait_t w = {0};
+        sg_state_rate_check(f->st, tenant, 60, 3, on_rate, &w);
+        RUN_UNTIL(f, w.done, call_s);
+        back = w.r.available;
+        if (!back)
+            run_for(f, 0.2);
+    }
+    return back;
+}
+
+static void test_redis_restart(void **state)
+{
+    fixture_t *f = *state;
+    assert_true(rate(f, 1101, 60, 3).allowed);
+
+    /* calls issued, then the server dies before they are even sent */
+    state_wait_t inflight[5];
+    memset(inflight, 0, sizeof(inflight));
+    for (int i = 0; i < 5; i++)
+        sg_state_session_reserve(f->st, 1101, 10, "x", on_state, &inflight[i]);
+    sggw_redis_kill(redis);
+    double t0 = sgtest_now();
+    for (int i = 0; i < 5; i++) {
+        RUN_UNTIL(f, inflight[i].done, 3.0);
+        assert_int_equal(inflight[i].done, 1);
+        assert_int_equal(inflight[i].r.available, 0);
+    }
+    assert_true(sgtest_now() - t0 < 3.0);
+    assert_int_equal(sg_state_available(f->st), 0);
+
+    /* while it is down, every call answers at once with available = 0 */
+    for (int i = 0; i < 3; i++) {
+        run_for(f, 0.3);
+        t0 = sgtest_now();
+        rate_wait_t w = {0};
+        sg_state_rate_check(f->st, 1101, 60, 3, on_rate, &w);
+        RUN_UNTIL(f, w.done, 3.0);
+        assert_int_equal(w.r.available, 0);
+        assert_true(sgtest_now() - t0 < 0.5);
+        assert_int_equal(sg_state_available(f->st), 0);
+    }
+
+    /* back on the same port (empty: no persistence): calls work again */
+    assert_int_equal(sggw_redis_restart(redis), 0);
+    t0 = sgtest_now();
+    assert_true(wait_back(f, 1101, 10.0, 3.0));
+    fprintf(stderr, "    redis answered again %.2f s after its restart\n", sgtest_now() - t0);
+    assert_int_equal(sg_state_available(f->st), 1);
+    /* the scripts were loaded again (a new server has none) */
+    assert_int_equal(reserve(f, 1101, 1, "y").ok, 1);
+    assert_int_equal(reserve(f, 1101, 1, "z").ok, 0);
+}
+
+static void test_redis_hang(void **state)
+{
+    fixture_t *f = *state;
+    assert_true(rate(f, 1201, 60, 3).allowed);
+
+    assert_int_equal(sggw_redis_pause(redis), 0);
+    double t0 = sgtest_now();
+    state_wait_t w1 = {0}, w2 = {0};
+    rate_wait_t w3 = {0};
+    sg_state_session_reserve(f->st, 1201, 10, "x", on_state, &w1);
+    sg_state_session_reserve(f->st, 1201, 10, "y", on_state, &w2);
+    sg_state_rate_check(f->st, 1201, 60, 3, on_rate, &w3);
+    RUN_UNTIL(f, w1.done && w2.done && w3.done, 3.5);
+    double took = sgtest_now() - t0;
+    fprintf(stderr, "    calls to a stopped redis answered after %.2f s\n", took);
+    assert_int_equal(w1.r.available, 0);
+    assert_int_equal(w2.r.available, 0);
+    assert_int_equal(w3.r.available, 0);
+    assert_true(took >= 1.5 && took < 3.5);
+    assert_int_equal(sg_state_available(f->st), 0);
+
+    /* while it hangs, calls do not queue up behind the dead connection */
+    run_for(f, 0.2);
+    t0 = sgtest_now();
+    get_wait_t g = {0};
+    sg_state_session_get(f->st, "x", on_get, &g);
+    RUN_UNTIL(f, g.done, 3.5);
+    assert_int_equal(g.available, 0);
+    assert_true(sgtest_now() - t0 < 3.5);
+
+    assert_int_equal(sggw_redis_resume(redis), 0);
+    t0 = sgtest_now();
+    assert_true(wait_back(f, 1201, 15.0, 3.5));
+    fprintf(stderr, "    redis answered again %.2f s after SIGCONT\n", sgtest_now() - t0);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_bad_urls),
+        T(test_unreachable),
+        T(test_key_schema),
+        T(test_db_select),
+        T(test_destroy_inflight),
+        T(test_noscript),
+        T(test_redis_restart),
+        T(test_redis_hang),
+    };
+    signal(SIGPIPE, SIG_IGN);
+    return cmocka_run_group_tests_name("state: redis backend only", tests, group_setup_redis, group_teardown);
+}
