@@ -241,6 +241,26 @@ static int hexval(int c)
     return -1;
 }
 
+int sg_http_decode_segment(h2o_iovec_t seg, char *out, size_t outlen)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < seg.len; i++) {
+        int c = (unsigned char)seg.base[i];
+        if (c == '%') {
+            int hi = i + 2 < seg.len ? hexval(seg.base[i + 1]) : -1, lo = i + 2 < seg.len ? hexval(seg.base[i + 2]) : -1;
+            if (hi < 0 || lo < 0)
+                return -1;
+            c = hi * 16 + lo;
+            i += 2;
+        }
+        if (c == 0 || o + 1 >= outlen)
+            return -1;
+        out[o++] = (char)c;
+    }
+    out[o] = '\0';
+    return o != 0 ? 0 : -1;
+}
+
 h2o_iovec_t sg_http_query_param(h2o_req_t *req, const char *name)
 {
     size_t nlen = strlen(name);

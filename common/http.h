@@ -60,6 +60,10 @@ h2o_iovec_t sg_http_path(h2o_req_t *req);
 /* The value of query parameter name, percent-decoded into the request's
  * pool; {NULL, 0} if absent, {"" , 0} if present and empty. */
 h2o_iovec_t sg_http_query_param(h2o_req_t *req, const char *name);
+/* A path segment percent-decoded into out (NUL-terminated): 0, or -1 if it
+ * is empty, holds a bad escape or a NUL, or does not fit in outlen. Both
+ * tiers read template names from the path with it. */
+int sg_http_decode_segment(h2o_iovec_t seg, char *out, size_t outlen);
 /* 1 if the request has a Content-Type of application/json (parameters
  * allowed), 0 otherwise. */
 int sg_http_is_json(h2o_req_t *req);
