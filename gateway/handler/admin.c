@@ -454,33 +454,35 @@ int sg_gw_admin_on_tenant_create(void *app, h2o_req_t *req, const sg_route_match
     return 0;
 }
 
-/* A tenant named in the path: one longer than a name can be is no tenant. */
-static admin_job_t *tenant_job(h2o_req_t *req, const sg_route_match_t *m, void (*fn)(admin_job_t *, sg_store_t *),
-                               json_object *body)
+enum { BODY_NONE, BODY_REQUIRED, BODY_OPTIONAL };
+
+/* A route on a tenant named in the path: one longer than a name can be is
+ * no tenant; the JSON body read as asked (BODY_OPTIONAL: when there is one),
+ * then fn runs on the DB thread with the name. Returns 0 (the h2o handler's
+ * answer). */
+static int tenant_route(h2o_req_t *req, const sg_route_match_t *m, void (*fn)(admin_job_t *, sg_store_t *), int body_mode)
 {
+    json_object *body = NULL;
+    if (m->arg[0].len > SG_TENANT_NAME_MAX)
+        return reply_error(req, 404, "no_such_tenant", "no such tenant");
+    if ((body_mode == BODY_REQUIRED || (body_mode == BODY_OPTIONAL && req->entity.len != 0)) &&
+        (body = admin_body(req)) == NULL)
+        return 0;
     admin_job_t *j = job_new(req, fn);
     j->body = body;
     copy_seg(j->name, sizeof(j->name), m->arg[0]);
-    return j;
+    sg_gw_db_submit(&j->job);
+    return 0;
 }
 
 int sg_gw_admin_on_tenant_get(void *app, h2o_req_t *req, const sg_route_match_t *m)
 {
-    if (m->arg[0].len > SG_TENANT_NAME_MAX)
-        return reply_error(req, 404, "no_such_tenant", "no such tenant");
-    sg_gw_db_submit(&tenant_job(req, m, tenant_get, NULL)->job);
-    return 0;
+    return tenant_route(req, m, tenant_get, BODY_NONE);
 }
 
 int sg_gw_admin_on_tenant_patch(void *app, h2o_req_t *req, const sg_route_match_t *m)
 {
-    json_object *body;
-    if (m->arg[0].len > SG_TENANT_NAME_MAX)
-        return reply_error(req, 404, "no_such_tenant", "no such tenant");
-    if ((body = admin_body(req)) == NULL)
-        return 0;
-    sg_gw_db_submit(&tenant_job(req, m, tenant_patch, body)->job);
-    return 0;
+    return tenant_route(req, m, tenant_patch, BODY_REQUIRED);
 }
 
 typedef struct {
@@ -524,21 +526,12 @@ int sg_gw_admin_on_tenant_delete(void *app, h2o_req_t *req, const sg_route_match
 
 int sg_gw_admin_on_tokens_list(void *app, h2o_req_t *req, const sg_route_match_t *m)
 {
-    if (m->arg[0].len > SG_TENANT_NAME_MAX)
-        return reply_error(req, 404, "no_such_tenant", "no such tenant");
-    sg_gw_db_submit(&tenant_job(req, m, token_list, NULL)->job);
-    return 0;
+    return tenant_route(req, m, token_list, BODY_NONE);
 }
 
 int sg_gw_admin_on_token_create(void *app, h2o_req_t *req, const sg_route_match_t *m)
 {
-    json_object *body = NULL;
-    if (m->arg[0].len > SG_TENANT_NAME_MAX)
-        return reply_error(req, 404, "no_such_tenant", "no such tenant");
-    if (req->entity.len != 0 && (body = admin_body(req)) == NULL)
-        return 0;
-    sg_gw_db_submit(&tenant_job(req, m, token_create, body)->job);
-    return 0;
+    return tenant_route(req, m, token_create, BODY_OPTIONAL);
 }
 
 int sg_gw_admin_on_token_revoke(void *app, h2o_req_t *req, const sg_route_match_t *m)
