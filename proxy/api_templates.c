@@ -8,7 +8,7 @@
  *
  * Loop thread; the Docker calls run on the worker threads.
  */
-#include "api_templates.h"
+#include "api_routes.h"
 #include "docker.h"
 #include "log.h"
 #include "util.h"
