@@ -254,9 +254,7 @@ static void list(sg_gw_req_t *g)
     list_job_t *j = sg_xcalloc(1, sizeof(*j));
     j->g = g;
     j->ids = json_object_new_array();
-    j->job.fn = list_fn;
-    j->job.done = list_done;
-    sg_gw_db_submit(&j->job);
+    sg_gw_db_run(&j->job, list_fn, list_done);
 }
 
 /* ---- GET /sessions/{id} ------------------------------------------------------------------- */

@@ -109,9 +109,7 @@ int sg_gw_admin_on_templates_list(void *app, h2o_req_t *req, const sg_route_matc
     tenant_job_t *a = sg_xcalloc(1, sizeof(*a));
     a->hold = sg_http_hold(req);
     memcpy(a->tenant_name, t.base, t.len);
-    a->job.fn = tenant_fn;
-    a->job.done = tenant_done;
-    sg_gw_db_submit(&a->job);
+    sg_gw_db_run(&a->job, tenant_fn, tenant_done);
     return 0;
 }
 
