@@ -577,18 +577,30 @@ static void req_session_args(redis_req_t *req, const sg_live_session_t *s)
     req_arg(req, "%" PRId64, s->executions);
 }
 
+/* A request of script (SCRIPT_RESERVE, SCRIPT_EXEC_ACQUIRE) for one of max
+ * slots in the tenant's set sg:tenant:<tid>:<set>, held by member prefix +
+ * token (at most token_max bytes of it) for ttl_s from now; the caller may
+ * add arguments, then sends it. Its opposite is give_back. */
+static redis_req_t *take_slot(sg_state_t *_st, int script, int64_t tenant, const char *set, long max,
+                              const char *prefix, const char *token, int token_max, int64_t ttl_s, sg_state_cb cb,
+                              void *data)
+{
+    int64_t now = sg_state__now_s(_st);
+    redis_req_t *req = req_new(rs(_st), script, 1, on_state, data);
+    req->cb.state = cb;
+    req_arg(req, "sg:tenant:%" PRId64 ":%s", tenant, set);
+    req_arg(req, "%" PRId64, now);
+    req_arg(req, "%ld", max);
+    req_arg(req, "%s%.*s", prefix, token_max, token);
+    req_arg(req, "%" PRId64, now + ttl_s);
+    return req;
+}
+
 static void redis_session_reserve(sg_state_t *_st, int64_t tenant, long max, const char *token, sg_state_cb cb,
                                   void *data)
 {
-    int64_t now = sg_state__now_s(_st);
-    redis_req_t *req = req_new(rs(_st), SCRIPT_RESERVE, 1, on_state, data);
-    req->cb.state = cb;
-    req_arg(req, "sg:tenant:%" PRId64 ":sessions", tenant);
-    req_arg(req, "%" PRId64, now);
-    req_arg(req, "%ld", max);
-    req_arg(req, "pending:%s", token);
-    req_arg(req, "%" PRId64, now + SG_STATE_RESERVATION_TTL);
-    req_send(req);
+    req_send(take_slot(_st, SCRIPT_RESERVE, tenant, "sessions", max, "pending:", token, INT_MAX,
+                       SG_STATE_RESERVATION_TTL, cb, data));
 }
 
 /* SCRIPT_ZREM on the tenant's set sg:tenant:<tid>:<set>: member prefix +
@@ -701,14 +713,7 @@ static void redis_sessions_list(sg_state_t *_st, int64_t tenant, sg_state_list_c
 static void redis_exec_acquire(sg_state_t *_st, int64_t tenant, long max, const char *token, long lease_s,
                                sg_state_cb cb, void *data)
 {
-    int64_t now = sg_state__now_s(_st);
-    redis_req_t *req = req_new(rs(_st), SCRIPT_EXEC_ACQUIRE, 1, on_state, data);
-    req->cb.state = cb;
-    req_arg(req, "sg:tenant:%" PRId64 ":execs", tenant);
-    req_arg(req, "%" PRId64, now);
-    req_arg(req, "%ld", max);
-    req_arg(req, "%.64s", token);
-    req_arg(req, "%" PRId64, now + lease_s);
+    redis_req_t *req = take_slot(_st, SCRIPT_EXEC_ACQUIRE, tenant, "execs", max, "", token, 64, lease_s, cb, data);
     req_arg(req, "%d", SG_STATE_EXECS_KEY_SLACK);
     req_send(req);
 }
