@@ -365,16 +365,13 @@ SGGW_TEST(test_memory_state_limits)
     snprintf(url, sizeof(url), "%s/sessions", sggw_gateway_url(stack.gw));
     sggw_parallel_get(reqs, N, url, tok);
     int ok = 0, limited = 0;
-    double first = reqs[0].started, last = reqs[0].finished;
+    sgtest_span_t span = sgtest_batch_span(reqs, N);
     for (int i = 0; i < N; i++) {
         ok += reqs[i].reply.status == 200;
         limited += reqs[i].reply.status == 429;
-        if (reqs[i].started < first)
-            first = reqs[i].started;
-        if (reqs[i].finished > last)
-            last = reqs[i].finished;
     }
-    SG_CHECK(last - first < 1.0, NULL, "the batch took %.2f s: a token came back meanwhile", last - first);
+    SG_CHECK(span.last_end - span.first_start < 1.0, NULL, "the batch took %.2f s: a token came back meanwhile",
+             span.last_end - span.first_start);
     SG_CHECK(ok == 3 && limited == 7, NULL, "burst 3: expected 3 x 200 and 7 x 429, got %d and %d", ok, limited);
     for (int i = 0; i < N; i++)
         sgtest_reply_free(&reqs[i].reply);
@@ -587,21 +584,17 @@ SGGW_TEST(test_loop_health)
     free(fake);
     sggw_batch_join(b);
 
-    double first_done = execs[0].finished, last_start = execs[0].started;
+    sgtest_span_t span = sgtest_batch_span(execs, NX);
     for (int i = 0; i < NX; i++) {
         json_object *o = SG_EXPECT_JSON(&execs[i].reply, 200);
         sggw_check_result(o);
         sgtest_expect_stdout(o, "ok\n");
         json_object_put(o);
         sgtest_reply_free(&execs[i].reply);
-        if (execs[i].finished < first_done)
-            first_done = execs[i].finished;
-        if (execs[i].started > last_start)
-            last_start = execs[i].started;
     }
     SG_CHECK(bad_root == 0, NULL, "GET / answered %ld under load", bad_root);
     SG_CHECK(bad_401 == 0, NULL, "a bad token got %ld under load, not 401", bad_401);
-    SG_CHECK(probes_end < first_done, NULL, "the probes did not all run while the executions were in flight");
+    SG_CHECK(probes_end < span.first_end, NULL, "the probes did not all run while the executions were in flight");
     SG_CHECK(worst_root < FAST_S, NULL, "GET / took %.3f s with %d executions in flight", worst_root, NX);
     SG_CHECK(worst_401 < FAST_S, NULL, "a 401 took %.3f s with %d executions in flight", worst_401, NX);
 
