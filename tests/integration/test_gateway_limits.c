@@ -585,13 +585,7 @@ SGGW_TEST(test_loop_health)
     sggw_batch_join(b);
 
     sgtest_span_t span = sgtest_batch_span(execs, NX);
-    for (int i = 0; i < NX; i++) {
-        json_object *o = SG_EXPECT_JSON(&execs[i].reply, 200);
-        sggw_check_result(o);
-        sgtest_expect_stdout(o, "ok\n");
-        json_object_put(o);
-        sgtest_reply_free(&execs[i].reply);
-    }
+    sgtest_batch_expect_ok(execs, NX, sggw_check_result, "ok\n");
     SG_CHECK(bad_root == 0, NULL, "GET / answered %ld under load", bad_root);
     SG_CHECK(bad_401 == 0, NULL, "a bad token got %ld under load, not 401", bad_401);
     SG_CHECK(probes_end < span.first_end, NULL, "the probes did not all run while the executions were in flight");

@@ -471,6 +471,12 @@ static void test_files_too_large(void **state)
 
 #define NPAR 8
 
+/* The shape of the proxy's execution result, for sgtest_batch_expect_ok. */
+static void result_shape(json_object *r)
+{
+    SG_CHECK_RESULT_SHAPE(r);
+}
+
 static void test_concurrency(void **state)
 {
     char url[NPAR][256];
@@ -520,14 +526,7 @@ static void test_concurrency(void **state)
     sgtest_reply_free(&h);
 
     sgtest_span_t span = sgtest_batch_span(q, NPAR);
-    for (int i = 0; i < NPAR; i++) {
-        json_object *o = SG_EXPECT_JSON(&q[i].reply, 200);
-        SG_CHECK_RESULT_SHAPE(o);
-        sgtest_expect_stdout(o, "done\n");
-        sgtest_expect_success(o);
-        json_object_put(o);
-        sgtest_reply_free(&q[i].reply);
-    }
+    sgtest_batch_expect_ok(q, NPAR, result_shape, "done\n");
     double wall = span.last_end - span.first_start;
     SG_CHECK(wall < 3.0, NULL, "%d parallel 1 s executes took %.2f s: the proxy serialises", NPAR,
              wall);

@@ -757,3 +757,14 @@ sgtest_span_t sgtest_batch_span(const sgtest_par_req_t *reqs, size_t n)
     }
     return s;
 }
+
+void sgtest_batch_expect_ok(sgtest_par_req_t *reqs, size_t n, void (*shape)(json_object *r), const char *want_stdout)
+{
+    for (size_t i = 0; i < n; i++) {
+        json_object *o = SG_EXPECT_JSON(&reqs[i].reply, 200);
+        if (shape != NULL)
+            shape(o);
+        sgtest_expect_ok(o, want_stdout);
+        sgtest_reply_free(&reqs[i].reply);
+    }
+}

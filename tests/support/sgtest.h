@@ -441,5 +441,9 @@ typedef struct {
     double first_start, last_start, first_end, last_end;
 } sgtest_span_t;
 sgtest_span_t sgtest_batch_span(const sgtest_par_req_t *reqs, size_t n);
+/* Every request of a finished batch answered 200 with an execution result
+ * that passes shape (NULL: not checked), succeeded and printed want_stdout;
+ * the replies are freed. Asserting. */
+void sgtest_batch_expect_ok(sgtest_par_req_t *reqs, size_t n, void (*shape)(json_object *r), const char *want_stdout);
 
 #endif
