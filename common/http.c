@@ -193,6 +193,17 @@ void sg_http_send_error(h2o_req_t *req, int status, const char *code, const char
     sg_http_send_json(req, status, o);
 }
 
+int sg_http_err_set(sg_http_err_t *e, int status, const char *code, const char *fmt, ...)
+{
+    va_list ap;
+    e->status = status;
+    e->code = code;
+    va_start(ap, fmt);
+    vsnprintf(e->detail, sizeof(e->detail), fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
 void sg_http_add_header(h2o_req_t *req, const char *name, const char *value)
 {
     /* h2o keeps the pointers it is given: copy both into the request's pool */
