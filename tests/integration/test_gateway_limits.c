@@ -526,6 +526,19 @@ SGGW_TEST(test_metrics)
  * 13. The event loop answers at once while executions are in flight
  * ------------------------------------------------------------------------ */
 
+/* GET path with token: a status other than want is kept in *bad, the
+ * slowest answer in *worst. */
+static void probe(const char *token, const char *path, long want, long *bad, double *worst)
+{
+    sgtest_reply_t r;
+    sggw_call(stack.gw, token, "GET", path, NULL, &r);
+    if (r.status != want)
+        *bad = r.status;
+    if (r.seconds > *worst)
+        *worst = r.seconds;
+    sgtest_reply_free(&r);
+}
+
 SGGW_TEST(test_loop_health)
 {
     enum { NS = 10, NX = 20, PROBES = 10 };
@@ -562,19 +575,8 @@ SGGW_TEST(test_loop_health)
     long bad_root = 0, bad_401 = 0;
     char *fake = sggw_fake_token(NULL);
     for (int i = 0; i < PROBES; i++) {
-        sgtest_reply_t r;
-        sggw_call(stack.gw, NULL, "GET", "/", NULL, &r);
-        if (r.status != 200)
-            bad_root = r.status;
-        if (r.seconds > worst_root)
-            worst_root = r.seconds;
-        sgtest_reply_free(&r);
-        sggw_call(stack.gw, fake, "GET", "/sessions", NULL, &r);
-        if (r.status != 401)
-            bad_401 = r.status;
-        if (r.seconds > worst_401)
-            worst_401 = r.seconds;
-        sgtest_reply_free(&r);
+        probe(NULL, "/", 200, &bad_root, &worst_root);
+        probe(fake, "/sessions", 401, &bad_401, &worst_401);
         probes_end = sgtest_now();
     }
     free(fake);
