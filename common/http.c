@@ -193,6 +193,17 @@ void sg_http_send_error(h2o_req_t *req, int status, const char *code, const char
     sg_http_send_json(req, status, o);
 }
 
+int sg_http_err_set(sg_http_err_t *e, int status, const char *code, const char *fmt, ...)
+{
+    va_list ap;
+    e->status = status;
+    e->code = code;
+    va_start(ap, fmt);
+    vsnprintf(e->detail, sizeof(e->detail), fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
 void sg_http_add_header(h2o_req_t *req, const char *name, const char *value)
 {
     /* h2o keeps the pointers it is given: copy both into the request's pool */
@@ -239,6 +250,26 @@ static int hexval(int c)
     if (c >= 'A' && c <= 'F')
         return c - 'A' + 10;
     return -1;
+}
+
+int sg_http_decode_segment(h2o_iovec_t seg, char *out, size_t outlen)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < seg.len; i++) {
+        int c = (unsigned char)seg.base[i];
+        if (c == '%') {
+            int hi = i + 2 < seg.len ? hexval(seg.base[i + 1]) : -1, lo = i + 2 < seg.len ? hexval(seg.base[i + 2]) : -1;
+            if (hi < 0 || lo < 0)
+                return -1;
+            c = hi * 16 + lo;
+            i += 2;
+        }
+        if (c == 0 || o + 1 >= outlen)
+            return -1;
+        out[o++] = (char)c;
+    }
+    out[o] = '\0';
+    return o != 0 ? 0 : -1;
 }
 
 h2o_iovec_t sg_http_query_param(h2o_req_t *req, const char *name)

@@ -43,6 +43,17 @@ void sg_http_send_json(h2o_req_t *req, int status, json_object *obj);
  * what the client sent). */
 void sg_http_send_error(h2o_req_t *req, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* An error as it will be answered, made away from the request (a
+ * validation, a DB job): its status, code and detail, as
+ * sg_http_send_error takes them. */
+typedef struct {
+    int status;
+    const char *code;
+    char detail[512];
+} sg_http_err_t;
+/* Fills e. Returns -1, the failure of the caller that found it. */
+int sg_http_err_set(sg_http_err_t *e, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Replies with the bytes as given (copied into the request's pool). */
 void sg_http_send_body(h2o_req_t *req, int status, const char *content_type, const char *p, size_t len);
 /* Adds a response header; name and value are copied. */
@@ -60,6 +71,10 @@ h2o_iovec_t sg_http_path(h2o_req_t *req);
 /* The value of query parameter name, percent-decoded into the request's
  * pool; {NULL, 0} if absent, {"" , 0} if present and empty. */
 h2o_iovec_t sg_http_query_param(h2o_req_t *req, const char *name);
+/* A path segment percent-decoded into out (NUL-terminated): 0, or -1 if it
+ * is empty, holds a bad escape or a NUL, or does not fit in outlen. Both
+ * tiers read template names from the path with it. */
+int sg_http_decode_segment(h2o_iovec_t seg, char *out, size_t outlen);
 /* 1 if the request has a Content-Type of application/json (parameters
  * allowed), 0 otherwise. */
 int sg_http_is_json(h2o_req_t *req);

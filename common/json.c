@@ -58,23 +58,28 @@ Error:
     return NULL;
 }
 
-static json_object *field(json_object *o, const char *key)
+/* The field key of o when it is of type t (json_type_double also takes an
+ * integer): 1 with *v set, 0 if absent or null, -1 with "field \"key\" must
+ * be <must>" in err. */
+static int field(json_object *o, const char *key, json_type t, const char *must, json_object **v, char *err,
+                 size_t errlen)
 {
-    json_object *v = NULL;
-    if (!json_object_object_get_ex(o, key, &v))
-        return NULL;
-    return v; /* NULL for JSON null too */
+    *v = NULL;
+    if (!json_object_object_get_ex(o, key, v) || *v == NULL)
+        return 0; /* absent, or JSON null */
+    if (!json_object_is_type(*v, t) && !(t == json_type_double && json_object_is_type(*v, json_type_int))) {
+        snprintf(err, errlen, "field \"%s\" must be %s", key, must);
+        return -1;
+    }
+    return 1;
 }
 
 int sg_json_get_str(json_object *o, const char *key, const char **out, size_t *len, char *err, size_t errlen)
 {
-    json_object *v = field(o, key);
-    if (v == NULL)
-        return 0;
-    if (!json_object_is_type(v, json_type_string)) {
-        snprintf(err, errlen, "field \"%s\" must be a string", key);
-        return -1;
-    }
+    json_object *v;
+    int rc = field(o, key, json_type_string, "a string", &v, err, errlen);
+    if (rc != 1)
+        return rc;
     *out = json_object_get_string(v);
     if (len != NULL)
         *len = (size_t)json_object_get_string_len(v);
@@ -83,26 +88,20 @@ int sg_json_get_str(json_object *o, const char *key, const char **out, size_t *l
 
 int sg_json_get_bool(json_object *o, const char *key, int *out, char *err, size_t errlen)
 {
-    json_object *v = field(o, key);
-    if (v == NULL)
-        return 0;
-    if (!json_object_is_type(v, json_type_boolean)) {
-        snprintf(err, errlen, "field \"%s\" must be true or false", key);
-        return -1;
-    }
+    json_object *v;
+    int rc = field(o, key, json_type_boolean, "true or false", &v, err, errlen);
+    if (rc != 1)
+        return rc;
     *out = json_object_get_boolean(v);
     return 1;
 }
 
 int sg_json_get_num(json_object *o, const char *key, double *out, char *err, size_t errlen)
 {
-    json_object *v = field(o, key);
-    if (v == NULL)
-        return 0;
-    if (!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double)) {
-        snprintf(err, errlen, "field \"%s\" must be a number", key);
-        return -1;
-    }
+    json_object *v;
+    int rc = field(o, key, json_type_double, "a number", &v, err, errlen);
+    if (rc != 1)
+        return rc;
     *out = json_object_get_double(v);
     if (!isfinite(*out)) { /* json-c reads NaN and Infinity */
         snprintf(err, errlen, "field \"%s\" must be a finite number", key);
@@ -113,19 +112,17 @@ int sg_json_get_num(json_object *o, const char *key, double *out, char *err, siz
 
 int sg_json_get_str_array(json_object *o, const char *key, json_object **out, char *err, size_t errlen)
 {
-    json_object *v = field(o, key);
-    if (v == NULL)
-        return 0;
-    if (!json_object_is_type(v, json_type_array))
-        goto Bad;
+    json_object *v;
+    int rc = field(o, key, json_type_array, "an array of strings", &v, err, errlen);
+    if (rc != 1)
+        return rc;
     for (size_t i = 0; i < json_object_array_length(v); i++)
-        if (!json_object_is_type(json_object_array_get_idx(v, i), json_type_string))
-            goto Bad;
+        if (!json_object_is_type(json_object_array_get_idx(v, i), json_type_string)) {
+            snprintf(err, errlen, "field \"%s\" must be an array of strings", key);
+            return -1;
+        }
     *out = v;
     return 1;
-Bad:
-    snprintf(err, errlen, "field \"%s\" must be an array of strings", key);
-    return -1;
 }
 
 /* Length of the valid UTF-8 sequence at p (1..4), or 0 if invalid. */

@@ -21,16 +21,10 @@
 #include "json.h"
 #include "lang.h"
 #include "libraries.h"
+#include "policy_fixture.h"
 #include "validate.h"
 
-static const sg_policy_t policy = {
-    .defaults = {.timeout_s = 30, .memory_mb = 512, .cpus = 1, .network = 0, .pids = 128, .output_bytes = 1 << 20,
-                 .tmpfs_mb = 256},
-    .max_timeout_s = 300,
-    .max_memory_mb = 4096,
-    .max_cpus = 2,
-    .allow_network = 0,
-};
+static const sg_policy_t policy = SGTEST_POLICY(2);
 
 static void check_err(const sg_verr_t *e)
 {

@@ -15,57 +15,20 @@
 
 #include "fuzz.h"
 #include "json.h"
-
-/* Independent: 1 if s[0..len) is valid UTF-8 (RFC 3629) without NUL. */
-static int valid(const unsigned char *s, size_t len, size_t *last_start)
-{
-    size_t i = 0;
-    *last_start = 0;
-    while (i < len) {
-        unsigned c = s[i];
-        size_t n;
-        unsigned cp, min;
-        *last_start = i;
-        if (c == 0)
-            return 0;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        if ((c & 0xe0) == 0xc0)
-            n = 2, cp = c & 0x1f, min = 0x80;
-        else if ((c & 0xf0) == 0xe0)
-            n = 3, cp = c & 0x0f, min = 0x800;
-        else if ((c & 0xf8) == 0xf0)
-            n = 4, cp = c & 0x07, min = 0x10000;
-        else
-            return 0;
-        if (len - i < n)
-            return 0;
-        for (size_t k = 1; k < n; k++) {
-            if ((s[i + k] & 0xc0) != 0x80)
-                return 0;
-            cp = cp << 6 | (s[i + k] & 0x3f);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return 0;
-        i += n;
-    }
-    return 1;
-}
+#include "utf8_ref.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fuzz_in_t in = {data, size};
     uint8_t cut = fuzz_u8(&in);
     const char *p = (const char *)in.p;
-    size_t n, n2, ls;
+    size_t n, n2;
     char *out, *again;
 
     out = sg_utf8_sanitize(p, in.len, &n);
     CHECK(out != NULL && out[n] == '\0' && n <= in.len * 3);
-    CHECK(valid((const unsigned char *)out, n, &ls));
-    int in_valid = valid(in.p, in.len, &ls);
+    CHECK(utf8_ref_valid((const unsigned char *)out, n));
+    int in_valid = utf8_ref_valid(in.p, in.len);
     if (in_valid)
         CHECK(n == in.len && memcmp(out, p, n) == 0);
     again = sg_utf8_sanitize(out, n, &n2);
@@ -87,9 +50,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t k = sg_utf8_complete_len(p, c);
     CHECK(k <= c && c - k <= 3);
     if (in_valid) {
-        size_t dummy;
         /* the kept part is whole characters; what is held back starts one */
-        CHECK(valid(in.p, k, &dummy));
+        CHECK(utf8_ref_valid(in.p, k));
         if (k < c)
             CHECK(in.p[k] >= 0xc2);
         /* and a cut at a boundary keeps everything */

@@ -1,15 +1,12 @@
 /*
  * api.c — the proxy's API (api.h): its route table, one handler a route,
- * the handlers by family (api_sessions.h, api_exec.h, api_files.h,
- * api_templates.h) over the request core (api_core.h); GET / and GET
- * /health here.
+ * the handlers by family (api_routes.h: api_sessions.c, api_exec.c,
+ * api_files.c, api_templates.c) over the request core (api_core.h); GET /
+ * and GET /health here.
  */
 #include "api.h"
 #include "api_core.h"
-#include "api_exec.h"
-#include "api_files.h"
-#include "api_sessions.h"
-#include "api_templates.h"
+#include "api_routes.h"
 #include "capacity.h"
 #include "docker.h"
 #include "json.h"

@@ -4,7 +4,7 @@
  * as JSON or as Server-Sent Events; and POST /sessions/{id}/libraries
  * (docs/proxy-api.md).
  */
-#include "api_exec.h"
+#include "api_routes.h"
 #include "json.h"
 #include "pool.h"
 #include "log.h"

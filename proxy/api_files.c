@@ -2,7 +2,7 @@
  * api_files.c — GET and PUT /sessions/{id}/files?path=P: a file of the
  * session's work dir, through its agent (docs/proxy-api.md).
  */
-#include "api_files.h"
+#include "api_routes.h"
 #include "json.h"
 #include "util.h"
 

@@ -2,7 +2,7 @@
  * api_sessions.c — the sessions routes: POST and GET /sessions, GET and
  * DELETE /sessions/{id} (docs/proxy-api.md).
  */
-#include "api_sessions.h"
+#include "api_routes.h"
 #include "json.h"
 #include "pool.h"
 #include "util.h"

@@ -8,7 +8,7 @@
  *
  * Loop thread; the Docker calls run on the worker threads.
  */
-#include "api_templates.h"
+#include "api_routes.h"
 #include "docker.h"
 #include "log.h"
 #include "util.h"
@@ -188,30 +188,14 @@ static void tpl_done(sg_job_t *job)
     free(j);
 }
 
-static int hexval(int c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 /* A template's name from the path, percent-decoded: "<repo>:<session id>"
  * exactly, or -1. */
 static int parse_name(const char *repo, h2o_iovec_t seg, char *out, size_t outlen)
 {
-    size_t o = 0, rl = strlen(repo);
-    for (size_t i = 0; i < seg.len; i++) {
-        int c = (unsigned char)seg.base[i];
-        if (c == '%') {
-            int hi = i + 2 < seg.len ? hexval(seg.base[i + 1]) : -1, lo = i + 2 < seg.len ? hexval(seg.base[i + 2]) : -1;
-            if (hi < 0 || lo < 0)
-                return -1;
-            c = hi * 16 + lo;
-            i += 2;
-        }
-        if (o + 1 >= outlen || c == 0)
-            return -1;
-        out[o++] = (char)c;
-    }
-    out[o] = '\0';
+    size_t o, rl = strlen(repo);
+    if (sg_http_decode_segment(seg, out, outlen) != 0)
+        return -1;
+    o = strlen(out);
     if (o != rl + 37 || strncmp(out, repo, rl) != 0 || out[rl] != ':' || !sg_is_uuid(out + rl + 1, 36))
         return -1;
     return 0;

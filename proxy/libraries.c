@@ -86,22 +86,44 @@ int sg_lib_check(const sg_lang_t *lang, const char *name, const char *version, c
 
 /* ---- one package ------------------------------------------------------------- */
 
+/* What an install (of one package, or of a list) answers to, and how. */
 typedef struct {
-    sg_session_t *s;
-    char name[215];
-    char spec[300];
-    int fetched;
+    sg_session_t *s; /* referenced until the answer */
     uint64_t t0;
     sg_lib_result_t r;
     sg_lib_cb cb;
     void *data;
+} lib_done_t;
+
+/* Holds s until the answer; the clock starts now. */
+static void lib_done_init(lib_done_t *d, sg_session_t *s, sg_lib_cb cb, void *data)
+{
+    sg_session_ref(s);
+    d->s = s;
+    d->cb = cb;
+    d->data = data;
+    d->t0 = sg_now_us();
+    d->r.http_status = 200;
+}
+
+/* Answers with r, its time counted from t0, and lets the session go. */
+static void lib_done(lib_done_t *d)
+{
+    d->r.installation_time = (double)(sg_now_us() - d->t0) / 1e6;
+    d->cb(d->data, &d->r);
+    sg_session_unref(d->s);
+}
+
+typedef struct {
+    lib_done_t done;
+    char name[215];
+    char spec[300];
+    int fetched;
 } install_t;
 
 static void install_finish(install_t *in)
 {
-    in->r.installation_time = (double)(sg_now_us() - in->t0) / 1e6;
-    in->cb(in->data, &in->r);
-    sg_session_unref(in->s);
+    lib_done(&in->done);
     free(in);
 }
 
@@ -134,9 +156,9 @@ static void on_fetched(void *data, const sg_fetch_result_t *f)
 {
     install_t *in = data;
     if (f->no_capacity)
-        in->r.http_status = 503;
+        in->done.r.http_status = 503;
     if (!f->ok) {
-        snprintf(in->r.message, sizeof(in->r.message), "could not get %.200s from the package index%s: %.900s",
+        snprintf(in->done.r.message, sizeof(in->done.r.message), "could not get %.200s from the package index%s: %.900s",
                  in->spec, f->timed_out ? " in time" : "", f->message);
         install_finish(in);
         return;
@@ -149,25 +171,25 @@ static void on_local_done(sg_op_t *op)
 {
     install_t *in = op->data;
     if (op->failed) {
-        in->r.http_status = op->fail_status;
-        snprintf(in->r.message, sizeof(in->r.message), "%s", op->errmsg);
+        in->done.r.http_status = op->fail_status;
+        snprintf(in->done.r.message, sizeof(in->done.r.message), "%s", op->errmsg);
     } else if (op->reason == SG_AGENT_REASON_EXITED && op->exit_code == 0) {
-        in->r.success = 1;
-        in->r.from_store = !in->fetched;
-        tail_line(&op->out[0], in->r.installed_version, sizeof(in->r.installed_version));
-        snprintf(in->r.message, sizeof(in->r.message), "installed %s %s%s", in->name, in->r.installed_version,
+        in->done.r.success = 1;
+        in->done.r.from_store = !in->fetched;
+        tail_line(&op->out[0], in->done.r.installed_version, sizeof(in->done.r.installed_version));
+        snprintf(in->done.r.message, sizeof(in->done.r.message), "installed %s %s%s", in->name, in->done.r.installed_version,
                  in->fetched ? "" : " from the package store");
     } else if (!in->fetched && op->reason == SG_AGENT_REASON_EXITED && op->exit_code == SG_LANG_NOT_IN_STORE &&
                install_conf()->store_volume[0] != '\0') {
         /* not in the store yet: fetch it, then install again (any other
          * failure, a hash mismatch among them, is the answer) */
         sg_op_free(op);
-        sg_install_fetch(proxy, in->s, in->spec, on_fetched, in);
+        sg_install_fetch(proxy, in->done.s, in->spec, on_fetched, in);
         return;
     } else {
         char err[900];
         tail_text(&op->out[1], err, sizeof(err));
-        snprintf(in->r.message, sizeof(in->r.message), "could not install %.200s: %.900s", in->spec,
+        snprintf(in->done.r.message, sizeof(in->done.r.message), "could not install %.200s: %.900s", in->spec,
                  err[0] ? err : sg_agent_reason_name(op->reason));
     }
     sg_op_free(op);
@@ -181,10 +203,10 @@ static void local_step(install_t *in)
     sg_shell_quote(in->spec, strlen(in->spec), qspec, sizeof(qspec));
     sg_shell_quote(in->name, strlen(in->name), qname, sizeof(qname));
     snprintf(cmd, sizeof(cmd), "SANDGATE_SPEC=%s SANDGATE_NAME=%s; export SANDGATE_SPEC SANDGATE_NAME; %s", qspec, qname,
-             in->s->lang->local_install_cmd);
-    sg_op_t *op = sg_op_exec(in->s, NULL, NULL, cmd, NULL, NULL, "", 0, (double)conf->timeout_ms / 1000);
+             in->done.s->lang->local_install_cmd);
+    sg_op_t *op = sg_op_exec(in->done.s, NULL, NULL, cmd, NULL, NULL, "", 0, (double)conf->timeout_ms / 1000);
     if (op == NULL) {
-        snprintf(in->r.message, sizeof(in->r.message), "out of memory");
+        snprintf(in->done.r.message, sizeof(in->done.r.message), "out of memory");
         install_finish(in);
         return;
     }
@@ -195,16 +217,11 @@ void sg_lib_install(sg_session_t *s, const char *name, const char *version, sg_l
 {
     install_t *in = sg_xcalloc(1, sizeof(*in));
     char err[300];
-    sg_session_ref(s);
-    in->s = s;
-    in->cb = cb;
-    in->data = data;
-    in->t0 = sg_now_us();
-    in->r.http_status = 200;
+    lib_done_init(&in->done, s, cb, data);
     /* the only door to an installer: nothing unchecked goes through it */
     if (sg_lib_check(s->lang, name, version, err, sizeof(err)) != 0) {
         sg_error("library install refused: %s", err);
-        snprintf(in->r.message, sizeof(in->r.message), "%s", err);
+        snprintf(in->done.r.message, sizeof(in->done.r.message), "%s", err);
         install_finish(in);
         return;
     }
@@ -219,26 +236,20 @@ void sg_lib_install(sg_session_t *s, const char *name, const char *version, sg_l
 /* ---- a list, before code runs -------------------------------------------------- */
 
 typedef struct {
-    sg_session_t *s;
+    lib_done_t done;
     char **names;           /* the request's names, checked */
     unsigned char *missing; /* per name: the check said it is missing */
     size_t n, next;
     size_t ninstalled;
-    uint64_t t0;
-    sg_lib_result_t r;
-    sg_lib_cb cb;
-    void *data;
 } ensure_t;
 
 static void ensure_finish(ensure_t *e)
 {
-    e->r.installation_time = (double)(sg_now_us() - e->t0) / 1e6;
-    e->cb(e->data, &e->r);
+    lib_done(&e->done);
     for (size_t i = 0; i < e->n; i++)
         free(e->names[i]);
     free(e->names);
     free(e->missing);
-    sg_session_unref(e->s);
     free(e);
 }
 
@@ -248,8 +259,8 @@ static void on_one_installed(void *data, const sg_lib_result_t *r)
 {
     ensure_t *e = data;
     if (!r->success) {
-        e->r = *r;
-        e->r.success = 0;
+        e->done.r = *r;
+        e->done.r.success = 0;
         ensure_finish(e);
         return;
     }
@@ -262,15 +273,15 @@ static void ensure_next(ensure_t *e)
     while (e->next < e->n && !e->missing[e->next])
         e->next++;
     if (e->next == e->n) {
-        e->r.success = 1;
-        snprintf(e->r.message, sizeof(e->r.message), "%zu librar%s installed", e->ninstalled,
+        e->done.r.success = 1;
+        snprintf(e->done.r.message, sizeof(e->done.r.message), "%zu librar%s installed", e->ninstalled,
                  e->ninstalled == 1 ? "y" : "ies");
         ensure_finish(e);
         return;
     }
     /* the request's own (checked) string, never the sandbox's line */
     const char *name = e->names[e->next++];
-    sg_lib_install(e->s, name, NULL, on_one_installed, e);
+    sg_lib_install(e->done.s, name, NULL, on_one_installed, e);
 }
 
 size_t sg_lib_match_missing(char *const *names, size_t n, const char *out, size_t len, unsigned char *missing)
@@ -307,8 +318,8 @@ static void on_missing_listed(sg_op_t *op)
 {
     ensure_t *e = op->data;
     if (op->failed || op->reason != SG_AGENT_REASON_EXITED || op->exit_code != 0) {
-        e->r.http_status = op->failed ? op->fail_status : 200;
-        snprintf(e->r.message, sizeof(e->r.message), "cannot check the session's libraries: %s",
+        e->done.r.http_status = op->failed ? op->fail_status : 200;
+        snprintf(e->done.r.message, sizeof(e->done.r.message), "cannot check the session's libraries: %s",
                  op->failed ? op->errmsg : sg_agent_reason_name(op->reason));
         sg_op_free(op);
         ensure_finish(e);
@@ -327,12 +338,7 @@ void sg_lib_ensure(sg_session_t *s, json_object *libs, sg_lib_cb cb, void *data)
     size_t n = json_object_array_length(libs), cap = strlen(s->lang->missing_cmd) + n * 700 + 1;
     char *cmd = sg_xmalloc(cap);
 
-    sg_session_ref(s);
-    e->s = s;
-    e->cb = cb;
-    e->data = data;
-    e->t0 = sg_now_us();
-    e->r.http_status = 200;
+    lib_done_init(&e->done, s, cb, data);
     e->names = sg_xcalloc(n + 1, sizeof(char *));
     e->missing = sg_xcalloc(n + 1, 1);
     strcpy(cmd, s->lang->missing_cmd);
@@ -340,7 +346,7 @@ void sg_lib_ensure(sg_session_t *s, json_object *libs, sg_lib_cb cb, void *data)
         json_object *v = json_object_array_get_idx(libs, i);
         const char *name = json_object_get_string(v);
         if (!json_object_is_type(v, json_type_string) ||
-            sg_lib_check(s->lang, name, NULL, e->r.message, sizeof(e->r.message)) != 0) {
+            sg_lib_check(s->lang, name, NULL, e->done.r.message, sizeof(e->done.r.message)) != 0) {
             e->n = i;
             free(cmd);
             ensure_finish(e); /* api_exec.c checked them: not reached */
@@ -355,7 +361,7 @@ void sg_lib_ensure(sg_session_t *s, json_object *libs, sg_lib_cb cb, void *data)
     sg_op_t *op = sg_op_exec(s, NULL, NULL, cmd, NULL, NULL, "", 0, 30.0);
     free(cmd);
     if (op == NULL) {
-        snprintf(e->r.message, sizeof(e->r.message), "out of memory");
+        snprintf(e->done.r.message, sizeof(e->done.r.message), "out of memory");
         ensure_finish(e);
         return;
     }

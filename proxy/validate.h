@@ -11,14 +11,12 @@
 #include <json-c/json.h>
 #include <stddef.h>
 
+#include "http.h"
 #include "lang.h"
 #include "policy.h"
 
-typedef struct {
-    int status;
-    const char *code;
-    char detail[512];
-} sg_verr_t;
+/* A refused request: the 400 (or other) answer it gets. */
+typedef sg_http_err_t sg_verr_t;
 
 #define SG_MAX_LIBRARIES 32
 #define SG_MAX_PATH 1024

@@ -41,3 +41,10 @@ void sg_gw_db_submit(sg_gw_job_t *job)
     job->super.done = db_done;
     sg_workq_submit(sg_gw.dbq, &job->super);
 }
+
+void sg_gw_db_run(sg_gw_job_t *job, void (*fn)(sg_gw_job_t *job, sg_store_t *st), void (*done)(sg_gw_job_t *job))
+{
+    job->fn = fn;
+    job->done = done;
+    sg_gw_db_submit(job);
+}

@@ -24,5 +24,7 @@ struct sg_gw_job {
 /* Loop thread. After shutdown has stopped the DB threads, done runs at
  * once with rc = -1 ("the gateway is shutting down"). */
 void sg_gw_db_submit(sg_gw_job_t *job);
+/* Submits job with fn and done (the usual start of a job). Loop thread. */
+void sg_gw_db_run(sg_gw_job_t *job, void (*fn)(sg_gw_job_t *job, sg_store_t *st), void (*done)(sg_gw_job_t *job));
 
 #endif

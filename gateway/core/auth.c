@@ -166,8 +166,6 @@ int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_rout
     if (spec->stream_accept)
         g->want_stream = wants_stream(req);
     sg_sse_tail_init(&g->tail, STREAM_EVENT_MAX);
-    g->job.fn = auth_fn;
-    g->job.done = auth_done;
-    sg_gw_db_submit(&g->job);
+    sg_gw_db_run(&g->job, auth_fn, auth_done);
     return 0;
 }

@@ -1,4 +1,5 @@
 #include "fields.h"
+#include "http.h"
 
 #include <errno.h>
 #include <math.h>
@@ -63,27 +64,7 @@ int sg_gw_number_text(const char *s, size_t len, double min, double max, double 
     return 0;
 }
 
-static int hexval(int c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 int sg_gw_template_name(h2o_iovec_t seg, char *out, size_t outlen)
 {
-    size_t o = 0;
-    for (size_t i = 0; i < seg.len; i++) {
-        int c = (unsigned char)seg.base[i];
-        if (c == '%') {
-            int hi = i + 2 < seg.len ? hexval(seg.base[i + 1]) : -1, lo = i + 2 < seg.len ? hexval(seg.base[i + 2]) : -1;
-            if (hi < 0 || lo < 0)
-                return -1;
-            c = hi * 16 + lo;
-            i += 2;
-        }
-        if (c == 0 || o + 1 >= outlen)
-            return -1;
-        out[o++] = (char)c;
-    }
-    out[o] = '\0';
-    return o != 0 ? 0 : -1;
+    return sg_http_decode_segment(seg, out, outlen);
 }

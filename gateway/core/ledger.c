@@ -90,9 +90,7 @@ static void on_quota(void *data, int available, sg_quota_status_t status, int64_
     case SG_QUOTA_UNSEEDED: {
         seed_job_t *j = sg_xcalloc(1, sizeof(*j));
         j->g = g;
-        j->job.fn = seed_fn;
-        j->job.done = seed_done;
-        sg_gw_db_submit(&j->job);
+        sg_gw_db_run(&j->job, seed_fn, seed_done);
         return;
     }
     case SG_QUOTA_EXECS:

@@ -131,6 +131,15 @@ extern const char *const sg_gw_route_names[];
  * owner and the tenant's rate limit; spec->run follows when all pass, else
  * the error is answered. Returns 0 (the h2o handler's answer). */
 int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_route_spec_t *spec);
+/* Defines the route callback fn (handlers.h) that takes its requests in
+ * through sg_gw_req_accept with the spec given by the remaining arguments
+ * (sg_gw_route_spec_t's fields in order): the handlers differ only by it. */
+#define SG_GW_ROUTE_HANDLER(fn, ...)                                                                               \
+    int fn(void *app, h2o_req_t *req, const sg_route_match_t *m)                                                   \
+    {                                                                                                              \
+        static const sg_gw_route_spec_t spec = {__VA_ARGS__};                                                      \
+        return sg_gw_req_accept(req, m, &spec);                                                                    \
+    }
 /* Every request ends here, whatever the path (reply, upstream failure,
  * client gone, stream end): an execution slot it holds is given back. */
 void sg_gw_req_free(sg_gw_req_t *g);

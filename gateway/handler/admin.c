@@ -45,10 +45,9 @@ struct admin_job {
     char arg[128];
     json_object *body;
     double from, to;
-    /* reply, made on the DB thread, sent on the loop */
-    int status;
-    const char *code;
-    char detail[512];
+    /* reply, made on the DB thread, sent on the loop: res.status with reply,
+     * or the error in res */
+    sg_http_err_t res;
     json_object *reply;
 };
 
@@ -60,24 +59,13 @@ static void admin_free(admin_job_t *j)
     free(j);
 }
 
-static void fail(admin_job_t *j, int status, const char *code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static void fail(admin_job_t *j, int status, const char *code, const char *fmt, ...)
-{
-    va_list ap;
-    j->status = status;
-    j->code = code;
-    va_start(ap, fmt);
-    vsnprintf(j->detail, sizeof(j->detail), fmt, ap);
-    va_end(ap);
-}
-
 /* Applies the quota fields present in body to t, with the store's own
  * parsing and ranges. 0, or -1 with j failed (400 naming the field). */
 static int apply_quotas(admin_job_t *j, json_object *body, sg_tenant_t *t)
 {
     char err[256];
     if (sg_tenant_set_json(t, body, err, sizeof(err)) != 0) {
-        fail(j, 400, "bad_field", "%s", err);
+        sg_http_err_set(&j->res, 400, "bad_field", "%s", err);
         return -1;
     }
     return 0;
@@ -93,7 +81,7 @@ static void tenants_list(admin_job_t *j, sg_store_t *st)
     json_object *arr = json_object_new_array();
     if (sg_store_tenant_list(st, add_tenant, arr, j->job.err, sizeof(j->job.err)) != 0) {
         json_object_put(arr);
-        fail(j, 500, "internal", "%s", j->job.err);
+        sg_http_err_set(&j->res, 500, "internal", "%s", j->job.err);
         return;
     }
     j->reply = json_object_new_object();
@@ -104,9 +92,9 @@ static int find_tenant(admin_job_t *j, sg_store_t *st, sg_tenant_t *t)
 {
     int rc = sg_store_tenant_by_name(st, j->name, t, j->job.err, sizeof(j->job.err));
     if (rc < 0)
-        fail(j, 500, "internal", "%s", j->job.err);
+        sg_http_err_set(&j->res, 500, "internal", "%s", j->job.err);
     else if (rc == 0)
-        fail(j, 404, "no_such_tenant", "no tenant named \"%s\"", j->name);
+        sg_http_err_set(&j->res, 404, "no_such_tenant", "no tenant named \"%s\"", j->name);
     return rc == 1 ? 0 : -1;
 }
 
@@ -114,8 +102,8 @@ static void tenant_create(admin_job_t *j, sg_store_t *st)
 {
     sg_tenant_t t, probe;
     const char *name;
-    if (sg_json_get_str(j->body, "name", &name, NULL, j->detail, sizeof(j->detail)) != 1) {
-        fail(j, 400, "bad_field", "field \"name\" (a string) is required");
+    if (sg_json_get_str(j->body, "name", &name, NULL, j->res.detail, sizeof(j->res.detail)) != 1) {
+        sg_http_err_set(&j->res, 400, "bad_field", "field \"name\" (a string) is required");
         return;
     }
     snprintf(j->name, sizeof(j->name), "%s", name);
@@ -124,19 +112,19 @@ static void tenant_create(admin_job_t *j, sg_store_t *st)
     if (apply_quotas(j, j->body, &probe) != 0)
         return;
     if (sg_store_tenant_by_name(st, name, &t, j->job.err, sizeof(j->job.err)) == 1) {
-        fail(j, 409, "tenant_exists", "a tenant named \"%s\" exists already", name);
+        sg_http_err_set(&j->res, 409, "tenant_exists", "a tenant named \"%s\" exists already", name);
         return;
     }
     if (sg_store_tenant_create(st, name, &t, j->job.err, sizeof(j->job.err)) != 0) {
-        fail(j, 400, "bad_field", "%s", j->job.err);
+        sg_http_err_set(&j->res, 400, "bad_field", "%s", j->job.err);
         return;
     }
     apply_quotas(j, j->body, &t);
     if (sg_store_tenant_update(st, &t, j->job.err, sizeof(j->job.err)) != 0) {
-        fail(j, 500, "internal", "%s", j->job.err);
+        sg_http_err_set(&j->res, 500, "internal", "%s", j->job.err);
         return;
     }
-    j->status = 201;
+    j->res.status = 201;
     j->reply = sg_tenant_to_json(&t);
 }
 
@@ -153,7 +141,7 @@ static void tenant_patch(admin_job_t *j, sg_store_t *st)
     if (find_tenant(j, st, &t) != 0 || apply_quotas(j, j->body, &t) != 0)
         return;
     if (sg_store_tenant_update(st, &t, j->job.err, sizeof(j->job.err)) != 0) {
-        fail(j, 500, "internal", "%s", j->job.err);
+        sg_http_err_set(&j->res, 500, "internal", "%s", j->job.err);
         return;
     }
     j->reply = sg_tenant_to_json(&t);
@@ -167,15 +155,15 @@ static void token_create(admin_job_t *j, sg_store_t *st)
     const char *label = "";
     if (find_tenant(j, st, &t) != 0)
         return;
-    if (j->body != NULL && sg_json_get_str(j->body, "label", &label, NULL, j->detail, sizeof(j->detail)) < 0) {
-        fail(j, 400, "bad_field", "field \"label\" must be a string");
+    if (j->body != NULL && sg_json_get_str(j->body, "label", &label, NULL, j->res.detail, sizeof(j->res.detail)) < 0) {
+        sg_http_err_set(&j->res, 400, "bad_field", "field \"label\" must be a string");
         return;
     }
     if (sg_store_token_create(st, t.id, label, secret, &tok, j->job.err, sizeof(j->job.err)) != 0) {
-        fail(j, 500, "internal", "%s", j->job.err);
+        sg_http_err_set(&j->res, 500, "internal", "%s", j->job.err);
         return;
     }
-    j->status = 201;
+    j->res.status = 201;
     j->reply = json_object_new_object();
     json_object_object_add(j->reply, "token", json_object_new_string(secret));
     json_object_object_add(j->reply, "public_id", json_object_new_string(tok.public_id));
@@ -202,7 +190,7 @@ static void token_list(admin_job_t *j, sg_store_t *st)
     arr = json_object_new_array();
     if (sg_store_token_list(st, t.id, add_token, arr, j->job.err, sizeof(j->job.err)) != 0) {
         json_object_put(arr);
-        fail(j, 500, "internal", "%s", j->job.err);
+        sg_http_err_set(&j->res, 500, "internal", "%s", j->job.err);
         return;
     }
     j->reply = json_object_new_object();
@@ -213,9 +201,9 @@ static void token_revoke(admin_job_t *j, sg_store_t *st)
 {
     int rc = sg_store_token_revoke(st, j->arg, j->job.err, sizeof(j->job.err));
     if (rc < 0) {
-        fail(j, 500, "internal", "%s", j->job.err);
+        sg_http_err_set(&j->res, 500, "internal", "%s", j->job.err);
     } else if (rc == 0) {
-        fail(j, 404, "no_such_token", "no token with public id \"%s\"", j->arg);
+        sg_http_err_set(&j->res, 404, "no_such_token", "no token with public id \"%s\"", j->arg);
     } else {
         j->reply = json_object_new_object();
         json_object_object_add(j->reply, "status", json_object_new_string("revoked"));
@@ -244,13 +232,13 @@ static void usage_get(admin_job_t *j, sg_store_t *st)
     if (find_tenant(j, st, &t) != 0)
         return;
     if (sg_store_usage_total(st, t.id, j->from, j->to, &tot, j->job.err, sizeof(j->job.err)) != 0) {
-        fail(j, 500, "internal", "%s", j->job.err);
+        sg_http_err_set(&j->res, 500, "internal", "%s", j->job.err);
         return;
     }
     rows = json_object_new_array();
     if (sg_store_usage_list(st, t.id, j->from, j->to, 1000, add_usage_row, rows, j->job.err, sizeof(j->job.err)) != 0) {
         json_object_put(rows);
-        fail(j, 500, "internal", "%s", j->job.err);
+        sg_http_err_set(&j->res, 500, "internal", "%s", j->job.err);
         return;
     }
     j->reply = json_object_new_object();
@@ -269,9 +257,9 @@ static void session_owner(admin_job_t *j, sg_store_t *st)
     sg_session_rec_t rec;
     int rc = sg_store_session_get(st, j->arg, &rec, j->job.err, sizeof(j->job.err));
     if (rc < 0)
-        fail(j, 500, "internal", "%s", j->job.err);
+        sg_http_err_set(&j->res, 500, "internal", "%s", j->job.err);
     else if (rc == 0 || rec.closed_at != 0)
-        fail(j, 404, "no_such_session", "no live session with id \"%s\"", j->arg);
+        sg_http_err_set(&j->res, 404, "no_such_session", "no live session with id \"%s\"", j->arg);
     else
         j->from = (double)rec.tenant_id; /* handed to the loop */
 }
@@ -288,7 +276,7 @@ static void tenant_id_of(admin_job_t *j, sg_store_t *st)
 static void job_fn(sg_gw_job_t *job, sg_store_t *st)
 {
     admin_job_t *j = (admin_job_t *)job;
-    j->status = 200;
+    j->res.status = 200;
     j->fn(j, st);
 }
 
@@ -296,15 +284,15 @@ static void job_done(sg_gw_job_t *job)
 {
     admin_job_t *j = (admin_job_t *)job;
     h2o_req_t *req = sg_http_hold_req(j->hold);
-    if (job->rc != 0 && j->code == NULL) /* the database could not be opened */
-        fail(j, 500, "internal", "%s", job->err);
+    if (job->rc != 0 && j->res.code == NULL) /* the database could not be opened */
+        sg_http_err_set(&j->res, 500, "internal", "%s", job->err);
     if (req != NULL) {
-        sg_metrics_request("admin", j->status);
+        sg_metrics_request("admin", j->res.status);
         if (j->reply != NULL) {
-            sg_http_send_json(req, j->status, j->reply);
+            sg_http_send_json(req, j->res.status, j->reply);
             j->reply = NULL;
         } else {
-            sg_http_send_error(req, j->status, j->code, "%s", j->detail);
+            sg_http_send_error(req, j->res.status, j->res.code, "%s", j->res.detail);
         }
     }
     admin_free(j);
@@ -369,7 +357,7 @@ static void sessions_tenant_done(sg_gw_job_t *job)
 {
     admin_job_t *j = (admin_job_t *)job;
     h2o_req_t *req = sg_http_hold_req(j->hold);
-    if (j->code != NULL || job->rc != 0) {
+    if (j->res.code != NULL || job->rc != 0) {
         job_done(job);
         return;
     }
@@ -402,7 +390,7 @@ static void on_force_closed(void *data, int closed)
 static void force_close_done(sg_gw_job_t *job)
 {
     admin_job_t *j = (admin_job_t *)job;
-    if (j->code != NULL || job->rc != 0) {
+    if (j->res.code != NULL || job->rc != 0) {
         job_done(job);
         return;
     }
@@ -454,33 +442,35 @@ int sg_gw_admin_on_tenant_create(void *app, h2o_req_t *req, const sg_route_match
     return 0;
 }
 
-/* A tenant named in the path: one longer than a name can be is no tenant. */
-static admin_job_t *tenant_job(h2o_req_t *req, const sg_route_match_t *m, void (*fn)(admin_job_t *, sg_store_t *),
-                               json_object *body)
+enum { BODY_NONE, BODY_REQUIRED, BODY_OPTIONAL };
+
+/* A route on a tenant named in the path: one longer than a name can be is
+ * no tenant; the JSON body read as asked (BODY_OPTIONAL: when there is one),
+ * then fn runs on the DB thread with the name. Returns 0 (the h2o handler's
+ * answer). */
+static int tenant_route(h2o_req_t *req, const sg_route_match_t *m, void (*fn)(admin_job_t *, sg_store_t *), int body_mode)
 {
+    json_object *body = NULL;
+    if (m->arg[0].len > SG_TENANT_NAME_MAX)
+        return reply_error(req, 404, "no_such_tenant", "no such tenant");
+    if ((body_mode == BODY_REQUIRED || (body_mode == BODY_OPTIONAL && req->entity.len != 0)) &&
+        (body = admin_body(req)) == NULL)
+        return 0;
     admin_job_t *j = job_new(req, fn);
     j->body = body;
     copy_seg(j->name, sizeof(j->name), m->arg[0]);
-    return j;
+    sg_gw_db_submit(&j->job);
+    return 0;
 }
 
 int sg_gw_admin_on_tenant_get(void *app, h2o_req_t *req, const sg_route_match_t *m)
 {
-    if (m->arg[0].len > SG_TENANT_NAME_MAX)
-        return reply_error(req, 404, "no_such_tenant", "no such tenant");
-    sg_gw_db_submit(&tenant_job(req, m, tenant_get, NULL)->job);
-    return 0;
+    return tenant_route(req, m, tenant_get, BODY_NONE);
 }
 
 int sg_gw_admin_on_tenant_patch(void *app, h2o_req_t *req, const sg_route_match_t *m)
 {
-    json_object *body;
-    if (m->arg[0].len > SG_TENANT_NAME_MAX)
-        return reply_error(req, 404, "no_such_tenant", "no such tenant");
-    if ((body = admin_body(req)) == NULL)
-        return 0;
-    sg_gw_db_submit(&tenant_job(req, m, tenant_patch, body)->job);
-    return 0;
+    return tenant_route(req, m, tenant_patch, BODY_REQUIRED);
 }
 
 typedef struct {
@@ -524,21 +514,12 @@ int sg_gw_admin_on_tenant_delete(void *app, h2o_req_t *req, const sg_route_match
 
 int sg_gw_admin_on_tokens_list(void *app, h2o_req_t *req, const sg_route_match_t *m)
 {
-    if (m->arg[0].len > SG_TENANT_NAME_MAX)
-        return reply_error(req, 404, "no_such_tenant", "no such tenant");
-    sg_gw_db_submit(&tenant_job(req, m, token_list, NULL)->job);
-    return 0;
+    return tenant_route(req, m, token_list, BODY_NONE);
 }
 
 int sg_gw_admin_on_token_create(void *app, h2o_req_t *req, const sg_route_match_t *m)
 {
-    json_object *body = NULL;
-    if (m->arg[0].len > SG_TENANT_NAME_MAX)
-        return reply_error(req, 404, "no_such_tenant", "no such tenant");
-    if (req->entity.len != 0 && (body = admin_body(req)) == NULL)
-        return 0;
-    sg_gw_db_submit(&tenant_job(req, m, token_create, body)->job);
-    return 0;
+    return tenant_route(req, m, token_create, BODY_OPTIONAL);
 }
 
 int sg_gw_admin_on_token_revoke(void *app, h2o_req_t *req, const sg_route_match_t *m)

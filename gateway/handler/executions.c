@@ -23,24 +23,9 @@
 
 static void on_authed(sg_gw_req_t *g);
 
-static const sg_gw_route_spec_t execute_once = {SG_GW_R_EPHEMERAL, SG_GW_ARG_NONE, 0, 1, SG_GW_GONE_CANCEL, on_authed};
-static const sg_gw_route_spec_t execute = {SG_GW_R_EXECUTE, SG_GW_ARG_SESSION, 0, 1, SG_GW_GONE_CANCEL, on_authed};
-static const sg_gw_route_spec_t command = {SG_GW_R_COMMAND, SG_GW_ARG_SESSION, 0, 1, SG_GW_GONE_CANCEL, on_authed};
-
-int sg_gw_on_execute_once(void *app, h2o_req_t *req, const sg_route_match_t *m)
-{
-    return sg_gw_req_accept(req, m, &execute_once);
-}
-
-int sg_gw_on_session_execute(void *app, h2o_req_t *req, const sg_route_match_t *m)
-{
-    return sg_gw_req_accept(req, m, &execute);
-}
-
-int sg_gw_on_session_command(void *app, h2o_req_t *req, const sg_route_match_t *m)
-{
-    return sg_gw_req_accept(req, m, &command);
-}
+SG_GW_ROUTE_HANDLER(sg_gw_on_execute_once, SG_GW_R_EPHEMERAL, SG_GW_ARG_NONE, 0, 1, SG_GW_GONE_CANCEL, on_authed)
+SG_GW_ROUTE_HANDLER(sg_gw_on_session_execute, SG_GW_R_EXECUTE, SG_GW_ARG_SESSION, 0, 1, SG_GW_GONE_CANCEL, on_authed)
+SG_GW_ROUTE_HANDLER(sg_gw_on_session_command, SG_GW_R_COMMAND, SG_GW_ARG_SESSION, 0, 1, SG_GW_GONE_CANCEL, on_authed)
 
 static void check_quota(sg_gw_req_t *g);
 static void start(sg_gw_req_t *g);

@@ -16,9 +16,4 @@ static void transfer(sg_gw_req_t *g)
     sg_gw_forward(g, g->method, path, sg_gw.call_timeout_ms, sg_gw_pass_reply);
 }
 
-static const sg_gw_route_spec_t files = {SG_GW_R_FILES, SG_GW_ARG_SESSION, 1, 0, SG_GW_GONE_CUT, transfer};
-
-int sg_gw_on_session_files(void *app, h2o_req_t *req, const sg_route_match_t *m)
-{
-    return sg_gw_req_accept(req, m, &files);
-}
+SG_GW_ROUTE_HANDLER(sg_gw_on_session_files, SG_GW_R_FILES, SG_GW_ARG_SESSION, 1, 0, SG_GW_GONE_CUT, transfer)

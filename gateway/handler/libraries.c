@@ -25,9 +25,4 @@ static void install(sg_gw_req_t *g)
     sg_gw_exec_slot_take(g, sg_gw.library_timeout_ms, forward_install);
 }
 
-static const sg_gw_route_spec_t libraries = {SG_GW_R_LIBRARIES, SG_GW_ARG_SESSION, 0, 0, SG_GW_GONE_CUT, install};
-
-int sg_gw_on_session_libraries(void *app, h2o_req_t *req, const sg_route_match_t *m)
-{
-    return sg_gw_req_accept(req, m, &libraries);
-}
+SG_GW_ROUTE_HANDLER(sg_gw_on_session_libraries, SG_GW_R_LIBRARIES, SG_GW_ARG_SESSION, 0, 0, SG_GW_GONE_CUT, install)

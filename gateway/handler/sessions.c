@@ -31,30 +31,10 @@ static void delete(sg_gw_req_t *g);
 
 /* creating and deleting a session run to their end when the client goes:
  * a session the proxy made must be on record, and a close must finish */
-static const sg_gw_route_spec_t create_spec = {SG_GW_R_CREATE, SG_GW_ARG_NONE, 0, 0, SG_GW_GONE_FINISH, create};
-static const sg_gw_route_spec_t list_spec = {SG_GW_R_LIST, SG_GW_ARG_NONE, 0, 0, SG_GW_GONE_FINISH, list};
-static const sg_gw_route_spec_t get_spec = {SG_GW_R_GET, SG_GW_ARG_SESSION, 0, 0, SG_GW_GONE_CUT, get};
-static const sg_gw_route_spec_t delete_spec = {SG_GW_R_DELETE, SG_GW_ARG_SESSION, 0, 0, SG_GW_GONE_FINISH, delete};
-
-int sg_gw_on_session_create(void *app, h2o_req_t *req, const sg_route_match_t *m)
-{
-    return sg_gw_req_accept(req, m, &create_spec);
-}
-
-int sg_gw_on_session_list(void *app, h2o_req_t *req, const sg_route_match_t *m)
-{
-    return sg_gw_req_accept(req, m, &list_spec);
-}
-
-int sg_gw_on_session_get(void *app, h2o_req_t *req, const sg_route_match_t *m)
-{
-    return sg_gw_req_accept(req, m, &get_spec);
-}
-
-int sg_gw_on_session_delete(void *app, h2o_req_t *req, const sg_route_match_t *m)
-{
-    return sg_gw_req_accept(req, m, &delete_spec);
-}
+SG_GW_ROUTE_HANDLER(sg_gw_on_session_create, SG_GW_R_CREATE, SG_GW_ARG_NONE, 0, 0, SG_GW_GONE_FINISH, create)
+SG_GW_ROUTE_HANDLER(sg_gw_on_session_list, SG_GW_R_LIST, SG_GW_ARG_NONE, 0, 0, SG_GW_GONE_FINISH, list)
+SG_GW_ROUTE_HANDLER(sg_gw_on_session_get, SG_GW_R_GET, SG_GW_ARG_SESSION, 0, 0, SG_GW_GONE_CUT, get)
+SG_GW_ROUTE_HANDLER(sg_gw_on_session_delete, SG_GW_R_DELETE, SG_GW_ARG_SESSION, 0, 0, SG_GW_GONE_FINISH, delete)
 
 /* ---- POST /sessions -------------------------------------------------------------------- */
 
@@ -274,9 +254,7 @@ static void list(sg_gw_req_t *g)
     list_job_t *j = sg_xcalloc(1, sizeof(*j));
     j->g = g;
     j->ids = json_object_new_array();
-    j->job.fn = list_fn;
-    j->job.done = list_done;
-    sg_gw_db_submit(&j->job);
+    sg_gw_db_run(&j->job, list_fn, list_done);
 }
 
 /* ---- GET /sessions/{id} ------------------------------------------------------------------- */

@@ -37,19 +37,8 @@ static void delete(sg_gw_req_t *g)
     sg_gw_template_delete(g->tenant.id, g->template_name, on_reply, g);
 }
 
-static const sg_gw_route_spec_t list_spec = {SG_GW_R_TEMPLATES, SG_GW_ARG_NONE, 0, 0, SG_GW_GONE_FINISH, list};
-static const sg_gw_route_spec_t delete_spec = {SG_GW_R_TEMPLATE_DELETE, SG_GW_ARG_TEMPLATE, 0, 0, SG_GW_GONE_FINISH,
-                                               delete};
-
-int sg_gw_on_templates_list(void *app, h2o_req_t *req, const sg_route_match_t *m)
-{
-    return sg_gw_req_accept(req, m, &list_spec);
-}
-
-int sg_gw_on_template_delete(void *app, h2o_req_t *req, const sg_route_match_t *m)
-{
-    return sg_gw_req_accept(req, m, &delete_spec);
-}
+SG_GW_ROUTE_HANDLER(sg_gw_on_templates_list, SG_GW_R_TEMPLATES, SG_GW_ARG_NONE, 0, 0, SG_GW_GONE_FINISH, list)
+SG_GW_ROUTE_HANDLER(sg_gw_on_template_delete, SG_GW_R_TEMPLATE_DELETE, SG_GW_ARG_TEMPLATE, 0, 0, SG_GW_GONE_FINISH, delete)
 
 /* ---- the admin API (authenticated by the admin router) ---------------------------------- */
 
@@ -120,9 +109,7 @@ int sg_gw_admin_on_templates_list(void *app, h2o_req_t *req, const sg_route_matc
     tenant_job_t *a = sg_xcalloc(1, sizeof(*a));
     a->hold = sg_http_hold(req);
     memcpy(a->tenant_name, t.base, t.len);
-    a->job.fn = tenant_fn;
-    a->job.done = tenant_done;
-    sg_gw_db_submit(&a->job);
+    sg_gw_db_run(&a->job, tenant_fn, tenant_done);
     return 0;
 }
 

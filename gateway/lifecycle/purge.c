@@ -78,9 +78,7 @@ static void run_step(purge_t *p, void (*step)(purge_t *, sg_store_t *), void (*n
 {
     p->step = step;
     p->next = next;
-    p->job.fn = step_fn;
-    p->job.done = step_done;
-    sg_gw_db_submit(&p->job);
+    sg_gw_db_run(&p->job, step_fn, step_done);
 }
 
 /* ---- 4: the rows ---- */

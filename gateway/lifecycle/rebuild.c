@@ -106,7 +106,5 @@ int sg_gw_rebuild_sessions_now(sg_store_t *st, int timeout_ms)
 void sg_gw_rebuild_sessions(void)
 {
     rebuild_job_t *j = sg_xcalloc(1, sizeof(*j));
-    j->job.fn = rebuild_fn;
-    j->job.done = rebuild_done;
-    sg_gw_db_submit(&j->job);
+    sg_gw_db_run(&j->job, rebuild_fn, rebuild_done);
 }

@@ -89,9 +89,7 @@ void sg_gw_templates_admit(const sg_tenant_t *t, const char *image, int keep, sg
     a->keep = keep;
     a->cb = cb;
     a->data = data;
-    a->job.fn = admit_fn;
-    a->job.done = admit_done;
-    sg_gw_db_submit(&a->job);
+    sg_gw_db_run(&a->job, admit_fn, admit_done);
 }
 
 /* ---- slots and records ---- */
@@ -137,9 +135,7 @@ void sg_gw_template_release(int64_t row)
         return;
     record_t *r = sg_xcalloc(1, sizeof(*r));
     r->row = row;
-    r->job.fn = release_fn;
-    r->job.done = record_done;
-    sg_gw_db_submit(&r->job);
+    sg_gw_db_run(&r->job, release_fn, record_done);
 }
 
 void sg_gw_template_closed(int64_t tenant, const char *sid, const char *reply, size_t len, void (*done)(void *data),
@@ -161,9 +157,7 @@ void sg_gw_template_closed(int64_t tenant, const char *sid, const char *reply, s
     json_object_put(o);
     r->done = done;
     r->data = data;
-    r->job.fn = closed_fn;
-    r->job.done = record_done;
-    sg_gw_db_submit(&r->job);
+    sg_gw_db_run(&r->job, closed_fn, record_done);
 }
 
 /* ---- listing ---- */
@@ -218,9 +212,7 @@ static void list_start(int64_t tenant, int admin, sg_gw_tpl_reply_cb cb, void *d
     l->arr = json_object_new_array();
     l->cb = cb;
     l->data = data;
-    l->job.fn = list_fn;
-    l->job.done = list_done;
-    sg_gw_db_submit(&l->job);
+    sg_gw_db_run(&l->job, list_fn, list_done);
 }
 
 void sg_gw_templates_list(int64_t tenant, sg_gw_tpl_reply_cb cb, void *data)
@@ -336,7 +328,5 @@ void sg_gw_template_delete(int64_t tenant, const char *name, sg_gw_tpl_reply_cb 
     snprintf(d->name, sizeof(d->name), "%s", name);
     d->cb = cb;
     d->data = data;
-    d->job.fn = del_fn;
-    d->job.done = del_done;
-    sg_gw_db_submit(&d->job);
+    sg_gw_db_run(&d->job, del_fn, del_done);
 }

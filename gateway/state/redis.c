@@ -577,18 +577,49 @@ static void req_session_args(redis_req_t *req, const sg_live_session_t *s)
     req_arg(req, "%" PRId64, s->executions);
 }
 
+/* A request of script with nkeys keys whose reply is an sg_state_result_t
+ * for cb (on_state). */
+static redis_req_t *state_req(sg_state_t *_st, int script, int nkeys, sg_state_cb cb, void *data)
+{
+    redis_req_t *req = req_new(rs(_st), script, nkeys, on_state, data);
+    req->cb.state = cb;
+    return req;
+}
+
+/* The first four keys of a script on live session s (SCRIPT_COMMIT,
+ * SCRIPT_RESTORE): its tenant's set, its hash, the idle and lifetime
+ * indexes. */
+static void req_session_keys(redis_req_t *req, const sg_live_session_t *s)
+{
+    req_arg(req, "sg:tenant:%" PRId64 ":sessions", s->tenant_id);
+    req_arg(req, "sg:session:%.36s", s->id);
+    req_arg(req, "sg:sessions:idle");
+    req_arg(req, "sg:sessions:lifetime");
+}
+
+/* A request of script (SCRIPT_RESERVE, SCRIPT_EXEC_ACQUIRE) for one of max
+ * slots in the tenant's set sg:tenant:<tid>:<set>, held by member prefix +
+ * token (at most token_max bytes of it) for ttl_s from now; the caller may
+ * add arguments, then sends it. Its opposite is give_back. */
+static redis_req_t *take_slot(sg_state_t *_st, int script, int64_t tenant, const char *set, long max,
+                              const char *prefix, const char *token, int token_max, int64_t ttl_s, sg_state_cb cb,
+                              void *data)
+{
+    int64_t now = sg_state__now_s(_st);
+    redis_req_t *req = state_req(_st, script, 1, cb, data);
+    req_arg(req, "sg:tenant:%" PRId64 ":%s", tenant, set);
+    req_arg(req, "%" PRId64, now);
+    req_arg(req, "%ld", max);
+    req_arg(req, "%s%.*s", prefix, token_max, token);
+    req_arg(req, "%" PRId64, now + ttl_s);
+    return req;
+}
+
 static void redis_session_reserve(sg_state_t *_st, int64_t tenant, long max, const char *token, sg_state_cb cb,
                                   void *data)
 {
-    int64_t now = sg_state__now_s(_st);
-    redis_req_t *req = req_new(rs(_st), SCRIPT_RESERVE, 1, on_state, data);
-    req->cb.state = cb;
-    req_arg(req, "sg:tenant:%" PRId64 ":sessions", tenant);
-    req_arg(req, "%" PRId64, now);
-    req_arg(req, "%ld", max);
-    req_arg(req, "pending:%s", token);
-    req_arg(req, "%" PRId64, now + SG_STATE_RESERVATION_TTL);
-    req_send(req);
+    req_send(take_slot(_st, SCRIPT_RESERVE, tenant, "sessions", max, "pending:", token, INT_MAX,
+                       SG_STATE_RESERVATION_TTL, cb, data));
 }
 
 /* SCRIPT_ZREM on the tenant's set sg:tenant:<tid>:<set>: member prefix +
@@ -596,8 +627,7 @@ static void redis_session_reserve(sg_state_t *_st, int64_t tenant, long max, con
 static void give_back(sg_state_t *_st, int64_t tenant, const char *set, const char *prefix, const char *token,
                       int token_max, sg_state_cb cb, void *data)
 {
-    redis_req_t *req = req_new(rs(_st), SCRIPT_ZREM, 1, on_state, data);
-    req->cb.state = cb;
+    redis_req_t *req = state_req(_st, SCRIPT_ZREM, 1, cb, data);
     req_arg(req, "sg:tenant:%" PRId64 ":%s", tenant, set);
     req_arg(req, "%s%.*s", prefix, token_max, token);
     req_send(req);
@@ -611,12 +641,8 @@ static void redis_session_unreserve(sg_state_t *_st, int64_t tenant, const char 
 static void redis_session_commit(sg_state_t *_st, const char *token, const sg_live_session_t *s, sg_state_cb cb,
                                  void *data)
 {
-    redis_req_t *req = req_new(rs(_st), SCRIPT_COMMIT, 4, on_state, data);
-    req->cb.state = cb;
-    req_arg(req, "sg:tenant:%" PRId64 ":sessions", s->tenant_id);
-    req_arg(req, "sg:session:%.36s", s->id);
-    req_arg(req, "sg:sessions:idle");
-    req_arg(req, "sg:sessions:lifetime");
+    redis_req_t *req = state_req(_st, SCRIPT_COMMIT, 4, cb, data);
+    req_session_keys(req, s);
     if (token != NULL)
         req_arg(req, "pending:%s", token);
     else
@@ -628,8 +654,7 @@ static void redis_session_commit(sg_state_t *_st, const char *token, const sg_li
 static void redis_session_touch(sg_state_t *_st, const char *sid, int64_t now, long idle_timeout, int add_exec,
                                 sg_state_cb cb, void *data)
 {
-    redis_req_t *req = req_new(rs(_st), SCRIPT_TOUCH, 2, on_state, data);
-    req->cb.state = cb;
+    redis_req_t *req = state_req(_st, SCRIPT_TOUCH, 2, cb, data);
     req_arg(req, "sg:session:%s", sid);
     req_arg(req, "sg:sessions:idle");
     req_arg(req, "%s", sid);
@@ -641,8 +666,7 @@ static void redis_session_touch(sg_state_t *_st, const char *sid, int64_t now, l
 
 static void redis_session_remove(sg_state_t *_st, const char *sid, int64_t tenant, sg_state_cb cb, void *data)
 {
-    redis_req_t *req = req_new(rs(_st), SCRIPT_REMOVE, 5, on_state, data);
-    req->cb.state = cb;
+    redis_req_t *req = state_req(_st, SCRIPT_REMOVE, 5, cb, data);
     req_arg(req, "sg:sessions:idle");
     req_arg(req, "sg:session:%s", sid);
     req_arg(req, "sg:tenant:%" PRId64 ":sessions", tenant);
@@ -655,12 +679,8 @@ static void redis_session_remove(sg_state_t *_st, const char *sid, int64_t tenan
 
 static void redis_session_restore(sg_state_t *_st, const sg_live_session_t *s, sg_state_cb cb, void *data)
 {
-    redis_req_t *req = req_new(rs(_st), SCRIPT_RESTORE, 5, on_state, data);
-    req->cb.state = cb;
-    req_arg(req, "sg:tenant:%" PRId64 ":sessions", s->tenant_id);
-    req_arg(req, "sg:session:%.36s", s->id);
-    req_arg(req, "sg:sessions:idle");
-    req_arg(req, "sg:sessions:lifetime");
+    redis_req_t *req = state_req(_st, SCRIPT_RESTORE, 5, cb, data);
+    req_session_keys(req, s);
     req_arg(req, "sg:closed:%.36s", s->id);
     req_session_args(req, s);
     req_send(req);
@@ -701,14 +721,7 @@ static void redis_sessions_list(sg_state_t *_st, int64_t tenant, sg_state_list_c
 static void redis_exec_acquire(sg_state_t *_st, int64_t tenant, long max, const char *token, long lease_s,
                                sg_state_cb cb, void *data)
 {
-    int64_t now = sg_state__now_s(_st);
-    redis_req_t *req = req_new(rs(_st), SCRIPT_EXEC_ACQUIRE, 1, on_state, data);
-    req->cb.state = cb;
-    req_arg(req, "sg:tenant:%" PRId64 ":execs", tenant);
-    req_arg(req, "%" PRId64, now);
-    req_arg(req, "%ld", max);
-    req_arg(req, "%.64s", token);
-    req_arg(req, "%" PRId64, now + lease_s);
+    redis_req_t *req = take_slot(_st, SCRIPT_EXEC_ACQUIRE, tenant, "execs", max, "", token, 64, lease_s, cb, data);
     req_arg(req, "%d", SG_STATE_EXECS_KEY_SLACK);
     req_send(req);
 }
@@ -732,8 +745,7 @@ static void redis_quota_reserve(sg_state_t *_st, int64_t tenant, const char *day
 static void redis_quota_seed(sg_state_t *_st, int64_t tenant, const char *day, int64_t execs, double seconds,
                              sg_state_cb cb, void *data)
 {
-    redis_req_t *req = req_new(rs(_st), SCRIPT_QUOTA_SEED, 1, on_state, data);
-    req->cb.state = cb;
+    redis_req_t *req = state_req(_st, SCRIPT_QUOTA_SEED, 1, cb, data);
     req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, day);
     req_arg(req, "%" PRId64, execs);
     req_arg(req, "%.17g", seconds);
@@ -744,8 +756,7 @@ static void redis_quota_seed(sg_state_t *_st, int64_t tenant, const char *day, i
 static void redis_quota_add_seconds(sg_state_t *_st, int64_t tenant, const char *day, double seconds, sg_state_cb cb,
                                     void *data)
 {
-    redis_req_t *req = req_new(rs(_st), SCRIPT_QUOTA_ADD, 1, on_state, data);
-    req->cb.state = cb;
+    redis_req_t *req = state_req(_st, SCRIPT_QUOTA_ADD, 1, cb, data);
     req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, day);
     req_arg(req, "%.17g", seconds);
     req_send(req);

@@ -8,12 +8,32 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Runs the bound insert s of a row of tenant_id (and, for a session, its
+ * id): 0, or -1 with what failed in err, "<what>: ..." (the tenant missing,
+ * the session already recorded, or the database's own message). */
+static int step_insert(sg_store_t *st, sqlite3_stmt *s, const char *what, int64_t tenant_id, const char *session_id,
+                       char *err, size_t errlen)
+{
+    int rc = sqlite3_step(s);
+    if (rc != SQLITE_DONE) {
+        if (session_id != NULL && (rc == SQLITE_CONSTRAINT_PRIMARYKEY || rc == SQLITE_CONSTRAINT_UNIQUE))
+            sg_store__errf(err, errlen, "%s: session %s already recorded", what, session_id);
+        else if (rc == SQLITE_CONSTRAINT_FOREIGNKEY)
+            sg_store__errf(err, errlen, "%s: no tenant with id %lld", what, (long long)tenant_id);
+        else
+            sg_store__db_err(st, what, err, errlen);
+        sg_store__done(s);
+        return -1;
+    }
+    sg_store__done(s);
+    return 0;
+}
+
 /* ---- usage ---- */
 
 int sg_store_usage_add(sg_store_t *st, const sg_usage_t *u, char *err, size_t errlen)
 {
     sqlite3_stmt *s = st->stmt[S_USAGE_INSERT];
-    int rc;
 
     sqlite3_bind_int64(s, 1, u->tenant_id);
     sg_store__bind_text_or_null(s, 2, u->session_id);
@@ -24,17 +44,7 @@ int sg_store_usage_add(sg_store_t *st, const sg_usage_t *u, char *err, size_t er
     sqlite3_bind_int(s, 7, u->exit_code);
     sqlite3_bind_int(s, 8, u->timed_out != 0);
     sqlite3_bind_int64(s, 9, u->output_bytes);
-    rc = sqlite3_step(s);
-    if (rc != SQLITE_DONE) {
-        if (rc == SQLITE_CONSTRAINT_FOREIGNKEY)
-            sg_store__errf(err, errlen, "usage add: no tenant with id %lld", (long long)u->tenant_id);
-        else
-            sg_store__db_err(st, "usage add", err, errlen);
-        sg_store__done(s);
-        return -1;
-    }
-    sg_store__done(s);
-    return 0;
+    return step_insert(st, s, "usage add", u->tenant_id, NULL, err, errlen);
 }
 
 int sg_store_usage_total(sg_store_t *st, int64_t tenant_id, double from, double to, sg_usage_total_t *out, char *err,
@@ -107,7 +117,6 @@ static void read_session(sqlite3_stmt *s, void *out)
 int sg_store_session_open(sg_store_t *st, const sg_session_rec_t *r, char *err, size_t errlen)
 {
     sqlite3_stmt *s = st->stmt[S_SESSION_INSERT];
-    int rc;
 
     if (r->id[0] == '\0') {
         sg_store__errf(err, errlen, "session open: empty session id");
@@ -118,19 +127,7 @@ int sg_store_session_open(sg_store_t *st, const sg_session_rec_t *r, char *err, 
     sqlite3_bind_text(s, 3, r->lang, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 4, r->created_at != 0 ? r->created_at : sg_wall_s());
     sqlite3_bind_int64(s, 5, r->executions);
-    rc = sqlite3_step(s);
-    if (rc != SQLITE_DONE) {
-        if (rc == SQLITE_CONSTRAINT_PRIMARYKEY || rc == SQLITE_CONSTRAINT_UNIQUE)
-            sg_store__errf(err, errlen, "session open: session %s already recorded", r->id);
-        else if (rc == SQLITE_CONSTRAINT_FOREIGNKEY)
-            sg_store__errf(err, errlen, "session open: no tenant with id %lld", (long long)r->tenant_id);
-        else
-            sg_store__db_err(st, "session open", err, errlen);
-        sg_store__done(s);
-        return -1;
-    }
-    sg_store__done(s);
-    return 0;
+    return step_insert(st, s, "session open", r->tenant_id, r->id, err, errlen);
 }
 
 int sg_store_session_close(sg_store_t *st, const char *id, int64_t closed_at, const char *reason, char *err,

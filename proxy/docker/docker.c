@@ -445,15 +445,22 @@ int sg_docker_image_remove(sg_docker_t *d, const char *image, long *status, char
     return call(d, "DELETE", path, NULL, 0, "remove an image", 200, 404, status, NULL, 1 << 20, err, errlen);
 }
 
+/* The archive endpoint of container id for path (escaped), then extra. */
+static void archive_url(sg_docker_t *d, char *url, size_t len, const char *id, const char *path, const char *extra)
+{
+    char *enc = curl_easy_escape(d->curl, path, 0);
+    snprintf(url, len, "/containers/%s/archive?path=%s%s", id, enc != NULL ? enc : "", extra);
+    curl_free(enc);
+}
+
 int sg_docker_archive_get(sg_docker_t *d, const char *id, const char *path, sg_buf_t *out, char *err, size_t errlen)
 {
-    char url[1400], *enc = curl_easy_escape(d->curl, path, 0);
+    char url[1400];
     long status;
     sg_buf_t msg;
     int ret = -1;
 
-    snprintf(url, sizeof(url), "/containers/%s/archive?path=%s", id, enc != NULL ? enc : "");
-    curl_free(enc);
+    archive_url(d, url, sizeof(url), id, path, "");
     d->timeout_ms = DOCKER_ARCHIVE_TIMEOUT_MS;
     if (do_request(d, "GET", url, NULL, 0, &status, out, NULL, err, errlen) != 0) {
         d->timeout_ms = DOCKER_TIMEOUT_MS;
@@ -478,13 +485,12 @@ Exit:
 int sg_docker_archive_put(sg_docker_t *d, const char *id, const char *path, const void *tar, size_t len, char *err,
                           size_t errlen)
 {
-    char url[1400], *enc = curl_easy_escape(d->curl, path, 0);
+    char url[1400];
     long status;
     sg_buf_t resp;
     int ret = -1;
 
-    snprintf(url, sizeof(url), "/containers/%s/archive?path=%s&noOverwriteDirNonDir=1", id, enc != NULL ? enc : "");
-    curl_free(enc);
+    archive_url(d, url, sizeof(url), id, path, "&noOverwriteDirNonDir=1");
     sg_buf_init(&resp, 1 << 20);
     d->timeout_ms = DOCKER_ARCHIVE_TIMEOUT_MS;
     if (do_request_ct(d, "PUT", url, "Content-Type: application/x-tar", len != 0 ? tar : "", len, &status, &resp,

@@ -156,6 +156,15 @@ static inline json_object *run_cmd(const char *sid, const char *cmd)
     return sgtest_run_cmd(suite.proxy, sid, cmd, 0, NULL);
 }
 
+/* An execution's reply r that ended with exit code `code` and the kernel in
+ * `state`; r is released. */
+static inline void expect_exit(json_object *r, int code, const char *state)
+{
+    SG_CHECK(SG_INT(r, "exit_code") == code, r, "exit code %lld, expected %d", (long long)SG_INT(r, "exit_code"), code);
+    expect_state(r, state);
+    json_object_put(r);
+}
+
 /* Runs code, expects success, stdout `want` (NULL: not checked) and state
  * `state` (NULL: new or kept, for a session's first execute). */
 static inline void expect_run(const char *sid, const char *code, const char *want, const char *state)

@@ -18,41 +18,40 @@
 
 SGGW_TEST(test_bad_input)
 {
-    char *tok = sggw_new_tenant(data_dir(), "bad-input", NULL);
+    sggw_auth_t auth;
+    char *tok = sggw_new_tenant_auth(&auth, data_dir(), "bad-input");
     char path[256];
     sgtest_reply_t r;
     json_object *o;
-    sggw_auth_t auth;
-    const char *const *h = sggw_auth(&auth, tok);
 
     /* malformed JSON */
     const char *broken[] = {"{\"lang\":", "not json", "{\"lang\":\"python\"} trailing", "[1,2]", "\"python\""};
     for (size_t i = 0; i < sizeof(broken) / sizeof(broken[0]); i++) {
-        call_hdr("POST", "/sessions", h, broken[i], "application/json", &r);
+        call_hdr("POST", "/sessions", auth.h, broken[i], "application/json", &r);
         if (r.status != 400)
             fprintf(stderr, "body %s:\n", broken[i]);
         SG_TAKE_ERROR(&r, 400, "bad_json");
     }
-    call_hdr("POST", "/execute", h, "{\"code\": \"print(1)\"", "application/json", &r);
+    call_hdr("POST", "/execute", auth.h, "{\"code\": \"print(1)\"", "application/json", &r);
     SG_TAKE_ERROR(&r, 400, "bad_json");
     /* ill-typed fields */
-    call_hdr("POST", "/execute", h, "{\"code\":\"print(1)\",\"timeout\":\"ten\"}", "application/json", &r);
+    call_hdr("POST", "/execute", auth.h, "{\"code\":\"print(1)\",\"timeout\":\"ten\"}", "application/json", &r);
     expect_bad_field(&r, "timeout");
     sgtest_reply_free(&r);
-    call_hdr("POST", "/sessions", h, "{\"lang\":7}", "application/json", &r);
+    call_hdr("POST", "/sessions", auth.h, "{\"lang\":7}", "application/json", &r);
     expect_bad_field(&r, "lang");
     sgtest_reply_free(&r);
 
     /* wrong content type */
-    call_hdr("POST", "/sessions", h, "{\"lang\":\"python\"}", "text/plain", &r);
+    call_hdr("POST", "/sessions", auth.h, "{\"lang\":\"python\"}", "text/plain", &r);
     SG_TAKE_ERROR(&r, 415, NULL);
-    call_hdr("POST", "/execute", h, "{\"code\":\"print(1)\"}", "application/x-www-form-urlencoded", &r);
+    call_hdr("POST", "/execute", auth.h, "{\"code\":\"print(1)\"}", "application/x-www-form-urlencoded", &r);
     SG_TAKE_ERROR(&r, 415, NULL);
 
     /* unknown routes: 404; known paths with a wrong method: 405 with Allow */
     const char *unknown[] = {"/nope", "/sessions/a/b/c/d", "/session", "/executes", "/sessions/x/run"};
     for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++) {
-        call_hdr("GET", unknown[i], h, NULL, NULL, &r);
+        call_hdr("GET", unknown[i], auth.h, NULL, NULL, &r);
         if (r.status != 404)
             fprintf(stderr, "GET %s:\n", unknown[i]);
         SG_TAKE_ERROR(&r, 404, NULL);
@@ -60,9 +59,9 @@ SGGW_TEST(test_bad_input)
     char nosuch[37];
     random_uuid(nosuch);
     pathf(path, sizeof(path), "/sessions/%s", nosuch);
-    call_hdr("GET", path, h, NULL, NULL, &r);
+    call_hdr("GET", path, auth.h, NULL, NULL, &r);
     SG_TAKE_ERROR(&r, 404, NULL);
-    call_hdr("GET", "/sessions/not-a-session-id", h, NULL, NULL, &r);
+    call_hdr("GET", "/sessions/not-a-session-id", auth.h, NULL, NULL, &r);
     SG_TAKE_ERROR(&r, 404, NULL);
     struct {
         const char *method, *path;
@@ -71,7 +70,7 @@ SGGW_TEST(test_bad_input)
                  {"DELETE", "/sessions/%s/files?path=a"}, {"POST", "/metrics"}};
     for (size_t i = 0; i < sizeof(wrong) / sizeof(wrong[0]); i++) {
         pathf(path, sizeof(path), wrong[i].path, nosuch);
-        call_hdr(wrong[i].method, path, h, NULL, NULL, &r);
+        call_hdr(wrong[i].method, path, auth.h, NULL, NULL, &r);
         if (r.status != 405)
             fprintf(stderr, "%s %s:\n", wrong[i].method, path);
         o = SG_EXPECT_ERROR(&r, 405, NULL);
@@ -89,25 +88,24 @@ SGGW_TEST(test_bad_input)
  * (the proxy behind it takes more); one at the cap is accepted. */
 SGGW_TEST(test_file_cap)
 {
-    char *tok = sggw_new_tenant(data_dir(), "file-cap", NULL);
+    sggw_auth_t auth;
+    char *tok = sggw_new_tenant_auth(&auth, data_dir(), "file-cap");
     char url[512];
     sgtest_reply_t r;
     json_object *o;
-    sggw_auth_t auth;
-    const char *const *h = sggw_auth(&auth, tok);
 
     char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
     size_t n = GW_MAX_FILE_BYTES + 1;
     char *blob = malloc(n);
     memset(blob, 'z', n);
     pathf(url, sizeof(url), "%s/sessions/%s/files?path=at_cap.bin", sggw_gateway_url(stack.gw), sid);
-    sggw_http("PUT", url, blob, GW_MAX_FILE_BYTES, "application/octet-stream", h, 0, &r);
+    sggw_http("PUT", url, blob, GW_MAX_FILE_BYTES, "application/octet-stream", auth.h, 0, &r);
     o = SG_EXPECT_JSON(&r, 200);
     SG_CHECK(SG_INT(o, "size") == GW_MAX_FILE_BYTES, o, "size");
     sgtest_reply_free(&r);
     json_object_put(o);
     pathf(url, sizeof(url), "%s/sessions/%s/files?path=above_cap.bin", sggw_gateway_url(stack.gw), sid);
-    sggw_http("PUT", url, blob, n, "application/octet-stream", h, 0, &r);
+    sggw_http("PUT", url, blob, n, "application/octet-stream", auth.h, 0, &r);
     free(blob);
     if (r.status != 413)
         fprintf(stderr, "a file of SANDGATE_MAX_FILE_BYTES + 1 = %zu bytes through the gateway:\n", n);
@@ -131,12 +129,11 @@ static void append_encoded(char *url, size_t cap, const char *s)
  * file of another name). Past what any valid path needs: 400, nothing cut. */
 SGGW_TEST(test_files_long_path)
 {
-    char *tok = sggw_new_tenant(data_dir(), "files-long-path", NULL);
+    sggw_auth_t auth;
+    char *tok = sggw_new_tenant_auth(&auth, data_dir(), "files-long-path");
     char rel[1200] = "", *url = malloc(8192);
     sgtest_reply_t r;
     json_object *o;
-    sggw_auth_t auth;
-    const char *const *h = sggw_auth(&auth, tok);
     char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
 
     /* three directories of 100 "é" (200 bytes each, under NAME_MAX), then a file */
@@ -148,13 +145,13 @@ SGGW_TEST(test_files_long_path)
     strcat(rel, "f.txt");
     pathf(url, 8192, "%s/sessions/%s/files?path=", sggw_gateway_url(stack.gw), sid);
     append_encoded(url, 8192, rel);
-    sggw_http("PUT", url, "long name", 9, "application/octet-stream", h, 0, &r);
+    sggw_http("PUT", url, "long name", 9, "application/octet-stream", auth.h, 0, &r);
     o = SG_EXPECT_JSON(&r, 200);
     SG_CHECK(strcmp(SG_STR(o, "path"), rel) == 0, o, "the file written is the one named (%zu bytes)", strlen(rel));
     SG_CHECK(SG_INT(o, "size") == 9, o, "size");
     sgtest_reply_free(&r);
     json_object_put(o);
-    sggw_http("GET", url, NULL, 0, NULL, h, 0, &r);
+    sggw_http("GET", url, NULL, 0, NULL, auth.h, 0, &r);
     SG_CHECK(r.status == 200 && r.body_len == 9 && memcmp(r.body, "long name", 9) == 0, NULL,
              "GET of the long name: %ld %.*s", r.status, (int)r.body_len, r.body);
     sgtest_reply_free(&r);
@@ -164,12 +161,12 @@ SGGW_TEST(test_files_long_path)
     memset(rel, 'a', 1100);
     rel[1100] = '\0';
     append_encoded(url, 8192, rel);
-    sggw_http("PUT", url, "x", 1, "application/octet-stream", h, 0, &r);
+    sggw_http("PUT", url, "x", 1, "application/octet-stream", auth.h, 0, &r);
     SG_TAKE_ERROR(&r, 400, "bad_path");
 
     /* the session works on */
     pathf(url, 8192, "%s/sessions/%s/files?path=short.txt", sggw_gateway_url(stack.gw), sid);
-    sggw_http("PUT", url, "ok", 2, "application/octet-stream", h, 0, &r);
+    sggw_http("PUT", url, "ok", 2, "application/octet-stream", auth.h, 0, &r);
     json_object_put(SG_EXPECT_JSON(&r, 200));
     sgtest_reply_free(&r);
     sggw_delete_session(stack.gw, tok, sid);
@@ -182,11 +179,10 @@ SGGW_TEST(test_files_long_path)
  * like every error. */
 SGGW_TEST(test_json_body_too_large)
 {
-    char *tok = sggw_new_tenant(data_dir(), "json-too-large", NULL);
+    sggw_auth_t auth;
+    char *tok = sggw_new_tenant_auth(&auth, data_dir(), "json-too-large");
     char url[512];
     sgtest_reply_t r;
-    sggw_auth_t auth;
-    const char *const *h = sggw_auth(&auth, tok);
     size_t big = ((size_t)4 << 20) + 4096;
     char *body = malloc(big + 1);
     memset(body, ' ', big);
@@ -195,7 +191,7 @@ SGGW_TEST(test_json_body_too_large)
     memcpy(body + big - 10, "\"}", 2);
     body[big] = '\0';
     pathf(url, sizeof(url), "%s/execute", sggw_gateway_url(stack.gw));
-    sggw_http("POST", url, body, big, "application/json", h, 0, &r);
+    sggw_http("POST", url, body, big, "application/json", auth.h, 0, &r);
     free(body);
     json_object *o = SG_EXPECT_ERROR(&r, 413, NULL);
     sgtest_reply_free(&r);
@@ -365,16 +361,13 @@ SGGW_TEST(test_memory_state_limits)
     snprintf(url, sizeof(url), "%s/sessions", sggw_gateway_url(stack.gw));
     sggw_parallel_get(reqs, N, url, tok);
     int ok = 0, limited = 0;
-    double first = reqs[0].started, last = reqs[0].finished;
+    sgtest_span_t span = sgtest_batch_span(reqs, N);
     for (int i = 0; i < N; i++) {
         ok += reqs[i].reply.status == 200;
         limited += reqs[i].reply.status == 429;
-        if (reqs[i].started < first)
-            first = reqs[i].started;
-        if (reqs[i].finished > last)
-            last = reqs[i].finished;
     }
-    SG_CHECK(last - first < 1.0, NULL, "the batch took %.2f s: a token came back meanwhile", last - first);
+    SG_CHECK(span.last_end - span.first_start < 1.0, NULL, "the batch took %.2f s: a token came back meanwhile",
+             span.last_end - span.first_start);
     SG_CHECK(ok == 3 && limited == 7, NULL, "burst 3: expected 3 x 200 and 7 x 429, got %d and %d", ok, limited);
     for (int i = 0; i < N; i++)
         sgtest_reply_free(&reqs[i].reply);
@@ -533,6 +526,19 @@ SGGW_TEST(test_metrics)
  * 13. The event loop answers at once while executions are in flight
  * ------------------------------------------------------------------------ */
 
+/* GET path with token: a status other than want is kept in *bad, the
+ * slowest answer in *worst. */
+static void probe(const char *token, const char *path, long want, long *bad, double *worst)
+{
+    sgtest_reply_t r;
+    sggw_call(stack.gw, token, "GET", path, NULL, &r);
+    if (r.status != want)
+        *bad = r.status;
+    if (r.seconds > *worst)
+        *worst = r.seconds;
+    sgtest_reply_free(&r);
+}
+
 SGGW_TEST(test_loop_health)
 {
     enum { NS = 10, NX = 20, PROBES = 10 };
@@ -569,39 +575,18 @@ SGGW_TEST(test_loop_health)
     long bad_root = 0, bad_401 = 0;
     char *fake = sggw_fake_token(NULL);
     for (int i = 0; i < PROBES; i++) {
-        sgtest_reply_t r;
-        sggw_call(stack.gw, NULL, "GET", "/", NULL, &r);
-        if (r.status != 200)
-            bad_root = r.status;
-        if (r.seconds > worst_root)
-            worst_root = r.seconds;
-        sgtest_reply_free(&r);
-        sggw_call(stack.gw, fake, "GET", "/sessions", NULL, &r);
-        if (r.status != 401)
-            bad_401 = r.status;
-        if (r.seconds > worst_401)
-            worst_401 = r.seconds;
-        sgtest_reply_free(&r);
+        probe(NULL, "/", 200, &bad_root, &worst_root);
+        probe(fake, "/sessions", 401, &bad_401, &worst_401);
         probes_end = sgtest_now();
     }
     free(fake);
     sggw_batch_join(b);
 
-    double first_done = execs[0].finished, last_start = execs[0].started;
-    for (int i = 0; i < NX; i++) {
-        json_object *o = SG_EXPECT_JSON(&execs[i].reply, 200);
-        sggw_check_result(o);
-        sgtest_expect_stdout(o, "ok\n");
-        json_object_put(o);
-        sgtest_reply_free(&execs[i].reply);
-        if (execs[i].finished < first_done)
-            first_done = execs[i].finished;
-        if (execs[i].started > last_start)
-            last_start = execs[i].started;
-    }
+    sgtest_span_t span = sgtest_batch_span(execs, NX);
+    sgtest_batch_expect_ok(execs, NX, sggw_check_result, "ok\n");
     SG_CHECK(bad_root == 0, NULL, "GET / answered %ld under load", bad_root);
     SG_CHECK(bad_401 == 0, NULL, "a bad token got %ld under load, not 401", bad_401);
-    SG_CHECK(probes_end < first_done, NULL, "the probes did not all run while the executions were in flight");
+    SG_CHECK(probes_end < span.first_end, NULL, "the probes did not all run while the executions were in flight");
     SG_CHECK(worst_root < FAST_S, NULL, "GET / took %.3f s with %d executions in flight", worst_root, NX);
     SG_CHECK(worst_401 < FAST_S, NULL, "a 401 took %.3f s with %d executions in flight", worst_401, NX);
 

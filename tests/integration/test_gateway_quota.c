@@ -64,14 +64,10 @@ SGGW_TEST(test_rate_limit_exact)
     sggw_parallel_get(reqs, N, url, tok);
 
     int ok = 0, limited = 0;
-    double first = reqs[0].started, last = reqs[0].finished;
+    sgtest_span_t span = sgtest_batch_span(reqs, N);
     long max_retry = 0;
     for (int i = 0; i < N; i++) {
         sgtest_reply_t *r = &reqs[i].reply;
-        if (reqs[i].started < first)
-            first = reqs[i].started;
-        if (reqs[i].finished > last)
-            last = reqs[i].finished;
         if (r->status == 200) {
             ok++;
         } else if (r->status == 429) {
@@ -91,7 +87,8 @@ SGGW_TEST(test_rate_limit_exact)
         if (r->status == 429)
             SG_CHECK(remaining == 0, NULL, "a 429 must say X-RateLimit-Remaining: 0 (got %ld)", remaining);
     }
-    SG_CHECK(last - first < 1.0, NULL, "the batch took %.2f s: at 60/min a token came back meanwhile", last - first);
+    SG_CHECK(span.last_end - span.first_start < 1.0, NULL, "the batch took %.2f s: at 60/min a token came back meanwhile",
+             span.last_end - span.first_start);
     SG_CHECK(ok == 5 && limited == 15, NULL, "burst 5: expected exactly 5 x 200 and 15 x 429, got %d and %d", ok,
              limited);
     SG_CHECK(max_retry <= 2, NULL, "at 60/min the next request is allowed within 1 s, yet Retry-After says %ld",

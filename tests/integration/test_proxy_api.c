@@ -471,6 +471,12 @@ static void test_files_too_large(void **state)
 
 #define NPAR 8
 
+/* The shape of the proxy's execution result, for sgtest_batch_expect_ok. */
+static void result_shape(json_object *r)
+{
+    SG_CHECK_RESULT_SHAPE(r);
+}
+
 static void test_concurrency(void **state)
 {
     char url[NPAR][256];
@@ -519,25 +525,12 @@ static void test_concurrency(void **state)
     SG_CHECK(h.seconds < 0.5, NULL, "GET / took %.3f s while executes ran", h.seconds);
     sgtest_reply_free(&h);
 
-    double first_start = q[0].started, last_end = q[0].finished, first_end = q[0].finished;
-    for (int i = 0; i < NPAR; i++) {
-        json_object *o = SG_EXPECT_JSON(&q[i].reply, 200);
-        SG_CHECK_RESULT_SHAPE(o);
-        sgtest_expect_stdout(o, "done\n");
-        sgtest_expect_success(o);
-        json_object_put(o);
-        sgtest_reply_free(&q[i].reply);
-        if (q[i].started < first_start)
-            first_start = q[i].started;
-        if (q[i].finished > last_end)
-            last_end = q[i].finished;
-        if (q[i].finished < first_end)
-            first_end = q[i].finished;
-    }
-    double wall = last_end - first_start;
+    sgtest_span_t span = sgtest_batch_span(q, NPAR);
+    sgtest_batch_expect_ok(q, NPAR, result_shape, "done\n");
+    double wall = span.last_end - span.first_start;
     SG_CHECK(wall < 3.0, NULL, "%d parallel 1 s executes took %.2f s: the proxy serialises", NPAR,
              wall);
-    SG_CHECK(health_done < first_end, NULL,
+    SG_CHECK(health_done < span.first_end, NULL,
              "GET / was not answered while the executes were running");
 
     for (int i = 0; i < NPAR; i++) {

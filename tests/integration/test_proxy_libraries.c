@@ -179,11 +179,9 @@ static sgtest_proxy_t *start_proxy(void)
 static int group_setup(void **state)
 {
     char hex[33];
-    if (sglibs_suite_dir(tmpdir, sizeof(tmpdir), "sgtest-libraries", hex, 6) != 0)
+    if (sglibs_suite_dir(tmpdir, sizeof(tmpdir), wwwroot, sizeof(wwwroot), "sgtest-libraries", hex, 6) != 0)
         return -1;
-    snprintf(wwwroot, sizeof(wwwroot), "%s/www", tmpdir);
-    snprintf(py_name, sizeof(py_name), "sgtestpkg_%s", hex);
-    snprintf(py_norm, sizeof(py_norm), "sgtestpkg-%s", hex);
+    sglibs_py_names("sgtestpkg", hex, py_name, py_norm, sizeof(py_name));
     snprintf(js_name, sizeof(js_name), "sgtest-js-%s", hex);
 
     index_srv = sglibs_server_start(wwwroot, false);

@@ -38,10 +38,7 @@ static void test_python_state_persists(void **state)
     json_object_put(r);
 
     /* so does SystemExit: the kernel lives on */
-    r = run_code(sid, "x += 1\nraise SystemExit(5)");
-    SG_CHECK(SG_INT(r, "exit_code") == 5, r, "SystemExit(5) must exit 5");
-    expect_state(r, "kept");
-    json_object_put(r);
+    expect_exit(run_code(sid, "x += 1\nraise SystemExit(5)"), 5, "kept");
 
     expect_run(sid, "print(x)", "42\n", "kept");
     expect_run(sid, "print(sq(2) + math.floor(math.pi))", "7\n", "kept");
@@ -136,10 +133,7 @@ static void test_state_lost_is_reported(void **state)
     /* JavaScript: process.exit(4) ends the kernel */
     sid = create_session("javascript");
     expect_run(sid, "let b = 1", "", NULL);
-    r = run_code(sid, "process.exit(4)");
-    SG_CHECK(SG_INT(r, "exit_code") == 4, r, "process.exit(4) must exit 4");
-    expect_state(r, "lost");
-    json_object_put(r);
+    expect_exit(run_code(sid, "process.exit(4)"), 4, "lost");
     r = run_code(sid, "console.log(typeof b)");
     sgtest_expect_success(r);
     sgtest_expect_stdout(r, "undefined\n");
@@ -163,10 +157,7 @@ static void test_commands_leave_state_alone(void **state)
     expect_state(r, "none");
     json_object_put(r);
     /* a failing command neither */
-    r = run_cmd(sid, "echo oops >&2; exit 7");
-    SG_CHECK(SG_INT(r, "exit_code") == 7, r, "exit 7");
-    expect_state(r, "none");
-    json_object_put(r);
+    expect_exit(run_cmd(sid, "echo oops >&2; exit 7"), 7, "none");
     expect_run(sid, "print(x)", "5\n", "kept");
     session_done(sid);
 }

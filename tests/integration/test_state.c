@@ -89,13 +89,11 @@ static void test_reserve_concurrent(void **state)
     int ok = 0;
     long max_count = 0;
     for (int i = 0; i < 20; i++) {
-        RUN_UNTIL(f, w[i].done, WAIT_S);
-        assert_int_equal(w[i].done, 1);
-        assert_int_equal(w[i].r.available, 1);
-        ok += w[i].r.ok;
-        if (w[i].r.count > max_count)
-            max_count = w[i].r.count;
-        assert_true(w[i].r.count <= 5);
+        sg_state_result_t r = check_state(f, &w[i]);
+        ok += r.ok;
+        if (r.count > max_count)
+            max_count = r.count;
+        assert_true(r.count <= 5);
     }
     assert_int_equal(ok, 5);
     assert_int_equal(max_count, 5);
@@ -142,11 +140,9 @@ static void test_exec_concurrent(void **state)
     }
     int ok = 0;
     for (int i = 0; i < 40; i++) {
-        RUN_UNTIL(f, w[i].done, WAIT_S);
-        assert_int_equal(w[i].done, 1);
-        assert_int_equal(w[i].r.available, 1);
-        ok += w[i].r.ok;
-        assert_true(w[i].r.count <= 3);
+        sg_state_result_t r = check_state(f, &w[i]);
+        ok += r.ok;
+        assert_true(r.count <= 3);
     }
     assert_int_equal(ok, 3);
     EXPECT_RESULT(exec_acquire(f, 501, 3, "late", 60), 0, 3);
@@ -167,11 +163,8 @@ static void test_exec_concurrent(void **state)
     for (int i = 0; i < 10; i++)
         sg_state_exec_acquire(f->st, 501, 3, tokens[20 + i], 60, on_state, &w[i]);
     ok = 0;
-    for (int i = 0; i < 10; i++) {
-        RUN_UNTIL(f, w[i].done, WAIT_S);
-        assert_int_equal(w[i].r.available, 1);
-        ok += w[i].r.ok;
-    }
+    for (int i = 0; i < 10; i++)
+        ok += check_state(f, &w[i]).ok;
     assert_int_equal(ok, 1);
 
     /* max 0: nothing runs */

@@ -158,14 +158,11 @@ static sgtest_proxy_t *start_proxy(void)
 static int group_setup(void **state)
 {
     char hex[33], file[160], *files[1];
-    if (sglibs_suite_dir(tmpdir, sizeof(tmpdir), "sgtest-secstore", hex, 6) != 0)
+    if (sglibs_suite_dir(tmpdir, sizeof(tmpdir), wwwroot, sizeof(wwwroot), "sgtest-secstore", hex, 6) != 0)
         return -1;
-    snprintf(wwwroot, sizeof(wwwroot), "%s/www", tmpdir);
     snprintf(evilroot, sizeof(evilroot), "%s/evil", wwwroot);
-    snprintf(py_p, sizeof(py_p), "sgsecpkg_%s", hex);
-    snprintf(py_p_norm, sizeof(py_p_norm), "sgsecpkg-%s", hex);
-    snprintf(py_u, sizeof(py_u), "sgsecunreq_%s", hex);
-    snprintf(py_u_norm, sizeof(py_u_norm), "sgsecunreq-%s", hex);
+    sglibs_py_names("sgsecpkg", hex, py_p, py_p_norm, sizeof(py_p));
+    sglibs_py_names("sgsecunreq", hex, py_u, py_u_norm, sizeof(py_u));
     snprintf(js_j, sizeof(js_j), "sgsec-js-%s", hex);
     snprintf(js_u, sizeof(js_u), "sgsec-unreq-%s", hex);
 

@@ -151,6 +151,9 @@ typedef struct {
     const char *h[2];
 } sggw_auth_t;
 const char *const *sggw_auth(sggw_auth_t *a, const char *token);
+/* Asserting: a new tenant `name` (no quotas, as sggw_new_tenant) whose
+ * token is returned (free it) and put in a (a->h). */
+char *sggw_new_tenant_auth(sggw_auth_t *a, const char *data_dir, const char *name);
 /* method g's URL + path, with "Authorization: Bearer <token>" unless token
  * is NULL, json_body (may be NULL) as application/json. Default timeout. */
 int sggw_call(const sggw_gateway_t *g, const char *token, const char *method, const char *path, const char *json_body,

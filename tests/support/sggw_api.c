@@ -27,6 +27,13 @@ const char *const *sggw_auth(sggw_auth_t *a, const char *token)
     return a->h;
 }
 
+char *sggw_new_tenant_auth(sggw_auth_t *a, const char *data_dir, const char *name)
+{
+    char *tok = sggw_new_tenant(data_dir, name, NULL);
+    sggw_auth(a, tok);
+    return tok;
+}
+
 static int call_with_token(const char *base, const char *token, const char *method, const char *path,
                            const char *body, size_t len, const char *ctype, long timeout_s, sgtest_reply_t *out)
 {

@@ -741,3 +741,30 @@ int sggw_parallel(sgtest_par_req_t *reqs, size_t n)
 {
     return parallel(reqs, n, true);
 }
+
+sgtest_span_t sgtest_batch_span(const sgtest_par_req_t *reqs, size_t n)
+{
+    sgtest_span_t s = {reqs[0].started, reqs[0].started, reqs[0].finished, reqs[0].finished};
+    for (size_t i = 1; i < n; i++) {
+        if (reqs[i].started < s.first_start)
+            s.first_start = reqs[i].started;
+        if (reqs[i].started > s.last_start)
+            s.last_start = reqs[i].started;
+        if (reqs[i].finished < s.first_end)
+            s.first_end = reqs[i].finished;
+        if (reqs[i].finished > s.last_end)
+            s.last_end = reqs[i].finished;
+    }
+    return s;
+}
+
+void sgtest_batch_expect_ok(sgtest_par_req_t *reqs, size_t n, void (*shape)(json_object *r), const char *want_stdout)
+{
+    for (size_t i = 0; i < n; i++) {
+        json_object *o = SG_EXPECT_JSON(&reqs[i].reply, 200);
+        if (shape != NULL)
+            shape(o);
+        sgtest_expect_ok(o, want_stdout);
+        sgtest_reply_free(&reqs[i].reply);
+    }
+}

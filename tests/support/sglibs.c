@@ -586,7 +586,7 @@ int sglibs_random_hex(char *out, size_t nbytes)
     return 0;
 }
 
-int sglibs_suite_dir(char *dir, size_t size, const char *name, char *hex, size_t nbytes)
+int sglibs_suite_dir(char *dir, size_t size, char *www, size_t wsize, const char *name, char *hex, size_t nbytes)
 {
     const char *tmp = getenv("TMPDIR");
     snprintf(dir, size, "%s/%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", name);
@@ -595,7 +595,14 @@ int sglibs_suite_dir(char *dir, size_t size, const char *name, char *hex, size_t
         dir[0] = '\0';
         return -1;
     }
+    snprintf(www, wsize, "%s/www", dir);
     return 0;
+}
+
+void sglibs_py_names(const char *stem, const char *hex, char *name, char *norm, size_t size)
+{
+    snprintf(name, size, "%s_%s", stem, hex);
+    snprintf(norm, size, "%s-%s", stem, hex);
 }
 
 /* ------------------------------------------------------------------------

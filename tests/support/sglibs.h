@@ -32,10 +32,14 @@ void sglibs_rm_tree(const char *path);
 /* nbytes (<= 16) random bytes as 2*nbytes hex digits and a NUL; 0 or -1. */
 int sglibs_random_hex(char *out, size_t nbytes);
 /* A suite's private directory "$TMPDIR/<name>-XXXXXX" (/tmp without
- * TMPDIR) into dir (size bytes), and nbytes random bytes as hex in hex (as
+ * TMPDIR) into dir (size bytes), the index's document root "<dir>/www"
+ * into www (wsize bytes), and nbytes random bytes as hex in hex (as
  * sglibs_random_hex()). 0, or -1 after perror() with dir "" (for a group
  * setup; sglibs_rm_tree(dir) removes it). */
-int sglibs_suite_dir(char *dir, size_t size, const char *name, char *hex, size_t nbytes);
+int sglibs_suite_dir(char *dir, size_t size, char *www, size_t wsize, const char *name, char *hex, size_t nbytes);
+/* A suite's Python package: "<stem>_<hex>" (distribution and module) into
+ * name and its PEP 503 name "<stem>-<hex>" into norm, size bytes each. */
+void sglibs_py_names(const char *stem, const char *hex, char *name, char *norm, size_t size);
 
 /* ---- the index server ---------------------------------------------------- */
 

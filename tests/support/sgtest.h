@@ -435,5 +435,15 @@ void sgtest_batch_join(sgtest_batch_t *b);
 /* Start + join. Returns 0, or -1 if the batch could not start. */
 int sgtest_parallel(sgtest_par_req_t *reqs, size_t n);
 int sggw_parallel(sgtest_par_req_t *reqs, size_t n);
+/* When a finished batch of n (>= 1) requests ran: the earliest and latest
+ * start and end among them (sgtest_now() times). */
+typedef struct {
+    double first_start, last_start, first_end, last_end;
+} sgtest_span_t;
+sgtest_span_t sgtest_batch_span(const sgtest_par_req_t *reqs, size_t n);
+/* Every request of a finished batch answered 200 with an execution result
+ * that passes shape (NULL: not checked), succeeded and printed want_stdout;
+ * the replies are freed. Asserting. */
+void sgtest_batch_expect_ok(sgtest_par_req_t *reqs, size_t n, void (*shape)(json_object *r), const char *want_stdout);
 
 #endif

@@ -19,6 +19,7 @@
 #include "buf.h"
 #include "config.h"
 #include "json.h"
+#include "utf8_ref.h"
 #include "util.h"
 
 static void assert_contains(const char *hay, const char *needle)
@@ -474,41 +475,6 @@ static void test_json_getters(void **state)
 
 /* ---- UTF-8 -------------------------------------------------------------------------- */
 
-/* A strict UTF-8 check (RFC 3629): no overlongs, no surrogates, <= U+10FFFF,
- * no NUL. */
-static int valid_utf8(const unsigned char *s, size_t len)
-{
-    for (size_t i = 0; i < len;) {
-        unsigned c = s[i], cp, n;
-        if (c == 0)
-            return 0;
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        if ((c & 0xe0) == 0xc0)
-            n = 2, cp = c & 0x1f;
-        else if ((c & 0xf0) == 0xe0)
-            n = 3, cp = c & 0x0f;
-        else if ((c & 0xf8) == 0xf0)
-            n = 4, cp = c & 0x07;
-        else
-            return 0;
-        if (len - i < n)
-            return 0;
-        for (unsigned k = 1; k < n; k++) {
-            if ((s[i + k] & 0xc0) != 0x80)
-                return 0;
-            cp = cp << 6 | (s[i + k] & 0x3f);
-        }
-        if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10ffff ||
-            (cp >= 0xd800 && cp <= 0xdfff))
-            return 0;
-        i += n;
-    }
-    return 1;
-}
-
 static char *sanitize(const char *p, size_t len, size_t *outlen)
 {
     char *copy = malloc(len ? len : 1);
@@ -520,7 +486,7 @@ static char *sanitize(const char *p, size_t len, size_t *outlen)
     assert_non_null(out);
     assert_int_equal(out[*outlen], '\0');
     assert_int_equal(strlen(out), *outlen);
-    assert_true(valid_utf8((const unsigned char *)out, *outlen));
+    assert_true(utf8_ref_valid((const unsigned char *)out, *outlen));
     return out;
 }
 
@@ -631,7 +597,7 @@ static void test_utf8_random(void **state)
             in[i] = (char)(r % 4 == 0 ? 0x80 + (r >> 8) % 0x80 : r % 4 == 1 ? (r >> 8) % 0x80 : (r >> 8));
         }
         char *out = sanitize(in, len, &n); /* asserts validity */
-        if (valid_utf8((const unsigned char *)in, len)) {
+        if (utf8_ref_valid((const unsigned char *)in, len)) {
             assert_int_equal(n, len);
             assert_memory_equal(out, in, len);
         }
@@ -646,7 +612,7 @@ static void test_json_add_bytes(void **state)
 
     sg_json_add_bytes(o, "stdout", "ok\xff\0\xc3", 5);
     s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
-    assert_true(valid_utf8((const unsigned char *)s, strlen(s)));
+    assert_true(utf8_ref_valid((const unsigned char *)s, strlen(s)));
     back = json_tokener_parse(s);
     assert_non_null(back);
     assert_true(json_object_object_get_ex(back, "stdout", &v));

@@ -16,16 +16,10 @@
 
 #include "libraries.h"
 #include "session.h"
+#include "policy_fixture.h"
 #include "validate.h"
 
-static const sg_policy_t policy = {
-    .defaults = {.timeout_s = 30, .memory_mb = 512, .cpus = 1.0, .network = 0, .pids = 128, .output_bytes = 1 << 20,
-                 .tmpfs_mb = 256},
-    .max_timeout_s = 300,
-    .max_memory_mb = 4096,
-    .max_cpus = 4,
-    .allow_network = 0,
-};
+static const sg_policy_t policy = SGTEST_POLICY(4);
 
 /* Parses a test body; the test fails if the literal itself is not JSON. */
 static json_object *J(const char *s)
