@@ -60,23 +60,24 @@ static int write_code(run_t *x, char *why, size_t whylen)
 {
     int fd = -1;
 
-    if (mkdir_parents(x->file_path) != 0) {
-        snprintf(why, whylen, "sandgate-agent: cannot create the directories for %s: %s\n", x->file_path, strerror(errno));
+    if (mkdir_parents(x->req.file_path) != 0) {
+        snprintf(why, whylen, "sandgate-agent: cannot create the directories for %s: %s\n", x->req.file_path,
+                 strerror(errno));
         goto Error;
     }
-    fd = open(x->file_path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    fd = open(x->req.file_path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
     if (fd < 0) {
-        snprintf(why, whylen, "sandgate-agent: cannot create %s: %s\n", x->file_path, strerror(errno));
+        snprintf(why, whylen, "sandgate-agent: cannot create %s: %s\n", x->req.file_path, strerror(errno));
         goto Error;
     }
     fchmod(fd, 0644);
-    if (agent_write_full(fd, x->code, x->code_len) != 0) {
-        snprintf(why, whylen, "sandgate-agent: cannot write %s: %s\n", x->file_path, strerror(errno));
+    if (agent_write_full(fd, x->req.code, x->req.code_len) != 0) {
+        snprintf(why, whylen, "sandgate-agent: cannot write %s: %s\n", x->req.file_path, strerror(errno));
         goto Error;
     }
     if (close(fd) != 0) {
         fd = -1;
-        snprintf(why, whylen, "sandgate-agent: cannot write %s: %s\n", x->file_path, strerror(errno));
+        snprintf(why, whylen, "sandgate-agent: cannot write %s: %s\n", x->req.file_path, strerror(errno));
         goto Error;
     }
     return 0;
@@ -181,7 +182,6 @@ static int finish(run_t *x, cmd_result_t *res, const char *stage, int is_setup)
 
 void exec_handle(uint32_t id, const uint8_t *payload, size_t len)
 {
-    sg_agent_exec_req_t q;
     sg_agent_fail_t f;
     run_t x;
     cmd_result_t res;
@@ -191,40 +191,32 @@ void exec_handle(uint32_t id, const uint8_t *payload, size_t len)
     memset(&x, 0, sizeof(x));
     x.id = id;
     x.state = SG_AGENT_STATE_NONE;
-    if (sg_agent_exec_req_decode(payload, len, &q, &f) != 0) {
+    if (sg_agent_exec_req_decode(payload, len, &x.req, &f) != 0) {
         agent_send_fail(id, &f);
         return;
     }
-    x.output_cap = q.output_cap;
-    x.setup_cmd = q.setup_cmd;
-    x.setup_stage = q.setup_stage;
-    x.run_cmd = q.run_cmd;
-    x.file_path = q.file_path;
-    x.kernel_cmd = q.kernel_cmd;
-    x.code = q.code;
-    x.code_len = q.code_len;
-    stateful = x.kernel_cmd[0] != '\0';
-    x.envp = proc_env_build(x.file_path);
+    stateful = x.req.kernel_cmd[0] != '\0';
+    x.envp = proc_env_build(x.req.file_path);
     x.oom_before = run_oom_kills();
     /* The budget starts now: writing the file is part of the run's cost. */
-    x.deadline = agent_now_ns() + (int64_t)q.timeout_ms * 1000000;
+    x.deadline = agent_now_ns() + (int64_t)x.req.timeout_ms * 1000000;
     if (stateful) {
-        lost = kernel_reconcile(x.kernel_cmd);
+        lost = kernel_reconcile(x.req.kernel_cmd);
         x.state = kernel_idle_state(lost);
     }
 
-    if (!stateful && x.file_path[0] != '\0' && write_code(&x, why, sizeof(why)) != 0) {
+    if (!stateful && x.req.file_path[0] != '\0' && write_code(&x, why, sizeof(why)) != 0) {
         run_forward(&x, 2, (const uint8_t *)why, strlen(why));
         run_send_exit(&x, -1, 0, SG_AGENT_REASON_START_FAILED, "run", agent_now_ns());
         goto Exit;
     }
-    if (x.setup_cmd[0] != '\0') {
-        const char *stage = x.setup_stage[0] != '\0' ? x.setup_stage : "setup";
-        int rc = run_one(&x, x.setup_cmd, &res);
+    if (x.req.setup_cmd[0] != '\0') {
+        const char *stage = x.req.setup_stage[0] != '\0' ? x.req.setup_stage : "setup";
+        int rc = run_one(&x, x.req.setup_cmd, &res);
 
         if (stateful) {
             /* Setup spares the kernel, but may have killed it itself. */
-            lost |= kernel_reconcile(x.kernel_cmd);
+            lost |= kernel_reconcile(x.req.kernel_cmd);
             x.state = kernel_idle_state(lost);
         }
         if (rc != 0) {
@@ -238,7 +230,7 @@ void exec_handle(uint32_t id, const uint8_t *payload, size_t len)
         kernel_exec(&x, lost);
         goto Exit;
     }
-    if (run_one(&x, x.run_cmd, &res) != 0) {
+    if (run_one(&x, x.req.run_cmd, &res) != 0) {
         run_send_exit(&x, -1, 0, SG_AGENT_REASON_START_FAILED, "run", agent_now_ns());
         goto Exit;
     }
@@ -246,5 +238,5 @@ void exec_handle(uint32_t id, const uint8_t *payload, size_t len)
 
 Exit:
     proc_env_free(x.envp);
-    sg_agent_exec_req_free(&q);
+    sg_agent_exec_req_free(&x.req);
 }

@@ -128,7 +128,7 @@ static int kernel_start(run_t *x)
     ours[3] = p[3][0];
     for (i = 0; i < 4; i++)
         fcntl(ours[i], F_SETFL, O_NONBLOCK);
-    kern.cmd = agent_xstrdup(x->kernel_cmd);
+    kern.cmd = agent_xstrdup(x->req.kernel_cmd);
 
     if (x->started == 0)
         x->started = agent_now_ns();
@@ -136,7 +136,7 @@ static int kernel_start(run_t *x)
     {
         int child_fds[4] = {p[0][1], p[1][1], p[2][0], p[3][1]};
 
-        pid = proc_spawn(x->kernel_cmd, x->envp, child_fds, 4);
+        pid = proc_spawn(x->req.kernel_cmd, x->envp, child_fds, 4);
     }
     if (pid < 0) {
         run_start_failed(x, "fork");
@@ -209,10 +209,11 @@ static int write_request(talk_t *t)
 {
     run_t *x = t->x;
 
-    while (t->written < t->hlen + x->code_len) {
+    while (t->written < t->hlen + x->req.code_len) {
         size_t done = t->written;
-        const void *p = done < t->hlen ? (const void *)(t->head + done) : (const void *)(x->code + (done - t->hlen));
-        size_t len = done < t->hlen ? t->hlen - done : x->code_len - (done - t->hlen);
+        const void *p =
+            done < t->hlen ? (const void *)(t->head + done) : (const void *)(x->req.code + (done - t->hlen));
+        size_t len = done < t->hlen ? t->hlen - done : x->req.code_len - (done - t->hlen);
         ssize_t n = write(kern.req_fd, p, len);
 
         if (n < 0)
@@ -244,7 +245,7 @@ static int talk_before_poll(void *ctx, int64_t now, struct pollfd *pfd, int *n, 
         pfd[*n].revents = 0;
         (*n)++;
     }
-    if (kern.req_fd >= 0 && t->written != t->hlen + t->x->code_len && t->doomed == NULL) {
+    if (kern.req_fd >= 0 && t->written != t->hlen + t->x->req.code_len && t->doomed == NULL) {
         t->idx_req = *n;
         pfd[*n].fd = kern.req_fd;
         pfd[*n].events = POLLOUT;
@@ -279,7 +280,7 @@ static int talk_after_poll(void *ctx, const struct pollfd *pfd, int n)
         t->broken = "wrote a malformed answer";
         return KERNEL_BROKEN;
     }
-    if (nl != NULL && t->written < t->hlen + t->x->code_len) {
+    if (nl != NULL && t->written < t->hlen + t->x->req.code_len) {
         t->broken = "answered before reading the whole request";
         return KERNEL_BROKEN;
     }
@@ -312,7 +313,7 @@ void kernel_exec(run_t *x, int lost)
         /* What it wrote since the last EXEC is not ours; reading it may
          * also reveal that it can no longer answer. */
         kernel_discard();
-        lost |= kernel_reconcile(x->kernel_cmd);
+        lost |= kernel_reconcile(x->req.kernel_cmd);
     }
     if (kernel_alive()) {
         x->state = SG_AGENT_STATE_KEPT;
@@ -328,7 +329,7 @@ void kernel_exec(run_t *x, int lost)
      * must be ended. */
     memset(&t, 0, sizeof(t));
     t.x = x;
-    t.hlen = (size_t)snprintf(t.head, sizeof(t.head), "%zu\n", x->code_len);
+    t.hlen = (size_t)snprintf(t.head, sizeof(t.head), "%zu\n", x->req.code_len);
     if (x->started == 0)
         x->started = agent_now_ns();
     outcome = run_pump(x, kern.out, &talk, &t, &ended);

@@ -16,7 +16,7 @@
 
 int run_forward(run_t *x, uint32_t stream, const uint8_t *p, size_t n)
 {
-    uint64_t room = x->output_cap - x->sent[stream];
+    uint64_t room = x->req.output_cap - x->sent[stream];
 
     if (n > room) {
         agent_send_output(x->id, stream, p, (size_t)room);

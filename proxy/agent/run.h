@@ -5,7 +5,7 @@
  * be ended, or the deadline passes; and the EXIT that ends the EXEC.
  *
  * run_t belongs to the EXEC's handler (exec_handle), which fills it from the
- * request; exec.c and kernel.c update it as the EXEC goes.
+ * request and frees it; exec.c and kernel.c update it as the EXEC goes.
  */
 #ifndef SANDGATE_AGENT_RUN_H
 #define SANDGATE_AGENT_RUN_H
@@ -14,17 +14,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "decode.h"
+
 typedef struct {
     uint32_t id;
-    uint32_t output_cap;
-    char *setup_cmd;
-    char *setup_stage;
-    char *run_cmd;
-    char *file_path;
-    char *kernel_cmd;
-    const uint8_t *code;
-    size_t code_len;
-    char **envp;
+    sg_agent_exec_req_t req; /* as decoded */
+    char **envp;             /* proc_env_build */
     int64_t deadline;     /* CLOCK_MONOTONIC ns */
     int64_t started;      /* first fork, 0 until then */
     uint64_t sent[3];     /* bytes forwarded, by stream */
