@@ -18,6 +18,53 @@
 #include "decode.h"
 #include "run.h"
 
+extern char **environ;
+
+static int is_own_var(const char *var)
+{
+    return strncmp(var, "SANDGATE_FILE=", 14) == 0 || strncmp(var, "SANDGATE_WORKDIR=", 17) == 0;
+}
+
+/* The environment of the EXEC's commands and kernel: the agent's, with
+ * SANDGATE_FILE=file_path and SANDGATE_WORKDIR=agent_workdir (the two
+ * strings the array owns). */
+static char **env_build(const char *file_path)
+{
+    size_t n = 0, i, j = 0;
+    char **envp, *file_var, *work_var;
+
+    while (environ[n] != NULL)
+        n++;
+    envp = agent_xcalloc(n + 3, sizeof(*envp));
+    file_var = agent_xmalloc(strlen(file_path) + sizeof("SANDGATE_FILE="));
+    work_var = agent_xmalloc(strlen(agent_workdir) + sizeof("SANDGATE_WORKDIR="));
+    strcpy(file_var, "SANDGATE_FILE=");
+    strcat(file_var, file_path);
+    strcpy(work_var, "SANDGATE_WORKDIR=");
+    strcat(work_var, agent_workdir);
+    for (i = 0; i < n; i++) {
+        if (!is_own_var(environ[i]))
+            envp[j++] = environ[i];
+    }
+    envp[j++] = file_var;
+    envp[j++] = work_var;
+    envp[j] = NULL;
+    return envp;
+}
+
+static void env_free(char **envp)
+{
+    size_t i;
+
+    if (envp == NULL)
+        return;
+    for (i = 0; envp[i] != NULL; i++) {
+        if (is_own_var(envp[i]))
+            free(envp[i]);
+    }
+    free(envp);
+}
+
 /* The one-shot command being run, if any. */
 static proc_child_t cmd_child = {-1, 0, 0};
 
@@ -196,7 +243,7 @@ void exec_handle(uint32_t id, const uint8_t *payload, size_t len)
         return;
     }
     stateful = x.req.kernel_cmd[0] != '\0';
-    x.envp = proc_env_build(x.req.file_path);
+    x.envp = env_build(x.req.file_path);
     x.oom_before = run_oom_kills();
     /* The budget starts now: writing the file is part of the run's cost. */
     x.deadline = agent_now_ns() + (int64_t)x.req.timeout_ms * 1000000;
@@ -237,6 +284,6 @@ void exec_handle(uint32_t id, const uint8_t *payload, size_t len)
     finish(&x, &res, "run", 0);
 
 Exit:
-    proc_env_free(x.envp);
+    env_free(x.envp);
     sg_agent_exec_req_free(&x.req);
 }

@@ -25,8 +25,6 @@
 
 #define KILL_BUDGET_NS (2000LL * 1000 * 1000) /* give up killing after 2 s */
 
-extern char **environ;
-
 int proc_sig_fd = -1;
 static pid_t self_pid;
 static int devnull_fd = -1;
@@ -316,52 +314,6 @@ int proc_init(void)
     }
     atexit(kill_all_at_exit);
     return 0;
-}
-
-/* ---- the environment of user code ------------------------------------ */
-
-static int is_own_var(const char *var)
-{
-    return strncmp(var, "SANDGATE_FILE=", 14) == 0 || strncmp(var, "SANDGATE_WORKDIR=", 17) == 0;
-}
-
-/* The two strings the array owns are ours: SANDGATE_FILE and
- * SANDGATE_WORKDIR. */
-char **proc_env_build(const char *file_path)
-{
-    size_t n = 0, i, j = 0;
-    char **envp, *file_var, *work_var;
-
-    while (environ[n] != NULL)
-        n++;
-    envp = agent_xcalloc(n + 3, sizeof(*envp));
-    file_var = agent_xmalloc(strlen(file_path) + sizeof("SANDGATE_FILE="));
-    work_var = agent_xmalloc(strlen(agent_workdir) + sizeof("SANDGATE_WORKDIR="));
-    strcpy(file_var, "SANDGATE_FILE=");
-    strcat(file_var, file_path);
-    strcpy(work_var, "SANDGATE_WORKDIR=");
-    strcat(work_var, agent_workdir);
-    for (i = 0; i < n; i++) {
-        if (!is_own_var(environ[i]))
-            envp[j++] = environ[i];
-    }
-    envp[j++] = file_var;
-    envp[j++] = work_var;
-    envp[j] = NULL;
-    return envp;
-}
-
-void proc_env_free(char **envp)
-{
-    size_t i;
-
-    if (envp == NULL)
-        return;
-    for (i = 0; envp[i] != NULL; i++) {
-        if (is_own_var(envp[i]))
-            free(envp[i]);
-    }
-    free(envp);
 }
 
 /* ---- the system call filter of user code ------------------------------- */

@@ -60,12 +60,6 @@ void proc_handle_signals(void);
  * process resists for 2 s (logged). */
 int proc_kill_tree(pid_t keep);
 
-/* The environment of every command and kernel: the agent's, with
- * SANDGATE_FILE=file_path and SANDGATE_WORKDIR=agent_workdir. Free with
- * proc_env_free. */
-char **proc_env_build(const char *file_path);
-void proc_env_free(char **envp);
-
 /* Fork `/bin/sh -c cmd` with envp as the leader of a new process group,
  * /dev/null on fd 0 and fds[i] on fd i + 1 (nfds at most 4), no other fd,
  * oom_score_adj 1000, in the work dir, under the system call filter. The

@@ -19,7 +19,7 @@
 typedef struct {
     uint32_t id;
     sg_agent_exec_req_t req; /* as decoded */
-    char **envp;             /* proc_env_build */
+    char **envp;             /* of its commands and kernel */
     int64_t deadline;     /* CLOCK_MONOTONIC ns */
     int64_t started;      /* first fork, 0 until then */
     uint64_t sent[3];     /* bytes forwarded, by stream */
