@@ -149,7 +149,7 @@ static const run_follower_t follow_cmd = {NULL, NULL, cmd_ended};
 static int run_one(run_t *x, const char *cmd, cmd_result_t *res)
 {
     int outp[2] = {-1, -1}, errp[2] = {-1, -1};
-    int fds[2], outcome, i;
+    int fds[2], child_fds[2], outcome, i;
     pid_t pid;
 
     memset(res, 0, sizeof(*res));
@@ -165,11 +165,9 @@ static int run_one(run_t *x, const char *cmd, cmd_result_t *res)
     if (x->started == 0)
         x->started = agent_now_ns();
     proc_follow(&cmd_child);
-    {
-        int child_fds[2] = {outp[1], errp[1]};
-
-        pid = proc_spawn(cmd, x->envp, child_fds, 2);
-    }
+    child_fds[0] = outp[1];
+    child_fds[1] = errp[1];
+    pid = proc_spawn(cmd, x->envp, child_fds, 2);
     if (pid < 0) {
         run_start_failed(x, "fork");
         goto Error;

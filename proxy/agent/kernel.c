@@ -110,7 +110,7 @@ uint32_t kernel_idle_state(int lost)
  * 0, or -1 when it could not be started (explained on stderr). */
 static int kernel_start(run_t *x)
 {
-    int p[4][2], ours[4], i;
+    int p[4][2], ours[4], theirs[4], i;
     pid_t pid;
 
     for (i = 0; i < 4; i++)
@@ -133,19 +133,17 @@ static int kernel_start(run_t *x)
     if (x->started == 0)
         x->started = agent_now_ns();
     proc_follow(&kern.child);
-    {
-        int child_fds[4] = {p[0][1], p[1][1], p[2][0], p[3][1]};
-
-        pid = proc_spawn(x->req.kernel_cmd, x->envp, child_fds, 4);
-    }
+    theirs[0] = p[0][1];
+    theirs[1] = p[1][1];
+    theirs[2] = p[2][0];
+    theirs[3] = p[3][1];
+    pid = proc_spawn(x->req.kernel_cmd, x->envp, theirs, 4);
     if (pid < 0) {
         run_start_failed(x, "fork");
         goto Error;
     }
-    close(p[0][1]);
-    close(p[1][1]);
-    close(p[2][0]);
-    close(p[3][1]);
+    for (i = 0; i < 4; i++)
+        close(theirs[i]);
     kern.child.pid = pid;
     kern.child.done = 0;
     kern.out[0] = ours[0];
