@@ -1,6 +1,6 @@
 /*
  * fuzz_agent_path — the agent's confinement of file paths
- * (sg_agent_open_parent, proxy/agent/request.c: PUT_FILE and GET_FILE),
+ * (sg_agent_open_parent, proxy/agent/paths.c: PUT_FILE and GET_FILE),
  * against a real directory tree built once in a private temporary
  * directory: a work dir holding files, directories and symlinks that point
  * out of it (relative, absolute, to a directory, to a file), beside a
@@ -11,47 +11,28 @@
  * is the work dir or lies under it (checked through /proc/self/fd, after
  * symlinks), the leaf is one plain name (not empty, ".", "..", no '/');
  * a refusal names a known error code and a sentence; no descriptor leaks.
- * With create, the directories made are removed after each input.
+ * With create, the directories made (real directories, empty but for each
+ * other, on the input's own path) are removed after each input.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "agent_proto.h"
 #include "fuzz.h"
-#include "request.h"
+#include "paths.h"
 
 static char root[PATH_MAX];
-/* Directories the confinement made (in create mode), removed again after
- * each input, newest first: the writable work dir is back as it was. */
-static char **made;
-static size_t n_made, cap_made;
-
-int mkdirat(int dfd, const char *path, mode_t mode)
-{
-    char at[64], dir[PATH_MAX];
-    int rc = (int)syscall(SYS_mkdirat, dfd, path, mode);
-    if (rc == 0) {
-        snprintf(at, sizeof(at), "/proc/self/fd/%d", dfd);
-        ssize_t n = readlink(at, dir, sizeof(dir) - 1);
-        CHECK(n > 0);
-        dir[n] = '\0';
-        if (n_made == cap_made) {
-            cap_made = cap_made ? cap_made * 2 : 16;
-            made = realloc(made, cap_made * sizeof(*made));
-        }
-        made[n_made] = malloc(strlen(dir) + strlen(path) + 2);
-        sprintf(made[n_made++], "%s/%s", dir, path);
-    }
-    return rc;
-}
-
 static char work_ro[PATH_MAX], work_rw[PATH_MAX];
 static char real_ro[PATH_MAX], real_rw[PATH_MAX];
+static int work_rw_fd = -1;
+
+/* What populate() builds, relative to a work dir; the directories first. */
+static const char *const tree_dirs[] = {"a", "a/b", "..."};
+static const char *const tree_others[] = {"a/b/c.txt", "file", "up", "slash", "etc", "alias", "secret", "a/b/back"};
 
 static void must(int ok, const char *what)
 {
@@ -117,6 +98,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     populate(work_rw);
     must(realpath(work_ro, real_ro) != NULL, "realpath");
     must(realpath(work_rw, real_rw) != NULL, "realpath");
+    work_rw_fd = open(work_rw, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    must(work_rw_fd >= 0, work_rw);
     return 0;
 }
 
@@ -127,6 +110,61 @@ static int under(const char *p, const char *dir)
 {
     size_t n = strlen(dir);
     return strncmp(p, dir, n) == 0 && (p[n] == '\0' || p[n] == '/');
+}
+
+static int in_list(const char *rel, const char *const *list, size_t n)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++) {
+        if (strcmp(rel, list[i]) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* After an input in create mode: the directories it made are prefixes of
+ * its path (the confinement walks no symlink), so each prefix of the path
+ * inside the writable work dir that is a real directory populate() did not
+ * make is one of them, until the first that is none. They are removed,
+ * deepest first, and must be empty but for each other. */
+static void remove_made(const char *path)
+{
+    size_t wlen = strlen(work_rw), n = 0, len = 0, i;
+    const char *rel = path;
+    char walk[PATH_MAX * 2], prefix[PATH_MAX * 2], *comp, *next, *made[PATH_MAX];
+
+    if (*path == '/') {
+        if (strncmp(path, work_rw, wlen) != 0 || (path[wlen] != '/' && path[wlen] != '\0'))
+            return; /* refused before anything was touched */
+        rel = path + wlen;
+    }
+    snprintf(walk, sizeof(walk), "%s", rel);
+    for (comp = strtok_r(walk, "/", &next); comp != NULL; comp = strtok_r(NULL, "/", &next)) {
+        struct stat st;
+
+        if (strcmp(comp, ".") == 0)
+            continue;
+        if (strcmp(comp, "..") == 0)
+            break; /* refused before anything was touched */
+        len += (size_t)snprintf(prefix + len, sizeof(prefix) - len, "%s%s", len != 0 ? "/" : "", comp);
+        if (in_list(prefix, tree_dirs, sizeof(tree_dirs) / sizeof(tree_dirs[0])))
+            continue;
+        if (in_list(prefix, tree_others, sizeof(tree_others) / sizeof(tree_others[0])))
+            break;
+        if (fstatat(work_rw_fd, prefix, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode))
+            break;
+        made[n] = strdup(prefix);
+        CHECK(made[n] != NULL);
+        n++;
+    }
+    for (i = n; i-- > 0;) {
+        if (unlinkat(work_rw_fd, made[i], AT_REMOVEDIR) != 0) {
+            fprintf(stderr, "cannot remove \"%s\" (made for \"%s\"): %s\n", made[i], path, strerror(errno));
+            CHECK(!"a directory made is empty but for the others made");
+        }
+        free(made[i]);
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -175,10 +213,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     probe_after = dup(2);
     close(probe_after);
     CHECK(probe_after == probe_before);
-    while (n_made > 0) {
-        n_made--;
-        CHECK(rmdir(made[n_made]) == 0);
-        free(made[n_made]);
-    }
+    if (create)
+        remove_made(path);
     return 0;
 }

@@ -3,7 +3,7 @@
  * sandbox's PID 1 (or anything else that got hold of its stdout) writes,
  * framed as proxy/session.c frames it (process_inbuf: a header, then its
  * whole payload) and decoded by the proxy's own decoder
- * (sg_agent_reply_decode, proxy/agent_proto.c; handle_message uses it),
+ * (sg_agent_reply_decode, proxy/agent/agent_proto.c; handle_message uses it),
  * message after message until the stream is refused or ends.
  *
  * Invariants: the header decoder refuses what the protocol forbids (flags,

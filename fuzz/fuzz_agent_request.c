@@ -1,6 +1,6 @@
 /*
  * fuzz_agent_request — the proxy's requests as the agent reads them
- * (proxy/agent/request.c, used by serve_one in proxy/agent/agent.c): a
+ * (proxy/agent/decode.c, used by serve_one in proxy/agent/loop.c): a
  * stream of messages, each header checked and each EXEC, PUT_FILE or
  * GET_FILE payload decoded as the agent does.
  *
@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "agent_proto.h"
+#include "decode.h"
 #include "fuzz.h"
-#include "request.h"
 
 static void check_fail(const sg_agent_fail_t *f)
 {

@@ -11,7 +11,7 @@
  */
 #include "sgsec.h"
 
-#include "../../proxy/agent_proto.h"
+#include "../../proxy/agent/agent_proto.h"
 
 #include <stdio.h>
 #include <stdlib.h>

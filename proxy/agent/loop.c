@@ -1,0 +1,179 @@
+/*
+ * loop.c — sandgate-agent's main: PID 1 of every sandbox container.
+ *
+ * It reads requests (agent_proto.h) from stdin, one at a time and in order,
+ * answers on stdout and logs one line per event on stderr. Between requests
+ * it waits in one poll() for stdin, its signals (proc.h) and whatever a
+ * live kernel writes (kernel.h), which is read and discarded. The rooms are
+ * listed in agent.h.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "exec.h"
+#include "files.h"
+#include "kernel.h"
+#include "proc.h"
+
+#define DEFAULT_WORKDIR "/sandbox"
+
+/* Returns 0, 1 on EOF before the first byte, -1 on error or EOF midway. */
+static int read_full(int fd, void *p, size_t len)
+{
+    uint8_t *d = p;
+    size_t got = 0;
+
+    while (got < len) {
+        ssize_t n = read(fd, d + got, len - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        if (n == 0)
+            return got == 0 ? 1 : -1;
+        got += (size_t)n;
+    }
+    return 0;
+}
+
+static uint32_t rd32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+/* Read and dispatch one request. Exits on EOF or when the stream is beyond
+ * repair (truncated, or a length we refuse to buffer). */
+static void serve_one(void)
+{
+    uint8_t raw[SG_AGENT_HEADER_SIZE];
+    sg_agent_header_t h;
+    uint8_t *payload;
+    uint32_t len, id;
+    int rc;
+
+    rc = read_full(0, raw, sizeof(raw));
+    if (rc == 1) {
+        agent_log("stdin closed, exiting");
+        agent_exit(0);
+    }
+    if (rc != 0) {
+        agent_log("stdin ended inside a message header, exiting");
+        agent_exit(0);
+    }
+    id = rd32(raw + 4);
+    len = rd32(raw + 8);
+    if (len > SG_AGENT_MAX_PAYLOAD) {
+        agent_log("request %u announces %u payload bytes, more than %u; cannot resynchronise, exiting", id, len,
+                  SG_AGENT_MAX_PAYLOAD);
+        agent_exit(1);
+    }
+    payload = agent_xmalloc(len);
+    if (read_full(0, payload, len) != 0) {
+        agent_log("stdin ended inside a request payload, exiting");
+        agent_exit(0);
+    }
+    if (sg_agent_header_decode(raw, &h) != 0) {
+        agent_send_error(id, SG_AGENT_ERR_BAD_REQUEST, "The message header has non-zero flags or reserved bytes.");
+        goto Exit;
+    }
+
+    switch (h.type) {
+    case SG_AGENT_EXEC:
+        exec_handle(h.id, payload, h.len);
+        break;
+    case SG_AGENT_PUT_FILE:
+        files_put(h.id, payload, h.len);
+        break;
+    case SG_AGENT_GET_FILE:
+        files_get(h.id, payload, h.len);
+        break;
+    case SG_AGENT_PING:
+        if (h.len != 0)
+            agent_send_error(h.id, SG_AGENT_ERR_BAD_REQUEST, "A PING request has no payload.");
+        else
+            agent_send_ok(h.id, 0);
+        break;
+    default:
+        agent_send_error(h.id, SG_AGENT_ERR_BAD_REQUEST, "Unknown request type %u.", h.type);
+        break;
+    }
+
+Exit:
+    free(payload);
+}
+
+/* SANDGATE_WORKDIR or /sandbox, without a trailing slash. */
+static const char *normalise_workdir(void)
+{
+    const char *env = getenv("SANDGATE_WORKDIR");
+    char *w;
+    size_t n;
+
+    if (env == NULL || env[0] == '\0')
+        env = DEFAULT_WORKDIR;
+    w = agent_xstrdup(env);
+    n = strlen(w);
+    while (n > 1 && w[n - 1] == '/')
+        w[--n] = '\0';
+    return w;
+}
+
+int main(void)
+{
+    int r;
+
+    if (proc_init() != 0)
+        return 1;
+    agent_workdir = normalise_workdir();
+    if (chdir(agent_workdir) != 0)
+        agent_log("cannot enter the work directory %s: %s", agent_workdir, strerror(errno));
+
+    sg_agent_buf_init(&agent_out);
+    r = sg_agent_msg_begin(&agent_out, SG_AGENT_READY, 0);
+    r |= sg_agent_put_u32(&agent_out, SG_AGENT_PROTO_VERSION);
+    r |= sg_agent_put_str(&agent_out, agent_workdir, strlen(agent_workdir));
+    sg_agent_msg_end(&agent_out, 0);
+    agent_flush(r);
+    agent_log("ready, pid %d, work dir %s", (int)getpid(), agent_workdir);
+
+    for (;;) {
+        struct pollfd pfd[5] = {{.fd = 0, .events = POLLIN}, {.fd = proc_sig_fd, .events = POLLIN}};
+        int kfds[3];
+        nfds_t n = 2;
+        int i, kernel_wrote = 0;
+
+        /* A kernel between EXECs: what it writes is read and discarded. */
+        kernel_idle_fds(kfds);
+        for (i = 0; i < 3; i++) {
+            if (kfds[i] >= 0) {
+                pfd[n].fd = kfds[i];
+                pfd[n].events = POLLIN;
+                n++;
+            }
+        }
+        proc_reap();
+        if (poll(pfd, n, IDLE_POLL_MS) < 0) {
+            if (errno != EINTR) {
+                agent_log("poll: %s", strerror(errno));
+                agent_sleep_ns(10000000);
+            }
+            continue;
+        }
+        for (i = 2; i < (int)n; i++)
+            kernel_wrote |= pfd[i].revents != 0;
+        if (kernel_wrote)
+            kernel_discard();
+        if (pfd[1].revents != 0)
+            proc_handle_signals();
+        if (pfd[0].revents & POLLNVAL) {
+            agent_log("stdin is not open, exiting");
+            agent_exit(1);
+        }
+        if (pfd[0].revents != 0)
+            serve_one();
+    }
+}
