@@ -2,7 +2,7 @@
 """Writes the seed corpora under fuzz/corpus/<target>/ (committed; run again
 only to change them). Seeds are real-shaped: request bodies as clients send
 them, Docker frames and agent messages as the proxy and the agent write
-them (proxy/agent_proto.h), tails of real streamed replies."""
+them (proxy/agent/agent_proto.h), tails of real streamed replies."""
 import hashlib
 import json
 import os

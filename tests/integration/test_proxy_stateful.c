@@ -1,6 +1,6 @@
 /*
  * test_proxy_stateful.c — stateful sessions (docs/proxy-api.md, "state" in
- * the execution result; proxy/agent_proto.h, "Kernels"), the warm pool's
+ * the execution result; proxy/agent/agent_proto.h, "Kernels"), the warm pool's
  * refill, and that nothing is left. Streamed output: test_proxy_streaming.c.
  *
  * One proxy serves the whole group (stateful_suite.h). Every test closes

@@ -3,7 +3,7 @@
  * tests (a cmocka test per row), and the real
  * sandgate-agent binary run as an ordinary child process (not PID 1, not in
  * a container) with pipes on its stdin and stdout and a fresh work dir,
- * driven message by message over its protocol (proxy/agent_proto.h). Every
+ * driven message by message over its protocol (proxy/agent/agent_proto.h). Every
  * read has a deadline, so a broken agent fails the test instead of hanging
  * it.
  *
@@ -22,7 +22,7 @@
 
 #include <cmocka.h>
 
-#include "../../proxy/agent_proto.h"
+#include "../../proxy/agent/agent_proto.h"
 
 #define SGUNIT_MSG_TIMEOUT_MS 10000
 

@@ -3,7 +3,7 @@
  * sandgate kernel for JavaScript (Node.js 18+, no npm packages): runs
  * successive pieces of code in one global scope.
  *
- * Started by sandgate-agent (see proxy/agent_proto.h, "Kernels") as
+ * Started by sandgate-agent (see proxy/agent/agent_proto.h, "Kernels") as
  * `exec node kernel.js`, with requests "<byte length>\n<code>" on fd 3;
  * after each run it flushes stdout and stderr and answers "<exit code>\n"
  * on fd 4.

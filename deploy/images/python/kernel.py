@@ -1,6 +1,6 @@
 """sandgate kernel for Python: runs successive pieces of code in one namespace.
 
-Started by sandgate-agent (see proxy/agent_proto.h, "Kernels") as
+Started by sandgate-agent (see proxy/agent/agent_proto.h, "Kernels") as
 `exec python3 -u kernel.py`, with requests "<byte length>\\n<code>" on fd 3;
 after each run it flushes stdout and stderr and answers "<exit code>\\n" on
 fd 4. Standard library only.
