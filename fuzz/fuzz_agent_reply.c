@@ -1,7 +1,7 @@
 /*
  * fuzz_agent_reply — the agent's messages as the proxy reads them: what a
  * sandbox's PID 1 (or anything else that got hold of its stdout) writes,
- * framed as proxy/session.c frames it (process_inbuf: a header, then its
+ * framed as proxy/sessions/session.c frames it (process_inbuf: a header, then its
  * whole payload) and decoded by the proxy's own decoder
  * (sg_agent_reply_decode, proxy/agent/agent_proto.c; handle_message uses it),
  * message after message until the stream is refused or ends.

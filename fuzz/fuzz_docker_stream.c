@@ -1,6 +1,6 @@
 /*
  * fuzz_docker_stream — Docker's multiplexed attach/exec stream
- * (proxy/docker_stream.c), the bytes a container's output arrives in.
+ * (proxy/docker/docker_stream.c), the bytes a container's output arrives in.
  *
  * Input: one byte that seeds how the stream is cut into reads, then the
  * stream. Invariants: the decoder, fed in pieces, delivers exactly what a

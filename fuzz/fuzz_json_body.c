@@ -1,9 +1,9 @@
 /*
  * fuzz_json_body — request bodies as the proxy takes them: the JSON parse
  * both tiers share (sg_json_parse_object, common/json.c), then the proxy's
- * validation (proxy/validate.c) of POST /sessions, POST
+ * validation (proxy/api/validate.c) of POST /sessions, POST
  * /sessions/{id}/execute, POST /sessions/{id}/commands and POST /execute,
- * and of POST /sessions/{id}/libraries (sg_lib_check, proxy/libraries.c).
+ * and of POST /sessions/{id}/libraries (sg_lib_check, proxy/libraries/libraries.c).
  *
  * Input: one byte choosing the route, then the body. Invariants: a parsed
  * body is an object; whatever validation accepts is inside the policy

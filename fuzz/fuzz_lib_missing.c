@@ -1,7 +1,7 @@
 /*
  * fuzz_lib_missing — the library check's output, printed inside the
  * sandbox, matched against the names the request gave
- * (sg_lib_match_missing, proxy/libraries.c): nothing a sandbox prints may
+ * (sg_lib_match_missing, proxy/libraries/libraries.c): nothing a sandbox prints may
  * become a name to fetch.
  *
  * Input: up to 4 names (lines of the first bytes, up to a NUL), then the

@@ -2,7 +2,7 @@
  * fuzz_path_query — a request target as both tiers route it: the path
  * split into route segments (sg_http_split_path, common/http.c), the
  * "path" query parameter percent-decoded (sg_http_query_param), checked as
- * a files-route path (sg_validate_path, proxy/validate.c) and quoted for
+ * a files-route path (sg_validate_path, proxy/api/validate.c) and quoted for
  * the shell (sg_shell_quote).
  *
  * Input: the request target ("/sessions/ID/files?path=..."). Invariants:

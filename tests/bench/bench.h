@@ -5,7 +5,7 @@
  *
  *   sandgate-bench.c  options, phases 1-3 (latency, throughput, idle), report, main
  *   bench_client.c    HTTP client, rows, registry, session API, parallel runner
- *   bench_docker.c    Docker through the proxy's own client (proxy/docker.h),
+ *   bench_docker.c    Docker through the proxy's own client (proxy/docker/docker.h),
  *                     phase 4 (the engine's floors)
  */
 #ifndef SANDGATE_BENCH_H

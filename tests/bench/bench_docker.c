@@ -1,8 +1,8 @@
 /*
  * bench_docker.c — sandgate-bench's look at the Docker engine (see
- * bench.h), through the proxy's own client (proxy/docker.h: DOCKER_HOST,
+ * bench.h), through the proxy's own client (proxy/docker/docker.h: DOCKER_HOST,
  * the API version from GET /_ping, one keep-alive handle per thread) and
- * its stream decoder (proxy/docker_stream.h): which container a session
+ * its stream decoder (proxy/docker/docker_stream.h): which container a session
  * got, what it costs in memory, and phase 4, the engine's own floors.
  */
 #include "bench.h"

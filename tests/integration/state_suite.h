@@ -3,7 +3,7 @@
  * behavioural suite on both backends; test_state_redis.c, Redis only): a
  * real redis-server (sggw.h), one h2o loop per group, a fixture per test
  * that counts file descriptors, waiters for the callbacks and synchronous
- * wrappers of gateway/state.h. Each suite includes it once.
+ * wrappers of gateway/state/state.h. Each suite includes it once.
  */
 #ifndef SANDGATE_STATE_SUITE_H
 #define SANDGATE_STATE_SUITE_H

@@ -1,5 +1,5 @@
 /*
- * test_proxy_libraries.c — library installs (proxy/install.h): an installer
+ * test_proxy_libraries.c — library installs (proxy/libraries/install.h): an installer
  * container with network fetches a package into the store volume, then the
  * sandbox (no network) installs it from the read-only store. Through the
  * real proxy, the real Docker engine and the real python/javascript images.

@@ -87,7 +87,7 @@ static void test_hardening(void **state)
     /* The runtime the session reports is its container's (README
      * "Sandboxes"); under runsc the process cap is RLIMIT_NPROC inside the
      * sandbox's kernel, the host's pids cgroup a looser backstop for the
-     * sandbox kernel's own threads (proxy/container.h). */
+     * sandbox kernel's own threads (proxy/docker/container.h). */
     const char *rt = SG_STR(d, "runtime");
     SG_CHECK(strcmp(rt, "runc") == 0 || strcmp(rt, "runsc") == 0, d, "runtime %s", rt);
     json_object *hrt = sgtest_jpath(c, "HostConfig.Runtime");

@@ -1,5 +1,5 @@
 /*
- * test_state.c — gateway/state.h against both backends: the same
+ * test_state.c — gateway/state/state.h against both backends: the same
  * behavioural suite runs on the memory backend and on a real redis-server
  * this test starts (on a free loopback port, in a private temporary
  * directory, without persistence) and drives through an h2o evloop

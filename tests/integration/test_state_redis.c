@@ -1,5 +1,5 @@
 /*
- * test_state_redis.c — gateway/state.h's Redis backend against a real
+ * test_state_redis.c — gateway/state/state.h's Redis backend against a real
  * redis-server (state_suite.h): bad and unreachable URLs, the documented
  * key schema, database selection, destroying with calls in flight, scripts
  * flushed under the gateway (NOSCRIPT), redis-server killed and started

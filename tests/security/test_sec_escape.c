@@ -35,7 +35,7 @@ static json_object *sh(const char *tok, const char *sid, const char *cmd)
 #define PROXY_CANARY "proxy-canary-7d1f0c2e9b"
 
 /* The inode cap of /sandbox and /tmp with the proxy's default 256 MiB
- * tmpfs (one inode per 4 KiB, proxy/container.c), and of /dev/shm. */
+ * tmpfs (one inode per 4 KiB, proxy/docker/container.c), and of /dev/shm. */
 #define WORK_INODES 65536
 #define SHM_INODES 16384
 

@@ -1,5 +1,5 @@
 /*
- * test_capacity.c — the proxy's container cap (proxy/capacity.h): exact
+ * test_capacity.c — the proxy's container cap (proxy/sessions/capacity.h): exact
  * when many threads take and give at once, the pool's headroom, and a give
  * without a take never drives the count below zero.
  */

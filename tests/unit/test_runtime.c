@@ -1,5 +1,5 @@
 /*
- * test_runtime.c — SANDGATE_RUNTIME (proxy/runtime.h): auto takes runsc
+ * test_runtime.c — SANDGATE_RUNTIME (proxy/docker/runtime.h): auto takes runsc
  * only when the engine lists it, and says why not otherwise; an explicit
  * runsc the engine lacks, or an unknown setting, is refused.
  */

@@ -1,5 +1,5 @@
 /*
- * test_token.c — API token helpers (gateway/token.c): the format of new
+ * test_token.c — API token helpers (gateway/store/token.c): the format of new
  * tokens, their uniqueness, parsing that rejects anything off-format, the
  * SHA-256 of a known token and the constant-time hash comparison.
  */
