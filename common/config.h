@@ -12,11 +12,11 @@
 typedef enum { SG_CFG_STR, SG_CFG_INT, SG_CFG_DOUBLE, SG_CFG_BOOL } sg_cfg_type_t;
 
 typedef struct {
-    const char *env;   /* environment variable */
+    const char *env; /* environment variable */
     sg_cfg_type_t type;
-    const char *def;   /* default, as it would be written in the environment */
-    double min, max;   /* bounds for INT and DOUBLE (inclusive) */
-    void *dst;         /* char ** for STR, long * for INT, double * for DOUBLE, int * for BOOL */
+    const char *def; /* default, as it would be written in the environment */
+    double min, max; /* bounds for INT and DOUBLE (inclusive) */
+    void *dst;       /* char ** for STR, long * for INT, double * for DOUBLE, int * for BOOL */
     const char *help;
 } sg_cfg_entry_t;
 

@@ -139,25 +139,44 @@ void sg_http_server_stop_accepting(sg_http_server_t *s)
 const char *sg_http_reason(int status)
 {
     switch (status) {
-    case 200: return "OK";
-    case 201: return "Created";
-    case 204: return "No Content";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 409: return "Conflict";
-    case 413: return "Payload Too Large";
-    case 415: return "Unsupported Media Type";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 499: return "Client Closed Request";
-    case 500: return "Internal Server Error";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "Unknown";
+    case 200:
+        return "OK";
+    case 201:
+        return "Created";
+    case 204:
+        return "No Content";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 409:
+        return "Conflict";
+    case 413:
+        return "Payload Too Large";
+    case 415:
+        return "Unsupported Media Type";
+    case 429:
+        return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 499:
+        return "Client Closed Request";
+    case 500:
+        return "Internal Server Error";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    default:
+        return "Unknown";
     }
 }
 
@@ -173,7 +192,8 @@ void sg_http_send_body(h2o_req_t *req, int status, const char *content_type, con
 void sg_http_send_json(h2o_req_t *req, int status, json_object *obj)
 {
     size_t len;
-    const char *s = json_object_to_json_string_length(obj, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
+    const char *s =
+        json_object_to_json_string_length(obj, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
     sg_http_send_body(req, status, "application/json", s, len);
     json_object_put(obj);
 }
@@ -258,7 +278,8 @@ int sg_http_decode_segment(h2o_iovec_t seg, char *out, size_t outlen)
     for (size_t i = 0; i < seg.len; i++) {
         int c = (unsigned char)seg.base[i];
         if (c == '%') {
-            int hi = i + 2 < seg.len ? hexval(seg.base[i + 1]) : -1, lo = i + 2 < seg.len ? hexval(seg.base[i + 2]) : -1;
+            int hi = i + 2 < seg.len ? hexval(seg.base[i + 1]) : -1,
+                lo = i + 2 < seg.len ? hexval(seg.base[i + 2]) : -1;
             if (hi < 0 || lo < 0)
                 return -1;
             c = hi * 16 + lo;
@@ -466,8 +487,8 @@ struct sg_http_stream {
     sg_buf_t inflight; /* handed to h2o: valid until proceed */
     int sending;
     int finishing;
-    int broken;        /* past max_queued: ends with an error, not FINAL */
-    int done;          /* FINAL sent, or the client went away */
+    int broken; /* past max_queued: ends with an error, not FINAL */
+    int done;   /* FINAL sent, or the client went away */
 };
 
 static void stream_flush(sg_http_stream_t *s)
@@ -485,7 +506,9 @@ static void stream_flush(sg_http_stream_t *s)
     if (s->finishing)
         s->done = 1;
     h2o_send(s->req, &buf, 1,
-             !s->finishing ? H2O_SEND_STATE_IN_PROGRESS : s->broken ? H2O_SEND_STATE_ERROR : H2O_SEND_STATE_FINAL);
+             !s->finishing ? H2O_SEND_STATE_IN_PROGRESS
+             : s->broken   ? H2O_SEND_STATE_ERROR
+                           : H2O_SEND_STATE_FINAL);
 }
 
 static void on_stream_proceed(h2o_generator_t *gen, h2o_req_t *req)
@@ -564,15 +587,15 @@ void sg_http_stream_finish(sg_http_stream_t *s)
 int sg_http_stream_event(sg_http_stream_t *s, const char *event, json_object *data)
 {
     size_t jl;
-    const char *js = json_object_to_json_string_length(data, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &jl);
+    const char *js =
+        json_object_to_json_string_length(data, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &jl);
     int rc = 0;
     size_t need = 7 + strlen(event) + 7 + jl + 2;
     if (s->done || s->finishing) {
         rc = -1;
-    } else if (s->queued.len + need > s->queued.max ||
-               sg_buf_append(&s->queued, "event: ", 7) != 0 || sg_buf_append(&s->queued, event, strlen(event)) != 0 ||
-               sg_buf_append(&s->queued, "\ndata: ", 7) != 0 || sg_buf_append(&s->queued, js, jl) != 0 ||
-               sg_buf_append(&s->queued, "\n\n", 2) != 0) {
+    } else if (s->queued.len + need > s->queued.max || sg_buf_append(&s->queued, "event: ", 7) != 0 ||
+               sg_buf_append(&s->queued, event, strlen(event)) != 0 || sg_buf_append(&s->queued, "\ndata: ", 7) != 0 ||
+               sg_buf_append(&s->queued, js, jl) != 0 || sg_buf_append(&s->queued, "\n\n", 2) != 0) {
         rc = -1;
         sg_http_stream_abort(s);
     } else {

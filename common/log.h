@@ -12,10 +12,10 @@ extern int sg_log_level;
 void sg_log_init(const char *prog, const char *level_name);
 void sg_log_write(sg_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-#define sg_log(level, ...)                                                                                                   \
-    do {                                                                                                                     \
-        if ((int)(level) <= sg_log_level)                                                                                    \
-            sg_log_write((level), __VA_ARGS__);                                                                              \
+#define sg_log(level, ...)                                                                                             \
+    do {                                                                                                               \
+        if ((int)(level) <= sg_log_level)                                                                              \
+            sg_log_write((level), __VA_ARGS__);                                                                        \
     } while (0)
 #define sg_error(...) sg_log(SG_LOG_ERROR, __VA_ARGS__)
 #define sg_warn(...) sg_log(SG_LOG_WARN, __VA_ARGS__)

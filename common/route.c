@@ -116,8 +116,9 @@ void sg_route_reply_unmatched(h2o_req_t *req, int status, unsigned allow)
         return;
     }
     h2o_iovec_t path = sg_http_path(req);
-    sg_http_send_error(req, 404, "not_found", "no route for %.*s %.*s", (int)(req->method.len > 16 ? 16 : req->method.len),
-                       req->method.base, (int)(path.len > 200 ? 200 : path.len), path.base);
+    sg_http_send_error(req, 404, "not_found", "no route for %.*s %.*s",
+                       (int)(req->method.len > 16 ? 16 : req->method.len), req->method.base,
+                       (int)(path.len > 200 ? 200 : path.len), path.base);
 }
 
 int sg_route_dispatch(const sg_route_t *table, size_t n, void *app, h2o_req_t *req, h2o_iovec_t path)

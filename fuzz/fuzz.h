@@ -17,7 +17,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 #define CHECK(cond)                                                                                                    \
     do {                                                                                                               \
         if (!(cond)) {                                                                                                 \
-            fprintf(stderr, "%s:%d: invariant broken: %s\n", __FILE__, __LINE__, #cond);                             \
+            fprintf(stderr, "%s:%d: invariant broken: %s\n", __FILE__, __LINE__, #cond);                               \
             abort();                                                                                                   \
         }                                                                                                              \
     } while (0)

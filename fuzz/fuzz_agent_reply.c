@@ -99,9 +99,15 @@ static void reader_walk(const uint8_t *pl, size_t len, uint32_t sel)
     for (int k = 0; k < 8; k++, sel >>= 4) {
         int rc = 0;
         switch (sel & 3) {
-        case 0: rc = sg_agent_get_u32(&r, &u); break;
-        case 1: rc = sg_agent_get_i32(&r, &i); break;
-        case 2: rc = sg_agent_get_u64(&r, &v); break;
+        case 0:
+            rc = sg_agent_get_u32(&r, &u);
+            break;
+        case 1:
+            rc = sg_agent_get_i32(&r, &i);
+            break;
+        case 2:
+            rc = sg_agent_get_u64(&r, &v);
+            break;
         case 3:
             rc = sg_agent_get_str(&r, &s, &n);
             if (rc == 0)

@@ -83,8 +83,8 @@ static void one(uint8_t type, const uint8_t *pl, size_t len)
         put_cstr(&b, g.path);
         CHECK(b.len + 4 == len && memcmp(b.base, pl, b.len) == 0);
         /* the clamp is the only change */
-        uint32_t asked = (uint32_t)pl[len - 4] << 24 | (uint32_t)pl[len - 3] << 16 | (uint32_t)pl[len - 2] << 8 |
-                         pl[len - 1];
+        uint32_t asked =
+            (uint32_t)pl[len - 4] << 24 | (uint32_t)pl[len - 3] << 16 | (uint32_t)pl[len - 2] << 8 | pl[len - 1];
         CHECK(g.max_bytes == (asked > SG_AGENT_MAX_PAYLOAD ? SG_AGENT_MAX_PAYLOAD : asked));
         free(g.path);
         break;

@@ -242,8 +242,9 @@ static int cmd_tenant_delete(sg_store_t *st, const args_t *a)
         return 1;
     if (sg_store_tenant_mark_deleting(st, t.id, err, sizeof(err)) < 0)
         return fail("%s", err);
-    fprintf(stderr, "sandgate-admin: tenant %s is disabled and marked for deletion; the gateway closes its sessions, "
-                    "removes its templates and deletes it within ten reaper rounds\n",
+    fprintf(stderr,
+            "sandgate-admin: tenant %s is disabled and marked for deletion; the gateway closes its sessions, "
+            "removes its templates and deletes it within ten reaper rounds\n",
             t.name);
     return 0;
 }

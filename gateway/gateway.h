@@ -32,19 +32,19 @@ typedef struct {
     sg_state_t *state;
     struct sg_upstream *upstream;
     const char *data_dir;
-    const char *admin_token;  /* "" disables the admin API */
+    const char *admin_token; /* "" disables the admin API */
     int redis_configured;
-    double default_timeout;   /* execution timeout when a request names none, capped by the tenant's */
-    long default_memory_mb;   /* likewise for a new session's memory */
+    double default_timeout; /* execution timeout when a request names none, capped by the tenant's */
+    long default_memory_mb; /* likewise for a new session's memory */
     double default_cpus;
-    long upstream_grace_ms;   /* added to an execution's timeout for the call to the proxy */
-    long call_timeout_ms;     /* every other call to the proxy */
-    long library_timeout_ms;  /* a library install through the proxy */
+    long upstream_grace_ms;  /* added to an execution's timeout for the call to the proxy */
+    long call_timeout_ms;    /* every other call to the proxy */
+    long library_timeout_ms; /* a library install through the proxy */
     long reaper_interval_ms;
-    size_t max_body;          /* JSON bodies */
-    size_t max_file_bytes;    /* file uploads */
-    size_t max_header_bytes;  /* all request headers together */
-    int stopping;             /* shutting down: no new DB work */
+    size_t max_body;                    /* JSON bodies */
+    size_t max_file_bytes;              /* file uploads */
+    size_t max_header_bytes;            /* all request headers together */
+    int stopping;                       /* shutting down: no new DB work */
     struct sg_throttle *admin_throttle; /* wrong admin tokens per client address */
 } sg_gw_t;
 

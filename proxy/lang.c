@@ -32,6 +32,9 @@
 #define JS_STORE SG_STORE_MOUNT "/npm"
 #define PY_ISOLATED "/usr/bin/env -i /usr/bin/python3 -I -S"
 #define JS_ISOLATED "cd / && exec /usr/bin/env -i /usr/bin/node"
+/* The shell and script programs below are laid out as the programs they
+ * are, not as C: clang-format leaves them. */
+/* clang-format off */
 #define NOT_IN_STORE_EXIT                                                                                                    \
     "{ echo \"$SANDGATE_SPEC is not in the package store\" >&2; exit " SG_LANG_NOT_IN_STORE_STR "; }"
 
@@ -140,6 +143,7 @@
     "}\n"                                                                                                                    \
     "console.log(JSON.parse(fs.readFileSync(path.join(top, name, \"package.json\"), \"utf8\")).version);\n"                  \
     "' -- \"$d\" " JS_LIBS " \"$SANDGATE_NAME\""
+/* clang-format on */
 
 static const sg_lang_t langs[] = {
     {.name = "python",

@@ -13,11 +13,11 @@
 #define SG_LANG_NOT_IN_STORE_STR "100"
 
 typedef struct {
-    const char *name;         /* as in requests: "python" */
-    const char *file_path;    /* where the code is written in the sandbox */
-    const char *compile_cmd;  /* shell, run as setup stage "compile"; NULL if none */
-    const char *run_cmd;      /* shell; $SANDGATE_FILE is file_path (one-shot mode) */
-    const char *kernel_cmd;   /* shell; the stateful interpreter (agent_proto.h, "Kernels"); NULL if none */
+    const char *name;            /* as in requests: "python" */
+    const char *file_path;       /* where the code is written in the sandbox */
+    const char *compile_cmd;     /* shell, run as setup stage "compile"; NULL if none */
+    const char *run_cmd;         /* shell; $SANDGATE_FILE is file_path (one-shot mode) */
+    const char *kernel_cmd;      /* shell; the stateful interpreter (agent_proto.h, "Kernels"); NULL if none */
     const char *package_manager; /* "pip", "npm"; NULL: the language takes no "libraries" (400) */
     /* library installs (install.h); NULL when package_manager is */
     const char *version_sep;       /* "name" + sep + "version": "==" or "@" */

@@ -10,8 +10,8 @@
 #include "lang.h"
 
 typedef struct {
-    double timeout_s;  /* default per-execution timeout of the session */
-    long memory_mb;    /* memory, and memory + swap */
+    double timeout_s; /* default per-execution timeout of the session */
+    long memory_mb;   /* memory, and memory + swap */
     double cpus;
     int network;
     long pids;

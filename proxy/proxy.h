@@ -16,16 +16,16 @@
 
 /* Library installs (install.h). */
 typedef struct {
-    const char *store_volume;    /* the package store volume; "" disables installs */
-    const char *network;         /* NetworkMode of installer containers */
+    const char *store_volume; /* the package store volume; "" disables installs */
+    const char *network;      /* NetworkMode of installer containers */
     const char *pip_index_url;
     const char *npm_registry;
-    long timeout_ms;             /* of one fetch, and of one install in a sandbox */
-    const char *blocklist;       /* package names refused, comma-separated (NULL: none) */
+    long timeout_ms;       /* of one fetch, and of one install in a sandbox */
+    const char *blocklist; /* package names refused, comma-separated (NULL: none) */
 } sg_install_conf_t;
 
 typedef struct sg_proxy {
-    const char *id;              /* SANDGATE_PROXY_ID: the sandgate.proxy label of its containers */
+    const char *id; /* SANDGATE_PROXY_ID: the sandgate.proxy label of its containers */
     h2o_loop_t *loop;
     sg_workq_t *workq;           /* every Docker call runs on it */
     const char *template_repo;   /* keep_template images: "<repo>:<session id>" */

@@ -17,7 +17,8 @@ static int get_timeout(json_object *body, double def, double max, double *out, s
         return 0;
     }
     if (!(v > 0) || v > max)
-        return sg_http_err_set(e, 400, "bad_field", "field \"timeout\" must be more than 0 and at most %g seconds", max);
+        return sg_http_err_set(e, 400, "bad_field", "field \"timeout\" must be more than 0 and at most %g seconds",
+                               max);
     *out = v;
     return 0;
 }
@@ -30,8 +31,8 @@ static int get_lang(json_object *body, const sg_lang_t **out, sg_verr_t *e)
         return sg_http_err_set(e, 400, "bad_field", "field \"lang\" must be a string");
     *out = sg_lang_find(s, len);
     if (*out == NULL)
-        return sg_http_err_set(e, 400, "unknown_language", "unknown language \"%.*s\"; known: %s", (int)(len > 64 ? 64 : len), s,
-                    sg_lang_names());
+        return sg_http_err_set(e, 400, "unknown_language", "unknown language \"%.*s\"; known: %s",
+                               (int)(len > 64 ? 64 : len), s, sg_lang_names());
     return 0;
 }
 
@@ -55,7 +56,7 @@ int sg_validate_create(json_object *body, const sg_policy_t *pol, sg_create_req_
     if (r == 1) {
         if (num != floor(num) || num < 16 || num > (double)pol->max_memory_mb)
             return sg_http_err_set(e, 400, "bad_field", "field \"memory_mb\" must be a whole number from 16 to %ld",
-                        pol->max_memory_mb);
+                                   pol->max_memory_mb);
         out->limits.memory_mb = (long)num;
     }
     if ((r = sg_json_get_num(body, "cpus", &num, e->detail, sizeof(e->detail))) < 0)
@@ -69,7 +70,8 @@ int sg_validate_create(json_object *body, const sg_policy_t *pol, sg_create_req_
         return sg_http_err_set(e, 400, "bad_field", "field \"network\" must be true or false");
     if (r == 1) {
         if (b && !pol->allow_network)
-            return sg_http_err_set(e, 400, "network_not_allowed", "field \"network\": this proxy does not allow network access");
+            return sg_http_err_set(e, 400, "network_not_allowed",
+                                   "field \"network\": this proxy does not allow network access");
         out->limits.network = b;
     }
     if ((r = sg_json_get_str(body, "image", &out->image, &len, e->detail, sizeof(e->detail))) < 0)
@@ -149,7 +151,8 @@ int sg_validate_exec(json_object *body, const char *field, int want_lang, double
         if (n > 0 && out->lang != NULL && sg_validate_libraries_for(out->lang, out->libraries, e) != 0)
             return -1;
         if (n > SG_MAX_LIBRARIES)
-            return sg_http_err_set(e, 400, "bad_field", "field \"libraries\" may name at most %d libraries", SG_MAX_LIBRARIES);
+            return sg_http_err_set(e, 400, "bad_field", "field \"libraries\" may name at most %d libraries",
+                                   SG_MAX_LIBRARIES);
         for (size_t i = 0; i < n; i++) {
             json_object *v = json_object_array_get_idx(out->libraries, i);
             const char *s = json_object_get_string(v);
@@ -157,7 +160,7 @@ int sg_validate_exec(json_object *body, const char *field, int want_lang, double
             /* the session's package manager is checked again by the caller when it differs */
             if (!sg_validate_library_name(s, len, pm) && !sg_validate_library_name(s, len, "npm"))
                 return sg_http_err_set(e, 400, "bad_field", "field \"libraries\": \"%.*s\" is not a valid package name",
-                            (int)(len > 100 ? 100 : len), s);
+                                       (int)(len > 100 ? 100 : len), s);
         }
         if (n == 0)
             out->libraries = NULL;
@@ -168,7 +171,8 @@ int sg_validate_exec(json_object *body, const char *field, int want_lang, double
 int sg_validate_libraries_for(const sg_lang_t *lang, json_object *libraries, sg_verr_t *e)
 {
     if (libraries != NULL && json_object_array_length(libraries) > 0 && lang->package_manager == NULL)
-        return sg_http_err_set(e, 400, "bad_field", "libraries are not supported for %s (field \"libraries\")", lang->name);
+        return sg_http_err_set(e, 400, "bad_field", "libraries are not supported for %s (field \"libraries\")",
+                               lang->name);
     return 0;
 }
 
@@ -211,11 +215,11 @@ int sg_validate_path(const char *p, size_t len, char *out, size_t outlen, sg_ver
 int sg_shell_quote(const char *s, size_t len, char *out, size_t outlen)
 {
     size_t o = 0;
-#define PUT(c)                                                                                                               \
-    do {                                                                                                                     \
-        if (o + 1 >= outlen)                                                                                                 \
-            return -1;                                                                                                       \
-        out[o++] = (c);                                                                                                      \
+#define PUT(c)                                                                                                         \
+    do {                                                                                                               \
+        if (o + 1 >= outlen)                                                                                           \
+            return -1;                                                                                                 \
+        out[o++] = (c);                                                                                                \
     } while (0)
     PUT('\'');
     for (size_t i = 0; i < len; i++) {

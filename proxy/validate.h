@@ -31,7 +31,7 @@ typedef struct {
     size_t code_len;
     json_object *libraries; /* array of valid names, or NULL */
     double timeout_s;
-    const sg_lang_t *lang;  /* POST /execute only */
+    const sg_lang_t *lang; /* POST /execute only */
 } sg_exec_req_t;
 
 /* POST /sessions/{id}/execute (field "code"), POST /sessions/{id}/commands

@@ -122,13 +122,15 @@ int sg_metrics_render(sg_buf_t *out)
     rc |= put(out, "sandgate_execution_duration_seconds_bucket{le=\"+Inf\"} %lu\n", hist_total);
     rc |= put(out, "sandgate_execution_duration_seconds_sum %.6f\nsandgate_execution_duration_seconds_count %lu\n",
               hist_sum, hist_total);
-    rc |= put(out, "# HELP sandgate_live_sessions Live sessions (all tenants).\n# TYPE sandgate_live_sessions gauge\n"
-                   "sandgate_live_sessions %ld\n",
+    rc |= put(out,
+              "# HELP sandgate_live_sessions Live sessions (all tenants).\n# TYPE sandgate_live_sessions gauge\n"
+              "sandgate_live_sessions %ld\n",
               live_sessions);
     rc |= put(out, "# HELP sandgate_quota_rejections_total Requests refused by a quota or rate limit.\n"
                    "# TYPE sandgate_quota_rejections_total counter\n");
     for (size_t i = 0; i < rejections.count; i++)
-        rc |= put(out, "sandgate_quota_rejections_total{limit=\"%s\"} %.0f\n", rejections.s[i].a, rejections.s[i].value);
+        rc |=
+            put(out, "sandgate_quota_rejections_total{limit=\"%s\"} %.0f\n", rejections.s[i].a, rejections.s[i].value);
     rc |= put(out, "# HELP sandgate_upstream_errors_total Failed calls to the proxy, by kind.\n"
                    "# TYPE sandgate_upstream_errors_total counter\n");
     for (size_t i = 0; i < upstream_errors.count; i++)
@@ -139,8 +141,9 @@ int sg_metrics_render(sg_buf_t *out)
     for (size_t i = 0; i < closes.count; i++)
         rc |= put(out, "sandgate_sessions_closed_total{reason=\"%s\"} %.0f\n", closes.s[i].a, closes.s[i].value);
     if (redis_up >= 0)
-        rc |= put(out, "# HELP sandgate_redis_up Whether Redis answers.\n# TYPE sandgate_redis_up gauge\n"
-                       "sandgate_redis_up %d\n",
+        rc |= put(out,
+                  "# HELP sandgate_redis_up Whether Redis answers.\n# TYPE sandgate_redis_up gauge\n"
+                  "sandgate_redis_up %d\n",
                   redis_up);
     return rc ? -1 : 0;
 }

@@ -129,11 +129,11 @@ int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_rout
         return refuse(req, route, 401, "unauthorized", "an API token is required: Authorization: Bearer <token>");
     }
     if (spec->arg == SG_GW_ARG_TEMPLATE && sg_gw_template_name(arg, template_name, sizeof(template_name)) != 0)
-        return refuse(req, route, 404, "no_such_template", "no template named \"%.*s\"", (int)(arg.len > 64 ? 64 : arg.len),
-                      arg.base);
+        return refuse(req, route, 404, "no_such_template", "no template named \"%.*s\"",
+                      (int)(arg.len > 64 ? 64 : arg.len), arg.base);
     if (spec->arg == SG_GW_ARG_SESSION && (arg.len != 36 || !sg_is_uuid(arg.base, arg.len)))
-        return refuse(req, route, 404, "no_such_session", "no session with id \"%.*s\"", (int)(arg.len > 64 ? 64 : arg.len),
-                      arg.base);
+        return refuse(req, route, 404, "no_such_session", "no session with id \"%.*s\"",
+                      (int)(arg.len > 64 ? 64 : arg.len), arg.base);
     if (spec->file_body && req->query_at != SIZE_MAX && req->path.len - req->query_at >= SG_GW_QUERY_MAX)
         return refuse(req, route, 400, "bad_path", "the query string is %zu bytes, above the limit of %d",
                       req->path.len - req->query_at, SG_GW_QUERY_MAX - 1);

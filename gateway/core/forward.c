@@ -48,8 +48,8 @@ static void on_stream_head(void *data, long status, const char *content_type)
     if (req == NULL)
         return;
     sg_gw_reply_prepare(g, req, (int)status);
-    g->stream = sg_http_stream_start(req, (int)status, content_type[0] ? content_type : "text/event-stream",
-                                     SSE_MAX_QUEUED);
+    g->stream =
+        sg_http_stream_start(req, (int)status, content_type[0] ? content_type : "text/event-stream", SSE_MAX_QUEUED);
 }
 
 static void on_stream_data(void *data, const char *p, size_t len)
@@ -80,8 +80,8 @@ void sg_gw_forward(sg_gw_req_t *g, const char *method, const char *path, long ti
 
     g->up_done = done;
     if (sg_http_hold_gone(g->hold)) {
-        sg_upstream_reply_t fail = {.err = "the client went away", .body = "", .content_type = "", .retry_after = "",
-                                    .code = ""};
+        sg_upstream_reply_t fail = {
+            .err = "the client went away", .body = "", .content_type = "", .retry_after = "", .code = ""};
         done(g, &fail);
         return;
     }
@@ -96,8 +96,11 @@ void sg_gw_forward(sg_gw_req_t *g, const char *method, const char *path, long ti
                                            g->want_stream ? on_stream_head : NULL,
                                            g->want_stream ? on_stream_data : NULL, on_forwarded, g);
     if (g->up == NULL) {
-        sg_upstream_reply_t fail = {.err = "cannot start a request to the proxy", .body = "", .content_type = "",
-                                    .retry_after = "", .code = ""};
+        sg_upstream_reply_t fail = {.err = "cannot start a request to the proxy",
+                                    .body = "",
+                                    .content_type = "",
+                                    .retry_after = "",
+                                    .code = ""};
         done(g, &fail);
     }
 }

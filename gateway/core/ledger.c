@@ -231,7 +231,9 @@ void sg_gw_record_execution(sg_gw_req_t *g, const char *result, size_t result_le
     snprintf(j->usage.session_id, sizeof(j->usage.session_id), "%s", g->route == SG_GW_R_EPHEMERAL ? "" : g->sid);
     snprintf(j->usage.lang, sizeof(j->usage.lang), "%s", g->lang);
     snprintf(j->usage.kind, sizeof(j->usage.kind), "%s",
-             g->route == SG_GW_R_EPHEMERAL ? "ephemeral" : g->route == SG_GW_R_COMMAND ? "command" : "execute");
+             g->route == SG_GW_R_EPHEMERAL ? "ephemeral"
+             : g->route == SG_GW_R_COMMAND ? "command"
+                                           : "execute");
     j->usage.started_at = g->started_at;
     /* none from the proxy: bill_seconds falls back to the gateway's measure */
     duration = bill_seconds(g, read_result(o, &j->usage));
@@ -241,7 +243,10 @@ void sg_gw_record_execution(sg_gw_req_t *g, const char *result, size_t result_le
     j->job.done = usage_done;
 
     sg_metrics_execution(g->lang[0] ? g->lang : "unknown",
-                         j->usage.timed_out ? "timeout" : j->usage.exit_code == 0 ? "success" : "error", duration);
+                         j->usage.timed_out        ? "timeout"
+                         : j->usage.exit_code == 0 ? "success"
+                                                   : "error",
+                         duration);
     sg_state_quota_add_seconds(sg_gw.state, g->tenant.id, g->day, duration, sg_gw_state_ignore, NULL);
     json_object_put(o);
     sg_gw_db_submit(&j->job);

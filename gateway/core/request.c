@@ -19,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const sg_gw_route_names[] = {"create_session", "list_sessions", "get_session",       "delete_session",
-                                          "execute",        "command",       "files",             "ephemeral_execute",
-                                          "install_library", "list_templates", "delete_template"};
+const char *const sg_gw_route_names[] = {"create_session",  "list_sessions",  "get_session",    "delete_session",
+                                         "execute",         "command",        "files",          "ephemeral_execute",
+                                         "install_library", "list_templates", "delete_template"};
 
 void sg_gw_req_free(sg_gw_req_t *g)
 {
@@ -133,8 +133,7 @@ int sg_gw_parse_json_body(sg_gw_req_t *g)
     return 0;
 }
 
-int sg_gw_cap_number(sg_gw_req_t *g, const char *field, double above, int whole, double cap, double def,
-                     double *out)
+int sg_gw_cap_number(sg_gw_req_t *g, const char *field, double above, int whole, double cap, double def, double *out)
 {
     const char *code;
     char detail[256];

@@ -134,11 +134,11 @@ int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_rout
 /* Defines the route callback fn (handlers.h) that takes its requests in
  * through sg_gw_req_accept with the spec given by the remaining arguments
  * (sg_gw_route_spec_t's fields in order): the handlers differ only by it. */
-#define SG_GW_ROUTE_HANDLER(fn, ...)                                                                               \
-    int fn(void *app, h2o_req_t *req, const sg_route_match_t *m)                                                   \
-    {                                                                                                              \
-        static const sg_gw_route_spec_t spec = {__VA_ARGS__};                                                      \
-        return sg_gw_req_accept(req, m, &spec);                                                                    \
+#define SG_GW_ROUTE_HANDLER(fn, ...)                                                                                   \
+    int fn(void *app, h2o_req_t *req, const sg_route_match_t *m)                                                       \
+    {                                                                                                                  \
+        static const sg_gw_route_spec_t spec = {__VA_ARGS__};                                                          \
+        return sg_gw_req_accept(req, m, &spec);                                                                        \
     }
 /* Every request ends here, whatever the path (reply, upstream failure,
  * client gone, stream end): an execution slot it holds is given back. */
@@ -170,8 +170,7 @@ void sg_gw_reply_prepare(sg_gw_req_t *g, h2o_req_t *req, int status);
 int sg_gw_parse_json_body(sg_gw_req_t *g);
 /* A number field of the body (fields.h): *out its value (def, capped, when
  * absent), or 400 naming the field. */
-int sg_gw_cap_number(sg_gw_req_t *g, const char *field, double above, int whole, double cap, double def,
-                     double *out);
+int sg_gw_cap_number(sg_gw_req_t *g, const char *field, double above, int whole, double cap, double def, double *out);
 /* "lang" (default python) into g->lang, one the tenant may use. */
 int sg_gw_check_lang(sg_gw_req_t *g);
 

@@ -448,7 +448,8 @@ enum { BODY_NONE, BODY_REQUIRED, BODY_OPTIONAL };
  * no tenant; the JSON body read as asked (BODY_OPTIONAL: when there is one),
  * then fn runs on the DB thread with the name. Returns 0 (the h2o handler's
  * answer). */
-static int tenant_route(h2o_req_t *req, const sg_route_match_t *m, void (*fn)(admin_job_t *, sg_store_t *), int body_mode)
+static int tenant_route(h2o_req_t *req, const sg_route_match_t *m, void (*fn)(admin_job_t *, sg_store_t *),
+                        int body_mode)
 {
     json_object *body = NULL;
     if (m->arg[0].len > SG_TENANT_NAME_MAX)
@@ -563,7 +564,7 @@ int sg_gw_admin_on_usage(void *app, h2o_req_t *req, const sg_route_match_t *m)
         return reply_error(req, 400, "bad_field", "query parameter \"tenant\" is required");
     admin_job_t *j = job_new(req, usage_get);
     snprintf(j->name, sizeof(j->name), "%.*s", (int)t.len, t.base);
-    const char *bad = query_time(req, "to", (double)sg_wall_s() + 1, &j->to) != 0                ? "to"
+    const char *bad = query_time(req, "to", (double)sg_wall_s() + 1, &j->to) != 0 ? "to"
                       : query_time(req, "from", j->to - 86400 - 1, &j->from) != 0 ? "from"
                                                                                   : NULL;
     if (bad != NULL) {

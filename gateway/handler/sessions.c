@@ -27,7 +27,7 @@
 static void create(sg_gw_req_t *g);
 static void list(sg_gw_req_t *g);
 static void get(sg_gw_req_t *g);
-static void delete(sg_gw_req_t *g);
+static void delete (sg_gw_req_t *g);
 
 /* creating and deleting a session run to their end when the client goes:
  * a session the proxy made must be on record, and a close must finish */
@@ -53,8 +53,8 @@ static void create(sg_gw_req_t *g)
     if (sg_gw_cap_number(g, "timeout", 0, 0, g->tenant.max_timeout, sg_gw.default_timeout, &d) != 0)
         goto Error;
     json_object_object_add(g->json, "timeout", json_object_new_double(d));
-    if (sg_gw_cap_number(g, "memory_mb", 0, 1, (double)g->tenant.max_memory_mb, (double)sg_gw.default_memory_mb,
-                         &d) != 0)
+    if (sg_gw_cap_number(g, "memory_mb", 0, 1, (double)g->tenant.max_memory_mb, (double)sg_gw.default_memory_mb, &d) !=
+        0)
         goto Error;
     json_object_object_add(g->json, "memory_mb", json_object_new_int64((int64_t)d));
     if (sg_gw_cap_number(g, "cpus", 0, 0, g->tenant.max_cpus, sg_gw.default_cpus, &d) != 0)
@@ -69,7 +69,8 @@ static void create(sg_gw_req_t *g)
     if (json_object_object_get_ex(g->json, "image", &v) && v != NULL) {
         if (!json_object_is_type(v, json_type_string) || json_object_get_string_len(v) == 0 ||
             json_object_get_string_len(v) > 255) {
-            sg_gw_reply_error(g, 400, "bad_field", "field \"image\" must be the name of one of this tenant's templates");
+            sg_gw_reply_error(g, 400, "bad_field",
+                              "field \"image\" must be the name of one of this tenant's templates");
             goto Error;
         }
         image = json_object_get_string(v);
@@ -289,7 +290,7 @@ static void on_closed(void *data, int closed)
     sg_gw_req_free(g);
 }
 
-static void delete(sg_gw_req_t *g)
+static void delete (sg_gw_req_t *g)
 {
     sg_gw_close_session(g->sid, g->tenant.id, "deleted", on_closed, g);
 }

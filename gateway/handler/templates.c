@@ -32,13 +32,14 @@ static void list(sg_gw_req_t *g)
     sg_gw_templates_list(g->tenant.id, on_reply, g);
 }
 
-static void delete(sg_gw_req_t *g)
+static void delete (sg_gw_req_t *g)
 {
     sg_gw_template_delete(g->tenant.id, g->template_name, on_reply, g);
 }
 
 SG_GW_ROUTE_HANDLER(sg_gw_on_templates_list, SG_GW_R_TEMPLATES, SG_GW_ARG_NONE, 0, 0, SG_GW_GONE_FINISH, list)
-SG_GW_ROUTE_HANDLER(sg_gw_on_template_delete, SG_GW_R_TEMPLATE_DELETE, SG_GW_ARG_TEMPLATE, 0, 0, SG_GW_GONE_FINISH, delete)
+SG_GW_ROUTE_HANDLER(sg_gw_on_template_delete, SG_GW_R_TEMPLATE_DELETE, SG_GW_ARG_TEMPLATE, 0, 0, SG_GW_GONE_FINISH,
+                    delete)
 
 /* ---- the admin API (authenticated by the admin router) ---------------------------------- */
 

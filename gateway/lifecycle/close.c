@@ -38,8 +38,8 @@ typedef struct {
     int64_t tenant;
     char reason[32];
     h2o_timeout_entry_t soon; /* a proxy call that could not start, answered from the loop */
-    int busy;            /* a step is under way */
-    unsigned attempts;   /* proxy removals that failed */
+    int busy;                 /* a step is under way */
+    unsigned attempts;        /* proxy removals that failed */
     uint64_t retry_at_ms;
     close_waiter_t *waiters;
 } close_t;
@@ -127,7 +127,10 @@ static void on_proxy_deleted(void *data, const sg_upstream_reply_t *r)
     uint64_t delay = 1000ull << (c->attempts < 6 ? c->attempts - 1 : 5);
     c->retry_at_ms = sg_now_ms() + (delay < CLOSE_RETRY_MAX_MS ? delay : CLOSE_RETRY_MAX_MS);
     sg_warn("session %s: the proxy did not remove it (%ld %s); it stays open and counted, tried again in %llu ms",
-            c->sid, r->status, r->status == 0 ? r->err : r->code[0] ? r->code : "no error code",
+            c->sid, r->status,
+            r->status == 0 ? r->err
+            : r->code[0]   ? r->code
+                           : "no error code",
             (unsigned long long)(c->retry_at_ms - sg_now_ms()));
     close_notify(c, 0);
 }
@@ -138,8 +141,8 @@ static int soon_ready;
 static void on_start_failed(h2o_timeout_entry_t *e)
 {
     close_t *c = H2O_STRUCT_FROM_MEMBER(close_t, soon, e);
-    sg_upstream_reply_t fail = {.err = "cannot start a request to the proxy", .body = "", .content_type = "",
-                                .retry_after = "", .code = ""};
+    sg_upstream_reply_t fail = {
+        .err = "cannot start a request to the proxy", .body = "", .content_type = "", .retry_after = "", .code = ""};
     on_proxy_deleted(c, &fail);
 }
 

@@ -22,7 +22,7 @@ typedef struct {
     sg_gw_job_t job;
     rebuild_item_t *items;
     size_t n, cap;
-    sg_store_t *st; /* during fn only */
+    sg_store_t *st;     /* during fn only */
     sg_tenant_t tenant; /* the last one looked up */
 } rebuild_job_t;
 

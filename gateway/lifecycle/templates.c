@@ -113,8 +113,8 @@ static void release_fn(sg_gw_job_t *job, sg_store_t *st)
 static void closed_fn(sg_gw_job_t *job, sg_store_t *st)
 {
     record_t *r = (record_t *)job;
-    job->rc = sg_store_template_closed(st, r->tenant, r->sid, r->kept ? r->name : NULL, r->size, job->err,
-                                       sizeof(job->err));
+    job->rc =
+        sg_store_template_closed(st, r->tenant, r->sid, r->kept ? r->name : NULL, r->size, job->err, sizeof(job->err));
 }
 
 static void record_done(sg_gw_job_t *job)
@@ -231,7 +231,7 @@ typedef struct {
     sg_gw_job_t job;
     int64_t tenant;
     char name[256];
-    int stage;       /* 0 lookup, 1 delete row */
+    int stage; /* 0 lookup, 1 delete row */
     int found;
     sg_gw_tpl_reply_cb cb;
     void *data;
@@ -284,8 +284,8 @@ static void on_proxy_removed(void *data, const sg_upstream_reply_t *r)
     o = r->status != 0 ? json_tokener_parse(r->body) : NULL;
     snprintf(detail, sizeof(detail), "the sandbox service did not remove the template: %s",
              o != NULL && json_object_object_get_ex(o, "detail", &v) ? json_object_get_string(v)
-             : r->err != NULL                                         ? r->err
-                                                                      : "no reply");
+             : r->err != NULL                                        ? r->err
+                                                                     : "no reply");
     json_object_put(o);
     del_finish(d, r->status == 0 ? 502 : 503, r->status == 0 ? "proxy_unavailable" : "docker_unavailable", detail);
 }

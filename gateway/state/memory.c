@@ -386,8 +386,8 @@ static void mem_sessions_list(sg_state_t *st, int64_t tenant, sg_state_list_cb c
 
 /* ---- executions in flight ------------------------------------------------------------ */
 
-static void mem_exec_acquire(sg_state_t *st, int64_t tenant, long max, const char *token, long lease_s,
-                             sg_state_cb cb, void *data)
+static void mem_exec_acquire(sg_state_t *st, int64_t tenant, long max, const char *token, long lease_s, sg_state_cb cb,
+                             void *data)
 {
     mem_state_t *m = mem(st);
     int64_t now = sg_state__now_s(st);

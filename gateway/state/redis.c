@@ -496,8 +496,8 @@ static void on_expired(redis_req_t *req, redisReply *reply)
 /* sid + 7 fields, ... */
 static void on_list(redis_req_t *req, redisReply *reply)
 {
-    static const char *const fields[] = {"tenant",        "lang",          "created_at", "last_used_at",
-                                         "idle_deadline", "lifetime_deadline", "executions"};
+    static const char *const fields[] = {
+        "tenant", "lang", "created_at", "last_used_at", "idle_deadline", "lifetime_deadline", "executions"};
     if ((reply = reply_array(reply, 0)) == NULL) {
         req->cb.list(req->data, 0, 0, NULL);
         return;

@@ -55,11 +55,11 @@ void sg_state_set_clock_skew_ms(sg_state_t *st, int64_t skew_ms);
 
 /* ---- request rate: GCRA, per tenant ---- */
 typedef struct {
-    int available;       /* 0: Redis unreachable, nothing was checked */
+    int available; /* 0: Redis unreachable, nothing was checked */
     int allowed;
-    long limit;          /* burst */
-    long remaining;      /* requests that could be made right now */
-    double reset_s;      /* seconds until the bucket is full again */
+    long limit;           /* burst */
+    long remaining;       /* requests that could be made right now */
+    double reset_s;       /* seconds until the bucket is full again */
     double retry_after_s; /* when !allowed: seconds until one request is allowed */
 } sg_rate_result_t;
 typedef void (*sg_rate_cb)(void *data, const sg_rate_result_t *r);
@@ -87,9 +87,9 @@ typedef struct {
 
 typedef struct {
     int available;
-    int ok;        /* reserve: a slot was free; others: the operation applied */
-    long count;    /* reserve, unreserve, commit, remove: live sessions + reservations of
-                    * the tenant after the call; touch: the session's executions */
+    int ok;     /* reserve: a slot was free; others: the operation applied */
+    long count; /* reserve, unreserve, commit, remove: live sessions + reservations of
+                 * the tenant after the call; touch: the session's executions */
 } sg_state_result_t;
 typedef void (*sg_state_cb)(void *data, const sg_state_result_t *r);
 

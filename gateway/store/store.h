@@ -78,9 +78,9 @@ typedef struct {
     int64_t tenant_id;
     char session_id[37]; /* "" for ephemeral executes */
     char lang[32];
-    char kind[16];       /* "execute", "command", "ephemeral" */
-    double started_at;   /* unix seconds */
-    double duration;     /* execution_time the proxy reported, seconds */
+    char kind[16];     /* "execute", "command", "ephemeral" */
+    double started_at; /* unix seconds */
+    double duration;   /* execution_time the proxy reported, seconds */
     int exit_code;
     int timed_out;
     int64_t output_bytes;
@@ -107,7 +107,7 @@ typedef struct {
     int64_t tenant_id;
     char lang[32];
     int64_t created_at;
-    int64_t closed_at;   /* 0 while open */
+    int64_t closed_at;     /* 0 while open */
     char close_reason[32]; /* "deleted", "idle", "lifetime", "admin", "proxy_lost" */
     int64_t executions;
 } sg_session_rec_t;
@@ -134,7 +134,7 @@ int sg_store_session_list_open(sg_store_t *st, int64_t tenant_id, void (*fn)(con
 typedef struct {
     int64_t id;
     int64_t tenant_id;
-    char name[256];      /* "<repo>:<session id>"; "" while the session lives */
+    char name[256]; /* "<repo>:<session id>"; "" while the session lives */
     char session_id[37];
     int64_t created_at;
     int64_t size_bytes;

@@ -116,7 +116,8 @@ static const char *const fixed_sql[S__COUNT] = {
                             " AND started_at < ?3 ORDER BY started_at, id LIMIT ?4",
     [S_USAGE_LIST_ALL] = "SELECT " USAGE_COLS " FROM usage WHERE started_at >= ?2 AND started_at < ?3"
                          " ORDER BY started_at, id LIMIT ?4",
-    [S_SESSION_INSERT] = "INSERT INTO sessions (id, tenant_id, lang, created_at, executions) VALUES (?1, ?2, ?3, ?4, ?5)",
+    [S_SESSION_INSERT] =
+        "INSERT INTO sessions (id, tenant_id, lang, created_at, executions) VALUES (?1, ?2, ?3, ?4, ?5)",
     [S_SESSION_CLOSE] = "UPDATE sessions SET closed_at = ?2, close_reason = ?3 WHERE id = ?1 AND closed_at IS NULL",
     [S_SESSION_COUNT_EXEC] = "UPDATE sessions SET executions = executions + 1 WHERE id = ?1",
     [S_SESSION_GET] = "SELECT " SESSION_COLS " FROM sessions WHERE id = ?1",
@@ -245,7 +246,7 @@ static int migrate(sg_store_t *st, char *err, size_t errlen)
     version = atoi(v);
     if (version > SCHEMA_VERSION) {
         sg_store__errf(err, errlen, "%s: schema version %d is newer than this program's (%d)", st->path, version,
-                SCHEMA_VERSION);
+                       SCHEMA_VERSION);
         goto Error;
     }
     for (; version < SCHEMA_VERSION; version++) {
@@ -431,8 +432,8 @@ void sg_store__bind_tenant_fields(sqlite3_stmt *s, const sg_tenant_t *t)
     }
 }
 
-int sg_store__get(sg_store_t *st, sqlite3_stmt *s, void (*read)(sqlite3_stmt *s, void *out), void *out, const char *what,
-                  char *err, size_t errlen)
+int sg_store__get(sg_store_t *st, sqlite3_stmt *s, void (*read)(sqlite3_stmt *s, void *out), void *out,
+                  const char *what, char *err, size_t errlen)
 {
     int rc = sqlite3_step(s), ret;
     if (rc == SQLITE_ROW) {

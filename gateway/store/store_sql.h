@@ -103,8 +103,8 @@ void sg_store__read_tenant(sqlite3_stmt *s, int col, sg_tenant_t *t);
 void sg_store__bind_tenant_fields(sqlite3_stmt *s, const sg_tenant_t *t);
 /* Runs a one-row lookup: 1 found (read(s, out) has filled *out, unless out
  * is NULL), 0 not found, -1 with err naming what failed; s is reset. */
-int sg_store__get(sg_store_t *st, sqlite3_stmt *s, void (*read)(sqlite3_stmt *s, void *out), void *out, const char *what,
-                  char *err, size_t errlen);
+int sg_store__get(sg_store_t *st, sqlite3_stmt *s, void (*read)(sqlite3_stmt *s, void *out), void *out,
+                  const char *what, char *err, size_t errlen);
 /* A read for sg_store__get of a row that starts with the tenant columns. */
 void sg_store__read_tenant_row(sqlite3_stmt *s, void *out);
 

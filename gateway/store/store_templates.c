@@ -60,7 +60,7 @@ static void read_template(sqlite3_stmt *s, void *out)
  * younger than the grace period (the create, or the record of its session,
  * is still on its way). */
 #define SLOT_LIVE                                                                                                      \
-    "(name IS NOT NULL OR created_at > ?2 OR EXISTS (SELECT 1 FROM sessions s WHERE s.id = templates.session_id"    \
+    "(name IS NOT NULL OR created_at > ?2 OR EXISTS (SELECT 1 FROM sessions s WHERE s.id = templates.session_id"       \
     " AND s.closed_at IS NULL))"
 
 int sg_store_template_reserve(sg_store_t *st, int64_t tenant_id, long max, int64_t grace_s, int64_t *row, char *err,
@@ -136,11 +136,12 @@ int sg_store_template_closed(sg_store_t *st, int64_t tenant_id, const char *sess
         sqlite3_bind_text(s, 1, session_id, -1, SQLITE_STATIC);
         return run(st, s, "template not kept", err, errlen) < 0 ? -1 : 0;
     }
-    s = prepare(st,
-                "INSERT INTO templates (tenant_id, session_id, name, created_at, size_bytes) VALUES (?1, ?2, ?3, ?4, ?5)"
-                " ON CONFLICT(session_id) DO UPDATE SET name = excluded.name, created_at = excluded.created_at,"
-                " size_bytes = excluded.size_bytes",
-                err, errlen);
+    s = prepare(
+        st,
+        "INSERT INTO templates (tenant_id, session_id, name, created_at, size_bytes) VALUES (?1, ?2, ?3, ?4, ?5)"
+        " ON CONFLICT(session_id) DO UPDATE SET name = excluded.name, created_at = excluded.created_at,"
+        " size_bytes = excluded.size_bytes",
+        err, errlen);
     if (s == NULL)
         return -1;
     sqlite3_bind_int64(s, 1, tenant_id);
@@ -166,10 +167,11 @@ int sg_store_template_get(sg_store_t *st, const char *name, sg_template_rec_t *o
 int sg_store_template_list(sg_store_t *st, int64_t tenant_id, void (*fn)(const sg_template_rec_t *t, void *data),
                            void *data, char *err, size_t errlen)
 {
-    sqlite3_stmt *s = prepare(st,
-                              "SELECT " TEMPLATE_COLS " FROM templates WHERE name IS NOT NULL AND (?1 = 0 OR tenant_id = ?1)"
-                              " ORDER BY created_at, id",
-                              err, errlen);
+    sqlite3_stmt *s =
+        prepare(st,
+                "SELECT " TEMPLATE_COLS " FROM templates WHERE name IS NOT NULL AND (?1 = 0 OR tenant_id = ?1)"
+                " ORDER BY created_at, id",
+                err, errlen);
     sg_template_rec_t t;
     int rc;
     if (s == NULL)

@@ -15,7 +15,10 @@
 
 #include "store_err.h"
 
-#define TF(n, t, lo, hi) {#n, t, offsetof(sg_tenant_t, n), lo, hi}
+#define TF(n, t, lo, hi)                                                                                               \
+    {                                                                                                                  \
+#n, t, offsetof(sg_tenant_t, n), lo, hi                                                                        \
+    }
 const sg_tenant_field_t sg_tenant_fields[] = {
     TF(disabled, SG_TF_BOOL, 0, 1),
     TF(rate_per_min, SG_TF_LONG, 1, 1e9),
@@ -130,7 +133,8 @@ static void field_range_err(const sg_tenant_field_t *f, const char *got, char *e
 {
     switch (f->type) {
     case SG_TF_LONG:
-        sg_store__errf(err, errlen, "%s: must be an integer from %.0f to %.0f (got \"%s\")", f->name, f->min, f->max, got);
+        sg_store__errf(err, errlen, "%s: must be an integer from %.0f to %.0f (got \"%s\")", f->name, f->min, f->max,
+                       got);
         break;
     case SG_TF_DOUBLE:
         sg_store__errf(err, errlen, "%s: must be a number from %g to %.0f (got \"%s\")", f->name, f->min, f->max, got);
@@ -140,8 +144,8 @@ static void field_range_err(const sg_tenant_field_t *f, const char *got, char *e
         break;
     case SG_TF_LANGS:
         sg_store__errf(err, errlen,
-                "%s: must be \"*\" or a comma-separated list of language names of [a-z0-9_+-] (got \"%s\")", f->name,
-                got);
+                       "%s: must be \"*\" or a comma-separated list of language names of [a-z0-9_+-] (got \"%s\")",
+                       f->name, got);
         break;
     }
 }

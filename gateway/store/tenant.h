@@ -20,20 +20,20 @@ typedef struct {
     int64_t created_at;
     int disabled;
     /* quotas and limits */
-    long rate_per_min;         /* request rate: sustained requests per minute */
-    long burst;                /* request rate: burst size */
-    long max_sessions;         /* concurrent live sessions */
-    long max_concurrent_execs; /* executions, commands and installs in flight at once */
-    long execs_per_day;        /* executions per UTC day */
-    double exec_seconds_per_day; /* execution seconds per UTC day */
-    double max_timeout;        /* per-execution timeout cap, seconds */
-    long max_memory_mb;        /* per-session memory cap */
-    double max_cpus;           /* per-session CPU cap */
+    long rate_per_min;                /* request rate: sustained requests per minute */
+    long burst;                       /* request rate: burst size */
+    long max_sessions;                /* concurrent live sessions */
+    long max_concurrent_execs;        /* executions, commands and installs in flight at once */
+    long execs_per_day;               /* executions per UTC day */
+    double exec_seconds_per_day;      /* execution seconds per UTC day */
+    double max_timeout;               /* per-execution timeout cap, seconds */
+    long max_memory_mb;               /* per-session memory cap */
+    double max_cpus;                  /* per-session CPU cap */
     char allowed_langs[SG_LANGS_MAX]; /* "*" or comma-separated: "python,javascript" */
     int network_allowed;
-    long idle_timeout;         /* seconds without use before a session is closed */
-    long max_lifetime;         /* seconds from creation before a session is closed */
-    long max_templates;        /* kept templates plus live keep_template sessions */
+    long idle_timeout;  /* seconds without use before a session is closed */
+    long max_lifetime;  /* seconds from creation before a session is closed */
+    long max_templates; /* kept templates plus live keep_template sessions */
 } sg_tenant_t;
 
 /* The defaults a new tenant gets (documented in the README):

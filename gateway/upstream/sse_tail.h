@@ -23,17 +23,17 @@
 
 typedef struct {
     size_t max_event;
-    sg_buf_t line;   /* the current line, its first max_event + 16 bytes */
-    int line_over;   /* the line is longer than that */
-    int after_cr;    /* the last byte was CR: a LF next ends no new line */
-    char event[16];  /* the current event's name */
-    int event_over;  /* ... or it was longer than that (never "result") */
-    sg_buf_t data;   /* the current event's data, at most max_event bytes */
+    sg_buf_t line;  /* the current line, its first max_event + 16 bytes */
+    int line_over;  /* the line is longer than that */
+    int after_cr;   /* the last byte was CR: a LF next ends no new line */
+    char event[16]; /* the current event's name */
+    int event_over; /* ... or it was longer than that (never "result") */
+    sg_buf_t data;  /* the current event's data, at most max_event bytes */
     int data_over;
     int has_data;
     sg_buf_t result; /* the data of the last whole "result" event */
     int have_result;
-    int saw_error;   /* a whole "error" event came (the run failed) */
+    int saw_error; /* a whole "error" event came (the run failed) */
 } sg_sse_tail_t;
 
 void sg_sse_tail_init(sg_sse_tail_t *t, size_t max_event);

@@ -55,9 +55,9 @@ struct sg_upstream {
     h2o_linklist_t zombies;   /* cancelled from inside a curl callback, removed later */
     size_t in_flight;
     uint64_t connects; /* connections opened, over all finished requests */
-    int in_curl;    /* inside curl_multi_socket_action: curl callbacks may run */
-    int busy;       /* depth of our h2o callbacks on the stack */
-    int destroying; /* sg_upstream_destroy was called while busy */
+    int in_curl;       /* inside curl_multi_socket_action: curl callbacks may run */
+    int busy;          /* depth of our h2o callbacks on the stack */
+    int destroying;    /* sg_upstream_destroy was called while busy */
 };
 
 enum {

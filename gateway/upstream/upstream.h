@@ -19,10 +19,10 @@ typedef struct sg_upstream sg_upstream_t;
 typedef struct sg_upstream_req sg_upstream_req_t;
 
 typedef struct {
-    long status;              /* HTTP status; 0 when there was no complete reply (then err is set) */
-    const char *err;          /* NULL, or a sentence: refused, timed out, too large, cut short */
-    int timed_out;            /* the request's timeout passed */
-    const char *body;         /* NUL-terminated; "" when streamed through on_data */
+    long status;      /* HTTP status; 0 when there was no complete reply (then err is set) */
+    const char *err;  /* NULL, or a sentence: refused, timed out, too large, cut short */
+    int timed_out;    /* the request's timeout passed */
+    const char *body; /* NUL-terminated; "" when streamed through on_data */
     size_t body_len;
     const char *content_type; /* "" if none */
     const char *retry_after;  /* the reply's Retry-After header, "" if none */

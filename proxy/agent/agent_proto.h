@@ -165,7 +165,7 @@ typedef enum {
 typedef enum {
     SG_AGENT_ERR_BAD_REQUEST = 1, /* malformed payload or unknown type */
     SG_AGENT_ERR_NOT_FOUND = 2,
-    SG_AGENT_ERR_PATH = 3,        /* path refused: traversal, symlink, not regular */
+    SG_AGENT_ERR_PATH = 3, /* path refused: traversal, symlink, not regular */
     SG_AGENT_ERR_TOO_LARGE = 4,
     SG_AGENT_ERR_IO = 5,
 } sg_agent_err_t;
@@ -223,20 +223,20 @@ void sg_agent_get_rest(sg_agent_reader_t *r, const uint8_t **s, size_t *len);
  * (OUTPUT's and FILE's data is the rest). */
 typedef struct {
     uint8_t type;
-    uint32_t version;        /* READY */
-    uint32_t stream;         /* OUTPUT: 1 stdout or 2 stderr */
-    const uint8_t *data;     /* OUTPUT, FILE: the bytes; READY: the work dir */
+    uint32_t version;    /* READY */
+    uint32_t stream;     /* OUTPUT: 1 stdout or 2 stderr */
+    const uint8_t *data; /* OUTPUT, FILE: the bytes; READY: the work dir */
     size_t data_len;
-    int32_t exit_code;       /* EXIT, as the payload says */
+    int32_t exit_code; /* EXIT, as the payload says */
     uint32_t signal;
     uint32_t reason;
     uint64_t duration_us;
     uint32_t flags;
-    const uint8_t *stage;    /* EXIT */
+    const uint8_t *stage; /* EXIT */
     size_t stage_len;
     uint32_t state;
-    uint64_t ok_value;       /* OK */
-    uint32_t err_code;       /* ERROR */
+    uint64_t ok_value; /* OK */
+    uint32_t err_code; /* ERROR */
     const uint8_t *message;
     size_t message_len;
 } sg_agent_reply_t;

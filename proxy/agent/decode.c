@@ -58,7 +58,8 @@ int sg_agent_exec_req_decode(const uint8_t *payload, size_t len, sg_agent_exec_r
     if (x->setup_cmd == NULL || x->setup_stage == NULL || x->run_cmd == NULL || x->file_path == NULL ||
         x->kernel_cmd == NULL) {
         sg_agent_exec_req_free(x);
-        return agent_fail(f, SG_AGENT_ERR_BAD_REQUEST, "The EXEC request has a command, stage or path containing a NUL byte.");
+        return agent_fail(f, SG_AGENT_ERR_BAD_REQUEST,
+                          "The EXEC request has a command, stage or path containing a NUL byte.");
     }
     return 0;
 }

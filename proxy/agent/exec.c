@@ -69,7 +69,7 @@ static void env_free(char **envp)
 static proc_child_t cmd_child = {-1, 0, 0};
 
 typedef struct {
-    int status;      /* wait status, valid when have_status */
+    int status; /* wait status, valid when have_status */
     int have_status;
     uint32_t reason; /* EXITED unless the agent ended the run */
     int64_t ended;

@@ -96,8 +96,8 @@ void files_get(uint32_t id, const uint8_t *payload, size_t len)
         goto Exit;
     }
     if ((uint64_t)st.st_size > q.max_bytes) {
-        agent_send_error(id, SG_AGENT_ERR_TOO_LARGE, "The file \"%.200s\" is %llu bytes, more than the %u allowed.", path,
-                         (unsigned long long)st.st_size, q.max_bytes);
+        agent_send_error(id, SG_AGENT_ERR_TOO_LARGE, "The file \"%.200s\" is %llu bytes, more than the %u allowed.",
+                         path, (unsigned long long)st.st_size, q.max_bytes);
         goto Exit;
     }
 

@@ -93,7 +93,9 @@ int kernel_reconcile(const char *cmd)
     if (!kern.child.done && kern.req_fd >= 0 && kern.ans_fd >= 0 && strcmp(kern.cmd, cmd) == 0)
         return 0;
     agent_log("kernel %d is %s; it is replaced", (int)kern.child.pid,
-              kern.child.done ? "gone" : kern.req_fd < 0 || kern.ans_fd < 0 ? "unable to take requests" : "of another command");
+              kern.child.done                      ? "gone"
+              : kern.req_fd < 0 || kern.ans_fd < 0 ? "unable to take requests"
+                                                   : "of another command");
     proc_kill_tree(-1);
     kernel_forget();
     return 1;

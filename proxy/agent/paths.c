@@ -38,7 +38,8 @@ void sg_agent_path_fail(sg_agent_fail_t *f, const char *path, int e)
     else if (e == EISDIR)
         agent_fail(f, code, "The path \"%.200s\" names a directory, not a file.", path);
     else if (code == SG_AGENT_ERR_PATH)
-        agent_fail(f, code, "The path \"%.200s\" goes through a symbolic link or something that is not a directory.", path);
+        agent_fail(f, code, "The path \"%.200s\" goes through a symbolic link or something that is not a directory.",
+                   path);
     else
         agent_fail(f, code, "Cannot open \"%.200s\": %s.", path, strerror(e));
 }
@@ -84,8 +85,8 @@ int sg_agent_open_parent(const char *workdir, const char *path, int create, char
     /* Refuse ".." anywhere before touching the file system. */
     for (dots = rel; (dots = strstr(dots, "..")) != NULL; dots += 2) {
         if ((dots == rel || dots[-1] == '/') && (dots[2] == '/' || dots[2] == '\0')) {
-            agent_fail(f, SG_AGENT_ERR_PATH, "The path \"%.200s\" contains \"..\"; paths must stay inside the work directory.",
-                 path);
+            agent_fail(f, SG_AGENT_ERR_PATH,
+                       "The path \"%.200s\" contains \"..\"; paths must stay inside the work directory.", path);
             goto Error;
         }
     }
@@ -113,7 +114,7 @@ int sg_agent_open_parent(const char *workdir, const char *path, int create, char
         if (nfd < 0 && errno == ENOENT && create) {
             if (mkdirat(dfd, comp, 0755) != 0 && errno != EEXIST) {
                 agent_fail(f, SG_AGENT_ERR_IO, "Cannot create the directory \"%.200s\" for \"%.200s\": %s.", comp, path,
-                     strerror(errno));
+                           strerror(errno));
                 goto Error;
             }
             nfd = open_dir_nofollow(dfd, comp);

@@ -20,9 +20,9 @@ typedef struct {
     uint32_t id;
     sg_agent_exec_req_t req; /* as decoded */
     char **envp;             /* of its commands and kernel */
-    int64_t deadline;     /* CLOCK_MONOTONIC ns */
-    int64_t started;      /* first fork, 0 until then */
-    uint64_t sent[3];     /* bytes forwarded, by stream */
+    int64_t deadline;        /* CLOCK_MONOTONIC ns */
+    int64_t started;         /* first fork, 0 until then */
+    uint64_t sent[3];        /* bytes forwarded, by stream */
     uint32_t exit_flags;
     uint32_t state;       /* sg_agent_state_t, for EXIT */
     long long oom_before; /* -1 when the counter cannot be read */

@@ -187,10 +187,10 @@ void sg__api_send_start_failure(h2o_req_t *req, int status, const char *code, co
 void sg__api_send_lib_failure(h2o_req_t *req, const sg_lib_result_t *r)
 {
     sg__api_send_start_failure(req, r->http_status,
-                       r->http_status == 504   ? "sandbox_timeout"
-                       : r->http_status == 503 ? "no_capacity"
-                                               : "sandbox_failed",
-                       r->message);
+                               r->http_status == 504   ? "sandbox_timeout"
+                               : r->http_status == 503 ? "no_capacity"
+                                                       : "sandbox_failed",
+                               r->message);
 }
 
 json_object *sg__api_parse_body(h2o_req_t *req)

@@ -28,9 +28,9 @@ typedef struct {
     sg_http_hold_t *hold;
     sg_api_t *api;
     sg_exec_req_t ex;
-    json_object *body;  /* keeps ex's strings alive */
-    char *path;         /* files routes: the path as given, for the reply */
-    sg_http_stream_t *stream;  /* streaming executions */
+    json_object *body;        /* keeps ex's strings alive */
+    char *path;               /* files routes: the path as given, for the reply */
+    sg_http_stream_t *stream; /* streaming executions */
     /* streamed stdout / stderr: the bytes of a UTF-8 sequence that the last
      * chunk began and did not finish (at most 3), held for the next one */
     struct {
@@ -39,12 +39,12 @@ typedef struct {
     } partial[2];
 
     /* the request's place in a session's queue (below) */
-    sg_session_t *slot;        /* the session whose waiting count it is in, or NULL */
-    sg_op_t *op;               /* its op while submitted and not done */
-    int started;               /* its op reached the agent: it runs to its end */
-    int cancelled;             /* its client went, or DELETE /requests/{rid}, before it started */
-    char rid[65];              /* X-Sandgate-Request-Id of an execution, "" if none */
-    h2o_linklist_t link;       /* in `named` while rid is set */
+    sg_session_t *slot;  /* the session whose waiting count it is in, or NULL */
+    sg_op_t *op;         /* its op while submitted and not done */
+    int started;         /* its op reached the agent: it runs to its end */
+    int cancelled;       /* its client went, or DELETE /requests/{rid}, before it started */
+    char rid[65];        /* X-Sandgate-Request-Id of an execution, "" if none */
+    h2o_linklist_t link; /* in `named` while rid is set */
 } pending_t;
 
 pending_t *sg__api_pending_new(h2o_req_t *req, sg_api_t *api);

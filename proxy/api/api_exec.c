@@ -26,8 +26,9 @@ static json_object *exec_result_json(const sg_op_t *op)
     json_object_object_add(o, "success",
                            json_object_new_boolean(op->reason == SG_AGENT_REASON_EXITED && op->exit_code == 0));
     json_object_object_add(o, "timed_out", json_object_new_boolean(timed_out));
-    json_object_object_add(o, "truncated", json_object_new_boolean((op->flags & (SG_AGENT_EXIT_STDOUT_TRUNCATED |
-                                                                                 SG_AGENT_EXIT_STDERR_TRUNCATED)) != 0));
+    json_object_object_add(
+        o, "truncated",
+        json_object_new_boolean((op->flags & (SG_AGENT_EXIT_STDOUT_TRUNCATED | SG_AGENT_EXIT_STDERR_TRUNCATED)) != 0));
     json_object_object_add(o, "reason", json_object_new_string(sg_agent_reason_name(op->reason)));
     json_object_object_add(o, "stage", json_object_new_string(op->stage[0] ? op->stage : "run"));
     json_object_object_add(o, "state", json_object_new_string(sg_agent_state_name(op->state)));
@@ -265,7 +266,8 @@ static int post_session_exec(sg_api_t *api, h2o_req_t *req, h2o_iovec_t id, int 
         return 0;
     pending_t *p = sg__api_pending_new(req, api);
     p->body = body;
-    if (sg_validate_exec(body, is_command ? "command" : "code", 0, s->limits.timeout_s, &api->policy, &p->ex, &e) != 0 ||
+    if (sg_validate_exec(body, is_command ? "command" : "code", 0, s->limits.timeout_s, &api->policy, &p->ex, &e) !=
+            0 ||
         (!is_command && sg_validate_libraries_for(s->lang, p->ex.libraries, &e) != 0) ||
         (!is_command && check_libraries(s, p->ex.libraries, &e) != 0)) {
         sg__api_send_verr(req, &e);

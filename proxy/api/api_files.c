@@ -18,10 +18,13 @@ static void on_put_done(sg_op_t *op)
     if (req != NULL && !sg__api_send_op_failure(req, op)) {
         if (op->agent_err != 0) {
             int st = op->agent_err == SG_AGENT_ERR_PATH || op->agent_err == SG_AGENT_ERR_BAD_REQUEST ? 400
-                     : op->agent_err == SG_AGENT_ERR_TOO_LARGE                                        ? 413
-                     : op->agent_err == SG_AGENT_ERR_NOT_FOUND                                        ? 404
-                                                                                                      : 500;
-            const char *code = st == 400 ? "bad_path" : st == 413 ? "too_large" : st == 404 ? "no_such_file" : "io_error";
+                     : op->agent_err == SG_AGENT_ERR_TOO_LARGE                                       ? 413
+                     : op->agent_err == SG_AGENT_ERR_NOT_FOUND                                       ? 404
+                                                                                                     : 500;
+            const char *code = st == 400   ? "bad_path"
+                               : st == 413 ? "too_large"
+                               : st == 404 ? "no_such_file"
+                                           : "io_error";
             sg_http_send_error(req, st, code, "%s", op->errmsg);
         } else if (op->kind == SG_OP_GET_FILE) {
             sg_http_send_body(req, 200, "application/octet-stream", op->file.base != NULL ? op->file.base : "",

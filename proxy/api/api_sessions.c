@@ -26,10 +26,14 @@ static json_object *limits_json(const sg_limits_t *l)
 static const char *state_name(sg_session_state_t st)
 {
     switch (st) {
-    case SG_SESSION_STARTING: return "starting";
-    case SG_SESSION_ACTIVE: return "active";
-    case SG_SESSION_CLOSING: return "closing";
-    default: return "closed";
+    case SG_SESSION_STARTING:
+        return "starting";
+    case SG_SESSION_ACTIVE:
+        return "active";
+    case SG_SESSION_CLOSING:
+        return "closing";
+    default:
+        return "closed";
     }
 }
 

@@ -23,11 +23,11 @@ typedef struct {
     sg_job_t super;
     const sg_proxy_t *px;
     sg_http_hold_t *hold;
-    int remove;          /* DELETE, else GET */
-    char name[300];      /* DELETE: "<repo>:<session id>" */
-    char owner[65];      /* GET: only this owner's ("" = all) */
-    int in_use;          /* DELETE: a live session of this proxy runs on it */
-    json_object *list;   /* GET: the reply's array */
+    int remove;        /* DELETE, else GET */
+    char name[300];    /* DELETE: "<repo>:<session id>" */
+    char owner[65];    /* GET: only this owner's ("" = all) */
+    int in_use;        /* DELETE: a live session of this proxy runs on it */
+    json_object *list; /* GET: the reply's array */
     long status;
     const char *code;
     char err[512];
@@ -99,8 +99,9 @@ static void list_work(tpl_job_t *j, sg_docker_t *d)
         json_object_object_add(t, "owner", json_object_new_string(owner));
         json_object_object_add(t, "session_id", json_object_new_string(sid));
         json_object_object_add(t, "base_image", json_object_new_string(base));
-        json_object_object_add(t, "created_at",
-                               json_object_new_int64(created != NULL ? strtoll(created, NULL, 10) : int_of(img, "Created")));
+        json_object_object_add(
+            t, "created_at",
+            json_object_new_int64(created != NULL ? strtoll(created, NULL, 10) : int_of(img, "Created")));
         json_object_object_add(t, "size_bytes", json_object_new_int64(size > 0 ? size : 0));
         json_object_array_add(j->list, t);
     }

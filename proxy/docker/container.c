@@ -8,12 +8,18 @@
 const char *sg_container_kind_name(sg_container_kind_t kind)
 {
     switch (kind) {
-    case SG_CONTAINER_SESSION: return "session";
-    case SG_CONTAINER_EPHEMERAL: return "ephemeral";
-    case SG_CONTAINER_POOL: return "pool";
-    case SG_CONTAINER_INSTALLER: return "installer";
-    case SG_CONTAINER_TEMPLATE: return "template";
-    case SG_CONTAINER_AGENT_COPY: return "agent-copy";
+    case SG_CONTAINER_SESSION:
+        return "session";
+    case SG_CONTAINER_EPHEMERAL:
+        return "ephemeral";
+    case SG_CONTAINER_POOL:
+        return "pool";
+    case SG_CONTAINER_INSTALLER:
+        return "installer";
+    case SG_CONTAINER_TEMPLATE:
+        return "template";
+    case SG_CONTAINER_AGENT_COPY:
+        return "agent-copy";
     }
     return "unknown";
 }
@@ -268,9 +274,13 @@ static json_object *agent_copy_config(const sg_container_spec_t *spec)
 json_object *sg_container_config(const sg_container_spec_t *spec)
 {
     switch (spec->kind) {
-    case SG_CONTAINER_INSTALLER: return installer_config(spec);
-    case SG_CONTAINER_TEMPLATE: return template_config(spec);
-    case SG_CONTAINER_AGENT_COPY: return agent_copy_config(spec);
-    default: return sandbox_config(spec);
+    case SG_CONTAINER_INSTALLER:
+        return installer_config(spec);
+    case SG_CONTAINER_TEMPLATE:
+        return template_config(spec);
+    case SG_CONTAINER_AGENT_COPY:
+        return agent_copy_config(spec);
+    default:
+        return sandbox_config(spec);
     }
 }

@@ -67,7 +67,7 @@ typedef struct {
         long memory_mb; /* memory, and memory + swap */
         double cpus;
         long pids;
-        long tmpfs_mb;  /* /sandbox and /tmp */
+        long tmpfs_mb; /* /sandbox and /tmp */
         int network;
     } limits;
     const char *runtime;      /* HostConfig.Runtime, and the sandgate.runtime label */

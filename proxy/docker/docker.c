@@ -24,8 +24,8 @@ struct sg_docker {
 };
 
 /* Set once by sg_docker_setup (and the first ping), read by every thread. */
-static char unix_path[512];   /* non-empty for unix sockets */
-static char base_url[512];    /* "http://localhost" or "http://host:port" */
+static char unix_path[512]; /* non-empty for unix sockets */
+static char base_url[512];  /* "http://localhost" or "http://host:port" */
 static char api_version[16];
 static pthread_mutex_t version_mutex = PTHREAD_MUTEX_INITIALIZER;
 
@@ -119,8 +119,8 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
 }
 
 typedef struct {
-    char *want;      /* header name with colon, lowercase */
-    char value[16];  /* enough for an API version */
+    char *want;     /* header name with colon, lowercase */
+    char value[16]; /* enough for an API version */
 } header_grab_t;
 
 static size_t on_header(char *p, size_t size, size_t n, void *arg)
@@ -355,8 +355,8 @@ int sg_docker_container_commit(sg_docker_t *d, const char *id, const char *repo,
     snprintf(path, sizeof(path), "/commit?container=%s&repo=%s&tag=%s&pause=1", id, repo, tag);
     if (config == NULL)
         config = "{}";
-    if (call(d, "POST", path, config, strlen(config), "commit a container", 201, 201, NULL, &o, 1 << 20, err,
-             errlen) != 0)
+    if (call(d, "POST", path, config, strlen(config), "commit a container", 201, 201, NULL, &o, 1 << 20, err, errlen) !=
+        0)
         return -1;
     reply_string(o, "Id", image_id, 80);
     json_object_put(o);
@@ -493,8 +493,8 @@ int sg_docker_archive_put(sg_docker_t *d, const char *id, const char *path, cons
     archive_url(d, url, sizeof(url), id, path, "&noOverwriteDirNonDir=1");
     sg_buf_init(&resp, 1 << 20);
     d->timeout_ms = DOCKER_ARCHIVE_TIMEOUT_MS;
-    if (do_request_ct(d, "PUT", url, "Content-Type: application/x-tar", len != 0 ? tar : "", len, &status, &resp,
-                      NULL, err, errlen) != 0)
+    if (do_request_ct(d, "PUT", url, "Content-Type: application/x-tar", len != 0 ? tar : "", len, &status, &resp, NULL,
+                      err, errlen) != 0)
         goto Exit;
     if (status != 200) {
         docker_error("write an archive", status, &resp, err, errlen);
@@ -579,9 +579,10 @@ int sg_docker_attach(const char *id, int timeout_ms, int *out_fd, char *err, siz
     }
     snprintf(path, sizeof(path), "/containers/%s/attach?stream=1&stdin=1&stdout=1&stderr=1", id);
     url_for(url, sizeof(url), path);
-    reqlen = snprintf(req, sizeof(req),
-                      "POST %s HTTP/1.1\r\nHost: docker\r\nContent-Length: 0\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n",
-                      url + strlen(base_url));
+    reqlen =
+        snprintf(req, sizeof(req),
+                 "POST %s HTTP/1.1\r\nHost: docker\r\nContent-Length: 0\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n",
+                 url + strlen(base_url));
     while (off < (size_t)reqlen) {
         ssize_t n = send(fd, req + off, (size_t)reqlen - off, MSG_NOSIGNAL);
         if (n < 0) {

@@ -28,8 +28,9 @@ int sg_runtime_choose(const char *setting, json_object *engine_runtimes, const c
     if (strcmp(setting, SG_RUNTIME_RUNSC) == 0 || strcmp(setting, SG_RUNTIME_RUNC) == 0) {
         /* runc is every engine's own; runsc must be registered with it */
         if (strcmp(setting, SG_RUNTIME_RUNSC) == 0 && !offers(engine_runtimes, SG_RUNTIME_RUNSC)) {
-            snprintf(err, errlen, "SANDGATE_RUNTIME=runsc, but the Docker engine does not offer runsc "
-                                  "(register it: deploy/engine.sh, README \"Sandboxes\")");
+            snprintf(err, errlen,
+                     "SANDGATE_RUNTIME=runsc, but the Docker engine does not offer runsc "
+                     "(register it: deploy/engine.sh, README \"Sandboxes\")");
             return -1;
         }
         *runtime = strcmp(setting, SG_RUNTIME_RUNSC) == 0 ? SG_RUNTIME_RUNSC : SG_RUNTIME_RUNC;

@@ -71,8 +71,7 @@ static void fetch_work(sg_job_t *job)
 
     if (!j->has_slot) {
         j->r.no_capacity = 1;
-        snprintf(j->r.message, sizeof(j->r.message), "the proxy is at its limit of %ld containers",
-                 sg_capacity_max());
+        snprintf(j->r.message, sizeof(j->r.message), "the proxy is at its limit of %ld containers", sg_capacity_max());
         return;
     }
     sg_buf_init(&log, 64 << 10);

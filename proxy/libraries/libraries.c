@@ -158,8 +158,9 @@ static void on_fetched(void *data, const sg_fetch_result_t *f)
     if (f->no_capacity)
         in->done.r.http_status = 503;
     if (!f->ok) {
-        snprintf(in->done.r.message, sizeof(in->done.r.message), "could not get %.200s from the package index%s: %.900s",
-                 in->spec, f->timed_out ? " in time" : "", f->message);
+        snprintf(in->done.r.message, sizeof(in->done.r.message),
+                 "could not get %.200s from the package index%s: %.900s", in->spec, f->timed_out ? " in time" : "",
+                 f->message);
         install_finish(in);
         return;
     }
@@ -177,8 +178,8 @@ static void on_local_done(sg_op_t *op)
         in->done.r.success = 1;
         in->done.r.from_store = !in->fetched;
         tail_line(&op->out[0], in->done.r.installed_version, sizeof(in->done.r.installed_version));
-        snprintf(in->done.r.message, sizeof(in->done.r.message), "installed %s %s%s", in->name, in->done.r.installed_version,
-                 in->fetched ? "" : " from the package store");
+        snprintf(in->done.r.message, sizeof(in->done.r.message), "installed %s %s%s", in->name,
+                 in->done.r.installed_version, in->fetched ? "" : " from the package store");
     } else if (!in->fetched && op->reason == SG_AGENT_REASON_EXITED && op->exit_code == SG_LANG_NOT_IN_STORE &&
                install_conf()->store_volume[0] != '\0') {
         /* not in the store yet: fetch it, then install again (any other
@@ -202,8 +203,8 @@ static void local_step(install_t *in)
     char qspec[700], qname[500], cmd[4096];
     sg_shell_quote(in->spec, strlen(in->spec), qspec, sizeof(qspec));
     sg_shell_quote(in->name, strlen(in->name), qname, sizeof(qname));
-    snprintf(cmd, sizeof(cmd), "SANDGATE_SPEC=%s SANDGATE_NAME=%s; export SANDGATE_SPEC SANDGATE_NAME; %s", qspec, qname,
-             in->done.s->lang->local_install_cmd);
+    snprintf(cmd, sizeof(cmd), "SANDGATE_SPEC=%s SANDGATE_NAME=%s; export SANDGATE_SPEC SANDGATE_NAME; %s", qspec,
+             qname, in->done.s->lang->local_install_cmd);
     sg_op_t *op = sg_op_exec(in->done.s, NULL, NULL, cmd, NULL, NULL, "", 0, (double)conf->timeout_ms / 1000);
     if (op == NULL) {
         snprintf(in->done.r.message, sizeof(in->done.r.message), "out of memory");

@@ -17,7 +17,7 @@
 
 typedef struct {
     int success;
-    int http_status;          /* 200 unless the sandbox itself failed (502/504) or no installer could start (503) */
+    int http_status;    /* 200 unless the sandbox itself failed (502/504) or no installer could start (503) */
     char message[1200]; /* a sentence, then the tool's own last lines */
     char installed_version[65];
     double installation_time; /* seconds */

@@ -224,7 +224,6 @@ void sg_session_create(const sg_create_req_t *req, int ephemeral, sg_session_rea
     cb(data, NULL, 503, "no_capacity", detail);
 }
 
-
 static void tick_one(sg_session_t *s, void *data)
 {
     sg__session_watchdog(s, *(uint64_t *)data);
@@ -236,4 +235,3 @@ void sg_sessions_tick(void)
     sg_session_foreach(tick_one, &now);
     sg_pool_fill();
 }
-

@@ -198,8 +198,8 @@ static void on_agent_read(h2o_socket_t *sock, const char *err)
     sg__agent_process(s);
 }
 
-void sg__agent_connect(sg_session_t *s, h2o_loop_t *loop, int fd, const sg_docker_demux_t *demux,
-                       const uint8_t *early, size_t early_len)
+void sg__agent_connect(sg_session_t *s, h2o_loop_t *loop, int fd, const sg_docker_demux_t *demux, const uint8_t *early,
+                       size_t early_len)
 {
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     s->_sock = h2o_evloop_socket_create(loop, fd, 0);

@@ -44,30 +44,30 @@ struct sg_session {
     sg_limits_t limits;
     int keep_template;
     int ephemeral;
-    int foreign;        /* a custom image: the agent is mounted in, code runs one-shot */
-    int from_template;  /* made from a keep_template image: its work dir is copied in at start */
-    char owner[65];     /* the create's "owner" ("" if none): a template is labelled with it */
+    int foreign;          /* a custom image: the agent is mounted in, code runs one-shot */
+    int from_template;    /* made from a keep_template image: its work dir is copied in at start */
+    char owner[65];       /* the create's "owner" ("" if none): a template is labelled with it */
     char base_image[256]; /* what a template of this session is built on (set once the container starts) */
     int64_t created_at;
     int64_t last_used_at;
     uint64_t executions;
     sg_session_state_t state;
-    unsigned waiting;   /* client requests admitted and not yet started (api_core.c keeps it) */
+    unsigned waiting; /* client requests admitted and not yet started (api_core.c keeps it) */
 
     /* private */
     unsigned _refcnt;
     h2o_linklist_t _link; /* in the table while listed */
     h2o_socket_t *_sock;
     sg_docker_demux_t _demux;
-    sg_buf_t _inbuf;      /* agent stdout until a whole message is there */
-    h2o_linklist_t _ops;  /* first one is in flight */
+    sg_buf_t _inbuf;     /* agent stdout until a whole message is there */
+    h2o_linklist_t _ops; /* first one is in flight */
     uint32_t _next_id;
     int _op_sent;
     int _overflow;
     int _close_requested;
-    int _where; /* SG_IN_NONE, SG_IN_TABLE or SG_IN_POOL: which list _link is on */
-    int _pooled; /* made by the pool: labelled sandgate.kind=pool */
-    int _has_slot; /* holds one of SANDGATE_MAX_CONTAINERS (capacity.h) until its container is gone */
+    int _where;                   /* SG_IN_NONE, SG_IN_TABLE or SG_IN_POOL: which list _link is on */
+    int _pooled;                  /* made by the pool: labelled sandgate.kind=pool */
+    int _has_slot;                /* holds one of SANDGATE_MAX_CONTAINERS (capacity.h) until its container is gone */
     h2o_linklist_t _closing_link; /* in `closing` while its container is removed with its slot unclaimed */
     /* the request its slot goes to once the container is gone (not back), or NULL */
     void (*_handover_cb)(void *data);
@@ -90,8 +90,8 @@ struct sg_op {
     void (*on_start)(sg_op_t *op);
 
     /* result */
-    int failed;         /* the agent died, answered garbage or not at all, or cancelled */
-    int fail_status;    /* HTTP status for a failure: 502 or 504; 409 cancelled (sg_op_cancel) */
+    int failed;      /* the agent died, answered garbage or not at all, or cancelled */
+    int fail_status; /* HTTP status for a failure: 502 or 504; 409 cancelled (sg_op_cancel) */
     char errmsg[256];
     uint32_t agent_err; /* ERROR reply: sg_agent_err_t, else 0 */
     sg_buf_t out[2];    /* stdout, stderr (EXEC) */
@@ -103,8 +103,8 @@ struct sg_op {
     uint64_t wall_us;     /* as the proxy measured it: from sending the op to the agent
                            * to its answer (0 if never sent); what billing uses */
     char stage[32];
-    uint32_t state;     /* sg_agent_state_t */
-    sg_buf_t file;      /* GET_FILE data */
+    uint32_t state; /* sg_agent_state_t */
+    sg_buf_t file;  /* GET_FILE data */
     uint64_t ok_value;
 
     /* private */
@@ -114,7 +114,6 @@ struct sg_op {
     uint64_t _deadline_ms;
     uint64_t _started_us;
 };
-
 
 void sg_session_ref(sg_session_t *s);
 /* The last reference frees it. */
@@ -142,8 +141,8 @@ void sg__session_on_broken(void (*cb)(sg_session_t *s));
 /* The agent answered READY on fd (the attach stream, demux its decoder
  * state, early the bytes read past READY): the session is active and its
  * agent's messages are read, on loop, from now on. */
-void sg__agent_connect(sg_session_t *s, h2o_loop_t *loop, int fd, const sg_docker_demux_t *demux,
-                       const uint8_t *early, size_t early_len);
+void sg__agent_connect(sg_session_t *s, h2o_loop_t *loop, int fd, const sg_docker_demux_t *demux, const uint8_t *early,
+                       size_t early_len);
 /* Handles the agent's whole messages already read. */
 void sg__agent_process(sg_session_t *s);
 /* Closes the connection to the agent, if any. */

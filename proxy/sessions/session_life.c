@@ -114,7 +114,9 @@ const char *sg_session_runtime(const sg_session_t *s)
 json_object *sg_session_container_config(const sg_session_t *s, const char *proxy_id)
 {
     sg_container_spec_t spec = {
-        .kind = s->_pooled ? SG_CONTAINER_POOL : s->ephemeral ? SG_CONTAINER_EPHEMERAL : SG_CONTAINER_SESSION,
+        .kind = s->_pooled     ? SG_CONTAINER_POOL
+                : s->ephemeral ? SG_CONTAINER_EPHEMERAL
+                               : SG_CONTAINER_SESSION,
         .image = s->image,
         .proxy_id = proxy_id,
         .session_id = s->id,
@@ -354,7 +356,9 @@ static void create_done(sg_job_t *job)
     }
     sg__agent_connect(s, conf.loop, j->fd, &j->demux, j->leftover, j->leftover_len);
     sg_debug("session %s: %s container %.12s ready (%s)", s->id, s->lang->name, s->container_id,
-             s->_pooled ? "pool" : s->ephemeral ? "ephemeral" : "session");
+             s->_pooled     ? "pool"
+             : s->ephemeral ? "ephemeral"
+                            : "session");
     /* ephemeral sessions are in the table too, for the watchdog, but never
      * listed; a pooled one goes to the pool's list (its cb) */
     if (!s->_pooled)

@@ -26,15 +26,15 @@ typedef struct {
     h2o_loop_t *loop;
     sg_workq_t *workq;
     const char *proxy_id;
-    const char *image_prefix; /* "sandgate/" -> "sandgate/python:latest" */
+    const char *image_prefix;  /* "sandgate/" -> "sandgate/python:latest" */
     const char *template_repo; /* keep_template images: "<repo>:<session id>" */
     long max_sessions;
-    long pool_size;           /* ready containers kept per language */
-    sg_limits_t pool_limits;  /* the limits pooled containers are made with */
+    long pool_size;          /* ready containers kept per language */
+    sg_limits_t pool_limits; /* the limits pooled containers are made with */
     int agent_start_timeout_ms;
-    const char *store_volume;     /* the package store (install.h), mounted read-only; "" or NULL: none */
-    const char *sandbox_network;  /* NetworkMode of sessions with the network (isolated, see main.c);
-                                   * NULL: SG_SANDBOX_NETWORK */
+    const char *store_volume;    /* the package store (install.h), mounted read-only; "" or NULL: none */
+    const char *sandbox_network; /* NetworkMode of sessions with the network (isolated, see main.c);
+                                  * NULL: SG_SANDBOX_NETWORK */
     /* custom images (not built by sandgate): the static agent comes from this
      * volume, mounted read-only at /opt/sandgate/bin; "" when none allowed */
     const char *agent_volume;

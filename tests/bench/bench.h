@@ -20,13 +20,13 @@
 
 #include "buf.h"
 
-#define BENCH_TIMEOUT_S 120L            /* every request, proxy and Docker alike */
-#define BENCH_MAX_BODY (8u << 20)       /* cap on any reply body we keep */
-#define BENCH_COLD_MS 100.0             /* when Docker cannot say: a pool take is ~1 ms */
-#define BENCH_WARMUP 10                 /* executes before the timed ones */
-#define BENCH_TP_SECONDS 5.0            /* throughput phase wall time */
-#define BENCH_TP_MAX_EXEC 1000000       /* a bound on the phase, not its normal end */
-#define BENCH_IDLE_SETTLE_MS 3000       /* lets the pool refill before MemAvailable */
+#define BENCH_TIMEOUT_S 120L      /* every request, proxy and Docker alike */
+#define BENCH_MAX_BODY (8u << 20) /* cap on any reply body we keep */
+#define BENCH_COLD_MS 100.0       /* when Docker cannot say: a pool take is ~1 ms */
+#define BENCH_WARMUP 10           /* executes before the timed ones */
+#define BENCH_TP_SECONDS 5.0      /* throughput phase wall time */
+#define BENCH_TP_MAX_EXEC 1000000 /* a bound on the phase, not its normal end */
+#define BENCH_IDLE_SETTLE_MS 3000 /* lets the pool refill before MemAvailable */
 #define BENCH_FLOOR_ONCE_RUNS 10
 #define BENCH_FLOOR_EXEC_RUNS 20
 #define MAX_ROWS 64
@@ -43,9 +43,9 @@ typedef struct {
     CURL *curl;
     struct curl_slist *hdr_plain, *hdr_json;
     char base[512];
-    sg_buf_t body;             /* capped at BENCH_MAX_BODY; NUL-terminated */
-    long status;               /* 0 when the transfer itself failed */
-    double ms;                 /* wall time of the last request */
+    sg_buf_t body; /* capped at BENCH_MAX_BODY; NUL-terminated */
+    long status;   /* 0 when the transfer itself failed */
+    double ms;     /* wall time of the last request */
     char errbuf[CURL_ERROR_SIZE];
 } hc_t;
 
@@ -164,10 +164,10 @@ void par_run(par_t *p, long threads);
 /* ---- Docker ---- */
 
 typedef struct {
-    int ok;             /* /_ping answered */
-    int one_shot;       /* API >= 1.41: stats without the second sample */
-    char version[16];   /* the engine's API version, "1.41" */
-    char run_id[48];    /* value of the sandgate.bench label */
+    int ok;           /* /_ping answered */
+    int one_shot;     /* API >= 1.41: stats without the second sample */
+    char version[16]; /* the engine's API version, "1.41" */
+    char run_id[48];  /* value of the sandgate.bench label */
 } dk_t;
 extern dk_t dk;
 

@@ -143,8 +143,7 @@ void hc_describe(const hc_t *c, char *err, size_t len)
 
 /* Does the request and checks the status; err gets the description
  * otherwise. */
-int hc_expect(hc_t *c, const char *method, const char *path, const char *json, long want,
-                     char *err, size_t errlen)
+int hc_expect(hc_t *c, const char *method, const char *path, const char *json, long want, char *err, size_t errlen)
 {
     if (hc_do(c, method, path, json) != 0 || c->status != want) {
         hc_describe(c, err, errlen);
@@ -338,8 +337,8 @@ int exec_check(hc_t *c, const char *path, const char *body, double *agent_ms, ch
     if (o != NULL && json_object_object_get_ex(o, "stdout", &v) && json_object_is_type(v, json_type_string))
         out = json_object_get_string(v);
     if (agent_ms != NULL)
-        *agent_ms = o != NULL && json_object_object_get_ex(o, "execution_time", &v) ? json_object_get_double(v) * 1e3
-                                                                                    : -1;
+        *agent_ms =
+            o != NULL && json_object_object_get_ex(o, "execution_time", &v) ? json_object_get_double(v) * 1e3 : -1;
     if (out != NULL && strcmp(out, "1\n") == 0)
         rc = 0;
     else
@@ -390,4 +389,3 @@ void par_run(par_t *p, long threads)
         pthread_join(tid[i], NULL);
     free(tid);
 }
-

@@ -39,8 +39,8 @@ static int dk_expect(const char *method, const char *path, const char *json, lon
                      size_t errlen)
 {
     long status = 0;
-    if (sg_docker_request(sg_docker_thread(), method, path, json, json != NULL ? strlen(json) : 0, &status, resp,
-                          err, errlen) != 0)
+    if (sg_docker_request(sg_docker_thread(), method, path, json, json != NULL ? strlen(json) : 0, &status, resp, err,
+                          errlen) != 0)
         return -1;
     if (status != want) {
         snprintf(err, errlen, "HTTP %ld: %.160s", status, resp->base != NULL ? resp->base : "");

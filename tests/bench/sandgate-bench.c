@@ -80,7 +80,7 @@ static void phase_latency(const target_t *t)
     row_t *eph = row_new(t->name, "ephemeral execute");
     row_t *del = row_new(t->name, "session delete");
     long want_cold = opt.n / 10 > 0 ? opt.n / 10 : 1, burst_cold = 0, made = 0, streak = 0;
-    char (*burst)[64] = NULL;
+    char(*burst)[64] = NULL;
 
     if (hc_init(&c, t->base, NULL, t->token) != 0) {
         warm->failed = 1;
@@ -319,7 +319,7 @@ typedef struct {
     const target_t *t;
     row_t *row;
     char (*ids)[64];
-    double *mem;      /* bytes per session, -1 unknown */
+    double *mem; /* bytes per session, -1 unknown */
     atomic_long ok, mem_ok;
     char mem_err[256];
     pthread_mutex_t mu;
@@ -455,8 +455,12 @@ static size_t reg_cleanup(void)
         size_t j = i;
         while (j < n && copy[j].t == copy[i].t)
             j++;
-        par_t p = {.fn = on_cleanup_delete, .ud = copy + i, .count = (long)(j - i), .base = copy[i].t->base,
-                   .token = copy[i].t->token, .ignore_stop = 1};
+        par_t p = {.fn = on_cleanup_delete,
+                   .ud = copy + i,
+                   .count = (long)(j - i),
+                   .base = copy[i].t->base,
+                   .token = copy[i].t->token,
+                   .ignore_stop = 1};
         par_run(&p, opt.clients);
         i = j;
     }
@@ -483,9 +487,9 @@ static void print_table(void)
     long long total = meminfo_kb("MemTotal");
     int any_err = 0;
 
-    printf("\nsandgate-bench  lang=%s  n=%ld  clients=%ld  idle=%ld  (host: %ld cpus, %.1f GiB%s%s)\n",
-           opt.lang->name, opt.n, opt.clients, opt.idle, cpus, total > 0 ? total / 1048576.0 : 0.0,
-           dk.ok ? ", docker API " : "", dk.ok ? dk.version : "");
+    printf("\nsandgate-bench  lang=%s  n=%ld  clients=%ld  idle=%ld  (host: %ld cpus, %.1f GiB%s%s)\n", opt.lang->name,
+           opt.n, opt.clients, opt.idle, cpus, total > 0 ? total / 1048576.0 : 0.0, dk.ok ? ", docker API " : "",
+           dk.ok ? dk.version : "");
     printf("%-8s %-38s %8s %8s %8s %6s %6s  %s\n", "target", "operation", "p50 ms", "p99 ms", "mean ms", "count",
            "errors", "");
     for (size_t i = 0; i < nrows; i++) {
@@ -563,10 +567,14 @@ static void make_run_id(void)
 int main(int argc, char **argv)
 {
     static const struct option lopts[] = {
-        {"proxy", required_argument, NULL, 'p'},    {"gateway", required_argument, NULL, 'g'},
-        {"token", required_argument, NULL, 't'},    {"lang", required_argument, NULL, 'l'},
-        {"idle-sessions", required_argument, NULL, 'k'}, {"skip-docker", no_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
+        {"proxy", required_argument, NULL, 'p'},
+        {"gateway", required_argument, NULL, 'g'},
+        {"token", required_argument, NULL, 't'},
+        {"lang", required_argument, NULL, 'l'},
+        {"idle-sessions", required_argument, NULL, 'k'},
+        {"skip-docker", no_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     const char *lang = "python";
     char proxy[512], gateway[512], err[512];
@@ -579,11 +587,21 @@ int main(int argc, char **argv)
 
     while ((ch = getopt_long(argc, argv, "n:c:h", lopts, NULL)) != -1) {
         switch (ch) {
-        case 'p': opt.proxy = optarg; break;
-        case 'g': opt.gateway = optarg; break;
-        case 't': opt.token = optarg; break;
-        case 'l': lang = optarg; break;
-        case 's': opt.skip_docker = 1; break;
+        case 'p':
+            opt.proxy = optarg;
+            break;
+        case 'g':
+            opt.gateway = optarg;
+            break;
+        case 't':
+            opt.token = optarg;
+            break;
+        case 'l':
+            lang = optarg;
+            break;
+        case 's':
+            opt.skip_docker = 1;
+            break;
         case 'n':
             if (parse_long(optarg, 1, 10000000, &opt.n) != 0)
                 goto Usage;
@@ -596,8 +614,11 @@ int main(int argc, char **argv)
             if (parse_long(optarg, 0, 100000, &opt.idle) != 0)
                 goto Usage;
             break;
-        case 'h': usage(stdout); return 0;
-        default: goto Usage;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            goto Usage;
         }
     }
     if (optind != argc || (opt.gateway != NULL) != (opt.token != NULL))
@@ -686,4 +707,3 @@ Usage:
     usage(stderr);
     return 2;
 }
-

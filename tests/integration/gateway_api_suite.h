@@ -48,7 +48,6 @@ static inline void cleanup_extra(void)
  * Helpers
  * ------------------------------------------------------------------------ */
 
-
 static inline const char *data_dir(void)
 {
     return sggw_gateway_data_dir(stack.gw);
@@ -88,7 +87,7 @@ static inline json_object *ephemeral(sggw_gateway_t *g, const char *token, const
 
 /* One request with the given raw header lines. */
 static inline void call_hdr(const char *method, const char *path, const char *const *hdrs, const char *body,
-                     const char *ctype, sgtest_reply_t *r)
+                            const char *ctype, sgtest_reply_t *r)
 {
     char url[2048];
     pathf(url, sizeof(url), "%s%s", sggw_gateway_url(stack.gw), path);

@@ -20,7 +20,7 @@
 
 #define OUTPUT_LIMIT 65536
 #define MAX_FILE_BYTES 65536
-#define SLACK_S 10.0 /* a timed-out run must be back within its timeout + this */
+#define SLACK_S 10.0   /* a timed-out run must be back within its timeout + this */
 #define REMOVAL_S 10.0 /* a closed session's container is gone within this */
 
 static sgtest_suite_t suite = {.removal_s = REMOVAL_S};
@@ -29,16 +29,14 @@ static sgtest_suite_t suite = {.removal_s = REMOVAL_S};
  * Small helpers (test thread only)
  * ------------------------------------------------------------------------ */
 
-
-
 static inline char *create_session(const char *lang)
 {
     return sgtest_create_session(suite.proxy, lang, NULL, NULL);
 }
 
 /* timeout <= 0: the field is left out. libs NULL: the field is left out. */
-static inline json_object *run_code_t(const char *sid, const char *code, const char *const *libs,
-                               int timeout, double *seconds)
+static inline json_object *run_code_t(const char *sid, const char *code, const char *const *libs, int timeout,
+                                      double *seconds)
 {
     return sgtest_run_code(suite.proxy, sid, code, libs, timeout, seconds);
 }
@@ -113,8 +111,7 @@ static inline char *session_container(const char *sid)
 {
     char *cid = sgtest_docker_session_container(suite.proxy_id, sid);
     if (cid == NULL)
-        SG_FAIL(NULL, "no single container labelled sandgate.proxy=%s, sandgate.session=%s",
-                suite.proxy_id, sid);
+        SG_FAIL(NULL, "no single container labelled sandgate.proxy=%s, sandgate.session=%s", suite.proxy_id, sid);
     return cid;
 }
 
@@ -204,10 +201,10 @@ static inline int group_setup(void **state)
 
 /* A loop over /proc (the images need not have ps) printing "<pid> <comm>
  * <state>" for every process; the state Z would be an unreaped zombie. */
-#define PROC_LOOP                                                                                  \
-    "for d in /proc/[0-9]*; do "                                                                   \
-    "  c=$(cat $d/comm 2>/dev/null) || continue; "                                                 \
-    "  echo \"${d#/proc/} $c $(cut -d' ' -f3 $d/stat 2>/dev/null)\"; "                              \
+#define PROC_LOOP                                                                                                      \
+    "for d in /proc/[0-9]*; do "                                                                                       \
+    "  c=$(cat $d/comm 2>/dev/null) || continue; "                                                                     \
+    "  echo \"${d#/proc/} $c $(cut -d' ' -f3 $d/stat 2>/dev/null)\"; "                                                 \
     "done"
 #define LIST_SLEEPS "{ " PROC_LOOP "; } | grep ' sleep ' || true"
 #define COUNT_SLEEPS "{ " PROC_LOOP "; } | grep -c ' sleep '"

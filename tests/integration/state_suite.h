@@ -187,7 +187,7 @@ static inline int teardown(void **state)
         int done;                                                                                                      \
         type r;                                                                                                        \
     } name##_wait_t;                                                                                                   \
-    static inline void on_##name(void *data, const type *r)                                                                 \
+    static inline void on_##name(void *data, const type *r)                                                            \
     {                                                                                                                  \
         name##_wait_t *w = data;                                                                                       \
         w->r = *r;                                                                                                     \
@@ -221,7 +221,7 @@ typedef struct {
 } expired_wait_t;
 
 static inline void on_expired(void *data, int available, size_t n, const char *const *sids, const char *const *reasons,
-                       const int64_t *tenants)
+                              const int64_t *tenants)
 {
     expired_wait_t *w = data;
     w->available = available;

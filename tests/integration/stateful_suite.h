@@ -23,11 +23,11 @@
 #include <unistd.h>
 
 #define POOL 3
-#define SLACK_S 10.0    /* a timed-out run is back within its timeout + this */
-#define REMOVAL_S 10.0  /* a closed session's container is gone within this */
-#define REFILL_S 30.0   /* the pool is full again within this */
-#define FILL_S 90.0     /* the first fill, while other tests' work goes on */
-#define POOL_TAKE_S 0.1 /* a session from the pool is created within this */
+#define SLACK_S 10.0     /* a timed-out run is back within its timeout + this */
+#define REMOVAL_S 10.0   /* a closed session's container is gone within this */
+#define REFILL_S 30.0    /* the pool is full again within this */
+#define FILL_S 90.0      /* the first fill, while other tests' work goes on */
+#define POOL_TAKE_S 0.1  /* a session from the pool is created within this */
 #define STREAM_GAP_S 0.8 /* first stdout event before the result event, at least */
 
 /* The temporary directories of every proxy this file started. */
@@ -74,8 +74,6 @@ static inline int group_teardown(void **state)
 /* ------------------------------------------------------------------------
  * Small helpers (test thread only)
  * ------------------------------------------------------------------------ */
-
-
 
 static inline void expect_state(json_object *r, const char *want)
 {

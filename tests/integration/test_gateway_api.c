@@ -77,8 +77,15 @@ SGGW_TEST(test_auth_matrix)
     memcpy(long_tok, "sgk_", 4);
     char truncated[64];
     snprintf(truncated, sizeof(truncated), "%.*s", 55, tok);
-    const char *bad[] = {"Authorization: Bearer", "Authorization: Bearer ", "Authorization: Basic dXNlcjpwYXNz",
-                         "Authorization: Bearer not-a-token", NULL, NULL, NULL, NULL, NULL};
+    const char *bad[] = {"Authorization: Bearer",
+                         "Authorization: Bearer ",
+                         "Authorization: Basic dXNlcjpwYXNz",
+                         "Authorization: Bearer not-a-token",
+                         NULL,
+                         NULL,
+                         NULL,
+                         NULL,
+                         NULL};
     char b1[400], b2[400], b3[400], b4[400], b5[400];
     pathf(b1, sizeof(b1), "Authorization: Bearer %s", fake);
     pathf(b2, sizeof(b2), "Authorization: Bearer %s", wrong_secret);
@@ -239,8 +246,13 @@ SGGW_TEST(test_admin_changes_reach_gateway)
     SG_CHECK(sggw_db_writer_hold(writer, 1.0) == 0, NULL, "cannot take the SQLite write lock");
     pathf(url, sizeof(url), "%s/admin/tenants", sggw_gateway_url(g2));
     const char tbody[] = "{\"name\":\"live-admin-2\"}";
-    sggw_par_req_t q = {.method = "POST", .url = url, .token = sggw_gateway_admin_token(g2), .body = tbody,
-                        .body_len = strlen(tbody), .content_type = "application/json", .timeout_s = 30};
+    sggw_par_req_t q = {.method = "POST",
+                        .url = url,
+                        .token = sggw_gateway_admin_token(g2),
+                        .body = tbody,
+                        .body_len = strlen(tbody),
+                        .content_type = "application/json",
+                        .timeout_s = 30};
     sggw_batch_t *b = sggw_batch_start(&q, 1);
     SG_CHECK(b != NULL, NULL, "cannot start a thread");
     usleep(200000); /* the admin write reaches its DB thread and waits there for the lock */
@@ -499,9 +511,11 @@ SGGW_TEST(test_seed003_examples)
     /* Example Usage: Session-based Execution */
     char *sid = sggw_create_session(stack.gw, tok, "{\"lang\": \"python\"}", NULL);
     pathf(path, sizeof(path), "/sessions/%s/execute", sid);
-    sgtest_expect_ok(sggw_post_result(stack.gw, tok, path,
+    sgtest_expect_ok(
+        sggw_post_result(stack.gw, tok, path,
                          json_tokener_parse("{\"code\": \"import numpy as np\\nprint(np.array([1,2,3]).mean())\","
-                                            " \"libraries\": [\"numpy\"]}")), "2.0\n");
+                                            " \"libraries\": [\"numpy\"]}")),
+        "2.0\n");
     /* 3. state is preserved: np is still defined */
     o = sggw_post_result(stack.gw, tok, path,
                          json_tokener_parse("{\"code\": \"print(\\\"Previous imports are still available\\\")\\n"
@@ -588,9 +602,11 @@ SGGW_TEST(test_seed000_examples)
     /* Example Usage: create, numpy, clean up */
     sid = sggw_create_session(stack.gw, tok, "{\"lang\": \"python\"}", NULL);
     pathf(path, sizeof(path), "/sessions/%s/execute", sid);
-    sgtest_expect_ok(sggw_post_result(stack.gw, tok, path,
+    sgtest_expect_ok(
+        sggw_post_result(stack.gw, tok, path,
                          json_tokener_parse("{\"code\": \"import numpy as np\\nprint(np.array([1,2,3]).mean())\","
-                                            " \"libraries\": [\"numpy\"]}")), "2.0\n");
+                                            " \"libraries\": [\"numpy\"]}")),
+        "2.0\n");
     sggw_delete_session(stack.gw, tok, sid);
     SG_CHECK(!sggw_lists(stack.gw, tok, sid), NULL, "%s is still listed after DELETE", sid);
     free(sid);

@@ -65,9 +65,14 @@ SGGW_TEST(test_bad_input)
     SG_TAKE_ERROR(&r, 404, NULL);
     struct {
         const char *method, *path;
-    } wrong[] = {{"PUT", "/sessions"}, {"DELETE", "/execute"}, {"GET", "/execute"},
-                 {"POST", "/"},        {"POST", "/sessions/%s"}, {"GET", "/sessions/%s/execute"},
-                 {"DELETE", "/sessions/%s/files?path=a"}, {"POST", "/metrics"}};
+    } wrong[] = {{"PUT", "/sessions"},
+                 {"DELETE", "/execute"},
+                 {"GET", "/execute"},
+                 {"POST", "/"},
+                 {"POST", "/sessions/%s"},
+                 {"GET", "/sessions/%s/execute"},
+                 {"DELETE", "/sessions/%s/files?path=a"},
+                 {"POST", "/metrics"}};
     for (size_t i = 0; i < sizeof(wrong) / sizeof(wrong[0]); i++) {
         pathf(path, sizeof(path), wrong[i].path, nosuch);
         call_hdr(wrong[i].method, path, auth.h, NULL, NULL, &r);
@@ -276,8 +281,8 @@ SGGW_TEST(test_body_cap_own_limit)
 
 SGGW_TEST(test_caps)
 {
-    const char *caps[] = {"max_timeout=5", "max_memory_mb=256", "max_cpus=1", "allowed_langs=python",
-                          "network_allowed=0", NULL};
+    const char *caps[] = {"max_timeout=5",        "max_memory_mb=256", "max_cpus=1",
+                          "allowed_langs=python", "network_allowed=0", NULL};
     char *tok = sggw_new_tenant(data_dir(), "capped", caps);
     sgtest_reply_t r;
     char path[256];
@@ -380,8 +385,12 @@ SGGW_TEST(test_memory_state_limits)
     sggw_par_req_t creates[M];
     memset(creates, 0, sizeof(creates));
     for (int i = 0; i < M; i++)
-        creates[i] = (sggw_par_req_t){.method = "POST", .url = url, .token = tok, .body = body,
-                                      .body_len = strlen(body), .content_type = "application/json",
+        creates[i] = (sggw_par_req_t){.method = "POST",
+                                      .url = url,
+                                      .token = tok,
+                                      .body = body,
+                                      .body_len = strlen(body),
+                                      .content_type = "application/json",
                                       .timeout_s = 60};
     /* the rate bucket of burst 3 may still be empty: wait until a request passes */
     sggw_wait_allowed(stack.gw, tok, 10, 0); /* the rate limit lets a request through */
@@ -495,7 +504,8 @@ SGGW_TEST(test_metrics)
     /* the proxy goes away */
     extra_proxy = NULL;
     SG_CHECK(sgtest_proxy_stop(p2) == 0, NULL, "the second proxy did not stop cleanly");
-    SGGW_CALL_ERROR(g2, tok, "POST", "/execute", "{\"code\":\"print(1)\",\"lang\":\"python\"}", 502, "proxy_unavailable");
+    SGGW_CALL_ERROR(g2, tok, "POST", "/execute", "{\"code\":\"print(1)\",\"lang\":\"python\"}", 502,
+                    "proxy_unavailable");
     /* a failed create gives its slot back: max_sessions 1, twice 502, not 429 */
     for (int i = 0; i < 2; i++) {
         SGGW_CALL_ERROR(g2, tok, "POST", "/sessions", "{\"lang\":\"python\"}", 502, "proxy_unavailable");
@@ -554,8 +564,12 @@ SGGW_TEST(test_loop_health)
     snprintf(url, sizeof(url), "%s/sessions", sggw_gateway_url(stack.gw));
     memset(creates, 0, sizeof(creates));
     for (int i = 0; i < NS; i++)
-        creates[i] = (sggw_par_req_t){.method = "POST", .url = url, .token = tok, .body = cbody,
-                                      .body_len = strlen(cbody), .content_type = "application/json",
+        creates[i] = (sggw_par_req_t){.method = "POST",
+                                      .url = url,
+                                      .token = tok,
+                                      .body = cbody,
+                                      .body_len = strlen(cbody),
+                                      .content_type = "application/json",
                                       .timeout_s = 120};
     SG_CHECK(sggw_parallel(creates, NS) == 0, NULL, "cannot start threads");
     for (int i = 0; i < NS; i++) {
@@ -565,8 +579,12 @@ SGGW_TEST(test_loop_health)
 
     memset(execs, 0, sizeof(execs));
     for (int i = 0; i < NX; i++)
-        execs[i] = (sggw_par_req_t){.method = "POST", .url = xurl[i % NS], .token = tok, .body = xbody,
-                                    .body_len = strlen(xbody), .content_type = "application/json",
+        execs[i] = (sggw_par_req_t){.method = "POST",
+                                    .url = xurl[i % NS],
+                                    .token = tok,
+                                    .body = xbody,
+                                    .body_len = strlen(xbody),
+                                    .content_type = "application/json",
                                     .timeout_s = 60};
     sggw_batch_t *b = sggw_batch_start(execs, NX);
     SG_CHECK(b != NULL, NULL, "cannot start threads");
@@ -632,7 +650,8 @@ SGGW_TEST(test_streaming_through_gateway)
     char url[512], auth[160];
     pathf(url, sizeof(url), "%s/sessions/%s/execute", sggw_gateway_url(stack.gw), sid);
     pathf(auth, sizeof(auth), "Authorization: Bearer %s", tok);
-    const char *body = "{\"code\": \"import time\\nfor i in range(3):\\n    print(i, flush=True)\\n    time.sleep(0.5)\"}";
+    const char *body =
+        "{\"code\": \"import time\\nfor i in range(3):\\n    print(i, flush=True)\\n    time.sleep(0.5)\"}";
 
     CURL *c = curl_easy_init();
     struct curl_slist *h = NULL;
@@ -693,7 +712,8 @@ SGGW_TEST(test_libraries_route)
     char path[256];
     pathf(path, sizeof(path), "/sessions/%s/libraries", sid);
 
-    json_object *o = SGGW_CALL_JSON(stack.gw, tok, "POST", path, "{\"package\": \"sgtest-nowhere\", \"version\": \"1.0\"}", 200);
+    json_object *o =
+        SGGW_CALL_JSON(stack.gw, tok, "POST", path, "{\"package\": \"sgtest-nowhere\", \"version\": \"1.0\"}", 200);
     SG_CHECK(!SG_BOOL(o, "success"), o, "success");
     SG_CHECK(strstr(SG_STR(o, "message"), "sgtest-nowhere") != NULL, o, "the message names the package");
     (void)SG_DBL(o, "installation_time");

@@ -29,7 +29,6 @@ static const char *data_dir(void)
     return sggw_gateway_data_dir(stack.gw);
 }
 
-
 /* A 429 of a quota or rate limit: JSON quota_exceeded and Retry-After >= 1. */
 static long expect_429(const sgtest_reply_t *r)
 {
@@ -87,8 +86,8 @@ SGGW_TEST(test_rate_limit_exact)
         if (r->status == 429)
             SG_CHECK(remaining == 0, NULL, "a 429 must say X-RateLimit-Remaining: 0 (got %ld)", remaining);
     }
-    SG_CHECK(span.last_end - span.first_start < 1.0, NULL, "the batch took %.2f s: at 60/min a token came back meanwhile",
-             span.last_end - span.first_start);
+    SG_CHECK(span.last_end - span.first_start < 1.0, NULL,
+             "the batch took %.2f s: at 60/min a token came back meanwhile", span.last_end - span.first_start);
     SG_CHECK(ok == 5 && limited == 15, NULL, "burst 5: expected exactly 5 x 200 and 15 x 429, got %d and %d", ok,
              limited);
     SG_CHECK(max_retry <= 2, NULL, "at 60/min the next request is allowed within 1 s, yet Retry-After says %ld",
@@ -119,8 +118,13 @@ SGGW_TEST(test_session_cap_exact)
     pathf(url, sizeof(url), "%s/sessions", sggw_gateway_url(stack.gw));
     memset(reqs, 0, sizeof(reqs));
     for (int i = 0; i < N; i++)
-        reqs[i] = (sggw_par_req_t){.method = "POST", .url = url, .token = tok, .body = body,
-                                   .body_len = strlen(body), .content_type = "application/json", .timeout_s = 60};
+        reqs[i] = (sggw_par_req_t){.method = "POST",
+                                   .url = url,
+                                   .token = tok,
+                                   .body = body,
+                                   .body_len = strlen(body),
+                                   .content_type = "application/json",
+                                   .timeout_s = 60};
     SG_CHECK(sggw_parallel(reqs, N) == 0, NULL, "cannot start threads");
     for (int i = 0; i < N; i++) {
         sgtest_reply_t *r = &reqs[i].reply;
@@ -305,8 +309,7 @@ SGGW_TEST(test_usage_matches_replies)
         usleep(100000);
     }
     SG_CHECK(SG_INT(u, "timed_out") == 1, u, "timed_out total");
-    SG_CHECK(absd(SG_DBL(u, "seconds") - sum) < 0.01, u, "seconds total must be the sum of wall_time, %.6f",
-             sum);
+    SG_CHECK(absd(SG_DBL(u, "seconds") - sum) < 0.01, u, "seconds total must be the sum of wall_time, %.6f", sum);
     SG_CHECK(SG_INT(u, "output_bytes") == (int64_t)bytes, u, "output_bytes total must be %zu", bytes);
     json_object *rows = SG_ARR(u, "rows");
     SG_CHECK(json_object_array_length(rows) == n, u, "%zu rows expected", n);
@@ -367,11 +370,8 @@ SGGW_TEST(test_usage_matches_replies)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(test_rate_limit_exact),
-        T(test_session_cap_exact),
-        T(test_daily_execs_quota),
-        T(test_daily_seconds_quota),
-        T(test_usage_matches_replies),
+        T(test_rate_limit_exact),    T(test_session_cap_exact),     T(test_daily_execs_quota),
+        T(test_daily_seconds_quota), T(test_usage_matches_replies),
     };
     return cmocka_run_group_tests_name("gateway_quota", tests, group_setup, sggw_stack_group_teardown);
 }

@@ -32,7 +32,6 @@ static const char *data_dir(void)
     return sggw_gateway_data_dir(stack.gw);
 }
 
-
 static char *rcmd(sggw_redis_t *r, const char *fmt, const char *a, const char *b)
 {
     int ok;
@@ -193,7 +192,8 @@ SGGW_TEST(test_key_schema)
 
     /* the indexes: per-tenant set scored by lifetime, idle and lifetime zsets */
     pathf(tkey, sizeof(tkey), "sg:tenant:%s:sessions", stid);
-    SG_CHECK(zscore(stack.redis, tkey, sid) == (double)life, NULL, "%s must score %s by its lifetime deadline", tkey, sid);
+    SG_CHECK(zscore(stack.redis, tkey, sid) == (double)life, NULL, "%s must score %s by its lifetime deadline", tkey,
+             sid);
     SG_CHECK(zscore(stack.redis, "sg:sessions:idle", sid) == (double)idle, NULL, "sg:sessions:idle score");
     SG_CHECK(zscore(stack.redis, "sg:sessions:lifetime", sid) == (double)life, NULL, "sg:sessions:lifetime score");
     char *card = rcmd(stack.redis, "ZCARD %s", tkey, NULL);
@@ -302,8 +302,8 @@ SGGW_TEST(test_redis_outage)
     json_object *o = sggw_execute(stack.gw, tok, sid, "print(x)", 0);
     SG_CHECK(strcmp(SG_STR(o, "stdout"), "before\n") == 0, o, "the session must still work");
     json_object_put(o);
-    json_object_put(sggw_post_result(stack.gw, tok, "/execute",
-                                     json_tokener_parse("{\"code\":\"print(1)\",\"lang\":\"python\"}")));
+    json_object_put(
+        sggw_post_result(stack.gw, tok, "/execute", json_tokener_parse("{\"code\":\"print(1)\",\"lang\":\"python\"}")));
     /* creating a session: 503 state_unavailable */
     SGGW_CALL_ERROR(stack.gw, tok, "POST", "/sessions", "{\"lang\":\"python\"}", 503, "state_unavailable");
     /* metrics say so */
@@ -321,8 +321,8 @@ SGGW_TEST(test_redis_outage)
      * new Redis starts with a full bucket of 5; the create took one) */
     count_rate(stack.gw, tok, 8, &ok, &limited);
     SG_CHECK(ok >= 4 && ok <= 5 && ok + limited == 8, NULL,
-             "after Redis came back the burst of 5 must apply again: %d allowed, %d limited (create after %.1f s)",
-             ok, limited, took);
+             "after Redis came back the burst of 5 must apply again: %d allowed, %d limited (create after %.1f s)", ok,
+             limited, took);
     sggw_call(stack.gw, NULL, "GET", "/metrics", NULL, &r);
     SG_CHECK(sggw_metric(r.body, "sandgate_redis_up", "") == 1, NULL, "sandgate_redis_up must be 1 again");
     sgtest_reply_free(&r);

@@ -28,7 +28,6 @@ static const char *data_dir(void)
     return sggw_gateway_data_dir(stack.gw);
 }
 
-
 /* Polls (every 50 ms, without using the session) until the gateway no
  * longer has sid live; returns the wall time it was first seen gone, or
  * fails after timeout_s. */
@@ -379,8 +378,8 @@ SGGW_TEST(test_restart_memory_state)
     double deadline = sgtest_now() + 3 + REAP_SLACK_S;
     while (sggw_lists(b, tok, sid)) {
         SG_CHECK(sgtest_now() < deadline, NULL,
-                 "after a restart without Redis, session %s is still open %.0f s after its last use (idle 3 s)",
-                 sid, 3 + REAP_SLACK_S);
+                 "after a restart without Redis, session %s is still open %.0f s after its last use (idle 3 s)", sid,
+                 3 + REAP_SLACK_S);
         usleep(100000);
     }
     expect_container_gone(cid, sid);
@@ -401,8 +400,7 @@ SGGW_TEST(test_restart_memory_state)
         json_object_put(made);
     }
     SG_CHECK(r.status == 429, NULL,
-             "max_sessions 1 with a session open before the restart: a new create must get 429, got %ld",
-             r.status);
+             "max_sessions 1 with a session open before the restart: a new create must get 429, got %ld", r.status);
     sgtest_reply_free(&r);
     sggw_session_done(c, tok, sid);
     sggw_stack_stop_extra(&stack, "gateway C");
@@ -413,12 +411,8 @@ SGGW_TEST(test_restart_memory_state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(test_idle_timeout_closes),
-        T(test_use_keeps_session),
-        T(test_lifetime_closes_even_when_used),
-        T(test_deadlines_not_early),
-        T(test_admin_force_close),
-        T(test_restart_keeps_state),
+        T(test_idle_timeout_closes),  T(test_use_keeps_session), T(test_lifetime_closes_even_when_used),
+        T(test_deadlines_not_early),  T(test_admin_force_close), T(test_restart_keeps_state),
         T(test_restart_memory_state),
     };
     return cmocka_run_group_tests_name("gateway_sessions", tests, group_setup, sggw_stack_group_teardown);

@@ -56,9 +56,7 @@ static void test_seed_readme_examples(void **state)
     /* With error handling. */
     o = run_ephemeral("python", "print(undefined_variable)", NULL);
     SG_CHECK(SG_INT(o, "exit_code") == 1, o, "exit_code");
-    SG_CHECK(strstr(SG_STR(o, "stderr"),
-                    "NameError: name 'undefined_variable' is not defined") != NULL,
-             o, "stderr");
+    SG_CHECK(strstr(SG_STR(o, "stderr"), "NameError: name 'undefined_variable' is not defined") != NULL, o, "stderr");
     SG_CHECK(!SG_BOOL(o, "success"), o, "success");
     sgtest_expect_stdout(o, "");
     json_object_put(o);
@@ -120,10 +118,8 @@ static void test_session_details(void **state)
     SG_CHECK(strcmp(SG_STR(d, "image"), "sandgate/python:latest") == 0, d, "image");
     time_t created_at, last_used;
     SG_CHECK(parse_rfc3339(SG_STR(d, "created_at"), &created_at), d, "created_at not RFC 3339");
-    SG_CHECK(created_at > now - 300 && created_at <= now + 5, d,
-             "created_at is not about now (%ld)", (long)now);
-    SG_CHECK(parse_rfc3339(SG_STR(d, "last_used_at"), &last_used), d,
-             "last_used_at not RFC 3339");
+    SG_CHECK(created_at > now - 300 && created_at <= now + 5, d, "created_at is not about now (%ld)", (long)now);
+    SG_CHECK(parse_rfc3339(SG_STR(d, "last_used_at"), &last_used), d, "last_used_at not RFC 3339");
     SG_CHECK(SG_INT(d, "executions") == 0, d, "a new session has executions 0");
     SG_CHECK(!SG_BOOL(d, "keep_template"), d, "keep_template");
     json_object *lim = SG_OBJ(d, "limits");
@@ -132,8 +128,8 @@ static void test_session_details(void **state)
     SG_CHECK(SG_DBL(lim, "cpus") > 0, d, "limits.cpus");
     SG_CHECK(!SG_BOOL(lim, "network"), d, "limits.network defaults to false");
     SG_CHECK(SG_INT(lim, "pids") > 0, d, "limits.pids");
-    SG_CHECK(SG_INT(lim, "output_bytes") == OUTPUT_LIMIT, d,
-             "limits.output_bytes must follow SANDGATE_OUTPUT_LIMIT=%d", OUTPUT_LIMIT);
+    SG_CHECK(SG_INT(lim, "output_bytes") == OUTPUT_LIMIT, d, "limits.output_bytes must follow SANDGATE_OUTPUT_LIMIT=%d",
+             OUTPUT_LIMIT);
 
     /* The image the details name is the image the container runs. */
     json_object *c = inspect_session(sid);
@@ -149,8 +145,7 @@ static void test_session_details(void **state)
         json_object_put(o);
         d = session_details(sid);
         SG_CHECK(SG_INT(d, "executions") == i, d, "executions after %d execute(s)", i);
-        SG_CHECK(parse_rfc3339(SG_STR(d, "last_used_at"), &last_used) && last_used >= created_at,
-                 d, "last_used_at");
+        SG_CHECK(parse_rfc3339(SG_STR(d, "last_used_at"), &last_used) && last_used >= created_at, d, "last_used_at");
         json_object_put(d);
     }
     session_done(sid);
@@ -175,8 +170,7 @@ static void test_unknown_library(void **state)
     json_object *o = run_ephemeral("python", "print('never')", libs);
     SG_CHECK(strcmp(SG_STR(o, "reason"), "setup_failed") == 0, o, "reason");
     SG_CHECK(strcmp(SG_STR(o, "stage"), "libraries") == 0, o, "stage");
-    SG_CHECK(strstr(SG_STR(o, "stderr"), "sgtest_no_such_package_xyz") != NULL, o,
-             "stderr names the missing library");
+    SG_CHECK(strstr(SG_STR(o, "stderr"), "sgtest_no_such_package_xyz") != NULL, o, "stderr names the missing library");
     SG_CHECK(strstr(SG_STR(o, "stdout"), "never") == NULL, o, "the code must not run");
     SG_CHECK(!SG_BOOL(o, "success"), o, "success");
     json_object_put(o);
@@ -187,8 +181,8 @@ static void test_unknown_library(void **state)
  * Errors
  * ------------------------------------------------------------------------ */
 
-static void expect_call_error(const char *method, const char *path, const char *body,
-                              long status, const char *code, const char *detail_names)
+static void expect_call_error(const char *method, const char *path, const char *body, long status, const char *code,
+                              const char *detail_names)
 {
     sgtest_reply_t r;
     sgtest_call(suite.proxy, method, path, body, &r);
@@ -209,21 +203,16 @@ static void test_errors(void **state)
     int containers_before = sgtest_docker_count(suite.proxy_id);
 
     expect_call_error("POST", "/sessions", "{not json", 400, "bad_json", NULL);
-    expect_call_error("POST", "/execute", "{\"code\": \"print(1)\", \"lang\": ", 400, "bad_json",
-                      NULL);
+    expect_call_error("POST", "/execute", "{\"code\": \"print(1)\", \"lang\": ", 400, "bad_json", NULL);
     expect_call_error("POST", "/execute", "[1, 2]", 400, NULL, NULL);
     expect_call_error("POST", "/execute", "{\"lang\": \"python\"}", 400, "bad_field", "code");
-    expect_call_error("POST", "/execute", "{\"code\": 5, \"lang\": \"python\"}", 400,
-                      "bad_field", "code");
-    expect_call_error("POST", "/execute",
-                      "{\"code\": \"print(1)\", \"lang\": \"python\", \"libraries\": \"numpy\"}",
+    expect_call_error("POST", "/execute", "{\"code\": 5, \"lang\": \"python\"}", 400, "bad_field", "code");
+    expect_call_error("POST", "/execute", "{\"code\": \"print(1)\", \"lang\": \"python\", \"libraries\": \"numpy\"}",
                       400, "bad_field", "libraries");
-    expect_call_error("POST", "/execute",
-                      "{\"code\": \"print(1)\", \"lang\": \"python\", \"timeout\": -1}", 400,
+    expect_call_error("POST", "/execute", "{\"code\": \"print(1)\", \"lang\": \"python\", \"timeout\": -1}", 400,
                       "bad_field", "timeout");
     expect_call_error("POST", "/sessions", "{\"lang\": \"cobol\"}", 400, "unknown_language", NULL);
-    expect_call_error("POST", "/execute", "{\"code\": \"x\", \"lang\": \"cobol\"}", 400,
-                      "unknown_language", NULL);
+    expect_call_error("POST", "/execute", "{\"code\": \"x\", \"lang\": \"cobol\"}", 400, "unknown_language", NULL);
 
     pathf(path, sizeof(path), "/sessions/%s/execute", nobody);
     expect_call_error("POST", path, "{\"code\": \"print(1)\"}", 404, "no_such_session", NULL);
@@ -247,8 +236,7 @@ static void test_errors(void **state)
     SG_CHECK(json_object_array_length(SG_ARR(l, "sessions")) == (size_t)sessions_before, l,
              "errors must not open sessions");
     json_object_put(l);
-    SG_CHECK(sgtest_docker_count(suite.proxy_id) <= containers_before, NULL,
-             "errors must not create containers");
+    SG_CHECK(sgtest_docker_count(suite.proxy_id) <= containers_before, NULL, "errors must not create containers");
 }
 
 /* ------------------------------------------------------------------------
@@ -260,10 +248,9 @@ static void expect_timed_out(json_object *o, double seconds, int timeout)
     SG_CHECK(SG_BOOL(o, "timed_out"), o, "timed_out");
     SG_CHECK(strcmp(SG_STR(o, "reason"), "timeout") == 0, o, "reason");
     SG_CHECK(!SG_BOOL(o, "success"), o, "success");
-    SG_CHECK(seconds < timeout + SLACK_S, o, "reply after %.2f s for a %d s timeout", seconds,
-             timeout);
-    SG_CHECK(SG_DBL(o, "execution_time") >= timeout * 0.9, o,
-             "ended after %.3f s, before its %d s timeout", SG_DBL(o, "execution_time"), timeout);
+    SG_CHECK(seconds < timeout + SLACK_S, o, "reply after %.2f s for a %d s timeout", seconds, timeout);
+    SG_CHECK(SG_DBL(o, "execution_time") >= timeout * 0.9, o, "ended after %.3f s, before its %d s timeout",
+             SG_DBL(o, "execution_time"), timeout);
 }
 
 static void test_timeout_code(void **state)
@@ -332,8 +319,7 @@ static void files_url(char *buf, size_t len, const char *sid, const char *path)
     free(enc);
 }
 
-static void put_file(const char *sid, const char *path, const void *data, size_t len,
-                     sgtest_reply_t *r)
+static void put_file(const char *sid, const char *path, const void *data, size_t len, sgtest_reply_t *r)
 {
     char url[1024];
     files_url(url, sizeof(url), sid, path);
@@ -368,8 +354,7 @@ static void test_files_roundtrip(void **state)
     get_file(sid, "data/in.bin", &r);
     SG_ASSERT_STATUS(&r, 200);
     char *ct = sgtest_reply_header(&r, "Content-Type");
-    SG_CHECK(ct && strncmp(ct, "application/octet-stream", 24) == 0, NULL,
-             "Content-Type %s", ct ? ct : "(none)");
+    SG_CHECK(ct && strncmp(ct, "application/octet-stream", 24) == 0, NULL, "Content-Type %s", ct ? ct : "(none)");
     free(ct);
     SG_CHECK(r.body_len == sizeof(data) && memcmp(r.body, data, sizeof(data)) == 0, NULL,
              "downloaded %zu bytes differ from the %zu uploaded", r.body_len, sizeof(data));
@@ -389,8 +374,7 @@ static void test_files_roundtrip(void **state)
     json_object_put(o);
     get_file(sid, "out.txt", &r);
     SG_ASSERT_STATUS(&r, 200);
-    SG_CHECK(r.body_len == 12 && memcmp(r.body, "from python\n", 12) == 0, NULL,
-             "out.txt: %s", r.body);
+    SG_CHECK(r.body_len == 12 && memcmp(r.body, "from python\n", 12) == 0, NULL, "out.txt: %s", r.body);
     sgtest_reply_free(&r);
 
     /* Overwrite. */
@@ -408,8 +392,7 @@ static void test_files_roundtrip(void **state)
 static void test_files_refused(void **state)
 {
     char *sid = create_session("python");
-    const char *bad[] = {"../etc/passwd", "/etc/passwd", "a/../../x", "/sandbox/../etc/passwd",
-                         NULL};
+    const char *bad[] = {"../etc/passwd", "/etc/passwd", "a/../../x", "/sandbox/../etc/passwd", NULL};
     sgtest_reply_t r;
     for (size_t i = 0; bad[i] != NULL; i++) {
         get_file(sid, bad[i], &r);
@@ -489,7 +472,9 @@ static void test_concurrency(void **state)
     for (int i = 0; i < NPAR; i++) {
         pathf(url[i], sizeof(url[i]), "%s/sessions", sgtest_proxy_url(suite.proxy));
         pathf(body[i], sizeof(body[i]), "{\"lang\":\"python\",\"keep_template\":false}");
-        q[i] = (sgtest_par_req_t){.method = "POST", .url = url[i], .body = body[i],
+        q[i] = (sgtest_par_req_t){.method = "POST",
+                                  .url = url[i],
+                                  .body = body[i],
                                   .body_len = strlen(body[i]),
                                   .content_type = "application/json"};
     }
@@ -506,7 +491,9 @@ static void test_concurrency(void **state)
         pathf(url[i], sizeof(url[i]), "%s/sessions/%s/execute", sgtest_proxy_url(suite.proxy), sid[i]);
         pathf(body[i], sizeof(body[i]),
               "{\"code\":\"import time; time.sleep(1); print(\\\"done\\\")\",\"timeout\":30}");
-        q[i] = (sgtest_par_req_t){.method = "POST", .url = url[i], .body = body[i],
+        q[i] = (sgtest_par_req_t){.method = "POST",
+                                  .url = url[i],
+                                  .body = body[i],
                                   .body_len = strlen(body[i]),
                                   .content_type = "application/json"};
     }
@@ -528,10 +515,8 @@ static void test_concurrency(void **state)
     sgtest_span_t span = sgtest_batch_span(q, NPAR);
     sgtest_batch_expect_ok(q, NPAR, result_shape, "done\n");
     double wall = span.last_end - span.first_start;
-    SG_CHECK(wall < 3.0, NULL, "%d parallel 1 s executes took %.2f s: the proxy serialises", NPAR,
-             wall);
-    SG_CHECK(health_done < span.first_end, NULL,
-             "GET / was not answered while the executes were running");
+    SG_CHECK(wall < 3.0, NULL, "%d parallel 1 s executes took %.2f s: the proxy serialises", NPAR, wall);
+    SG_CHECK(health_done < span.first_end, NULL, "GET / was not answered while the executes were running");
 
     for (int i = 0; i < NPAR; i++) {
         close_session(sid[i]);
@@ -548,15 +533,16 @@ static void test_zz_nothing_left(void **state)
     /* Close what failed tests may have left, through the API only. */
     sgtest_close_all_sessions(suite.proxy);
     json_object *l = list_sessions();
-    SG_CHECK(json_object_array_length(SG_ARR(l, "sessions")) == 0, l,
-             "sessions remain after closing every listed one");
+    SG_CHECK(json_object_array_length(SG_ARR(l, "sessions")) == 0, l, "sessions remain after closing every listed one");
     json_object_put(l);
     char l1[192];
     snprintf(l1, sizeof(l1), "sandgate.proxy=%s", suite.proxy_id);
     const char *labels[] = {l1, NULL};
     int n = sgtest_docker_wait_count(labels, 0, REMOVAL_S);
-    SG_CHECK(n == 0, NULL, "%d container(s) labelled sandgate.proxy=%s remain %.0f s after every "
-             "session was closed", n, suite.proxy_id, REMOVAL_S);
+    SG_CHECK(n == 0, NULL,
+             "%d container(s) labelled sandgate.proxy=%s remain %.0f s after every "
+             "session was closed",
+             n, suite.proxy_id, REMOVAL_S);
 }
 
 #define T(f) cmocka_unit_test_teardown(f, sgtest_suite_teardown)
@@ -564,20 +550,11 @@ static void test_zz_nothing_left(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(test_seed_readme_examples),
-        T(test_javascript),
-        T(test_session_details),
-        T(test_command_non_root),
-        T(test_unknown_library),
-        T(test_errors),
-        T(test_timeout_code),
-        T(test_timeout_command),
-        T(test_timeout_kills_process_tree),
-        T(test_files_roundtrip),
-        T(test_files_refused),
-        T(test_files_too_large),
-        T(test_concurrency),
-        T(test_zz_nothing_left),
+        T(test_seed_readme_examples), T(test_javascript),      T(test_session_details),
+        T(test_command_non_root),     T(test_unknown_library), T(test_errors),
+        T(test_timeout_code),         T(test_timeout_command), T(test_timeout_kills_process_tree),
+        T(test_files_roundtrip),      T(test_files_refused),   T(test_files_too_large),
+        T(test_concurrency),          T(test_zz_nothing_left),
     };
     return cmocka_run_group_tests_name("proxy_api", tests, group_setup, sgtest_suite_group_teardown);
 }

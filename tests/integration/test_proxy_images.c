@@ -36,8 +36,8 @@ static char *agent_volume_of(const char *cid)
     json_object *mounts = c != NULL ? sgtest_jpath(c, "Mounts") : NULL;
     for (size_t i = 0; mounts != NULL && i < json_object_array_length(mounts); i++) {
         json_object *m = json_object_array_get_idx(mounts, i), *dst, *src;
-        if (json_object_object_get_ex(m, "Destination", &dst) && strcmp(json_object_get_string(dst), "/opt/sandgate/bin") == 0 &&
-            json_object_object_get_ex(m, "Name", &src))
+        if (json_object_object_get_ex(m, "Destination", &dst) &&
+            strcmp(json_object_get_string(dst), "/opt/sandgate/bin") == 0 && json_object_object_get_ex(m, "Name", &src))
             name = strdup(json_object_get_string(src));
     }
     json_object_put(c);
@@ -108,7 +108,8 @@ static void test_custom_image(void **state)
     SG_CHECK(cid != NULL, NULL, "no container for session %s", sid);
 
     /* the image is the custom one, with its own tools (and no python) */
-    json_object *o = run(sid, "commands", "{\"command\":\"cat /etc/debian_version; id -u; command -v python3 || echo none\"}");
+    json_object *o =
+        run(sid, "commands", "{\"command\":\"cat /etc/debian_version; id -u; command -v python3 || echo none\"}");
     SG_CHECK(SG_INT(o, "exit_code") == 0, o, "exit_code");
     const char *out = SG_STR(o, "stdout");
     SG_CHECK(strstr(out, "\n1000\nnone\n") != NULL, o, "a non-root user and no python3 in the custom image");
@@ -144,7 +145,7 @@ static void test_image_not_allowed(void **state)
 {
     const char *bodies[] = {
         "{\"lang\":\"python\",\"image\":\"alpine:latest\"}",
-        "{\"lang\":\"python\",\"image\":\"debian:bookworm\"}",           /* not the exact name */
+        "{\"lang\":\"python\",\"image\":\"debian:bookworm\"}",          /* not the exact name */
         "{\"lang\":\"python\",\"image\":\"sgtest-allowedX/thing:1\"}",  /* the prefix is sgtest-allowed/ */
         "{\"lang\":\"python\",\"image\":\"sandgate-template:nosuch\"}", /* a template name that does not exist */
     };
@@ -159,7 +160,8 @@ static void test_image_not_allowed(void **state)
 static void test_keep_template(void **state)
 {
     char *sid = create_session("{\"lang\":\"python\",\"keep_template\":true}");
-    json_object *o = run(sid, "commands", "{\"command\":\"echo kept > /sandbox/note.txt && pip --version >/dev/null; echo ok\"}");
+    json_object *o =
+        run(sid, "commands", "{\"command\":\"echo kept > /sandbox/note.txt && pip --version >/dev/null; echo ok\"}");
     SG_CHECK(strcmp(SG_STR(o, "stdout"), "ok\n") == 0, o, "stdout");
     json_object_put(o);
     o = delete_session(sid);

@@ -40,19 +40,23 @@ typedef struct {
     const char *loop;          /* prints "looping\n", then never ends */
 } lang_case_t;
 
-#define SECOND_OUT "second 42 \xc3\xbcnic\xc3\xb8" "de \xe2\x9c\x93\n" /* "second 42 ünicøde ✓" */
+#define SECOND_OUT                                                                                                     \
+    "second 42 \xc3\xbcnic\xc3\xb8"                                                                                    \
+    "de \xe2\x9c\x93\n" /* "second 42 ünicøde ✓" */
 
 static const lang_case_t cpp = {
     "cpp",
     1,
     "#include <iostream>\nint main() {\n    std::cout << \"Hello, World!\" << std::endl;\n    return 0;\n}\n",
     "#include <cstdio>\n#include <vector>\nint main() {\n    std::vector<int> v{40, 2};\n"
-    "    std::printf(\"second %d \xc3\xbcnic\xc3\xb8" "de \xe2\x9c\x93\\n\", v[0] + v[1]);\n}\n",
+    "    std::printf(\"second %d \xc3\xbcnic\xc3\xb8"
+    "de \xe2\x9c\x93\\n\", v[0] + v[1]);\n}\n",
     "#include <iostream>\nint main() {\n    std::cout << undeclared_thing << std::endl;\n}\n",
     "'undeclared_thing' was not declared",
     "#include <cstdio>\nint main() {\n    std::fprintf(stderr, \"failing\\n\");\n    return 3;\n}\n",
     "failing",
-    "#include <cstdio>\nint main() {\n    std::printf(\"looping\\n\");\n    for (volatile unsigned long i = 0;; i++) {}\n}\n",
+    "#include <cstdio>\nint main() {\n    std::printf(\"looping\\n\");\n    for (volatile unsigned long i = 0;; i++) "
+    "{}\n}\n",
 };
 
 static const lang_case_t go = {
@@ -60,7 +64,8 @@ static const lang_case_t go = {
     1,
     "package main\n\nimport \"fmt\"\n\nfunc main() {\n\tfmt.Println(\"Hello, World!\")\n}\n",
     "package main\n\nimport (\n\t\"fmt\"\n\t\"strings\"\n)\n\nfunc main() {\n"
-    "\tfmt.Printf(\"%s %d \xc3\xbcnic\xc3\xb8" "de \xe2\x9c\x93\\n\", strings.ToLower(\"SECOND\"), 40+2)\n}\n",
+    "\tfmt.Printf(\"%s %d \xc3\xbcnic\xc3\xb8"
+    "de \xe2\x9c\x93\\n\", strings.ToLower(\"SECOND\"), 40+2)\n}\n",
     "package main\n\nimport \"fmt\"\n\nfunc main() {\n\tfmt.Println(undeclaredThing)\n}\n",
     "undefined: undeclaredThing",
     "package main\n\nfunc main() {\n\tvar m map[string]int\n\tm[\"x\"] = 1\n}\n",
@@ -75,7 +80,8 @@ static const lang_case_t java = {
     "        System.out.println(\"Hello, World!\");\n    }\n}\n",
     "import java.util.List;\n\npublic class Main {\n    public static void main(String[] args) {\n"
     "        int n = List.of(40, 2).stream().mapToInt(Integer::intValue).sum();\n"
-    "        System.out.println(\"second \" + n + \" \xc3\xbcnic\xc3\xb8" "de \xe2\x9c\x93\");\n    }\n}\n",
+    "        System.out.println(\"second \" + n + \" \xc3\xbcnic\xc3\xb8"
+    "de \xe2\x9c\x93\");\n    }\n}\n",
     "public class Main {\n    public static void main(String[] args) {\n"
     "        System.out.println(undeclaredThing);\n    }\n}\n",
     "cannot find symbol",
@@ -90,7 +96,8 @@ static const lang_case_t ruby = {
     "ruby",
     0,
     "puts \"Hello, World!\"\n",
-    "n = [40, 2].sum\nputs \"second #{n} \xc3\xbcnic\xc3\xb8" "de \xe2\x9c\x93\"\n",
+    "n = [40, 2].sum\nputs \"second #{n} \xc3\xbcnic\xc3\xb8"
+    "de \xe2\x9c\x93\"\n",
     NULL,
     NULL,
     "raise ArgumentError, \"failing on purpose\"\n",
@@ -101,8 +108,6 @@ static const lang_case_t ruby = {
 /* ------------------------------------------------------------------------
  * Helpers (test thread only)
  * ------------------------------------------------------------------------ */
-
-
 
 static void expect_str(json_object *r, const char *key, const char *want)
 {
@@ -173,8 +178,7 @@ static void expect_no_ephemeral_left(void)
     snprintf(l1, sizeof(l1), "sandgate.proxy=%s", suite.proxy_id);
     const char *labels[] = {l1, "sandgate.kind=ephemeral", NULL};
     int n = sgtest_docker_wait_count(labels, 0, REMOVAL_S);
-    SG_CHECK(n == 0, NULL, "%d ephemeral container(s) still exist %.0f s after the reply", n,
-             REMOVAL_S);
+    SG_CHECK(n == 0, NULL, "%d ephemeral container(s) still exist %.0f s after the reply", n, REMOVAL_S);
 }
 
 /* ------------------------------------------------------------------------
@@ -288,8 +292,9 @@ static void do_timeout(const lang_case_t *L)
          * JVM's start alone can take the short timeout */
         if ((strcmp(SG_STR(o, "stage"), "run") == 0 && strcmp(SG_STR(o, "stdout"), "looping\n") == 0) || i == 1)
             break;
-        fprintf(stderr, "note: %s: the compile or the start alone used the %d s timeout (stage %s, %.1f s); "
-                        "again with %d s\n",
+        fprintf(stderr,
+                "note: %s: the compile or the start alone used the %d s timeout (stage %s, %.1f s); "
+                "again with %d s\n",
                 L->name, t, SG_STR(o, "stage"), secs, timeouts[1]);
         json_object_put(o);
     }
@@ -298,8 +303,7 @@ static void do_timeout(const lang_case_t *L)
     expect_str(o, "stage", "run");
     SG_CHECK(!SG_BOOL(o, "success"), o, "success");
     expect_str(o, "stdout", "looping\n");
-    SG_CHECK(secs >= t - 0.5 && secs <= t + SLACK_S, o,
-             "a %d s timeout came back after %.2f s", t, secs);
+    SG_CHECK(secs >= t - 0.5 && secs <= t + SLACK_S, o, "a %d s timeout came back after %.2f s", t, secs);
     json_object_put(o);
 
     /* the session lives on */
@@ -335,8 +339,7 @@ static void do_libraries_refused(const lang_case_t *L)
     json_object_array_add(libs, json_object_new_string("boost"));
     json_object_object_add(b, "libraries", libs);
     expect_400("/execute", b, detail);
-    SG_CHECK(sgtest_docker_count(suite.proxy_id) == before, NULL,
-             "a refused ephemeral execute made a container");
+    SG_CHECK(sgtest_docker_count(suite.proxy_id) == before, NULL, "a refused ephemeral execute made a container");
 
     char *sid = create_session(L->name);
     char path[256];
@@ -358,14 +361,32 @@ static void do_libraries_refused(const lang_case_t *L)
     session_done(sid);
 }
 
-#define LANG_TESTS(L)                                                                              \
-    static void test_##L##_session(void **state) { do_session(&L); }                              \
-    static void test_##L##_ephemeral(void **state) { do_ephemeral(&L); }                          \
-    static void test_##L##_runtime_error(void **state) { do_runtime_error(&L); }                  \
-    static void test_##L##_timeout(void **state) { do_timeout(&L); }
-#define COMPILED_TESTS(L)                                                                          \
-    static void test_##L##_compile_error(void **state) { do_compile_error(&L); }                  \
-    static void test_##L##_libraries_refused(void **state) { do_libraries_refused(&L); }
+#define LANG_TESTS(L)                                                                                                  \
+    static void test_##L##_session(void **state)                                                                       \
+    {                                                                                                                  \
+        do_session(&L);                                                                                                \
+    }                                                                                                                  \
+    static void test_##L##_ephemeral(void **state)                                                                     \
+    {                                                                                                                  \
+        do_ephemeral(&L);                                                                                              \
+    }                                                                                                                  \
+    static void test_##L##_runtime_error(void **state)                                                                 \
+    {                                                                                                                  \
+        do_runtime_error(&L);                                                                                          \
+    }                                                                                                                  \
+    static void test_##L##_timeout(void **state)                                                                       \
+    {                                                                                                                  \
+        do_timeout(&L);                                                                                                \
+    }
+#define COMPILED_TESTS(L)                                                                                              \
+    static void test_##L##_compile_error(void **state)                                                                 \
+    {                                                                                                                  \
+        do_compile_error(&L);                                                                                          \
+    }                                                                                                                  \
+    static void test_##L##_libraries_refused(void **state)                                                             \
+    {                                                                                                                  \
+        do_libraries_refused(&L);                                                                                      \
+    }
 
 LANG_TESTS(cpp)
 LANG_TESTS(go)
@@ -378,12 +399,11 @@ COMPILED_TESTS(java)
 /* The JVM fits the default 512 MiB sandbox with room for a real heap. */
 static void test_java_heap(void **state)
 {
-    json_object *o = run_ephemeral(
-        "java",
-        "public class Main {\n    public static void main(String[] args) {\n"
-        "        byte[] b = new byte[150 << 20];\n        b[b.length - 1] = 1;\n"
-        "        System.out.println(b.length >> 20);\n    }\n}\n",
-        COMPILE_TIMEOUT, NULL);
+    json_object *o = run_ephemeral("java",
+                                   "public class Main {\n    public static void main(String[] args) {\n"
+                                   "        byte[] b = new byte[150 << 20];\n        b[b.length - 1] = 1;\n"
+                                   "        System.out.println(b.length >> 20);\n    }\n}\n",
+                                   COMPILE_TIMEOUT, NULL);
     expect_clean(o, "150\n");
     json_object_put(o);
     expect_no_ephemeral_left();
@@ -405,15 +425,14 @@ static int group_setup(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(test_cpp_session),         T(test_cpp_ephemeral),         T(test_cpp_compile_error),
-        T(test_cpp_runtime_error),   T(test_cpp_timeout),           T(test_cpp_libraries_refused),
-        T(test_go_session),          T(test_go_ephemeral),          T(test_go_compile_error),
-        T(test_go_runtime_error),    T(test_go_timeout),            T(test_go_libraries_refused),
-        T(test_java_session),        T(test_java_ephemeral),        T(test_java_compile_error),
-        T(test_java_runtime_error),  T(test_java_timeout),          T(test_java_libraries_refused),
-        T(test_java_heap),
-        T(test_ruby_session),        T(test_ruby_ephemeral),        T(test_ruby_runtime_error),
-        T(test_ruby_timeout),
+        T(test_cpp_session),        T(test_cpp_ephemeral),  T(test_cpp_compile_error),
+        T(test_cpp_runtime_error),  T(test_cpp_timeout),    T(test_cpp_libraries_refused),
+        T(test_go_session),         T(test_go_ephemeral),   T(test_go_compile_error),
+        T(test_go_runtime_error),   T(test_go_timeout),     T(test_go_libraries_refused),
+        T(test_java_session),       T(test_java_ephemeral), T(test_java_compile_error),
+        T(test_java_runtime_error), T(test_java_timeout),   T(test_java_libraries_refused),
+        T(test_java_heap),          T(test_ruby_session),   T(test_ruby_ephemeral),
+        T(test_ruby_runtime_error), T(test_ruby_timeout),
     };
     return cmocka_run_group_tests_name("proxy_langs", tests, group_setup, sgtest_suite_group_teardown);
 }

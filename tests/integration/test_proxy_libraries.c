@@ -45,12 +45,12 @@ static sgtest_proxy_t *slow_proxy;
 static char *slow_proxy_id;
 static char slow_volume[128];
 
-static char tmpdir[256];  /* everything the test writes */
-static char wwwroot[300]; /* what the index serves */
-static char py_name[64];  /* sgtestpkg_<hex>: distribution and module */
-static char py_norm[64];  /* sgtestpkg-<hex>: its PEP 503 name */
+static char tmpdir[256];    /* everything the test writes */
+static char wwwroot[300];   /* what the index serves */
+static char py_name[64];    /* sgtestpkg_<hex>: distribution and module */
+static char py_norm[64];    /* sgtestpkg-<hex>: its PEP 503 name */
 static char py_whl[3][128]; /* 1.0, 2.0, 3.0 */
-static char js_name[64];  /* sgtest-js-<hex> */
+static char js_name[64];    /* sgtest-js-<hex> */
 static char js_tgz[128];
 static sglibs_server_t *index_srv; /* the index */
 static sglibs_server_t *hold_srv;  /* accepts, never answers */
@@ -73,7 +73,6 @@ static bool image_exists(const char *image)
 /* ------------------------------------------------------------------------
  * The proxy API (test thread only)
  * ------------------------------------------------------------------------ */
-
 
 static char *create_session_on(sgtest_proxy_t *p, const char *lang)
 {
@@ -162,8 +161,8 @@ static void expect_refused(const char *sid, const char *package, const char *ver
     json_object *o = SG_EXPECT_ERROR(&r, 400, "bad_library");
     sgtest_reply_free(&r);
     if (names != NULL && strstr(SG_STR(o, "detail"), names) == NULL)
-        SG_FAIL(o, "package \"%s\" version \"%s\": the detail must name \"%s\"", package,
-                version ? version : "(none)", names);
+        SG_FAIL(o, "package \"%s\" version \"%s\": the detail must name \"%s\"", package, version ? version : "(none)",
+                names);
     json_object_put(o);
 }
 
@@ -308,8 +307,8 @@ static void test_pip_from_store(void **state)
     sglibs_expect_installed(o, "1.0", true);
     pip_second = SG_DBL(o, "installation_time");
     json_object_put(o);
-    printf("pip install of %s 1.0: first %.3f s (fetched by an installer), second %.3f s (from the store)\n",
-           py_name, pip_first, pip_second);
+    printf("pip install of %s 1.0: first %.3f s (fetched by an installer), second %.3f s (from the store)\n", py_name,
+           pip_first, pip_second);
     SG_CHECK(pip_second < pip_first, NULL, "the install from the store (%.3f s) is not faster than the fetch (%.3f s)",
              pip_second, pip_first);
     pathf(code, sizeof(code), "import %s\nprint(%s.VALUE)", py_name, py_name);
@@ -431,7 +430,10 @@ static void concurrent_installs(const char *lang, const char *package, const cha
         sid[i] = create_session(lang);
         pathf(url[i], sizeof(url[i]), "%s/sessions/%s/libraries", sgtest_proxy_url(proxy), sid[i]);
         pathf(body[i], sizeof(body[i]), "{\"package\":\"%s\",\"version\":\"%s\"}", package, version);
-        q[i] = (sgtest_par_req_t){.method = "POST", .url = url[i], .body = body[i], .body_len = strlen(body[i]),
+        q[i] = (sgtest_par_req_t){.method = "POST",
+                                  .url = url[i],
+                                  .body = body[i],
+                                  .body_len = strlen(body[i]),
                                   .content_type = "application/json"};
     }
     SG_CHECK(sgtest_parallel(q, 2) == 0, NULL, "cannot start threads");
@@ -456,8 +458,8 @@ static void concurrent_installs(const char *lang, const char *package, const cha
     /* the fetches' private directories are gone: only complete files and
      * directories are left in the store */
     json_object *o = run_cmd(sid[0], "find /opt/sandgate/store/pip/.tmp /opt/sandgate/store/npm/.tmp -mindepth 1");
-    SG_CHECK(strcmp(SG_STR(o, "stdout"), "") == 0 && strstr(SG_STR(o, "stderr"), "pip/.tmp") == NULL,
-             o, "a fetch left files behind in the store");
+    SG_CHECK(strcmp(SG_STR(o, "stdout"), "") == 0 && strstr(SG_STR(o, "stderr"), "pip/.tmp") == NULL, o,
+             "a fetch left files behind in the store");
     json_object_put(o);
     for (int i = 0; i < 2; i++) {
         close_session(sid[i]);
@@ -610,8 +612,8 @@ static void test_install_timeout(void **state)
     snprintf(npm_kv, sizeof(npm_kv), "SANDGATE_NPM_REGISTRY=http://127.0.0.1:%d/", sglibs_port(hold_srv));
     snprintf(store_kv, sizeof(store_kv), "SANDGATE_STORE_VOLUME=%s", slow_volume);
     snprintf(timeout_kv, sizeof(timeout_kv), "SANDGATE_INSTALL_TIMEOUT=%d", SHORT_TIMEOUT_S);
-    const char *env[] = {"SANDGATE_POOL_SIZE=0", "SANDGATE_INSTALL_NETWORK=host", pip_kv, npm_kv, store_kv,
-                         timeout_kv, NULL};
+    const char *env[] = {
+        "SANDGATE_POOL_SIZE=0", "SANDGATE_INSTALL_NETWORK=host", pip_kv, npm_kv, store_kv, timeout_kv, NULL};
     slow_proxy = sgtest_proxy_start(slow_proxy_id, env);
     SG_CHECK(slow_proxy != NULL, NULL, "cannot start the second proxy");
 
@@ -623,8 +625,8 @@ static void test_install_timeout(void **state)
     char url[256], body[256];
     pathf(url, sizeof(url), "%s/sessions/%s/libraries", sgtest_proxy_url(slow_proxy), sid);
     pathf(body, sizeof(body), "{\"package\":\"%s\",\"version\":\"1.0\"}", name);
-    sgtest_par_req_t q = {.method = "POST", .url = url, .body = body, .body_len = strlen(body),
-                          .content_type = "application/json"};
+    sgtest_par_req_t q = {
+        .method = "POST", .url = url, .body = body, .body_len = strlen(body), .content_type = "application/json"};
     sgtest_batch_t *b = sgtest_batch_start(&q, 1);
     SG_CHECK(b != NULL, NULL, "cannot start a thread");
     json_object *c = NULL;

@@ -82,8 +82,8 @@ static void test_hardening(void **state)
 
     /* The container's caps are the limits the session reports. */
     int64_t mem = jpath_int(c, "HostConfig.Memory");
-    SG_CHECK(mem == SG_INT(lim, "memory_mb") * 1024 * 1024, d,
-             "container Memory %lld differs from limits.memory_mb", (long long)mem);
+    SG_CHECK(mem == SG_INT(lim, "memory_mb") * 1024 * 1024, d, "container Memory %lld differs from limits.memory_mb",
+             (long long)mem);
     /* The runtime the session reports is its container's (README
      * "Sandboxes"); under runsc the process cap is RLIMIT_NPROC inside the
      * sandbox's kernel, the host's pids cgroup a looser backstop for the
@@ -106,8 +106,8 @@ static void test_hardening(void **state)
         SG_CHECK(pids == SG_INT(lim, "pids") * 6 + 96, d, "PidsLimit %lld under runsc", (long long)pids);
     }
     int64_t nano = jpath_int(c, "HostConfig.NanoCpus");
-    SG_CHECK(nano > 0 && nano == (int64_t)(SG_DBL(lim, "cpus") * 1e9 + 0.5), d,
-             "NanoCpus %lld vs limits.cpus", (long long)nano);
+    SG_CHECK(nano > 0 && nano == (int64_t)(SG_DBL(lim, "cpus") * 1e9 + 0.5), d, "NanoCpus %lld vs limits.cpus",
+             (long long)nano);
 
     const char *lp = label(c, "sandgate.proxy"), *ls = label(c, "sandgate.session");
     const char *ll = label(c, "sandgate.lang"), *lk = label(c, "sandgate.kind");
@@ -118,9 +118,8 @@ static void test_hardening(void **state)
     SG_CHECK(lk && strcmp(lk, "session") == 0, c, "label sandgate.kind");
     char *end = NULL;
     long long created = lc ? strtoll(lc, &end, 10) : 0;
-    SG_CHECK(lc && *lc && end && *end == '\0' && created > time(NULL) - 600 &&
-                 created <= time(NULL) + 5,
-             c, "label sandgate.created must be recent unix seconds");
+    SG_CHECK(lc && *lc && end && *end == '\0' && created > time(NULL) - 600 && created <= time(NULL) + 5, c,
+             "label sandgate.created must be recent unix seconds");
     json_object_put(c);
     json_object_put(d);
 
@@ -155,8 +154,7 @@ static void count_procs(const char *listing, const char *comm, int *named, int *
     static const char *const tools[] = {"sh", "cat", "cut", "grep", NULL};
     *named = *zombies = 0;
     char *copy = strdup(listing), *save = NULL;
-    for (char *line = strtok_r(copy, "\n", &save); line != NULL;
-         line = strtok_r(NULL, "\n", &save)) {
+    for (char *line = strtok_r(copy, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
         char name[64] = "", state = '?';
         if (sscanf(line, "%*d %63s %c", name, &state) != 2)
             continue;
@@ -202,8 +200,8 @@ static void test_fork_bomb(void **state)
     count_procs(SG_STR(o, "stdout"), "python3", &py, &zombies);
     SG_CHECK(zombies == 0, o, "%d zombie(s) left by the fork bomb", zombies);
     SG_CHECK(py <= base_py && all <= base_all, o,
-             "processes of the bomb are left (%d python3 of %d processes; before: %d of %d)", py,
-             all, base_py, base_all);
+             "processes of the bomb are left (%d python3 of %d processes; before: %d of %d)", py, all, base_py,
+             base_all);
     json_object_put(o);
     session_done(sid);
 }
@@ -226,9 +224,8 @@ static void test_memory_bomb(void **state)
                                 NULL, 60, NULL);
     SG_CHECK(!SG_BOOL(o, "success"), o, "success");
     SG_CHECK(!SG_BOOL(o, "timed_out"), o, "the memory cap, not the timeout, must end it");
-    SG_CHECK(strcmp(SG_STR(o, "reason"), "out_of_memory") == 0 ||
-                 strstr(SG_STR(o, "stderr"), "MemoryError") != NULL,
-             o, "reason out_of_memory or a MemoryError");
+    SG_CHECK(strcmp(SG_STR(o, "reason"), "out_of_memory") == 0 || strstr(SG_STR(o, "stderr"), "MemoryError") != NULL, o,
+             "reason out_of_memory or a MemoryError");
     json_object_put(o);
     expect_proxy_healthy();
     session_done(sid);
@@ -239,11 +236,7 @@ static void test_memory_bomb(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(test_output_flood),
-        T(test_non_utf8_output),
-        T(test_hardening),
-        T(test_fork_bomb),
-        T(test_memory_bomb),
+        T(test_output_flood), T(test_non_utf8_output), T(test_hardening), T(test_fork_bomb), T(test_memory_bomb),
     };
     return cmocka_run_group_tests_name("proxy_limits", tests, group_setup, sgtest_suite_group_teardown);
 }

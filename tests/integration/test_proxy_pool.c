@@ -50,8 +50,7 @@ static char **wait_pool_full(const char *lang)
             return v;
         sgtest_strv_free(v);
         if (sgtest_now() > deadline)
-            SG_FAIL(NULL, "the %s pool holds %zu idle container(s), not %d, after %.0f s", lang, n,
-                    POOL, FILL_S);
+            SG_FAIL(NULL, "the %s pool holds %zu idle container(s), not %d, after %.0f s", lang, n, POOL, FILL_S);
         usleep(50000);
     }
 }
@@ -79,8 +78,7 @@ static void close_session(const char *sid, const char *cid)
     json_object_put(SG_EXPECT_JSON(&r, 200));
     sgtest_reply_free(&r);
     SG_CHECK(sgtest_docker_wait_gone(cid, REMOVAL_S, NULL) == 0, NULL,
-             "container %s of closed session %s still exists %.0f s after DELETE", cid, sid,
-             REMOVAL_S);
+             "container %s of closed session %s still exists %.0f s after DELETE", cid, sid, REMOVAL_S);
 }
 
 static void expect_prints(const char *path, const char *body, const char *want)
@@ -145,8 +143,7 @@ static void test_custom_limits_bypass_pool(void **state)
     char *sid = create_session("{\"lang\":\"python\",\"memory_mb\":256}", NULL);
     char *cid = sgtest_docker_session_container(suite.proxy_id, sid);
     SG_CHECK(cid != NULL, NULL, "no container for session %s", sid);
-    SG_CHECK(!sgtest_strv_has(before, cid), NULL,
-             "a session with its own memory_mb got a pool container");
+    SG_CHECK(!sgtest_strv_has(before, cid), NULL, "a session with its own memory_mb got a pool container");
     long st = 0;
     json_object *c = sgtest_docker_inspect(cid, &st);
     SG_CHECK(c != NULL, NULL, "inspect %s: HTTP %ld", cid, st);
@@ -194,10 +191,8 @@ static void test_shutdown_removes_everything(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pool_fills_hardened),
-        cmocka_unit_test(test_session_takes_from_pool),
-        cmocka_unit_test(test_custom_limits_bypass_pool),
-        cmocka_unit_test(test_ephemeral_from_pool),
+        cmocka_unit_test(test_pool_fills_hardened),         cmocka_unit_test(test_session_takes_from_pool),
+        cmocka_unit_test(test_custom_limits_bypass_pool),   cmocka_unit_test(test_ephemeral_from_pool),
         cmocka_unit_test(test_shutdown_removes_everything),
     };
     return cmocka_run_group_tests_name("proxy_pool", tests, group_setup, group_teardown);

@@ -46,8 +46,7 @@ static int teardown(void **state)
     for (size_t i = 0; i < 2; i++) {
         int removed = sgtest_docker_remove_all(ids[i]);
         if (removed > 0)
-            fprintf(stderr, "teardown: force-removed %d leftover container(s) of %s\n", removed,
-                    ids[i]);
+            fprintf(stderr, "teardown: force-removed %d leftover container(s) of %s\n", removed, ids[i]);
         if (sgtest_docker_count(ids[i]) != 0) {
             fprintf(stderr, "teardown: containers of %s cannot be removed\n", ids[i]);
             rc = -1;
@@ -75,8 +74,7 @@ static char *create_session(sgtest_proxy_t *p)
     return sid;
 }
 
-static void expect_executes(sgtest_proxy_t *p, const char *path, const char *body,
-                            const char *stdout_want)
+static void expect_executes(sgtest_proxy_t *p, const char *path, const char *body, const char *stdout_want)
 {
     json_object *o = SG_CALL_JSON(p, "POST", path, body, 200);
     SG_CHECK(strcmp(SG_STR(o, "stdout"), stdout_want) == 0, o, "stdout");
@@ -97,8 +95,7 @@ static void expect_running(const char *cid)
     json_object *c = sgtest_docker_inspect(cid, &st);
     SG_CHECK(c != NULL, NULL, "container %s: HTTP %ld", cid, st);
     json_object *state = NULL, *running = NULL;
-    SG_CHECK(json_object_object_get_ex(c, "State", &state) &&
-                 json_object_object_get_ex(state, "Running", &running) &&
+    SG_CHECK(json_object_object_get_ex(c, "State", &state) && json_object_object_get_ex(state, "Running", &running) &&
                  json_object_get_boolean(running),
              state, "container %s is not running", cid);
     json_object_put(c);
@@ -131,8 +128,7 @@ static void stop_and_expect_no_containers(sgtest_proxy_t **pp, const char *proxy
 static void expect_no_sessions(sgtest_proxy_t *p)
 {
     json_object *o = SG_CALL_JSON(p, "GET", "/sessions", NULL, 200);
-    SG_CHECK(json_object_array_length(SG_ARR(o, "sessions")) == 0, o,
-             "a restarted proxy knows no sessions");
+    SG_CHECK(json_object_array_length(SG_ARR(o, "sessions")) == 0, o, "a restarted proxy knows no sessions");
     json_object_put(o);
 }
 
@@ -180,8 +176,7 @@ static void test_restart_removes_own_leftovers(void **state)
     SG_CALL_ERROR(f->x, "POST", path, "{\"code\":\"print(1)\"}", 404, NULL);
 
     /* And it works. */
-    expect_executes(f->x, "/execute", "{\"code\":\"print('after restart')\",\"lang\":\"python\"}",
-                    "after restart\n");
+    expect_executes(f->x, "/execute", "{\"code\":\"print('after restart')\",\"lang\":\"python\"}", "after restart\n");
 
     stop_and_expect_no_containers(&f->x, f->id_x);
     sgtest_strv_free(left);
@@ -216,8 +211,8 @@ static void test_reconcile_spares_other_proxies(void **state)
     for (size_t i = 0; left_x[i] != NULL; i++)
         SG_CHECK(sgtest_docker_exists(left_x[i]) == 0, NULL, "X's leftover %s remains", left_x[i]);
     for (size_t i = 0; before_y[i] != NULL; i++)
-        SG_CHECK(sgtest_docker_exists(before_y[i]) == 1, NULL,
-                 "Y's container %s was removed by X's reconcile", before_y[i]);
+        SG_CHECK(sgtest_docker_exists(before_y[i]) == 1, NULL, "Y's container %s was removed by X's reconcile",
+                 before_y[i]);
     expect_running(cid_y);
     expect_no_sessions(f->x);
 
@@ -228,8 +223,8 @@ static void test_reconcile_spares_other_proxies(void **state)
 
     /* Clean up Y through its own API, then check. */
     delete_session(f->y, sid_y);
-    SG_CHECK(sgtest_docker_wait_gone(cid_y, REMOVAL_S, NULL) == 0, NULL,
-             "Y's closed session left %s for %.0f s", cid_y, REMOVAL_S);
+    SG_CHECK(sgtest_docker_wait_gone(cid_y, REMOVAL_S, NULL) == 0, NULL, "Y's closed session left %s for %.0f s", cid_y,
+             REMOVAL_S);
     stop_and_expect_no_containers(&f->y, f->id_y);
     stop_and_expect_no_containers(&f->x, f->id_x);
     sgtest_strv_free(left_x);

@@ -315,7 +315,8 @@ static void make_broken_image(const char *repo)
     sgtest_reply_t r;
     char path[256];
     SG_CHECK(sgtest_docker_call("POST", "/containers/create",
-                                "{\"Image\":\"sandgate/python:latest\",\"Labels\":{\"sgtest.runtime\":\"1\"}}", &r) == 0 &&
+                                "{\"Image\":\"sandgate/python:latest\",\"Labels\":{\"sgtest.runtime\":\"1\"}}",
+                                &r) == 0 &&
                  r.status == 201,
              NULL, "cannot create a container to commit (HTTP %ld)", r.status);
     json_object *o = json_tokener_parse(r.body);

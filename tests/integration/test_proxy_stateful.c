@@ -23,8 +23,7 @@ static void test_python_state_persists(void **state)
     expect_run(sid, "print(x + 1)", "42\n", "kept");
 
     /* imports and function definitions persist */
-    expect_run(sid, "import math\ndef sq(v):\n    return v * v\nclass Box:\n    n = 3\n", "",
-               "kept");
+    expect_run(sid, "import math\ndef sq(v):\n    return v * v\nclass Box:\n    n = 3\n", "", "kept");
     expect_run(sid, "print(sq(x), math.isqrt(sq(9)), Box.n)", "1681 9 3\n", "kept");
 
     /* an exception in between does not lose state */
@@ -56,8 +55,7 @@ static void test_javascript_state_persists(void **state)
 
     /* a timer's output belongs to the execution that set it */
     double secs = 0;
-    json_object *r = run_code_t(sid, "console.log('early'); setTimeout(() => console.log(\"late\"), 200)",
-                                0, &secs);
+    json_object *r = run_code_t(sid, "console.log('early'); setTimeout(() => console.log(\"late\"), 200)", 0, &secs);
     sgtest_expect_success(r);
     sgtest_expect_stdout(r, "early\nlate\n");
     expect_state(r, "kept");
@@ -183,11 +181,10 @@ static char **wait_pool_ready(double timeout_s, double *took)
             return v;
         }
         sgtest_strv_free(v);
-        SG_CHECK(n < POOL, NULL, "%zu idle python pool containers, more than SANDGATE_POOL_SIZE=%d",
-                 n, POOL);
+        SG_CHECK(n < POOL, NULL, "%zu idle python pool containers, more than SANDGATE_POOL_SIZE=%d", n, POOL);
         if (sgtest_now() - t0 > timeout_s)
-            SG_FAIL(NULL, "the python pool holds %zu ready idle container(s), not %d, after %.0f s",
-                    n, POOL, timeout_s);
+            SG_FAIL(NULL, "the python pool holds %zu ready idle container(s), not %d, after %.0f s", n, POOL,
+                    timeout_s);
         usleep(100000);
     }
 }
@@ -215,8 +212,8 @@ static void test_pool_refills(void **state)
                      "containers (created in %.3f s)",
                      round, i, cid, POOL, secs);
             SG_CHECK(secs < POOL_TAKE_S, NULL,
-                     "round %d, session %d from the pool took %.3f s to create (limit %.3f s)",
-                     round, i, secs, POOL_TAKE_S);
+                     "round %d, session %d from the pool took %.3f s to create (limit %.3f s)", round, i, secs,
+                     POOL_TAKE_S);
             long st = 0;
             json_object *c = sgtest_docker_inspect(cid, &st);
             SG_CHECK(c != NULL, NULL, "inspect %s: HTTP %ld", cid, st);
@@ -240,8 +237,8 @@ static void test_pool_refills(void **state)
         double took = 0;
         ready = wait_pool_ready(REFILL_S, &took);
         for (size_t i = 0; i < nused; i++)
-            SG_CHECK(!sgtest_strv_has(ready, cids[i]), NULL,
-                     "container %.12s of session %s is in the pool again", cids[i], sids[i]);
+            SG_CHECK(!sgtest_strv_has(ready, cids[i]), NULL, "container %.12s of session %s is in the pool again",
+                     cids[i], sids[i]);
         fprintf(stderr, "round %d: the pool was full again %.1f s after the takes\n", round, took);
 
         for (size_t i = first; i < nused; i++)
@@ -254,14 +251,11 @@ static void test_pool_refills(void **state)
     /* every session and every container was new */
     for (size_t i = 0; i < nused; i++)
         for (size_t j = i + 1; j < nused; j++) {
-            SG_CHECK(strcmp(sids[i], sids[j]) != 0, NULL, "session id %s handed out twice",
-                     sids[i]);
-            SG_CHECK(strcmp(cids[i], cids[j]) != 0, NULL, "container %.12s handed out twice",
-                     cids[i]);
+            SG_CHECK(strcmp(sids[i], sids[j]) != 0, NULL, "session id %s handed out twice", sids[i]);
+            SG_CHECK(strcmp(cids[i], cids[j]) != 0, NULL, "container %.12s handed out twice", cids[i]);
         }
     for (size_t i = 0; i < nused; i++) {
-        SG_CHECK(sgtest_docker_exists(cids[i]) == 0, NULL, "container %.12s still exists",
-                 cids[i]);
+        SG_CHECK(sgtest_docker_exists(cids[i]) == 0, NULL, "container %.12s still exists", cids[i]);
         free(sids[i]);
         free(cids[i]);
     }
@@ -303,13 +297,11 @@ static void test_zz_no_leaks(void **state)
     SG_CHECK(st != -1, NULL, "the proxy ignored SIGTERM");
     SG_CHECK(st == 0, NULL, "the proxy ended with wait status 0x%x after SIGTERM", st);
     n = sgtest_docker_count(suite.proxy_id);
-    SG_CHECK(n == 0, NULL, "%d container(s) labelled sandgate.proxy=%s remain after SIGTERM", n,
-             suite.proxy_id);
+    SG_CHECK(n == 0, NULL, "%d container(s) labelled sandgate.proxy=%s remain after SIGTERM", n, suite.proxy_id);
     SG_CHECK(ntmpdirs > 0, NULL, "the proxy's temporary directory was never found");
     for (size_t i = 0; i < ntmpdirs; i++) {
         struct stat sb;
-        SG_CHECK(stat(tmpdirs[i], &sb) != 0 && errno == ENOENT, NULL,
-                 "temporary directory %s remains", tmpdirs[i]);
+        SG_CHECK(stat(tmpdirs[i], &sb) != 0 && errno == ENOENT, NULL, "temporary directory %s remains", tmpdirs[i]);
     }
 }
 
@@ -318,12 +310,9 @@ static void test_zz_no_leaks(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(test_python_state_persists),
-        T(test_javascript_state_persists),
-        T(test_state_lost_is_reported),
-        T(test_commands_leave_state_alone),
-        T(test_pool_refills),
-        cmocka_unit_test(test_zz_no_leaks),
+        T(test_python_state_persists),  T(test_javascript_state_persists),
+        T(test_state_lost_is_reported), T(test_commands_leave_state_alone),
+        T(test_pool_refills),           cmocka_unit_test(test_zz_no_leaks),
     };
     return cmocka_run_group_tests_name("proxy_stateful", tests, group_setup, group_teardown);
 }

@@ -15,23 +15,23 @@
 
 typedef struct {
     char name[32];
-    char *data;   /* the event's data lines, joined with "\n" */
+    char *data; /* the event's data lines, joined with "\n" */
     size_t data_len;
-    double at;    /* seconds from the request's start until its last byte came */
+    double at; /* seconds from the request's start until its last byte came */
 } sse_event_t;
 
 typedef struct {
     char *raw; /* every body byte received */
     size_t len, cap;
-    size_t cut;       /* raw[0..cut) has been cut into events */
+    size_t cut; /* raw[0..cut) has been cut into events */
     sse_event_t *ev;
     size_t nev, evcap;
-    size_t nchunks;   /* write callback calls */
+    size_t nchunks;     /* write callback calls */
     size_t abort_after; /* hang up once this many events came; 0: never */
     size_t seen;        /* nev, for another thread (__atomic) */
     double t0;
     bool oom;
-    char perr[256];   /* the first malformed event, if any */
+    char perr[256]; /* the first malformed event, if any */
 } sse_stream_t;
 
 /* One event block (no trailing blank line): "event: X" and "data: ..."
@@ -74,8 +74,8 @@ static void sse_cut_one(sse_stream_t *s, const char *p, size_t len, double at)
             e->data_len += (size_t)(p + ll - v);
             have_data = true;
         } else if (s->perr[0] == '\0') {
-            snprintf(s->perr, sizeof(s->perr), "event %zu has a line that is no SSE field: \"%.*s\"",
-                     s->nev, (int)(ll > 100 ? 100 : ll), p);
+            snprintf(s->perr, sizeof(s->perr), "event %zu has a line that is no SSE field: \"%.*s\"", s->nev,
+                     (int)(ll > 100 ? 100 : ll), p);
         }
         p += ll + 1;
     }
@@ -132,12 +132,12 @@ static void sse_free(sse_stream_t *s)
 typedef struct {
     char *out, *err; /* malloc'd, NUL-terminated */
     size_t out_len, err_len;
-    size_t n_out;    /* stdout events */
+    size_t n_out; /* stdout events */
     json_object *result;
     double first_stdout_at; /* -1 if none */
     double result_at;
-    double seconds;  /* the whole request */
-    size_t nchunks;  /* pieces libcurl handed over */
+    double seconds; /* the whole request */
+    size_t nchunks; /* pieces libcurl handed over */
 } streamed_t;
 
 static void streamed_free(streamed_t *t)
@@ -201,15 +201,14 @@ static void post_streamed(const char *path, json_object *body, bool accept_sse, 
     /* copy what the assertions print, then free before any of them fails */
     char head[600];
     snprintf(head, sizeof(head), "%.*s", (int)(s.len < 500 ? s.len : 500), s.raw ? s.raw : "");
-    if (rc != CURLE_OK || status != 200 || strncmp(ctype, "text/event-stream", 17) != 0 ||
-        s.oom || s.perr[0] != '\0' || s.cut != s.len) {
+    if (rc != CURLE_OK || status != 200 || strncmp(ctype, "text/event-stream", 17) != 0 || s.oom || s.perr[0] != '\0' ||
+        s.cut != s.len) {
         char why[2048];
         snprintf(why, sizeof(why),
                  "streamed POST %s: curl \"%s\", HTTP %ld, Content-Type %s, %zu bytes, %s%s; "
                  "body starts: %s",
-                 path, rc == CURLE_OK ? "ok" : (errbuf[0] ? errbuf : curl_easy_strerror(rc)),
-                 status, ctype, s.len, s.oom ? "out of memory" : s.perr,
-                 s.cut != s.len ? " (unterminated last event)" : "", head);
+                 path, rc == CURLE_OK ? "ok" : (errbuf[0] ? errbuf : curl_easy_strerror(rc)), status, ctype, s.len,
+                 s.oom ? "out of memory" : s.perr, s.cut != s.len ? " (unterminated last event)" : "", head);
         sse_free(&s);
         SG_FAIL(NULL, "%s", why);
     }
@@ -224,36 +223,29 @@ static void post_streamed(const char *path, json_object *body, bool accept_sse, 
         }
         json_object *d = json_tokener_parse(e->data);
         if (d == NULL || !json_object_is_type(d, json_type_object)) {
-            snprintf(why, sizeof(why), "event %zu (%s): data is not a JSON object: %.200s", i,
-                     e->name, e->data);
+            snprintf(why, sizeof(why), "event %zu (%s): data is not a JSON object: %.200s", i, e->name, e->data);
             json_object_put(d);
             break;
         }
         if (strcmp(e->name, "stdout") == 0 || strcmp(e->name, "stderr") == 0) {
             json_object *v = NULL;
             if (last) {
-                snprintf(why, sizeof(why), "the stream ends with a %s event, not result",
-                         e->name);
-            } else if (!json_object_object_get_ex(d, "data", &v) ||
-                       !json_object_is_type(v, json_type_string)) {
-                snprintf(why, sizeof(why), "event %zu (%s): no string \"data\": %.200s", i,
-                         e->name, e->data);
+                snprintf(why, sizeof(why), "the stream ends with a %s event, not result", e->name);
+            } else if (!json_object_object_get_ex(d, "data", &v) || !json_object_is_type(v, json_type_string)) {
+                snprintf(why, sizeof(why), "event %zu (%s): no string \"data\": %.200s", i, e->name, e->data);
             } else if (strcmp(e->name, "stdout") == 0) {
-                append(&t->out, &t->out_len, json_object_get_string(v),
-                       (size_t)json_object_get_string_len(v));
+                append(&t->out, &t->out_len, json_object_get_string(v), (size_t)json_object_get_string_len(v));
                 if (t->n_out++ == 0)
                     t->first_stdout_at = e->at;
             } else {
-                append(&t->err, &t->err_len, json_object_get_string(v),
-                       (size_t)json_object_get_string_len(v));
+                append(&t->err, &t->err_len, json_object_get_string(v), (size_t)json_object_get_string_len(v));
             }
             json_object_put(d);
         } else if (strcmp(e->name, "result") == 0 && last) {
             t->result = d;
             t->result_at = e->at;
         } else {
-            snprintf(why, sizeof(why), "unexpected event %zu \"%s\" (of %zu): %.300s", i, e->name,
-                     s.nev, e->data);
+            snprintf(why, sizeof(why), "unexpected event %zu \"%s\" (of %zu): %.300s", i, e->name, s.nev, e->data);
             json_object_put(d);
         }
     }
@@ -270,9 +262,8 @@ static void post_streamed(const char *path, json_object *body, bool accept_sse, 
         SG_FAIL(NULL, "streamed POST %s: %s; body starts: %s", path, why, head);
     }
     SG_CHECK_RESULT_SHAPE(t->result);
-    SG_CHECK(strcmp(SG_STR(t->result, "stdout"), "") == 0 &&
-                 strcmp(SG_STR(t->result, "stderr"), "") == 0,
-             t->result, "a streamed result carries empty stdout and stderr");
+    SG_CHECK(strcmp(SG_STR(t->result, "stdout"), "") == 0 && strcmp(SG_STR(t->result, "stderr"), "") == 0, t->result,
+             "a streamed result carries empty stdout and stderr");
 }
 
 static json_object *code_body(const char *code, int timeout, bool stream_field)
@@ -294,13 +285,11 @@ static const char TICKS_PY[] = "import time\n"
 /* Three lines half a second apart: they must come as they are printed. */
 static void expect_incremental(streamed_t *t, const char *how)
 {
-    SG_CHECK(strcmp(t->out, "0\n1\n2\n") == 0, t->result, "%s: streamed stdout is \"%s\"", how,
-             t->out);
+    SG_CHECK(strcmp(t->out, "0\n1\n2\n") == 0, t->result, "%s: streamed stdout is \"%s\"", how, t->out);
     SG_CHECK(t->err_len == 0, t->result, "%s: streamed stderr is \"%s\"", how, t->err);
     SG_CHECK(SG_INT(t->result, "exit_code") == 0 && SG_BOOL(t->result, "success"), t->result,
              "%s: the run must succeed", how);
-    SG_CHECK(t->first_stdout_at >= 0 && t->result_at - t->first_stdout_at >= STREAM_GAP_S,
-             t->result,
+    SG_CHECK(t->first_stdout_at >= 0 && t->result_at - t->first_stdout_at >= STREAM_GAP_S, t->result,
              "%s: the first stdout event came %.3f s and the result %.3f s after the request: "
              "output was buffered, not streamed (%zu stdout events in %zu chunks)",
              how, t->first_stdout_at, t->result_at, t->n_out, t->nchunks);
@@ -359,13 +348,11 @@ static void test_stream_closed_session(void **state)
     else if (s->perr[0] != '\0' || s->cut != s->len)
         snprintf(why, sizeof(why), "malformed stream: %s", s->perr);
     else if (last == NULL || strcmp(last->name, "error") != 0)
-        snprintf(why, sizeof(why), "the stream ends with \"%s\", not an error event",
-                 last ? last->name : "(nothing)");
+        snprintf(why, sizeof(why), "the stream ends with \"%s\", not an error event", last ? last->name : "(nothing)");
     else if (d == NULL || !json_object_object_get_ex(d, "detail", &detail) ||
-             !json_object_object_get_ex(d, "code", &code) ||
-             json_object_get_string_len(detail) == 0 || json_object_get_string_len(code) == 0)
-        snprintf(why, sizeof(why), "the error event is not {\"detail\",\"code\"}: %.200s",
-                 last->data);
+             !json_object_object_get_ex(d, "code", &code) || json_object_get_string_len(detail) == 0 ||
+             json_object_get_string_len(code) == 0)
+        snprintf(why, sizeof(why), "the error event is not {\"detail\",\"code\"}: %.200s", last->data);
     for (size_t i = 0; why[0] == '\0' && i + 1 < s->nev; i++)
         if (strcmp(s->ev[i].name, "stdout") != 0)
             snprintf(why, sizeof(why), "event %zu is \"%s\" before the error", i, s->ev[i].name);
@@ -395,8 +382,7 @@ static void test_streaming(void **state)
     streamed_free(&t);
 
     /* "stream": true in the body, and the state is the session's */
-    post_streamed(path, code_body("import sys\nprint('to stderr', file=sys.stderr)\n", 0, true),
-                  false, &t);
+    post_streamed(path, code_body("import sys\nprint('to stderr', file=sys.stderr)\n", 0, true), false, &t);
     SG_CHECK(strcmp(t.err, "to stderr\n") == 0, t.result, "streamed stderr is \"%s\"", t.err);
     streamed_free(&t);
     post_streamed(path, code_body(TICKS_PY, 0, true), false, &t);
@@ -405,8 +391,7 @@ static void test_streaming(void **state)
     streamed_free(&t);
 
     /* a streamed run that times out ends with its result */
-    post_streamed(path, code_body("print('spin', flush=True)\nwhile True: pass\n", 1, true), false,
-                  &t);
+    post_streamed(path, code_body("print('spin', flush=True)\nwhile True: pass\n", 1, true), false, &t);
     SG_CHECK(strcmp(t.out, "spin\n") == 0, t.result, "streamed stdout is \"%s\"", t.out);
     SG_CHECK(SG_BOOL(t.result, "timed_out"), t.result, "the streamed run must time out");
     expect_state(t.result, "lost");
@@ -424,13 +409,13 @@ static void test_streaming(void **state)
                   false, &t);
     expect_state(t.result, "new"); /* the timeout above lost the kernel */
     sgtest_expect_success(t.result);
-    static const char emoji_line[] = "a\xf0\x9f\x98\x80" "b\n";
+    static const char emoji_line[] = "a\xf0\x9f\x98\x80"
+                                     "b\n";
     SG_CHECK(strncmp(t.out, emoji_line, strlen(emoji_line)) == 0, t.result,
              "the split emoji did not arrive intact: stdout \"%s\"", t.out);
     const char *rest = t.out + strlen(emoji_line);
     size_t rl = strlen(rest);
-    SG_CHECK(rl >= 6 && rest[0] == 'x' && strstr(rest, "\xef\xbf\xbd") != NULL &&
-                 strcmp(rest + rl - 2, "y\n") == 0,
+    SG_CHECK(rl >= 6 && rest[0] == 'x' && strstr(rest, "\xef\xbf\xbd") != NULL && strcmp(rest + rl - 2, "y\n") == 0,
              t.result, "bytes \\xff\\xfe must arrive as U+FFFD between x and y: \"%s\"", rest);
     streamed_free(&t);
 
@@ -458,7 +443,7 @@ static void test_streaming(void **state)
     /* errors before the stream starts are plain JSON errors */
     {
         SG_CALL_ERROR(suite.proxy, "POST", "/sessions/00000000-0000-4000-8000-000000000000/execute",
-                    "{\"code\":\"print(1)\",\"stream\":true}", 404, "no_such_session");
+                      "{\"code\":\"print(1)\",\"stream\":true}", 404, "no_such_session");
         SG_CALL_ERROR(suite.proxy, "POST", path, "{\"stream\":true}", 400, "bad_field");
     }
 
@@ -471,8 +456,8 @@ static void test_streaming(void **state)
     SG_CHECK(strcmp(t.out, "one\ntwo\n") == 0, t.result, "streamed command stdout \"%s\"", t.out);
     expect_state(t.result, "none");
     SG_CHECK(t.result_at - t.first_stdout_at >= STREAM_GAP_S, t.result,
-             "a command's output was buffered: first stdout at %.3f s, result at %.3f s",
-             t.first_stdout_at, t.result_at);
+             "a command's output was buffered: first stdout at %.3f s, result at %.3f s", t.first_stdout_at,
+             t.result_at);
     streamed_free(&t);
 
     session_done(sid);

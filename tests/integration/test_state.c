@@ -363,9 +363,9 @@ static void test_expired(void **state)
 {
     fixture_t *f = *state;
     int64_t base = sg_wall_s();
-    sg_live_session_t a = make_session(601, "python", base, 100, 1000);  /* idle at +100 */
-    sg_live_session_t b = make_session(602, "python", base, 500, 600);   /* lifetime at +600 */
-    sg_live_session_t c = make_session(601, "node", base, 5000, 6000);   /* later */
+    sg_live_session_t a = make_session(601, "python", base, 100, 1000); /* idle at +100 */
+    sg_live_session_t b = make_session(602, "python", base, 500, 600);  /* lifetime at +600 */
+    sg_live_session_t c = make_session(601, "node", base, 5000, 6000);  /* later */
     assert_int_equal(commit(f, NULL, &a).ok, 1);
     assert_int_equal(commit(f, NULL, &b).ok, 1);
     assert_int_equal(commit(f, NULL, &c).ok, 1);

@@ -340,14 +340,8 @@ static void test_redis_hang(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(test_bad_urls),
-        T(test_unreachable),
-        T(test_key_schema),
-        T(test_db_select),
-        T(test_destroy_inflight),
-        T(test_noscript),
-        T(test_redis_restart),
-        T(test_redis_hang),
+        T(test_bad_urls),         T(test_unreachable), T(test_key_schema),    T(test_db_select),
+        T(test_destroy_inflight), T(test_noscript),    T(test_redis_restart), T(test_redis_hang),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests_name("state: redis backend only", tests, group_setup_redis, group_teardown);

@@ -148,9 +148,10 @@ static void serve_one(int c)
         return;
     }
     const char *o = is_exec ? result : "{\"status\":\"ok\"}";
-    int hl = snprintf(reply, sizeof(reply),
-                      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                      strlen(o), o);
+    int hl = snprintf(
+        reply, sizeof(reply),
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+        strlen(o), o);
     write_all(c, reply, (size_t)hl);
 }
 
@@ -190,7 +191,7 @@ static void standin_stop(void)
 }
 
 #define RESULT_FMT                                                                                                     \
-    "{\"stdout\":\"\",\"stderr\":\"\",\"exit_code\":0,\"execution_time\":%s%s,\"success\":true,\"timed_out\":false,"  \
+    "{\"stdout\":\"\",\"stderr\":\"\",\"exit_code\":0,\"execution_time\":%s%s,\"success\":true,\"timed_out\":false,"   \
     "\"truncated\":false,\"reason\":\"exited\",\"stage\":\"run\",\"state\":\"none\"}"
 
 SGGW_TEST(test_forged_durations_not_billed)
@@ -249,8 +250,8 @@ SGGW_TEST(test_forged_durations_not_billed)
             else
                 SG_CHECK(d >= STANDIN_DELAY_US / 1e6 - 0.01 && d <= t1 - t0 + 0.01, NULL,
                          "case %zu%s (execution_time %s%s): billed %g, outside the client's wall clock [%g, %g]", i,
-                         streamed ? " streamed" : "", cases[i].exec_time, cases[i].wall, d,
-                         STANDIN_DELAY_US / 1e6, t1 - t0);
+                         streamed ? " streamed" : "", cases[i].exec_time, cases[i].wall, d, STANDIN_DELAY_US / 1e6,
+                         t1 - t0);
             total += d;
         }
     }
@@ -268,7 +269,8 @@ SGGW_TEST(test_forged_durations_not_billed)
     sgsse_result_free(&sr);
     double d = last_duration(g, "forger", ++nrows);
     SG_CHECK(d >= STANDIN_DELAY_US / 1e6 - 0.01 && d <= t1 - t0 + 0.01, NULL,
-             "a broken stream: billed %g, outside the client's wall clock [%g, %g]", d, STANDIN_DELAY_US / 1e6, t1 - t0);
+             "a broken stream: billed %g, outside the client's wall clock [%g, %g]", d, STANDIN_DELAY_US / 1e6,
+             t1 - t0);
     total += d;
     /* a run that failed (an error event, the proxy's 502) is not billed, as
      * a buffered 502 is not */
@@ -344,8 +346,9 @@ SGGW_TEST(test_real_stack_bill_is_proxy_wall_time)
             char path[128];
             pathf(path, sizeof(path), "/sessions/%s/commands", sid);
             json_object *b = json_object_new_object();
-            json_object_object_add(b, "command", json_object_new_string("sleep 0.3; cat /proc/1/fd/0 </dev/null "
-                                                                        "2>&1 | head -c 200; echo done"));
+            json_object_object_add(b, "command",
+                                   json_object_new_string("sleep 0.3; cat /proc/1/fd/0 </dev/null "
+                                                          "2>&1 | head -c 200; echo done"));
             o = sggw_post_result(stack.gw, tok, path, b);
         }
         double t1 = sgtest_now();

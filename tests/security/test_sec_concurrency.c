@@ -34,11 +34,11 @@
 #include <string.h>
 #include <unistd.h>
 
-static sgtest_proxy_t *proxy;     /* pool 0: every one-shot container is labelled ephemeral */
+static sgtest_proxy_t *proxy; /* pool 0: every one-shot container is labelled ephemeral */
 static char *proxy_id;
 static sggw_redis_t *redis;
-static sggw_gateway_t *gw_redis;  /* the state in Redis */
-static sggw_gateway_t *gw_mem;    /* the state in the gateway's process */
+static sggw_gateway_t *gw_redis; /* the state in Redis */
+static sggw_gateway_t *gw_mem;   /* the state in the gateway's process */
 /* the proxy-cap tests' own small proxy and gateway */
 static sgtest_proxy_t *small_proxy;
 static char *small_id;
@@ -99,8 +99,8 @@ static void sampler_stop(sampler_t *s)
 {
     __atomic_store_n(&s->stop, 1, __ATOMIC_SEQ_CST);
     pthread_join(s->thread, NULL);
-    SG_CHECK(s->samples >= 10 && s->errors == 0, NULL, "the sampler listed containers %d times (%d errors)",
-             s->samples, s->errors);
+    SG_CHECK(s->samples >= 10 && s->errors == 0, NULL, "the sampler listed containers %d times (%d errors)", s->samples,
+             s->errors);
 }
 
 /* ------------------------------------------------------------------------
@@ -167,8 +167,13 @@ static int count_ok(sggw_par_req_t *reqs, int n, void (*refused)(const sgtest_re
 
 static void fill_post(sggw_par_req_t *q, const char *url, const char *tok, const char *body, long timeout_s)
 {
-    *q = (sggw_par_req_t){.method = "POST", .url = url, .token = tok, .body = body, .body_len = strlen(body),
-                          .content_type = "application/json", .timeout_s = timeout_s};
+    *q = (sggw_par_req_t){.method = "POST",
+                          .url = url,
+                          .token = tok,
+                          .body = body,
+                          .body_len = strlen(body),
+                          .content_type = "application/json",
+                          .timeout_s = timeout_s};
 }
 
 /* n requests POST body as tok to the gateway g's path (its URL kept in
@@ -359,14 +364,14 @@ static void oneshot_flood(sggw_gateway_t *g, const char *tenant, const char *oth
     sampler_stop(&smp);
 
     int ok = count_ok(reqs, N, expect_concurrency_429), limited = N - ok;
-    fprintf(stderr, "    %s: %d x 200, %d x 429; at most %d one-shot containers seen in %d samples; "
-                    "the other tenant's execute + command took %.2f s\n",
+    fprintf(stderr,
+            "    %s: %d x 200, %d x 429; at most %d one-shot containers seen in %d samples; "
+            "the other tenant's execute + command took %.2f s\n",
             tenant, ok, limited, smp.max_seen, smp.samples, other_took);
     SG_CHECK(ok == 3 && limited == N - 3, NULL,
              "max_concurrent_execs 3, 20 parallel one-shots: expected exactly 3 x 200 and 17 x 429, got %d and %d", ok,
              limited);
-    SG_CHECK(smp.max_seen <= 3, NULL, "Docker held %d one-shot containers of the tenant at once (cap 3)",
-             smp.max_seen);
+    SG_CHECK(smp.max_seen <= 3, NULL, "Docker held %d one-shot containers of the tenant at once (cap 3)", smp.max_seen);
     SG_CHECK(flood_running && own_refused, NULL,
              "while its 3 runs slept, the tenant's own in-session execute must be refused too");
 
@@ -446,8 +451,8 @@ static void mixed_flood(sggw_gateway_t *g, const char *tenant)
             session_limited);
     /* were session runs not counted, all 4 of them would have run */
     SG_CHECK(ok == 3 && limited == 5, NULL,
-             "max_concurrent_execs 3, 8 parallel runs (4 in sessions): expected 3 x 200 and 5 x 429, got %d and %d",
-             ok, limited);
+             "max_concurrent_execs 3, 8 parallel runs (4 in sessions): expected 3 x 200 and 5 x 429, got %d and %d", ok,
+             limited);
 
     one_shots_succeed(g, tok, 3);
     for (int i = 0; i < 3; i++) {

@@ -94,8 +94,7 @@ static void host_settings_compare(const attack_t *a, const char *tok, const char
     (void)a, (void)tok, (void)res;
     SG_CHECK(strcmp(before->core_pattern, after->core_pattern) == 0, NULL, "the host's core_pattern changed: %s",
              after->core_pattern);
-    SG_CHECK(strcmp(before->hostname, after->hostname) == 0, NULL, "the host's hostname changed: %s",
-             after->hostname);
+    SG_CHECK(strcmp(before->hostname, after->hostname) == 0, NULL, "the host's hostname changed: %s", after->hostname);
     for (host_settings_t *h = before; h != NULL; h = h == before ? after : NULL) {
         free(h->core_pattern);
         free(h->hostname);
@@ -189,8 +188,8 @@ static void look_for_secrets(const attack_t *a, const char *tok, const char *sid
         SG_CHECK(strstr(out, secrets[i]) == NULL, r, "the sandbox can read \"%s\"", secrets[i]);
     /* the agent's own environment is closed to it */
     SG_CHECK(strstr(out, "/proc/1/environ Permission denied\n") != NULL, r, "/proc/1/environ must be unreadable");
-    SG_CHECK(strstr(out, "/var/run/docker.sock False\n") != NULL && strstr(out, "/run/docker.sock False\n") != NULL,
-             r, "no Docker socket in the sandbox");
+    SG_CHECK(strstr(out, "/var/run/docker.sock False\n") != NULL && strstr(out, "/run/docker.sock False\n") != NULL, r,
+             "no Docker socket in the sandbox");
     SG_CHECK(strstr(out, "/run/secrets False\n") != NULL, r, "no secrets directory in the sandbox");
     /* only the variables the sandbox is meant to have from sandgate */
     for (const char *l = out; (l = strstr(l, "env SANDGATE_")) != NULL; l++)
@@ -236,8 +235,9 @@ static void check_inode_flood(const attack_t *a, const char *tok, const char *si
     }
 
     /* the same flood as a shell command (a child of the agent) */
-    json_object *f = sh(tok, sid, "mkdir /sandbox/f2 && cd /sandbox/f2 && i=0; while [ $i -lt 100000 ]; do "
-                                  "true > $i 2>/dev/null || break; i=$((i+1)); done; echo $i; cd / && rm -rf /sandbox/f2");
+    json_object *f = sh(tok, sid,
+                        "mkdir /sandbox/f2 && cd /sandbox/f2 && i=0; while [ $i -lt 100000 ]; do "
+                        "true > $i 2>/dev/null || break; i=$((i+1)); done; echo $i; cd / && rm -rf /sandbox/f2");
     long n = atol(SG_STR(f, "stdout"));
     SG_CHECK(n > WORK_INODES / 2 && n <= WORK_INODES, f, "the shell's flood stops at the cap");
     json_object_put(f);

@@ -160,8 +160,8 @@ static void expect_real_result(json_object *res, const bytes_t *x, const char *h
     size_t got = (size_t)json_object_get_string_len(v), want_len;
     char *want = as_output(x, &want_len);
     SG_CHECK(got == want_len && memcmp(json_object_get_string(v), want, want_len) == 0, res,
-             "%s: stdout must be the %zu forged bytes and a newline, as data (got %zu bytes, want %zu)", how, x->n,
-             got, want_len);
+             "%s: stdout must be the %zu forged bytes and a newline, as data (got %zu bytes, want %zu)", how, x->n, got,
+             want_len);
     free(want);
     SG_CHECK(SG_INT(res, "exit_code") == 0 && SG_BOOL(res, "success") && !SG_BOOL(res, "timed_out"), res,
              "%s: the real result is a success", how);
@@ -265,8 +265,8 @@ SGGW_TEST(test_forged_protocol_bytes_on_stdout_are_data)
     size_t want_len;
     char *want = as_output(&x, &want_len);
     SG_CHECK(slen == want_len && memcmp(streamed, want, want_len) == 0, NULL,
-             "streamed: the stdout events must carry the %zu forged bytes and a newline (got %zu bytes, want %zu)",
-             x.n, slen, want_len);
+             "streamed: the stdout events must carry the %zu forged bytes and a newline (got %zu bytes, want %zu)", x.n,
+             slen, want_len);
     free(want);
     SG_CHECK(SG_INT(res, "exit_code") == 0 && SG_BOOL(res, "success") && !SG_BOOL(res, "timed_out") &&
                  strcmp(SG_STR(res, "reason"), "exited") == 0 && SG_DBL(res, "execution_time") < 60,

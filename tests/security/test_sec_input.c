@@ -126,9 +126,9 @@ SGGW_TEST(test_execution_numbers)
 SGGW_TEST(test_admin_numbers)
 {
     char *tok = sggw_new_tenant(sggw_gateway_data_dir(stack.gw), "input-admin", NULL);
-    static const char *const quotas[] = {"rate_per_min",  "burst",         "max_sessions", "execs_per_day",
+    static const char *const quotas[] = {"rate_per_min",         "burst",       "max_sessions",  "execs_per_day",
                                          "exec_seconds_per_day", "max_timeout", "max_memory_mb", "max_cpus",
-                                         "idle_timeout",  "max_lifetime"};
+                                         "idle_timeout",         "max_lifetime"};
     char body[200];
     sgtest_reply_t r;
     json_object *before = SGSEC_ADMIN_GET(stack.gw, "/admin/tenants/input-admin");

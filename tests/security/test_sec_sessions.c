@@ -43,7 +43,8 @@ static const char *data_dir(void)
 /* A tenant whose rate and daily quotas never get in the way. */
 static char *new_tenant(const char *name, const char *extra1, const char *extra2)
 {
-    const char *q[] = {"rate_per_min=100000", "burst=10000", "execs_per_day=100000", "max_concurrent_execs=64", extra1, extra2, NULL};
+    const char *q[] = {
+        "rate_per_min=100000", "burst=10000", "execs_per_day=100000", "max_concurrent_execs=64", extra1, extra2, NULL};
     return sggw_new_tenant(data_dir(), name, q);
 }
 
@@ -160,8 +161,7 @@ static void wait_running(const char *cid, const char *needle, double timeout_s)
 {
     double deadline = sgtest_now() + timeout_s;
     while (!sgtest_docker_container_runs(cid, needle)) {
-        SG_CHECK(sgtest_now() < deadline, NULL, "no process \"%s\" runs in %.12s after %.0f s", needle, cid,
-                 timeout_s);
+        SG_CHECK(sgtest_now() < deadline, NULL, "no process \"%s\" runs in %.12s after %.0f s", needle, cid, timeout_s);
         usleep(50000);
     }
 }
@@ -249,7 +249,8 @@ SGGW_TEST(test_error_text_does_not_close_the_session)
     char *cid = container_of(sid);
     /* paths spelling the code, alone, in JSON, as the body's whole error */
     const char *paths[] = {"no_such_session", "x\",\"code\":\"no_such_session",
-                           "{\"detail\":\"x\",\"code\":\"no_such_session\"}", "/sandbox/no_such_session/no_such_session"};
+                           "{\"detail\":\"x\",\"code\":\"no_such_session\"}",
+                           "/sandbox/no_such_session/no_such_session"};
     char path[512];
 
     for (int round = 0; round < 50; round++) {
@@ -512,8 +513,8 @@ SGGW_TEST(test_session_queue_is_bounded)
             SG_CHECK(ra != NULL && atoi(ra) >= 1, NULL, "a 429 session_busy needs Retry-After");
             free(ra);
             /* at once: not after the run they would have waited for */
-            SG_CHECK(reqs[i].finished < sess.lng.req.finished, NULL, "a refusal came %.1f s after the running one ended",
-                     reqs[i].finished - sess.lng.req.finished);
+            SG_CHECK(reqs[i].finished < sess.lng.req.finished, NULL,
+                     "a refusal came %.1f s after the running one ended", reqs[i].finished - sess.lng.req.finished);
             busy++;
         }
     }

@@ -254,7 +254,8 @@ SGGW_TEST(test_py_planted_startup_files)
 {
     char code[2048];
     const char *data = sggw_gateway_data_dir(gw);
-    char *attacker = sggw_new_tenant(data, "store-attacker", NULL), *victim = sggw_new_tenant(data, "store-victim", NULL);
+    char *attacker = sggw_new_tenant(data, "store-attacker", NULL),
+         *victim = sggw_new_tenant(data, "store-victim", NULL);
     char *sid = sggw_create_session(gw, attacker, "{\"lang\": \"python\"}", NULL);
 
     /* every place python runs code from at start-up that the sandbox user
@@ -312,8 +313,9 @@ SGGW_TEST(test_py_planted_startup_files)
     sggw_delete_session(gw, victim, sid);
     free(sid);
     expect_nothing_fetched("after a second session installed the package");
-    SG_CHECK(sglibs_total(index_srv) == before, NULL, "the second session's install asked the index: the store "
-                                                       "should have served it");
+    SG_CHECK(sglibs_total(index_srv) == before, NULL,
+             "the second session's install asked the index: the store "
+             "should have served it");
     free(attacker);
     free(victim);
 }
@@ -394,8 +396,10 @@ static void test_py_injected_check_output(void **state)
     const char *libs[] = {"numpy", NULL};
     until_injected(sid, "import numpy\nprint('ran', numpy.__name__)", libs, "ran numpy");
     expect_nothing_fetched("after lines were written into the check's output");
-    SG_CHECK(sglibs_total(index_srv) == before, NULL, "the index was asked %d time(s) for a session that needed "
-                                                       "nothing", sglibs_total(index_srv) - before);
+    SG_CHECK(sglibs_total(index_srv) == before, NULL,
+             "the index was asked %d time(s) for a session that needed "
+             "nothing",
+             sglibs_total(index_srv) - before);
     expect_prints_then_close(sid, "print(6 * 7)", "42");
 }
 
@@ -453,14 +457,16 @@ static void test_js_planted_and_injected(void **state)
           "      const fd = fs.openSync('/proc/' + p + '/fd/1', fs.constants.O_WRONLY);\n"
           "      fs.writeSync(fd, LINES);\n"
           "      fs.closeSync(fd);\n"
-          "      fs.appendFileSync('/tmp/sgsec-injected', p + (fs.existsSync('/proc/' + p) ? ' alive' : ' gone') + '\\\\n');\n"
+          "      fs.appendFileSync('/tmp/sgsec-injected', p + (fs.existsSync('/proc/' + p) ? ' alive' : ' gone') + "
+          "'\\\\n');\n"
           "    } catch (e) { fs.appendFileSync('/tmp/sgsec-errors', p + ' ' + e + '\\\\n'); }\n"
           "  }\n"
           "  Atomics.wait(nap, 0, 0, 0.2);\n"
           "}`, { eval: true });\n"
           "w.unref();\n"
           "const nap = new Int32Array(new SharedArrayBuffer(4));\n"
-          "for (let i = 0; i < 500 && !require('fs').existsSync('/tmp/sgsec-spy-ready'); i++) Atomics.wait(nap, 0, 0, 10);\n"
+          "for (let i = 0; i < 500 && !require('fs').existsSync('/tmp/sgsec-spy-ready'); i++) Atomics.wait(nap, 0, 0, "
+          "10);\n"
           "if (require('fs').existsSync('/tmp/sgsec-spy-ready')) console.log('spy started');",
           lines_js);
     o = run_code(sid, code, NULL);
@@ -486,8 +492,9 @@ static void test_js_planted_and_injected(void **state)
     json_object_put(o);
     close_session(sid);
     expect_nothing_fetched("after a second session installed the package");
-    SG_CHECK(sglibs_total(index_srv) == before, NULL, "the second session's install asked the index: the store "
-                                                       "should have served it");
+    SG_CHECK(sglibs_total(index_srv) == before, NULL,
+             "the second session's install asked the index: the store "
+             "should have served it");
 }
 
 /* ------------------------------------------------------------------------
@@ -579,8 +586,9 @@ static void test_py_store_pinning(void **state)
     SG_CHECK(sglibs_hits(index_srv, "") == before, NULL, "the index was asked for a spec in the store");
 
     /* a file of the spec changed after its fetch: the install refuses it */
-    pathf(script, sizeof(script), "set -e; d='/opt/sandgate/store/pip/%s'; f=\"$d/%s-1.0-py3-none-any.whl\"; "
-                                  "test -f \"$f\"; printf 'tampered' >> \"$f\"",
+    pathf(script, sizeof(script),
+          "set -e; d='/opt/sandgate/store/pip/%s'; f=\"$d/%s-1.0-py3-none-any.whl\"; "
+          "test -f \"$f\"; printf 'tampered' >> \"$f\"",
           spec, py_p);
     json_object_put(tampered_install(&sid, script, "python", py_p, "1.0",
                                      "a hash mismatch sent the spec to an installer: only a missing spec is fetched",

@@ -23,7 +23,8 @@
 
 /* The unit the outputs repeat: a, é (2 bytes), € (3), 😀 (4), b, newline:
  * 12 bytes, so that every write size below cuts characters somewhere. */
-static const char TEXT_UNIT[] = "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80" "b\n";
+static const char TEXT_UNIT[] = "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"
+                                "b\n";
 /* Control characters: each is 6 bytes in JSON ("\u0001"), the largest
  * events and queues a byte of output can make. */
 static const char CTRL_UNIT[] = "\x01\x02\x03\x04\x05\x06\x07\x08\x0b\x0c\x0e\x0f";
@@ -128,7 +129,6 @@ SGGW_TEST(test_reader_splits)
  * The programs
  * ------------------------------------------------------------------------ */
 
-
 static void expected(size_t n, size_t off, char *out)
 {
     for (size_t i = 0; i < n; i++)
@@ -154,42 +154,40 @@ static size_t whole_chars(const char *s, size_t n)
     return n;
 }
 
-static const char PY[] =
-    "import sys\n"
-    "U = bytes.fromhex('%s')\n"
-    "def gen(n, off):\n"
-    "    return (U * ((n + off) // len(U) + 1))[off:off + n]\n"
-    "out, err = gen(%zu, 0), gen(%zu, 6)\n"
-    "sizes = [1, 2, 3, 5, 16, 17, 4095, 4096, 65537, 15]\n"
-    "i = j = k = 0\n"
-    "while i < len(out) or j < len(err):\n"
-    "    s = sizes[k %% len(sizes)]\n"
-    "    t = sizes[(k * 7 + 3) %% len(sizes)]\n"
-    "    k += 1\n"
-    "    if i < len(out):\n"
-    "        sys.stdout.buffer.write(out[i:i + s]); sys.stdout.buffer.flush(); i += s\n"
-    "    if j < len(err):\n"
-    "        sys.stderr.buffer.write(err[j:j + t]); sys.stderr.buffer.flush(); j += t\n";
+static const char PY[] = "import sys\n"
+                         "U = bytes.fromhex('%s')\n"
+                         "def gen(n, off):\n"
+                         "    return (U * ((n + off) // len(U) + 1))[off:off + n]\n"
+                         "out, err = gen(%zu, 0), gen(%zu, 6)\n"
+                         "sizes = [1, 2, 3, 5, 16, 17, 4095, 4096, 65537, 15]\n"
+                         "i = j = k = 0\n"
+                         "while i < len(out) or j < len(err):\n"
+                         "    s = sizes[k %% len(sizes)]\n"
+                         "    t = sizes[(k * 7 + 3) %% len(sizes)]\n"
+                         "    k += 1\n"
+                         "    if i < len(out):\n"
+                         "        sys.stdout.buffer.write(out[i:i + s]); sys.stdout.buffer.flush(); i += s\n"
+                         "    if j < len(err):\n"
+                         "        sys.stderr.buffer.write(err[j:j + t]); sys.stderr.buffer.flush(); j += t\n";
 
 /* one block scope: the session's kernel runs every piece in one context */
-static const char JS[] =
-    "(() => {\n"
-    "const U = Buffer.from('%s', 'hex');\n"
-    "function gen(n, off) {\n"
-    "  const b = Buffer.alloc(n);\n"
-    "  for (let i = 0; i < n; i++) b[i] = U[(i + off) %% U.length];\n"
-    "  return b;\n"
-    "}\n"
-    "const out = gen(%zu, 0), err = gen(%zu, 6);\n"
-    "const sizes = [1, 2, 3, 5, 16, 17, 4095, 4096, 65537, 15];\n"
-    "let i = 0, j = 0, k = 0;\n"
-    "while (i < out.length || j < err.length) {\n"
-    "  const s = sizes[k %% sizes.length], t = sizes[(k * 7 + 3) %% sizes.length];\n"
-    "  k++;\n"
-    "  if (i < out.length) { process.stdout.write(out.subarray(i, i + s)); i += s; }\n"
-    "  if (j < err.length) { process.stderr.write(err.subarray(j, j + t)); j += t; }\n"
-    "}\n"
-    "})();\n";
+static const char JS[] = "(() => {\n"
+                         "const U = Buffer.from('%s', 'hex');\n"
+                         "function gen(n, off) {\n"
+                         "  const b = Buffer.alloc(n);\n"
+                         "  for (let i = 0; i < n; i++) b[i] = U[(i + off) %% U.length];\n"
+                         "  return b;\n"
+                         "}\n"
+                         "const out = gen(%zu, 0), err = gen(%zu, 6);\n"
+                         "const sizes = [1, 2, 3, 5, 16, 17, 4095, 4096, 65537, 15];\n"
+                         "let i = 0, j = 0, k = 0;\n"
+                         "while (i < out.length || j < err.length) {\n"
+                         "  const s = sizes[k %% sizes.length], t = sizes[(k * 7 + 3) %% sizes.length];\n"
+                         "  k++;\n"
+                         "  if (i < out.length) { process.stdout.write(out.subarray(i, i + s)); i += s; }\n"
+                         "  if (j < err.length) { process.stderr.write(err.subarray(j, j + t)); j += t; }\n"
+                         "}\n"
+                         "})();\n";
 
 static json_object *program_body(const char *lang, size_t nout, size_t nerr, int stream_field)
 {
@@ -281,8 +279,8 @@ static void compare_one(const target_t *t, size_t nout, size_t nerr, int use_acc
     while (first_diff < lout && first_diff < blout && sout[first_diff] == bout[first_diff])
         first_diff++;
     SG_CHECK(lout == blout && first_diff == lout, res,
-             "%s: streamed stdout (%zu bytes in %zu events) differs from the buffered one (%zu bytes) at byte %zu",
-             how, lout, nev, blout, first_diff);
+             "%s: streamed stdout (%zu bytes in %zu events) differs from the buffered one (%zu bytes) at byte %zu", how,
+             lout, nev, blout, first_diff);
 
     /* and both are what the program wrote */
     size_t want_out = truncated ? OUTPUT_LIMIT : nout;
@@ -296,8 +294,7 @@ static void compare_one(const target_t *t, size_t nout, size_t nerr, int use_acc
                  "%s: streamed stderr (%zu bytes) differs from the buffered one (%zu bytes)", how, lerr, blerr);
         expected(nerr, 6, exp);
         whole = whole_chars(exp, nerr);
-        SG_CHECK(lerr >= whole && memcmp(serr, exp, whole) == 0, res, "%s: stderr is not what the program wrote",
-                 how);
+        SG_CHECK(lerr >= whole && memcmp(serr, exp, whole) == 0, res, "%s: stderr is not what the program wrote", how);
     } else {
         /* the run was stopped at the limit: stderr is where the program had
          * got to, in each run a prefix of what it writes */

@@ -228,16 +228,18 @@ SGGW_TEST(test_keep_template_disk_capped)
     char *tok = sggw_new_tenant(data_dir(), "fill", NULL);
     char *sid = keep_session(tok);
 
-    json_object *o = command(tok, sid, "echo kept > /sandbox/note.txt; dd if=/dev/zero of=/sandbox/big bs=1M count=64 2>&1; "
-                                       "echo rc=$?");
+    json_object *o = command(tok, sid,
+                             "echo kept > /sandbox/note.txt; dd if=/dev/zero of=/sandbox/big bs=1M count=64 2>&1; "
+                             "echo rc=$?");
     SG_CHECK(strstr(SG_STR(o, "stdout"), "No space left on device") != NULL, o, "ENOSPC in /sandbox");
     SG_CHECK(strstr(SG_STR(o, "stdout"), "rc=0") == NULL, o, "dd failed");
     json_object_put(o);
     o = command(tok, sid, "dd if=/dev/zero of=/tmp/big bs=1M count=64 2>&1 | grep -v records; rm -f /tmp/big");
     SG_CHECK(strstr(SG_STR(o, "stdout"), "No space left on device") != NULL, o, "ENOSPC in /tmp");
     json_object_put(o);
-    o = command(tok, sid, "for d in / /usr /etc /opt /var /home; do echo x > $d/sg-fill 2>/dev/null && echo wrote $d; "
-                          "done; echo done");
+    o = command(tok, sid,
+                "for d in / /usr /etc /opt /var /home; do echo x > $d/sg-fill 2>/dev/null && echo wrote $d; "
+                "done; echo done");
     SG_CHECK(strcmp(SG_STR(o, "stdout"), "done\n") == 0, o, "nothing written to the root file system");
     json_object_put(o);
     o = command(tok, sid, "touch /sg-fill 2>&1");
@@ -257,7 +259,8 @@ SGGW_TEST(test_keep_template_disk_capped)
     /* a session from the template finds the work dir and the same cap */
     char *sid2 = NULL;
     create_from(tok, name, 200, NULL, &sid2);
-    o = command(tok, sid2, "cat /sandbox/note.txt; dd if=/dev/zero of=/sandbox/more bs=1M count=64 2>&1 | grep -v records");
+    o = command(tok, sid2,
+                "cat /sandbox/note.txt; dd if=/dev/zero of=/sandbox/more bs=1M count=64 2>&1 | grep -v records");
     SG_CHECK(strncmp(SG_STR(o, "stdout"), "kept\n", 5) == 0, o, "the template's work dir");
     SG_CHECK(strstr(SG_STR(o, "stdout"), "No space left on device") != NULL, o, "still capped");
     json_object_put(o);

@@ -10,8 +10,13 @@
 
 #define SGTEST_POLICY(max_cpus_)                                                                                       \
     {                                                                                                                  \
-        .defaults = {.timeout_s = 30, .memory_mb = 512, .cpus = 1.0, .network = 0, .pids = 128,                        \
-                     .output_bytes = 1 << 20, .tmpfs_mb = 256},                                                        \
+        .defaults = {.timeout_s = 30,                                                                                  \
+                     .memory_mb = 512,                                                                                 \
+                     .cpus = 1.0,                                                                                      \
+                     .network = 0,                                                                                     \
+                     .pids = 128,                                                                                      \
+                     .output_bytes = 1 << 20,                                                                          \
+                     .tmpfs_mb = 256},                                                                                 \
         .max_timeout_s = 300, .max_memory_mb = 4096, .max_cpus = (max_cpus_), .allow_network = 0,                      \
     }
 

@@ -19,9 +19,8 @@ static void print_reply(const sgtest_reply_t *r)
         return;
     }
     const size_t show = 4096;
-    fprintf(stderr, "  reply: HTTP %ld after %.3f s, %zu body bytes:\n  %.*s%s\n", r->status,
-            r->seconds, r->body_len, (int)(r->body_len < show ? r->body_len : show),
-            r->body ? r->body : "", r->body_len > show ? " [...]" : "");
+    fprintf(stderr, "  reply: HTTP %ld after %.3f s, %zu body bytes:\n  %.*s%s\n", r->status, r->seconds, r->body_len,
+            (int)(r->body_len < show ? r->body_len : show), r->body ? r->body : "", r->body_len > show ? " [...]" : "");
 }
 
 static void fail_here(const char *file, int line) __attribute__((noreturn));
@@ -37,8 +36,7 @@ static void print_json(json_object *o)
 {
     if (o != NULL)
         fprintf(stderr, "  in: %s\n",
-                json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
-                                                      JSON_C_TO_STRING_NOSLASHESCAPE));
+                json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE));
 }
 
 void sgtest__fail(json_object *o, const char *file, int line, const char *fmt, ...)
@@ -53,8 +51,7 @@ void sgtest__fail(json_object *o, const char *file, int line, const char *fmt, .
     fail_here(file, line);
 }
 
-void sgtest__check_failed(json_object *o, const char *file, int line, const char *cond,
-                          const char *fmt, ...)
+void sgtest__check_failed(json_object *o, const char *file, int line, const char *cond, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -129,8 +126,8 @@ json_object *sgtest__json(const sgtest_reply_t *r, const char *file, int line)
     while (o != NULL && used < r->body_len && strchr(" \t\r\n", r->body[used]) != NULL)
         used++;
     if (o == NULL || err != json_tokener_success || used != r->body_len) {
-        fprintf(stderr, "%s:%d: reply body is not one JSON value (%s, parsed %zu of %zu)\n",
-                file, line, json_tokener_error_desc(err), used, r->body_len);
+        fprintf(stderr, "%s:%d: reply body is not one JSON value (%s, parsed %zu of %zu)\n", file, line,
+                json_tokener_error_desc(err), used, r->body_len);
         print_reply(r);
         json_object_put(o);
         fail_here(file, line);
@@ -145,8 +142,7 @@ json_object *sgtest__expect_json(const sgtest_reply_t *r, long status, const cha
     char *ct = sgtest_reply_header(r, "Content-Type");
     bool ok = ct != NULL && strncasecmp(ct, "application/json", 16) == 0;
     if (!ok) {
-        fprintf(stderr, "%s:%d: JSON reply with Content-Type %s\n", file, line,
-                ct ? ct : "(none)");
+        fprintf(stderr, "%s:%d: JSON reply with Content-Type %s\n", file, line, ct ? ct : "(none)");
         free(ct);
         print_reply(r);
         fail_here(file, line);
@@ -155,8 +151,7 @@ json_object *sgtest__expect_json(const sgtest_reply_t *r, long status, const cha
     return o;
 }
 
-static json_object *field(json_object *o, const char *key, json_type type, const char *file,
-                          int line)
+static json_object *field(json_object *o, const char *key, json_type type, const char *file, int line)
 {
     json_object *v = NULL;
     if (o == NULL || !json_object_is_type(o, json_type_object))
@@ -164,8 +159,8 @@ static json_object *field(json_object *o, const char *key, json_type type, const
     if (!json_object_object_get_ex(o, key, &v))
         sgtest__fail(o, file, line, "missing field \"%s\"", key);
     if (!json_object_is_type(v, type))
-        sgtest__fail(o, file, line, "field \"%s\" is %s, expected %s", key,
-                     json_type_to_name(json_object_get_type(v)), json_type_to_name(type));
+        sgtest__fail(o, file, line, "field \"%s\" is %s, expected %s", key, json_type_to_name(json_object_get_type(v)),
+                     json_type_to_name(type));
     return v;
 }
 
@@ -194,14 +189,12 @@ double sgtest__get_double(json_object *o, const char *key, const char *file, int
     return json_object_get_double(v);
 }
 
-json_object *sgtest__get_obj(json_object *o, const char *key, json_type type, const char *file,
-                             int line)
+json_object *sgtest__get_obj(json_object *o, const char *key, json_type type, const char *file, int line)
 {
     return field(o, key, type, file, line);
 }
 
-json_object *sgtest__expect_error(const sgtest_reply_t *r, long status, const char *code,
-                                  const char *file, int line)
+json_object *sgtest__expect_error(const sgtest_reply_t *r, long status, const char *code, const char *file, int line)
 {
     json_object *o = sgtest__expect_json(r, status, file, line);
     const char *detail = sgtest__get_str(o, "detail", file, line);

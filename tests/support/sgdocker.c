@@ -38,22 +38,20 @@ static void on_docker_init(void)
     }
     char url[600];
     snprintf(url, sizeof(url), "%s/_ping", docker.base);
-    sgtest__http_req_t q = {.method = "GET", .url = url, .timeout_s = 10,
-                    .unix_socket = docker.socket[0] ? docker.socket : NULL};
+    sgtest__http_req_t q = {
+        .method = "GET", .url = url, .timeout_s = 10, .unix_socket = docker.socket[0] ? docker.socket : NULL};
     sgtest_reply_t r;
     sgtest__curl(&q, &r);
     char *v = sgtest_reply_header(&r, "Api-Version");
     if (r.status == 200 && v != NULL && *v != '\0')
         snprintf(docker.version, sizeof(docker.version), "%s", v);
     else
-        fprintf(stderr, "sgtest: Docker at %s does not answer /_ping (HTTP %ld, %s)\n", dh,
-                r.status, r.error);
+        fprintf(stderr, "sgtest: Docker at %s does not answer /_ping (HTTP %ld, %s)\n", dh, r.status, r.error);
     free(v);
     sgtest_reply_free(&r);
 }
 
-int sgtest_docker_call(const char *method, const char *path, const char *json_body,
-                       sgtest_reply_t *out)
+int sgtest_docker_call(const char *method, const char *path, const char *json_body, sgtest_reply_t *out)
 {
     pthread_once(&docker.once, on_docker_init);
     if (docker.version[0] == '\0') {
@@ -68,10 +66,13 @@ int sgtest_docker_call(const char *method, const char *path, const char *json_bo
     if (url == NULL)
         return -1;
     snprintf(url, ulen, "%s/v%s%s", docker.base, docker.version, path);
-    sgtest__http_req_t q = {.method = method, .url = url, .body = json_body,
-                    .len = json_body ? strlen(json_body) : 0,
-                    .content_type = json_body ? "application/json" : NULL, .timeout_s = 60,
-                    .unix_socket = docker.socket[0] ? docker.socket : NULL};
+    sgtest__http_req_t q = {.method = method,
+                            .url = url,
+                            .body = json_body,
+                            .len = json_body ? strlen(json_body) : 0,
+                            .content_type = json_body ? "application/json" : NULL,
+                            .timeout_s = 60,
+                            .unix_socket = docker.socket[0] ? docker.socket : NULL};
     int rc = sgtest__curl(&q, out);
     free(url);
     return rc;
@@ -331,10 +332,9 @@ void sgtest__assert_hardened(json_object *c, const char *file, int line)
         sgtest__fail(hc, file, line, "HostConfig.NanoCpus must be > 0");
     v = sgtest_jpath(c, "Config.User");
     const char *user = v ? json_object_get_string(v) : "";
-    if (*user == '\0' || strcmp(user, "root") == 0 || strcmp(user, "0") == 0 ||
-        strncmp(user, "0:", 2) == 0 || strncmp(user, "root:", 5) == 0)
-        sgtest__fail(sgtest_jpath(c, "Config"), file, line,
-                     "Config.User \"%s\" must name a non-root user", user);
+    if (*user == '\0' || strcmp(user, "root") == 0 || strcmp(user, "0") == 0 || strncmp(user, "0:", 2) == 0 ||
+        strncmp(user, "root:", 5) == 0)
+        sgtest__fail(sgtest_jpath(c, "Config"), file, line, "Config.User \"%s\" must name a non-root user", user);
 }
 
 int sgtest_docker_remove_all(const char *proxy_id)

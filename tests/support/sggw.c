@@ -63,8 +63,8 @@ static int redis_spawn(sggw_redis_t *r)
 {
     char port[16];
     snprintf(port, sizeof(port), "%d", r->s.port);
-    char *const argv[] = {"redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                          "--dir", r->s.dir, NULL};
+    char *const argv[] = {"redis-server", "--port", port,    "--bind", "127.0.0.1", "--save", "",
+                          "--appendonly", "no",     "--dir", r->s.dir, NULL};
     memset(&r->s.child, 0, sizeof(r->s.child));
     r->s.paused = false;
     r->s.child.pid = sgtest__spawn(argv, NULL, r->s.log, -1, -1, r->s.dir, true);
@@ -311,8 +311,8 @@ sggw_gateway_t *sggw_gateway_start(const sggw_opts_t *o)
     while (o->env != NULL && o->env[nextra] != NULL)
         nextra++;
     /* the gateway's default number of DB threads (2) runs in every test */
-    const char *defaults[] = {"SANDGATE_REAPER_INTERVAL_MS=200", "HOST=127.0.0.1", port_kv,
-                              proxy_kv, redis_kv, data_kv, admin_kv};
+    const char *defaults[] = {
+        "SANDGATE_REAPER_INTERVAL_MS=200", "HOST=127.0.0.1", port_kv, proxy_kv, redis_kv, data_kv, admin_kv};
     size_t ndef = sizeof(defaults) / sizeof(defaults[0]);
     const char **set = calloc(ndef + nextra, sizeof(*set));
     if (set == NULL)
@@ -611,4 +611,3 @@ char *sggw_new_tenant(const char *data_dir, const char *name, const char *const 
     sggw_tenant_set(data_dir, name, quotas);
     return sggw_new_token(data_dir, name);
 }
-

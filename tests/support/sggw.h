@@ -159,8 +159,8 @@ char *sggw_new_tenant_auth(sggw_auth_t *a, const char *data_dir, const char *nam
 int sggw_call(const sggw_gateway_t *g, const char *token, const char *method, const char *path, const char *json_body,
               sgtest_reply_t *out);
 /* The same with a JSON object body (not consumed) and a timeout (<= 0: default). */
-int sggw_call_json(const sggw_gateway_t *g, const char *token, const char *method, const char *path,
-                   json_object *body, long timeout_s, sgtest_reply_t *out);
+int sggw_call_json(const sggw_gateway_t *g, const char *token, const char *method, const char *path, json_object *body,
+                   long timeout_s, sgtest_reply_t *out);
 /* sggw_call() / sggw_admin_call(), then the reply taken at once
  * (SG_TAKE_JSON / SG_TAKE_ERROR): asserting, test thread only. */
 #define SGGW_CALL_JSON(g, token, method, path, json_body, st)                                                          \
@@ -239,7 +239,8 @@ void sggw_check_result(json_object *r);
 /* POST path with body (consumed); asserts 200 and a well-formed result. */
 json_object *sggw_post_result(const sggw_gateway_t *g, const char *token, const char *path, json_object *body);
 /* POST /sessions/{sid}/execute {"code", "timeout" if > 0}; asserts as above. */
-json_object *sggw_execute(const sggw_gateway_t *g, const char *token, const char *sid, const char *code, double timeout);
+json_object *sggw_execute(const sggw_gateway_t *g, const char *token, const char *sid, const char *code,
+                          double timeout);
 /* DELETE /sessions/{sid}; asserts 200 {"status":"closed"}. */
 void sggw_delete_session(const sggw_gateway_t *g, const char *token, const char *sid);
 /* The end of a test's session: sggw_delete_session(), then sid and token
@@ -322,8 +323,8 @@ typedef struct {
     char *proxy_id;
     sggw_redis_t *redis; /* NULL without opts.redis */
     sggw_gateway_t *gw;
-    bool gw_restarted;   /* the last sggw_stack_after_test() started a new gateway
-                          * (a new data directory: the suite's tokens are gone) */
+    bool gw_restarted; /* the last sggw_stack_after_test() started a new gateway
+                        * (a new data directory: the suite's tokens are gone) */
     /* a test's own servers and directory (a sggw_mkdtemp one): the test's
      * teardown stops and removes them, whatever happened */
     sggw_gateway_t *extra_gw;

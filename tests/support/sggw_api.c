@@ -34,8 +34,8 @@ char *sggw_new_tenant_auth(sggw_auth_t *a, const char *data_dir, const char *nam
     return tok;
 }
 
-static int call_with_token(const char *base, const char *token, const char *method, const char *path,
-                           const char *body, size_t len, const char *ctype, long timeout_s, sgtest_reply_t *out)
+static int call_with_token(const char *base, const char *token, const char *method, const char *path, const char *body,
+                           size_t len, const char *ctype, long timeout_s, sgtest_reply_t *out)
 {
     char *url = malloc(strlen(base) + strlen(path) + 1);
     char *auth = token != NULL ? malloc(strlen(token) + 32) : NULL;
@@ -67,12 +67,12 @@ int sggw_call(const sggw_gateway_t *g, const char *token, const char *method, co
                            json_body ? "application/json" : NULL, 0, out);
 }
 
-int sggw_call_json(const sggw_gateway_t *g, const char *token, const char *method, const char *path,
-                   json_object *body, long timeout_s, sgtest_reply_t *out)
+int sggw_call_json(const sggw_gateway_t *g, const char *token, const char *method, const char *path, json_object *body,
+                   long timeout_s, sgtest_reply_t *out)
 {
     const char *s = body != NULL ? json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN) : NULL;
-    return call_with_token(sggw_gateway_url(g), token, method, path, s, s ? strlen(s) : 0, s ? "application/json" : NULL,
-                           timeout_s, out);
+    return call_with_token(sggw_gateway_url(g), token, method, path, s, s ? strlen(s) : 0,
+                           s ? "application/json" : NULL, timeout_s, out);
 }
 
 json_object *sggw__call_take(const sggw_gateway_t *g, const char *token, const char *method, const char *path,
@@ -395,8 +395,8 @@ void sggw_expect_db_closed(const char *data_dir, const char *sid, const char *re
         usleep(50000);
     }
     char *bar = strchr(row, '|');
-    SG_CHECK(bar != NULL && strcmp(bar + 1, reason) == 0, NULL, "session %s: close_reason \"%s\", expected \"%s\"",
-             sid, bar ? bar + 1 : row, reason);
+    SG_CHECK(bar != NULL && strcmp(bar + 1, reason) == 0, NULL, "session %s: close_reason \"%s\", expected \"%s\"", sid,
+             bar ? bar + 1 : row, reason);
     SG_CHECK(atoll(row) > 1000000000LL, NULL, "session %s: closed_at %s is no unix time", sid, row);
     free(row);
 }

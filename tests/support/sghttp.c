@@ -173,25 +173,36 @@ Exit:
 int sgtest_http(const char *method, const char *url, const void *body, size_t len, const char *content_type,
                 long timeout_s, sgtest_reply_t *out)
 {
-    sgtest__http_req_t q = {.method = method, .url = url, .body = body, .len = len, .content_type = content_type,
-                            .timeout_s = timeout_s};
+    sgtest__http_req_t q = {
+        .method = method, .url = url, .body = body, .len = len, .content_type = content_type, .timeout_s = timeout_s};
     return sgtest__curl(&q, out);
 }
 
 int sgtest_post_stream(const char *url, const char *json_body, const char *const *headers, long timeout_s,
                        size_t (*on_body)(char *p, size_t size, size_t n, void *ctx), void *ctx, sgtest_reply_t *out)
 {
-    sgtest__http_req_t q = {.method = "POST", .url = url, .body = json_body, .len = strlen(json_body),
-                            .content_type = "application/json", .headers = headers, .timeout_s = timeout_s,
-                            .on_body = on_body, .ctx = ctx};
+    sgtest__http_req_t q = {.method = "POST",
+                            .url = url,
+                            .body = json_body,
+                            .len = strlen(json_body),
+                            .content_type = "application/json",
+                            .headers = headers,
+                            .timeout_s = timeout_s,
+                            .on_body = on_body,
+                            .ctx = ctx};
     return sgtest__curl(&q, out);
 }
 
 int sggw_http_curl(const char *method, const char *url, const void *body, size_t len, const char *content_type,
                    const char *const *headers, long timeout_s, sgtest_reply_t *out)
 {
-    sgtest__http_req_t q = {.method = method, .url = url, .body = body, .len = len, .content_type = content_type,
-                            .headers = headers, .timeout_s = timeout_s};
+    sgtest__http_req_t q = {.method = method,
+                            .url = url,
+                            .body = body,
+                            .len = len,
+                            .content_type = content_type,
+                            .headers = headers,
+                            .timeout_s = timeout_s};
     return sgtest__curl(&q, out);
 }
 
@@ -564,8 +575,13 @@ Exit:
 int sggw_http(const char *method, const char *url, const void *body, size_t len, const char *content_type,
               const char *const *headers, long timeout_s, sgtest_reply_t *out)
 {
-    sgtest__http_req_t q = {.method = method, .url = url, .body = body, .len = len, .content_type = content_type,
-                            .headers = headers, .timeout_s = timeout_s};
+    sgtest__http_req_t q = {.method = method,
+                            .url = url,
+                            .body = body,
+                            .len = len,
+                            .content_type = content_type,
+                            .headers = headers,
+                            .timeout_s = timeout_s};
     return socket_do(&q, out);
 }
 
@@ -617,8 +633,13 @@ static void *on_thread(void *ud)
         sprintf(auth, "Authorization: Bearer %s", q->token);
         hdrs[0] = auth;
     }
-    sgtest__http_req_t hq = {.method = q->method, .url = q->url, .body = q->body, .len = q->body_len,
-                             .content_type = q->content_type, .headers = hdrs, .timeout_s = q->timeout_s,
+    sgtest__http_req_t hq = {.method = q->method,
+                             .url = q->url,
+                             .body = q->body,
+                             .len = q->body_len,
+                             .content_type = q->content_type,
+                             .headers = hdrs,
+                             .timeout_s = q->timeout_s,
                              .watch = &s->watch};
     sgtest_reply_free(&q->reply); /* the placeholder */
     q->started = sgtest_now();

@@ -100,8 +100,7 @@ static void base64_of(const unsigned char *d, size_t n, bool urlsafe, char *out)
                             : "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     size_t o = 0;
     for (size_t i = 0; i < n; i += 3) {
-        uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < n ? (uint32_t)d[i + 1] << 8 : 0) |
-                     (i + 2 < n ? d[i + 2] : 0);
+        uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < n ? (uint32_t)d[i + 1] << 8 : 0) | (i + 2 < n ? d[i + 2] : 0);
         out[o++] = a[v >> 18 & 63];
         out[o++] = a[v >> 12 & 63];
         if (i + 1 < n)
@@ -295,7 +294,8 @@ void sglibs_wheel(const char *root, const char *dist, const char *version, const
                  version);
     snprintf(metadata, sizeof(metadata),
              "Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: sandgate test package\n", dist, version);
-    snprintf(wheel, sizeof(wheel), "Wheel-Version: 1.0\nGenerator: sgtest\nRoot-Is-Purelib: true\n%s%s%sTag: py3-none-any\n",
+    snprintf(wheel, sizeof(wheel),
+             "Wheel-Version: 1.0\nGenerator: sgtest\nRoot-Is-Purelib: true\n%s%s%sTag: py3-none-any\n",
              build != NULL ? "Build: " : "", build != NULL ? build : "", build != NULL ? "\n" : "");
     snprintf(dist_info, sizeof(dist_info), "%s-%s.dist-info", dist, version);
     snprintf(init_name, sizeof(init_name), "%s/__init__.py", dist);
@@ -308,13 +308,12 @@ void sglibs_wheel(const char *root, const char *dist, const char *version, const
     for (size_t i = 0; i < 3; i++) {
         unsigned n = digest(EVP_sha256(), hashed[i].data, strlen(hashed[i].data), md);
         base64_of(md, n, true, b64);
-        rl += (size_t)snprintf(record + rl, sizeof(record) - rl, "%s,sha256=%s,%zu\n", hashed[i].name,
-                               b64, strlen(hashed[i].data));
+        rl += (size_t)snprintf(record + rl, sizeof(record) - rl, "%s,sha256=%s,%zu\n", hashed[i].name, b64,
+                               strlen(hashed[i].data));
     }
     snprintf(record + rl, sizeof(record) - rl, "%s,,\n", record_name);
 
-    const entry_t entries[] = {{init_name, init}, {meta_name, metadata}, {wheel_name, wheel},
-                               {record_name, record}};
+    const entry_t entries[] = {{init_name, init}, {meta_name, metadata}, {wheel_name, wheel}, {record_name, record}};
     bytes_t zip = {0};
     zip_build(entries, 4, &zip);
     snprintf(file, cap, "%s-%s%s%s-py3-none-any.whl", dist, version, build != NULL ? "-" : "",
@@ -339,15 +338,14 @@ void sglibs_simple_index(const char *root, int port, const char *norm, char *con
         hex_of(md, digest(EVP_sha256(), whl, len, md), hex);
         free(whl);
         o += (size_t)snprintf(html + o, sizeof(html) - o,
-                              "<a href=\"http://127.0.0.1:%d/packages/%s#sha256=%s\">%s</a><br/>\n", port,
-                              files[i], hex, files[i]);
+                              "<a href=\"http://127.0.0.1:%d/packages/%s#sha256=%s\">%s</a><br/>\n", port, files[i],
+                              hex, files[i]);
         SG_CHECK(o < sizeof(html), NULL, "the index page of %s is too long", norm);
     }
     snprintf(html + o, sizeof(html) - o, "</body></html>\n");
     snprintf(rel, sizeof(rel), "simple/%s/index.html", norm);
     sglibs_write(root, rel, html, strlen(html));
-    snprintf(html, sizeof(html), "<!DOCTYPE html>\n<html><body>\n<a href=\"%s/\">%s</a>\n</body></html>\n", norm,
-             norm);
+    snprintf(html, sizeof(html), "<!DOCTYPE html>\n<html><body>\n<a href=\"%s/\">%s</a>\n</body></html>\n", norm, norm);
     sglibs_write(root, "simple/index.html", html, strlen(html));
 }
 
@@ -432,8 +430,8 @@ int sglibs_installers_created_since(const char *pid, sglibs_wall_t since)
     char *enc = sgtest_urlencode(json_object_to_json_string_ext(f, JSON_C_TO_STRING_PLAIN));
     json_object_put(f);
     char path[1024];
-    snprintf(path, sizeof(path), "/events?since=%lld.%09ld&until=%lld.%09ld&filters=%s",
-             (long long)since.tv_sec, since.tv_nsec, (long long)until.tv_sec, until.tv_nsec, enc);
+    snprintf(path, sizeof(path), "/events?since=%lld.%09ld&until=%lld.%09ld&filters=%s", (long long)since.tv_sec,
+             since.tv_nsec, (long long)until.tv_sec, until.tv_nsec, enc);
     free(enc);
     sgtest_reply_t r;
     sgtest_docker_call("GET", path, NULL, &r);
@@ -496,8 +494,7 @@ long sglibs_volume_remove(const char *name)
     return st;
 }
 
-int sglibs_volume_run(const char *volume, const char *image, const char *label_proxy_id, const char *script,
-                      char **out)
+int sglibs_volume_run(const char *volume, const char *image, const char *label_proxy_id, const char *script, char **out)
 {
     json_object *c = json_object_new_object(), *hc = json_object_new_object(), *m, *mounts;
     json_object *labels = json_object_new_object();
@@ -640,7 +637,7 @@ int sglibs_post_library(const sgtest_proxy_t *p, const char *sid, const char *pa
 }
 
 json_object *sglibs_install(const sgtest_proxy_t *p, const char *sid, const char *package, const char *version,
-                               double *seconds)
+                            double *seconds)
 {
     sgtest_reply_t r;
     sglibs_post_library(p, sid, package, version, &r);
@@ -651,7 +648,6 @@ json_object *sglibs_install(const sgtest_proxy_t *p, const char *sid, const char
     sglibs_check_install_shape(o);
     return o;
 }
-
 
 void sglibs_expect_installed(json_object *o, const char *version, bool from_store)
 {

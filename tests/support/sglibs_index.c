@@ -47,7 +47,6 @@ struct sglibs_server {
     int held[MAX_HELD], nheld, accepted;
 };
 
-
 typedef struct {
     sglibs_server_t *srv;
     int fd;
@@ -287,14 +286,13 @@ int sglibs_accepted(sglibs_server_t *s)
 
 bool sglibs_port_closed(int port)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
-                            .sin_port = htons((uint16_t)port)};
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = htons((uint16_t)port)};
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     bool closed = connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0 && errno == ECONNREFUSED;
     close(fd);
     return closed;
 }
-
 
 void sglibs_server_free(sglibs_server_t *s)
 {

@@ -144,12 +144,12 @@ int sgtest_call(const sgtest_proxy_t *p, const char *method, const char *path, c
         return no_proxy(out);
     char url[2048];
     snprintf(url, sizeof(url), "%s%s", p->s.url, path);
-    return sgtest_http(method, url, json_body, json_body ? strlen(json_body) : 0,
-                       json_body ? "application/json" : NULL, 0, out);
+    return sgtest_http(method, url, json_body, json_body ? strlen(json_body) : 0, json_body ? "application/json" : NULL,
+                       0, out);
 }
 
-int sgtest_call_json(const sgtest_proxy_t *p, const char *method, const char *path, json_object *body,
-                     long timeout_s, sgtest_reply_t *out)
+int sgtest_call_json(const sgtest_proxy_t *p, const char *method, const char *path, json_object *body, long timeout_s,
+                     sgtest_reply_t *out)
 {
     if (p == NULL)
         return no_proxy(out);
@@ -230,8 +230,7 @@ int sgtest_proxy_finish(sgtest_proxy_t **pp, const char *proxy_id, double remova
         const char *labels[] = {l, NULL};
         int left = sgtest_docker_wait_count(labels, 0, removal_s);
         if (left != 0) {
-            fprintf(stderr, "teardown: %d container(s) labelled %s remain after every session was closed\n", left,
-                    l);
+            fprintf(stderr, "teardown: %d container(s) labelled %s remain after every session was closed\n", left, l);
             sgtest_proxy_print_log(*pp, 40);
             rc = -1;
         }
@@ -406,8 +405,8 @@ json_object *sgtest_run_cmd(const sgtest_proxy_t *p, const char *sid, const char
     return sgtest_post_result(p, path, run_body("command", cmd, NULL, timeout), seconds);
 }
 
-json_object *sgtest_run_ephemeral(const sgtest_proxy_t *p, const char *lang, const char *code,
-                                  const char *const *libs, int timeout, double *seconds)
+json_object *sgtest_run_ephemeral(const sgtest_proxy_t *p, const char *lang, const char *code, const char *const *libs,
+                                  int timeout, double *seconds)
 {
     json_object *b = run_body("code", code, libs, timeout);
     json_object_object_add(b, "lang", json_object_new_string(lang));

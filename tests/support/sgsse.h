@@ -12,23 +12,23 @@
 #include <stddef.h>
 
 typedef struct {
-    char name[32];   /* "message" when the event had no event: line */
-    char *data;      /* NUL-terminated */
+    char name[32]; /* "message" when the event had no event: line */
+    char *data;    /* NUL-terminated */
     size_t data_len;
 } sgsse_event_t;
 
 typedef struct sgsse_parser sgsse_parser_t;
 
 typedef struct {
-    long status;        /* 0 when the transfer failed before a reply */
-    int curl_rc;        /* CURLcode of the transfer */
+    long status; /* 0 when the transfer failed before a reply */
+    int curl_rc; /* CURLcode of the transfer */
     char error[256];
     char ctype[128];
     sgsse_event_t *ev;
     size_t nev;
-    size_t nreads;      /* pieces the body came in */
+    size_t nreads; /* pieces the body came in */
     size_t body_bytes;
-    bool unterminated;  /* bytes after the last blank line */
+    bool unterminated; /* bytes after the last blank line */
     bool oom;
 } sgsse_result_t;
 

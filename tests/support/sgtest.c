@@ -431,8 +431,8 @@ const char *sgtest__server_status(sgtest__server_t *s, char *buf, size_t len)
 void sgtest__server_print_log(sgtest__server_t *s, int lines)
 {
     char why[96];
-    fprintf(stderr, "---- %s (pid %d, %s, %s%s): last %d lines of its log ----\n", s->name, (int)s->child.pid,
-            s->url, sgtest__server_status(s, why, sizeof(why)), s->paused ? ", SIGSTOPped" : "", lines);
+    fprintf(stderr, "---- %s (pid %d, %s, %s%s): last %d lines of its log ----\n", s->name, (int)s->child.pid, s->url,
+            sgtest__server_status(s, why, sizeof(why)), s->paused ? ", SIGSTOPped" : "", lines);
     sgtest__print_tail(s->log, lines);
     fprintf(stderr, "---- end of the log of %s ----\n", s->name);
 }

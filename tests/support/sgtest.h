@@ -110,8 +110,8 @@ const char *sgtest_proxy_status(sgtest_proxy_t *p);
  * ------------------------------------------------------------------------ */
 
 typedef struct {
-    long status;     /* HTTP status; 0 when the transfer itself failed */
-    char *body;      /* always NUL-terminated (after body_len bytes) */
+    long status; /* HTTP status; 0 when the transfer itself failed */
+    char *body;  /* always NUL-terminated (after body_len bytes) */
     size_t body_len;
     char *headers;   /* raw response header block(s) */
     double seconds;  /* wall time of the call */
@@ -122,8 +122,8 @@ typedef struct {
 /* One request; body may be NULL (len 0), content_type may be NULL.
  * timeout_s <= 0 means SGTEST_HTTP_TIMEOUT. Returns 0 when an HTTP answer
  * came back (any status), -1 otherwise (out->error says why). */
-int sgtest_http(const char *method, const char *url, const void *body, size_t len,
-                const char *content_type, long timeout_s, sgtest_reply_t *out);
+int sgtest_http(const char *method, const char *url, const void *body, size_t len, const char *content_type,
+                long timeout_s, sgtest_reply_t *out);
 void sgtest_reply_free(sgtest_reply_t *r);
 /* Value of the last header `name` (case-insensitive), or NULL. */
 char *sgtest_reply_header(const sgtest_reply_t *r, const char *name);
@@ -161,8 +161,8 @@ int sgtest_post_stream(const char *url, const char *json_body, const char *const
 
 /* A request to the proxy: base URL + path; json_body (may be NULL) is sent
  * as application/json. Default timeout. */
-int sgtest_call(const sgtest_proxy_t *p, const char *method, const char *path,
-                const char *json_body, sgtest_reply_t *out);
+int sgtest_call(const sgtest_proxy_t *p, const char *method, const char *path, const char *json_body,
+                sgtest_reply_t *out);
 /* sgtest_call(), then the reply taken at once (SG_TAKE_JSON /
  * SG_TAKE_ERROR): asserting, test thread only. */
 #define SG_CALL_JSON(p, method, path, json_body, st)                                                                   \
@@ -172,8 +172,8 @@ int sgtest_call(const sgtest_proxy_t *p, const char *method, const char *path,
 json_object *sgtest__call_take(const sgtest_proxy_t *p, const char *method, const char *path, const char *json_body,
                                long status, const char *code, int error, const char *file, int line);
 /* Same with a JSON object body (serialized here; not consumed). */
-int sgtest_call_json(const sgtest_proxy_t *p, const char *method, const char *path,
-                     json_object *body, long timeout_s, sgtest_reply_t *out);
+int sgtest_call_json(const sgtest_proxy_t *p, const char *method, const char *path, json_object *body, long timeout_s,
+                     sgtest_reply_t *out);
 
 /* ------------------------------------------------------------------------
  * Assertions on replies and JSON (test thread only). On failure they print
@@ -205,10 +205,10 @@ int sgtest_call_json(const sgtest_proxy_t *p, const char *method, const char *pa
 #define SG_FAIL(obj, ...) sgtest__fail((obj), __FILE__, __LINE__, __VA_ARGS__)
 /* Fails with the condition's text and a printf-style message (a literal
  * format first) when cond is false. */
-#define SG_CHECK(cond, obj, ...)                                                                   \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            sgtest__check_failed((obj), __FILE__, __LINE__, #cond, __VA_ARGS__);                   \
+#define SG_CHECK(cond, obj, ...)                                                                                       \
+    do {                                                                                                               \
+        if (!(cond))                                                                                                   \
+            sgtest__check_failed((obj), __FILE__, __LINE__, #cond, __VA_ARGS__);                                       \
     } while (0)
 
 /* The fields every execution result has (docs/proxy-api.md), and that they
@@ -244,8 +244,8 @@ json_object *sgtest_run_code(const sgtest_proxy_t *p, const char *sid, const cha
 /* POST /sessions/{sid}/commands */
 json_object *sgtest_run_cmd(const sgtest_proxy_t *p, const char *sid, const char *cmd, int timeout, double *seconds);
 /* POST /execute */
-json_object *sgtest_run_ephemeral(const sgtest_proxy_t *p, const char *lang, const char *code,
-                                  const char *const *libs, int timeout, double *seconds);
+json_object *sgtest_run_ephemeral(const sgtest_proxy_t *p, const char *lang, const char *code, const char *const *libs,
+                                  int timeout, double *seconds);
 /* GET /sessions: the ids (a strv, sgtest_strv_free). Asserting. */
 char **sgtest_listed_sessions(const sgtest_proxy_t *p);
 /* The idle pool containers of lang of p (proxy id proxy_id): labelled
@@ -318,16 +318,14 @@ const char *sgtest__get_str(json_object *o, const char *key, const char *file, i
 int64_t sgtest__get_int(json_object *o, const char *key, const char *file, int line);
 bool sgtest__get_bool(json_object *o, const char *key, const char *file, int line);
 double sgtest__get_double(json_object *o, const char *key, const char *file, int line);
-json_object *sgtest__get_obj(json_object *o, const char *key, json_type type, const char *file,
-                             int line);
-json_object *sgtest__expect_error(const sgtest_reply_t *r, long status, const char *code,
-                                  const char *file, int line);
+json_object *sgtest__get_obj(json_object *o, const char *key, json_type type, const char *file, int line);
+json_object *sgtest__expect_error(const sgtest_reply_t *r, long status, const char *code, const char *file, int line);
 json_object *sgtest__take_json(sgtest_reply_t *r, long status, const char *file, int line);
 void sgtest__take_error(sgtest_reply_t *r, long status, const char *code, const char *file, int line);
 void sgtest__fail(json_object *o, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5), noreturn));
-void sgtest__check_failed(json_object *o, const char *file, int line, const char *cond,
-                          const char *fmt, ...) __attribute__((format(printf, 5, 6), noreturn));
+void sgtest__check_failed(json_object *o, const char *file, int line, const char *cond, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6), noreturn));
 
 /* Percent-encodes s for a URL query value (malloc'd). */
 char *sgtest_urlencode(const char *s);
@@ -349,8 +347,7 @@ bool sgtest_json_array_has_string(json_object *arr, const char *s);
  * ------------------------------------------------------------------------ */
 
 /* Raw call: path starts with "/" and gets the "/v<api>" prefix. */
-int sgtest_docker_call(const char *method, const char *path, const char *json_body,
-                       sgtest_reply_t *out);
+int sgtest_docker_call(const char *method, const char *path, const char *json_body, sgtest_reply_t *out);
 /* Containers (all=1) carrying every "key=value" label of the NULL-terminated
  * list: the JSON array of GET /containers/json. */
 json_object *sgtest_docker_list(const char *const *labels);
@@ -406,9 +403,9 @@ int sgtest_docker_network_remove(const char *name);
 typedef struct {
     /* in */
     const char *method;
-    const char *url;         /* borrowed */
-    const char *token;       /* borrowed; NULL: no Authorization header */
-    const void *body;        /* borrowed, may be NULL */
+    const char *url;   /* borrowed */
+    const char *token; /* borrowed; NULL: no Authorization header */
+    const void *body;  /* borrowed, may be NULL */
     size_t body_len;
     const char *content_type;
     long timeout_s;

@@ -34,10 +34,10 @@ typedef struct {
     const char *url;
     const void *body; /* may be NULL */
     size_t len;
-    const char *content_type;   /* may be NULL */
-    const char *const *headers; /* "Name: value", NULL-terminated; may be NULL */
-    long timeout_s;             /* <= 0: SGTEST_HTTP_TIMEOUT */
-    const char *unix_socket;    /* may be NULL */
+    const char *content_type;    /* may be NULL */
+    const char *const *headers;  /* "Name: value", NULL-terminated; may be NULL */
+    long timeout_s;              /* <= 0: SGTEST_HTTP_TIMEOUT */
+    const char *unix_socket;     /* may be NULL */
     sgtest__sent_watch_t *watch; /* may be NULL */
     /* may be NULL: the body goes here as it arrives, not into the reply */
     size_t (*on_body)(char *p, size_t size, size_t n, void *ctx);
@@ -65,13 +65,13 @@ enum { SGTEST__PROXY = 1, SGTEST__GATEWAY = 2, SGTEST__REDIS = 4 };
 
 typedef struct sgtest__server {
     sgtest_child_t child;
-    int kind;       /* SGTEST__PROXY, ... */
-    bool paused;    /* SIGSTOPped */
+    int kind;    /* SGTEST__PROXY, ... */
+    bool paused; /* SIGSTOPped */
     int port;
-    char url[64];   /* "http://127.0.0.1:<port>" (redis: "redis://...") */
-    char *dir;      /* private temporary directory, holds the log */
+    char url[64]; /* "http://127.0.0.1:<port>" (redis: "redis://...") */
+    char *dir;    /* private temporary directory, holds the log */
     char log[600];
-    char name[192]; /* "proxy <id>", "gateway", "redis-server" */
+    char name[192];                            /* "proxy <id>", "gateway", "redis-server" */
     void (*free_fn)(struct sgtest__server *s); /* frees the object s is the first member of */
 } sgtest__server_t;
 

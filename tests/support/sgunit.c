@@ -214,7 +214,8 @@ int sgunit_teardown_agent(void **state)
 
 /* Send an EXEC and collect everything up to its EXIT. */
 void sgunit_exec_full(sgunit_agent_t *a, uint32_t timeout_ms, uint32_t cap, const char *setup, const char *stage,
-                      const char *run, const char *file_path, const char *kernel, const char *code, sgunit_result_t *res)
+                      const char *run, const char *file_path, const char *kernel, const char *code,
+                      sgunit_result_t *res)
 {
     sg_agent_buf_t b;
     uint32_t id = a->next_id++;
@@ -278,8 +279,8 @@ void sgunit_exec_full(sgunit_agent_t *a, uint32_t timeout_ms, uint32_t cap, cons
 }
 
 /* One-shot mode: there is never a kernel to report on. */
-void sgunit_run_exec(sgunit_agent_t *a, uint32_t timeout_ms, uint32_t cap, const char *setup, const char *stage, const char *run,
-                     const char *file_path, const char *code, sgunit_result_t *res)
+void sgunit_run_exec(sgunit_agent_t *a, uint32_t timeout_ms, uint32_t cap, const char *setup, const char *stage,
+                     const char *run, const char *file_path, const char *code, sgunit_result_t *res)
 {
     sgunit_exec_full(a, timeout_ms, cap, setup, stage, run, file_path, "", code, res);
     assert_int_equal(res->state, SG_AGENT_STATE_NONE);
@@ -301,8 +302,11 @@ void sgunit__expect(sgunit_result_t *res, const sgunit_want_t *want, const char 
     const struct {
         const sgunit_is_t *want;
         int64_t got;
-    } ints[] = {{&want->reason, res->reason}, {&want->code, res->code}, {&want->sig, res->sig},
-                {&want->state, res->state},   {&want->flags, res->flags}};
+    } ints[] = {{&want->reason, res->reason},
+                {&want->code, res->code},
+                {&want->sig, res->sig},
+                {&want->state, res->state},
+                {&want->flags, res->flags}};
     const struct {
         const char *want, *got;
     } strs[] = {{want->stage, res->stage}, {want->out, sgunit_out_str(res, 1)}, {want->err, sgunit_out_str(res, 2)}};
@@ -315,8 +319,7 @@ void sgunit__expect(sgunit_result_t *res, const sgunit_want_t *want, const char 
         if (strs[i].want != NULL)
             _assert_string_equal(strs[i].got, strs[i].want, file, line);
     if (want->wall_below > 0)
-        _assert_true(cast_to_largest_integral_type(res->wall_s < want->wall_below), "wall_s < wall_below", file,
-                     line);
+        _assert_true(cast_to_largest_integral_type(res->wall_s < want->wall_below), "wall_s < wall_below", file, line);
 }
 
 /* Expect a single reply of `type`; returns it (payload owned by caller). */
@@ -409,7 +412,6 @@ pid_t sgunit_read_pid_file(sgunit_agent_t *a, const char *name)
     fclose(f);
     return (pid_t)atoi(buf);
 }
-
 
 void sgunit_assert_gone(pid_t pid)
 {

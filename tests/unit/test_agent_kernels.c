@@ -65,7 +65,8 @@ static void kexec(sgunit_agent_t *a, const char *kernel, const char *src, sgunit
     sgunit_exec_full(a, KERNEL_TIMEOUT_MS, 1 << 20, "", "", "", "", kernel, src, res);
 }
 
-static void kexpect(sgunit_agent_t *a, const char *kernel, const char *src, int32_t code, uint32_t state, const char *out)
+static void kexpect(sgunit_agent_t *a, const char *kernel, const char *src, int32_t code, uint32_t state,
+                    const char *out)
 {
     sgunit_result_t res;
 
@@ -128,8 +129,7 @@ static void test_py_state_kept(void **state)
     kexpect(a, PY, "print(x + 1)", 0, SG_AGENT_STATE_KEPT, "42\n");
     kexpect(a, PY, "import math", 0, SG_AGENT_STATE_KEPT, "");
     kexpect(a, PY, "print(math.factorial(5), __name__)", 0, SG_AGENT_STATE_KEPT, "120 __main__\n");
-    kexpect(a, PY, "import os\nprint(os.getcwd() == os.environ['SANDGATE_WORKDIR'])", 0, SG_AGENT_STATE_KEPT,
-            "True\n");
+    kexpect(a, PY, "import os\nprint(os.getcwd() == os.environ['SANDGATE_WORKDIR'])", 0, SG_AGENT_STATE_KEPT, "True\n");
     /* A request far larger than a pipe buffer. */
     assert_non_null(big);
     strcpy(big, "s = '");
@@ -261,8 +261,8 @@ static void test_py_children_killed(void **state)
     sub = sgunit_read_pid_file(a, "sub.pid");
     esc = sgunit_read_pid_file(a, "esc.pid");
     assert_alive(kernel);
-    assert_dead(sub); /* a zombie until the kernel reaps it */
-    sgunit_assert_gone(esc);  /* orphaned to the agent, which reaped it */
+    assert_dead(sub);        /* a zombie until the kernel reaps it */
+    sgunit_assert_gone(esc); /* orphaned to the agent, which reaped it */
 
     kexpect(a, PY, "print(p.wait())", 0, SG_AGENT_STATE_KEPT, "-9\n");
     sgunit_assert_gone(sub);
@@ -308,8 +308,8 @@ static void test_kernel_dies_between_execs(void **state)
     sgunit_agent_t *a = *state;
     sgunit_result_t res;
 
-    kexpect(a, PY, "import os, threading\nx = 1\nthreading.Timer(0.2, os._exit, [0]).start()", 0,
-            SG_AGENT_STATE_NEW, "");
+    kexpect(a, PY, "import os, threading\nx = 1\nthreading.Timer(0.2, os._exit, [0]).start()", 0, SG_AGENT_STATE_NEW,
+            "");
     usleep(700000);
     /* Setup fails before a new kernel is started: the old one is lost. */
     sgunit_exec_full(a, KERNEL_TIMEOUT_MS, 1 << 20, "exit 1", "libraries", "", "", PY, "print(x)", &res);
@@ -346,14 +346,15 @@ static void test_kernel_malformed_answer(void **state)
 
     /* Reads the request "1\nx", answers nonsense, and stays. */
     sgunit_exec_full(a, KERNEL_TIMEOUT_MS, 1 << 20, "", "", "", "",
-              "exec sh -c 'head -c 3 <&3 >/dev/null; echo bogus >&4; exec sleep 1000'", "x", &res);
+                     "exec sh -c 'head -c 3 <&3 >/dev/null; echo bogus >&4; exec sleep 1000'", "x", &res);
     SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_KILLED), .code = SGUNIT_IS(-1), .sig = SGUNIT_IS(SIGKILL),
                   .state = SGUNIT_IS(SG_AGENT_STATE_LOST), .wall_below = 3);
     assert_non_null(strstr(sgunit_out_str(&res, 2), "malformed answer"));
     sgunit_free_result(&res);
 
     /* Closes its answer pipe and stays: it can never answer. */
-    sgunit_exec_full(a, KERNEL_TIMEOUT_MS, 1 << 20, "", "", "", "", "exec sh -c 'exec 4>&-; exec sleep 1000'", "x", &res);
+    sgunit_exec_full(a, KERNEL_TIMEOUT_MS, 1 << 20, "", "", "", "", "exec sh -c 'exec 4>&-; exec sleep 1000'", "x",
+                     &res);
     SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_KILLED), .state = SGUNIT_IS(SG_AGENT_STATE_LOST),
                   .wall_below = 3);
     assert_non_null(strstr(sgunit_out_str(&res, 2), "answer pipe"));
@@ -460,10 +461,12 @@ static void test_js_require(void **state)
     sgunit_agent_t *a = *state;
     static const char mod[] = "exports.answer = 42;\n";
 
-    free(sgunit_expect_reply(a, sgunit_put_file(a, "node_modules/m/index.js", 0644, mod, sizeof(mod) - 1), SG_AGENT_OK).payload);
-    free(sgunit_expect_reply(a, sgunit_put_file(a, "lib.js", 0644, "module.exports = 'local';\n", 26), SG_AGENT_OK).payload);
-    kexpect(a, JS, "console.log(require('m').answer, require('./lib'), require.main === module)", 0,
-            SG_AGENT_STATE_NEW, "42 local true\n");
+    free(sgunit_expect_reply(a, sgunit_put_file(a, "node_modules/m/index.js", 0644, mod, sizeof(mod) - 1), SG_AGENT_OK)
+             .payload);
+    free(sgunit_expect_reply(a, sgunit_put_file(a, "lib.js", 0644, "module.exports = 'local';\n", 26), SG_AGENT_OK)
+             .payload);
+    kexpect(a, JS, "console.log(require('m').answer, require('./lib'), require.main === module)", 0, SG_AGENT_STATE_NEW,
+            "42 local true\n");
 }
 
 /* ---- kernel scripts ---------------------------------------------------- */
@@ -494,76 +497,80 @@ static const kscript_t scripts[] = {
      * would end with its 7, and the parent's late answer would end the next. */
     {
         .name = "test_py_fork_copy_never_answers",
-        .steps = {
-            {"import os, sys, time\n"
-             "pid = os.fork()\n"
-             "if pid == 0:\n"
-             "    print('child')\n"
-             "    sys.exit(7)\n"
-             "_, st = os.waitpid(pid, 0)\n"
-             "time.sleep(0.2)\n"
-             "print('parent', os.waitstatus_to_exitcode(st))",
-             0, SG_AGENT_STATE_NEW, "child\nparent 7\n"},
-            /* A child that fails, and one that falls off the end of the code. */
-            {"pid = os.fork()\n"
-             "if pid == 0:\n"
-             "    raise ValueError('in a copy')\n"
-             "time.sleep(0.2)\n"
-             "print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))",
-             0, SG_AGENT_STATE_KEPT, "1\n"},
-            {"pid = os.fork()\n"
-             "if pid > 0:\n"
-             "    time.sleep(0.2)\n"
-             "    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))",
-             0, SG_AGENT_STATE_KEPT, "0\n"},
-            {"print(pid > 0, 'next')", 0, SG_AGENT_STATE_KEPT, "True next\n"},
-        },
+        .steps =
+            {
+                {"import os, sys, time\n"
+                 "pid = os.fork()\n"
+                 "if pid == 0:\n"
+                 "    print('child')\n"
+                 "    sys.exit(7)\n"
+                 "_, st = os.waitpid(pid, 0)\n"
+                 "time.sleep(0.2)\n"
+                 "print('parent', os.waitstatus_to_exitcode(st))",
+                 0, SG_AGENT_STATE_NEW, "child\nparent 7\n"},
+                /* A child that fails, and one that falls off the end of the code. */
+                {"pid = os.fork()\n"
+                 "if pid == 0:\n"
+                 "    raise ValueError('in a copy')\n"
+                 "time.sleep(0.2)\n"
+                 "print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))",
+                 0, SG_AGENT_STATE_KEPT, "1\n"},
+                {"pid = os.fork()\n"
+                 "if pid > 0:\n"
+                 "    time.sleep(0.2)\n"
+                 "    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))",
+                 0, SG_AGENT_STATE_KEPT, "0\n"},
+                {"print(pid > 0, 'next')", 0, SG_AGENT_STATE_KEPT, "True next\n"},
+            },
     },
     /* What a kernel writes between EXECs is discarded and never blocks it. */
     {
         .name = "test_py_background_output",
-        .steps = {
-            {"import sys, threading, time\n"
-             "done = False\n"
-             "def spam():\n"
-             "    global done\n"
-             "    time.sleep(0.2)\n"
-             "    for i in range(3000):\n"
-             "        sys.stdout.write('x' * 99 + '\\n')\n"
-             "        sys.stderr.write('e' * 99 + '\\n')\n"
-             "    done = True\n"
-             "threading.Thread(target=spam, daemon=True).start()",
-             0, SG_AGENT_STATE_NEW, "", 1500000},
-            {"print(done)", 0, SG_AGENT_STATE_KEPT, "True\n"},
-        },
+        .steps =
+            {
+                {"import sys, threading, time\n"
+                 "done = False\n"
+                 "def spam():\n"
+                 "    global done\n"
+                 "    time.sleep(0.2)\n"
+                 "    for i in range(3000):\n"
+                 "        sys.stdout.write('x' * 99 + '\\n')\n"
+                 "        sys.stderr.write('e' * 99 + '\\n')\n"
+                 "    done = True\n"
+                 "threading.Thread(target=spam, daemon=True).start()",
+                 0, SG_AGENT_STATE_NEW, "", 1500000},
+                {"print(done)", 0, SG_AGENT_STATE_KEPT, "True\n"},
+            },
     },
     /* The kernel gets fds 0 to 4 and nothing else, and volunteers for the OOM
      * killer like any command. */
     {
         .name = "test_kernel_environment",
-        .steps = {
-            {"import os\n"
-             "fds = sorted(int(f) for f in os.listdir('/proc/self/fd'))\n"
-             "print(fds[:5], len(fds))\n"
-             "print(os.readlink('/proc/self/fd/0'))\n"
-             "print(open('/proc/self/oom_score_adj').read().strip())\n"
-             "print(os.getcwd() == os.environ['SANDGATE_WORKDIR'])",
-             0, SG_AGENT_STATE_NEW, "[0, 1, 2, 3, 4] 6\n/dev/null\n1000\nTrue\n"},
-        },
+        .steps =
+            {
+                {"import os\n"
+                 "fds = sorted(int(f) for f in os.listdir('/proc/self/fd'))\n"
+                 "print(fds[:5], len(fds))\n"
+                 "print(os.readlink('/proc/self/fd/0'))\n"
+                 "print(open('/proc/self/oom_score_adj').read().strip())\n"
+                 "print(os.getcwd() == os.environ['SANDGATE_WORKDIR'])",
+                 0, SG_AGENT_STATE_NEW, "[0, 1, 2, 3, 4] 6\n/dev/null\n1000\nTrue\n"},
+            },
     },
     {
         .name = "test_js_state_kept",
         .js = 1,
-        .steps = {
-            {"let a = 20", 0, SG_AGENT_STATE_NEW, ""},
-            {"console.log(a * 2 + 2)", 0, SG_AGENT_STATE_KEPT, "42\n"},
-            {"function f() { return 7 }", 0, SG_AGENT_STATE_KEPT, ""},
-            {"console.log(f())", 0, SG_AGENT_STATE_KEPT, "7\n"},
-            {"var v = 'var'; globalThis.g = 'global'", 0, SG_AGENT_STATE_KEPT, ""},
-            {"console.log(v, g, process.cwd() === __dirname)", 0, SG_AGENT_STATE_KEPT, "var global true\n"},
-            {"process.exitCode = 3", 3, SG_AGENT_STATE_KEPT, ""},
-            {"console.log(a)", 0, SG_AGENT_STATE_KEPT, "20\n"},
-        },
+        .steps =
+            {
+                {"let a = 20", 0, SG_AGENT_STATE_NEW, ""},
+                {"console.log(a * 2 + 2)", 0, SG_AGENT_STATE_KEPT, "42\n"},
+                {"function f() { return 7 }", 0, SG_AGENT_STATE_KEPT, ""},
+                {"console.log(f())", 0, SG_AGENT_STATE_KEPT, "7\n"},
+                {"var v = 'var'; globalThis.g = 'global'", 0, SG_AGENT_STATE_KEPT, ""},
+                {"console.log(v, g, process.cwd() === __dirname)", 0, SG_AGENT_STATE_KEPT, "var global true\n"},
+                {"process.exitCode = 3", 3, SG_AGENT_STATE_KEPT, ""},
+                {"console.log(a)", 0, SG_AGENT_STATE_KEPT, "20\n"},
+            },
     },
 };
 
@@ -578,7 +585,6 @@ static void test_kscript(void **state)
             usleep(k->pause_us);
     }
 }
-
 
 int main(void)
 {

@@ -32,8 +32,8 @@ static void test_exit_code_and_streams(void **state)
     sgunit_result_t res;
 
     sgunit_run_exec(*state, 5000, 1 << 20, "", "", "echo hi; echo err >&2; exit 3", "", "", &res);
-    SGUNIT_EXPECT(&res, .out = "hi\n", .err = "err\n", .reason = SGUNIT_IS(SG_AGENT_REASON_EXITED), .code = SGUNIT_IS(3),
-                  .sig = SGUNIT_IS(0), .flags = SGUNIT_IS(0), .stage = "run");
+    SGUNIT_EXPECT(&res, .out = "hi\n", .err = "err\n", .reason = SGUNIT_IS(SG_AGENT_REASON_EXITED),
+                  .code = SGUNIT_IS(3), .sig = SGUNIT_IS(0), .flags = SGUNIT_IS(0), .stage = "run");
     assert_true(res.duration_us > 0 && res.duration_us < 5000000);
     sgunit_free_result(&res);
 }
@@ -46,7 +46,8 @@ static void test_environment(void **state)
 
     /* cwd is the work dir, stdin is empty, SANDGATE_FILE is set, and user
      * code volunteers for the OOM killer. */
-    sgunit_run_exec(a, 5000, 1 << 20, "", "", "pwd; cat; echo \"[$SANDGATE_FILE]\"; cat /proc/self/oom_score_adj", "", "", &res);
+    sgunit_run_exec(a, 5000, 1 << 20, "", "", "pwd; cat; echo \"[$SANDGATE_FILE]\"; cat /proc/self/oom_score_adj", "",
+                    "", &res);
     snprintf(want, sizeof(want), "%s\n[]\n1000\n", a->dir);
     SGUNIT_EXPECT(&res, .out = want, .reason = SGUNIT_IS(SG_AGENT_REASON_EXITED), .code = SGUNIT_IS(0));
     sgunit_free_result(&res);
@@ -82,12 +83,12 @@ static void test_escapees_killed(void **state)
     sgunit_result_t res;
 
     sgunit_run_exec(a, 20000, 1 << 20, "", "",
-             "setsid sh -c 'sleep 1000 & echo $! > esc1.tmp; mv esc1.tmp esc1.pid; sleep 1000' &\n"
-             "setsid sh -c 'sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > esc2.tmp; mv esc2.tmp esc2.pid' "
-             "</dev/null >/dev/null 2>&1 &\n"
-             "while [ ! -e esc1.pid ] || [ ! -e esc2.pid ]; do sleep 0.02; done\n"
-             "echo started",
-             "", "", &res);
+                    "setsid sh -c 'sleep 1000 & echo $! > esc1.tmp; mv esc1.tmp esc1.pid; sleep 1000' &\n"
+                    "setsid sh -c 'sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > esc2.tmp; mv esc2.tmp esc2.pid' "
+                    "</dev/null >/dev/null 2>&1 &\n"
+                    "while [ ! -e esc1.pid ] || [ ! -e esc2.pid ]; do sleep 0.02; done\n"
+                    "echo started",
+                    "", "", &res);
     SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_EXITED), .code = SGUNIT_IS(0), .out = "started\n",
                   .wall_below = 5);
     sgunit_assert_gone(sgunit_read_pid_file(a, "esc1.pid"));
@@ -102,10 +103,10 @@ static void test_escapee_killed_on_timeout(void **state)
     sgunit_agent_t *a = *state;
     sgunit_result_t res;
 
-    sgunit_run_exec(a, 500, 1 << 20, "",
-             "", "setsid sh -c 'sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > esc.tmp; mv esc.tmp esc.pid' "
-                 "</dev/null >/dev/null 2>&1; sleep 1000",
-             "", "", &res);
+    sgunit_run_exec(a, 500, 1 << 20, "", "",
+                    "setsid sh -c 'sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > esc.tmp; mv esc.tmp esc.pid' "
+                    "</dev/null >/dev/null 2>&1; sleep 1000",
+                    "", "", &res);
     assert_int_equal(res.reason, SG_AGENT_REASON_TIMEOUT);
     sgunit_assert_gone(sgunit_read_pid_file(a, "esc.pid"));
     sgunit_free_result(&res);
@@ -275,8 +276,8 @@ static void test_put_get_round_trip(void **state)
 static void test_refused_paths(void **state)
 {
     sgunit_agent_t *a = *state;
-    static const char *const refused[] = {"../x", "/etc/passwd", "a/../../x", "..", "dir/..", "link/passwd", "link",
-                                          "dir", "/tmp", "dir/file/x", ""};
+    static const char *const refused[] = {"../x", "/etc/passwd", "a/../../x", "..",         "dir/..", "link/passwd",
+                                          "link", "dir",         "/tmp",      "dir/file/x", ""};
     char path[128];
     size_t i;
     int fd;
@@ -338,9 +339,15 @@ static void test_malformed_requests(void **state)
     sgunit_expect_error(a, 51, SG_AGENT_ERR_BAD_REQUEST);
     sgunit_send_raw(a, SG_AGENT_OK, 52, "", 0); /* a reply type is not a request */
     sgunit_expect_error(a, 52, SG_AGENT_ERR_BAD_REQUEST);
-    sgunit_send_raw(a, SG_AGENT_GET_FILE, 53, "\0\0\0\x05" "ab", 6); /* string past the end */
+    sgunit_send_raw(a, SG_AGENT_GET_FILE, 53,
+                    "\0\0\0\x05"
+                    "ab",
+                    6); /* string past the end */
     sgunit_expect_error(a, 53, SG_AGENT_ERR_BAD_REQUEST);
-    sgunit_send_raw(a, SG_AGENT_PUT_FILE, 54, "\0\0\0\x01" "a", 5); /* no mode */
+    sgunit_send_raw(a, SG_AGENT_PUT_FILE, 54,
+                    "\0\0\0\x01"
+                    "a",
+                    5); /* no mode */
     sgunit_expect_error(a, 54, SG_AGENT_ERR_BAD_REQUEST);
 
     /* Non-zero flags: the payload length is still trusted, the request is not. */

@@ -19,14 +19,14 @@ static void test_header_bytes(void **state)
 {
     sg_agent_buf_t b;
     static const uint8_t want[] = {
-        66,   0,    0,    0,    0x01, 0x02, 0x03, 0x04, 0,    0,    0,    35, /* header */
-        0xff, 0xff, 0xff, 0xff,                                             /* i32 -1 */
-        0,    0,    0,    9,                                                /* u32 9 */
-        0,    0,    0,    3,                                                /* u32 3 */
-        0,    0,    0,    0,    0,    0x0f, 0x42, 0x40,                     /* u64 1000000 */
-        0,    0,    0,    1,                                                /* u32 1 */
-        0,    0,    0,    3,    'r',  'u',  'n',                          /* str "run" */
-        0,    0,    0,    3,                                                /* u32 3 */
+        66,   0,    0,    0,    0x01, 0x02, 0x03, 0x04, 0, 0, 0, 35, /* header */
+        0xff, 0xff, 0xff, 0xff,                                      /* i32 -1 */
+        0,    0,    0,    9,                                         /* u32 9 */
+        0,    0,    0,    3,                                         /* u32 3 */
+        0,    0,    0,    0,    0,    0x0f, 0x42, 0x40,              /* u64 1000000 */
+        0,    0,    0,    1,                                         /* u32 1 */
+        0,    0,    0,    3,    'r',  'u',  'n',                     /* str "run" */
+        0,    0,    0,    3,                                         /* u32 3 */
     };
 
     sg_agent_buf_init(&b);
@@ -473,18 +473,12 @@ static void test_reply_decode(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_header_bytes),
-        cmocka_unit_test(test_round_trip),
-        cmocka_unit_test(test_two_messages),
-        cmocka_unit_test(test_growth),
-        cmocka_unit_test(test_put_str_too_long),
-        cmocka_unit_test(test_header_decode),
-        cmocka_unit_test(test_truncated_everywhere),
-        cmocka_unit_test(test_reader_sticky_failure),
-        cmocka_unit_test(test_empty_payload),
-        cmocka_unit_test(test_reason_names),
-        cmocka_unit_test(test_state_names),
-        cmocka_unit_test(test_reply_decode),
+        cmocka_unit_test(test_header_bytes),         cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_two_messages),         cmocka_unit_test(test_growth),
+        cmocka_unit_test(test_put_str_too_long),     cmocka_unit_test(test_header_decode),
+        cmocka_unit_test(test_truncated_everywhere), cmocka_unit_test(test_reader_sticky_failure),
+        cmocka_unit_test(test_empty_payload),        cmocka_unit_test(test_reason_names),
+        cmocka_unit_test(test_state_names),          cmocka_unit_test(test_reply_decode),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

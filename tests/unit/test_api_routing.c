@@ -342,8 +342,8 @@ static void test_config_nanocpus_exact(void **state)
     static const struct {
         double cpus;
         long long nano;
-    } cases[] = {{0.01, 10000000LL}, {0.5, 500000000LL}, {2.01, 2010000000LL}, {4.1, 4100000000LL},
-                 {8.2, 8200000000LL}};
+    } cases[] = {
+        {0.01, 10000000LL}, {0.5, 500000000LL}, {2.01, 2010000000LL}, {4.1, 4100000000LL}, {8.2, 8200000000LL}};
     sg_session_t s;
     char wrong[512] = "";
     size_t off = 0;

@@ -193,8 +193,9 @@ static void test_config_int(void **state)
 
 static void test_config_int_errors(void **state)
 {
-    static const char *bad[] = {"0", "101", "-5", "abc", "12x", "", "-0", "1.5", "1e2", "99999999999999999999",
-                                "-99999999999999999999", "0x10"};
+    static const char *bad[] = {
+        "0",   "101", "-5", "abc", "12x", "", "-0", "1.5", "1e2", "99999999999999999999", "-99999999999999999999",
+        "0x10"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         parse_bad(&e_int, bad[i]);
 }
@@ -494,17 +495,17 @@ static void test_utf8_valid_kept(void **state)
 {
     static const char *ok[] = {"",
                                "plain ASCII\n\t~",
-                               "\xc3\xa9",                 /* é */
-                               "\xc2\x80",                 /* U+0080, smallest 2-byte */
-                               "\xdf\xbf",                 /* U+07FF */
-                               "\xe0\xa0\x80",             /* U+0800, smallest 3-byte */
-                               "\xe2\x82\xac",             /* € */
-                               "\xed\x9f\xbf",             /* U+D7FF, just below the surrogates */
-                               "\xee\x80\x80",             /* U+E000, just above */
-                               "\xef\xbf\xbd",             /* U+FFFD itself */
-                               "\xf0\x90\x80\x80",         /* U+10000 */
-                               "\xf0\x9f\x98\x80",         /* emoji */
-                               "\xf4\x8f\xbf\xbf",         /* U+10FFFF */
+                               "\xc3\xa9",         /* é */
+                               "\xc2\x80",         /* U+0080, smallest 2-byte */
+                               "\xdf\xbf",         /* U+07FF */
+                               "\xe0\xa0\x80",     /* U+0800, smallest 3-byte */
+                               "\xe2\x82\xac",     /* € */
+                               "\xed\x9f\xbf",     /* U+D7FF, just below the surrogates */
+                               "\xee\x80\x80",     /* U+E000, just above */
+                               "\xef\xbf\xbd",     /* U+FFFD itself */
+                               "\xf0\x90\x80\x80", /* U+10000 */
+                               "\xf0\x9f\x98\x80", /* emoji */
+                               "\xf4\x8f\xbf\xbf", /* U+10FFFF */
                                "a\xc3\xa9z\xe2\x82\xac!"};
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
         size_t n;
@@ -542,25 +543,25 @@ static void test_utf8_invalid(void **state)
         const char *s;
         size_t len;
     } bad[] = {
-        {"\x80", 1},                 /* lone continuation byte */
+        {"\x80", 1}, /* lone continuation byte */
         {"\xbf", 1},
-        {"\xc3", 1},                 /* truncated 2-byte */
-        {"\xe2\x82", 2},             /* truncated 3-byte */
-        {"\xf0\x9f\x98", 3},         /* truncated 4-byte */
-        {"\xc0\x80", 2},             /* overlong NUL */
-        {"\xc1\xbf", 2},             /* overlong */
-        {"\xe0\x80\x80", 3},         /* overlong 3-byte */
+        {"\xc3", 1},         /* truncated 2-byte */
+        {"\xe2\x82", 2},     /* truncated 3-byte */
+        {"\xf0\x9f\x98", 3}, /* truncated 4-byte */
+        {"\xc0\x80", 2},     /* overlong NUL */
+        {"\xc1\xbf", 2},     /* overlong */
+        {"\xe0\x80\x80", 3}, /* overlong 3-byte */
         {"\xe0\x9f\xbf", 3},
-        {"\xf0\x80\x80\x80", 4},     /* overlong 4-byte */
+        {"\xf0\x80\x80\x80", 4}, /* overlong 4-byte */
         {"\xf0\x8f\xbf\xbf", 4},
-        {"\xed\xa0\x80", 3},         /* surrogate U+D800 */
-        {"\xed\xbf\xbf", 3},         /* surrogate U+DFFF */
-        {"\xf4\x90\x80\x80", 4},     /* U+110000 */
+        {"\xed\xa0\x80", 3},     /* surrogate U+D800 */
+        {"\xed\xbf\xbf", 3},     /* surrogate U+DFFF */
+        {"\xf4\x90\x80\x80", 4}, /* U+110000 */
         {"\xf5\x80\x80\x80", 4},
         {"\xf8\x88\x80\x80\x80", 5}, /* 5-byte form */
         {"\xfe", 1},
         {"\xff", 1},
-        {"\0", 1},                   /* NUL */
+        {"\0", 1}, /* NUL */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         expect_replaced("", bad[i].s, bad[i].len, "");
@@ -658,8 +659,8 @@ static void test_uuid4(void **state)
         assert_int_equal(a[13], '-');
         assert_int_equal(a[18], '-');
         assert_int_equal(a[23], '-');
-        assert_int_equal(a[14], '4');                 /* version */
-        assert_non_null(strchr("89ab", a[19]));       /* RFC 4122 variant */
+        assert_int_equal(a[14], '4');           /* version */
+        assert_non_null(strchr("89ab", a[19])); /* RFC 4122 variant */
     }
     assert_int_equal(sg_uuid4(b), 0);
     assert_string_not_equal(a, b);
@@ -669,16 +670,12 @@ static void test_is_uuid(void **state)
 {
     static const char good[] = "0123abcd-ef01-4a2b-8c3d-456789abcdef";
     static const char *bad[] = {
-        "0123ABCD-ef01-4a2b-8c3d-456789abcdef", /* uppercase */
-        "0123abcd-ef01-4a2b-8c3d-456789abcdeF",
-        "0123abc-def01-4a2b-8c3d-456789abcdef", /* dash moved */
-        "0123abcd-ef014-a2b-8c3d-456789abcdef",
-        "0123abcd0ef01-4a2b-8c3d-456789abcdef", /* dash missing */
-        "0123abcd-ef01-4a2b-8c3d-456789abcde-",
-        "0123abcd_ef01_4a2b_8c3d_456789abcdef",
+        "0123ABCD-ef01-4a2b-8c3d-456789abcdef",                                         /* uppercase */
+        "0123abcd-ef01-4a2b-8c3d-456789abcdeF", "0123abc-def01-4a2b-8c3d-456789abcdef", /* dash moved */
+        "0123abcd-ef014-a2b-8c3d-456789abcdef", "0123abcd0ef01-4a2b-8c3d-456789abcdef", /* dash missing */
+        "0123abcd-ef01-4a2b-8c3d-456789abcde-", "0123abcd_ef01_4a2b_8c3d_456789abcdef",
         "0123abcg-ef01-4a2b-8c3d-456789abcdef", /* not hex */
-        "{123abcd-ef01-4a2b-8c3d-456789abcdef",
-        "------------------------------------",
+        "{123abcd-ef01-4a2b-8c3d-456789abcdef", "------------------------------------",
     };
 
     assert_int_equal(sg_is_uuid(good, 36), 1);

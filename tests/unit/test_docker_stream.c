@@ -473,16 +473,11 @@ static void test_size_high_byte(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        STREAM_TEST(test_one_frame),
-        cmocka_unit_test(test_interleaved),
-        cmocka_unit_test(test_byte_at_a_time),
-        cmocka_unit_test(test_split_everywhere),
-        STREAM_TEST(test_zero_length_frame),
-        STREAM_TEST(test_bad_stream),
-        STREAM_TEST(test_bad_padding),
-        STREAM_TEST(test_init_resets),
-        cmocka_unit_test(test_large_frame),
-        cmocka_unit_test(test_size_big_endian),
+        STREAM_TEST(test_one_frame),           cmocka_unit_test(test_interleaved),
+        cmocka_unit_test(test_byte_at_a_time), cmocka_unit_test(test_split_everywhere),
+        STREAM_TEST(test_zero_length_frame),   STREAM_TEST(test_bad_stream),
+        STREAM_TEST(test_bad_padding),         STREAM_TEST(test_init_resets),
+        cmocka_unit_test(test_large_frame),    cmocka_unit_test(test_size_big_endian),
         cmocka_unit_test(test_size_high_byte),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -90,10 +90,7 @@ static void test_retry_after_exact(void **state)
         int allowed;
         double retry_after_s;
     } asks[] = {
-        {0, 0, 1.0},
-        {250, 0, 0.75},
-        {999, 0, 0.001},
-        {1000, 1, 0}, /* exactly when retry_after said */
+        {0, 0, 1.0}, {250, 0, 0.75}, {999, 0, 0.001}, {1000, 1, 0}, /* exactly when retry_after said */
     };
     for (size_t i = 0; i < sizeof(asks) / sizeof(asks[0]); i++) {
         sg_rate_result_t r = step(NOW + asks[i].after_ms, &tat, 60, 2);

@@ -18,8 +18,8 @@
 #include "fields.h"
 #include "sse_tail.h"
 
-static const char *const BAD[] = {"NaN", "nan", "1e999", "Infinity", "-Infinity", "1e308", "-1e300", "0", "-1", "\"5\"", "[]",
-                                  "true"};
+static const char *const BAD[] = {"NaN",    "nan", "1e999", "Infinity", "-Infinity", "1e308",
+                                  "-1e300", "0",   "-1",    "\"5\"",    "[]",        "true"};
 
 static void test_number_fields_refuse(void **state)
 {
@@ -71,8 +71,8 @@ static void test_number_fields_accept(void **state)
 
 static void test_number_text(void **state)
 {
-    static const char *const bad[] = {"", "nan", "NaN", "inf", "-inf", "Infinity", "1e400", " 5", "5 ", "5x", "0x10",
-                                      "+5", "-1", "1e308"};
+    static const char *const bad[] = {"",   "nan", "NaN", "inf",  "-inf", "Infinity", "1e400",
+                                      " 5", "5 ",  "5x",  "0x10", "+5",   "-1",       "1e308"};
     double out = 3;
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         if (sg_gw_number_text(bad[i], strlen(bad[i]), 0, 1e12, &out) != -1)
@@ -167,10 +167,8 @@ static void test_sse_tail_large(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_number_fields_refuse),
-        cmocka_unit_test(test_number_fields_accept),
-        cmocka_unit_test(test_number_text),
-        cmocka_unit_test(test_sse_tail_pieces),
+        cmocka_unit_test(test_number_fields_refuse), cmocka_unit_test(test_number_fields_accept),
+        cmocka_unit_test(test_number_text),          cmocka_unit_test(test_sse_tail_pieces),
         cmocka_unit_test(test_sse_tail_large),
     };
     return cmocka_run_group_tests_name("gw_input", tests, NULL, NULL);

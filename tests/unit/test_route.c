@@ -20,14 +20,10 @@
 enum { R_ROOT, R_SESSIONS, R_SESSION, R_EXEC, R_FILES, R_TPL, R_DEEP };
 
 static const sg_route_t table[] = {
-    {SG_M_GET | SG_M_HEAD, "/", NULL, R_ROOT},
-    {SG_M_POST, "/sessions", NULL, R_SESSIONS},
-    {SG_M_GET, "/sessions", NULL, R_SESSIONS},
-    {SG_M_GET | SG_M_DELETE, "/sessions/*", NULL, R_SESSION},
-    {SG_M_POST, "/sessions/*/execute", NULL, R_EXEC},
-    {SG_M_GET | SG_M_PUT, "/sessions/*/files", NULL, R_FILES},
-    {SG_M_DELETE, "/templates/*", NULL, R_TPL},
-    {SG_M_PATCH, "/a/*/b/*", NULL, R_DEEP},
+    {SG_M_GET | SG_M_HEAD, "/", NULL, R_ROOT},        {SG_M_POST, "/sessions", NULL, R_SESSIONS},
+    {SG_M_GET, "/sessions", NULL, R_SESSIONS},        {SG_M_GET | SG_M_DELETE, "/sessions/*", NULL, R_SESSION},
+    {SG_M_POST, "/sessions/*/execute", NULL, R_EXEC}, {SG_M_GET | SG_M_PUT, "/sessions/*/files", NULL, R_FILES},
+    {SG_M_DELETE, "/templates/*", NULL, R_TPL},       {SG_M_PATCH, "/a/*/b/*", NULL, R_DEEP},
 };
 #define N (sizeof(table) / sizeof(table[0]))
 
@@ -106,17 +102,10 @@ static void test_not_found(void **state)
 {
     sg_route_match_t m;
     unsigned allow = 99;
-    const char *paths[] = {"/nope",
-                           "/sessions/abc/nope",
-                           "/sessions/abc/execute/more",
-                           "/templates",
-                           "/a/x/b",
-                           "",
-                           "sessions",
-                           "/sessions//execute",
-                           "//",
-                           "/1/2/3/4/5/6/7/8/9",
-                           "/SESSIONS"};
+    const char *paths[] = {
+        "/nope",    "/sessions/abc/nope", "/sessions/abc/execute/more", "/templates", "/a/x/b",
+        "",         "sessions",           "/sessions//execute",         "//",         "/1/2/3/4/5/6/7/8/9",
+        "/SESSIONS"};
 
     for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
         int st = find("GET", paths[i], &m, &allow);
@@ -200,11 +189,8 @@ static void test_xalloc(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_found),
-        cmocka_unit_test(test_not_found),
-        cmocka_unit_test(test_method_not_allowed),
-        cmocka_unit_test(test_allow_text),
-        cmocka_unit_test(test_xalloc),
+        cmocka_unit_test(test_found),      cmocka_unit_test(test_not_found), cmocka_unit_test(test_method_not_allowed),
+        cmocka_unit_test(test_allow_text), cmocka_unit_test(test_xalloc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

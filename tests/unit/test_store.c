@@ -47,8 +47,9 @@ static void test_open_creates_wal_db(void **state)
     assert_string_equal(v, "5000");
     pragma_text(st, "PRAGMA user_version", v, sizeof(v));
     assert_string_equal(v, "2");
-    pragma_text(st, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master WHERE type = 'table'"
-                    " AND name NOT LIKE 'sqlite_%' ORDER BY name)",
+    pragma_text(st,
+                "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master WHERE type = 'table'"
+                " AND name NOT LIKE 'sqlite_%' ORDER BY name)",
                 v, sizeof(v));
     assert_string_equal(v, "sessions,templates,tenants,tokens,usage");
 
@@ -279,23 +280,54 @@ static void test_tenant_fields(void **state)
         const char *key, *value;
         int ok;
     } cases[] = {
-        {"rate_per_min", "1", 1},        {"rate_per_min", "0", 0},         {"rate_per_min", "1000000001", 0},
-        {"rate_per_min", "12x", 0},      {"rate_per_min", "", 0},          {"rate_per_min", " 5", 0},
-        {"rate_per_min", "1.5", 0},      {"burst", "1000000000", 1},          {"max_sessions", "0", 1},
-        {"max_sessions", "-1", 0},       {"execs_per_day", "99999999999999999999", 0}, {"execs_per_day", "1000000000000", 1}, {"max_sessions", "1000001", 0},
-        {"max_concurrent_execs", "0", 1}, {"max_concurrent_execs", "3", 1}, {"max_concurrent_execs", "-1", 0},
+        {"rate_per_min", "1", 1},
+        {"rate_per_min", "0", 0},
+        {"rate_per_min", "1000000001", 0},
+        {"rate_per_min", "12x", 0},
+        {"rate_per_min", "", 0},
+        {"rate_per_min", " 5", 0},
+        {"rate_per_min", "1.5", 0},
+        {"burst", "1000000000", 1},
+        {"max_sessions", "0", 1},
+        {"max_sessions", "-1", 0},
+        {"execs_per_day", "99999999999999999999", 0},
+        {"execs_per_day", "1000000000000", 1},
+        {"max_sessions", "1000001", 0},
+        {"max_concurrent_execs", "0", 1},
+        {"max_concurrent_execs", "3", 1},
+        {"max_concurrent_execs", "-1", 0},
         {"max_concurrent_execs", "1000001", 0},
-        {"exec_seconds_per_day", "0.5", 1}, {"exec_seconds_per_day", "nan", 0},
-        {"exec_seconds_per_day", "inf", 0}, {"max_timeout", "0.1", 1},      {"max_timeout", "0", 0},
-        {"max_timeout", "86401", 0},     {"max_memory_mb", "15", 0},       {"max_memory_mb", "16", 1},
-        {"max_cpus", "0.01", 1},         {"max_cpus", "abc", 0},           {"max_cpus", "1025", 0},
-        {"allowed_langs", "*", 1},       {"allowed_langs", "python,go,c++", 1},
-        {"allowed_langs", "", 0},        {"allowed_langs", "python,", 0},  {"allowed_langs", ",go", 0},
-        {"allowed_langs", "py thon", 0}, {"allowed_langs", "Python", 0},   {"allowed_langs", "*,python", 0},
-        {"network_allowed", "true", 1},  {"network_allowed", "2", 0},      {"network_allowed", "yes", 1},
-        {"idle_timeout", "0", 0},        {"idle_timeout", "1000000000", 1},  {"max_lifetime", "1000000001", 0},
-        {"disabled", "1", 1},            {"disabled", "off", 1},           {"disabled", "maybe", 0},
-        {"name", "x", 0},                {"id", "3", 0},                   {"bogus", "1", 0},
+        {"exec_seconds_per_day", "0.5", 1},
+        {"exec_seconds_per_day", "nan", 0},
+        {"exec_seconds_per_day", "inf", 0},
+        {"max_timeout", "0.1", 1},
+        {"max_timeout", "0", 0},
+        {"max_timeout", "86401", 0},
+        {"max_memory_mb", "15", 0},
+        {"max_memory_mb", "16", 1},
+        {"max_cpus", "0.01", 1},
+        {"max_cpus", "abc", 0},
+        {"max_cpus", "1025", 0},
+        {"allowed_langs", "*", 1},
+        {"allowed_langs", "python,go,c++", 1},
+        {"allowed_langs", "", 0},
+        {"allowed_langs", "python,", 0},
+        {"allowed_langs", ",go", 0},
+        {"allowed_langs", "py thon", 0},
+        {"allowed_langs", "Python", 0},
+        {"allowed_langs", "*,python", 0},
+        {"network_allowed", "true", 1},
+        {"network_allowed", "2", 0},
+        {"network_allowed", "yes", 1},
+        {"idle_timeout", "0", 0},
+        {"idle_timeout", "1000000000", 1},
+        {"max_lifetime", "1000000001", 0},
+        {"disabled", "1", 1},
+        {"disabled", "off", 1},
+        {"disabled", "maybe", 0},
+        {"name", "x", 0},
+        {"id", "3", 0},
+        {"bogus", "1", 0},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         sg_tenant_t c = t;
@@ -366,9 +398,10 @@ static void test_tenant_fields(void **state)
     t.max_cpus = 0.25;
     int n = sg_tenant_format(&t, buf, sizeof(buf));
     assert_int_equal(n, (int)strlen(buf));
-    assert_string_equal(buf, "disabled=0 rate_per_min=600 burst=60 max_sessions=10 max_concurrent_execs=8 execs_per_day=10000 "
-                             "exec_seconds_per_day=36000 max_timeout=300 max_memory_mb=1024 max_cpus=0.25 "
-                             "allowed_langs=* network_allowed=0 idle_timeout=900 max_lifetime=14400 max_templates=5");
+    assert_string_equal(
+        buf, "disabled=0 rate_per_min=600 burst=60 max_sessions=10 max_concurrent_execs=8 execs_per_day=10000 "
+             "exec_seconds_per_day=36000 max_timeout=300 max_memory_mb=1024 max_cpus=0.25 "
+             "allowed_langs=* network_allowed=0 idle_timeout=900 max_lifetime=14400 max_templates=5");
     /* a short buffer is cut and NUL-terminated; the return says how much was needed */
     char small[20];
     assert_int_equal(sg_tenant_format(&t, small, sizeof(small)), n);
@@ -383,7 +416,8 @@ static void test_tenant_fields(void **state)
     json_object *o = sg_tenant_to_json(&t);
     assert_string_equal(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN),
                         "{\"id\":3,\"name\":\"acme\",\"created_at\":1700000000,\"disabled\":false,\"rate_per_min\":600,"
-                        "\"burst\":60,\"max_sessions\":10,\"max_concurrent_execs\":8,\"execs_per_day\":10000,\"exec_seconds_per_day\":36000,"
+                        "\"burst\":60,\"max_sessions\":10,\"max_concurrent_execs\":8,\"execs_per_day\":10000,\"exec_"
+                        "seconds_per_day\":36000,"
                         "\"max_timeout\":300,\"max_memory_mb\":1024,\"max_cpus\":0.25,\"allowed_langs\":\"*\","
                         "\"network_allowed\":true,\"idle_timeout\":900,\"max_lifetime\":14400,\"max_templates\":5}");
     json_object_put(o);
@@ -449,15 +483,16 @@ static void test_tokens(void **state)
     assert_int_equal(sg_store_token_auth(st, "Bearer x", 8, &got, err, sizeof(err)), 0);
     assert_int_equal(sg_store_token_auth(st, tok, strlen(tok) - 1, &got, err, sizeof(err)), 0);
     assert_int_equal(sg_store_token_auth(st, info.public_id, 8, &got, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_token_auth(st, "sgk_zzzzzzzz_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", 56, &got, err,
-                                         sizeof(err)),
-                     0);
+    assert_int_equal(
+        sg_store_token_auth(st, "sgk_zzzzzzzz_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", 56, &got, err, sizeof(err)),
+        0);
 
     /* the database holds neither the token nor its secret */
     {
         sqlite3_stmt *s;
-        assert_int_equal(sqlite3_prepare_v2(sg_store_db(st), "SELECT count(*) FROM tokens WHERE instr(CAST(hash AS TEXT), ?1)"
-                                                             " OR instr(label, ?1) OR instr(public_id, ?1)",
+        assert_int_equal(sqlite3_prepare_v2(sg_store_db(st),
+                                            "SELECT count(*) FROM tokens WHERE instr(CAST(hash AS TEXT), ?1)"
+                                            " OR instr(label, ?1) OR instr(public_id, ?1)",
                                             -1, &s, NULL),
                          SQLITE_OK);
         sqlite3_bind_text(s, 1, tok + 13, -1, SQLITE_STATIC);
@@ -465,8 +500,9 @@ static void test_tokens(void **state)
         assert_int_equal(sqlite3_column_int(s, 0), 0);
         sqlite3_finalize(s);
         unsigned char h[32];
-        assert_int_equal(sqlite3_prepare_v2(sg_store_db(st), "SELECT hash FROM tokens WHERE public_id = ?1", -1, &s, NULL),
-                         SQLITE_OK);
+        assert_int_equal(
+            sqlite3_prepare_v2(sg_store_db(st), "SELECT hash FROM tokens WHERE public_id = ?1", -1, &s, NULL),
+            SQLITE_OK);
         sqlite3_bind_text(s, 1, info.public_id, -1, SQLITE_STATIC);
         assert_int_equal(sqlite3_step(s), SQLITE_ROW);
         assert_int_equal(sqlite3_column_bytes(s, 0), 32);
@@ -558,7 +594,7 @@ static void test_usage(void **state)
 
     /* written out of order */
     sg_usage_t rows[] = {
-        usage(a.id, sid, 1000.5, 1.25, 0, 100), usage(a.id, "", 900.0, 0.5, 0, 10),
+        usage(a.id, sid, 1000.5, 1.25, 0, 100),  usage(a.id, "", 900.0, 0.5, 0, 10),
         usage(a.id, sid, 2000.0, 30.0, 1, 1000), usage(b.id, "", 950.0, 2.0, 0, 5),
         usage(a.id, sid, 1000.0, 0.25, 0, 1),
     };
@@ -632,12 +668,8 @@ static void test_usage(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_open_creates_wal_db),
-        cmocka_unit_test(test_open_errors),
-        cmocka_unit_test(test_tenants),
-        cmocka_unit_test(test_tenant_fields),
-        cmocka_unit_test(test_tokens),
-        cmocka_unit_test(test_usage),
+        cmocka_unit_test(test_open_creates_wal_db), cmocka_unit_test(test_open_errors), cmocka_unit_test(test_tenants),
+        cmocka_unit_test(test_tenant_fields),       cmocka_unit_test(test_tokens),      cmocka_unit_test(test_usage),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

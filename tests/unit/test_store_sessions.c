@@ -155,8 +155,10 @@ static void test_templates(void **state)
     assert_int_equal(sg_store_template_bind(st, row2, s2, err, sizeof(err)), 0);
     /* the grace period over (0 s), a bound slot still counts while its session is open */
     assert_int_equal(sg_store_template_reserve(st, a.id, 2, -10, &row3, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_template_closed(st, a.id, s1, "repo:" "11111111-1111-4111-8111-111111111111", 1234, err,
-                                              sizeof(err)),
+    assert_int_equal(sg_store_template_closed(st, a.id, s1,
+                                              "repo:"
+                                              "11111111-1111-4111-8111-111111111111",
+                                              1234, err, sizeof(err)),
                      0);
     assert_int_equal(sg_store_session_close(st, s1, 0, "deleted", err, sizeof(err)), 0);
     assert_int_equal(sg_store_template_closed(st, a.id, s2, NULL, 0, err, sizeof(err)), 0);

@@ -151,7 +151,7 @@ static void test_parse_rejects(void **state)
         int pos;
         char c;
     } bad_chars[] = {
-        {0, 'S'}, {3, '-'},   {4, 'A'},  {5, '-'},  {11, '_'}, {11, '.'}, {12, 'x'}, {12, '-'},
+        {0, 'S'},  {3, '-'},  {4, 'A'},  {5, '-'},  {11, '_'}, {11, '.'},  {12, 'x'},   {12, '-'},
         {13, '='}, {13, '+'}, {30, '/'}, {55, '='}, {55, ' '}, {40, '\0'}, {4, '\xc3'},
     };
 
@@ -249,10 +249,14 @@ static void test_hash_equal(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_generate_format), cmocka_unit_test(test_generate_unique),
-        cmocka_unit_test(test_public_id_chars_spread), cmocka_unit_test(test_parse_good),
-        cmocka_unit_test(test_parse_rejects),   cmocka_unit_test(test_is_public_id),
-        cmocka_unit_test(test_hash_stable),     cmocka_unit_test(test_hash_equal),
+        cmocka_unit_test(test_generate_format),
+        cmocka_unit_test(test_generate_unique),
+        cmocka_unit_test(test_public_id_chars_spread),
+        cmocka_unit_test(test_parse_good),
+        cmocka_unit_test(test_parse_rejects),
+        cmocka_unit_test(test_is_public_id),
+        cmocka_unit_test(test_hash_stable),
+        cmocka_unit_test(test_hash_equal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -193,8 +193,9 @@ static int on_req(void *app, h2o_req_t *req)
         h2o_iovec_t ct = i >= 0 ? req->headers.entries[i].value : h2o_iovec_init("", 0);
         json_object_object_add(o, "method", json_object_new_string_len(req->method.base, (int)req->method.len));
         json_object_object_add(o, "content_type", json_object_new_string_len(ct.base, (int)ct.len));
-        json_object_object_add(o, "body", json_object_new_string_len(req->entity.base != NULL ? req->entity.base : "",
-                                                                      (int)req->entity.len));
+        json_object_object_add(
+            o, "body",
+            json_object_new_string_len(req->entity.base != NULL ? req->entity.base : "", (int)req->entity.len));
         sg_http_send_json(req, 200, o);
     } else if (h2o_memis(path.base, path.len, H2O_STRLIT("/typed-error"))) {
         /* a detail that echoes the client's text, spelling another code */
@@ -486,8 +487,8 @@ static void test_post_echo(void **state)
     static const char body[] = "{\"code\":\"print(1)\",\"n\":\"\\u00e9\"}";
     json_object *o;
 
-    assert_non_null(sg_upstream_start(u, "POST", "/echo", body, strlen(body), "application/json", 2000, NULL, NULL,
-                                      on_done, &r));
+    assert_non_null(
+        sg_upstream_start(u, "POST", "/echo", body, strlen(body), "application/json", 2000, NULL, NULL, on_done, &r));
     assert_true(run_until(&r.done, 2000));
     assert_null(r.err);
     assert_int_equal(r.status, 200);
@@ -512,8 +513,8 @@ static void test_post_echo(void **state)
     memset(&r, 0, sizeof(r));
     char *tmp = malloc(5);
     memcpy(tmp, "a\0b\0c", 5);
-    assert_non_null(sg_upstream_start(u, "POST", "/echo", tmp, 5, "application/octet-stream", 2000, NULL, NULL,
-                                      on_done, &r));
+    assert_non_null(
+        sg_upstream_start(u, "POST", "/echo", tmp, 5, "application/octet-stream", 2000, NULL, NULL, on_done, &r));
     memset(tmp, 'z', 5);
     free(tmp);
     assert_true(run_until(&r.done, 2000));
@@ -536,7 +537,6 @@ static void test_post_echo(void **state)
         json_object_put(o);
         result_free(&r);
     }
-
 }
 
 #define CONCURRENT 200

@@ -165,9 +165,11 @@ static const struct {
     {"test_exec_timeout", "{\"code\":\"x\",\"timeout\":301}", "code", 0, "bad_field", "\"timeout\""},
     {"test_exec_timeout", "{\"code\":\"x\",\"timeout\":\"5\"}", "code", 0, "bad_field", "\"timeout\""},
     {"test_exec_libraries_shape", "{\"code\":\"x\",\"libraries\":\"numpy\"}", "code", 0, "bad_field", "\"libraries\""},
-    {"test_exec_libraries_shape", "{\"code\":\"x\",\"libraries\":[\"numpy\",1]}", "code", 0, "bad_field", "\"libraries\""},
+    {"test_exec_libraries_shape", "{\"code\":\"x\",\"libraries\":[\"numpy\",1]}", "code", 0, "bad_field",
+     "\"libraries\""},
     {"test_exec_libraries_shape", "{\"code\":\"x\",\"libraries\":[null]}", "code", 0, "bad_field", "\"libraries\""},
-    {"test_exec_libraries_shape", "{\"code\":\"x\",\"libraries\":{\"numpy\":1}}", "code", 0, "bad_field", "\"libraries\""},
+    {"test_exec_libraries_shape", "{\"code\":\"x\",\"libraries\":{\"numpy\":1}}", "code", 0, "bad_field",
+     "\"libraries\""},
     {"test_exec_want_lang", "{\"lang\":\"cobol\",\"code\":\"x\"}", "code", 1, "unknown_language", "cobol"},
     {"test_exec_want_lang", "{\"lang\":7,\"code\":\"x\"}", "code", 1, "bad_field", "\"lang\""},
 };
@@ -389,8 +391,8 @@ static void test_exec_libraries_shape(void **state)
 
 static void test_exec_library_names(void **state)
 {
-    static const char *bad[] = {"os; rm -rf", "../x", "", "-x", "a b", "x-", "$(id)", "a\\nb", "@types/",
-                                "@/x", "numpy==1.0", "a/b"};
+    static const char *bad[] = {"os; rm -rf", "../x",  "",        "-x",  "a b",        "x-",
+                                "$(id)",      "a\\nb", "@types/", "@/x", "numpy==1.0", "a/b"};
     sg_exec_req_t r;
     char body[256];
     json_object *o;
@@ -402,8 +404,9 @@ static void test_exec_library_names(void **state)
             expect_exec_err(body, "code", 0, "bad_field", bad[i]);
     }
 
-    o = exec_ok("{\"code\":\"x\",\"libraries\":[\"numpy\",\"scikit-learn\",\"zope.interface\",\"@types/node\",\"lodash\"]}",
-                "code", 0, 30, &r);
+    o = exec_ok(
+        "{\"code\":\"x\",\"libraries\":[\"numpy\",\"scikit-learn\",\"zope.interface\",\"@types/node\",\"lodash\"]}",
+        "code", 0, 30, &r);
     assert_non_null(r.libraries);
     assert_int_equal(json_object_array_length(r.libraries), 5);
     assert_string_equal(json_object_get_string(json_object_array_get_idx(r.libraries, 3)), "@types/node");
@@ -495,10 +498,11 @@ static void expect_library_names(const char *pm, const char *const *good, const 
 
 static void test_library_name_plain(void **state)
 {
-    static const char *const good[] = {"numpy", "scikit-learn", "zope.interface", "lodash", "a", "A1",
-                                       "a_b", "Django", "python-dateutil", "x.y-z_w", "9x", NULL};
-    static const char *const bad[] = {"os; rm -rf", "../x", "", "-x", "a b", ".x", "_x", "x.", "x-", "x_", "a/b",
-                                      "a@b", "a\tb", "a\nb", "é", "a==1", "a[b]", "@types/node", NULL};
+    static const char *const good[] = {"numpy", "scikit-learn", "zope.interface",  "lodash",  "a",  "A1",
+                                       "a_b",   "Django",       "python-dateutil", "x.y-z_w", "9x", NULL};
+    static const char *const bad[] = {"os; rm -rf", "../x", "",     "-x",          "a b", ".x",   "_x",
+                                      "x.",         "x-",   "x_",   "a/b",         "a@b", "a\tb", "a\nb",
+                                      "é",          "a==1", "a[b]", "@types/node", NULL};
     char longname[216];
 
     expect_library_names("pip", good, bad);
@@ -515,10 +519,10 @@ static void test_library_name_plain(void **state)
 
 static void test_library_name_npm_scope(void **state)
 {
-    static const char *const good[] = {"@types/node", "@a/b", "@my-org/pkg.js", "@babel/core", "lodash", "left-pad",
-                                 "@org_1/x_y", NULL};
-    static const char *const bad[] = {"@/x",  "@types/", "@types", "@Types/node", "@a/b/c", "@sc ope/x",
-                                "@a/-b", "@a/b-", "@a/.b", "@a;b/c", "@@a/b",  "@a/b c", "@", NULL};
+    static const char *const good[] = {"@types/node", "@a/b",     "@my-org/pkg.js", "@babel/core",
+                                       "lodash",      "left-pad", "@org_1/x_y",     NULL};
+    static const char *const bad[] = {"@/x",   "@types/", "@types", "@Types/node", "@a/b/c", "@sc ope/x", "@a/-b",
+                                      "@a/b-", "@a/.b",   "@a;b/c", "@@a/b",       "@a/b c", "@",         NULL};
 
     expect_library_names("npm", good, bad);
     /* a scope is npm's only */
@@ -568,9 +572,23 @@ static void test_path_ok(void **state)
 
 static void test_path_refused(void **state)
 {
-    static const char *bad[] = {"",      "../x",     "a/../../x",        "x/..",  "..",  "/etc/passwd",
-                                "/sandboxfoo/x", "/sandbox", "/sandbox/", "dir/", ".", "/sandbox/..",
-                                "/sandbox/../etc/passwd", "/", "/tmp/x", "sandbox/../../x", "a/.."};
+    static const char *bad[] = {"",
+                                "../x",
+                                "a/../../x",
+                                "x/..",
+                                "..",
+                                "/etc/passwd",
+                                "/sandboxfoo/x",
+                                "/sandbox",
+                                "/sandbox/",
+                                "dir/",
+                                ".",
+                                "/sandbox/..",
+                                "/sandbox/../etc/passwd",
+                                "/",
+                                "/tmp/x",
+                                "sandbox/../../x",
+                                "a/.."};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         expect_path_refused(bad[i], strlen(bad[i]));
     expect_path_refused("a\0b", 3);
