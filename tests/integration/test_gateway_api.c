@@ -15,6 +15,7 @@
  * remains.
  */
 #include "gateway_api_suite.h"
+#include "sgrun.h"
 
 /* ------------------------------------------------------------------------
  * 1. Authentication
@@ -246,13 +247,7 @@ SGGW_TEST(test_admin_changes_reach_gateway)
     SG_CHECK(sggw_db_writer_hold(writer, 1.0) == 0, NULL, "cannot take the SQLite write lock");
     pathf(url, sizeof(url), "%s/admin/tenants", sggw_gateway_url(g2));
     const char tbody[] = "{\"name\":\"live-admin-2\"}";
-    sggw_par_req_t q = {.method = "POST",
-                        .url = url,
-                        .token = sggw_gateway_admin_token(g2),
-                        .body = tbody,
-                        .body_len = strlen(tbody),
-                        .content_type = "application/json",
-                        .timeout_s = 30};
+    sggw_par_req_t q = sggw_par_post(url, sggw_gateway_admin_token(g2), tbody, 30);
     sggw_batch_t *b = sggw_batch_start(&q, 1);
     SG_CHECK(b != NULL, NULL, "cannot start a thread");
     usleep(200000); /* the admin write reaches its DB thread and waits there for the lock */
@@ -613,18 +608,9 @@ SGGW_TEST(test_seed000_examples)
     free(tok);
 }
 
-#define T(f) cmocka_unit_test_teardown(f, after_test)
-
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        T(test_auth_matrix),
-        T(test_admin_changes_reach_gateway),
-        T(test_reply_headers_well_formed),
-        T(test_create_then_use_at_once),
-        T(test_cross_tenant),
-        T(test_seed003_examples),
-        T(test_seed000_examples),
-    };
-    return cmocka_run_group_tests_name("gateway_api", tests, group_setup, sggw_stack_group_teardown);
+    return SG_RUN_TESTS("gateway_api", group_setup, sggw_stack_group_teardown, NULL, after_test, test_auth_matrix,
+                        test_admin_changes_reach_gateway, test_reply_headers_well_formed, test_create_then_use_at_once,
+                        test_cross_tenant, test_seed003_examples, test_seed000_examples);
 }

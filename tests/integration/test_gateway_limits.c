@@ -11,6 +11,7 @@
  * cheap to reach; the group teardown checks that nothing is left.
  */
 #include "gateway_api_suite.h"
+#include "sgrun.h"
 
 /* ------------------------------------------------------------------------
  * 4. Bad input
@@ -383,15 +384,7 @@ SGGW_TEST(test_memory_state_limits)
     char body[] = "{\"lang\":\"python\"}";
     enum { M = 5 };
     sggw_par_req_t creates[M];
-    memset(creates, 0, sizeof(creates));
-    for (int i = 0; i < M; i++)
-        creates[i] = (sggw_par_req_t){.method = "POST",
-                                      .url = url,
-                                      .token = tok,
-                                      .body = body,
-                                      .body_len = strlen(body),
-                                      .content_type = "application/json",
-                                      .timeout_s = 60};
+    sggw_par_posts(creates, M, url, tok, body, 60);
     /* the rate bucket of burst 3 may still be empty: wait until a request passes */
     sggw_wait_allowed(stack.gw, tok, 10, 0); /* the rate limit lets a request through */
     SG_CHECK(sggw_parallel(creates, M) == 0, NULL, "cannot start threads");
@@ -562,30 +555,15 @@ SGGW_TEST(test_loop_health)
     char *sids[NS];
 
     snprintf(url, sizeof(url), "%s/sessions", sggw_gateway_url(stack.gw));
-    memset(creates, 0, sizeof(creates));
-    for (int i = 0; i < NS; i++)
-        creates[i] = (sggw_par_req_t){.method = "POST",
-                                      .url = url,
-                                      .token = tok,
-                                      .body = cbody,
-                                      .body_len = strlen(cbody),
-                                      .content_type = "application/json",
-                                      .timeout_s = 120};
+    sggw_par_posts(creates, NS, url, tok, cbody, 120);
     SG_CHECK(sggw_parallel(creates, NS) == 0, NULL, "cannot start threads");
     for (int i = 0; i < NS; i++) {
         sids[i] = SG_TAKE_ID(SG_TAKE_JSON(&creates[i].reply, 200), "session_id", NULL);
         snprintf(xurl[i], sizeof(xurl[i]), "%s/sessions/%s/execute", sggw_gateway_url(stack.gw), sids[i]);
     }
 
-    memset(execs, 0, sizeof(execs));
     for (int i = 0; i < NX; i++)
-        execs[i] = (sggw_par_req_t){.method = "POST",
-                                    .url = xurl[i % NS],
-                                    .token = tok,
-                                    .body = xbody,
-                                    .body_len = strlen(xbody),
-                                    .content_type = "application/json",
-                                    .timeout_s = 60};
+        execs[i] = sggw_par_post(xurl[i % NS], tok, xbody, 60);
     sggw_batch_t *b = sggw_batch_start(execs, NX);
     SG_CHECK(b != NULL, NULL, "cannot start threads");
     usleep(300000); /* let them reach the gateway; checked below: every probe ends before any execute */
@@ -728,23 +706,10 @@ SGGW_TEST(test_libraries_route)
     free(other);
 }
 
-#define T(f) cmocka_unit_test_teardown(f, after_test)
-
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        T(test_bad_input),
-        T(test_file_cap),
-        T(test_files_long_path),
-        T(test_json_body_too_large),
-        T(test_oversized_header),
-        T(test_body_cap_own_limit),
-        T(test_caps),
-        T(test_memory_state_limits),
-        T(test_metrics),
-        T(test_loop_health),
-        T(test_streaming_through_gateway),
-        T(test_libraries_route),
-    };
-    return cmocka_run_group_tests_name("gateway_limits", tests, group_setup, sggw_stack_group_teardown);
+    return SG_RUN_TESTS("gateway_limits", group_setup, sggw_stack_group_teardown, NULL, after_test, test_bad_input,
+                        test_file_cap, test_files_long_path, test_json_body_too_large, test_oversized_header,
+                        test_body_cap_own_limit, test_caps, test_memory_state_limits, test_metrics, test_loop_health,
+                        test_streaming_through_gateway, test_libraries_route);
 }

@@ -9,6 +9,7 @@
  * Every tenant is new, so no test sees another's counters.
  */
 #include "sggw.h"
+#include "sgrun.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,15 +117,7 @@ SGGW_TEST(test_session_cap_exact)
     int made = 0, refused = 0;
 
     pathf(url, sizeof(url), "%s/sessions", sggw_gateway_url(stack.gw));
-    memset(reqs, 0, sizeof(reqs));
-    for (int i = 0; i < N; i++)
-        reqs[i] = (sggw_par_req_t){.method = "POST",
-                                   .url = url,
-                                   .token = tok,
-                                   .body = body,
-                                   .body_len = strlen(body),
-                                   .content_type = "application/json",
-                                   .timeout_s = 60};
+    sggw_par_posts(reqs, N, url, tok, body, 60);
     SG_CHECK(sggw_parallel(reqs, N) == 0, NULL, "cannot start threads");
     for (int i = 0; i < N; i++) {
         sgtest_reply_t *r = &reqs[i].reply;
@@ -365,13 +358,9 @@ SGGW_TEST(test_usage_matches_replies)
     sggw_session_done(stack.gw, tok, sid);
 }
 
-#define T(f) cmocka_unit_test_teardown(f, sggw_stack_teardown)
-
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        T(test_rate_limit_exact),    T(test_session_cap_exact),     T(test_daily_execs_quota),
-        T(test_daily_seconds_quota), T(test_usage_matches_replies),
-    };
-    return cmocka_run_group_tests_name("gateway_quota", tests, group_setup, sggw_stack_group_teardown);
+    return SG_RUN_TESTS("gateway_quota", group_setup, sggw_stack_group_teardown, NULL, sggw_stack_teardown,
+                        test_rate_limit_exact, test_session_cap_exact, test_daily_execs_quota, test_daily_seconds_quota,
+                        test_usage_matches_replies);
 }

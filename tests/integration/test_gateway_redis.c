@@ -16,6 +16,7 @@
  * by the tests), a sandgate-gateway, its SQLite file, a sandgate-proxy.
  */
 #include "sggw.h"
+#include "sgrun.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -519,18 +520,9 @@ SGGW_TEST(test_shutdown_with_redis_call_in_flight)
     free(tok);
 }
 
-#define T(f) cmocka_unit_test_teardown(f, after_test)
-
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        T(test_key_schema),
-        T(test_redis_outage),
-        T(test_timeouts_survive_redis_restart),
-        T(test_script_flush),
-        T(test_redis_hang),
-        T(test_redis_down_at_start),
-        T(test_shutdown_with_redis_call_in_flight),
-    };
-    return cmocka_run_group_tests_name("gateway_redis", tests, group_setup, sggw_stack_group_teardown);
+    return SG_RUN_TESTS("gateway_redis", group_setup, sggw_stack_group_teardown, NULL, after_test, test_key_schema,
+                        test_redis_outage, test_timeouts_survive_redis_restart, test_script_flush, test_redis_hang,
+                        test_redis_down_at_start, test_shutdown_with_redis_call_in_flight);
 }

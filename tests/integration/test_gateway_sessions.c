@@ -11,6 +11,7 @@
  * seconds so the whole file runs in well under a minute.
  */
 #include "sggw.h"
+#include "sgrun.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -406,14 +407,10 @@ SGGW_TEST(test_restart_memory_state)
     sggw_stack_stop_extra(&stack, "gateway C");
 }
 
-#define T(f) cmocka_unit_test_teardown(f, after_test)
-
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        T(test_idle_timeout_closes),  T(test_use_keeps_session), T(test_lifetime_closes_even_when_used),
-        T(test_deadlines_not_early),  T(test_admin_force_close), T(test_restart_keeps_state),
-        T(test_restart_memory_state),
-    };
-    return cmocka_run_group_tests_name("gateway_sessions", tests, group_setup, sggw_stack_group_teardown);
+    return SG_RUN_TESTS("gateway_sessions", group_setup, sggw_stack_group_teardown, NULL, after_test,
+                        test_idle_timeout_closes, test_use_keeps_session, test_lifetime_closes_even_when_used,
+                        test_deadlines_not_early, test_admin_force_close, test_restart_keeps_state,
+                        test_restart_memory_state);
 }

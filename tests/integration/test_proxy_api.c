@@ -11,6 +11,7 @@
  * test leaked.
  */
 #include "proxy_api_suite.h"
+#include "sgrun.h"
 
 /* ------------------------------------------------------------------------
  * Seed 003's README, in order
@@ -545,16 +546,11 @@ static void test_zz_nothing_left(void **state)
              n, suite.proxy_id, REMOVAL_S);
 }
 
-#define T(f) cmocka_unit_test_teardown(f, sgtest_suite_teardown)
-
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        T(test_seed_readme_examples), T(test_javascript),      T(test_session_details),
-        T(test_command_non_root),     T(test_unknown_library), T(test_errors),
-        T(test_timeout_code),         T(test_timeout_command), T(test_timeout_kills_process_tree),
-        T(test_files_roundtrip),      T(test_files_refused),   T(test_files_too_large),
-        T(test_concurrency),          T(test_zz_nothing_left),
-    };
-    return cmocka_run_group_tests_name("proxy_api", tests, group_setup, sgtest_suite_group_teardown);
+    return SG_RUN_TESTS("proxy_api", group_setup, sgtest_suite_group_teardown, NULL, sgtest_suite_teardown,
+                        test_seed_readme_examples, test_javascript, test_session_details, test_command_non_root,
+                        test_unknown_library, test_errors, test_timeout_code, test_timeout_command,
+                        test_timeout_kills_process_tree, test_files_roundtrip, test_files_refused, test_files_too_large,
+                        test_concurrency, test_zz_nothing_left);
 }

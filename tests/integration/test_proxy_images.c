@@ -9,6 +9,7 @@
  * containers, the agent volume, the template images this test made.
  */
 #include "sgtest.h"
+#include "sgrun.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,10 +190,6 @@ static void test_keep_template(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_custom_image),
-        cmocka_unit_test(test_image_not_allowed),
-        cmocka_unit_test(test_keep_template),
-    };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return SG_RUN_TESTS("proxy_images", group_setup, group_teardown, NULL, NULL, test_custom_image,
+                        test_image_not_allowed, test_keep_template);
 }

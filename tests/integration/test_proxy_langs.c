@@ -16,6 +16,7 @@
  * a busy machine, so executes here ask for COMPILE_TIMEOUT.
  */
 #include "sgtest.h"
+#include "sgrun.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -420,19 +421,13 @@ static int group_setup(void **state)
     return sgtest_suite_start(&suite, env);
 }
 
-#define T(f) cmocka_unit_test_teardown(f, sgtest_suite_teardown)
-
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        T(test_cpp_session),        T(test_cpp_ephemeral),  T(test_cpp_compile_error),
-        T(test_cpp_runtime_error),  T(test_cpp_timeout),    T(test_cpp_libraries_refused),
-        T(test_go_session),         T(test_go_ephemeral),   T(test_go_compile_error),
-        T(test_go_runtime_error),   T(test_go_timeout),     T(test_go_libraries_refused),
-        T(test_java_session),       T(test_java_ephemeral), T(test_java_compile_error),
-        T(test_java_runtime_error), T(test_java_timeout),   T(test_java_libraries_refused),
-        T(test_java_heap),          T(test_ruby_session),   T(test_ruby_ephemeral),
-        T(test_ruby_runtime_error), T(test_ruby_timeout),
-    };
-    return cmocka_run_group_tests_name("proxy_langs", tests, group_setup, sgtest_suite_group_teardown);
+    return SG_RUN_TESTS("proxy_langs", group_setup, sgtest_suite_group_teardown, NULL, sgtest_suite_teardown,
+                        test_cpp_session, test_cpp_ephemeral, test_cpp_compile_error, test_cpp_runtime_error,
+                        test_cpp_timeout, test_cpp_libraries_refused, test_go_session, test_go_ephemeral,
+                        test_go_compile_error, test_go_runtime_error, test_go_timeout, test_go_libraries_refused,
+                        test_java_session, test_java_ephemeral, test_java_compile_error, test_java_runtime_error,
+                        test_java_timeout, test_java_libraries_refused, test_java_heap, test_ruby_session,
+                        test_ruby_ephemeral, test_ruby_runtime_error, test_ruby_timeout);
 }

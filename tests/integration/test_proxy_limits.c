@@ -9,6 +9,7 @@
  * teardown checks that nothing is left.
  */
 #include "proxy_api_suite.h"
+#include "sgrun.h"
 
 /* ------------------------------------------------------------------------
  * Output
@@ -231,12 +232,8 @@ static void test_memory_bomb(void **state)
     session_done(sid);
 }
 
-#define T(f) cmocka_unit_test_teardown(f, sgtest_suite_teardown)
-
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        T(test_output_flood), T(test_non_utf8_output), T(test_hardening), T(test_fork_bomb), T(test_memory_bomb),
-    };
-    return cmocka_run_group_tests_name("proxy_limits", tests, group_setup, sgtest_suite_group_teardown);
+    return SG_RUN_TESTS("proxy_limits", group_setup, sgtest_suite_group_teardown, NULL, sgtest_suite_teardown,
+                        test_output_flood, test_non_utf8_output, test_hardening, test_fork_bomb, test_memory_bomb);
 }

@@ -8,6 +8,7 @@
  * it and checks that nothing of it is left.
  */
 #include "sgtest.h"
+#include "sgrun.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,10 +191,7 @@ static void test_shutdown_removes_everything(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pool_fills_hardened),         cmocka_unit_test(test_session_takes_from_pool),
-        cmocka_unit_test(test_custom_limits_bypass_pool),   cmocka_unit_test(test_ephemeral_from_pool),
-        cmocka_unit_test(test_shutdown_removes_everything),
-    };
-    return cmocka_run_group_tests_name("proxy_pool", tests, group_setup, group_teardown);
+    return SG_RUN_TESTS("proxy_pool", group_setup, group_teardown, NULL, NULL, test_pool_fills_hardened,
+                        test_session_takes_from_pool, test_custom_limits_bypass_pool, test_ephemeral_from_pool,
+                        test_shutdown_removes_everything);
 }

@@ -9,6 +9,7 @@
  * crash leaves is whatever carries the proxy's label, pool or not.
  */
 #include "sgtest.h"
+#include "sgrun.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,9 +238,6 @@ static void test_reconcile_spares_other_proxies(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_restart_removes_own_leftovers, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_reconcile_spares_other_proxies, setup, teardown),
-    };
-    return cmocka_run_group_tests_name("proxy_restart", tests, NULL, NULL);
+    return SG_RUN_TESTS("proxy_restart", NULL, NULL, setup, teardown, test_restart_removes_own_leftovers,
+                        test_reconcile_spares_other_proxies);
 }

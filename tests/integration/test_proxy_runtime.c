@@ -13,6 +13,7 @@
  * runsc, and assert what the proxy must do in each case.
  */
 #include "sgtest.h"
+#include "sgrun.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -398,14 +399,8 @@ static void test_failed_start_leaves_no_process(void **state)
     free(sid);
 }
 
-#define T(f) cmocka_unit_test_teardown(f, after_test)
-
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        T(test_auto_takes_runsc_when_offered),
-        T(test_explicit_runtimes),
-        T(test_failed_start_leaves_no_process),
-    };
-    return cmocka_run_group_tests_name("proxy_runtime", tests, group_setup, NULL);
+    return SG_RUN_TESTS("proxy_runtime", group_setup, NULL, NULL, after_test, test_auto_takes_runsc_when_offered,
+                        test_explicit_runtimes, test_failed_start_leaves_no_process);
 }

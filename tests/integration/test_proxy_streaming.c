@@ -8,6 +8,7 @@
  * with a warm pool; every test closes the sessions it opens.
  */
 #include "stateful_suite.h"
+#include "sgrun.h"
 
 /* ------------------------------------------------------------------------
  * 5. Streaming: Server-Sent Events read as they arrive
@@ -463,13 +464,8 @@ static void test_streaming(void **state)
     session_done(sid);
 }
 
-#define T(f) cmocka_unit_test_teardown(f, sgtest_suite_teardown)
-
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        T(test_streaming),
-        T(test_stream_closed_session),
-    };
-    return cmocka_run_group_tests_name("proxy_streaming", tests, group_setup, group_teardown);
+    return SG_RUN_TESTS("proxy_streaming", group_setup, group_teardown, NULL, sgtest_suite_teardown, test_streaming,
+                        test_stream_closed_session);
 }

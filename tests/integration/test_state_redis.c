@@ -10,6 +10,7 @@
  * PR_SET_PDEATHSIG should this process die).
  */
 #include "state_suite.h"
+#include "sgrun.h"
 
 /* ---- redis only ---------------------------------------------------------------------------- */
 
@@ -335,14 +336,10 @@ static void test_redis_hang(void **state)
     fprintf(stderr, "    redis answered again %.2f s after SIGCONT\n", sgtest_now() - t0);
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
-
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        T(test_bad_urls),         T(test_unreachable), T(test_key_schema),    T(test_db_select),
-        T(test_destroy_inflight), T(test_noscript),    T(test_redis_restart), T(test_redis_hang),
-    };
     signal(SIGPIPE, SIG_IGN);
-    return cmocka_run_group_tests_name("state: redis backend only", tests, group_setup_redis, group_teardown);
+    return SG_RUN_TESTS("state: redis backend only", group_setup_redis, group_teardown, setup, teardown, test_bad_urls,
+                        test_unreachable, test_key_schema, test_db_select, test_destroy_inflight, test_noscript,
+                        test_redis_restart, test_redis_hang);
 }

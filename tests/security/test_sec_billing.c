@@ -18,6 +18,7 @@
  */
 #include "sgsec.h"
 #include "sgsse.h"
+#include "sgrun.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -373,9 +374,6 @@ SGGW_TEST(test_real_stack_bill_is_proxy_wall_time)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_forged_durations_not_billed, sggw_stack_teardown),
-        cmocka_unit_test_teardown(test_real_stack_bill_is_proxy_wall_time, sggw_stack_teardown),
-    };
-    return cmocka_run_group_tests_name("sec_billing", tests, group_setup, sggw_stack_group_teardown);
+    return SG_RUN_TESTS("sec_billing", group_setup, sggw_stack_group_teardown, NULL, sggw_stack_teardown,
+                        test_forged_durations_not_billed, test_real_stack_bill_is_proxy_wall_time);
 }

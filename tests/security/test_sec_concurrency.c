@@ -27,6 +27,7 @@
  * ids), a redis-server, sandgate-gateway processes, their SQLite files.
  */
 #include "sgsec.h"
+#include "sgrun.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -165,25 +166,13 @@ static int count_ok(sggw_par_req_t *reqs, int n, void (*refused)(const sgtest_re
     return ok;
 }
 
-static void fill_post(sggw_par_req_t *q, const char *url, const char *tok, const char *body, long timeout_s)
-{
-    *q = (sggw_par_req_t){.method = "POST",
-                          .url = url,
-                          .token = tok,
-                          .body = body,
-                          .body_len = strlen(body),
-                          .content_type = "application/json",
-                          .timeout_s = timeout_s};
-}
-
 /* n requests POST body as tok to the gateway g's path (its URL kept in
  * url, which the requests point to). */
 static void fill_posts(sggw_par_req_t *q, int n, char url[256], sggw_gateway_t *g, const char *path, const char *tok,
                        const char *body)
 {
     pathf(url, 256, "%s%s", sggw_gateway_url(g), path);
-    for (int i = 0; i < n; i++)
-        fill_post(&q[i], url, tok, body, 120);
+    sggw_par_posts(q, n, url, tok, body, 120);
 }
 
 /* n parallel one-shot print(6 * 7): all must succeed. */
@@ -425,12 +414,12 @@ static void mixed_flood(sggw_gateway_t *g, const char *tenant)
     pathf(urls[2], sizeof(urls[2]), "%s/sessions/%s/execute", sggw_gateway_url(g), sid[2]);
     pathf(urls[3], sizeof(urls[3]), "%s/execute", sggw_gateway_url(g));
     /* 4 in sessions (2 executes, 2 commands) and 4 one-shots */
-    fill_post(&reqs[0], urls[0], tok, exec_body, 120);
-    fill_post(&reqs[1], urls[1], tok, cmd_body, 120);
-    fill_post(&reqs[2], urls[2], tok, exec_body, 120);
-    fill_post(&reqs[3], urls[1], tok, cmd_body, 120);
+    reqs[0] = sggw_par_post(urls[0], tok, exec_body, 120);
+    reqs[1] = sggw_par_post(urls[1], tok, cmd_body, 120);
+    reqs[2] = sggw_par_post(urls[2], tok, exec_body, 120);
+    reqs[3] = sggw_par_post(urls[1], tok, cmd_body, 120);
     for (int i = 4; i < N; i++)
-        fill_post(&reqs[i], urls[3], tok, sleep_body, 120);
+        reqs[i] = sggw_par_post(urls[3], tok, sleep_body, 120);
     SG_CHECK(sggw_parallel(reqs, N) == 0, NULL, "cannot start threads");
 
     int ok = 0, limited = 0, session_ok = 0, session_limited = 0;
@@ -501,7 +490,7 @@ SGGW_TEST(test_cap_holds_while_redis_down)
     pathf(url, sizeof(url), "%s/sessions/%s/execute", sggw_gateway_url(g), sid);
     const char *exec_body = "{\"code\":\"import time; time.sleep(2)\",\"timeout\":60}";
     for (int i = 0; i < N; i++)
-        fill_post(&reqs[i], url, tok, exec_body, 120);
+        reqs[i] = sggw_par_post(url, tok, exec_body, 120);
     /* one at a time runs in the session; the cap still admits 3 */
     SG_CHECK(sggw_parallel(reqs, 5) == 0, NULL, "cannot start threads");
     ok = count_ok(reqs, 5, expect_concurrency_429);
@@ -528,7 +517,7 @@ SGGW_TEST(test_slots_come_back)
     /* the client gives up after 1 s; its run goes on for 2 s more */
     pathf(url, sizeof(url), "%s/execute", sggw_gateway_url(g));
     sggw_par_req_t hang;
-    fill_post(&hang, url, tok, sleep_body, 1);
+    hang = sggw_par_post(url, tok, sleep_body, 1);
     SG_CHECK(sggw_parallel(&hang, 1) == 0, NULL, "cannot start a thread");
     SG_CHECK(hang.reply.status == 0, NULL, "the client was to give up before the reply (got HTTP %ld)",
              hang.reply.status);
@@ -840,17 +829,8 @@ SGGW_TEST(test_installers_count)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_oneshot_flood_redis, after_test),
-        cmocka_unit_test_teardown(test_oneshot_flood_memory, after_test),
-        cmocka_unit_test_teardown(test_mixed_flood_redis, after_test),
-        cmocka_unit_test_teardown(test_mixed_flood_memory, after_test),
-        cmocka_unit_test_teardown(test_cap_holds_while_redis_down, after_test),
-        cmocka_unit_test_teardown(test_slots_come_back, after_test),
-        cmocka_unit_test_teardown(test_zero_cap_runs_nothing, after_test),
-        cmocka_unit_test_teardown(test_proxy_container_cap, after_test),
-        cmocka_unit_test_teardown(test_pool_yields_to_requests, after_test),
-        cmocka_unit_test_teardown(test_installers_count, after_test),
-    };
-    return cmocka_run_group_tests_name("sec_concurrency", tests, group_setup, group_teardown);
+    return SG_RUN_TESTS("sec_concurrency", group_setup, group_teardown, NULL, after_test, test_oneshot_flood_redis,
+                        test_oneshot_flood_memory, test_mixed_flood_redis, test_mixed_flood_memory,
+                        test_cap_holds_while_redis_down, test_slots_come_back, test_zero_cap_runs_nothing,
+                        test_proxy_container_cap, test_pool_yields_to_requests, test_installers_count);
 }

@@ -12,6 +12,7 @@
 #include "sgsec.h"
 
 #include "../../proxy/agent/agent_proto.h"
+#include "sgrun.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -404,9 +405,6 @@ static int group_setup(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_forged_protocol_bytes_on_stdout_are_data, sggw_stack_teardown),
-        cmocka_unit_test_teardown(test_files_api_symlink_race, sggw_stack_teardown),
-    };
-    return cmocka_run_group_tests_name("sec_escape_channel", tests, group_setup, sggw_stack_group_teardown);
+    return SG_RUN_TESTS("sec_escape_channel", group_setup, sggw_stack_group_teardown, NULL, sggw_stack_teardown,
+                        test_forged_protocol_bytes_on_stdout_are_data, test_files_api_symlink_race);
 }

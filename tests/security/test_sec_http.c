@@ -15,6 +15,7 @@
  * never affected.
  */
 #include "sgsec.h"
+#include "sgrun.h"
 
 #include <curl/curl.h>
 
@@ -247,9 +248,6 @@ SGGW_TEST(test_admin_token_guessing)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_h2c_refused, after_test),
-        cmocka_unit_test_teardown(test_admin_token_guessing, after_test),
-    };
-    return cmocka_run_group_tests_name("sec_http", tests, group_setup, sggw_stack_group_teardown);
+    return SG_RUN_TESTS("sec_http", group_setup, sggw_stack_group_teardown, NULL, after_test, test_h2c_refused,
+                        test_admin_token_guessing);
 }

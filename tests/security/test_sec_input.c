@@ -12,6 +12,7 @@
  * serving, and that a fresh session still runs code.
  */
 #include "sgsec.h"
+#include "sgrun.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,10 +163,6 @@ SGGW_TEST(test_admin_numbers)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_session_create_numbers, sggw_stack_teardown),
-        cmocka_unit_test_teardown(test_execution_numbers, sggw_stack_teardown),
-        cmocka_unit_test_teardown(test_admin_numbers, sggw_stack_teardown),
-    };
-    return cmocka_run_group_tests_name("sec_input", tests, group_setup, sggw_stack_group_teardown);
+    return SG_RUN_TESTS("sec_input", group_setup, sggw_stack_group_teardown, NULL, sggw_stack_teardown,
+                        test_session_create_numbers, test_execution_numbers, test_admin_numbers);
 }

@@ -14,6 +14,7 @@
  * container of this proxy is left.
  */
 #include "sgsec.h"
+#include "sgrun.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -388,13 +389,7 @@ static json_object *bomb_against_victim(const char *at, const char *as, const ch
     json_object_object_add(b, "code", json_object_new_string(bomb));
     json_object_object_add(b, "timeout", json_object_new_int(60));
     const char *body = json_object_to_json_string(b);
-    sggw_par_req_t req = {.method = "POST",
-                          .url = url,
-                          .token = at,
-                          .body = body,
-                          .body_len = strlen(body),
-                          .content_type = "application/json",
-                          .timeout_s = 90};
+    sggw_par_req_t req = sggw_par_post(url, at, body, 90);
     sggw_batch_t *batch = sggw_batch_start(&req, 1);
     SG_CHECK(batch != NULL, NULL, "cannot start the bomb's request");
 
@@ -524,13 +519,8 @@ static int group_teardown(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_cannot_see_other_sessions_processes, sggw_stack_teardown),
-        cmocka_unit_test_teardown(test_cannot_reach_another_sandbox_by_ipc, sggw_stack_teardown),
-        cmocka_unit_test_teardown(test_no_route_to_another_sandbox, sggw_stack_teardown),
-        cmocka_unit_test_teardown(test_no_route_to_another_sandbox_with_network, sggw_stack_teardown),
-        cmocka_unit_test_teardown(test_fork_bomb_does_not_slow_another_tenant, sggw_stack_teardown),
-        cmocka_unit_test_teardown(test_memory_bomb_does_not_slow_another_tenant, sggw_stack_teardown),
-    };
-    return cmocka_run_group_tests_name("sec_interference", tests, group_setup, group_teardown);
+    return SG_RUN_TESTS("sec_interference", group_setup, group_teardown, NULL, sggw_stack_teardown,
+                        test_cannot_see_other_sessions_processes, test_cannot_reach_another_sandbox_by_ipc,
+                        test_no_route_to_another_sandbox, test_no_route_to_another_sandbox_with_network,
+                        test_fork_bomb_does_not_slow_another_tenant, test_memory_bomb_does_not_slow_another_tenant);
 }

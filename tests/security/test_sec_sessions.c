@@ -18,6 +18,7 @@
  * sandgate-proxy (small warm pool) on the Docker engine.
  */
 #include "sgsec.h"
+#include "sgrun.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -641,13 +642,8 @@ SGGW_TEST(test_gateway_cancels_for_a_client_that_left)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_error_text_does_not_close_the_session, after_test),
-        cmocka_unit_test_teardown(test_every_close_removes_the_container, after_test),
-        cmocka_unit_test_teardown(test_close_is_retried_until_the_proxy_confirms, after_test),
-        cmocka_unit_test_teardown(test_session_queue_is_bounded, after_test),
-        cmocka_unit_test_teardown(test_abandoned_requests_never_run, after_test),
-        cmocka_unit_test_teardown(test_gateway_cancels_for_a_client_that_left, after_test),
-    };
-    return cmocka_run_group_tests_name("sec_sessions", tests, group_setup, sggw_stack_group_teardown);
+    return SG_RUN_TESTS("sec_sessions", group_setup, sggw_stack_group_teardown, NULL, after_test,
+                        test_error_text_does_not_close_the_session, test_every_close_removes_the_container,
+                        test_close_is_retried_until_the_proxy_confirms, test_session_queue_is_bounded,
+                        test_abandoned_requests_never_run, test_gateway_cancels_for_a_client_that_left);
 }

@@ -13,6 +13,7 @@
  */
 #include "sggw.h"
 #include "sgsse.h"
+#include "sgrun.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -458,15 +459,8 @@ SGGW_TEST(test_service_still_works)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_reader_splits, after_test),
-        cmocka_unit_test_teardown(test_python_through_proxy, after_test),
-        cmocka_unit_test_teardown(test_javascript_through_proxy, after_test),
-        cmocka_unit_test_teardown(test_python_through_gateway, after_test),
-        cmocka_unit_test_teardown(test_javascript_through_gateway, after_test),
-        cmocka_unit_test_teardown(test_control_characters, after_test),
-        cmocka_unit_test_teardown(test_one_shot, after_test),
-        cmocka_unit_test_teardown(test_service_still_works, after_test),
-    };
-    return cmocka_run_group_tests_name("sec_streaming", tests, group_setup, group_teardown);
+    return SG_RUN_TESTS("sec_streaming", group_setup, group_teardown, NULL, after_test, test_reader_splits,
+                        test_python_through_proxy, test_javascript_through_proxy, test_python_through_gateway,
+                        test_javascript_through_gateway, test_control_characters, test_one_shot,
+                        test_service_still_works);
 }

@@ -13,6 +13,7 @@
  * teardown removes every image of the test's template repository.
  */
 #include "sgsec.h"
+#include "sgrun.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -481,11 +482,7 @@ SGGW_TEST(test_tenant_delete_removes_templates)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_keep_template_disk_capped, sggw_stack_teardown),
-        cmocka_unit_test_teardown(test_max_templates, sggw_stack_teardown),
-        cmocka_unit_test_teardown(test_other_tenants_template, sggw_stack_teardown),
-        cmocka_unit_test_teardown(test_tenant_delete_removes_templates, sggw_stack_teardown),
-    };
-    return cmocka_run_group_tests_name("sec_templates", tests, group_setup, group_teardown);
+    return SG_RUN_TESTS("sec_templates", group_setup, group_teardown, NULL, sggw_stack_teardown,
+                        test_keep_template_disk_capped, test_max_templates, test_other_tenants_template,
+                        test_tenant_delete_removes_templates);
 }

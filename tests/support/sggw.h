@@ -269,6 +269,11 @@ extern const char *const sggw_idle_2s[];
 char *sggw_tenant_session(const sggw_gateway_t *g, const char *name, const char *const *quotas, char **sid);
 /* Asserting: n GET url with token at once (sggw_parallel, 30 s each). */
 void sggw_parallel_get(sggw_par_req_t *reqs, size_t n, const char *url, const char *token);
+/* A request of a batch: POST body (application/json) to url as token. */
+sggw_par_req_t sggw_par_post(const char *url, const char *token, const char *body, long timeout_s);
+/* reqs[0..n) each that same POST. */
+void sggw_par_posts(sggw_par_req_t *reqs, size_t n, const char *url, const char *token, const char *body,
+                    long timeout_s);
 /* Polls GET /sessions of token (every 100 ms) until it is answered 200;
  * every other answer meanwhile must be `meanwhile` (0: any). Asserts that
  * it comes within timeout_s. */

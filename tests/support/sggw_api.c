@@ -418,6 +418,24 @@ void sggw_parallel_get(sggw_par_req_t *reqs, size_t n, const char *url, const ch
     SG_CHECK(sggw_parallel(reqs, n) == 0, NULL, "cannot start threads");
 }
 
+sggw_par_req_t sggw_par_post(const char *url, const char *token, const char *body, long timeout_s)
+{
+    return (sggw_par_req_t){.method = "POST",
+                            .url = url,
+                            .token = token,
+                            .body = body,
+                            .body_len = strlen(body),
+                            .content_type = "application/json",
+                            .timeout_s = timeout_s};
+}
+
+void sggw_par_posts(sggw_par_req_t *reqs, size_t n, const char *url, const char *token, const char *body,
+                    long timeout_s)
+{
+    for (size_t i = 0; i < n; i++)
+        reqs[i] = sggw_par_post(url, token, body, timeout_s);
+}
+
 void sggw_wait_allowed(const sggw_gateway_t *g, const char *token, double timeout_s, long meanwhile)
 {
     double deadline = sgtest_now() + timeout_s;

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "agent_proto.h"
+#include "sgrun.h"
 
 static void test_header_bytes(void **state)
 {
@@ -472,14 +473,8 @@ static void test_reply_decode(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_header_bytes),         cmocka_unit_test(test_round_trip),
-        cmocka_unit_test(test_two_messages),         cmocka_unit_test(test_growth),
-        cmocka_unit_test(test_put_str_too_long),     cmocka_unit_test(test_header_decode),
-        cmocka_unit_test(test_truncated_everywhere), cmocka_unit_test(test_reader_sticky_failure),
-        cmocka_unit_test(test_empty_payload),        cmocka_unit_test(test_reason_names),
-        cmocka_unit_test(test_state_names),          cmocka_unit_test(test_reply_decode),
-    };
-
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return SG_RUN_TESTS("agent_proto", NULL, NULL, NULL, NULL, test_header_bytes, test_round_trip, test_two_messages,
+                        test_growth, test_put_str_too_long, test_header_decode, test_truncated_everywhere,
+                        test_reader_sticky_failure, test_empty_payload, test_reason_names, test_state_names,
+                        test_reply_decode);
 }

@@ -18,6 +18,7 @@
 #include "http.h"
 #include "container.h"
 #include "session_life.h"
+#include "sgrun.h"
 
 /* ---- sg_http_split_path ----------------------------------------------------- */
 
@@ -402,16 +403,7 @@ static void test_config_keep_template(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_split_ok),
-        cmocka_unit_test(test_split_trailing_slash),
-        cmocka_unit_test(test_split_refused),
-        cmocka_unit_test(test_split_uses_len),
-        cmocka_unit_test(test_config_identity),
-        cmocka_unit_test(test_config_isolation),
-        cmocka_unit_test(test_config_limits),
-        cmocka_unit_test(test_config_nanocpus_exact),
-        cmocka_unit_test(test_config_keep_template),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return SG_RUN_TESTS("api_routing", NULL, NULL, NULL, NULL, test_split_ok, test_split_trailing_slash,
+                        test_split_refused, test_split_uses_len, test_config_identity, test_config_isolation,
+                        test_config_limits, test_config_nanocpus_exact, test_config_keep_template);
 }

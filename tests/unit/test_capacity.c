@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "capacity.h"
+#include "sgrun.h"
 
 #define THREADS 8
 #define ROUNDS 20000
@@ -73,9 +74,5 @@ static void test_take_give_headroom(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_exact_under_threads),
-        cmocka_unit_test(test_take_give_headroom),
-    };
-    return cmocka_run_group_tests_name("capacity", tests, NULL, NULL);
+    return SG_RUN_TESTS("capacity", NULL, NULL, NULL, NULL, test_exact_under_threads, test_take_give_headroom);
 }

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "state.h"
+#include "sgrun.h"
 
 #define NOW 1700000000000LL /* ms; any instant will do */
 
@@ -214,11 +215,6 @@ static void test_edges(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_burst_from_idle),   cmocka_unit_test(test_steady_rate),
-        cmocka_unit_test(test_retry_after_exact), cmocka_unit_test(test_remaining_refills),
-        cmocka_unit_test(test_reset_time),        cmocka_unit_test(test_rate_change),
-        cmocka_unit_test(test_uneven_interval),   cmocka_unit_test(test_edges),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return SG_RUN_TESTS("gcra", NULL, NULL, NULL, NULL, test_burst_from_idle, test_steady_rate, test_retry_after_exact,
+                        test_remaining_refills, test_reset_time, test_rate_change, test_uneven_interval, test_edges);
 }

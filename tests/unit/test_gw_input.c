@@ -17,6 +17,7 @@
 
 #include "fields.h"
 #include "sse_tail.h"
+#include "sgrun.h"
 
 static const char *const BAD[] = {"NaN",    "nan", "1e999", "Infinity", "-Infinity", "1e308",
                                   "-1e300", "0",   "-1",    "\"5\"",    "[]",        "true"};
@@ -166,10 +167,6 @@ static void test_sse_tail_large(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_number_fields_refuse), cmocka_unit_test(test_number_fields_accept),
-        cmocka_unit_test(test_number_text),          cmocka_unit_test(test_sse_tail_pieces),
-        cmocka_unit_test(test_sse_tail_large),
-    };
-    return cmocka_run_group_tests_name("gw_input", tests, NULL, NULL);
+    return SG_RUN_TESTS("gw_input", NULL, NULL, NULL, NULL, test_number_fields_refuse, test_number_fields_accept,
+                        test_number_text, test_sse_tail_pieces, test_sse_tail_large);
 }

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "libraries.h"
+#include "sgrun.h"
 
 static size_t match(char *const *names, size_t n, const char *out, unsigned char *missing)
 {
@@ -73,10 +74,6 @@ static void test_repeated(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_only_requested_names),
-        cmocka_unit_test(test_attacker_lines_ignored),
-        cmocka_unit_test(test_repeated),
-    };
-    return cmocka_run_group_tests_name("libraries", tests, NULL, NULL);
+    return SG_RUN_TESTS("libraries", NULL, NULL, NULL, NULL, test_only_requested_names, test_attacker_lines_ignored,
+                        test_repeated);
 }

@@ -16,6 +16,7 @@
 
 #include "route.h"
 #include "util.h"
+#include "sgrun.h"
 
 enum { R_ROOT, R_SESSIONS, R_SESSION, R_EXEC, R_FILES, R_TPL, R_DEEP };
 
@@ -188,9 +189,6 @@ static void test_xalloc(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_found),      cmocka_unit_test(test_not_found), cmocka_unit_test(test_method_not_allowed),
-        cmocka_unit_test(test_allow_text), cmocka_unit_test(test_xalloc),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return SG_RUN_TESTS("route", NULL, NULL, NULL, NULL, test_found, test_not_found, test_method_not_allowed,
+                        test_allow_text, test_xalloc);
 }

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "runtime.h"
+#include "sgrun.h"
 
 static json_object *engine(const char *runtimes_json)
 {
@@ -80,9 +81,5 @@ static void test_explicit(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_auto),
-        cmocka_unit_test(test_explicit),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return SG_RUN_TESTS("runtime", NULL, NULL, NULL, NULL, test_auto, test_explicit);
 }

@@ -6,6 +6,7 @@
  * sandgate-admin: test_store_sessions.c.
  */
 #include "store_fixture.h"
+#include "sgrun.h"
 
 static void pragma_text(sg_store_t *st, const char *sql, char *out, size_t len)
 {
@@ -667,9 +668,6 @@ static void test_usage(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_open_creates_wal_db), cmocka_unit_test(test_open_errors), cmocka_unit_test(test_tenants),
-        cmocka_unit_test(test_tenant_fields),       cmocka_unit_test(test_tokens),      cmocka_unit_test(test_usage),
-    };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return SG_RUN_TESTS("store", group_setup, group_teardown, NULL, NULL, test_open_creates_wal_db, test_open_errors,
+                        test_tenants, test_tenant_fields, test_tokens, test_usage);
 }

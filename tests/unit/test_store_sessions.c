@@ -8,6 +8,7 @@
  * test_store.c.
  */
 #include "store_fixture.h"
+#include "sgrun.h"
 
 /* ---- sessions ---- */
 
@@ -492,13 +493,6 @@ static void test_admin_cli(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sessions),
-        cmocka_unit_test(test_templates),
-        cmocka_unit_test(test_reopen_keeps_data),
-        cmocka_unit_test(test_two_connections),
-        cmocka_unit_test(test_concurrent_first_open),
-        cmocka_unit_test(test_admin_cli),
-    };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return SG_RUN_TESTS("store_sessions", group_setup, group_teardown, NULL, NULL, test_sessions, test_templates,
+                        test_reopen_keeps_data, test_two_connections, test_concurrent_first_open, test_admin_cli);
 }

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "token.h"
+#include "sgrun.h"
 
 /* The executable's definition wins over libcrypto's for the calls token.c
  * makes (symbol interposition), so this counts them: the comparison must go
@@ -248,15 +249,7 @@ static void test_hash_equal(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_generate_format),
-        cmocka_unit_test(test_generate_unique),
-        cmocka_unit_test(test_public_id_chars_spread),
-        cmocka_unit_test(test_parse_good),
-        cmocka_unit_test(test_parse_rejects),
-        cmocka_unit_test(test_is_public_id),
-        cmocka_unit_test(test_hash_stable),
-        cmocka_unit_test(test_hash_equal),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return SG_RUN_TESTS("token", NULL, NULL, NULL, NULL, test_generate_format, test_generate_unique,
+                        test_public_id_chars_spread, test_parse_good, test_parse_rejects, test_is_public_id,
+                        test_hash_stable, test_hash_equal);
 }
