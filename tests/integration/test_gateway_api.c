@@ -483,6 +483,20 @@ SGGW_TEST(test_cross_tenant)
  * 3. The seeds' README examples, through the gateway
  * ------------------------------------------------------------------------ */
 
+/* The README's session example: a python session of tok (returned; path its
+ * execute path) that imported numpy and printed a mean. */
+static char *numpy_session(const char *tok, char *path, size_t size)
+{
+    char *sid = sggw_create_session(stack.gw, tok, "{\"lang\": \"python\"}", NULL);
+    pathf(path, size, "/sessions/%s/execute", sid);
+    sgtest_expect_ok(
+        sggw_post_result(stack.gw, tok, path,
+                         json_tokener_parse("{\"code\": \"import numpy as np\\nprint(np.array([1,2,3]).mean())\","
+                                            " \"libraries\": [\"numpy\"]}")),
+        "2.0\n");
+    return sid;
+}
+
 SGGW_TEST(test_seed003_examples)
 {
     char *tok = sggw_new_tenant(data_dir(), "seed003", NULL);
@@ -504,13 +518,7 @@ SGGW_TEST(test_seed003_examples)
     json_object_put(o);
 
     /* Example Usage: Session-based Execution */
-    char *sid = sggw_create_session(stack.gw, tok, "{\"lang\": \"python\"}", NULL);
-    pathf(path, sizeof(path), "/sessions/%s/execute", sid);
-    sgtest_expect_ok(
-        sggw_post_result(stack.gw, tok, path,
-                         json_tokener_parse("{\"code\": \"import numpy as np\\nprint(np.array([1,2,3]).mean())\","
-                                            " \"libraries\": [\"numpy\"]}")),
-        "2.0\n");
+    char *sid = numpy_session(tok, path, sizeof(path));
     /* 3. state is preserved: np is still defined */
     o = sggw_post_result(stack.gw, tok, path,
                          json_tokener_parse("{\"code\": \"print(\\\"Previous imports are still available\\\")\\n"
@@ -595,13 +603,7 @@ SGGW_TEST(test_seed000_examples)
     free(sid);
 
     /* Example Usage: create, numpy, clean up */
-    sid = sggw_create_session(stack.gw, tok, "{\"lang\": \"python\"}", NULL);
-    pathf(path, sizeof(path), "/sessions/%s/execute", sid);
-    sgtest_expect_ok(
-        sggw_post_result(stack.gw, tok, path,
-                         json_tokener_parse("{\"code\": \"import numpy as np\\nprint(np.array([1,2,3]).mean())\","
-                                            " \"libraries\": [\"numpy\"]}")),
-        "2.0\n");
+    sid = numpy_session(tok, path, sizeof(path));
     sggw_delete_session(stack.gw, tok, sid);
     SG_CHECK(!sggw_lists(stack.gw, tok, sid), NULL, "%s is still listed after DELETE", sid);
     free(sid);

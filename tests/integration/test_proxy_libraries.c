@@ -153,6 +153,23 @@ static json_object *install(const char *sid, const char *package, const char *ve
     return sglibs_install(proxy, sid, package, version, NULL);
 }
 
+/* The second install of package (version, NULL: the latest) by `tool`, in
+ * sid: from the store, so installed as `want` and faster than `first` (the
+ * fetch's installation_time). Returns its installation_time. */
+static double expect_store_install(const char *tool, const char *sid, const char *package, const char *version,
+                                   const char *want, double first)
+{
+    json_object *o = install(sid, package, version);
+    sglibs_expect_installed(o, want, true);
+    double second = SG_DBL(o, "installation_time");
+    json_object_put(o);
+    printf("%s install of %s%s%s: first %.3f s (fetched by an installer), second %.3f s (from the store)\n", tool,
+           package, version != NULL ? " " : "", version != NULL ? version : "", first, second);
+    SG_CHECK(second < first, NULL, "the install from the store (%.3f s) is not faster than the fetch (%.3f s)", second,
+             first);
+    return second;
+}
+
 /* A refused POST .../libraries: 400 bad_library naming `names` (may be NULL). */
 static void expect_refused(const char *sid, const char *package, const char *version, const char *names)
 {
@@ -303,14 +320,7 @@ static void test_pip_from_store(void **state)
     SG_CHECK(!SG_BOOL(o, "success") && strstr(SG_STR(o, "stderr"), "ModuleNotFoundError") != NULL, o,
              "a new session must not see another session's installs");
     json_object_put(o);
-    o = install(sid, py_name, "1.0");
-    sglibs_expect_installed(o, "1.0", true);
-    pip_second = SG_DBL(o, "installation_time");
-    json_object_put(o);
-    printf("pip install of %s 1.0: first %.3f s (fetched by an installer), second %.3f s (from the store)\n", py_name,
-           pip_first, pip_second);
-    SG_CHECK(pip_second < pip_first, NULL, "the install from the store (%.3f s) is not faster than the fetch (%.3f s)",
-             pip_second, pip_first);
+    pip_second = expect_store_install("pip", sid, py_name, "1.0", "1.0", pip_first);
     pathf(code, sizeof(code), "import %s\nprint(%s.VALUE)", py_name, py_name);
     expect_run(sid, code, "42\n");
     session_done(sid);
@@ -400,14 +410,7 @@ static void test_npm_install(void **state)
     int before = sglibs_hits(index_srv, "");
     t0 = sglibs_wall_now();
     sid = create_session("javascript");
-    o = install(sid, js_name, NULL);
-    sglibs_expect_installed(o, "1.0.0", true);
-    npm_second = SG_DBL(o, "installation_time");
-    json_object_put(o);
-    printf("npm install of %s: first %.3f s (fetched by an installer), second %.3f s (from the store)\n", js_name,
-           npm_first, npm_second);
-    SG_CHECK(npm_second < npm_first, NULL, "the install from the store (%.3f s) is not faster than the fetch (%.3f s)",
-             npm_second, npm_first);
+    npm_second = expect_store_install("npm", sid, js_name, NULL, "1.0.0", npm_first);
     expect_run(sid, code, "42\n");
     session_done(sid);
     SG_CHECK(sglibs_hits(index_srv, "") == before, NULL, "the registry was contacted for a package in the store");

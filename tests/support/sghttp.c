@@ -170,40 +170,49 @@ Exit:
     return out->curl_code == CURLE_OK && out->status != 0 ? 0 : -1;
 }
 
+static int socket_do(const sgtest__http_req_t *q, sgtest_reply_t *out);
+
+/* A request without a body callback. */
+static sgtest__http_req_t plain_req(const char *method, const char *url, const void *body, size_t len,
+                                    const char *content_type, const char *const *headers, long timeout_s)
+{
+    return (sgtest__http_req_t){.method = method,
+                                .url = url,
+                                .body = body,
+                                .len = len,
+                                .content_type = content_type,
+                                .headers = headers,
+                                .timeout_s = timeout_s};
+}
+
+/* One plain request through a client: sgtest__curl or socket_do. */
+static int http_with(int (*client)(const sgtest__http_req_t *q, sgtest_reply_t *out), const char *method,
+                     const char *url, const void *body, size_t len, const char *content_type,
+                     const char *const *headers, long timeout_s, sgtest_reply_t *out)
+{
+    sgtest__http_req_t q = plain_req(method, url, body, len, content_type, headers, timeout_s);
+    return client(&q, out);
+}
+
 int sgtest_http(const char *method, const char *url, const void *body, size_t len, const char *content_type,
                 long timeout_s, sgtest_reply_t *out)
 {
-    sgtest__http_req_t q = {
-        .method = method, .url = url, .body = body, .len = len, .content_type = content_type, .timeout_s = timeout_s};
-    return sgtest__curl(&q, out);
+    return http_with(sgtest__curl, method, url, body, len, content_type, NULL, timeout_s, out);
 }
 
 int sgtest_post_stream(const char *url, const char *json_body, const char *const *headers, long timeout_s,
                        size_t (*on_body)(char *p, size_t size, size_t n, void *ctx), void *ctx, sgtest_reply_t *out)
 {
-    sgtest__http_req_t q = {.method = "POST",
-                            .url = url,
-                            .body = json_body,
-                            .len = strlen(json_body),
-                            .content_type = "application/json",
-                            .headers = headers,
-                            .timeout_s = timeout_s,
-                            .on_body = on_body,
-                            .ctx = ctx};
+    sgtest__http_req_t q = plain_req("POST", url, json_body, strlen(json_body), "application/json", headers, timeout_s);
+    q.on_body = on_body;
+    q.ctx = ctx;
     return sgtest__curl(&q, out);
 }
 
 int sggw_http_curl(const char *method, const char *url, const void *body, size_t len, const char *content_type,
                    const char *const *headers, long timeout_s, sgtest_reply_t *out)
 {
-    sgtest__http_req_t q = {.method = method,
-                            .url = url,
-                            .body = body,
-                            .len = len,
-                            .content_type = content_type,
-                            .headers = headers,
-                            .timeout_s = timeout_s};
-    return sgtest__curl(&q, out);
+    return http_with(sgtest__curl, method, url, body, len, content_type, headers, timeout_s, out);
 }
 
 void sgtest_reply_free(sgtest_reply_t *r)
@@ -575,14 +584,7 @@ Exit:
 int sggw_http(const char *method, const char *url, const void *body, size_t len, const char *content_type,
               const char *const *headers, long timeout_s, sgtest_reply_t *out)
 {
-    sgtest__http_req_t q = {.method = method,
-                            .url = url,
-                            .body = body,
-                            .len = len,
-                            .content_type = content_type,
-                            .headers = headers,
-                            .timeout_s = timeout_s};
-    return socket_do(&q, out);
+    return http_with(socket_do, method, url, body, len, content_type, headers, timeout_s, out);
 }
 
 /* ------------------------------------------------------------------------
