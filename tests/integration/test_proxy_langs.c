@@ -362,32 +362,14 @@ static void do_libraries_refused(const lang_case_t *L)
     session_done(sid);
 }
 
-#define LANG_TESTS(L)                                                                                                  \
-    static void test_##L##_session(void **state)                                                                       \
+/* test_<L>_<what>: do_<what> for the language L. */
+#define LANG_TEST(L, what)                                                                                             \
+    static void test_##L##_##what(void **state)                                                                        \
     {                                                                                                                  \
-        do_session(&L);                                                                                                \
-    }                                                                                                                  \
-    static void test_##L##_ephemeral(void **state)                                                                     \
-    {                                                                                                                  \
-        do_ephemeral(&L);                                                                                              \
-    }                                                                                                                  \
-    static void test_##L##_runtime_error(void **state)                                                                 \
-    {                                                                                                                  \
-        do_runtime_error(&L);                                                                                          \
-    }                                                                                                                  \
-    static void test_##L##_timeout(void **state)                                                                       \
-    {                                                                                                                  \
-        do_timeout(&L);                                                                                                \
+        do_##what(&L);                                                                                                 \
     }
-#define COMPILED_TESTS(L)                                                                                              \
-    static void test_##L##_compile_error(void **state)                                                                 \
-    {                                                                                                                  \
-        do_compile_error(&L);                                                                                          \
-    }                                                                                                                  \
-    static void test_##L##_libraries_refused(void **state)                                                             \
-    {                                                                                                                  \
-        do_libraries_refused(&L);                                                                                      \
-    }
+#define LANG_TESTS(L) LANG_TEST(L, session) LANG_TEST(L, ephemeral) LANG_TEST(L, runtime_error) LANG_TEST(L, timeout)
+#define COMPILED_TESTS(L) LANG_TEST(L, compile_error) LANG_TEST(L, libraries_refused)
 
 LANG_TESTS(cpp)
 LANG_TESTS(go)
