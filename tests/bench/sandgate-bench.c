@@ -539,6 +539,26 @@ static int parse_long(const char *s, long min, long max, long *out)
     return 0;
 }
 
+/* The numeric options (-n, -c, --idle-sessions): each a long in [min, max]. */
+static const struct {
+    int ch;
+    long min, max;
+    long *out;
+} num_opts[] = {
+    {'n', 1, 10000000, &opt.n},
+    {'c', 1, 1024, &opt.clients},
+    {'k', 0, 100000, &opt.idle},
+};
+
+/* Sets the numeric option ch from s: 0, or -1 when s is not a number in its range. */
+static int parse_num_opt(int ch, const char *s)
+{
+    for (size_t i = 0; i < sizeof(num_opts) / sizeof(num_opts[0]); i++)
+        if (num_opts[i].ch == ch)
+            return parse_long(s, num_opts[i].min, num_opts[i].max, num_opts[i].out);
+    return -1;
+}
+
 static void strip_slash(char *s)
 {
     size_t n = strlen(s);
@@ -603,15 +623,9 @@ int main(int argc, char **argv)
             opt.skip_docker = 1;
             break;
         case 'n':
-            if (parse_long(optarg, 1, 10000000, &opt.n) != 0)
-                goto Usage;
-            break;
         case 'c':
-            if (parse_long(optarg, 1, 1024, &opt.clients) != 0)
-                goto Usage;
-            break;
         case 'k':
-            if (parse_long(optarg, 0, 100000, &opt.idle) != 0)
+            if (parse_num_opt(ch, optarg) != 0)
                 goto Usage;
             break;
         case 'h':
