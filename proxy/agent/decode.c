@@ -78,39 +78,46 @@ static char *take_path(const uint8_t *s, size_t len, sg_agent_fail_t *f)
     return dup_field(s, len);
 }
 
+/* The head PUT_FILE and GET_FILE start with: a path, then a u32 (*u32);
+ * h->r reads on after it (failed when the head is short). */
+typedef struct {
+    sg_agent_reader_t r;
+    const uint8_t *path;
+    size_t path_len;
+} file_head_t;
+
+static void file_head_read(file_head_t *h, const uint8_t *payload, size_t len, uint32_t *u32)
+{
+    sg_agent_reader_init(&h->r, payload, len);
+    sg_agent_get_str(&h->r, &h->path, &h->path_len);
+    sg_agent_get_u32(&h->r, u32);
+}
+
 int sg_agent_put_req_decode(const uint8_t *payload, size_t len, sg_agent_put_req_t *p, sg_agent_fail_t *f)
 {
-    sg_agent_reader_t r;
-    const uint8_t *ps;
-    size_t plen;
+    file_head_t h;
 
     memset(p, 0, sizeof(*p));
-    sg_agent_reader_init(&r, payload, len);
-    sg_agent_get_str(&r, &ps, &plen);
-    sg_agent_get_u32(&r, &p->mode);
-    sg_agent_get_rest(&r, &p->data, &p->data_len);
-    if (r.failed)
+    file_head_read(&h, payload, len, &p->mode);
+    sg_agent_get_rest(&h.r, &p->data, &p->data_len);
+    if (h.r.failed)
         return agent_fail(f, SG_AGENT_ERR_BAD_REQUEST, "The PUT_FILE request is malformed.");
-    if ((p->path = take_path(ps, plen, f)) == NULL)
+    if ((p->path = take_path(h.path, h.path_len, f)) == NULL)
         return -1;
     return 0;
 }
 
 int sg_agent_get_req_decode(const uint8_t *payload, size_t len, sg_agent_get_req_t *g, sg_agent_fail_t *f)
 {
-    sg_agent_reader_t r;
-    const uint8_t *ps;
-    size_t plen;
+    file_head_t h;
 
     memset(g, 0, sizeof(*g));
-    sg_agent_reader_init(&r, payload, len);
-    sg_agent_get_str(&r, &ps, &plen);
-    sg_agent_get_u32(&r, &g->max_bytes);
-    if (r.failed || r.off != r.len)
+    file_head_read(&h, payload, len, &g->max_bytes);
+    if (h.r.failed || h.r.off != h.r.len)
         return agent_fail(f, SG_AGENT_ERR_BAD_REQUEST, "The GET_FILE request is malformed.");
     if (g->max_bytes > SG_AGENT_MAX_PAYLOAD)
         g->max_bytes = SG_AGENT_MAX_PAYLOAD;
-    if ((g->path = take_path(ps, plen, f)) == NULL)
+    if ((g->path = take_path(h.path, h.path_len, f)) == NULL)
         return -1;
     return 0;
 }
