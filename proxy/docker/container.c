@@ -64,13 +64,20 @@ static void runtime_limits(json_object *hc, const char *runtime, int64_t pids)
     json_object_object_add(hc, "PidsLimit", json_object_new_int64(pids * SG_RUNSC_PIDS_PER_TASK + SG_RUNSC_PIDS_BASE));
 }
 
-/* A tmpfs at `path` in a HostConfig.Tmpfs object: the mount options
- * `opts`, then size=<size_mb>m and nr_inodes for SG_TMPFS_BYTES_PER_INODE. */
+/* A tmpfs's mount options: `opts`, then size=<size_mb>m and nr_inodes at
+ * one inode per SG_TMPFS_BYTES_PER_INODE, so that neither bytes nor files
+ * go past what its size allows (every tmpfs a container gets has both). */
+static void tmpfs_opts(char *buf, size_t len, const char *opts, long size_mb)
+{
+    long inodes = (long)(((int64_t)size_mb << 20) / SG_TMPFS_BYTES_PER_INODE);
+    snprintf(buf, len, "%s,size=%ldm,nr_inodes=%ld", opts, size_mb, inodes > 0 ? inodes : 1);
+}
+
+/* A tmpfs at `path` in a HostConfig.Tmpfs object (tmpfs_opts). */
 static void tmpfs_add(json_object *tmpfs, const char *path, const char *opts, long size_mb)
 {
     char buf[256];
-    long inodes = (long)(((int64_t)size_mb << 20) / SG_TMPFS_BYTES_PER_INODE);
-    snprintf(buf, sizeof(buf), "%s,size=%ldm,nr_inodes=%ld", opts, size_mb, inodes > 0 ? inodes : 1);
+    tmpfs_opts(buf, sizeof(buf), opts, size_mb);
     add_str(tmpfs, path, buf);
 }
 
@@ -110,9 +117,9 @@ static json_object *workdir_volume(long size_mb)
 {
     json_object *m = json_object_new_object(), *vo = json_object_new_object(), *dc = json_object_new_object();
     json_object *opts = json_object_new_object();
-    char o[128];
+    char o[256];
 
-    snprintf(o, sizeof(o), "rw,nosuid,nodev,exec,size=%ldm,uid=1000,gid=1000,mode=0755", size_mb);
+    tmpfs_opts(o, sizeof(o), "rw,nosuid,nodev,exec,uid=1000,gid=1000,mode=0755", size_mb);
     add_str(opts, "type", "tmpfs");
     add_str(opts, "device", "tmpfs");
     add_str(opts, "o", o);
@@ -229,7 +236,7 @@ static json_object *installer_config(const sg_container_spec_t *spec)
     add_str(hc, "Runtime", SG_RUNTIME_INSTALLER);
     harden(hc, 1024, 256, 1.0);
     json_object_object_add(hc, "ReadonlyRootfs", json_object_new_boolean(1));
-    add_str(tmpfs, "/tmp", "rw,exec,nosuid,nodev,size=512m,mode=1777");
+    tmpfs_add(tmpfs, "/tmp", "rw,exec,nosuid,nodev,mode=1777", 512);
     json_object_object_add(hc, "Tmpfs", tmpfs);
     json_object_array_add(mounts, volume_mount(spec->store_volume, SG_STORE_MOUNT, 0));
     json_object_object_add(hc, "Mounts", mounts);

@@ -276,6 +276,52 @@ SGGW_TEST(test_keep_template_disk_capped)
     free(tok);
 }
 
+/* Files past the cap: a keep_template session's work dir is a tmpfs
+ * volume, capped in inodes as every other tmpfs is (one per 4 KiB), so a
+ * flood of empty files stops at ENOSPC, in a command and in the kernel. */
+SGGW_TEST(test_keep_template_inode_flood_capped)
+{
+    char *tok = sggw_new_tenant(data_dir(), "files", NULL);
+    char *sid = keep_session(tok);
+    const long cap = CAP_BYTES / 4096;
+
+    json_object *o = command(tok, sid,
+                             "mkdir /sandbox/f && cd /sandbox/f && i=0; while [ $i -lt 100000 ]; do "
+                             "true > $i 2>/dev/null || break; i=$((i+1)); done; echo $i; cd / && rm -rf /sandbox/f");
+    long n = atol(SG_STR(o, "stdout"));
+    SG_CHECK(n > cap / 2 && n <= cap, o, "the flood made %ld files: it must stop at the cap of %ld inodes", n, cap);
+    json_object_put(o);
+    o = sggw_execute(stack.gw, tok, sid,
+                     "import errno, os\n"
+                     "n, res = 0, 'NO LIMIT'\n"
+                     "os.makedirs('/sandbox/g')\n"
+                     "try:\n"
+                     "    while n < 100000:\n"
+                     "        os.close(os.open('/sandbox/g/%d' % n, os.O_CREAT | os.O_WRONLY, 0o644))\n"
+                     "        n += 1\n"
+                     "except OSError as e:\n"
+                     "    res = errno.errorcode[e.errno]\n"
+                     "import shutil; shutil.rmtree('/sandbox/g')\n"
+                     "print(res, n)\n",
+                     60);
+    char res[32] = "";
+    n = -1;
+    SG_CHECK(sscanf(SG_STR(o, "stdout"), "%31s %ld", res, &n) == 2 && strcmp(res, "ENOSPC") == 0 && n > cap / 2 &&
+                 n <= cap,
+             o, "the kernel's flood must stop with ENOSPC at the cap of %ld inodes", cap);
+    json_object_put(o);
+
+    sggw_delete_session(stack.gw, tok, sid);
+    int64_t size = -1;
+    char *name = template_of(tok, sid, &size);
+    SG_CHECK(name != NULL, NULL, "the template of %s is listed", sid);
+    delete_template(tok, name, 200, NULL);
+    service_works(tok);
+    free(name);
+    free(sid);
+    free(tok);
+}
+
 /* ------------------------------------------------------------------------
  * The quota
  * ------------------------------------------------------------------------ */
@@ -483,6 +529,6 @@ SGGW_TEST(test_tenant_delete_removes_templates)
 int main(void)
 {
     return SG_RUN_TESTS("sec_templates", group_setup, group_teardown, NULL, sggw_stack_teardown,
-                        test_keep_template_disk_capped, test_max_templates, test_other_tenants_template,
-                        test_tenant_delete_removes_templates);
+                        test_keep_template_disk_capped, test_keep_template_inode_flood_capped, test_max_templates,
+                        test_other_tenants_template, test_tenant_delete_removes_templates);
 }

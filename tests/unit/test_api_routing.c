@@ -388,6 +388,7 @@ static void test_config_keep_template(void **state)
         json_object *opts = at(m, "VolumeOptions", "DriverConfig", "Options", NULL);
         assert_string_equal(str_at(opts, "type", NULL), "tmpfs");
         assert_true(has_opt(str_at(opts, "o", NULL), "size=64m"));
+        assert_true(has_opt(str_at(opts, "o", NULL), "nr_inodes=16384")); /* files capped as in any tmpfs */
         assert_true(has_opt(str_at(opts, "o", NULL), "nosuid"));
     }
     /* /tmp stays a tmpfs, still capped */
