@@ -1,4 +1,5 @@
 #include "buf.h"
+#include "util.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -32,10 +33,7 @@ int sg_buf_append(sg_buf_t *b, const void *p, size_t n)
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + n + 1)
             cap *= 2;
-        char *nb = realloc(b->base, cap);
-        if (nb == NULL)
-            return -1;
-        b->base = nb;
+        b->base = sg_xrealloc(b->base, cap);
         b->cap = cap;
     }
     if (n != 0)

@@ -17,8 +17,9 @@ typedef struct {
 void sg_buf_init(sg_buf_t *b, size_t max);
 void sg_buf_free(sg_buf_t *b);
 void sg_buf_reset(sg_buf_t *b);
-/* Returns 0, or -1 if the result would exceed max (or memory runs out); the
- * buffer is unchanged on failure. The contents stay NUL-terminated. */
+/* Returns 0, or -1 if the result would exceed max (the buffer is then
+ * unchanged; running out of memory is fatal: util.h). The contents stay
+ * NUL-terminated. */
 int sg_buf_append(sg_buf_t *b, const void *p, size_t n);
 /* Drops the first n bytes. */
 void sg_buf_consume(sg_buf_t *b, size_t n);

@@ -1,4 +1,5 @@
 #include "http.h"
+#include "util.h"
 #include "buf.h"
 #include "log.h"
 
@@ -50,15 +51,11 @@ static void on_accept(h2o_socket_t *listener, const char *err)
 sg_http_server_t *sg_http_server_create(const char *host, int port, size_t max_body, sg_http_handler_cb cb, void *app,
                                         char *err, size_t errlen)
 {
-    sg_http_server_t *s = calloc(1, sizeof(*s));
+    sg_http_server_t *s = sg_xcalloc(1, sizeof(*s));
     struct sockaddr_in addr = {0};
     socklen_t alen = sizeof(addr);
     int fd = -1, on = 1;
 
-    if (s == NULL) {
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
     s->cb = cb;
     s->app = app;
     h2o_config_init(&s->config);
@@ -399,8 +396,7 @@ static watcher_t *watcher_of(h2o_loop_t *loop)
     for (w = watchers; w != NULL; w = w->next)
         if (w->loop == loop)
             return w;
-    if ((w = calloc(1, sizeof(*w))) == NULL)
-        return NULL;
+    w = sg_xcalloc(1, sizeof(*w));
     if ((w->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
         sg_error("http: cannot watch clients: epoll_create1: %s", strerror(errno));
         free(w);
@@ -428,9 +424,7 @@ static void on_hold_stub_dispose(void *_stub)
 
 sg_http_hold_t *sg_http_hold(h2o_req_t *req)
 {
-    sg_http_hold_t *h = calloc(1, sizeof(*h));
-    if (h == NULL)
-        h2o_fatal("out of memory");
+    sg_http_hold_t *h = sg_xcalloc(1, sizeof(*h));
     h->req = req;
     h->fd = -1;
     h->stub = h2o_mem_alloc_shared(&req->pool, sizeof(*h->stub), on_hold_stub_dispose);

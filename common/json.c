@@ -1,4 +1,5 @@
 #include "json.h"
+#include "util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -158,9 +159,7 @@ char *sg_utf8_sanitize(const char *p, size_t len, size_t *outlen)
 {
     const unsigned char *s = (const unsigned char *)p;
     /* worst case: every byte becomes 3 */
-    char *out = malloc(len * 3 + 1), *d = out;
-    if (out == NULL)
-        return NULL;
+    char *out = sg_xmalloc(len * 3 + 1), *d = out;
     for (size_t i = 0; i < len;) {
         size_t n = utf8_seq(s + i, len - i);
         if (n == 0) {

@@ -24,7 +24,8 @@ int sg_json_get_str_array(json_object *o, const char *key, json_object **out, ch
 
 /* Copies p[0..len) with every invalid UTF-8 sequence (and NUL) replaced by
  * U+FFFD, so that the JSON made from it is always valid. malloc'd, NUL
- * terminated; *outlen gets its length. NULL when memory runs out. */
+ * terminated; *outlen gets its length. Never NULL (util.h: out of memory is
+ * fatal). */
 char *sg_utf8_sanitize(const char *p, size_t len, size_t *outlen);
 /* A JSON number printed with at most `decimals` digits after the point
  * (0.001234 rather than 0.0012339999999999999). */

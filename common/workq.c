@@ -1,4 +1,5 @@
 #include "workq.h"
+#include "util.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -69,16 +70,14 @@ static void on_messages(h2o_multithread_receiver_t *receiver, h2o_linklist_t *me
 
 sg_workq_t *sg_workq_create(h2o_loop_t *loop, int nthreads)
 {
-    sg_workq_t *q = calloc(1, sizeof(*q));
-    if (q == NULL)
-        return NULL;
+    sg_workq_t *q = sg_xcalloc(1, sizeof(*q));
     pthread_mutex_init(&q->mutex, NULL);
     pthread_cond_init(&q->cond, NULL);
     h2o_linklist_init_anchor(&q->jobs);
     q->mq = h2o_multithread_create_queue(loop);
     h2o_multithread_register_receiver(q->mq, &q->receiver, on_messages);
     q->nthreads = nthreads;
-    q->threads = calloc((size_t)nthreads, sizeof(pthread_t));
+    q->threads = sg_xcalloc((size_t)nthreads, sizeof(pthread_t));
     for (int i = 0; i < nthreads; i++)
         h2o_multithread_create_thread(&q->threads[i], NULL, worker_main, q);
     return q;
