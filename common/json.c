@@ -181,7 +181,7 @@ void sg_json_add_bytes(json_object *o, const char *key, const char *p, size_t le
 {
     size_t n;
     char *s = sg_utf8_sanitize(p, len, &n);
-    json_object_object_add(o, key, s != NULL ? json_object_new_string_len(s, (int)n) : json_object_new_string(""));
+    json_object_object_add(o, key, json_object_new_string_len(s, (int)n));
     free(s);
 }
 
