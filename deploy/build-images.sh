@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build the sandbox language images sandgate/<lang>:latest from
 # deploy/images/<lang>/ plus the static agent, offline (local base image only).
+# SANDGATE_IMAGE_PREFIX (the proxy's setting, default "sandgate/") names them
+# otherwise, so a work tree can test its own agent beside the shared images.
 # Usage: build-images.sh [BUILD_DIR [LANG...]]   (or SANDGATE_LANGS="python ...")
 # An image is rebuilt only when its inputs changed (label sandgate.build-hash).
 set -euo pipefail
@@ -36,7 +38,7 @@ CTX=$(mktemp -d "${TMPDIR:-/tmp}/sandgate-ctx.XXXXXX")
 trap 'rm -rf "$CTX"' EXIT
 
 build_one() {
-  local lang=$1 dir=$IMAGES_DIR/$1 tag=sandgate/$1:latest hash old ctx start
+  local lang=$1 dir=$IMAGES_DIR/$1 tag=${SANDGATE_IMAGE_PREFIX:-sandgate/}$1:latest hash old ctx start
   hash=$(input_hash "$dir")
   old=$(docker image inspect -f '{{.Id}} {{index .Config.Labels "sandgate.build-hash"}}' "$tag" 2>/dev/null || true)
   if [ "${old#* }" = "$hash" ]; then
