@@ -11,6 +11,7 @@
 #include "http.h"
 #include "log.h"
 #include "reaper.h"
+#include "request.h"
 #include "rebuild.h"
 #include "throttle.h"
 #include "upstream.h"
@@ -125,7 +126,7 @@ int main(int argc, char **argv)
      * first request is taken (a restart without Redis, or Redis emptied) */
     if (sg_gw_rebuild_sessions_now(st, 5000) != 0)
         sg_warn("the live state did not answer for every open session at start; the reaper will retry");
-    sg_store_close(st);
+    sg_gw_auth_cache_start(st); /* the loop's connection from now on (core/auth.c) */
     sg_gw_reaper_start();
 
     sg_http_server_start(server);
@@ -146,5 +147,6 @@ int main(int argc, char **argv)
     sg_workq_t *dbq = sg_gw.dbq;
     sg_gw.dbq = NULL;      /* work submitted from now on fails at once */
     sg_workq_destroy(dbq); /* runs the done() of what finished meanwhile */
+    sg_gw_auth_cache_stop();
     return 0;
 }

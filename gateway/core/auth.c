@@ -1,8 +1,10 @@
 /*
  * auth.c — the door of the public API (request.h, sg_gw_req_accept): the
  * caps on a request's headers, body and path, its bearer token, then the
- * token's tenant and the session's owner (one DB job) and the tenant's
- * rate limit; the route runs only past all of them.
+ * token's tenant and the session's owner (from the cache below when it is
+ * current, else one DB job) and the tenant's rate limit (for the routes
+ * that run code, with their execution slot: ledger.c); the route runs only
+ * past all of them.
  */
 #include "request.h"
 #include "fields.h"
@@ -11,6 +13,7 @@
 #include "db.h"
 #include "credentials.h"
 
+#include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +22,173 @@
  * result event is a few hundred bytes. */
 #define STREAM_EVENT_MAX (64u << 10)
 
+/* ---- the cache of tokens and sessions ------------------------------------------------------
+ *
+ * A request whose token (and session) this gateway has looked up before is
+ * let in without a DB job: the token's tenant and the session's record are
+ * kept here, each stamped with the generation (store.h) read before its
+ * rows were. Every request reads the generations on the loop's own
+ * connection (one row; WAL: a read never waits on a writer; busy: no cache
+ * for this request); an entry is used only while its stamp is current. A
+ * token revoked, a tenant changed or disabled, a session closed, by this
+ * gateway, another one or sandgate-admin, moves the generation in the
+ * same transaction: the next request after the commit, on every gateway,
+ * goes to the database. A closed session stays closed, so that answer is
+ * kept whatever the generation. Unknown tokens are never kept. */
+
+#define TOKEN_SLOTS 1024 /* powers of two */
+#define SESSION_SLOTS 4096
+#define PROBE 8
+
+typedef struct {
+    unsigned char key[SHA256_DIGEST_LENGTH]; /* of the whole token: no secret is kept */
+    int used;
+    int64_t gen;
+    uint64_t last_us;
+    sg_tenant_t tenant;
+} token_entry_t;
+
+typedef struct {
+    int used;
+    int64_t gen; /* -1: closed, current for ever */
+    uint64_t last_us;
+    sg_session_rec_t rec;
+} session_entry_t;
+
+static sg_store_t *gen_store;
+static token_entry_t *tokens;
+static session_entry_t *sessions;
+
+void sg_gw_auth_cache_start(sg_store_t *st)
+{
+    gen_store = st;
+    sg_store_no_wait(st);
+    tokens = sg_xcalloc(TOKEN_SLOTS, sizeof(*tokens));
+    sessions = sg_xcalloc(SESSION_SLOTS, sizeof(*sessions));
+}
+
+void sg_gw_auth_cache_stop(void)
+{
+    if (gen_store != NULL)
+        sg_store_close(gen_store);
+    gen_store = NULL;
+    free(tokens);
+    free(sessions);
+    tokens = NULL;
+    sessions = NULL;
+}
+
+static uint64_t fnv1a(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* A cache's slots are found like the throttle's (throttle.c): PROBE slots
+ * from the key's hash; the one that holds the key, else (create) the one
+ * it replaces, a free one or the least recently used. */
+static int better_victim(int used, uint64_t last_us, int vused, uint64_t vlast_us)
+{
+    return !used || (vused && last_us < vlast_us);
+}
+
+static token_entry_t *token_slot(const unsigned char key[SHA256_DIGEST_LENGTH], int create)
+{
+    token_entry_t *victim = NULL;
+    uint64_t h;
+    memcpy(&h, key, sizeof(h));
+    for (int i = 0; i < PROBE; i++) {
+        token_entry_t *e = &tokens[(h + (uint64_t)i) & (TOKEN_SLOTS - 1)];
+        if (e->used && memcmp(e->key, key, SHA256_DIGEST_LENGTH) == 0)
+            return e;
+        if (victim == NULL || better_victim(e->used, e->last_us, victim->used, victim->last_us))
+            victim = e;
+    }
+    return create ? victim : NULL;
+}
+
+static session_entry_t *session_slot(const char *sid, int create)
+{
+    session_entry_t *victim = NULL;
+    uint64_t h = fnv1a(sid, 36);
+    for (int i = 0; i < PROBE; i++) {
+        session_entry_t *e = &sessions[(h + (uint64_t)i) & (SESSION_SLOTS - 1)];
+        if (e->used && memcmp(e->rec.id, sid, 36) == 0)
+            return e;
+        if (victim == NULL || better_victim(e->used, e->last_us, victim->used, victim->last_us))
+            victim = e;
+    }
+    return create ? victim : NULL;
+}
+
+static void token_key(const char *token, unsigned char key[SHA256_DIGEST_LENGTH])
+{
+    SHA256((const unsigned char *)token, strlen(token), key);
+}
+
+/* Keeps what the auth job found (g->gen is what it read first). */
+static void cache_put(sg_gw_req_t *g)
+{
+    unsigned char key[SHA256_DIGEST_LENGTH];
+    uint64_t now = sg_now_us();
+
+    if (tokens == NULL || !g->authed)
+        return;
+    token_key(g->token, key);
+    token_entry_t *t = token_slot(key, 1);
+    memcpy(t->key, key, sizeof(key));
+    t->used = 1;
+    t->gen = g->gen.auth;
+    t->last_us = now;
+    t->tenant = g->tenant;
+    if (g->sid[0] && g->sess_found) {
+        session_entry_t *s = session_slot(g->sess.id, 1);
+        s->used = 1;
+        s->gen = g->sess.closed_at != 0 ? -1 : g->gen.sessions;
+        s->last_us = now;
+        s->rec = g->sess;
+    }
+}
+
+/* 1 when the cache knows g's token (and session) at the current
+ * generations: g->tenant (and g->sess) are filled. */
+static int cache_get(sg_gw_req_t *g)
+{
+    unsigned char key[SHA256_DIGEST_LENGTH];
+    sg_store_gen_t now;
+    char err[256];
+
+    if (gen_store == NULL || sg_store_generations(gen_store, &now, err, sizeof(err)) != 0)
+        return 0;
+    token_key(g->token, key);
+    token_entry_t *t = token_slot(key, 0);
+    if (t == NULL || t->gen != now.auth)
+        return 0;
+    if (g->sid[0]) {
+        session_entry_t *s = session_slot(g->sid, 0);
+        if (s == NULL || (s->gen != -1 && s->gen != now.sessions))
+            return 0;
+        s->last_us = sg_now_us();
+        g->sess = s->rec;
+        g->sess_found = 1;
+    }
+    t->last_us = sg_now_us();
+    g->tenant = t->tenant;
+    g->authed = 1;
+    return 1;
+}
+
 /* ---- authentication and the rate limit ------------------------------------------------- */
+
+/* Routes that run code count the request against the rate in the same
+ * state call as their execution slot and the day's quota (ledger.c). */
+static int rate_with_slot(sg_gw_route_t route)
+{
+    return route == SG_GW_R_EXECUTE || route == SG_GW_R_COMMAND || route == SG_GW_R_EPHEMERAL;
+}
 
 static void on_rate(void *data, const sg_rate_result_t *r)
 {
@@ -42,6 +211,12 @@ static void on_rate(void *data, const sg_rate_result_t *r)
 static void auth_fn(sg_gw_job_t *job, sg_store_t *st)
 {
     sg_gw_req_t *g = (sg_gw_req_t *)job;
+    /* the generations first: a change committed after this read moves
+     * them, so what is read next is never kept past it */
+    if (sg_store_generations(st, &g->gen, job->err, sizeof(job->err)) != 0) {
+        job->rc = -1;
+        return;
+    }
     int rc = sg_store_token_auth(st, g->token, strlen(g->token), &g->tenant, job->err, sizeof(job->err));
     if (rc < 0) {
         job->rc = -1;
@@ -56,6 +231,23 @@ static void auth_fn(sg_gw_job_t *job, sg_store_t *st)
         }
         g->sess_found = rc == 1;
     }
+}
+
+/* The token is known (g->tenant, and g->sess when the route names a
+ * session): the session's owner, then the rate. */
+static void authed(sg_gw_req_t *g)
+{
+    /* a session of another tenant is answered as one that does not exist */
+    if (g->sid[0] && (!g->sess_found || g->sess.tenant_id != g->tenant.id || g->sess.closed_at != 0)) {
+        sg_gw_reply_error(g, 404, "no_such_session", "no session with id \"%s\"", g->sid);
+        sg_gw_req_free(g);
+        return;
+    }
+    if (rate_with_slot(g->route)) {
+        g->spec->run(g);
+        return;
+    }
+    sg_state_rate_check(sg_gw.state, g->tenant.id, g->tenant.rate_per_min, g->tenant.burst, on_rate, g);
 }
 
 static void auth_done(sg_gw_job_t *job)
@@ -73,12 +265,8 @@ static void auth_done(sg_gw_job_t *job)
         sg_gw_reply_error(g, 401, "unauthorized", "the API token is unknown or revoked");
         goto Error;
     }
-    /* a session of another tenant is answered as one that does not exist */
-    if (g->sid[0] && (!g->sess_found || g->sess.tenant_id != g->tenant.id || g->sess.closed_at != 0)) {
-        sg_gw_reply_error(g, 404, "no_such_session", "no session with id \"%s\"", g->sid);
-        goto Error;
-    }
-    sg_state_rate_check(sg_gw.state, g->tenant.id, g->tenant.rate_per_min, g->tenant.burst, on_rate, g);
+    cache_put(g);
+    authed(g);
     return;
 Error:
     sg_gw_req_free(g);
@@ -166,6 +354,9 @@ int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_rout
     if (spec->stream_accept)
         g->want_stream = wants_stream(req);
     sg_sse_tail_init(&g->tail, STREAM_EVENT_MAX);
-    sg_gw_db_run(&g->job, auth_fn, auth_done);
+    if (cache_get(g))
+        authed(g);
+    else
+        sg_gw_db_run(&g->job, auth_fn, auth_done);
     return 0;
 }

@@ -54,16 +54,22 @@ static void on_shared(void *data, const sg_state_result_t *r)
     free(a);
 }
 
-void sg_exec_slot_acquire(sg_exec_slot_t *slot, int64_t tenant, long max, long lease_s, sg_exec_slot_cb cb, void *data)
+void sg_exec_slot_init(sg_exec_slot_t *slot, int64_t tenant)
 {
     unsigned char rnd[12];
-    acquire_t *a = sg_xmalloc(sizeof(*a));
 
     sg_random_bytes(rnd, sizeof(rnd));
     for (size_t i = 0; i < sizeof(rnd); i++)
         snprintf(slot->token + i * 2, 3, "%02x", rnd[i]);
     slot->tenant = tenant;
     slot->held = 0;
+}
+
+void sg_exec_slot_acquire(sg_exec_slot_t *slot, int64_t tenant, long max, long lease_s, sg_exec_slot_cb cb, void *data)
+{
+    acquire_t *a = sg_xmalloc(sizeof(*a));
+
+    sg_exec_slot_init(slot, tenant);
     a->slot = slot;
     a->max = max;
     a->lease_s = lease_s;

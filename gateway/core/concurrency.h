@@ -39,6 +39,10 @@ enum { SG_EXEC_SLOT_SHARED = 1, SG_EXEC_SLOT_LOCAL = 2 };
  * (in_flight says how many the state counted). */
 typedef void (*sg_exec_slot_cb)(void *data, int granted, long in_flight);
 
+/* A new token for the slot of tenant, not held: for a slot taken by
+ * another call that names it (sg_state_exec_admit: held is then set to
+ * SG_EXEC_SLOT_SHARED by the caller). */
+void sg_exec_slot_init(sg_exec_slot_t *slot, int64_t tenant);
 /* Takes one of the tenant's max slots for at most lease_s seconds. The slot
  * must not be held already. */
 void sg_exec_slot_acquire(sg_exec_slot_t *slot, int64_t tenant, long max, long lease_s, sg_exec_slot_cb cb, void *data);

@@ -32,9 +32,79 @@ static void on_exec_slot(void *data, int granted, long in_flight)
     g->after_slot(g);
 }
 
+static int runs_code(const sg_gw_req_t *g)
+{
+    return g->route == SG_GW_R_EXECUTE || g->route == SG_GW_R_COMMAND || g->route == SG_GW_R_EPHEMERAL;
+}
+
+/* An execution's slot lease: its timeout and the upstream's grace, and a
+ * margin (the wait of sg_gw_exec_slot_take for the routes that run code). */
+static long run_lease_s(const sg_gw_req_t *g)
+{
+    long wait_ms = (long)(g->timeout * 1000) + sg_gw.upstream_grace_ms;
+    return (wait_ms + 999) / 1000 + SG_EXEC_LEASE_MARGIN_S;
+}
+
+/* The routes that run code (auth.c) come here before their rate is
+ * counted: rate, slot and the day's execution in one state call. */
+static void on_admit(void *data, const sg_admit_result_t *r)
+{
+    sg_gw_req_t *g = data;
+
+    if (!r->available) {
+        /* Redis is not answering: as the three calls would each do, the rate
+         * fails open, the slot falls back to this gateway's count, and the
+         * quota (asked next) fails open; the ledger still gets every row */
+        sg_exec_slot_acquire(&g->slot, g->tenant.id, g->tenant.max_concurrent_execs, run_lease_s(g), on_exec_slot, g);
+        return;
+    }
+    g->rate = r->rate;
+    g->rate_known = 1;
+    if (!r->rate.allowed) {
+        sg_gw_reply_429(g, "quota_exceeded", "rate", r->rate.retry_after_s,
+                        "rate limit: %ld requests per minute (burst %ld) exceeded", g->tenant.rate_per_min,
+                        g->tenant.burst);
+        sg_gw_req_free(g);
+        return;
+    }
+    if (!r->slot) {
+        on_exec_slot(g, 0, r->in_flight);
+        return;
+    }
+    if (r->quota == SG_QUOTA_EXECS || r->quota == SG_QUOTA_SECONDS) {
+        /* the script gave the slot back */
+        sg_gw_reply_429(g, "quota_exceeded", r->quota == SG_QUOTA_EXECS ? "execs_per_day" : "exec_seconds_per_day",
+                        86400 - sg_wall_s() % 86400, "the tenant's %s for today (UTC) are used up",
+                        r->quota == SG_QUOTA_EXECS ? "executions" : "execution seconds");
+        sg_gw_req_free(g);
+        return;
+    }
+    g->slot.held = SG_EXEC_SLOT_SHARED;
+    /* UNSEEDED: the day's counters come from the ledger first, then the
+     * quota is asked alone (sg_gw_quota_reserve) */
+    g->quota_taken = r->quota == SG_QUOTA_OK;
+    g->after_slot(g);
+}
+
 void sg_gw_exec_slot_take(sg_gw_req_t *g, long wait_ms, void (*next)(sg_gw_req_t *g))
 {
     g->after_slot = next;
+    if (runs_code(g)) {
+        /* the rate was left for here (auth.c): one state call for all three */
+        sg_exec_slot_init(&g->slot, g->tenant.id);
+        sg_admit_args_t a = {
+            .rate_per_min = g->tenant.rate_per_min,
+            .burst = g->tenant.burst,
+            .max_execs = g->tenant.max_concurrent_execs,
+            .token = g->slot.token,
+            .lease_s = run_lease_s(g),
+            .day = g->day,
+            .execs_per_day = g->tenant.execs_per_day,
+            .seconds_per_day = g->tenant.exec_seconds_per_day,
+        };
+        sg_state_exec_admit(sg_gw.state, g->tenant.id, &a, on_admit, g);
+        return;
+    }
     sg_exec_slot_acquire(&g->slot, g->tenant.id, g->tenant.max_concurrent_execs,
                          (wait_ms + 999) / 1000 + SG_EXEC_LEASE_MARGIN_S, on_exec_slot, g);
 }
@@ -119,6 +189,10 @@ static void quota_reserve(sg_gw_req_t *g)
 void sg_gw_quota_reserve(sg_gw_req_t *g, void (*next)(sg_gw_req_t *g))
 {
     g->after_quota = next;
+    if (g->quota_taken) {
+        next(g); /* counted with the slot (on_admit) */
+        return;
+    }
     quota_reserve(g);
 }
 
@@ -126,11 +200,15 @@ void sg_gw_quota_reserve(sg_gw_req_t *g, void (*next)(sg_gw_req_t *g))
 
 /* An execution is answered only once its usage row is on record in
  * SQLite: a client that has its result finds it in the ledger, and a
- * gateway that dies after answering has lost nothing billable. The job
- * carries the answer (a copy of the proxy's reply, or, streamed, only the
- * end of the stream) to usage_done, which sends it. */
-typedef struct {
-    sg_gw_job_t job;
+ * gateway that dies after answering has lost nothing billable. Rows are
+ * group-committed: while one transaction is on a DB thread, the rows of
+ * the executions that end meanwhile wait here, and all of them go in the
+ * next transaction, which starts when that one has committed; each row's
+ * answer (a copy of the proxy's reply, or, streamed, only the end of the
+ * stream) is sent once the transaction that holds the row has committed. */
+typedef struct usage_row usage_row_t;
+struct usage_row {
+    usage_row_t *next;
     sg_usage_t usage;
     int count_session;
     sg_gw_req_t *g;
@@ -138,14 +216,80 @@ typedef struct {
     char ctype[128];
     char *body;
     size_t body_len;
-} usage_job_t;
+};
 
-static void usage_fn(sg_gw_job_t *job, sg_store_t *st)
+/* At most this many rows per transaction: the answers of the first rows
+ * do not wait for the writing of very many. */
+#define BATCH_MAX 256
+
+typedef struct {
+    sg_gw_job_t job;
+    size_t n;
+    usage_row_t *rows[BATCH_MAX];
+    int failed[BATCH_MAX];
+} batch_job_t;
+
+static usage_row_t *pending, **pending_tail = &pending;
+static int batch_running; /* a batch is on a DB thread */
+
+static void batch_fn(sg_gw_job_t *job, sg_store_t *st)
 {
-    usage_job_t *j = (usage_job_t *)job;
-    job->rc = sg_store_usage_add(st, &j->usage, job->err, sizeof(job->err));
-    if (job->rc == 0 && j->count_session)
-        job->rc = sg_store_session_count_exec(st, j->usage.session_id, job->err, sizeof(job->err));
+    batch_job_t *b = (batch_job_t *)job;
+    const sg_usage_t *rows[BATCH_MAX];
+    int count[BATCH_MAX];
+
+    for (size_t i = 0; i < b->n; i++) {
+        rows[i] = &b->rows[i]->usage;
+        count[i] = b->rows[i]->count_session;
+    }
+    job->rc = sg_store_usage_add_batch(st, rows, count, b->n, b->failed, job->err, sizeof(job->err)) == 0 ? 0 : -1;
+}
+
+static void batch_flush(void);
+
+static void batch_done(sg_gw_job_t *job)
+{
+    batch_job_t *b = (batch_job_t *)job;
+    int marked = 0; /* rows that failed alone; none when the store could not even be opened */
+
+    for (size_t i = 0; i < b->n; i++)
+        marked += b->failed[i];
+    batch_running = 0;
+    batch_flush(); /* the next batch is written while these are answered */
+    for (size_t i = 0; i < b->n; i++) {
+        usage_row_t *j = b->rows[i];
+        if (job->rc != 0 && (b->failed[i] || marked == 0)) {
+            /* the client still gets its result: the run happened */
+            sg_error("usage: cannot record an execution of tenant %lld: %s", (long long)j->usage.tenant_id, job->err);
+        }
+        sg_gw_exec_answer(j->g, j->status, j->ctype, j->body != NULL ? j->body : "", j->body_len);
+        free(j->body);
+        free(j);
+    }
+    free(b);
+}
+
+static void batch_flush(void)
+{
+    if (batch_running || pending == NULL)
+        return;
+    batch_job_t *b = sg_xcalloc(1, sizeof(*b));
+    while (pending != NULL && b->n < BATCH_MAX) {
+        b->rows[b->n++] = pending;
+        pending = pending->next;
+    }
+    if (pending == NULL)
+        pending_tail = &pending;
+    batch_running = 1;
+    sg_gw_db_run(&b->job, batch_fn, batch_done);
+}
+
+static void usage_queue(usage_row_t *j)
+{
+    j->next = NULL;
+    *pending_tail = j;
+    pending_tail = &j->next;
+    batch_flush();
 }
 
 void sg_gw_exec_answer(sg_gw_req_t *g, int status, const char *ctype, const char *body, size_t len)
@@ -160,18 +304,6 @@ void sg_gw_exec_answer(sg_gw_req_t *g, int status, const char *ctype, const char
     }
     sg_gw_touch_session(g, status == 200);
     sg_gw_req_free(g);
-}
-
-static void usage_done(sg_gw_job_t *job)
-{
-    usage_job_t *j = (usage_job_t *)job;
-    if (job->rc != 0) {
-        /* The client still gets its result: the run happened. */
-        sg_error("usage: cannot record an execution of tenant %lld: %s", (long long)j->usage.tenant_id, job->err);
-    }
-    sg_gw_exec_answer(j->g, j->status, j->ctype, j->body != NULL ? j->body : "", j->body_len);
-    free(j->body);
-    free(j);
 }
 
 /* The seconds an execution is billed: the wall time the proxy measured
@@ -214,7 +346,7 @@ void sg_gw_record_execution(sg_gw_req_t *g, const char *result, size_t result_le
 {
     char *text = sg_xstrndup(result, result_len);
     json_object *o = json_tokener_parse(text);
-    usage_job_t *j = sg_xcalloc(1, sizeof(*j));
+    usage_row_t *j = sg_xcalloc(1, sizeof(*j));
     double duration;
 
     free(text);
@@ -239,8 +371,6 @@ void sg_gw_record_execution(sg_gw_req_t *g, const char *result, size_t result_le
     duration = bill_seconds(g, read_result(o, &j->usage));
     j->usage.duration = duration;
     j->count_session = g->route != SG_GW_R_EPHEMERAL;
-    j->job.fn = usage_fn;
-    j->job.done = usage_done;
 
     sg_metrics_execution(g->lang[0] ? g->lang : "unknown",
                          j->usage.timed_out        ? "timeout"
@@ -249,5 +379,5 @@ void sg_gw_record_execution(sg_gw_req_t *g, const char *result, size_t result_le
                          duration);
     sg_state_quota_add_seconds(sg_gw.state, g->tenant.id, g->day, duration, sg_gw_state_ignore, NULL);
     json_object_put(o);
-    sg_gw_db_submit(&j->job);
+    usage_queue(j);
 }

@@ -93,6 +93,8 @@ struct sg_gw_req {
     int authed;
     sg_session_rec_t sess;
     int sess_found;
+    sg_store_gen_t gen; /* the generations the auth job read before the rows (auth.c) */
+    int quota_taken;    /* the day's execution was counted with the rate and the slot (ledger.c) */
 
     sg_rate_result_t rate;
     int rate_known;
@@ -140,6 +142,11 @@ int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_rout
         static const sg_gw_route_spec_t spec = {__VA_ARGS__};                                                          \
         return sg_gw_req_accept(req, m, &spec);                                                                        \
     }
+/* The loop's own connection to the store (taken over, kept until
+ * sg_gw_auth_cache_stop), on which every request reads the generations
+ * (store.h) that tell whether the cached tokens and sessions are current. */
+void sg_gw_auth_cache_start(sg_store_t *st);
+void sg_gw_auth_cache_stop(void);
 /* Every request ends here, whatever the path (reply, upstream failure,
  * client gone, stream end): an execution slot it holds is given back. */
 void sg_gw_req_free(sg_gw_req_t *g);

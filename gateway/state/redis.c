@@ -90,6 +90,7 @@ struct redis_req {
         sg_state_expired_cb expired;
         sg_state_list_cb list;
         sg_quota_cb quota;
+        sg_admit_cb admit;
     } cb;
     void *data;
     /* rate */
@@ -742,6 +743,57 @@ static void redis_quota_reserve(sg_state_t *_st, int64_t tenant, const char *day
     req_send(req);
 }
 
+/* {allowed, stored tat, slot, in flight, quota status, execs, seconds} */
+static void on_admit(redis_req_t *req, redisReply *reply)
+{
+    sg_admit_result_t r;
+    int64_t new_tat;
+
+    memset(&r, 0, sizeof(r));
+    if ((reply = reply_array(reply, 7)) == NULL) {
+        req->cb.admit(req->data, &r);
+        return;
+    }
+    r.available = 1;
+    sg_gcra(req->now_ms, reply_int(reply->element[1]), req->rate_per_min, req->burst, &r.rate, &new_tat);
+    r.rate.allowed = reply_int(reply->element[0]) != 0;
+    if (r.rate.allowed) {
+        r.slot = reply_int(reply->element[2]) != 0;
+        r.in_flight = (long)reply_int(reply->element[3]);
+        int64_t status = reply_int(reply->element[4]);
+        r.quota = status >= SG_QUOTA_OK && status <= SG_QUOTA_UNSEEDED ? (sg_quota_status_t)status : SG_QUOTA_UNSEEDED;
+        r.execs = reply_int(reply->element[5]);
+        r.seconds = reply_double(reply->element[6]);
+    }
+    req->cb.admit(req->data, &r);
+}
+
+static void redis_exec_admit(sg_state_t *_st, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb, void *data)
+{
+    redis_req_t *req = req_new(rs(_st), SCRIPT_EXEC_ADMIT, 3, on_admit, data);
+    int64_t now = sg_state__now_s(_st);
+    long burst = a->burst < 1 ? 1 : a->burst > 1000000000L ? 1000000000L : a->burst;
+
+    req->cb.admit = cb;
+    req->now_ms = sg_state__now_ms(_st);
+    req->rate_per_min = a->rate_per_min;
+    req->burst = burst;
+    req_arg(req, "sg:rate:%" PRId64, tenant);
+    req_arg(req, "sg:tenant:%" PRId64 ":execs", tenant);
+    req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, a->day);
+    req_arg(req, "%" PRId64, req->now_ms);
+    req_arg(req, "%" PRId64, sg_gcra_interval_ms(a->rate_per_min));
+    req_arg(req, "%ld", burst);
+    req_arg(req, "%" PRId64, now);
+    req_arg(req, "%ld", a->max_execs);
+    req_arg(req, "%.64s", a->token);
+    req_arg(req, "%" PRId64, now + a->lease_s);
+    req_arg(req, "%d", SG_STATE_EXECS_KEY_SLACK);
+    req_arg(req, "%ld", a->execs_per_day);
+    req_arg(req, "%.17g", a->seconds_per_day);
+    req_send(req);
+}
+
 static void redis_quota_seed(sg_state_t *_st, int64_t tenant, const char *day, int64_t execs, double seconds,
                              sg_state_cb cb, void *data)
 {
@@ -810,6 +862,7 @@ static const sg_state_ops_t redis_ops = {
     .quota_reserve = redis_quota_reserve,
     .quota_seed = redis_quota_seed,
     .quota_add_seconds = redis_quota_add_seconds,
+    .exec_admit = redis_exec_admit,
 };
 
 /* redis://host[:port][/db]; host may be [v6]. 0, or -1 with err. */

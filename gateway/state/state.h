@@ -166,4 +166,32 @@ void sg_state_quota_seed(sg_state_t *st, int64_t tenant, const char *day, int64_
 void sg_state_quota_add_seconds(sg_state_t *st, int64_t tenant, const char *day, double seconds, sg_state_cb cb,
                                 void *data);
 
+/* ---- an execution's admission: rate, slot and quota in one call ---- */
+typedef struct {
+    long rate_per_min, burst; /* the request rate, as sg_state_rate_check */
+    long max_execs;           /* executions in flight, as sg_state_exec_acquire */
+    const char *token;        /* the slot's token */
+    long lease_s;             /* the slot's lease */
+    const char *day;          /* the day's quota, as sg_state_quota_reserve */
+    long execs_per_day;
+    double seconds_per_day;
+} sg_admit_args_t;
+typedef struct {
+    int available;           /* 0: nothing was checked (the caller falls back) */
+    sg_rate_result_t rate;   /* !rate.allowed: refused, nothing else taken */
+    int slot;                /* 1: the slot is held (release it); 0: refused at max_execs */
+    long in_flight;          /* executions in flight after the call */
+    sg_quota_status_t quota; /* with slot: OK (counted), EXECS / SECONDS (refused: the slot
+                              * was given back) or UNSEEDED (the slot is held; seed, then
+                              * sg_state_quota_reserve) */
+    int64_t execs;
+    double seconds;
+} sg_admit_result_t;
+typedef void (*sg_admit_cb)(void *data, const sg_admit_result_t *r);
+/* Atomically, each step only past the one before: the tenant's rate (one
+ * request), one of its execution slots, one of the day's executions. The
+ * Redis backend does it in one script (one round trip); the same as the
+ * three calls in a row, with a quota refusal giving the slot back. */
+void sg_state_exec_admit(sg_state_t *st, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb, void *data);
+
 #endif

@@ -5,6 +5,11 @@
  */
 #include "state_backend.h"
 
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /* ---- shared helpers --------------------------------------------------------- */
@@ -136,4 +141,95 @@ void sg_state_quota_add_seconds(sg_state_t *st, int64_t tenant, const char *day,
                                 void *data)
 {
     st->ops->quota_add_seconds(st, tenant, day, seconds, cb, data);
+}
+
+/* ---- an admission made of three calls (a backend without exec_admit) ---------- */
+
+typedef struct {
+    sg_state_t *st;
+    int64_t tenant;
+    sg_admit_args_t a;
+    char token[65];
+    char day[16];
+    sg_admit_result_t r;
+    sg_admit_cb cb;
+    void *data;
+} admit_t;
+
+static void admit_end(admit_t *ad)
+{
+    ad->cb(ad->data, &ad->r);
+    free(ad);
+}
+
+static void on_admit_released(void *data, const sg_state_result_t *r)
+{
+}
+
+static void on_admit_quota(void *data, int available, sg_quota_status_t status, int64_t execs, double seconds)
+{
+    admit_t *ad = data;
+    if (!available) {
+        /* counted nowhere: the caller's quota policy applies as for an outage */
+        ad->r.quota = SG_QUOTA_OK;
+    } else {
+        ad->r.quota = status;
+        ad->r.execs = execs;
+        ad->r.seconds = seconds;
+        if (status == SG_QUOTA_EXECS || status == SG_QUOTA_SECONDS)
+            sg_state_exec_release(ad->st, ad->tenant, ad->token, on_admit_released, NULL);
+    }
+    admit_end(ad);
+}
+
+static void on_admit_slot(void *data, const sg_state_result_t *r)
+{
+    admit_t *ad = data;
+    if (!r->available) {
+        ad->r.available = 0;
+        admit_end(ad);
+        return;
+    }
+    ad->r.slot = r->ok;
+    ad->r.in_flight = r->count;
+    if (!r->ok) {
+        admit_end(ad);
+        return;
+    }
+    sg_state_quota_reserve(ad->st, ad->tenant, ad->day, ad->a.execs_per_day, ad->a.seconds_per_day, on_admit_quota, ad);
+}
+
+static void on_admit_rate(void *data, const sg_rate_result_t *r)
+{
+    admit_t *ad = data;
+    if (!r->available) {
+        admit_end(ad);
+        return;
+    }
+    ad->r.available = 1;
+    ad->r.rate = *r;
+    if (!r->allowed) {
+        admit_end(ad);
+        return;
+    }
+    sg_state_exec_acquire(ad->st, ad->tenant, ad->a.max_execs, ad->token, ad->a.lease_s, on_admit_slot, ad);
+}
+
+void sg_state_exec_admit(sg_state_t *st, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb, void *data)
+{
+    if (st->ops->exec_admit != NULL) {
+        st->ops->exec_admit(st, tenant, a, cb, data);
+        return;
+    }
+    admit_t *ad = sg_xcalloc(1, sizeof(*ad));
+    ad->st = st;
+    ad->tenant = tenant;
+    ad->a = *a;
+    snprintf(ad->token, sizeof(ad->token), "%s", a->token);
+    snprintf(ad->day, sizeof(ad->day), "%s", a->day);
+    ad->a.token = ad->token;
+    ad->a.day = ad->day;
+    ad->cb = cb;
+    ad->data = data;
+    sg_state_rate_check(st, tenant, a->rate_per_min, a->burst, on_admit_rate, ad);
 }

@@ -41,6 +41,8 @@ typedef struct {
                        void *data);
     void (*quota_add_seconds)(sg_state_t *st, int64_t tenant, const char *day, double seconds, sg_state_cb cb,
                               void *data);
+    /* NULL: state_backend.c makes it of rate_check, exec_acquire and quota_reserve */
+    void (*exec_admit)(sg_state_t *st, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb, void *data);
 } sg_state_ops_t;
 
 struct sg_state {

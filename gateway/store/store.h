@@ -126,6 +126,26 @@ int sg_store_session_get(sg_store_t *st, const char *id, sg_session_rec_t *out, 
 int sg_store_session_list_open(sg_store_t *st, int64_t tenant_id, void (*fn)(const sg_session_rec_t *s, void *data),
                                void *data, char *err, size_t errlen);
 
+/* Generations: counters that move, in the same transaction, with every
+ * change to a token or tenant (auth) and every session closed or deleted
+ * (sessions), by triggers, whoever writes. A cache filled after reading
+ * them is current while they stay the same (core/auth.c). */
+typedef struct {
+    int64_t auth;
+    int64_t sessions;
+} sg_store_gen_t;
+int sg_store_generations(sg_store_t *st, sg_store_gen_t *out, char *err, size_t errlen);
+/* A busy database answers at once (SQLITE_BUSY) rather than after the
+ * busy timeout: for a connection read on the event loop. */
+void sg_store_no_wait(sg_store_t *st);
+/* Usage rows in one transaction (a group commit): rows[i] with, when
+ * count_session[i], its session's executions += 1. When the transaction
+ * fails the rows are written one by one; failed[i] (may be NULL) is set
+ * for each row that could not be written (err says the last reason).
+ * Returns the number of rows that failed. */
+int sg_store_usage_add_batch(sg_store_t *st, const sg_usage_t *const *rows, const int *count_session, size_t n,
+                             int *failed, char *err, size_t errlen);
+
 /* Templates: the images keep_template sessions leave (lifecycle/templates.c).
  * A row is a tenant's template slot: made when a keep_template session is
  * created (name "" and session_id "" until the proxy has answered), named

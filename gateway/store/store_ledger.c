@@ -47,6 +47,47 @@ int sg_store_usage_add(sg_store_t *st, const sg_usage_t *u, char *err, size_t er
     return step_insert(st, s, "usage add", u->tenant_id, NULL, err, errlen);
 }
 
+/* One row and its session's count, in the caller's transaction or alone. */
+static int add_one(sg_store_t *st, const sg_usage_t *u, int count_session, char *err, size_t errlen)
+{
+    if (sg_store_usage_add(st, u, err, errlen) != 0)
+        return -1;
+    if (count_session && sg_store_session_count_exec(st, u->session_id, err, errlen) != 0)
+        return -1;
+    return 0;
+}
+
+int sg_store_usage_add_batch(sg_store_t *st, const sg_usage_t *const *rows, const int *count_session, size_t n,
+                             int *failed, char *err, size_t errlen)
+{
+    int nfailed = 0;
+    size_t i;
+
+    if (failed != NULL)
+        memset(failed, 0, n * sizeof(*failed));
+    if (n == 0)
+        return 0;
+    if (sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK) {
+        for (i = 0; i < n; i++) {
+            if (add_one(st, rows[i], count_session[i], err, errlen) != 0)
+                break;
+        }
+        if (i == n && sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK)
+            return 0;
+        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    }
+    /* one bad row (a tenant deleted meanwhile) must not cost the others
+     * theirs: each alone, in its own transaction */
+    for (i = 0; i < n; i++) {
+        if (add_one(st, rows[i], count_session[i], err, errlen) != 0) {
+            nfailed++;
+            if (failed != NULL)
+                failed[i] = 1;
+        }
+    }
+    return nfailed;
+}
+
 int sg_store_usage_total(sg_store_t *st, int64_t tenant_id, double from, double to, sg_usage_total_t *out, char *err,
                          size_t errlen)
 {

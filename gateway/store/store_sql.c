@@ -94,6 +94,24 @@ static const char *const migrations[] = {
     " created_at INTEGER NOT NULL,"
     " size_bytes INTEGER NOT NULL DEFAULT 0);"
     "CREATE INDEX templates_tenant ON templates(tenant_id);",
+    /* 2 -> 3: generations (store_gen.c), moved by every writer of what the
+     * gateways cache: a token or tenant changed (auth), a session closed or
+     * gone (sessions) */
+    "CREATE TABLE IF NOT EXISTS generations (id INTEGER PRIMARY KEY CHECK (id = 1), auth INTEGER NOT NULL,"
+    " sessions INTEGER NOT NULL);"
+    "INSERT OR IGNORE INTO generations VALUES (1, 0, 0);"
+    "CREATE TRIGGER IF NOT EXISTS gen_token_update AFTER UPDATE ON tokens BEGIN UPDATE generations SET auth = auth + "
+    "1; END;"
+    "CREATE TRIGGER IF NOT EXISTS gen_token_delete AFTER DELETE ON tokens BEGIN UPDATE generations SET auth = auth + "
+    "1; END;"
+    "CREATE TRIGGER IF NOT EXISTS gen_tenant_update AFTER UPDATE ON tenants BEGIN UPDATE generations SET auth = auth + "
+    "1; END;"
+    "CREATE TRIGGER IF NOT EXISTS gen_tenant_delete AFTER DELETE ON tenants BEGIN UPDATE generations SET auth = auth + "
+    "1; END;"
+    "CREATE TRIGGER IF NOT EXISTS gen_session_close AFTER UPDATE OF closed_at ON sessions"
+    " BEGIN UPDATE generations SET sessions = sessions + 1; END;"
+    "CREATE TRIGGER IF NOT EXISTS gen_session_delete AFTER DELETE ON sessions"
+    " BEGIN UPDATE generations SET sessions = sessions + 1; END;",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -124,6 +142,7 @@ static const char *const fixed_sql[S__COUNT] = {
     [S_SESSION_OPEN_TENANT] = "SELECT " SESSION_COLS " FROM sessions WHERE tenant_id = ?1 AND closed_at IS NULL"
                               " ORDER BY created_at, id",
     [S_SESSION_OPEN_ALL] = "SELECT " SESSION_COLS " FROM sessions WHERE closed_at IS NULL ORDER BY created_at, id",
+    [S_GENERATIONS] = "SELECT auth, sessions FROM generations WHERE id = 1",
 };
 
 /* "p.id, p.name, p.created_at, p.disabled, ..." for prefix "p." */

@@ -34,6 +34,7 @@ enum {
     S_SESSION_GET,
     S_SESSION_OPEN_TENANT,
     S_SESSION_OPEN_ALL,
+    S_GENERATIONS,
     S__COUNT
 };
 

@@ -185,4 +185,12 @@ int dk_sweep(void);
 /* Phase 4: floors on the Docker engine itself. */
 void phase_docker(void);
 
+/* --overhead (bench_overhead.c): the gateway over the proxy side by side:
+ * execute latency alternating, throughput (by `throughput`, phase 2),
+ * time to interactive, GET /sessions of the tenant of empty_token (NULL:
+ * skipped); overhead_report() prints the summary after the table. */
+void phase_overhead(const target_t *px, const target_t *gw, const char *empty_token,
+                    void (*throughput)(const target_t *));
+void overhead_report(void);
+
 #endif

@@ -523,6 +523,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: sandgate-bench [--proxy URL] [--gateway URL --token TOKEN] [--lang python|javascript]\n"
                "                      [-n N] [-c CLIENTS] [--idle-sessions K] [--skip-docker]\n"
+               "                      [--overhead [--empty-token TOKEN]]  (the gateway over the proxy, side by side)\n"
                "defaults: --proxy http://127.0.0.1:8000 -n 200 -c 8 --idle-sessions 100\n");
 }
 
@@ -593,6 +594,8 @@ int main(int argc, char **argv)
         {"lang", required_argument, NULL, 'l'},
         {"idle-sessions", required_argument, NULL, 'k'},
         {"skip-docker", no_argument, NULL, 's'},
+        {"overhead", no_argument, NULL, 'O'},
+        {"empty-token", required_argument, NULL, 'E'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -601,7 +604,8 @@ int main(int argc, char **argv)
     target_t targets[2];
     size_t ntargets = 0;
     struct sigaction sa;
-    int ch, status = 0;
+    int ch, status = 0, overhead = 0;
+    const char *empty_token = NULL;
     size_t left;
     hc_t c;
 
@@ -621,6 +625,12 @@ int main(int argc, char **argv)
             break;
         case 's':
             opt.skip_docker = 1;
+            break;
+        case 'O':
+            overhead = 1;
+            break;
+        case 'E':
+            empty_token = optarg;
             break;
         case 'n':
         case 'c':
@@ -680,12 +690,18 @@ int main(int argc, char **argv)
     if (!opt.skip_docker && dk_setup(err, sizeof(err)) != 0)
         fprintf(stderr, "sandgate-bench: %s; Docker numbers will be missing\n", err);
 
-    for (size_t i = 0; i < ntargets && !g_stop; i++) {
+    if (overhead && ntargets < 2) {
+        fprintf(stderr, "sandgate-bench: --overhead needs --gateway and --token\n");
+        goto Usage;
+    }
+    if (overhead)
+        phase_overhead(&targets[0], &targets[1], empty_token, phase_throughput);
+    for (size_t i = 0; i < ntargets && !g_stop && !overhead; i++) {
         phase_latency(&targets[i]);
         if (!g_stop)
             phase_throughput(&targets[i]);
     }
-    if (!g_stop && opt.idle > 0)
+    if (!g_stop && opt.idle > 0 && !overhead)
         phase_idle(&targets[0]);
     if (!g_stop && !opt.skip_docker)
         phase_docker();
@@ -702,6 +718,8 @@ int main(int argc, char **argv)
     }
 
     print_table();
+    if (overhead)
+        overhead_report();
     for (size_t i = 0; i < nrows; i++)
         if (row_failed(&rows[i]))
             status = 1;

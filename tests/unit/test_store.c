@@ -47,12 +47,12 @@ static void test_open_creates_wal_db(void **state)
     pragma_text(st, "PRAGMA busy_timeout", v, sizeof(v));
     assert_string_equal(v, "5000");
     pragma_text(st, "PRAGMA user_version", v, sizeof(v));
-    assert_string_equal(v, "2");
+    assert_string_equal(v, "3");
     pragma_text(st,
                 "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master WHERE type = 'table'"
                 " AND name NOT LIKE 'sqlite_%' ORDER BY name)",
                 v, sizeof(v));
-    assert_string_equal(v, "sessions,templates,tenants,tokens,usage");
+    assert_string_equal(v, "generations,sessions,templates,tenants,tokens,usage");
 
     assert_int_equal(stat(path, &sb), 0);
     assert_int_equal(sb.st_mode & 0777, 0600);

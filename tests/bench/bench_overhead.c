@@ -1,0 +1,218 @@
+/*
+ * bench_overhead.c — `sandgate-bench --overhead`: what the public tier costs
+ * over the proxy, measured side by side in one run (issue 15):
+ *   - an execute in a session, proxy and gateway alternating request by
+ *     request (a loaded machine slows both alike): p50 / p99 and the
+ *     gateway's overhead;
+ *   - throughput with -c clients through each (phase_throughput), and the
+ *     gateway's as a share of the proxy's;
+ *   - time to interactive through the gateway (create a session, get its
+ *     first result): 100 iterations sequential, then 10 bursts of 10 at
+ *     once: median / p95 / p99 and the success rate;
+ *   - GET /sessions of an empty tenant (--empty-token) with -c clients for
+ *     5 s: requests per second, from this program's own clients.
+ */
+#include "bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TTI_RUNS 100
+#define TTI_BURST 10
+
+/* Create + first result, timed; the session is deleted after (untimed). */
+static int tti_once(hc_t *c, const target_t *t, row_t *r)
+{
+    char id[64], err[256], path[128];
+    double t0 = now_ms();
+
+    if (sess_create(c, t, id, err, sizeof(err)) != 0) {
+        row_err(r, "create: %s", err);
+        return -1;
+    }
+    snprintf(path, sizeof(path), "/sessions/%s/execute", id);
+    if (exec_check(c, path, opt.exec_body, NULL, err, sizeof(err)) != 0) {
+        row_err(r, "first execute: %s", err);
+    } else {
+        row_ok(r, now_ms() - t0);
+    }
+    if (sess_delete(c, t, id, err, sizeof(err)) != 0)
+        fprintf(stderr, "sandgate-bench: delete after time to interactive: %s\n", err);
+    return 0;
+}
+
+typedef struct {
+    target_t t;
+    row_t *row;
+} tti_ctx_t;
+
+static void tti_burst_fn(par_t *p, hc_t *c, long i)
+{
+    tti_ctx_t *x = p->ud;
+    tti_once(c, &x->t, x->row);
+}
+
+static void phase_tti(const target_t *gw)
+{
+    hc_t c;
+    row_t *seq = row_new(gw->name, "time to interactive, sequential");
+    row_t *burst = row_new(gw->name, "time to interactive, bursts of %d", TTI_BURST);
+    tti_ctx_t x = {*gw, burst};
+
+    fprintf(stderr, "sandgate-bench: %s: time to interactive, %d sequential, %d bursts of %d\n", gw->name, TTI_RUNS,
+            TTI_RUNS / TTI_BURST, TTI_BURST);
+    if (hc_init(&c, gw->base, NULL, gw->token) != 0) {
+        seq->failed = burst->failed = 1;
+        return;
+    }
+    for (int i = 0; i < TTI_RUNS && !g_stop; i++)
+        tti_once(&c, gw, seq);
+    hc_cleanup(&c);
+    for (int b = 0; b < TTI_RUNS / TTI_BURST && !g_stop; b++) {
+        par_t p = {.fn = tti_burst_fn, .ud = &x, .count = TTI_BURST, .base = gw->base, .token = gw->token};
+        par_run(&p, TTI_BURST);
+        sleep_ms(50); /* the pool refills between bursts, as between a user's clicks */
+    }
+    row_note(seq, "success %zu/%d", seq->n, TTI_RUNS);
+    row_note(burst, "success %zu/%d", burst->n, TTI_RUNS);
+}
+
+/* Execute latency, proxy and gateway alternating. */
+static void phase_exec_pair(const target_t *px, const target_t *gw, row_t *out[2])
+{
+    hc_t c[2];
+    char id[2][64], path[2][128], err[256];
+    const target_t *t[2] = {px, gw};
+    int ok[2] = {0, 0};
+
+    out[0] = row_new(px->name, "execute %s in session (alternating)", opt.lang->code);
+    out[1] = row_new(gw->name, "execute %s in session (alternating)", opt.lang->code);
+    fprintf(stderr, "sandgate-bench: proxy and gateway: %d + %ld executes each, alternating\n", BENCH_WARMUP, opt.n);
+    for (int k = 0; k < 2; k++) {
+        if (hc_init(&c[k], t[k]->base, NULL, t[k]->token) != 0) {
+            out[k]->failed = 1;
+            continue;
+        }
+        ok[k] = 1;
+        if (sess_create(&c[k], t[k], id[k], err, sizeof(err)) != 0) {
+            row_err(out[k], "no session: %s", err);
+            out[k]->failed = 1;
+            ok[k] = 2;
+        }
+        snprintf(path[k], sizeof(path[k]), "/sessions/%s/execute", id[k]);
+    }
+    if (ok[0] == 1 && ok[1] == 1) {
+        for (long i = 0; i < BENCH_WARMUP + opt.n && !g_stop; i++) {
+            for (int k = 0; k < 2; k++) {
+                if (exec_check(&c[k], path[k], opt.exec_body, NULL, err, sizeof(err)) != 0)
+                    row_err(out[k], "%s", err);
+                else if (i >= BENCH_WARMUP)
+                    row_ok(out[k], c[k].ms);
+            }
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        if (ok[k] == 1 && sess_delete(&c[k], t[k], id[k], err, sizeof(err)) != 0)
+            fprintf(stderr, "sandgate-bench: delete: %s\n", err);
+        if (ok[k])
+            hc_cleanup(&c[k]);
+    }
+}
+
+typedef struct {
+    row_t *row;
+    double deadline;
+} list_ctx_t;
+
+static void list_fn(par_t *p, hc_t *c, long i)
+{
+    list_ctx_t *x = p->ud;
+    char err[256];
+    while (!g_stop && now_ms() < x->deadline) {
+        if (hc_expect(c, "GET", "/sessions", NULL, 200, err, sizeof(err)) != 0)
+            row_err(x->row, "%s", err);
+        else
+            row_ok(x->row, c->ms);
+    }
+}
+
+static double phase_list(const target_t *gw, const char *empty_token)
+{
+    row_t *r = row_new(gw->name, "GET /sessions (empty tenant), %ld clients", opt.clients);
+    list_ctx_t x = {r, 0};
+    double t0;
+
+    fprintf(stderr, "sandgate-bench: %s: GET /sessions of an empty tenant, %ld clients, %.0f s\n", gw->name,
+            opt.clients, BENCH_TP_SECONDS);
+    x.deadline = (t0 = now_ms()) + BENCH_TP_SECONDS * 1e3;
+    par_t p = {.fn = list_fn, .ud = &x, .count = opt.clients, .base = gw->base, .token = empty_token};
+    par_run(&p, opt.clients);
+    double rps = r->n / ((now_ms() - t0) / 1e3);
+    row_note(r, "%.0f req/s (this program's curl clients)", rps);
+    return rps;
+}
+
+static double rate_of(const row_t *r)
+{
+    const char *s = strstr(r->note, " exec/s");
+    const char *b = s;
+    while (b != NULL && b > r->note && b[-1] != ' ')
+        b--;
+    return s != NULL ? atof(b) : 0;
+}
+
+static row_t *ex[2];
+static size_t tp0, tp_rows;
+static double list_rps = -1;
+
+static double pct_or_nan(row_t *r, unsigned p)
+{
+    if (r->n == 0)
+        return 0.0 / 0.0;
+    qsort(r->ms, r->n, sizeof(double), cmp_double);
+    return pct(r->ms, r->n, p);
+}
+
+void phase_overhead(const target_t *px, const target_t *gw, const char *empty_token,
+                    void (*throughput)(const target_t *))
+{
+    phase_exec_pair(px, gw, ex);
+    tp0 = nrows;
+    if (!g_stop)
+        throughput(px);
+    if (!g_stop)
+        throughput(gw);
+    tp_rows = nrows - tp0;
+    if (!g_stop)
+        phase_tti(gw);
+    if (!g_stop && empty_token != NULL)
+        list_rps = phase_list(gw, empty_token);
+}
+
+void overhead_report(void)
+{
+    double p50[2], p99[2];
+
+    for (int k = 0; k < 2; k++) {
+        p50[k] = pct_or_nan(ex[k], 50);
+        p99[k] = pct_or_nan(ex[k], 99);
+    }
+    printf("\nThe gateway over the proxy (one run, side by side):\n");
+    printf("  execute overhead                  p50 %+.2f ms  p99 %+.2f ms  (proxy %.2f / %.2f, gateway %.2f / %.2f)\n",
+           p50[1] - p50[0], p99[1] - p99[0], p50[0], p99[0], p50[1], p99[1]);
+    if (tp_rows >= 2) {
+        double a = rate_of(&rows[tp0]), b = rate_of(&rows[tp0 + 1]);
+        printf("  throughput, %ld clients            gateway %.0f exec/s = %.0f%% of the proxy's %.0f\n", opt.clients,
+               b, a > 0 ? 100 * b / a : 0, a);
+    }
+    for (size_t i = tp0 + tp_rows; i < nrows; i++) {
+        row_t *r = &rows[i];
+        if (strncmp(r->op, "time to interactive", 19) != 0)
+            continue;
+        printf("  %-33s median %.2f ms  p95 %.2f  p99 %.2f  success %.0f%%\n", r->op, pct_or_nan(r, 50),
+               pct_or_nan(r, 95), pct_or_nan(r, 99), 100.0 * (double)r->n / TTI_RUNS);
+    }
+    if (list_rps >= 0)
+        printf("  GET /sessions, empty tenant, %ld clients: %.0f req/s\n", opt.clients, list_rps);
+}
