@@ -55,7 +55,16 @@ typedef struct {
     sg_session_rec_t rec;
 } session_entry_t;
 
+/* A read of the generations serves the requests of the next GEN_FRESH_US
+ * too (under load, many arrive in one turn of the loop), unless a DB job
+ * of this gateway completed meanwhile (it may have been the write: a
+ * revocation through the admin API applies to the very next request). */
+#define GEN_FRESH_US 1000
+
 static sg_store_t *gen_store;
+static sg_store_gen_t gen_last;
+static uint64_t gen_last_us;
+static unsigned long gen_last_jobs;
 static token_entry_t *tokens;
 static session_entry_t *sessions;
 
@@ -76,6 +85,23 @@ void sg_gw_auth_cache_stop(void)
     free(sessions);
     tokens = NULL;
     sessions = NULL;
+}
+
+/* Reads on the loop stay this small: a few hundred rows at most. */
+#define LOOP_READ_MAX_ROWS 1000
+
+int sg_gw_loop_read(long max_rows, void (*fn)(sg_gw_job_t *job, sg_store_t *st), sg_gw_job_t *job)
+{
+    if (gen_store == NULL || max_rows > LOOP_READ_MAX_ROWS)
+        return 0;
+    job->rc = 0;
+    job->err[0] = '\0';
+    fn(job, gen_store);
+    if (job->rc == 0)
+        return 1;
+    job->rc = 0;
+    job->err[0] = '\0';
+    return 0;
 }
 
 static uint64_t fnv1a(const void *p, size_t n)
@@ -160,9 +186,19 @@ static int cache_get(sg_gw_req_t *g)
     unsigned char key[SHA256_DIGEST_LENGTH];
     sg_store_gen_t now;
     char err[256];
+    uint64_t now_us = sg_now_us();
 
-    if (gen_store == NULL || sg_store_generations(gen_store, &now, err, sizeof(err)) != 0)
+    if (gen_store == NULL)
         return 0;
+    if (gen_last_us != 0 && now_us - gen_last_us < GEN_FRESH_US && gen_last_jobs == sg_gw_db_completed) {
+        now = gen_last;
+    } else {
+        if (sg_store_generations(gen_store, &now, err, sizeof(err)) != 0)
+            return 0;
+        gen_last = now;
+        gen_last_us = now_us;
+        gen_last_jobs = sg_gw_db_completed;
+    }
     token_key(g->token, key);
     token_entry_t *t = token_slot(key, 0);
     if (t == NULL || t->gen != now.auth)
@@ -171,11 +207,11 @@ static int cache_get(sg_gw_req_t *g)
         session_entry_t *s = session_slot(g->sid, 0);
         if (s == NULL || (s->gen != -1 && s->gen != now.sessions))
             return 0;
-        s->last_us = sg_now_us();
+        s->last_us = now_us;
         g->sess = s->rec;
         g->sess_found = 1;
     }
-    t->last_us = sg_now_us();
+    t->last_us = now_us;
     g->tenant = t->tenant;
     g->authed = 1;
     return 1;

@@ -147,6 +147,11 @@ int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_rout
  * (store.h) that tell whether the cached tokens and sessions are current. */
 void sg_gw_auth_cache_start(sg_store_t *st);
 void sg_gw_auth_cache_stop(void);
+/* Runs fn(job) at once on that connection, for a read of at most max_rows
+ * rows (a larger one, or no such connection: returns 0 and fn has not run).
+ * Returns 1 when fn ran and its job->rc is 0; 0 when the read failed (a
+ * busy database: the caller submits the job as usual, job reset). */
+int sg_gw_loop_read(long max_rows, void (*fn)(sg_gw_job_t *job, sg_store_t *st), sg_gw_job_t *job);
 /* Every request ends here, whatever the path (reply, upstream failure,
  * client gone, stream end): an execution slot it holds is given back. */
 void sg_gw_req_free(sg_gw_req_t *g);

@@ -7,8 +7,9 @@
  *   - throughput with -c clients through each (phase_throughput), and the
  *     gateway's as a share of the proxy's;
  *   - time to interactive through the gateway (create a session, get its
- *     first result): 100 iterations sequential, then 10 bursts of 10 at
- *     once: median / p95 / p99 and the success rate;
+ *     first result): 100 iterations sequential (200 ms apart, so that the
+ *     proxy's pool refills as between users), then 20 bursts of 5 at once
+ *     (1 s apart): median / p95 / p99 and the success rate;
  *   - GET /sessions of an empty tenant (--empty-token) with -c clients for
  *     5 s: requests per second, from this program's own clients.
  */
@@ -19,7 +20,9 @@
 #include <string.h>
 
 #define TTI_RUNS 100
-#define TTI_BURST 10
+#define TTI_BURST 5      /* below the pool's size (the README's runs: 8) */
+#define TTI_PAUSE_MS 200 /* between sequential runs: the pool refills, as between users */
+#define TTI_BURST_PAUSE_MS 1000
 
 /* Create + first result, timed; the session is deleted after (untimed). */
 static int tti_once(hc_t *c, const target_t *t, row_t *r)
@@ -66,16 +69,18 @@ static void phase_tti(const target_t *gw)
         seq->failed = burst->failed = 1;
         return;
     }
-    for (int i = 0; i < TTI_RUNS && !g_stop; i++)
+    for (int i = 0; i < TTI_RUNS && !g_stop; i++) {
         tti_once(&c, gw, seq);
+        sleep_ms(TTI_PAUSE_MS);
+    }
     hc_cleanup(&c);
     for (int b = 0; b < TTI_RUNS / TTI_BURST && !g_stop; b++) {
         par_t p = {.fn = tti_burst_fn, .ud = &x, .count = TTI_BURST, .base = gw->base, .token = gw->token};
         par_run(&p, TTI_BURST);
-        sleep_ms(50); /* the pool refills between bursts, as between a user's clicks */
+        sleep_ms(TTI_BURST_PAUSE_MS);
     }
-    row_note(seq, "success %zu/%d", seq->n, TTI_RUNS);
-    row_note(burst, "success %zu/%d", burst->n, TTI_RUNS);
+    row_note(seq, "success %zu/%d, %d ms apart", seq->n, TTI_RUNS, TTI_PAUSE_MS);
+    row_note(burst, "success %zu/%d, bursts %d ms apart", burst->n, TTI_RUNS, TTI_BURST_PAUSE_MS);
 }
 
 /* Execute latency, proxy and gateway alternating. */
