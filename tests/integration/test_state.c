@@ -553,6 +553,111 @@ static void test_quota_seconds(void **state)
     assert_near(q.seconds, 20.0);
 }
 
+/* An execution's admission (sg_state_exec_admit): rate, slot, quota in one
+ * call, each only past the one before, exact when many are issued at once
+ * (none answered before the last is sent). */
+typedef struct {
+    int done;
+    sg_admit_result_t r;
+} admit_wait_t;
+
+static void on_admit(void *data, const sg_admit_result_t *r)
+{
+    admit_wait_t *w = data;
+    w->r = *r;
+    w->done++;
+}
+
+typedef struct {
+    int rated, slotted, counted, quota_refused;
+} admit_counts_t;
+
+/* n admissions of tenant at once (tokens "<tenant>-<i>"); the outcomes. */
+static admit_counts_t admit_many(fixture_t *f, int64_t tenant, int n, long burst, long slots, const char *day,
+                                 long per_day)
+{
+    admit_wait_t w[30];
+    char tokens[30][32];
+    admit_counts_t c = {0};
+
+    assert_true(n <= 30);
+    memset(w, 0, sizeof(w));
+    for (int i = 0; i < n; i++) {
+        snprintf(tokens[i], sizeof(tokens[i]), "%lld-%d", (long long)tenant, i);
+        sg_admit_args_t a = {.rate_per_min = 1,
+                             .burst = burst,
+                             .max_execs = slots,
+                             .token = tokens[i],
+                             .lease_s = 60,
+                             .day = day,
+                             .execs_per_day = per_day,
+                             .seconds_per_day = 1000};
+        sg_state_exec_admit(f->st, tenant, &a, on_admit, &w[i]);
+    }
+    for (int i = 0; i < n; i++) {
+        RUN_UNTIL(f, w[i].done, WAIT_S);
+        assert_int_equal(w[i].done, 1);
+        assert_int_equal(w[i].r.available, 1);
+        if (!w[i].r.rate.allowed)
+            continue;
+        c.rated++;
+        if (!w[i].r.slot)
+            continue;
+        c.slotted++;
+        if (w[i].r.quota == SG_QUOTA_OK)
+            c.counted++;
+        else if (w[i].r.quota == SG_QUOTA_EXECS)
+            c.quota_refused++;
+        else
+            fail_msg("admission %d: quota status %d", i, (int)w[i].r.quota);
+    }
+    return c;
+}
+
+static void test_exec_admit(void **state)
+{
+    fixture_t *f = *state;
+    const char *day = "20260103";
+
+    /* the slot cap: 30 at once, burst 20, 5 slots, quota to spare */
+    assert_int_equal(seed(f, 950, day, 0, 0).ok, 1);
+    admit_counts_t c = admit_many(f, 950, 30, 20, 5, day, 1000);
+    assert_int_equal(c.rated, 20);
+    assert_int_equal(c.slotted, 5);
+    assert_int_equal(c.counted, 5);
+    EXPECT_RESULT(exec_acquire(f, 950, 5, "late", 60), 0, 5);
+
+    /* the quota: 4 left today; whoever it refuses gives the slot back, so
+     * the next one gets a slot and is refused in turn */
+    assert_int_equal(seed(f, 951, day, 6, 0).ok, 1);
+    c = admit_many(f, 951, 30, 20, 5, day, 10);
+    assert_int_equal(c.rated, 20);
+    assert_int_equal(c.counted, 4);
+    assert_int_equal(c.quota_refused, c.slotted - 4);
+    /* the slots held are the 4 counted ones */
+    EXPECT_RESULT(exec_acquire(f, 951, 5, "extra", 60), 1, 5);
+    EXPECT_RESULT(exec_acquire(f, 951, 5, "extra2", 60), 0, 5);
+    quota_wait_t q = quota(f, 951, day, 100, 1000);
+    assert_int_equal(q.execs, 11); /* 6 + 4 counted + this one */
+
+    /* unseeded: the slot is held, nothing counted, the caller seeds */
+    admit_wait_t u = {0};
+    sg_admit_args_t a = {.rate_per_min = 0,
+                         .burst = 1,
+                         .max_execs = 1,
+                         .token = "u",
+                         .lease_s = 60,
+                         .day = "20260104",
+                         .execs_per_day = 10,
+                         .seconds_per_day = 10};
+    sg_state_exec_admit(f->st, 952, &a, on_admit, &u);
+    RUN_UNTIL(f, u.done, WAIT_S);
+    assert_int_equal(u.r.rate.allowed, 1);
+    assert_int_equal(u.r.slot, 1);
+    assert_int_equal(u.r.quota, SG_QUOTA_UNSEEDED);
+    EXPECT_RESULT(exec_acquire(f, 952, 1, "v", 60), 0, 1);
+}
+
 #define SUITE(setup_, teardown_)                                                                                       \
     cmocka_unit_test_setup_teardown(test_backend_name, setup_, teardown_),                                             \
         cmocka_unit_test_setup_teardown(test_rate_exact, setup_, teardown_),                                           \
@@ -561,6 +666,7 @@ static void test_quota_seconds(void **state)
         cmocka_unit_test_setup_teardown(test_reservation_expires, setup_, teardown_),                                  \
         cmocka_unit_test_setup_teardown(test_exec_concurrent, setup_, teardown_),                                      \
         cmocka_unit_test_setup_teardown(test_exec_lease_expires, setup_, teardown_),                                   \
+        cmocka_unit_test_setup_teardown(test_exec_admit, setup_, teardown_),                                           \
         cmocka_unit_test_setup_teardown(test_commit_get_touch, setup_, teardown_),                                     \
         cmocka_unit_test_setup_teardown(test_remove_once, setup_, teardown_),                                          \
         cmocka_unit_test_setup_teardown(test_restore, setup_, teardown_),                                              \
