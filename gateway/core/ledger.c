@@ -9,6 +9,7 @@
 #include "metrics.h"
 #include "util.h"
 #include "db.h"
+#include "clock.h"
 #include "upstream.h"
 
 #include <math.h>
@@ -292,6 +293,30 @@ static void usage_queue(usage_row_t *j)
     batch_flush();
 }
 
+/* The state's side of an execution's end, nobody waiting: its slot back,
+ * its session touched, its seconds added to the day's — in one call when
+ * the slot is in the shared state (sg_state_exec_finish), else apart. */
+static void finish(sg_gw_req_t *g, int add_exec)
+{
+    int session = g->route != SG_GW_R_EPHEMERAL && g->sid[0];
+
+    if (g->slot.held == SG_EXEC_SLOT_SHARED) {
+        sg_finish_args_t a = {.token = g->slot.token,
+                              .sid = session ? g->sid : NULL,
+                              .now = sg_gw_now_up(),
+                              .idle_timeout = g->tenant.idle_timeout,
+                              .add_exec = add_exec,
+                              .day = g->day,
+                              .seconds = g->billed ? g->billed_s : -1};
+        sg_state_exec_finish(sg_gw.state, g->tenant.id, &a, NULL, NULL);
+        g->slot.held = 0; /* given back: sg_gw_req_free has nothing left to do */
+        return;
+    }
+    sg_gw_touch_session(g, add_exec);
+    if (g->billed)
+        sg_state_quota_add_seconds(sg_gw.state, g->tenant.id, g->day, g->billed_s, sg_gw_state_ignore, NULL);
+}
+
 void sg_gw_exec_answer(sg_gw_req_t *g, int status, const char *ctype, const char *body, size_t len)
 {
     if (g->want_stream) {
@@ -302,7 +327,7 @@ void sg_gw_exec_answer(sg_gw_req_t *g, int status, const char *ctype, const char
     } else {
         sg_gw_reply_raw(g, status, ctype, body, len);
     }
-    sg_gw_touch_session(g, status == 200);
+    finish(g, status == 200);
     sg_gw_req_free(g);
 }
 
@@ -377,7 +402,8 @@ void sg_gw_record_execution(sg_gw_req_t *g, const char *result, size_t result_le
                          : j->usage.exit_code == 0 ? "success"
                                                    : "error",
                          duration);
-    sg_state_quota_add_seconds(sg_gw.state, g->tenant.id, g->day, duration, sg_gw_state_ignore, NULL);
+    g->billed = 1; /* added to the day's with the execution's end (finish) */
+    g->billed_s = duration;
     json_object_put(o);
     usage_queue(j);
 }

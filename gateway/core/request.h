@@ -95,6 +95,8 @@ struct sg_gw_req {
     int sess_found;
     sg_store_gen_t gen; /* the generations the auth job read before the rows (auth.c) */
     int quota_taken;    /* the day's execution was counted with the rate and the slot (ledger.c) */
+    int billed;         /* billed_s is the seconds the recorded execution adds to the day's */
+    double billed_s;
 
     sg_rate_result_t rate;
     int rate_known;

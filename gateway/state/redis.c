@@ -794,6 +794,27 @@ static void redis_exec_admit(sg_state_t *_st, int64_t tenant, const sg_admit_arg
     req_send(req);
 }
 
+static void redis_exec_finish(sg_state_t *_st, int64_t tenant, const sg_finish_args_t *a, sg_state_cb cb, void *data)
+{
+    redis_req_t *req = state_req(_st, SCRIPT_EXEC_FINISH, 4, cb != NULL ? cb : sg_state__ignore, data);
+    int touch = a->sid != NULL && a->sid[0] != '\0';
+
+    req_arg(req, "sg:tenant:%" PRId64 ":execs", tenant);
+    req_arg(req, "sg:session:%.36s", touch ? a->sid : "-");
+    req_arg(req, "sg:sessions:idle");
+    req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, a->day);
+    req_arg(req, "%.64s", a->token);
+    req_arg(req, "%.36s", touch ? a->sid : "");
+    req_arg(req, "%" PRId64, a->now);
+    req_arg(req, "%ld", a->idle_timeout);
+    req_arg(req, "%d", a->add_exec);
+    if (a->seconds >= 0)
+        req_arg(req, "%.17g", a->seconds);
+    else
+        req_arg(req, "%s", "");
+    req_send(req);
+}
+
 static void redis_quota_seed(sg_state_t *_st, int64_t tenant, const char *day, int64_t execs, double seconds,
                              sg_state_cb cb, void *data)
 {
@@ -863,6 +884,7 @@ static const sg_state_ops_t redis_ops = {
     .quota_seed = redis_quota_seed,
     .quota_add_seconds = redis_quota_add_seconds,
     .exec_admit = redis_exec_admit,
+    .exec_finish = redis_exec_finish,
 };
 
 /* redis://host[:port][/db]; host may be [v6]. 0, or -1 with err. */

@@ -5,6 +5,7 @@
  */
 #include "redis_scripts.h"
 
+#include <assert.h>
 #include <openssl/sha.h>
 #include <stdio.h>
 #include <string.h>
@@ -195,6 +196,21 @@ sg_state__script_t sg_state__scripts[SCRIPT_COUNT] = {
          "end\n"
          "e = redis.call('HINCRBY', KEYS[3], 'execs', 1)\n"
          "return {1, stored, 1, n, 0, e, s}\n"},
+    /* SCRIPT_ZREM (the slot), SCRIPT_TOUCH and SCRIPT_QUOTA_ADD in one: an
+     * execution's end. KEYS: tenant's in-flight set, session record, idle
+     * index, quota key. ARGV: token, sid ("": none), now, idle timeout,
+     * executions to add, seconds ("": none). */
+    [SCRIPT_EXEC_FINISH] = {"redis.call('ZREM', KEYS[1], ARGV[1])\n"
+                            "if ARGV[2] ~= '' and redis.call('EXISTS', KEYS[2]) == 1 then\n"
+                            "  local dl = string.format('%d', tonumber(ARGV[3]) + tonumber(ARGV[4]))\n"
+                            "  redis.call('HSET', KEYS[2], 'last_used_at', ARGV[3], 'idle_deadline', dl)\n"
+                            "  redis.call('HINCRBY', KEYS[2], 'executions', ARGV[5])\n"
+                            "  redis.call('ZADD', KEYS[3], dl, ARGV[2])\n"
+                            "end\n"
+                            "if ARGV[6] ~= '' and redis.call('EXISTS', KEYS[4]) == 1 then\n"
+                            "  redis.call('HINCRBYFLOAT', KEYS[4], 'seconds', ARGV[6])\n"
+                            "end\n"
+                            "return {1, 0}\n"},
 };
 
 void sg_state__scripts_init(void)
@@ -204,6 +220,7 @@ void sg_state__scripts_init(void)
         return;
     for (size_t i = 0; i < SCRIPT_COUNT; i++) {
         unsigned char md[SHA_DIGEST_LENGTH];
+        assert(sg_state__scripts[i].src != NULL); /* every SCRIPT_* has its source above */
         SHA1((const unsigned char *)sg_state__scripts[i].src, strlen(sg_state__scripts[i].src), md);
         for (size_t j = 0; j < SHA_DIGEST_LENGTH; j++)
             snprintf(sg_state__scripts[i].sha + 2 * j, 3, "%02x", md[j]);

@@ -194,4 +194,19 @@ typedef void (*sg_admit_cb)(void *data, const sg_admit_result_t *r);
  * three calls in a row, with a quota refusal giving the slot back. */
 void sg_state_exec_admit(sg_state_t *st, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb, void *data);
 
+/* ---- an execution's end: slot, session, seconds in one call ---- */
+typedef struct {
+    const char *token; /* the execution slot to give back (sg_state_exec_release) */
+    const char *sid;   /* NULL or "": no session to touch; else as sg_state_session_touch */
+    int64_t now;
+    long idle_timeout;
+    int add_exec;
+    const char *day; /* the day's seconds (sg_state_quota_add_seconds) ... */
+    double seconds;  /* ... unless < 0 */
+} sg_finish_args_t;
+/* The three updates at once, nobody waiting on them (the Redis backend:
+ * one script, one round trip); cb (may be NULL) gets ok = 1 when the
+ * backend applied them. */
+void sg_state_exec_finish(sg_state_t *st, int64_t tenant, const sg_finish_args_t *a, sg_state_cb cb, void *data);
+
 #endif

@@ -40,6 +40,10 @@ void sg_state__fail(sg_state_cb cb, void *data)
     cb(data, &r);
 }
 
+void sg_state__ignore(void *data, const sg_state_result_t *r)
+{
+}
+
 /* ---- public entry points ------------------------------------------------------ */
 
 void sg_state_destroy(sg_state_t *st)
@@ -232,4 +236,27 @@ void sg_state_exec_admit(sg_state_t *st, int64_t tenant, const sg_admit_args_t *
     ad->cb = cb;
     ad->data = data;
     sg_state_rate_check(st, tenant, a->rate_per_min, a->burst, on_admit_rate, ad);
+}
+
+/* ---- an execution's end made of three calls ---------------------------------------- */
+
+static void on_finish_part(void *data, const sg_state_result_t *r)
+{
+}
+
+void sg_state_exec_finish(sg_state_t *st, int64_t tenant, const sg_finish_args_t *a, sg_state_cb cb, void *data)
+{
+    if (st->ops->exec_finish != NULL) {
+        st->ops->exec_finish(st, tenant, a, cb, data);
+        return;
+    }
+    sg_state_exec_release(st, tenant, a->token, on_finish_part, NULL);
+    if (a->sid != NULL && a->sid[0] != '\0')
+        sg_state_session_touch(st, a->sid, a->now, a->idle_timeout, a->add_exec, on_finish_part, NULL);
+    if (a->seconds >= 0)
+        sg_state_quota_add_seconds(st, tenant, a->day, a->seconds, on_finish_part, NULL);
+    if (cb != NULL) {
+        sg_state_result_t r = {.available = sg_state_available(st), .ok = 1};
+        cb(data, &r);
+    }
 }

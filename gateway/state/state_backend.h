@@ -43,6 +43,8 @@ typedef struct {
                               void *data);
     /* NULL: state_backend.c makes it of rate_check, exec_acquire and quota_reserve */
     void (*exec_admit)(sg_state_t *st, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb, void *data);
+    /* NULL: state_backend.c makes it of exec_release, session_touch and quota_add_seconds */
+    void (*exec_finish)(sg_state_t *st, int64_t tenant, const sg_finish_args_t *a, sg_state_cb cb, void *data);
 } sg_state_ops_t;
 
 struct sg_state {
@@ -58,5 +60,7 @@ int64_t sg_state__now_s(sg_state_t *st);
 /* Invokes cb with available = 0 and everything else zero / NULL. */
 void sg_state__fail_rate(sg_rate_cb cb, void *data, long burst);
 void sg_state__fail(sg_state_cb cb, void *data);
+/* A callback for updates nobody waits on. */
+void sg_state__ignore(void *data, const sg_state_result_t *r);
 
 #endif

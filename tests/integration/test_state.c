@@ -658,6 +658,46 @@ static void test_exec_admit(void **state)
     EXPECT_RESULT(exec_acquire(f, 952, 1, "v", 60), 0, 1);
 }
 
+/* An execution's end (sg_state_exec_finish): its slot back, its session
+ * touched, its seconds added to the day's, all in one call; without a
+ * session or seconds, only the slot. */
+static void test_exec_finish(void **state)
+{
+    fixture_t *f = *state;
+    int64_t now = sg_wall_s();
+    const char *day = "20260105";
+    state_wait_t w = {0};
+
+    assert_int_equal(reserve(f, 960, 3, "r").ok, 1);
+    sg_live_session_t s = make_session(960, "python", now, 900, 14400);
+    assert_int_equal(commit(f, "r", &s).ok, 1);
+    assert_int_equal(seed(f, 960, day, 0, 1.0).ok, 1);
+    assert_int_equal(exec_acquire(f, 960, 1, "f", 60).ok, 1);
+    assert_int_equal(exec_acquire(f, 960, 1, "g", 60).ok, 0);
+
+    sg_finish_args_t a = {
+        .token = "f", .sid = s.id, .now = now + 5, .idle_timeout = 50, .add_exec = 1, .day = day, .seconds = 2.5};
+    sg_state_exec_finish(f->st, 960, &a, on_state, &w);
+    assert_int_equal(check_state(f, &w).ok, 1);
+    assert_int_equal(exec_acquire(f, 960, 1, "g", 60).ok, 1); /* the slot came back */
+    get_wait_t g = get(f, s.id);
+    assert_true(g.found);
+    assert_int_equal(g.s.last_used_at, now + 5);
+    assert_int_equal(g.s.idle_deadline, now + 55);
+    assert_int_equal(g.s.executions, 1);
+    quota_wait_t q = quota(f, 960, day, 100, 1000);
+    assert_near(q.seconds, 3.5);
+
+    /* a one-shot: no session, no seconds (a run that never started) */
+    sg_finish_args_t b = {.token = "g", .day = day, .seconds = -1};
+    memset(&w, 0, sizeof(w));
+    sg_state_exec_finish(f->st, 960, &b, on_state, &w);
+    assert_int_equal(check_state(f, &w).ok, 1);
+    EXPECT_RESULT(exec_acquire(f, 960, 1, "h", 60), 1, 1);
+    q = quota(f, 960, day, 100, 1000);
+    assert_near(q.seconds, 3.5);
+}
+
 #define SUITE(setup_, teardown_)                                                                                       \
     cmocka_unit_test_setup_teardown(test_backend_name, setup_, teardown_),                                             \
         cmocka_unit_test_setup_teardown(test_rate_exact, setup_, teardown_),                                           \
@@ -667,6 +707,7 @@ static void test_exec_admit(void **state)
         cmocka_unit_test_setup_teardown(test_exec_concurrent, setup_, teardown_),                                      \
         cmocka_unit_test_setup_teardown(test_exec_lease_expires, setup_, teardown_),                                   \
         cmocka_unit_test_setup_teardown(test_exec_admit, setup_, teardown_),                                           \
+        cmocka_unit_test_setup_teardown(test_exec_finish, setup_, teardown_),                                          \
         cmocka_unit_test_setup_teardown(test_commit_get_touch, setup_, teardown_),                                     \
         cmocka_unit_test_setup_teardown(test_remove_once, setup_, teardown_),                                          \
         cmocka_unit_test_setup_teardown(test_restore, setup_, teardown_),                                              \
