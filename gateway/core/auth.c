@@ -179,6 +179,20 @@ static void cache_put(sg_gw_req_t *g)
     }
 }
 
+void sg_gw_auth_cache_session(const sg_session_rec_t *rec)
+{
+    sg_store_gen_t now;
+    char err[256];
+
+    if (sessions == NULL || gen_store == NULL || sg_store_generations(gen_store, &now, err, sizeof(err)) != 0)
+        return;
+    session_entry_t *s = session_slot(rec->id, 1);
+    s->used = 1;
+    s->gen = now.sessions;
+    s->last_us = sg_now_us();
+    s->rec = *rec;
+}
+
 /* 1 when the cache knows g's token (and session) at the current
  * generations: g->tenant (and g->sess) are filled. */
 static int cache_get(sg_gw_req_t *g)

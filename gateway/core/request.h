@@ -149,6 +149,10 @@ int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_rout
  * (store.h) that tell whether the cached tokens and sessions are current. */
 void sg_gw_auth_cache_start(sg_store_t *st);
 void sg_gw_auth_cache_stop(void);
+/* A session this gateway has just recorded (open, its id not yet given to
+ * anyone, so no close can be on its way): cached at the current
+ * generation, so that its first execute needs no DB job. */
+void sg_gw_auth_cache_session(const sg_session_rec_t *rec);
 /* Runs fn(job) at once on that connection, for a read of at most max_rows
  * rows (a larger one, or no such connection: returns 0 and fn has not run).
  * Returns 1 when fn ran and its job->rc is 0; 0 when the read failed (a

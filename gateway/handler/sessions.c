@@ -164,6 +164,7 @@ static void open_done(sg_gw_job_t *job)
         /* the proxy has a container for it: removed like any other */
         sg_gw_close_session(j->rec.id, j->rec.tenant_id, "deleted", NULL, NULL);
     } else {
+        sg_gw_auth_cache_session(&j->rec); /* its first execute needs no DB job */
         sg_gw_reply_json(j->g, 200, j->reply);
     }
     sg_gw_req_free(j->g);
