@@ -4,10 +4,11 @@
  *
  * A request's journey, all on the loop thread except the DB steps:
  *   handler -> sg_gw_req_accept (auth.c): caps on headers, body and path, the bearer
- *   -> [DB] token + session owner -> [state] rate -> the route's run()
- *   -> caps on the body (request.c) -> [state] execution slot, day's quota
- *   (ledger.c) -> [upstream] proxy (forward.c) -> [DB, state] records
- *   (ledger.c) -> reply.
+ *   -> token + session owner (the cache, else [DB]) -> [state] rate (routes
+ *   that run code: with their slot) -> the route's run() -> caps on the
+ *   body (request.c) -> [state] rate, execution slot, day's quota in one
+ *   call (ledger.c) -> [upstream] proxy (forward.c) -> [DB] the usage row,
+ *   group-committed (ledger.c) -> reply -> [state] slot, session, seconds.
  *
  * Ownership: the request is the caller's from run() on; every path ends in
  * exactly one sg_gw_req_free, after at most one reply (sg_gw_reply_*). A
