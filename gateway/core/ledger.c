@@ -33,6 +33,8 @@ static void on_exec_slot(void *data, int granted, long in_flight)
     g->after_slot(g);
 }
 
+static void on_quota(void *data, int available, sg_quota_status_t status, int64_t execs, double seconds);
+
 static int runs_code(const sg_gw_req_t *g)
 {
     return g->route == SG_GW_R_EXECUTE || g->route == SG_GW_R_COMMAND || g->route == SG_GW_R_EPHEMERAL;
@@ -74,10 +76,7 @@ static void on_admit(void *data, const sg_admit_result_t *r)
     }
     if (r->quota == SG_QUOTA_EXECS || r->quota == SG_QUOTA_SECONDS) {
         /* the script gave the slot back */
-        sg_gw_reply_429(g, "quota_exceeded", r->quota == SG_QUOTA_EXECS ? "execs_per_day" : "exec_seconds_per_day",
-                        86400 - sg_wall_s() % 86400, "the tenant's %s for today (UTC) are used up",
-                        r->quota == SG_QUOTA_EXECS ? "executions" : "execution seconds");
-        sg_gw_req_free(g);
+        on_quota(g, 1, r->quota, r->execs, r->seconds);
         return;
     }
     g->slot.held = SG_EXEC_SLOT_SHARED;
