@@ -10,7 +10,8 @@
  *   - a client that has its result finds the execution in the ledger at
  *     once, with many clients at the same time;
  *   - the rate limit, the session slots and the concurrent-execution cap
- *     are exact under parallel load (successes == limit);
+ *     are exact under parallel load through two gateways (successes ==
+ *     limit);
  *   - a gateway killed (SIGKILL) during a load of executes has every
  *     execute it answered 200 in the ledger.
  */
@@ -216,26 +217,38 @@ static int count_ok(sggw_par_req_t *reqs, size_t n, const char *code)
     return ok;
 }
 
+/* "<gateway i % 2>" + path: the batches below go to both gateways at once. */
+static void gw_url(char *out, size_t len, sggw_gateway_t *const gws[2], int i, const char *path)
+{
+    snprintf(out, len, "%s%s", sggw_gateway_url(gws[i % 2]), path);
+}
+
 SGGW_TEST(test_limits_exact_under_load)
 {
+    sggw_gateway_t *gws[2] = {stack.gw, second_gateway()};
     sggw_par_req_t reqs[16];
-    char url[256];
+    char url[16][256], path[128];
 
-    /* the rate: burst 5, then one a minute — of 16 executes at once,
-     * exactly 5 run (the rate is counted in the one admission script) */
+    /* the rate: burst 6, then one a minute — of 16 executes at once through
+     * two gateways, exactly 5 run (the create took one; the rate is counted
+     * in the one admission script) */
     const char *rq[] = {"rate_per_min=1", "burst=6", NULL};
     char *tok = sggw_new_tenant(data_dir(), "guar-rate", rq);
-    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL); /* the 1st request of the burst */
-    snprintf(url, sizeof(url), "%s/sessions/%s/execute", sggw_gateway_url(stack.gw), sid);
-    sggw_par_posts(reqs, 16, url, tok, "{\"code\":\"print(1)\"}", 60);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
+    snprintf(path, sizeof(path), "/sessions/%s/execute", sid);
+    for (int i = 0; i < 16; i++) {
+        gw_url(url[i], sizeof(url[i]), gws, i, path);
+        reqs[i] = sggw_par_post(url[i], tok, "{\"code\":\"print(1)\"}", 60);
+    }
     int ok = count_ok(reqs, 16, "rate limit");
     SG_CHECK(ok == 5, NULL, "burst 6 (one used by the create): %d of 16 executes ran", ok);
-    /* and GET /sessions (the rate alone) after a fresh tenant */
+    /* and GET /sessions (the rate alone) of a fresh tenant */
     const char *rq2[] = {"rate_per_min=1", "burst=7", NULL};
     char *tok2 = sggw_new_tenant(data_dir(), "guar-rate2", rq2);
-    snprintf(url, sizeof(url), "%s/sessions", sggw_gateway_url(stack.gw));
-    for (int i = 0; i < 16; i++)
-        reqs[i] = (sggw_par_req_t){.method = "GET", .url = url, .token = tok2, .timeout_s = 30};
+    for (int i = 0; i < 16; i++) {
+        gw_url(url[i], sizeof(url[i]), gws, i, "/sessions");
+        reqs[i] = (sggw_par_req_t){.method = "GET", .url = url[i], .token = tok2, .timeout_s = 30};
+    }
     ok = count_ok(reqs, 16, "rate limit");
     SG_CHECK(ok == 7, NULL, "burst 7: %d of 16 lists answered", ok);
     free(tok2);
@@ -245,17 +258,18 @@ SGGW_TEST(test_limits_exact_under_load)
     sggw_delete_session(stack.gw, tok, sid);
     free(sid);
 
-    /* executions in flight: cap 3, 12 at once that each take a while */
+    /* executions in flight: cap 3, 12 at once that each take a while,
+     * spread over three sessions and both gateways */
     const char *cq[] = {"max_concurrent_execs=3", NULL};
     char *tok3 = sggw_new_tenant(data_dir(), "guar-conc", cq);
     char *sids[3];
-    char urls[3][256];
-    for (int s = 0; s < 3; s++) {
+    for (int s = 0; s < 3; s++)
         sids[s] = sggw_create_session(stack.gw, tok3, NULL, NULL);
-        snprintf(urls[s], sizeof(urls[s]), "%s/sessions/%s/execute", sggw_gateway_url(stack.gw), sids[s]);
+    for (int i = 0; i < 12; i++) {
+        snprintf(path, sizeof(path), "/sessions/%s/execute", sids[i % 3]);
+        gw_url(url[i], sizeof(url[i]), gws, i / 3, path);
+        reqs[i] = sggw_par_post(url[i], tok3, "{\"code\":\"import time; time.sleep(2)\"}", 60);
     }
-    for (int i = 0; i < 12; i++)
-        reqs[i] = sggw_par_post(urls[i % 3], tok3, "{\"code\":\"import time; time.sleep(2)\"}", 60);
     ok = count_ok(reqs, 12, "concurrency_limit");
     SG_CHECK(ok == 3, NULL, "cap 3: %d of 12 executes ran", ok);
     for (int s = 0; s < 3; s++) {
@@ -263,11 +277,13 @@ SGGW_TEST(test_limits_exact_under_load)
         free(sids[s]);
     }
 
-    /* session slots: 2, of 8 creates at once */
+    /* session slots: 2, of 8 creates at once through both gateways */
     const char *sq[] = {"max_sessions=2", NULL};
     char *tok4 = sggw_new_tenant(data_dir(), "guar-slots", sq);
-    snprintf(url, sizeof(url), "%s/sessions", sggw_gateway_url(stack.gw));
-    sggw_par_posts(reqs, 8, url, tok4, "{\"lang\":\"python\"}", 120);
+    for (int i = 0; i < 8; i++) {
+        gw_url(url[i], sizeof(url[i]), gws, i, "/sessions");
+        reqs[i] = sggw_par_post(url[i], tok4, "{\"lang\":\"python\"}", 120);
+    }
     SG_CHECK(sggw_parallel(reqs, 8) == 0, NULL, "batch");
     ok = 0;
     for (int i = 0; i < 8; i++) {
@@ -285,6 +301,7 @@ SGGW_TEST(test_limits_exact_under_load)
         sgtest_reply_free(&reqs[i].reply);
     }
     SG_CHECK(ok == 2, NULL, "max_sessions 2: %d of 8 creates succeeded", ok);
+    sggw_stack_stop_extra(&stack, "the second gateway");
     free(tok);
     free(tok3);
     free(tok4);
