@@ -234,10 +234,12 @@ static int cache_get(sg_gw_req_t *g)
 /* ---- authentication and the rate limit ------------------------------------------------- */
 
 /* Routes that run code count the request against the rate in the same
- * state call as their execution slot and the day's quota (ledger.c). */
+ * state call as their execution slot and the day's quota (ledger.c); a
+ * session create in the same call as its session slot (sessions.c). */
 static int rate_with_slot(sg_gw_route_t route)
 {
-    return route == SG_GW_R_EXECUTE || route == SG_GW_R_COMMAND || route == SG_GW_R_EPHEMERAL;
+    return route == SG_GW_R_EXECUTE || route == SG_GW_R_COMMAND || route == SG_GW_R_EPHEMERAL ||
+           route == SG_GW_R_CREATE; /* with its session slot (handler/sessions.c) */
 }
 
 static void on_rate(void *data, const sg_rate_result_t *r)

@@ -794,6 +794,48 @@ static void redis_exec_admit(sg_state_t *_st, int64_t tenant, const sg_admit_arg
     req_send(req);
 }
 
+/* {allowed, stored tat, reserved, count} */
+static void on_session_admit(redis_req_t *req, redisReply *reply)
+{
+    sg_admit_result_t r;
+    int64_t new_tat;
+
+    memset(&r, 0, sizeof(r));
+    if ((reply = reply_array(reply, 4)) == NULL) {
+        req->cb.admit(req->data, &r);
+        return;
+    }
+    r.available = 1;
+    sg_gcra(req->now_ms, reply_int(reply->element[1]), req->rate_per_min, req->burst, &r.rate, &new_tat);
+    r.rate.allowed = reply_int(reply->element[0]) != 0;
+    r.slot = reply_int(reply->element[2]) != 0;
+    r.in_flight = (long)reply_int(reply->element[3]);
+    req->cb.admit(req->data, &r);
+}
+
+static void redis_session_admit(sg_state_t *_st, int64_t tenant, long rate_per_min, long burst, long max,
+                                const char *token, sg_admit_cb cb, void *data)
+{
+    redis_req_t *req = req_new(rs(_st), SCRIPT_SESSION_ADMIT, 2, on_session_admit, data);
+    int64_t now = sg_state__now_s(_st);
+
+    burst = burst < 1 ? 1 : burst > 1000000000L ? 1000000000L : burst;
+    req->cb.admit = cb;
+    req->now_ms = sg_state__now_ms(_st);
+    req->rate_per_min = rate_per_min;
+    req->burst = burst;
+    req_arg(req, "sg:rate:%" PRId64, tenant);
+    req_arg(req, "sg:tenant:%" PRId64 ":sessions", tenant);
+    req_arg(req, "%" PRId64, req->now_ms);
+    req_arg(req, "%" PRId64, sg_gcra_interval_ms(rate_per_min));
+    req_arg(req, "%ld", burst);
+    req_arg(req, "%" PRId64, now);
+    req_arg(req, "%ld", max);
+    req_arg(req, "pending:%.64s", token);
+    req_arg(req, "%" PRId64, now + SG_STATE_RESERVATION_TTL);
+    req_send(req);
+}
+
 static void redis_exec_finish(sg_state_t *_st, int64_t tenant, const sg_finish_args_t *a, sg_state_cb cb, void *data)
 {
     redis_req_t *req = state_req(_st, SCRIPT_EXEC_FINISH, 4, cb != NULL ? cb : sg_state__ignore, data);
@@ -885,6 +927,7 @@ static const sg_state_ops_t redis_ops = {
     .quota_add_seconds = redis_quota_add_seconds,
     .exec_admit = redis_exec_admit,
     .exec_finish = redis_exec_finish,
+    .session_admit = redis_session_admit,
 };
 
 /* redis://host[:port][/db]; host may be [v6]. 0, or -1 with err. */

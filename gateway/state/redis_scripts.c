@@ -211,6 +211,30 @@ sg_state__script_t sg_state__scripts[SCRIPT_COUNT] = {
                             "  redis.call('HINCRBYFLOAT', KEYS[4], 'seconds', ARGV[6])\n"
                             "end\n"
                             "return {1, 0}\n"},
+    /* SCRIPT_RATE, then only past it SCRIPT_RESERVE: a session create's
+     * admission. KEYS: rate key, tenant set. ARGV: now ms, emission
+     * interval T ms (0: no rate), burst, now s, max, "pending:<token>",
+     * expiry s. Returns {allowed, stored tat, reserved, count}. */
+    [SCRIPT_SESSION_ADMIT] =
+        {"local now = tonumber(ARGV[1])\n"
+         "local t = tonumber(ARGV[2])\n"
+         "local stored = 0\n"
+         "if t > 0 then\n"
+         "  local bucket = t * tonumber(ARGV[3])\n"
+         "  stored = tonumber(redis.call('GET', KEYS[1]) or '0') or 0\n"
+         "  local tat = stored\n"
+         "  if tat < now then tat = now end\n"
+         "  local nxt = tat + t\n"
+         "  if now < nxt - bucket then return {0, stored, 0, 0} end\n"
+         "  redis.call('SET', KEYS[1], string.format('%d', nxt), 'PX', string.format('%d', nxt - now))\n"
+         "end\n"
+         "redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[4])\n"
+         "local n = redis.call('ZCARD', KEYS[2])\n"
+         "if n < tonumber(ARGV[5]) then\n"
+         "  redis.call('ZADD', KEYS[2], ARGV[7], ARGV[6])\n"
+         "  return {1, stored, 1, redis.call('ZCARD', KEYS[2])}\n"
+         "end\n"
+         "return {1, stored, 0, n}\n"},
 };
 
 void sg_state__scripts_init(void)

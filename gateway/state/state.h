@@ -194,6 +194,13 @@ typedef void (*sg_admit_cb)(void *data, const sg_admit_result_t *r);
  * three calls in a row, with a quota refusal giving the slot back. */
 void sg_state_exec_admit(sg_state_t *st, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb, void *data);
 
+/* A session create's admission: the tenant's rate (one request), then, only
+ * past it, sg_state_session_reserve's slot (max, token), atomically; the
+ * result's slot says whether the reservation was made, in_flight the
+ * tenant's live sessions + reservations. The Redis backend: one script. */
+void sg_state_session_admit(sg_state_t *st, int64_t tenant, long rate_per_min, long burst, long max, const char *token,
+                            sg_admit_cb cb, void *data);
+
 /* ---- an execution's end: slot, session, seconds in one call ---- */
 typedef struct {
     const char *token; /* the execution slot to give back (sg_state_exec_release) */

@@ -238,6 +238,61 @@ void sg_state_exec_admit(sg_state_t *st, int64_t tenant, const sg_admit_args_t *
     sg_state_rate_check(st, tenant, a->rate_per_min, a->burst, on_admit_rate, ad);
 }
 
+/* ---- a session create's admission made of two calls ------------------------------- */
+
+typedef struct {
+    sg_state_t *st;
+    int64_t tenant;
+    long max;
+    char token[65];
+    sg_admit_result_t r;
+    sg_admit_cb cb;
+    void *data;
+} session_admit_t;
+
+static void on_session_admit_reserved(void *data, const sg_state_result_t *r)
+{
+    session_admit_t *ad = data;
+    ad->r.available = r->available;
+    ad->r.slot = r->ok;
+    ad->r.in_flight = r->count;
+    ad->cb(ad->data, &ad->r);
+    free(ad);
+}
+
+static void on_session_admit_rate(void *data, const sg_rate_result_t *r)
+{
+    session_admit_t *ad = data;
+    if (r->available && !r->allowed) {
+        ad->r.available = 1;
+        ad->r.rate = *r;
+        ad->cb(ad->data, &ad->r);
+        free(ad);
+        return;
+    }
+    /* allowed, or not known (the rate fails open): the reservation decides */
+    ad->r.rate = *r;
+    ad->r.rate.allowed = 1;
+    sg_state_session_reserve(ad->st, ad->tenant, ad->max, ad->token, on_session_admit_reserved, ad);
+}
+
+void sg_state_session_admit(sg_state_t *st, int64_t tenant, long rate_per_min, long burst, long max, const char *token,
+                            sg_admit_cb cb, void *data)
+{
+    if (st->ops->session_admit != NULL) {
+        st->ops->session_admit(st, tenant, rate_per_min, burst, max, token, cb, data);
+        return;
+    }
+    session_admit_t *ad = sg_xcalloc(1, sizeof(*ad));
+    ad->st = st;
+    ad->tenant = tenant;
+    ad->max = max;
+    snprintf(ad->token, sizeof(ad->token), "%s", token);
+    ad->cb = cb;
+    ad->data = data;
+    sg_state_rate_check(st, tenant, rate_per_min, burst, on_session_admit_rate, ad);
+}
+
 /* ---- an execution's end made of three calls ---------------------------------------- */
 
 static void on_finish_part(void *data, const sg_state_result_t *r)

@@ -43,6 +43,9 @@ typedef struct {
                               void *data);
     /* NULL: state_backend.c makes it of rate_check, exec_acquire and quota_reserve */
     void (*exec_admit)(sg_state_t *st, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb, void *data);
+    /* NULL: state_backend.c makes it of rate_check and session_reserve */
+    void (*session_admit)(sg_state_t *st, int64_t tenant, long rate_per_min, long burst, long max, const char *token,
+                          sg_admit_cb cb, void *data);
     /* NULL: state_backend.c makes it of exec_release, session_touch and quota_add_seconds */
     void (*exec_finish)(sg_state_t *st, int64_t tenant, const sg_finish_args_t *a, sg_state_cb cb, void *data);
 } sg_state_ops_t;

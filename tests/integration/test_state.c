@@ -698,6 +698,40 @@ static void test_exec_finish(void **state)
     assert_near(q.seconds, 3.5);
 }
 
+/* A session create's admission (sg_state_session_admit): the rate, then a
+ * reservation; of 10 at once with burst 4 and 3 slots, exactly 4 pass the
+ * rate and 3 reserve; a rate refusal reserves nothing. */
+static void test_session_admit(void **state)
+{
+    fixture_t *f = *state;
+    admit_wait_t w[10];
+    char tokens[10][16];
+    int rated = 0, reserved = 0;
+
+    memset(w, 0, sizeof(w));
+    for (int i = 0; i < 10; i++) {
+        snprintf(tokens[i], sizeof(tokens[i]), "s-%d", i);
+        sg_state_session_admit(f->st, 970, 1, 4, 3, tokens[i], on_admit, &w[i]);
+    }
+    for (int i = 0; i < 10; i++) {
+        RUN_UNTIL(f, w[i].done, WAIT_S);
+        assert_int_equal(w[i].done, 1);
+        assert_int_equal(w[i].r.available, 1);
+        rated += w[i].r.rate.allowed;
+        reserved += w[i].r.slot;
+        assert_true(w[i].r.rate.allowed || !w[i].r.slot);
+    }
+    assert_int_equal(rated, 4);
+    assert_int_equal(reserved, 3);
+    EXPECT_RESULT(reserve(f, 970, 3, "late"), 0, 3);
+    /* a reservation it made is an ordinary one: given back like any */
+    for (int i = 0; i < 10; i++)
+        if (w[i].r.slot) {
+            EXPECT_RESULT(unreserve(f, 970, tokens[i]), 1, 2);
+            break;
+        }
+}
+
 #define SUITE(setup_, teardown_)                                                                                       \
     cmocka_unit_test_setup_teardown(test_backend_name, setup_, teardown_),                                             \
         cmocka_unit_test_setup_teardown(test_rate_exact, setup_, teardown_),                                           \
@@ -708,6 +742,7 @@ static void test_exec_finish(void **state)
         cmocka_unit_test_setup_teardown(test_exec_lease_expires, setup_, teardown_),                                   \
         cmocka_unit_test_setup_teardown(test_exec_admit, setup_, teardown_),                                           \
         cmocka_unit_test_setup_teardown(test_exec_finish, setup_, teardown_),                                          \
+        cmocka_unit_test_setup_teardown(test_session_admit, setup_, teardown_),                                        \
         cmocka_unit_test_setup_teardown(test_commit_get_touch, setup_, teardown_),                                     \
         cmocka_unit_test_setup_teardown(test_remove_once, setup_, teardown_),                                          \
         cmocka_unit_test_setup_teardown(test_restore, setup_, teardown_),                                              \
