@@ -51,6 +51,13 @@ static void on_accept(h2o_socket_t *listener, const char *err)
 sg_http_server_t *sg_http_server_create(const char *host, int port, size_t max_body, sg_http_handler_cb cb, void *app,
                                         char *err, size_t errlen)
 {
+    return sg_http_server_create_with_dirs(host, port, max_body, cb, app, NULL, 0, err, errlen);
+}
+
+sg_http_server_t *sg_http_server_create_with_dirs(const char *host, int port, size_t max_body, sg_http_handler_cb cb,
+                                                  void *app, const sg_http_dir_t *dirs, size_t ndirs, char *err,
+                                                  size_t errlen)
+{
     sg_http_server_t *s = sg_xcalloc(1, sizeof(*s));
     struct sockaddr_in addr = {0};
     socklen_t alen = sizeof(addr);
@@ -64,6 +71,9 @@ sg_http_server_t *sg_http_server_create(const char *host, int port, size_t max_b
      * preface) unless sg_http_server_allow_h2c says so */
     s->config.http1.upgrade_to_http2 = 0;
     h2o_hostconf_t *hostconf = h2o_config_register_host(&s->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    /* the first registered path that matches wins: the directories go first */
+    for (size_t i = 0; i < ndirs; i++)
+        h2o_file_register(h2o_config_register_path(hostconf, dirs[i].url_path, 0), dirs[i].dir, NULL, NULL, 0);
     h2o_pathconf_t *pathconf = h2o_config_register_path(hostconf, "/", 0);
     handler_t *h = (handler_t *)h2o_create_handler(pathconf, sizeof(*h));
     h->super.on_req = on_req;

@@ -20,7 +20,7 @@ typedef struct {
     size_t count;
 } family_t;
 
-static family_t requests, executions, rejections, upstream_errors, closes;
+static family_t requests, executions, rejections, upstream_errors, closes, installs, errors;
 static long live_sessions;
 static int redis_up = -1;
 static unsigned long hist_counts[NBUCKETS + 1];
@@ -86,6 +86,16 @@ void sg_metrics_set_redis_up(int up)
     redis_up = up;
 }
 
+void sg_metrics_package_install(int success)
+{
+    series(&installs, success ? "success" : "failure", "", 0)->value++;
+}
+
+void sg_metrics_error(const char *type)
+{
+    series(&errors, type, "", 0)->value++;
+}
+
 static int put(sg_buf_t *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int put(sg_buf_t *out, const char *fmt, ...)
 {
@@ -97,6 +107,64 @@ static int put(sg_buf_t *out, const char *fmt, ...)
     if (n < 0)
         return -1;
     return sg_buf_append(out, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+}
+
+static double family_value(const family_t *f, const char *a, const char *b)
+{
+    double v = 0;
+    for (size_t i = 0; i < f->count; i++)
+        if (strcmp(f->s[i].a, a) == 0 && (b == NULL || strcmp(f->s[i].b, b) == 0))
+            v += f->s[i].value;
+    return v;
+}
+
+/* One type of sandbox_errors_total: the sum of the series of f whose
+ * second label is outcome (any first label), or whose first is a (b NULL). */
+static double outcome_total(const family_t *f, const char *outcome)
+{
+    double v = 0;
+    for (size_t i = 0; i < f->count; i++)
+        if (strcmp(f->s[i].b, outcome) == 0)
+            v += f->s[i].value;
+    return v;
+}
+
+/* Seed 004's names (metrics.h), from the counters above. */
+static int render_seed004(sg_buf_t *out)
+{
+    int rc = 0;
+    unsigned long cum = 0;
+    rc |= put(out,
+              "# HELP sandbox_executions_total Total code executions (seed 004's name).\n"
+              "# TYPE sandbox_executions_total counter\nsandbox_executions_total %lu\n",
+              hist_total);
+    rc |= put(out, "# HELP sandbox_execution_duration_seconds Execution time histogram (seed 004's name).\n"
+                   "# TYPE sandbox_execution_duration_seconds histogram\n");
+    for (size_t i = 0; i < NBUCKETS; i++) {
+        cum += hist_counts[i];
+        rc |= put(out, "sandbox_execution_duration_seconds_bucket{le=\"%g\"} %lu\n", buckets[i], cum);
+    }
+    rc |= put(out, "sandbox_execution_duration_seconds_bucket{le=\"+Inf\"} %lu\n", hist_total);
+    rc |= put(out, "sandbox_execution_duration_seconds_sum %.6f\nsandbox_execution_duration_seconds_count %lu\n",
+              hist_sum, hist_total);
+    rc |= put(out, "# HELP sandbox_package_installs_total Package installations, by outcome (seed 004's name).\n"
+                   "# TYPE sandbox_package_installs_total counter\n");
+    rc |= put(out, "sandbox_package_installs_total{outcome=\"success\"} %.0f\n",
+              family_value(&installs, "success", NULL));
+    rc |= put(out, "sandbox_package_installs_total{outcome=\"failure\"} %.0f\n",
+              family_value(&installs, "failure", NULL));
+    rc |= put(out, "# HELP sandbox_errors_total Errors, by type (seed 004's name).\n"
+                   "# TYPE sandbox_errors_total counter\n");
+    rc |= put(out, "sandbox_errors_total{type=\"execution\"} %.0f\n", outcome_total(&executions, "error"));
+    rc |= put(out, "sandbox_errors_total{type=\"timeout\"} %.0f\n", outcome_total(&executions, "timeout"));
+    rc |= put(out, "sandbox_errors_total{type=\"no_result\"} %.0f\n", outcome_total(&executions, "failed"));
+    rc |= put(out, "sandbox_errors_total{type=\"package_install\"} %.0f\n", family_value(&installs, "failure", NULL));
+    for (size_t i = 0; i < errors.count; i++)
+        rc |= put(out, "sandbox_errors_total{type=\"%s\"} %.0f\n", errors.s[i].a, errors.s[i].value);
+    for (size_t i = 0; i < upstream_errors.count; i++)
+        rc |= put(out, "sandbox_errors_total{type=\"proxy_%s\"} %.0f\n", upstream_errors.s[i].a,
+                  upstream_errors.s[i].value);
+    return rc;
 }
 
 int sg_metrics_render(sg_buf_t *out)
@@ -140,6 +208,7 @@ int sg_metrics_render(sg_buf_t *out)
                    "# TYPE sandgate_sessions_closed_total counter\n");
     for (size_t i = 0; i < closes.count; i++)
         rc |= put(out, "sandgate_sessions_closed_total{reason=\"%s\"} %.0f\n", closes.s[i].a, closes.s[i].value);
+    rc |= render_seed004(out);
     if (redis_up >= 0)
         rc |= put(out,
                   "# HELP sandgate_redis_up Whether Redis answers.\n# TYPE sandgate_redis_up gauge\n"
