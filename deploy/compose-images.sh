@@ -46,6 +46,9 @@ build_service() {
   fi
 }
 
+# GET /docs: the gateway image copies build/www/ (deploy/docker/Dockerfile)
+"$SG_ROOT"/deploy/www-docs.sh "$SG_ROOT/build/www"
+
 read -ra services <<<"${SANDGATE_COMPOSE_SERVICES:-redis proxy gateway}"
 for s in "${services[@]}"; do
   case $s in redis|proxy|gateway) build_service "$s" ;; *) sg_die "compose: unknown service image '$s'" ;; esac
