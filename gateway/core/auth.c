@@ -134,6 +134,8 @@ int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_rout
     sg_gw_route_t route = spec->route;
     h2o_iovec_t arg = m->nargs > 0 ? m->arg[0] : h2o_iovec_init(NULL, 0);
     size_t header_bytes = 0, body_cap = spec->file_body ? sg_gw.max_file_bytes : sg_gw.max_body;
+    if (spec->arg == SG_GW_ARG_BODY_SESSION && body_cap > SG_GW_BODY_SESSION_MAX)
+        body_cap = SG_GW_BODY_SESSION_MAX; /* parsed before the token is known: kept small */
     char template_name[256] = "";
 
     for (size_t i = 0; i < req->headers.size; i++)

@@ -58,6 +58,11 @@ typedef enum {
                         * dropped; one that started runs to its end and is billed */
 } sg_gw_gone_t;
 
+/* The largest body of a route whose session is named in its body
+ * (SG_GW_ARG_BODY_SESSION): the door parses it before the token is looked
+ * up, so it is kept small (a pip_install body is a few dozen bytes). */
+#define SG_GW_BODY_SESSION_MAX (64u << 10)
+
 /* What the path's "*" names (sg_route_match_t arg[0]); SG_GW_ARG_BODY_SESSION:
  * an optional session named by the JSON body's "session_id" instead, held
  * to the same checks (a UUID, the caller's own) when present. */

@@ -265,6 +265,16 @@ SGGW_TEST(test_pip_install_refused)
     pip_install(tok, "{\"package\": \"requests\", \"session_id\": \"../../etc\"}", 404, "no_such_session");
     pip_install(tok, "{\"package\": \"requests\", \"lang\": \"cobol\"}", 400, "unknown_language");
 
+    /* its body is parsed before the token is looked up: kept small */
+    size_t big = 100 << 10;
+    char *huge = malloc(big + 64);
+    SG_CHECK(huge != NULL, NULL, "malloc");
+    int n = snprintf(huge, 64, "{\"package\": \"requests\", \"pad\": \"");
+    memset(huge + n, 'x', big);
+    strcpy(huge + n + big, "\"}");
+    pip_install(tok, huge, 413, "too_large");
+    free(huge);
+
     /* no token: 401 with WWW-Authenticate */
     sgtest_reply_t r;
     sggw_call(gw, NULL, "POST", "/pip_install", "{\"package\": \"requests\"}", &r);
