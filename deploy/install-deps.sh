@@ -12,7 +12,8 @@ PKGS=(build-essential cmake pkg-config libh2o-evloop-dev libssl-dev
       clang libclang-rt-14-dev  # fuzz/: clang's libFuzzer and sanitizer runtimes
       clang-format  # the format check (tests/format.sh)
       runsc  # gVisor: the engine runs every sandbox under it (deploy/engine.sh)
-      python3 nodejs)  # the agent's unit tests run the kernels on the host
+      python3 nodejs  # the agent's unit tests run the kernels on the host
+      chromium)  # tests/openapi/docs_render.sh: GET /docs in a real browser
 # npm: GET /docs (deploy/www-docs.sh) and the test suites' npm packages; the
 # machine's own node/npm when present, else Debian's
 command -v npm >/dev/null || PKGS+=(npm)
