@@ -109,56 +109,61 @@ static int put(sg_buf_t *out, const char *fmt, ...)
     return sg_buf_append(out, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
 }
 
-static double family_value(const family_t *f, const char *a, const char *b)
+/* The sum of f's series whose first label is a. */
+static double first_total(const family_t *f, const char *a)
 {
     double v = 0;
     for (size_t i = 0; i < f->count; i++)
-        if (strcmp(f->s[i].a, a) == 0 && (b == NULL || strcmp(f->s[i].b, b) == 0))
+        if (strcmp(f->s[i].a, a) == 0)
             v += f->s[i].value;
     return v;
 }
 
-/* One type of sandbox_errors_total: the sum of the series of f whose
- * second label is outcome (any first label), or whose first is a (b NULL). */
-static double outcome_total(const family_t *f, const char *outcome)
+/* The sum of f's series whose second label is b (any first label). */
+static double second_total(const family_t *f, const char *b)
 {
     double v = 0;
     for (size_t i = 0; i < f->count; i++)
-        if (strcmp(f->s[i].b, outcome) == 0)
+        if (strcmp(f->s[i].b, b) == 0)
             v += f->s[i].value;
     return v;
+}
+
+/* The execution-time histogram under name (help its HELP line). */
+static int put_duration_histogram(sg_buf_t *out, const char *name, const char *help)
+{
+    int rc = 0;
+    unsigned long cum = 0;
+    rc |= put(out, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (size_t i = 0; i < NBUCKETS; i++) {
+        cum += hist_counts[i];
+        rc |= put(out, "%s_bucket{le=\"%g\"} %lu\n", name, buckets[i], cum);
+    }
+    rc |= put(out, "%s_bucket{le=\"+Inf\"} %lu\n%s_sum %.6f\n%s_count %lu\n", name, hist_total, name, hist_sum, name,
+              hist_total);
+    return rc;
 }
 
 /* Seed 004's names (metrics.h), from the counters above. */
 static int render_seed004(sg_buf_t *out)
 {
     int rc = 0;
-    unsigned long cum = 0;
     rc |= put(out,
               "# HELP sandbox_executions_total Total code executions (seed 004's name).\n"
               "# TYPE sandbox_executions_total counter\nsandbox_executions_total %lu\n",
               hist_total);
-    rc |= put(out, "# HELP sandbox_execution_duration_seconds Execution time histogram (seed 004's name).\n"
-                   "# TYPE sandbox_execution_duration_seconds histogram\n");
-    for (size_t i = 0; i < NBUCKETS; i++) {
-        cum += hist_counts[i];
-        rc |= put(out, "sandbox_execution_duration_seconds_bucket{le=\"%g\"} %lu\n", buckets[i], cum);
-    }
-    rc |= put(out, "sandbox_execution_duration_seconds_bucket{le=\"+Inf\"} %lu\n", hist_total);
-    rc |= put(out, "sandbox_execution_duration_seconds_sum %.6f\nsandbox_execution_duration_seconds_count %lu\n",
-              hist_sum, hist_total);
+    rc |= put_duration_histogram(out, "sandbox_execution_duration_seconds",
+                                 "Execution time histogram (seed 004's name).");
     rc |= put(out, "# HELP sandbox_package_installs_total Package installations, by outcome (seed 004's name).\n"
                    "# TYPE sandbox_package_installs_total counter\n");
-    rc |= put(out, "sandbox_package_installs_total{outcome=\"success\"} %.0f\n",
-              family_value(&installs, "success", NULL));
-    rc |= put(out, "sandbox_package_installs_total{outcome=\"failure\"} %.0f\n",
-              family_value(&installs, "failure", NULL));
+    rc |= put(out, "sandbox_package_installs_total{outcome=\"success\"} %.0f\n", first_total(&installs, "success"));
+    rc |= put(out, "sandbox_package_installs_total{outcome=\"failure\"} %.0f\n", first_total(&installs, "failure"));
     rc |= put(out, "# HELP sandbox_errors_total Errors, by type (seed 004's name).\n"
                    "# TYPE sandbox_errors_total counter\n");
-    rc |= put(out, "sandbox_errors_total{type=\"execution\"} %.0f\n", outcome_total(&executions, "error"));
-    rc |= put(out, "sandbox_errors_total{type=\"timeout\"} %.0f\n", outcome_total(&executions, "timeout"));
-    rc |= put(out, "sandbox_errors_total{type=\"no_result\"} %.0f\n", outcome_total(&executions, "failed"));
-    rc |= put(out, "sandbox_errors_total{type=\"package_install\"} %.0f\n", family_value(&installs, "failure", NULL));
+    rc |= put(out, "sandbox_errors_total{type=\"execution\"} %.0f\n", second_total(&executions, "error"));
+    rc |= put(out, "sandbox_errors_total{type=\"timeout\"} %.0f\n", second_total(&executions, "timeout"));
+    rc |= put(out, "sandbox_errors_total{type=\"no_result\"} %.0f\n", second_total(&executions, "failed"));
+    rc |= put(out, "sandbox_errors_total{type=\"package_install\"} %.0f\n", first_total(&installs, "failure"));
     for (size_t i = 0; i < errors.count; i++)
         rc |= put(out, "sandbox_errors_total{type=\"%s\"} %.0f\n", errors.s[i].a, errors.s[i].value);
     for (size_t i = 0; i < upstream_errors.count; i++)
@@ -180,16 +185,8 @@ int sg_metrics_render(sg_buf_t *out)
     for (size_t i = 0; i < executions.count; i++)
         rc |= put(out, "sandgate_executions_total{lang=\"%s\",outcome=\"%s\"} %.0f\n", executions.s[i].a,
                   executions.s[i].b, executions.s[i].value);
-    rc |= put(out, "# HELP sandgate_execution_duration_seconds Execution time as the sandbox measured it.\n"
-                   "# TYPE sandgate_execution_duration_seconds histogram\n");
-    unsigned long cum = 0;
-    for (size_t i = 0; i < NBUCKETS; i++) {
-        cum += hist_counts[i];
-        rc |= put(out, "sandgate_execution_duration_seconds_bucket{le=\"%g\"} %lu\n", buckets[i], cum);
-    }
-    rc |= put(out, "sandgate_execution_duration_seconds_bucket{le=\"+Inf\"} %lu\n", hist_total);
-    rc |= put(out, "sandgate_execution_duration_seconds_sum %.6f\nsandgate_execution_duration_seconds_count %lu\n",
-              hist_sum, hist_total);
+    rc |= put_duration_histogram(out, "sandgate_execution_duration_seconds",
+                                 "Execution time as the sandbox measured it.");
     rc |= put(out,
               "# HELP sandgate_live_sessions Live sessions (all tenants).\n# TYPE sandgate_live_sessions gauge\n"
               "sandgate_live_sessions %ld\n",
