@@ -1,6 +1,5 @@
 #include "metrics.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -86,64 +85,54 @@ void sg_metrics_set_redis_up(int up)
     redis_up = up;
 }
 
-static int put(sg_buf_t *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int put(sg_buf_t *out, const char *fmt, ...)
-{
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return -1;
-    return sg_buf_append(out, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
-}
-
 int sg_metrics_render(sg_buf_t *out)
 {
     int rc = 0;
-    rc |= put(out, "# HELP sandgate_requests_total Requests answered, by route and status.\n"
-                   "# TYPE sandgate_requests_total counter\n");
+    rc |= sg_buf_appendf(out, "# HELP sandgate_requests_total Requests answered, by route and status.\n"
+                              "# TYPE sandgate_requests_total counter\n");
     for (size_t i = 0; i < requests.count; i++)
-        rc |= put(out, "sandgate_requests_total{route=\"%s\",status=\"%d\"} %.0f\n", requests.s[i].a, requests.s[i].n,
-                  requests.s[i].value);
-    rc |= put(out, "# HELP sandgate_executions_total Executions forwarded, by language and outcome.\n"
-                   "# TYPE sandgate_executions_total counter\n");
+        rc |= sg_buf_appendf(out, "sandgate_requests_total{route=\"%s\",status=\"%d\"} %.0f\n", requests.s[i].a,
+                             requests.s[i].n, requests.s[i].value);
+    rc |= sg_buf_appendf(out, "# HELP sandgate_executions_total Executions forwarded, by language and outcome.\n"
+                              "# TYPE sandgate_executions_total counter\n");
     for (size_t i = 0; i < executions.count; i++)
-        rc |= put(out, "sandgate_executions_total{lang=\"%s\",outcome=\"%s\"} %.0f\n", executions.s[i].a,
-                  executions.s[i].b, executions.s[i].value);
-    rc |= put(out, "# HELP sandgate_execution_duration_seconds Execution time as the sandbox measured it.\n"
-                   "# TYPE sandgate_execution_duration_seconds histogram\n");
+        rc |= sg_buf_appendf(out, "sandgate_executions_total{lang=\"%s\",outcome=\"%s\"} %.0f\n", executions.s[i].a,
+                             executions.s[i].b, executions.s[i].value);
+    rc |= sg_buf_appendf(out, "# HELP sandgate_execution_duration_seconds Execution time as the sandbox measured it.\n"
+                              "# TYPE sandgate_execution_duration_seconds histogram\n");
     unsigned long cum = 0;
     for (size_t i = 0; i < NBUCKETS; i++) {
         cum += hist_counts[i];
-        rc |= put(out, "sandgate_execution_duration_seconds_bucket{le=\"%g\"} %lu\n", buckets[i], cum);
+        rc |= sg_buf_appendf(out, "sandgate_execution_duration_seconds_bucket{le=\"%g\"} %lu\n", buckets[i], cum);
     }
-    rc |= put(out, "sandgate_execution_duration_seconds_bucket{le=\"+Inf\"} %lu\n", hist_total);
-    rc |= put(out, "sandgate_execution_duration_seconds_sum %.6f\nsandgate_execution_duration_seconds_count %lu\n",
-              hist_sum, hist_total);
-    rc |= put(out,
-              "# HELP sandgate_live_sessions Live sessions (all tenants).\n# TYPE sandgate_live_sessions gauge\n"
-              "sandgate_live_sessions %ld\n",
-              live_sessions);
-    rc |= put(out, "# HELP sandgate_quota_rejections_total Requests refused by a quota or rate limit.\n"
-                   "# TYPE sandgate_quota_rejections_total counter\n");
+    rc |= sg_buf_appendf(out, "sandgate_execution_duration_seconds_bucket{le=\"+Inf\"} %lu\n", hist_total);
+    rc |= sg_buf_appendf(
+        out, "sandgate_execution_duration_seconds_sum %.6f\nsandgate_execution_duration_seconds_count %lu\n", hist_sum,
+        hist_total);
+    rc |= sg_buf_appendf(
+        out,
+        "# HELP sandgate_live_sessions Live sessions (all tenants).\n# TYPE sandgate_live_sessions gauge\n"
+        "sandgate_live_sessions %ld\n",
+        live_sessions);
+    rc |= sg_buf_appendf(out, "# HELP sandgate_quota_rejections_total Requests refused by a quota or rate limit.\n"
+                              "# TYPE sandgate_quota_rejections_total counter\n");
     for (size_t i = 0; i < rejections.count; i++)
-        rc |=
-            put(out, "sandgate_quota_rejections_total{limit=\"%s\"} %.0f\n", rejections.s[i].a, rejections.s[i].value);
-    rc |= put(out, "# HELP sandgate_upstream_errors_total Failed calls to the proxy, by kind.\n"
-                   "# TYPE sandgate_upstream_errors_total counter\n");
+        rc |= sg_buf_appendf(out, "sandgate_quota_rejections_total{limit=\"%s\"} %.0f\n", rejections.s[i].a,
+                             rejections.s[i].value);
+    rc |= sg_buf_appendf(out, "# HELP sandgate_upstream_errors_total Failed calls to the proxy, by kind.\n"
+                              "# TYPE sandgate_upstream_errors_total counter\n");
     for (size_t i = 0; i < upstream_errors.count; i++)
-        rc |= put(out, "sandgate_upstream_errors_total{kind=\"%s\"} %.0f\n", upstream_errors.s[i].a,
-                  upstream_errors.s[i].value);
-    rc |= put(out, "# HELP sandgate_sessions_closed_total Sessions closed, by reason.\n"
-                   "# TYPE sandgate_sessions_closed_total counter\n");
+        rc |= sg_buf_appendf(out, "sandgate_upstream_errors_total{kind=\"%s\"} %.0f\n", upstream_errors.s[i].a,
+                             upstream_errors.s[i].value);
+    rc |= sg_buf_appendf(out, "# HELP sandgate_sessions_closed_total Sessions closed, by reason.\n"
+                              "# TYPE sandgate_sessions_closed_total counter\n");
     for (size_t i = 0; i < closes.count; i++)
-        rc |= put(out, "sandgate_sessions_closed_total{reason=\"%s\"} %.0f\n", closes.s[i].a, closes.s[i].value);
+        rc |= sg_buf_appendf(out, "sandgate_sessions_closed_total{reason=\"%s\"} %.0f\n", closes.s[i].a,
+                             closes.s[i].value);
     if (redis_up >= 0)
-        rc |= put(out,
-                  "# HELP sandgate_redis_up Whether Redis answers.\n# TYPE sandgate_redis_up gauge\n"
-                  "sandgate_redis_up %d\n",
-                  redis_up);
+        rc |= sg_buf_appendf(out,
+                             "# HELP sandgate_redis_up Whether Redis answers.\n# TYPE sandgate_redis_up gauge\n"
+                             "sandgate_redis_up %d\n",
+                             redis_up);
     return rc ? -1 : 0;
 }
