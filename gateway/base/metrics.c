@@ -9,8 +9,8 @@
 static const double buckets[NBUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 
 typedef struct {
-    char a[48], b[32]; /* label values, copied */
-    int n;             /* numeric label (status) */
+    char a[48], b[32], c[8]; /* label values, copied */
+    int n;                   /* numeric label (status) */
     double value;
 } series_t;
 
@@ -26,20 +26,26 @@ static unsigned long hist_counts[NBUCKETS + 1];
 static double hist_sum;
 static unsigned long hist_total;
 
-static series_t *series(family_t *f, const char *a, const char *b, int n)
+static series_t *series3(family_t *f, const char *a, const char *b, const char *c, int n)
 {
     for (size_t i = 0; i < f->count; i++)
         if (f->s[i].n == n && strncmp(f->s[i].a, a, sizeof(f->s[i].a) - 1) == 0 &&
-            strncmp(f->s[i].b, b, sizeof(f->s[i].b) - 1) == 0)
+            strncmp(f->s[i].b, b, sizeof(f->s[i].b) - 1) == 0 && strncmp(f->s[i].c, c, sizeof(f->s[i].c) - 1) == 0)
             return &f->s[i];
     if (f->count == MAX_SERIES)
         return &f->s[MAX_SERIES - 1]; /* full: the last series absorbs the rest */
     series_t *s = &f->s[f->count++];
     snprintf(s->a, sizeof(s->a), "%s", f->count == MAX_SERIES ? "other" : a);
     snprintf(s->b, sizeof(s->b), "%s", f->count == MAX_SERIES ? "other" : b);
+    snprintf(s->c, sizeof(s->c), "%s", f->count == MAX_SERIES ? "other" : c);
     s->n = n;
     s->value = 0;
     return s;
+}
+
+static series_t *series(family_t *f, const char *a, const char *b, int n)
+{
+    return series3(f, a, b, "", n);
 }
 
 void sg_metrics_request(const char *route, int status)
@@ -47,9 +53,9 @@ void sg_metrics_request(const char *route, int status)
     series(&requests, route, "", status)->value++;
 }
 
-void sg_metrics_execution(const char *lang, const char *outcome, double seconds)
+void sg_metrics_execution(const char *lang, const char *runtime, const char *outcome, double seconds)
 {
-    series(&executions, lang, outcome, 0)->value++;
+    series3(&executions, lang, outcome, runtime, 0)->value++;
     if (seconds < 0)
         return;
     size_t i = 0;
@@ -93,11 +99,11 @@ int sg_metrics_render(sg_buf_t *out)
     for (size_t i = 0; i < requests.count; i++)
         rc |= sg_buf_appendf(out, "sandgate_requests_total{route=\"%s\",status=\"%d\"} %.0f\n", requests.s[i].a,
                              requests.s[i].n, requests.s[i].value);
-    rc |= sg_buf_appendf(out, "# HELP sandgate_executions_total Executions forwarded, by language and outcome.\n"
-                              "# TYPE sandgate_executions_total counter\n");
+    rc |= sg_buf_appendf(out, "# HELP sandgate_executions_total Executions forwarded, by language, outcome and "
+                              "runtime.\n# TYPE sandgate_executions_total counter\n");
     for (size_t i = 0; i < executions.count; i++)
-        rc |= sg_buf_appendf(out, "sandgate_executions_total{lang=\"%s\",outcome=\"%s\"} %.0f\n", executions.s[i].a,
-                             executions.s[i].b, executions.s[i].value);
+        rc |= sg_buf_appendf(out, "sandgate_executions_total{lang=\"%s\",outcome=\"%s\",runtime=\"%s\"} %.0f\n",
+                             executions.s[i].a, executions.s[i].b, executions.s[i].c, executions.s[i].value);
     rc |= sg_buf_appendf(out, "# HELP sandgate_execution_duration_seconds Execution time as the sandbox measured it.\n"
                               "# TYPE sandgate_execution_duration_seconds histogram\n");
     unsigned long cum = 0;

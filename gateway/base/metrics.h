@@ -10,8 +10,9 @@
 #include "buf.h"
 
 void sg_metrics_request(const char *route, int status);
-/* outcome: "success", "error", "timeout", "failed" (no result). */
-void sg_metrics_execution(const char *lang, const char *outcome, double seconds);
+/* outcome: "success", "error", "timeout", "failed" (no result),
+ * "cancelled"; runtime: "runc", "runsc" or "unknown". */
+void sg_metrics_execution(const char *lang, const char *runtime, const char *outcome, double seconds);
 /* limit: "rate", "sessions", "execs_per_day", "exec_seconds_per_day". */
 void sg_metrics_quota_rejection(const char *limit);
 /* kind: "unreachable", "timeout", "bad_reply", "5xx". */

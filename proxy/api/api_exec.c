@@ -34,6 +34,7 @@ static json_object *exec_result_json(const sg_op_t *op)
     json_object_object_add(o, "state", json_object_new_string(sg_agent_state_name(op->state)));
     if (op->signal != 0)
         json_object_object_add(o, "signal", json_object_new_int((int)op->signal));
+    json_object_object_add(o, "runtime", json_object_new_string(sg_session_runtime(op->session)));
     return o;
 }
 
