@@ -110,7 +110,7 @@ static sg_session_t *pool_take(const sg_create_req_t *req)
         sg_session_t *s = H2O_STRUCT_FROM_MEMBER(sg_session_t, _link, ready_list(p)->next);
         sg_session_ref(s);
         sg__session_unlist(s);
-        if (s->state == SG_SESSION_ACTIVE && strcmp(sg_session_runtime(s), req->runtime) == 0)
+        if (s->state == SG_SESSION_ACTIVE)
             return s;
         sg_session_unref(s);
     }
