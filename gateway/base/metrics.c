@@ -21,6 +21,8 @@ typedef struct {
 
 static family_t requests, executions, rejections, upstream_errors, closes;
 static long live_sessions;
+static const char *const runtime_names[SG_METRICS_RUNTIMES] = {"runc", "runsc", "unknown"};
+static long live_by_runtime[SG_METRICS_RUNTIMES];
 static int redis_up = -1;
 static unsigned long hist_counts[NBUCKETS + 1];
 static double hist_sum;
@@ -81,6 +83,19 @@ void sg_metrics_set_live_sessions(long n)
     live_sessions = n;
 }
 
+size_t sg_metrics_runtime_index(const char *runtime)
+{
+    size_t i = 0;
+    while (i < SG_METRICS_RUNTIMES - 1 && strcmp(runtime_names[i], runtime) != 0)
+        i++;
+    return i;
+}
+
+void sg_metrics_set_live_by_runtime(const long n[SG_METRICS_RUNTIMES])
+{
+    memcpy(live_by_runtime, n, sizeof(live_by_runtime));
+}
+
 void sg_metrics_session_closed(const char *reason)
 {
     series(&closes, reason, "", 0)->value++;
@@ -120,6 +135,11 @@ int sg_metrics_render(sg_buf_t *out)
         "# HELP sandgate_live_sessions Live sessions (all tenants).\n# TYPE sandgate_live_sessions gauge\n"
         "sandgate_live_sessions %ld\n",
         live_sessions);
+    rc |= sg_buf_appendf(out, "# HELP sandgate_live_sessions_by_runtime Open sessions by the runtime the proxy "
+                              "reported for each (session records).\n# TYPE sandgate_live_sessions_by_runtime gauge\n");
+    for (size_t i = 0; i < SG_METRICS_RUNTIMES; i++)
+        rc |= sg_buf_appendf(out, "sandgate_live_sessions_by_runtime{runtime=\"%s\"} %ld\n", runtime_names[i],
+                             live_by_runtime[i]);
     rc |= sg_buf_appendf(out, "# HELP sandgate_quota_rejections_total Requests refused by a quota or rate limit.\n"
                               "# TYPE sandgate_quota_rejections_total counter\n");
     for (size_t i = 0; i < rejections.count; i++)

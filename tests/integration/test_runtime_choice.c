@@ -319,6 +319,23 @@ static char *gw_session(const char *tok, const char *want)
     return sid;
 }
 
+/* Polls the gateway's metrics until the sample is at least min. */
+static void gw_wait_metric(const char *name, const char *labels, double min, double timeout_s)
+{
+    double deadline = sgtest_now() + timeout_s, v;
+    for (;;) {
+        sgtest_reply_t r;
+        sggw_call(stack.gw, NULL, "GET", "/metrics", NULL, &r);
+        SG_ASSERT_STATUS(&r, 200);
+        v = sggw_metric(r.body, name, labels);
+        sgtest_reply_free(&r);
+        if (v >= min)
+            return;
+        SG_CHECK(sgtest_now() < deadline, NULL, "the gateway's %s{%s} is %g, not at least %g", name, labels, v, min);
+        usleep(100 * 1000);
+    }
+}
+
 static void test_gateway_tenants(void **state)
 {
     /* pinned with sandgate-admin, with the admin API, and not at all */
@@ -378,6 +395,9 @@ static void test_gateway_tenants(void **state)
         json_object_put(t);
         char *sid_new = gw_session(tok_runc, "runsc");
         free(expect_container_runtime(sid_runc, "runc", NULL));
+        /* the gateway's live sessions by runtime (from the session records) */
+        gw_wait_metric("sandgate_live_sessions_by_runtime", "runtime=\"runsc\"", 1, 10);
+        gw_wait_metric("sandgate_live_sessions_by_runtime", "runtime=\"runc\"", 2, 10);
         sgtest_expect_ok(sggw_execute(stack.gw, tok_runc, sid_runc, "print(7)", 0), "7\n");
         sggw_delete_session(stack.gw, tok_runc, sid_new);
         free(sid_new);
