@@ -97,8 +97,7 @@ static const char *const migrations[] = {
     "CREATE INDEX templates_tenant ON templates(tenant_id);",
     /* 2 -> 3: the runtime a tenant's sandboxes run on (NULL: the proxy's
      * default), and the one each session got */
-    "ALTER TABLE tenants ADD COLUMN runtime TEXT;"
-    "ALTER TABLE sessions ADD COLUMN runtime TEXT;",
+    "ALTER TABLE tenants ADD COLUMN runtime TEXT; ALTER TABLE sessions ADD COLUMN runtime TEXT;",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
