@@ -76,10 +76,43 @@ static int create_was_cold(const char *sid, double ms)
     return ms > BENCH_COLD_MS;
 }
 
+/* Executes opt.exec_body in one new session of t: BENCH_WARMUP times
+ * untimed, then opt.n times into exe (the agent's execution_time into
+ * agent when not NULL); then deletes it (its time into del when not NULL). */
+static void exec_series(hc_t *c, const target_t *t, row_t *exe, row_t *agent, row_t *del)
+{
+    char id[64], err[256], path[128];
+
+    if (g_stop)
+        return;
+    if (sess_create(c, t, id, err, sizeof(err)) != 0) {
+        row_err(exe, "no session to execute in: %s", err);
+        return;
+    }
+    snprintf(path, sizeof(path), "/sessions/%s/execute", id);
+    for (int i = 0; i < BENCH_WARMUP && !g_stop; i++)
+        if (exec_check(c, path, opt.exec_body, NULL, err, sizeof(err)) != 0)
+            row_err(exe, "warm-up: %s", err);
+    for (long i = 0; i < opt.n && !g_stop; i++) {
+        double agent_ms;
+        if (exec_check(c, path, opt.exec_body, &agent_ms, err, sizeof(err)) != 0) {
+            row_err(exe, "%s", err);
+            continue;
+        }
+        row_ok(exe, c->ms);
+        if (agent != NULL && agent_ms >= 0)
+            row_ok(agent, agent_ms);
+    }
+    if (sess_delete(c, t, id, err, sizeof(err)) != 0)
+        row_err(del != NULL ? del : exe, "%s", err);
+    else if (del != NULL)
+        row_ok(del, c->ms);
+}
+
 static void phase_latency(const target_t *t)
 {
     hc_t c;
-    char id[64], err[256], path[128];
+    char id[64], err[256];
     row_t *warm = row_new(t->name, "session create (pool warm)");
     row_t *cold = row_new(t->name, "session create (cold, pool drained)");
     row_t *exe = row_new(t->name, "execute %s in session", opt.lang->code);
@@ -151,28 +184,7 @@ static void phase_latency(const target_t *t)
 
     /* execute in one session */
     fprintf(stderr, "sandgate-bench: %s: %d + %ld executes in one session\n", t->name, BENCH_WARMUP, opt.n);
-    if (!g_stop && sess_create(&c, t, id, err, sizeof(err)) != 0) {
-        row_err(exe, "no session to execute in: %s", err);
-    } else if (!g_stop) {
-        snprintf(path, sizeof(path), "/sessions/%s/execute", id);
-        for (int i = 0; i < BENCH_WARMUP && !g_stop; i++)
-            if (exec_check(&c, path, opt.exec_body, NULL, err, sizeof(err)) != 0)
-                row_err(exe, "warm-up: %s", err);
-        for (long i = 0; i < opt.n && !g_stop; i++) {
-            double agent_ms;
-            if (exec_check(&c, path, opt.exec_body, &agent_ms, err, sizeof(err)) != 0) {
-                row_err(exe, "%s", err);
-                continue;
-            }
-            row_ok(exe, c.ms);
-            if (agent_ms >= 0)
-                row_ok(exe_agent, agent_ms);
-        }
-        if (sess_delete(&c, t, id, err, sizeof(err)) != 0)
-            row_err(del, "%s", err);
-        else
-            row_ok(del, c.ms);
-    }
+    exec_series(&c, t, exe, exe_agent, del);
 
     /* ephemeral executes, back to back */
     fprintf(stderr, "sandgate-bench: %s: %ld ephemeral executes\n", t->name, opt.n / 4 > 0 ? opt.n / 4 : 1);
@@ -391,22 +403,7 @@ static void phase_runtime(const target_t *t)
         row_note(create, "%zu of %zu from the pool (size %ld)", create->n, create->n + cold->n, size);
 
     /* warm executes in one session */
-    if (!g_stop && sess_create(&c, t, id, err, sizeof(err)) != 0) {
-        row_err(exe, "no session to execute in: %s", err);
-    } else if (!g_stop) {
-        snprintf(path, sizeof(path), "/sessions/%s/execute", id);
-        for (int i = 0; i < BENCH_WARMUP && !g_stop; i++)
-            if (exec_check(&c, path, opt.exec_body, NULL, err, sizeof(err)) != 0)
-                row_err(exe, "warm-up: %s", err);
-        for (long i = 0; i < opt.n && !g_stop; i++) {
-            if (exec_check(&c, path, opt.exec_body, NULL, err, sizeof(err)) != 0)
-                row_err(exe, "%s", err);
-            else
-                row_ok(exe, c.ms);
-        }
-        if (sess_delete(&c, t, id, err, sizeof(err)) != 0)
-            fprintf(stderr, "sandgate-bench: %s: delete: %s\n", t->name, err);
-    }
+    exec_series(&c, t, exe, NULL, NULL);
 Exit:
     hc_cleanup(&c);
     hc_cleanup(&m);

@@ -489,15 +489,22 @@ static void test_runtime_field(void **state)
     assert_null(r.runtime);
 
     /* one-shot: the same field; a session execute does not look at it */
-    o = exec_ok("{\"code\":\"x\",\"runtime\":\"runsc\"}", "code", 1, 30, &x);
-    assert_string_equal(x.runtime, "runsc");
-    json_object_put(o);
-    o = exec_ok("{\"code\":\"x\"}", "code", 1, 30, &x);
-    assert_null(x.runtime);
-    json_object_put(o);
-    o = exec_ok("{\"code\":\"x\",\"runtime\":\"kata\"}", "code", 0, 30, &x);
-    assert_null(x.runtime);
-    json_object_put(o);
+    static const struct {
+        const char *body, *want;
+        int want_lang;
+    } execs[] = {
+        {"{\"code\":\"x\",\"runtime\":\"runsc\"}", "runsc", 1},
+        {"{\"code\":\"x\"}", NULL, 1},
+        {"{\"code\":\"x\",\"runtime\":\"kata\"}", NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof(execs) / sizeof(execs[0]); i++) {
+        o = exec_ok(execs[i].body, "code", execs[i].want_lang, 30, &x);
+        if (execs[i].want != NULL)
+            assert_string_equal(x.runtime, execs[i].want);
+        else
+            assert_null(x.runtime);
+        json_object_put(o);
+    }
 }
 
 static void test_exec_want_lang(void **state)
