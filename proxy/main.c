@@ -59,6 +59,7 @@ static struct {
     const char *image_allowlist;
     const char *log_level;
     const char *runtime;
+    const char *pool_runtimes;
 } cfg;
 
 static const sg_cfg_entry_t config_table[] = {
@@ -97,7 +98,7 @@ static const sg_cfg_entry_t config_table[] = {
     {"SANDGATE_MAX_CONTAINERS", SG_CFG_INT, "256", 1, 1 << 20, &cfg.max_containers,
      "containers of every kind at once (sessions, one-shot, pool, installers); past it 503 no_capacity"},
     {"SANDGATE_POOL_SIZE", SG_CFG_INT, "2", 0, 1000, &cfg.pool_size,
-     "ready containers kept per language, so that creating a session does not wait for one"},
+     "ready containers kept per language and runtime, so that creating a session does not wait for one"},
     {"SANDGATE_MAX_FILE_BYTES", SG_CFG_INT, "16777216", 1, 64 << 20, &cfg.max_file_bytes,
      "largest file upload or download, bytes"},
     {"SANDGATE_MAX_BODY_BYTES", SG_CFG_INT, "4194304", 1024, 64 << 20, &cfg.max_body,
@@ -126,11 +127,15 @@ static const sg_cfg_entry_t config_table[] = {
     {"SANDGATE_RUNTIME", SG_CFG_STR, "runc", 0, 0, &cfg.runtime,
      "OCI runtime of the sandboxes: runsc (gVisor), runc, or auto (runsc when the engine offers it, else runc "
      "with a warning)"},
+    {"SANDGATE_POOL_RUNTIMES", SG_CFG_STR, "", 0, 0, &cfg.pool_runtimes,
+     "runtimes whose warm pools fill from the start besides SANDGATE_RUNTIME's, comma-separated (runc, runsc); "
+     "another runtime's pools fill once a request names it"},
     {"SANDGATE_LOG_LEVEL", SG_CFG_STR, "info", 0, 0, &cfg.log_level, "error, warn, info or debug"},
 };
 
 static char agent_volume[128];
 static char runtime_warning[256];
+static unsigned runtimes_offered, pool_runtimes; /* bits 1 << sg_runtime_index */
 
 /* {"<key>": "1"}: the label of what outlives proxies (the store, the network,
  * the agent volume). */
@@ -209,6 +214,7 @@ static int prepare_engine(sg_docker_t *docker, const char **runtime)
     if (sg_docker_runtimes(docker, &runtimes, err, sizeof(err)) != 0)
         sg_warn("cannot list the engine's runtimes: %s", err);
     rc = sg_runtime_choose(cfg.runtime, runtimes, runtime, runtime_warning, sizeof(runtime_warning), err, sizeof(err));
+    runtimes_offered = sg_runtime_offered(runtimes);
     json_object_put(runtimes);
     if (rc != 0) {
         sg_error("%s", err);
@@ -217,6 +223,14 @@ static int prepare_engine(sg_docker_t *docker, const char **runtime)
     if (runtime_warning[0] != '\0')
         sg_warn("%s", runtime_warning);
     sg_info("sandboxes run on %s%s", *runtime, strcmp(*runtime, SG_RUNTIME_RUNSC) == 0 ? " (gVisor)" : "");
+    if (sg_runtime_parse_list(cfg.pool_runtimes, &pool_runtimes, err, sizeof(err)) != 0) {
+        sg_error("SANDGATE_POOL_RUNTIMES: %s", err);
+        return -1;
+    }
+    if ((pool_runtimes & ~runtimes_offered) != 0) {
+        sg_warn("SANDGATE_POOL_RUNTIMES names runsc, which the Docker engine does not offer: its pools stay empty");
+        pool_runtimes &= runtimes_offered;
+    }
     if (cfg.store_volume[0] != '\0') {
         /* the package store outlives proxies: it is a cache of public packages */
         labels = label_one("sandgate.store");
@@ -293,6 +307,8 @@ static void make_sessions_conf(sg_sessions_conf_t *sconf, const sg_proxy_t *px, 
     sconf->pool_limits = api->policy.defaults;
     sconf->agent_start_timeout_ms = (int)cfg.agent_start_timeout_ms;
     sconf->runtime = runtime;
+    sconf->runtimes_offered = runtimes_offered;
+    sconf->pool_runtimes = pool_runtimes;
 }
 
 int main(int argc, char **argv)

@@ -31,10 +31,12 @@ typedef struct {
     const sg_lang_t *lang;
     int keep_template;
     sg_limits_t limits;
-    const char *image; /* optional "image" field; NULL if absent */
-    const char *owner; /* optional "owner" (who the gateway creates for): a
-                        * template is labelled with it, and only the same
-                        * owner may start from it; NULL if absent */
+    const char *image;   /* optional "image" field; NULL if absent */
+    const char *owner;   /* optional "owner" (who the gateway creates for): a
+                          * template is labelled with it, and only the same
+                          * owner may start from it; NULL if absent */
+    const char *runtime; /* optional "runtime": "runc" or "runsc" (static
+                          * strings, runtime.h); NULL: the proxy's default */
 } sg_create_req_t;
 
 #endif

@@ -146,7 +146,7 @@ static void on_cancel_reply(void *data, const sg_upstream_reply_t *r)
     sg_gw_req_t *g = data;
     g->cancel_up = NULL;
     if (r->status == 200 && g->up != NULL) {
-        sg_metrics_execution(g->lang[0] ? g->lang : "unknown", "cancelled", -1);
+        sg_metrics_execution(g->lang[0] ? g->lang : "unknown", sg_gw_runtime_label(g), "cancelled", -1);
         sg_upstream_cancel(g->up);
         g->up = NULL;
         answer_gone(g);

@@ -9,6 +9,7 @@
 #include "metrics.h"
 #include "util.h"
 #include "db.h"
+#include "tenant.h"
 #include "upstream.h"
 
 #include <math.h>
@@ -242,7 +243,13 @@ void sg_gw_record_execution(sg_gw_req_t *g, const char *result, size_t result_le
     j->job.fn = usage_fn;
     j->job.done = usage_done;
 
-    sg_metrics_execution(g->lang[0] ? g->lang : "unknown",
+    json_object *rt = NULL;
+    const char *runtime = o != NULL && json_object_object_get_ex(o, "runtime", &rt) &&
+                                  json_object_is_type(rt, json_type_string) && json_object_get_string_len(rt) > 0 &&
+                                  sg_tenant_runtime_valid(json_object_get_string(rt))
+                              ? json_object_get_string(rt)
+                              : sg_gw_runtime_label(g);
+    sg_metrics_execution(g->lang[0] ? g->lang : "unknown", runtime,
                          j->usage.timed_out        ? "timeout"
                          : j->usage.exit_code == 0 ? "success"
                                                    : "error",

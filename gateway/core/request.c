@@ -168,6 +168,32 @@ int sg_gw_check_lang(sg_gw_req_t *g)
     return 0;
 }
 
+int sg_gw_set_runtime(sg_gw_req_t *g)
+{
+    json_object *v;
+    const char *pinned = g->tenant.runtime;
+    if (json_object_object_get_ex(g->json, "runtime", &v) && v != NULL &&
+        !(pinned[0] != '\0' && json_object_is_type(v, json_type_string) &&
+          strcmp(json_object_get_string(v), pinned) == 0)) {
+        sg_gw_reply_error(g, 400, "runtime_not_allowed",
+                          "field \"runtime\": this tenant's sandboxes run on %s, which its operator chooses",
+                          pinned[0] != '\0' ? pinned : "the service's default runtime");
+        return -1;
+    }
+    if (pinned[0] != '\0')
+        json_object_object_add(g->json, "runtime", json_object_new_string(pinned));
+    else
+        json_object_object_del(g->json, "runtime");
+    return 0;
+}
+
+const char *sg_gw_runtime_label(const sg_gw_req_t *g)
+{
+    if (g->route != SG_GW_R_EPHEMERAL && g->sess_found && g->sess.runtime[0] != '\0')
+        return g->sess.runtime;
+    return g->tenant.runtime[0] != '\0' ? g->tenant.runtime : "unknown";
+}
+
 /* ---- the session behind the request ------------------------------------------------------ */
 
 void sg_gw_state_ignore(void *data, const sg_state_result_t *r)

@@ -181,6 +181,15 @@ int sg_gw_parse_json_body(sg_gw_req_t *g);
 int sg_gw_cap_number(sg_gw_req_t *g, const char *field, double above, int whole, double cap, double def, double *out);
 /* "lang" (default python) into g->lang, one the tenant may use. */
 int sg_gw_check_lang(sg_gw_req_t *g);
+/* "runtime" for the proxy (session create, one-shot execute): the tenant's
+ * (g->tenant.runtime) when it has one, else none (the proxy's default). A
+ * client may not choose: a "runtime" in its body other than the tenant's
+ * gets 400 runtime_not_allowed. */
+int sg_gw_set_runtime(sg_gw_req_t *g);
+/* The runtime of the request's sandbox as far as the gateway knows it (the
+ * session's record, else the tenant's), for the metrics: "unknown" if
+ * neither says. */
+const char *sg_gw_runtime_label(const sg_gw_req_t *g);
 
 /* ---- the session behind the request (request.c) ---- */
 

@@ -110,6 +110,7 @@ typedef struct {
     int64_t closed_at;     /* 0 while open */
     char close_reason[32]; /* "deleted", "idle", "lifetime", "admin", "proxy_lost" */
     int64_t executions;
+    char runtime[8]; /* the OCI runtime the proxy reported ("runc", "runsc"); "" if unknown */
 } sg_session_rec_t;
 
 /* open: inserts s (closed_at and close_reason ignored; created_at 0 = now);

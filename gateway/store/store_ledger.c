@@ -112,6 +112,7 @@ static void read_session(sqlite3_stmt *s, void *out)
     r->closed_at = sqlite3_column_int64(s, 4);
     sg_store__col_text(s, 5, r->close_reason, sizeof(r->close_reason));
     r->executions = sqlite3_column_int64(s, 6);
+    sg_store__col_text(s, 7, r->runtime, sizeof(r->runtime));
 }
 
 int sg_store_session_open(sg_store_t *st, const sg_session_rec_t *r, char *err, size_t errlen)
@@ -127,6 +128,10 @@ int sg_store_session_open(sg_store_t *st, const sg_session_rec_t *r, char *err, 
     sqlite3_bind_text(s, 3, r->lang, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 4, r->created_at != 0 ? r->created_at : sg_wall_s());
     sqlite3_bind_int64(s, 5, r->executions);
+    if (r->runtime[0] != '\0')
+        sqlite3_bind_text(s, 6, r->runtime, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(s, 6);
     return step_insert(st, s, "session open", r->tenant_id, r->id, err, errlen);
 }
 

@@ -10,6 +10,7 @@
 #include "capacity.h"
 #include "docker.h"
 #include "json.h"
+#include "runtime.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -45,6 +46,11 @@ static void health_done(sg_job_t *job)
         }
         const sg_proxy_t *px = j->p->api->proxy;
         json_object_object_add(o, "runtime", json_object_new_string(sg_sessions_runtime()));
+        json_object *offered = json_object_new_array();
+        for (size_t i = 0; i < SG_RUNTIME_COUNT; i++)
+            if (sg_sessions_runtime_offered(sg_runtime_at(i)))
+                json_object_array_add(offered, json_object_new_string(sg_runtime_at(i)));
+        json_object_object_add(o, "runtimes", offered);
         if (px->runtime_warning != NULL && px->runtime_warning[0] != '\0')
             json_object_object_add(o, "warning", json_object_new_string(px->runtime_warning));
         json_object_object_add(o, "sessions", json_object_new_int64((int64_t)sg_session_count()));
@@ -81,6 +87,7 @@ static int get_root(void *app, h2o_req_t *req, const sg_route_match_t *m)
 static const sg_route_t routes[] = {
     {SG_M_GET | SG_M_HEAD, "/", get_root},
     {SG_M_GET, "/health", get_health},
+    {SG_M_GET, "/metrics", sg__api_get_metrics},
     {SG_M_POST, "/execute", sg__api_post_execute},
     {SG_M_POST, "/libraries", sg__api_post_libraries},
     {SG_M_DELETE, "/requests/*", sg__api_delete_request},

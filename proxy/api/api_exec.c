@@ -34,6 +34,7 @@ static json_object *exec_result_json(const sg_op_t *op)
     json_object_object_add(o, "state", json_object_new_string(sg_agent_state_name(op->state)));
     if (op->signal != 0)
         json_object_object_add(o, "signal", json_object_new_int((int)op->signal));
+    json_object_object_add(o, "runtime", json_object_new_string(sg_session_runtime(op->session)));
     return o;
 }
 
@@ -157,6 +158,7 @@ static void exec_reply(pending_t *p, sg_op_t *op)
 static void on_exec_done(sg_op_t *op)
 {
     pending_t *p = op->data;
+    sg__api_metrics_exec(op);
     exec_reply(p, op);
     sg_op_free(op);
     sg__api_pending_free(p);
@@ -373,6 +375,7 @@ static void ephemeral_exec_done(sg_op_t *op)
 {
     pending_t *p = op->data;
     sg_session_t *s = op->session;
+    sg__api_metrics_exec(op);
     exec_reply(p, op);
     sg_session_ref(s);
     sg_op_free(op);
@@ -428,6 +431,7 @@ int sg__api_post_execute(void *app, h2o_req_t *req, const sg_route_match_t *m)
         return 0;
     }
     cr.lang = p->ex.lang;
+    cr.runtime = p->ex.runtime;
     cr.limits = api->policy.defaults;
     sg__api_pending_name(p, req);
     sg_session_create(&cr, 1, ephemeral_ready, p);

@@ -33,4 +33,9 @@ int sg__api_session_files(void *app, h2o_req_t *req, const sg_route_match_t *m);
 int sg__api_get_templates(void *app, h2o_req_t *req, const sg_route_match_t *m);
 int sg__api_delete_template(void *app, h2o_req_t *req, const sg_route_match_t *m);
 
+/* api_metrics.c: GET /metrics; and the count of an execution or command
+ * that ended (op, before it is freed) */
+int sg__api_get_metrics(void *app, h2o_req_t *req, const sg_route_match_t *m);
+void sg__api_metrics_exec(const sg_op_t *op);
+
 #endif

@@ -41,6 +41,7 @@ struct sg_session {
     char container_id[72];
     char image[256];
     const sg_lang_t *lang;
+    const char *runtime; /* its container's OCI runtime: "runc" or "runsc" (static, runtime.h) */
     sg_limits_t limits;
     int keep_template;
     int ephemeral;
