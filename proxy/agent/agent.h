@@ -9,6 +9,8 @@
  *   kernel.c    the persistent kernel of stateful EXECs (kernel.h)
  *   run.c       one EXEC's output under its cap, the one pump loop that
  *               follows a process, the EXIT that ends it (run.h)
+ *   results.c   what an EXEC gives back besides output: the kernel's result
+ *               channel, the out directory's listing (results.h)
  *   proc.c      processes: spawning user code, reaping, killing the tree,
  *               signals (proc.h)
  *   files.c     PUT_FILE and GET_FILE (files.h)
