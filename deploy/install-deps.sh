@@ -12,7 +12,8 @@ PKGS=(build-essential cmake pkg-config libh2o-evloop-dev libssl-dev
       clang libclang-rt-14-dev  # fuzz/: clang's libFuzzer and sanitizer runtimes
       clang-format  # the format check (tests/format.sh)
       runsc  # gVisor: the engine runs every sandbox under it (deploy/engine.sh)
-      python3 nodejs)  # the agent's unit tests run the kernels on the host
+      python3 nodejs  # the agent's unit tests run the kernels on the host
+      zlib1g-dev)  # the rich-result tests inflate the PNGs a sandbox sends back
 
 missing=()
 for p in "${PKGS[@]}"; do
