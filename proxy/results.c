@@ -166,15 +166,18 @@ json_object *sg_results_add(sg_results_t *r, const uint8_t *rec, size_t len)
     json_object *res;
     size_t size;
 
-    if ((long)json_object_array_length(r->list) >= r->max_count || len > (size_t)r->max_bytes ||
-        len > (size_t)INT32_MAX || (res = check_record(rec, len)) == NULL) {
+    if (r->full || (long)json_object_array_length(r->list) >= r->max_count || len > (size_t)r->max_bytes - r->bytes) {
+        r->full = r->truncated = 1; /* past a cap: this one and the rest */
+        return NULL;
+    }
+    if (len > (size_t)INT32_MAX || (res = check_record(rec, len)) == NULL) {
         r->truncated = 1;
         return NULL;
     }
     json_object_to_json_string_length(res, JSON_C_TO_STRING_PLAIN, &size);
     if (size > (size_t)r->max_bytes - r->bytes) {
         json_object_put(res);
-        r->truncated = 1;
+        r->full = r->truncated = 1;
         return NULL;
     }
     r->bytes += size;

@@ -12,9 +12,10 @@
  * does; text with text/plain, text/markdown or text/latex; html with
  * text/html; text and html data valid UTF-8 (sanitized as stdout is). A
  * record that is not exactly that (not one JSON object, another type or
- * mime, bad base64, "main" not a boolean) is dropped; so is one past
- * max_count results or max_bytes bytes of results (each counted as its
- * JSON text). Any drop sets truncated.
+ * mime, bad base64, "main" not a boolean) is dropped; once a result would
+ * pass max_count results or max_bytes bytes of results (each counted as
+ * its JSON text), it and every later one are dropped. Any drop sets
+ * truncated.
  */
 #ifndef SANDGATE_RESULTS_H
 #define SANDGATE_RESULTS_H
@@ -30,6 +31,7 @@ typedef struct {
     json_object *list; /* the results kept, an array */
     size_t bytes;
     int truncated;
+    int full;           /* a cap was reached: every later result is dropped */
     json_object *files; /* [{"path","size"}], an array */
     size_t files_bytes;
     int files_truncated;

@@ -109,6 +109,14 @@ static void test_caps(void **state)
     assert_int_equal(json_object_array_length(r.list), 2);
     assert_true(r.truncated);
     assert_true(r.bytes <= one * 5 / 2);
+    /* past a cap, the rest is dropped, however small */
+    assert_null(add(&r, "{\"type\":\"text\",\"mime\":\"text/plain\",\"data\":\"\"}"));
+    sg_results_free(&r);
+    /* an invalid record drops itself only */
+    sg_results_init(&r, 100, 1 << 20, 10);
+    assert_null(add(&r, "nonsense"));
+    assert_non_null(add(&r, rec));
+    assert_true(r.truncated);
     sg_results_free(&r);
 
     /* 0: none at all */
