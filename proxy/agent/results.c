@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "paths.h"
 #include "results.h"
 
 enum { RES_HEAD, RES_BODY, RES_SKIP, RES_BROKEN };
@@ -171,23 +172,6 @@ typedef struct {
     size_t visited;
 } listing_t;
 
-/* A directory entry of dfd, opened only if it is a directory itself and no
- * symbolic link (without O_DIRECTORY, which gVisor follows links with; see
- * paths.c). -1 otherwise. */
-static int open_subdir(int dfd, const char *name)
-{
-    struct stat st;
-    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-
-    if (fd < 0)
-        return -1;
-    if (fstat(fd, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 /* The regular files below the directory dfd (consumed), whose path is
  * path[0..plen). */
 static void walk(listing_t *l, int dfd, char *path, size_t plen, int depth)
@@ -230,7 +214,7 @@ static void walk(listing_t *l, int dfd, char *path, size_t plen, int depth)
             }
         } else if (depth == SG_AGENT_FILES_MAX_DEPTH) {
             l->flags |= SG_AGENT_FILES_MORE;
-        } else if ((sub = open_subdir(dirfd(d), e->d_name)) >= 0) {
+        } else if ((sub = sg_agent_open_dir_nofollow(dirfd(d), e->d_name)) >= 0) {
             walk(l, sub, path, plen + 1 + nlen, depth + 1);
         }
         path[plen] = '\0';
@@ -253,7 +237,7 @@ void results_send_files(run_t *x)
     wfd = open(agent_workdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (wfd < 0)
         return;
-    dfd = open_subdir(wfd, SG_AGENT_OUT_DIR);
+    dfd = sg_agent_open_dir_nofollow(wfd, SG_AGENT_OUT_DIR);
     close(wfd);
     if (dfd < 0)
         return; /* no out directory (or not a directory): no FILES */

@@ -10,8 +10,8 @@
  * listed with its size and downloaded byte for byte; and the same chart
  * drawn through the gateway coming back as an image.
  *
- * One stack (proxy with a warm pool of one, gateway with memory state) for
- * the group; every test closes its sessions.
+ * One stack (proxy with a warm pool of one per language, gateway with
+ * memory state) for the group; every test closes its sessions.
  */
 #include "sggw.h"
 #include "sgrich.h"
@@ -26,39 +26,30 @@
 #define MAX_RESULTS 64 /* the proxy's default SANDGATE_MAX_RESULTS */
 
 static sggw_stack_t stack;
-static char *tenant_token;
 
-static int group_setup(void **state)
+/* A tenant of the gateway's own for one test (its token, malloc'd). */
+static char *tenant(const char *name)
 {
-    (void)state;
-    sggw_stack_opts_t o = {.redis = false};
-    return sggw_stack_start(&stack, &o);
+    return sggw_new_tenant(sggw_gateway_data_dir(stack.gw), name, NULL);
 }
 
 static int after_test(void **state)
 {
     (void)state;
     sggw_proxy_close_all(stack.proxy);
-    int rc = sggw_stack_after_test(&stack);
-    if (stack.gw_restarted) {
-        free(tenant_token);
-        tenant_token = NULL;
-    }
-    return rc;
+    return sggw_stack_after_test(&stack);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    return sggw_stack_start_pool(&stack, false, 1);
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    free(tenant_token);
     return sggw_stack_end(&stack);
-}
-
-static const char *token(void)
-{
-    if (tenant_token == NULL)
-        tenant_token = sggw_new_tenant(sggw_gateway_data_dir(stack.gw), "rich", NULL);
-    return tenant_token;
 }
 
 /* A 4 x 3 inch figure at 50 dpi: 200 x 150 pixels. */
@@ -256,7 +247,9 @@ SGGW_TEST(test_streamed)
     sgtest_close_session(stack.proxy, stack.proxy_id, sid, NULL, 15);
     free(sid);
     /* through the gateway, one-shot */
-    check_streamed(sggw_gateway_url(stack.gw), token(), "/execute");
+    char *tok = tenant("rich-stream");
+    check_streamed(sggw_gateway_url(stack.gw), tok, "/execute");
+    free(tok);
 }
 
 /* 1 MiB of random bytes written to /sandbox/out: listed with its size, and
@@ -321,20 +314,20 @@ SGGW_TEST(test_files_out)
  * comes back as an image in the reply; its files too. */
 SGGW_TEST(test_through_gateway)
 {
-    char *sid = sggw_create_session(stack.gw, token(), NULL, NULL);
-    json_object *r = sggw_execute(stack.gw, token(), sid, FIGURE_CODE "'chart'", TIMEOUT);
+    char *tok = tenant("rich-gateway");
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
+    json_object *r = sggw_execute(stack.gw, tok, sid, FIGURE_CODE "'chart'", TIMEOUT);
 
     sgrich_check(r);
     sgtest_expect_stdout(r, "drawn\n");
     sgrich_expect_png(r, 0, 200, 150);
     SG_CHECK(strcmp(text_of(r, "text/plain", 1), "'chart'") == 0, r, "the value");
     json_object_put(r);
-    r = sggw_execute(stack.gw, token(), sid, FILE_CODE, TIMEOUT);
+    r = sggw_execute(stack.gw, tok, sid, FILE_CODE, TIMEOUT);
     sgrich_check(r);
-    check_file(r, sggw_gateway_url(stack.gw), token(), sid);
+    check_file(r, sggw_gateway_url(stack.gw), tok, sid);
     json_object_put(r);
-    sggw_delete_session(stack.gw, token(), sid);
-    free(sid);
+    sggw_session_done(stack.gw, tok, sid);
 }
 
 int main(void)
