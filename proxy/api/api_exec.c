@@ -34,9 +34,9 @@ static json_object *exec_result_json(const sg_op_t *op, int with_results)
     json_object_object_add(o, "reason", json_object_new_string(sg_agent_reason_name(op->reason)));
     json_object_object_add(o, "stage", json_object_new_string(op->stage[0] ? op->stage : "run"));
     json_object_object_add(o, "state", json_object_new_string(sg_agent_state_name(op->state)));
+    sg_results_to_json(&op->results, o, with_results);
     if (op->signal != 0)
         json_object_object_add(o, "signal", json_object_new_int((int)op->signal));
-    sg_results_to_json(&op->results, o, with_results);
     return o;
 }
 
