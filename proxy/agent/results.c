@@ -34,23 +34,19 @@ static void dropped(run_t *x)
 /* The channel's framing is lost for this EXEC: everything else is thrown away. */
 static void broken(results_t *r, run_t *x)
 {
-    free(r->body);
-    r->body = NULL;
+    sg_agent_buf_free(&r->msg);
     r->state = RES_BROKEN;
     dropped(x);
 }
 
-static void send_result(results_t *r, run_t *x)
+/* The record is whole: its RESULT goes out, and its memory with it. */
+static void send_result(results_t *r)
 {
-    int rc = sg_agent_msg_begin(&agent_out, SG_AGENT_RESULT, x->id);
-
-    rc |= sg_agent_put_rest(&agent_out, r->body, r->need);
-    sg_agent_msg_end(&agent_out, 0);
-    agent_flush(rc);
+    sg_agent_msg_end(&r->msg, 0);
+    agent_send_buf(&r->msg, r->failed);
+    sg_agent_buf_free(&r->msg);
     r->count++;
     r->bytes += r->need;
-    free(r->body);
-    r->body = NULL;
 }
 
 /* A whole length line: keep the record, or skip it. */
@@ -72,7 +68,9 @@ static void start_record(results_t *r, run_t *x)
         dropped(x);
         return;
     }
-    r->body = agent_xmalloc((size_t)len);
+    /* the message is built as the record comes: one copy of it, never two */
+    sg_agent_buf_free(&r->msg);
+    r->failed = sg_agent_msg_begin(&r->msg, SG_AGENT_RESULT, x->id);
     r->need = (size_t)len;
     r->got = 0;
     r->state = RES_BODY;
@@ -98,12 +96,12 @@ void results_feed(results_t *r, run_t *x, const uint8_t *p, size_t n)
             break;
         case RES_BODY:
             take = n < r->need - r->got ? n : r->need - r->got;
-            memcpy(r->body + r->got, p, take);
+            r->failed |= sg_agent_put_rest(&r->msg, p, take);
             r->got += take;
             p += take;
             n -= take;
             if (r->got == r->need) {
-                send_result(r, x);
+                send_result(r);
                 r->state = RES_HEAD;
             }
             break;
@@ -152,8 +150,7 @@ void results_end(results_t *r, run_t *x)
 {
     if (r->state == RES_BODY || r->state == RES_SKIP || (r->state == RES_HEAD && r->hlen > 0))
         dropped(x); /* cut off by the end of the run */
-    free(r->body);
-    r->body = NULL;
+    sg_agent_buf_free(&r->msg);
 }
 
 /* ---- the out directory ------------------------------------------------ */

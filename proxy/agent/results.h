@@ -20,9 +20,10 @@
 /* One EXEC's framing of the channel. */
 typedef struct {
     int state;     /* reading a length line, a record, skipping one, or skipping everything */
+    int failed;    /* the encoder ran out of memory */
     char head[12]; /* the length line so far */
     size_t hlen;
-    uint8_t *body; /* the record being read (kept: within the budget) */
+    sg_agent_buf_t msg; /* the RESULT being filled with the record (kept: within the budget) */
     size_t need, got;
     uint64_t skip; /* bytes of a record thrown away still to come */
     uint32_t count;
