@@ -17,7 +17,8 @@ channel"; docs/proxy-api.md), before the answer:
     semicolon after it (`x;`) keeps it quiet, as in Jupyter;
   - each matplotlib figure shown (plt.show()) or still open when the run
     ends, as image/png at its own size and dpi, then closed;
-  - what display(obj) is given (a builtin here, as in IPython).
+  - what display(obj) is given (a name of the user's namespace, as in
+    IPython).
 """
 import ast
 import base64
