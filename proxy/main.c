@@ -38,6 +38,7 @@ static struct {
     double cpus, max_cpus;
     long pids;
     long output_limit;
+    long max_results, max_result_bytes, max_result_files;
     long tmpfs_mb;
     int allow_network;
     int http2_cleartext;
@@ -87,6 +88,12 @@ static const sg_cfg_entry_t config_table[] = {
     {"SANDGATE_PIDS_LIMIT", SG_CFG_INT, "128", 8, 1 << 20, &cfg.pids, "processes per sandbox"},
     {"SANDGATE_OUTPUT_LIMIT", SG_CFG_INT, "1048576", 1024, 1 << 26, &cfg.output_limit,
      "bytes of stdout and of stderr kept per execution; past it the run is stopped and truncated is true"},
+    {"SANDGATE_MAX_RESULTS", SG_CFG_INT, "64", 0, 1024, &cfg.max_results,
+     "rich results (figures, values) kept per execution; past it the rest are dropped and results_truncated is true"},
+    {"SANDGATE_MAX_RESULT_BYTES", SG_CFG_INT, "8388608", 0, 16 << 20, &cfg.max_result_bytes,
+     "bytes of rich results (as JSON) kept per execution; past it the rest are dropped and results_truncated is true"},
+    {"SANDGATE_MAX_RESULT_FILES", SG_CFG_INT, "100", 0, 1000, &cfg.max_result_files,
+     "files under /sandbox/out listed per execution; past it files_truncated is true"},
     {"SANDGATE_TMPFS_MB", SG_CFG_INT, "256", 1, 1 << 20, &cfg.tmpfs_mb, "size of the sandbox's /sandbox and /tmp, MiB"},
     {"SANDGATE_HTTP2_CLEARTEXT", SG_CFG_BOOL, "0", 0, 0, &cfg.http2_cleartext,
      "1 accepts HTTP/2 over cleartext (h2c upgrade, prior knowledge)"},
@@ -281,6 +288,9 @@ static void make_context(sg_proxy_t *px, sg_api_t *api)
     api->policy.defaults.pids = cfg.pids;
     api->policy.defaults.output_bytes = cfg.output_limit;
     api->policy.defaults.tmpfs_mb = cfg.tmpfs_mb;
+    api->policy.defaults.results_max = cfg.max_results;
+    api->policy.defaults.result_bytes = cfg.max_result_bytes;
+    api->policy.defaults.files_max = cfg.max_result_files;
     api->policy.max_timeout_s = cfg.max_exec_timeout;
     api->policy.max_memory_mb = cfg.max_memory_mb;
     api->policy.max_cpus = cfg.max_cpus;

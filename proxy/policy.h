@@ -17,6 +17,9 @@ typedef struct {
     long pids;
     long output_bytes; /* per stream */
     long tmpfs_mb;     /* size of /sandbox and of /tmp */
+    long results_max;  /* rich results kept per execution (results.h) */
+    long result_bytes; /* their bytes, as JSON, per execution */
+    long files_max;    /* files out listed per execution */
 } sg_limits_t;
 
 typedef struct {

@@ -14,7 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static json_object *exec_result_json(const sg_op_t *op)
+/* with_results: the rich results too (a streamed execution sent them as
+ * display events: its result has "results": []). */
+static json_object *exec_result_json(const sg_op_t *op, int with_results)
 {
     json_object *o = json_object_new_object();
     int timed_out = op->reason == SG_AGENT_REASON_TIMEOUT;
@@ -32,6 +34,7 @@ static json_object *exec_result_json(const sg_op_t *op)
     json_object_object_add(o, "reason", json_object_new_string(sg_agent_reason_name(op->reason)));
     json_object_object_add(o, "stage", json_object_new_string(op->stage[0] ? op->stage : "run"));
     json_object_object_add(o, "state", json_object_new_string(sg_agent_state_name(op->state)));
+    sg_results_to_json(&op->results, o, with_results);
     if (op->signal != 0)
         json_object_object_add(o, "signal", json_object_new_int((int)op->signal));
     json_object_object_add(o, "runtime", json_object_new_string(sg_session_runtime(op->session)));
@@ -54,6 +57,7 @@ static sg_op_t *exec_op_for(sg_session_t *s, pending_t *p, int is_command)
 static json_object *libraries_failed_json(const sg_lib_result_t *r)
 {
     json_object *o = json_object_new_object();
+    sg_results_t none;
     json_object_object_add(o, "stdout", json_object_new_string(""));
     sg_json_add_bytes(o, "stderr", r->message, strlen(r->message));
     json_object_object_add(o, "exit_code", json_object_new_int(1));
@@ -65,13 +69,18 @@ static json_object *libraries_failed_json(const sg_lib_result_t *r)
     json_object_object_add(o, "reason", json_object_new_string("setup_failed"));
     json_object_object_add(o, "stage", json_object_new_string("libraries"));
     json_object_object_add(o, "state", json_object_new_string("none"));
+    sg_results_init(&none, 0, 0, 0);
+    sg_results_to_json(&none, o, 1);
+    sg_results_free(&none);
     return o;
 }
 
 /* ---- streaming executions: Server-Sent Events --------------------------------
- * events: "stdout" and "stderr" with {"data": "..."} as output arrives, then
- * one "result" (the execution result, its stdout and stderr empty: they were
- * streamed) or one "error" ({"detail","code"}). */
+ * events: "stdout" and "stderr" with {"data": "..."} as output arrives,
+ * "display" with one rich result ({"type","mime","data","main"}) as each is
+ * kept, then one "result" (the execution result, its stdout and stderr empty
+ * and its "results" [], since they were streamed; "results_truncated" and
+ * "files" as ever) or one "error" ({"detail","code"}). */
 
 #define SSE_MAX_QUEUED (8u << 20)
 
@@ -110,6 +119,14 @@ static void sse_on_output(sg_op_t *op, int stream, const uint8_t *data, size_t l
     free(joined);
 }
 
+static void sse_on_result(sg_op_t *op, json_object *result)
+{
+    pending_t *p = op->data;
+
+    if (sg__api_pending_req(p) != NULL)
+        sg_http_stream_event(p->stream, "display", json_object_get(result));
+}
+
 static void sse_finish(pending_t *p, sg_op_t *op)
 {
     if (sg__api_pending_req(p) == NULL)
@@ -128,7 +145,7 @@ static void sse_finish(pending_t *p, sg_op_t *op)
     } else {
         sg_buf_reset(&op->out[0]);
         sg_buf_reset(&op->out[1]);
-        sg_http_stream_event(p->stream, "result", exec_result_json(op));
+        sg_http_stream_event(p->stream, "result", exec_result_json(op, 0));
     }
     sg_http_stream_finish(p->stream);
 }
@@ -152,7 +169,7 @@ static void exec_reply(pending_t *p, sg_op_t *op)
     if (p->stream != NULL)
         sse_finish(p, op);
     else if (req != NULL && !sg__api_send_op_failure(req, op))
-        sg_http_send_json(req, 200, exec_result_json(op));
+        sg_http_send_json(req, 200, exec_result_json(op, 1));
 }
 
 static void on_exec_done(sg_op_t *op)
@@ -189,6 +206,7 @@ static void start_exec(pending_t *p, sg_session_t *s, int is_command, sg_op_cb d
     if (req != NULL && (done == on_exec_done || done == ephemeral_exec_done) && wants_stream(req, p->body)) {
         p->stream = sg_http_stream_start(req, 200, "text/event-stream", SSE_MAX_QUEUED);
         op->on_output = sse_on_output;
+        op->on_result = sse_on_result;
     }
     sg__api_pending_submit(p, op, done);
 }
