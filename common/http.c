@@ -16,7 +16,9 @@
 
 struct sg_http_server {
     h2o_globalconf_t config;
-    h2o_context_t ctx;
+    h2o_hostconf_t *hostconf;
+    h2o_loop_t *loop;
+    h2o_context_t ctx; /* initialised by sg_http_server_start, once every path is registered */
     h2o_accept_ctx_t accept_ctx;
     h2o_socket_t *listener;
     int port;
@@ -63,11 +65,10 @@ sg_http_server_t *sg_http_server_create(const char *host, int port, size_t max_b
     /* no HTTP/2 over cleartext (Upgrade: h2c, or the prior-knowledge
      * preface) unless sg_http_server_allow_h2c says so */
     s->config.http1.upgrade_to_http2 = 0;
-    h2o_hostconf_t *hostconf = h2o_config_register_host(&s->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
-    h2o_pathconf_t *pathconf = h2o_config_register_path(hostconf, "/", 0);
-    handler_t *h = (handler_t *)h2o_create_handler(pathconf, sizeof(*h));
-    h->super.on_req = on_req;
-    h->server = s;
+    /* the program's own handler ("/") is registered at start, after the
+     * file trees of sg_http_server_add_files: h2o takes the first path that
+     * matches */
+    s->hostconf = h2o_config_register_host(&s->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
 
     addr.sin_family = AF_INET;
     addr.sin_port = htons((uint16_t)port);
@@ -84,10 +85,8 @@ sg_http_server_t *sg_http_server_create(const char *host, int port, size_t max_b
     getsockname(fd, (struct sockaddr *)&addr, &alen);
     s->port = ntohs(addr.sin_port);
 
-    h2o_context_init(&s->ctx, h2o_evloop_create(), &s->config);
-    s->accept_ctx.ctx = &s->ctx;
-    s->accept_ctx.hosts = s->config.hosts;
-    s->listener = h2o_evloop_socket_create(s->ctx.loop, fd, H2O_SOCKET_FLAG_DONT_READ);
+    s->loop = h2o_evloop_create();
+    s->listener = h2o_evloop_socket_create(s->loop, fd, H2O_SOCKET_FLAG_DONT_READ);
     s->listener->data = s;
     return s;
 
@@ -104,14 +103,50 @@ void sg_http_server_allow_h2c(sg_http_server_t *s, int allow)
     s->config.http1.upgrade_to_http2 = allow != 0;
 }
 
+void sg_http_server_add_files(sg_http_server_t *s, const char *path, const char *dir, const char *const *headers)
+{
+    h2o_pathconf_t *pathconf = h2o_config_register_path(s->hostconf, path, 0);
+    size_t n = 0;
+
+    h2o_file_register(pathconf, dir, NULL, NULL, 0);
+    while (headers != NULL && headers[n] != NULL)
+        n++;
+    if (n == 0)
+        return;
+    /* kept for the server's life, as h2o keeps the commands */
+    h2o_headers_command_t *cmds = sg_xcalloc(n + 1, sizeof(*cmds));
+    h2o_iovec_t *names = sg_xcalloc(n, sizeof(*names));
+    for (size_t i = 0; i < n; i++) {
+        const char *colon = strchr(headers[i], ':');
+        size_t nlen = colon != NULL ? (size_t)(colon - headers[i]) : strlen(headers[i]);
+        const char *v = colon != NULL ? colon + 1 : "";
+        while (*v == ' ')
+            v++;
+        names[i] = h2o_strdup(NULL, headers[i], nlen);
+        h2o_strtolower(names[i].base, names[i].len);
+        cmds[i].cmd = H2O_HEADERS_CMD_SET;
+        cmds[i].name = &names[i];
+        cmds[i].value = h2o_strdup(NULL, v, SIZE_MAX);
+    }
+    cmds[n].cmd = H2O_HEADERS_CMD_NULL;
+    h2o_headers_register(pathconf, cmds);
+}
+
 void sg_http_server_start(sg_http_server_t *s)
 {
+    h2o_pathconf_t *pathconf = h2o_config_register_path(s->hostconf, "/", 0);
+    handler_t *h = (handler_t *)h2o_create_handler(pathconf, sizeof(*h));
+    h->super.on_req = on_req;
+    h->server = s;
+    h2o_context_init(&s->ctx, s->loop, &s->config);
+    s->accept_ctx.ctx = &s->ctx;
+    s->accept_ctx.hosts = s->config.hosts;
     h2o_socket_read_start(s->listener, on_accept);
 }
 
 h2o_loop_t *sg_http_server_loop(sg_http_server_t *s)
 {
-    return s->ctx.loop;
+    return s->loop;
 }
 
 h2o_context_t *sg_http_server_context(sg_http_server_t *s)

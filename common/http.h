@@ -26,10 +26,18 @@ sg_http_server_t *sg_http_server_create(const char *host, int port, size_t max_b
  * preface sent at once) is refused unless allowed here: such a request is
  * answered over HTTP/1.1. Call before sg_http_server_start. */
 void sg_http_server_allow_h2c(sg_http_server_t *s, int allow);
-/* Starts taking connections. */
+/* Serves the files under dir at the URL prefix path with h2o's file
+ * handler (GET and HEAD; index.html for a directory; a 301 adds the
+ * trailing slash; a file that is not there is a 404), every reply under
+ * path carrying the "Name: value" lines of headers (NULL-terminated, may be
+ * NULL; copied), set over any the handler made. Paths registered here win
+ * over the program's handler. Before sg_http_server_start. */
+void sg_http_server_add_files(sg_http_server_t *s, const char *path, const char *dir, const char *const *headers);
+/* Starts taking connections (the program's handler gets every path that
+ * sg_http_server_add_files did not register). */
 void sg_http_server_start(sg_http_server_t *s);
 h2o_loop_t *sg_http_server_loop(sg_http_server_t *s);
-h2o_context_t *sg_http_server_context(sg_http_server_t *s);
+h2o_context_t *sg_http_server_context(sg_http_server_t *s); /* after sg_http_server_start */
 int sg_http_server_port(sg_http_server_t *s);
 /* Stops accepting new connections (for shutdown). */
 void sg_http_server_stop_accepting(sg_http_server_t *s);
