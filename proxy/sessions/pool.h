@@ -35,7 +35,10 @@ int sg_pool_yield(void (*cb)(void *data), void *data);
  * no slot can come: the caller answers no_capacity. A slot on its way back
  * is claimed by one request at most, so waiting is bounded by removals. */
 int sg_slot_await(void (*cb)(void *data), void *data);
+/* Ready pooled containers of a language, and how many the pool keeps per
+ * language (SANDGATE_POOL_SIZE), for GET /health. */
 size_t sg_pool_ready(const sg_lang_t *lang);
+long sg_pool_size(void);
 
 /* The watchdog (fails ops whose agent did not answer in time), then the
  * pool's refill. Call about once a second from the loop. */
