@@ -100,6 +100,14 @@ int sg_store_usage_total(sg_store_t *st, int64_t tenant_id, double from, double 
  * first, at most limit rows (limit <= 0: no limit). */
 int sg_store_usage_list(sg_store_t *st, int64_t tenant_id, double from, double to, int limit,
                         void (*fn)(const sg_usage_t *u, void *data), void *data, char *err, size_t errlen);
+/* The newest limit rows of every tenant, newest first (for the dashboard). */
+int sg_store_usage_recent(sg_store_t *st, int limit, void (*fn)(const sg_usage_t *u, void *data), void *data, char *err,
+                          size_t errlen);
+/* Executions and seconds of each tenant with rows in [from, to), in tenant
+ * id order (output_bytes and timed_out are left 0). */
+int sg_store_usage_totals_by_tenant(sg_store_t *st, double from, double to,
+                                    void (*fn)(int64_t tenant_id, const sg_usage_total_t *t, void *data), void *data,
+                                    char *err, size_t errlen);
 
 /* Session history. */
 typedef struct {
