@@ -7,7 +7,9 @@
 #include "config.h"
 #include "daemon.h"
 #include "gateway.h"
+#include "handlers.h"
 #include "routes.h"
+#include "stats.h"
 #include "http.h"
 #include "log.h"
 #include "reaper.h"
@@ -35,6 +37,7 @@ static struct {
     long admin_fail_limit;
     double admin_fail_window;
     const char *log_level;
+    const char *www_dir;
 } cfg;
 
 static const sg_cfg_entry_t config_table[] = {
@@ -72,6 +75,8 @@ static const sg_cfg_entry_t config_table[] = {
      "wrong admin tokens from one client address in a window before it gets 429"},
     {"SANDGATE_ADMIN_FAIL_WINDOW_S", SG_CFG_DOUBLE, "60", 0.1, 86400, &cfg.admin_fail_window,
      "seconds of that window, and of the wait after it is full"},
+    {"SANDGATE_WWW_DIR", SG_CFG_STR, "/usr/share/sandgate/www", 0, 0, &cfg.www_dir,
+     "directory of the static pages: GET /dashboard serves its dashboard/ (built by dashboard/build.sh)"},
     {"SANDGATE_LOG_LEVEL", SG_CFG_STR, "info", 0, 0, &cfg.log_level, "error, warn, info or debug"},
 };
 
@@ -104,6 +109,8 @@ int main(int argc, char **argv)
         return 1;
     }
     sg_http_server_allow_h2c(server, cfg.http2_cleartext);
+    sg_gw_dashboard_mount(server, cfg.www_dir);
+    sg_stats_init(sg_wall_s());
     sg_gw.loop = sg_http_server_loop(server);
     sg_gw.admin_throttle = sg_throttle_create(cfg.admin_fail_limit, cfg.admin_fail_window);
     sg_gw.dbq = sg_workq_create(sg_gw.loop, (int)cfg.db_workers);

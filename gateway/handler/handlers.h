@@ -2,7 +2,7 @@
  * handlers.h — the gateway's HTTP routes, one file per family under
  * handler/, each an sg_route_cb for the route tables of routes.c:
  * sessions.c, executions.c, files.c, libraries.c, templates.c (public and
- * admin), admin.c, metrics.c. The public ones hand their request to the
+ * admin), admin.c, admin_dash.c, metrics.c. The public ones hand their request to the
  * request core (request.h); the admin ones run behind the admin token
  * (routes.c checks it first).
  *
@@ -13,6 +13,7 @@
 
 #include <h2o.h>
 
+#include "http.h"
 #include "route.h"
 
 /* metrics.c: no token */
@@ -52,5 +53,14 @@ int sg_gw_admin_on_token_revoke(void *app, h2o_req_t *req, const sg_route_match_
 int sg_gw_admin_on_sessions_list(void *app, h2o_req_t *req, const sg_route_match_t *m);
 int sg_gw_admin_on_session_close(void *app, h2o_req_t *req, const sg_route_match_t *m);
 int sg_gw_admin_on_usage(void *app, h2o_req_t *req, const sg_route_match_t *m);
+
+/* admin_dash.c: what the ops dashboard reads, and the page itself */
+int sg_gw_admin_on_overview(void *app, h2o_req_t *req, const sg_route_match_t *m);
+int sg_gw_admin_on_stats(void *app, h2o_req_t *req, const sg_route_match_t *m);
+int sg_gw_admin_on_executions(void *app, h2o_req_t *req, const sg_route_match_t *m);
+int sg_gw_admin_on_health(void *app, h2o_req_t *req, const sg_route_match_t *m);
+/* Serves GET /dashboard from www_dir/dashboard (with its security headers).
+ * Before the server starts. */
+void sg_gw_dashboard_mount(sg_http_server_t *server, const char *www_dir);
 
 #endif

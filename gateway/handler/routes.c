@@ -46,6 +46,10 @@ static const sg_route_t admin_routes[] = {
     {SG_M_GET, "/admin/templates", sg_gw_admin_on_templates_list, 0},
     {SG_M_DELETE, "/admin/templates/*", sg_gw_admin_on_template_delete, 0},
     {SG_M_GET, "/admin/usage", sg_gw_admin_on_usage, 0},
+    {SG_M_GET, "/admin/overview", sg_gw_admin_on_overview, 0},
+    {SG_M_GET, "/admin/stats", sg_gw_admin_on_stats, 0},
+    {SG_M_GET, "/admin/executions", sg_gw_admin_on_executions, 0},
+    {SG_M_GET, "/admin/health", sg_gw_admin_on_health, 0},
 };
 
 /* Finds path's route in t and runs it; a path no route has (404), or a
