@@ -15,6 +15,11 @@ out=$(cd "$out" && pwd)
 stamp=$(dirname "$out")/.$(basename "$out").inputs
 
 command -v npm >/dev/null || { echo "dashboard/build.sh: npm is missing (deploy/install-deps.sh installs it)" >&2; exit 1; }
+# Vite 8 runs on Node.js 20.19 and later (docs/dashboard.md)
+if ! node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a === 20 && b >= 19) ? 0 : 1)'; then
+  echo "dashboard/build.sh: Node.js $(node --version) is too old: Vite needs 20.19 or later" >&2
+  exit 1
+fi
 
 inputs=$(cd "$here" && find build.sh index.html package.json package-lock.json vite.config.js src -type f -print0 \
   | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)

@@ -12,7 +12,8 @@
  * tree); their paths are printed.
  *
  * Before it, the admin routes the page reads are checked here: their
- * bounds (400), the admin token (401), and the page's headers.
+ * bounds (400), the admin token (401), the page's headers, and what they
+ * say while Redis is down (they answer; the state is "unavailable").
  */
 #include "sggw.h"
 #include "sgrun.h"
@@ -156,6 +157,40 @@ static void check_routes(sggw_stack_t *st)
     sgtest_reply_free(&r);
 }
 
+/* GET path of the admin API until its reply's member `obj`.available is
+ * want (polled every 100 ms, for up to 10 s); returns the reply. */
+static json_object *admin_until_available(sggw_stack_t *st, const char *path, const char *obj, bool want)
+{
+    double deadline = sgtest_now() + 10;
+    for (;;) {
+        json_object *o = SGGW_ADMIN_JSON(st->gw, "GET", path, NULL, 200), *m, *a;
+        if (json_object_object_get_ex(o, obj, &m) && json_object_object_get_ex(m, "available", &a) &&
+            json_object_get_boolean(a) == want)
+            return o;
+        SG_CHECK(sgtest_now() < deadline, o, "%s: %s.available is not %d after 10 s", path, obj, want);
+        json_object_put(o);
+        usleep(100000);
+    }
+}
+
+/* With Redis gone the page's routes still answer, and say so; they
+ * recover with it. */
+static void check_redis_outage(sggw_stack_t *st)
+{
+    json_object *o, *v;
+    sggw_redis_kill(st->redis);
+    o = admin_until_available(st, "/admin/overview", "state", false);
+    SG_CHECK(json_object_object_get_ex(o, "sessions_total", &v) && v == NULL, o, "sessions_total while Redis is down");
+    json_object_put(o);
+    o = admin_until_available(st, "/admin/health", "state", false);
+    SG_CHECK(json_object_object_get_ex(o, "status", &v) && strcmp(json_object_get_string(v), "degraded") == 0, o,
+             "health while Redis is down");
+    json_object_put(o);
+    SG_CHECK(sggw_redis_restart(st->redis) == 0, NULL, "redis-server did not come back");
+    json_object_put(admin_until_available(st, "/admin/health", "state", true));
+    json_object_put(admin_until_available(st, "/admin/overview", "state", true));
+}
+
 /* One run of the browser against a stack with (or without) Redis. */
 static sggw_stack_t st; /* the test's stack; after_test stops it when the test could not */
 static bool started;
@@ -172,6 +207,8 @@ static void dashboard_run(bool redis, const char *label)
              "the stack did not start");
     started = true;
     check_routes(&st);
+    if (redis)
+        check_redis_outage(&st);
 
     char *token = sggw_new_tenant(sggw_gateway_data_dir(st.gw), tenant, NULL);
     snprintf(gw_url, sizeof(gw_url), "%s", sggw_gateway_url(st.gw));
