@@ -87,6 +87,34 @@ static json_object *proxy_json(const sg_upstream_reply_t *r)
     return sg_json_parse_object(r->body, r->body_len, err, sizeof(err));
 }
 
+json_object *sg_gw_live_session_json(const sg_live_session_t *s)
+{
+    json_object *e = json_object_new_object();
+    json_object_object_add(e, "session_id", json_object_new_string(s->id));
+    json_object_object_add(e, "tenant_id", json_object_new_int64(s->tenant_id));
+    json_object_object_add(e, "lang", json_object_new_string(s->lang));
+    json_object_object_add(e, "created_at", json_object_new_int64(s->created_at));
+    json_object_object_add(e, "last_used_at", json_object_new_int64(s->last_used_at));
+    json_object_object_add(e, "idle_deadline", json_object_new_int64(s->idle_deadline));
+    json_object_object_add(e, "lifetime_deadline", json_object_new_int64(s->lifetime_deadline));
+    json_object_object_add(e, "executions", json_object_new_int64(s->executions));
+    return e;
+}
+
+json_object *sg_gw_usage_row_json(const sg_usage_t *u)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "session_id", u->session_id[0] ? json_object_new_string(u->session_id) : NULL);
+    json_object_object_add(o, "lang", json_object_new_string(u->lang));
+    json_object_object_add(o, "kind", json_object_new_string(u->kind));
+    json_object_object_add(o, "started_at", sg_json_new_double(u->started_at, 3));
+    json_object_object_add(o, "duration", sg_json_new_double(u->duration, 6));
+    json_object_object_add(o, "exit_code", json_object_new_int(u->exit_code));
+    json_object_object_add(o, "timed_out", json_object_new_boolean(u->timed_out));
+    json_object_object_add(o, "output_bytes", json_object_new_int64(u->output_bytes));
+    return o;
+}
+
 /* ---- GET /admin/overview -------------------------------------------------------------- */
 
 typedef struct {
@@ -249,19 +277,11 @@ static void on_live_sessions(void *data, int available, size_t n, const sg_live_
             o->live[t]++;
         if (i >= DASH_MAX_SESSIONS)
             continue;
-        json_object *e = json_object_new_object();
-        json_object_object_add(e, "session_id", json_object_new_string(s->id));
-        json_object_object_add(e, "tenant_id", json_object_new_int64(s->tenant_id));
+        json_object *e = sg_gw_live_session_json(s);
         json_object_object_add(
             e, "tenant",
             t >= 0 ? json_object_get(json_object_object_get(json_object_array_get_idx(o->tenants, (size_t)t), "name"))
                    : NULL);
-        json_object_object_add(e, "lang", json_object_new_string(s->lang));
-        json_object_object_add(e, "created_at", json_object_new_int64(s->created_at));
-        json_object_object_add(e, "last_used_at", json_object_new_int64(s->last_used_at));
-        json_object_object_add(e, "idle_deadline", json_object_new_int64(s->idle_deadline));
-        json_object_object_add(e, "lifetime_deadline", json_object_new_int64(s->lifetime_deadline));
-        json_object_object_add(e, "executions", json_object_new_int64(s->executions));
         json_object_array_add(o->sessions, e);
     }
     if (sg_http_hold_req(o->hold) == NULL || json_object_array_length(o->sessions) == 0 ||
@@ -372,18 +392,10 @@ static void add_exec_row(const sg_usage_t *u, void *data)
 {
     execs_t *x = data;
     const char *name = tenant_name(x, u->tenant_id);
-    json_object *o = json_object_new_object();
+    json_object *o = sg_gw_usage_row_json(u);
     json_object_object_add(o, "tenant", name != NULL ? json_object_new_string(name) : NULL);
     json_object_object_add(o, "tenant_id", json_object_new_int64(u->tenant_id));
-    json_object_object_add(o, "session_id", u->session_id[0] ? json_object_new_string(u->session_id) : NULL);
-    json_object_object_add(o, "lang", json_object_new_string(u->lang));
-    json_object_object_add(o, "kind", json_object_new_string(u->kind));
-    json_object_object_add(o, "started_at", sg_json_new_double(u->started_at, 3));
-    json_object_object_add(o, "duration", sg_json_new_double(u->duration, 6));
-    json_object_object_add(o, "exit_code", json_object_new_int(u->exit_code));
-    json_object_object_add(o, "timed_out", json_object_new_boolean(u->timed_out));
     json_object_object_add(o, "outcome", json_object_new_string(outcome(u)));
-    json_object_object_add(o, "output_bytes", json_object_new_int64(u->output_bytes));
     json_object_array_add(x->rows, o);
 }
 

@@ -15,6 +15,8 @@
 
 #include "http.h"
 #include "route.h"
+#include "state.h"
+#include "store.h"
 
 /* metrics.c: no token */
 int sg_gw_on_root(void *app, h2o_req_t *req, const sg_route_match_t *m);
@@ -59,6 +61,10 @@ int sg_gw_admin_on_overview(void *app, h2o_req_t *req, const sg_route_match_t *m
 int sg_gw_admin_on_stats(void *app, h2o_req_t *req, const sg_route_match_t *m);
 int sg_gw_admin_on_executions(void *app, h2o_req_t *req, const sg_route_match_t *m);
 int sg_gw_admin_on_health(void *app, h2o_req_t *req, const sg_route_match_t *m);
+/* A live session as the admin API lists it (GET /admin/sessions, /admin/overview). */
+json_object *sg_gw_live_session_json(const sg_live_session_t *s);
+/* A usage row as the admin API lists it (GET /admin/usage, /admin/executions). */
+json_object *sg_gw_usage_row_json(const sg_usage_t *u);
 /* Serves GET /dashboard from www_dir/dashboard (with its security headers).
  * Before the server starts. */
 void sg_gw_dashboard_mount(sg_http_server_t *server, const char *www_dir);
