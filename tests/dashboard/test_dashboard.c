@@ -12,7 +12,8 @@
  * tree); their paths are printed.
  *
  * Before it, the admin routes the page reads are checked here: their
- * bounds (400), the admin token (401), the page's headers, and what they
+ * bounds (400), the admin token (401), the page's headers and that no
+ * path reaches outside its directory, and what they
  * say while Redis is down (they answer; the state is "unavailable").
  */
 #include "sggw.h"
@@ -154,6 +155,18 @@ static void check_routes(sggw_stack_t *st)
     sgtest_reply_free(&r);
     SG_CHECK(sggw_call(st->gw, NULL, "GET", "/dashboard/no-such-file.js", NULL, &r) == 0 && r.status == 404, NULL,
              "a missing file: %ld", r.status);
+    sgtest_reply_free(&r);
+    /* nothing outside the page's directory, whatever the path says */
+    const char *outside[] = {"/dashboard/../../../../../../etc/passwd", "/dashboard/%2e%2e/%2e%2e/%2e%2e/etc/passwd",
+                             "/dashboard/..%2f..%2f..%2f..%2fetc%2fpasswd", "/dashboard/assets/"};
+    for (size_t i = 0; i < sizeof(outside) / sizeof(outside[0]); i++) {
+        SG_CHECK(sggw_call(st->gw, NULL, "GET", outside[i], NULL, &r) == 0 && r.status == 404 &&
+                     strstr(r.body, "root:") == NULL,
+                 NULL, "GET %s: %ld %s", outside[i], r.status, r.body);
+        sgtest_reply_free(&r);
+    }
+    SG_CHECK(sggw_call(st->gw, NULL, "POST", "/dashboard/index.html", "{}", &r) == 0 && r.status == 405, NULL,
+             "POST on the page: %ld", r.status);
     sgtest_reply_free(&r);
 }
 
