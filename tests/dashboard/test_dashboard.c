@@ -12,9 +12,9 @@
  * tree); their paths are printed.
  *
  * Before it, the admin routes the page reads are checked here: their
- * bounds (400), the admin token (401), the page's headers and that no
- * path reaches outside its directory, and what they
- * say while Redis is down (they answer; the state is "unavailable").
+ * bounds (400), the admin token (401), the page's headers, that no path
+ * reaches outside its directory, and what the routes say while Redis is
+ * down (they answer; the state is "unavailable").
  */
 #include "sggw.h"
 #include "sgrun.h"
