@@ -6,7 +6,7 @@
 // Environment (set by test_dashboard.c):
 //   GATEWAY_URL    http://127.0.0.1:PORT
 //   ADMIN_TOKEN    the gateway's admin token
-//   TENANT_TOKEN   a tenant's API token, TENANT_NAME its name
+//   TENANT_TOKEN   a new tenant's API token (max_sessions=1), TENANT_NAME its name
 //   PROXY_ID       the proxy's id (its containers' sandgate.proxy label)
 //   SHOT_DIR       where the screenshots go (created)
 //   RESULT_FILE    where the session id is written for the driver
@@ -175,6 +175,15 @@ async function main() {
         const h2 = document.querySelector(".charts h2 .count");
         return h2 && Number(h2.textContent.replace(/,/g, "")) >= 1 && document.querySelectorAll(".chart canvas").length === 2;
       }),
+    );
+    // a second session is past the tenant's max_sessions of 1: its 429 shows as a rejection
+    const refused = await api("POST", "/sessions", { lang: "python" });
+    if (refused.status !== 429 || refused.json?.code !== "quota_exceeded") fail(`a second session: ${refused.status} ${refused.text}`);
+    await until("the tenant's row to count the rejection", () =>
+      page.evaluate((t) => {
+        const tr = [...document.querySelectorAll("tr[data-tenant]")].find((r) => r.dataset.tenant === t);
+        return tr && tr.children[4].textContent === "1 (sessions 1)";
+      }, TENANT),
     );
     await shot(page, "execution");
 

@@ -223,7 +223,7 @@ static void dashboard_run(bool redis, const char *label)
     if (redis)
         check_redis_outage(&st);
 
-    char *token = sggw_new_tenant(sggw_gateway_data_dir(st.gw), tenant, NULL);
+    char *token = sggw_new_tenant(sggw_gateway_data_dir(st.gw), tenant, (const char *const[]){"max_sessions=1", NULL});
     snprintf(gw_url, sizeof(gw_url), "%s", sggw_gateway_url(st.gw));
     snprintf(url_env, sizeof(url_env), "GATEWAY_URL=%s", gw_url);
     snprintf(admin_env, sizeof(admin_env), "ADMIN_TOKEN=%s", sggw_gateway_admin_token(st.gw));
