@@ -548,7 +548,7 @@ int sg_gw_admin_on_health(void *app, h2o_req_t *req, const sg_route_match_t *m)
 /* The page runs only its own files: scripts, styles, images and calls to
  * this origin, nothing inline, in no frame; no referrer leaves it. */
 static const char *const dashboard_headers[] = {
-    "Content-Security-Policy: default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "Content-Security-Policy: default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
     "X-Content-Type-Options: nosniff",
     "X-Frame-Options: DENY",
