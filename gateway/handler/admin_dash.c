@@ -30,6 +30,7 @@
 #include "util.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,7 @@
 #define DASH_MAX_TENANTS 1000
 #define DASH_MAX_SESSIONS 1000
 #define DASH_PROXY_TIMEOUT_MS 3000
+#define DASH_DAY_TENANTS 4096 /* tenants whose day totals are kept between polls */
 
 static int dash_error(h2o_req_t *req, int status, const char *code, const char *detail)
 {
@@ -130,6 +132,7 @@ typedef struct {
     json_object *sessions;
     size_t total_sessions;
     long *live; /* live sessions per tenant (the tenants' order) */
+    int full;   /* the day's totals were counted in full (day_totals) */
 } overview_t;
 
 static void overview_free(overview_t *o)
@@ -179,15 +182,81 @@ static long tenant_index(const overview_t *o, int64_t id)
     return -1;
 }
 
-static void add_day_total(int64_t tenant_id, const sg_usage_total_t *t, void *data)
+static void set_day_total(overview_t *o, int64_t tenant_id, int64_t execs, double seconds)
 {
-    overview_t *o = data;
     long i = tenant_index(o, tenant_id);
     if (i < 0)
         return;
     json_object *e = json_object_array_get_idx(o->tenants, (size_t)i);
-    json_object_object_add(e, "executions_today", json_object_new_int64(t->executions));
-    json_object_object_add(e, "exec_seconds_today", sg_json_new_double(t->seconds, 3));
+    json_object_object_add(e, "executions_today", json_object_new_int64(execs));
+    json_object_object_add(e, "exec_seconds_today", sg_json_new_double(seconds, 3));
+}
+
+/* Today's executions and seconds per tenant, from the ledger, for every
+ * dashboard that polls: counted in full at most once a minute (and on a
+ * new UTC day), and in between only the rows added since (by rowid), so a
+ * poll costs little however large the day is. The full count also mends
+ * what the increments cannot see (rows deleted with their tenant). Shared
+ * by the DB threads, under its lock. */
+typedef struct {
+    int64_t tenant, execs;
+    double seconds;
+} day_total_t;
+
+static struct {
+    pthread_mutex_t lock;
+    int64_t day_start, last_id, full_at;
+    int overflow; /* more tenants than rows: counted in full every time */
+    size_t n;
+    day_total_t rows[DASH_DAY_TENANTS]; /* by tenant id */
+} day = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void day_add(int64_t tenant_id, const sg_usage_total_t *t, void *data)
+{
+    overview_t *o = data;
+    size_t lo = 0, hi = day.n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (day.rows[mid].tenant < tenant_id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == day.n || day.rows[lo].tenant != tenant_id) {
+        if (day.n == DASH_DAY_TENANTS) {
+            day.overflow = 1;
+            if (o->full) /* the count goes straight to the reply */
+                set_day_total(o, tenant_id, t->executions, t->seconds);
+            return;
+        }
+        memmove(&day.rows[lo + 1], &day.rows[lo], (day.n - lo) * sizeof(day.rows[0]));
+        day.rows[lo] = (day_total_t){tenant_id, 0, 0};
+        day.n++;
+    }
+    day.rows[lo].execs += t->executions;
+    day.rows[lo].seconds += t->seconds;
+}
+
+static int day_totals(overview_t *o, sg_store_t *st, char *err, size_t errlen)
+{
+    int rc;
+    pthread_mutex_lock(&day.lock);
+    o->full = day.day_start != o->day_start || o->now - day.full_at >= 60 || day.overflow;
+    if (o->full) {
+        day.n = 0;
+        day.overflow = 0;
+        day.last_id = 0;
+        day.day_start = o->day_start;
+        day.full_at = o->now;
+    }
+    rc = sg_store_usage_totals_by_tenant(st, (double)o->day_start, (double)o->day_start + 86400, day.last_id,
+                                         &day.last_id, day_add, o, err, errlen);
+    if (rc != 0)
+        day.full_at = 0; /* counted in full next time */
+    for (size_t i = 0; rc == 0 && i < day.n; i++)
+        set_day_total(o, day.rows[i].tenant, day.rows[i].execs, day.rows[i].seconds);
+    pthread_mutex_unlock(&day.lock);
+    return rc;
 }
 
 static void overview_fn(sg_gw_job_t *job, sg_store_t *st)
@@ -195,8 +264,7 @@ static void overview_fn(sg_gw_job_t *job, sg_store_t *st)
     overview_t *o = (overview_t *)job;
     o->tenants = json_object_new_array();
     if (sg_store_tenant_list(st, add_overview_tenant, o, job->err, sizeof(job->err)) != 0 ||
-        sg_store_usage_totals_by_tenant(st, (double)o->day_start, (double)o->day_start + 86400, add_day_total, o,
-                                        job->err, sizeof(job->err)) != 0)
+        day_totals(o, st, job->err, sizeof(job->err)) != 0)
         job->rc = -1;
 }
 

@@ -120,22 +120,29 @@ int sg_store_usage_recent(sg_store_t *st, int limit, void (*fn)(const sg_usage_t
     return sg_store__finish(st, s, rc, "usage recent", err, errlen);
 }
 
-int sg_store_usage_totals_by_tenant(sg_store_t *st, double from, double to,
+int sg_store_usage_totals_by_tenant(sg_store_t *st, double from, double to, int64_t after_id, int64_t *max_id,
                                     void (*fn)(int64_t tenant_id, const sg_usage_total_t *t, void *data), void *data,
                                     char *err, size_t errlen)
 {
-    sqlite3_stmt *s = st->stmt[S_USAGE_TOTALS_BY_TENANT];
+    sqlite3_stmt *s = st->stmt[after_id > 0 ? S_USAGE_TOTALS_SINCE : S_USAGE_TOTALS_BY_TENANT];
     sg_usage_total_t t;
+    int64_t top = after_id;
     int rc;
 
     sqlite3_bind_double(s, 1, from);
     sqlite3_bind_double(s, 2, to);
+    if (after_id > 0)
+        sqlite3_bind_int64(s, 3, after_id);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         memset(&t, 0, sizeof(t));
         t.executions = sqlite3_column_int64(s, 1);
         t.seconds = sqlite3_column_double(s, 2);
+        if (sqlite3_column_int64(s, 3) > top)
+            top = sqlite3_column_int64(s, 3);
         fn(sqlite3_column_int64(s, 0), &t, data);
     }
+    if (max_id != NULL)
+        *max_id = top;
     return sg_store__finish(st, s, rc, "usage totals", err, errlen);
 }
 
