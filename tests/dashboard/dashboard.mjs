@@ -13,7 +13,7 @@
 //   RUN_LABEL      "redis" or "memory": prefixes the screenshots' names
 import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -33,6 +33,8 @@ const LABEL = env("RUN_LABEL");
 const STEP_MS = 20000; // each awaited change of the page
 
 mkdirSync(SHOTS, { recursive: true });
+// this run's screenshots only: an earlier run's (a failure's among them) go
+for (const f of readdirSync(SHOTS)) if (f.startsWith(`${LABEL}-`) && f.endsWith(".png")) rmSync(join(SHOTS, f));
 const shots = [];
 let step = 0;
 
