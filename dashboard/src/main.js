@@ -123,7 +123,9 @@ function Sessions({ overview, onClose }) {
       <thead><tr><th>session</th><th>tenant</th><th>language</th><th>runtime</th><th>age</th><th>idle left</th>
         <th>lifetime left</th><th>executions</th><th></th></tr></thead>
       <tbody>
-        ${list.length === 0 ? html`<tr><td colspan="9" class="empty">no live session</td></tr>` : null}
+        ${list.length === 0
+          ? html`<tr><td colspan="9" class="empty">${unavailable ? "unknown while the state is unavailable" : "no live session"}</td></tr>`
+          : null}
         ${list.map((s) => html`<tr key=${s.session_id} data-sid=${s.session_id} class="session-row">
           <td class="mono" title=${s.session_id}>${s.session_id}</td>
           <td class="tenant">${s.tenant ?? `#${s.tenant_id}`}</td>

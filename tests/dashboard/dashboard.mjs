@@ -11,9 +11,11 @@
 //   SHOT_DIR       where the screenshots go (created)
 //   RESULT_FILE    where the session id is written for the driver
 //   RUN_LABEL      "redis" or "memory": prefixes the screenshots' names
+//   CONTROL_DIR    (with Redis) where this script asks the driver to kill
+//                  redis-server and to start it again, by files
 import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -30,6 +32,7 @@ const PROXY_ID = env("PROXY_ID");
 const SHOTS = env("SHOT_DIR");
 const RESULT = env("RESULT_FILE");
 const LABEL = env("RUN_LABEL");
+const CONTROL = process.env.CONTROL_DIR || ""; // set: Redis is killed and restarted on request (see below)
 const STEP_MS = 20000; // each awaited change of the page
 
 mkdirSync(SHOTS, { recursive: true });
@@ -198,6 +201,32 @@ async function main() {
     if (after.status !== 404) fail(`GET /sessions/${sid} after the force-close: ${after.status} ${after.text}`);
     await until(`no container of session ${sid} on the engine`, () => containers(sid).length === 0);
     await shot(page, "force-closed");
+
+    // ---- 4b. Redis goes away while the page is open, and comes back ----
+    if (CONTROL) {
+      const stateBadge = () =>
+        page.evaluate(() => {
+          const b = document.querySelector('[data-testid="health-state"]');
+          const c = document.querySelector('[data-testid="sessions"] h2 .count');
+          return { ok: b?.classList.contains("ok"), text: b?.textContent, count: c?.textContent };
+        });
+      mkdirSync(CONTROL, { recursive: true });
+      writeFileSync(join(CONTROL, "want-redis-down"), "");
+      await until("the driver to kill redis-server", () => existsSync(join(CONTROL, "redis-down")));
+      await until("the page to say Redis is down", async () => {
+        const b = await stateBadge();
+        return !b.ok && /redis · down/.test(b.text) && b.count === "state unavailable";
+      });
+      await page.waitForSelector('[data-testid="recent"] tr.exec-row', { timeout: STEP_MS });
+      await shot(page, "redis-down");
+      writeFileSync(join(CONTROL, "want-redis-up"), "");
+      await until("the driver to start redis-server again", () => existsSync(join(CONTROL, "redis-up")));
+      await until("the page to say Redis is back", async () => {
+        const b = await stateBadge();
+        return b.ok && /redis · up/.test(b.text) && /^[0-9]+$/.test(b.count);
+      });
+      await shot(page, "redis-back");
+    }
 
     // every call of the page carried the token as a bearer, none in its URL
     const adminCalls = requests.filter((r) => new URL(r.url).pathname.startsWith("/admin/"));

@@ -44,8 +44,10 @@ static const char *env_or(const char *name, const char *def)
 
 /* Runs argv (PATH searched) in dir with the environment plus set
  * ("K=V", NULL-terminated); its output goes to ours. Waits up to
- * deadline_s, then kills it. The exit status, or -1 (printed). */
-static int run(const char *dir, char *const *argv, const char *const *set, double deadline_s)
+ * deadline_s, then kills it, calling tick(data) (when not NULL) every
+ * 100 ms meanwhile. The exit status, or -1 (printed). */
+static int run(const char *dir, char *const *argv, const char *const *set, double deadline_s, void (*tick)(void *),
+               void *data)
 {
     char **envp;
     size_t n = 0, k = 0;
@@ -84,6 +86,8 @@ static int run(const char *dir, char *const *argv, const char *const *set, doubl
             waitpid(pid, &st, 0);
             return -1;
         }
+        if (tick != NULL)
+            tick(data);
         usleep(100000);
     }
 }
@@ -106,14 +110,14 @@ static int group_setup(void **state)
     }
     char build[4200];
     snprintf(build, sizeof(build), "%s/dashboard/build.sh", src_dir);
-    if (run(src_dir, (char *const[]){build, page_dir, NULL}, NULL, BUILD_DEADLINE_S) != 0) {
+    if (run(src_dir, (char *const[]){build, page_dir, NULL}, NULL, BUILD_DEADLINE_S, NULL, NULL) != 0) {
         fprintf(stderr, "dashboard/build.sh failed\n");
         return -1;
     }
     snprintf(pw, sizeof(pw), "%s/node_modules/playwright-core/package.json", tests_dir);
     if (stat(pw, &sb) != 0 &&
         run(tests_dir, (char *const[]){"npm", "ci", "--no-audit", "--no-fund", "--loglevel=error", NULL}, NULL,
-            BUILD_DEADLINE_S) != 0) {
+            BUILD_DEADLINE_S, NULL, NULL) != 0) {
         fprintf(stderr, "npm ci in tests/dashboard failed\n");
         return -1;
     }
@@ -204,6 +208,36 @@ static void check_redis_outage(sggw_stack_t *st)
     json_object_put(admin_until_available(st, "/admin/overview", "state", true));
 }
 
+/* A Redis outage the browser script asks for while it watches the page:
+ * it makes the file want-redis-down in the control directory, and this
+ * kills redis-server and answers with redis-down; want-redis-up starts it
+ * again, answered with redis-up. */
+static char control[4300];
+
+static int control_file(const char *name, int create)
+{
+    char path[4400];
+    snprintf(path, sizeof(path), "%s/%s", control, name);
+    if (create) {
+        FILE *f = fopen(path, "w");
+        return f != NULL && fclose(f) == 0;
+    }
+    return access(path, F_OK) == 0;
+}
+
+static void outage_tick(void *data)
+{
+    sggw_stack_t *st = data;
+    if (control_file("want-redis-down", 0) && !control_file("redis-down", 0)) {
+        sggw_redis_kill(st->redis);
+        control_file("redis-down", 1);
+    }
+    if (control_file("want-redis-up", 0) && !control_file("redis-up", 0)) {
+        if (sggw_redis_restart(st->redis) == 0)
+            control_file("redis-up", 1);
+    }
+}
+
 /* One run of the browser against a stack with (or without) Redis. */
 static sggw_stack_t st; /* the test's stack; after_test stops it when the test could not */
 static bool started;
@@ -236,12 +270,22 @@ static void dashboard_run(bool redis, const char *label)
     snprintf(label_env, sizeof(label_env), "RUN_LABEL=%s", label);
     snprintf(tests_dir, sizeof(tests_dir), "%s/tests/dashboard", src_dir);
     snprintf(script, sizeof(script), "%s/dashboard.mjs", tests_dir);
-    const char *set[] = {url_env,    admin_env, tok_env, "TENANT_NAME=dash-tenant", proxy_env, shots_env,
-                         result_env, label_env, NULL};
+    char control_env[4400];
+    snprintf(control, sizeof(control), "%s/%s-control", shots, label);
+    snprintf(control_env, sizeof(control_env), "CONTROL_DIR=%s", redis ? control : "");
+    const char *set[] = {url_env,   admin_env,   tok_env, "TENANT_NAME=dash-tenant", proxy_env, shots_env, result_env,
+                         label_env, control_env, NULL};
 
     unlink(result);
+    const char *names[] = {"want-redis-down", "redis-down", "want-redis-up", "redis-up"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        char path[4400];
+        snprintf(path, sizeof(path), "%s/%s", control, names[i]);
+        unlink(path); /* an earlier run's */
+    }
 
-    int rc = run(tests_dir, (char *const[]){"node", script, NULL}, set, NODE_DEADLINE_S);
+    int rc =
+        run(tests_dir, (char *const[]){"node", script, NULL}, set, NODE_DEADLINE_S, redis ? outage_tick : NULL, &st);
     SG_CHECK(rc == 0, NULL, "the browser run (%s) failed: status %d", label, rc);
 
     /* the engine agrees: the force-closed session's container is gone */
