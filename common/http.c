@@ -16,9 +16,7 @@
 
 struct sg_http_server {
     h2o_globalconf_t config;
-    h2o_hostconf_t *hostconf;
-    h2o_loop_t *loop;
-    h2o_context_t ctx; /* initialised by sg_http_server_start, once every path is registered */
+    h2o_context_t ctx;
     h2o_accept_ctx_t accept_ctx;
     h2o_socket_t *listener;
     int port;
@@ -53,67 +51,19 @@ static void on_accept(h2o_socket_t *listener, const char *err)
 sg_http_server_t *sg_http_server_create(const char *host, int port, size_t max_body, sg_http_handler_cb cb, void *app,
                                         char *err, size_t errlen)
 {
-    sg_http_server_t *s = sg_xcalloc(1, sizeof(*s));
-    struct sockaddr_in addr = {0};
-    socklen_t alen = sizeof(addr);
-    int fd = -1, on = 1;
-
-    s->cb = cb;
-    s->app = app;
-    h2o_config_init(&s->config);
-    s->config.max_request_entity_size = max_body;
-    /* no HTTP/2 over cleartext (Upgrade: h2c, or the prior-knowledge
-     * preface) unless sg_http_server_allow_h2c says so */
-    s->config.http1.upgrade_to_http2 = 0;
-    /* the program's own handler ("/") is registered at start, after the
-     * file trees of sg_http_server_add_files: h2o takes the first path that
-     * matches */
-    s->hostconf = h2o_config_register_host(&s->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
-
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)port);
-    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) {
-        snprintf(err, errlen, "HOST \"%s\" is not an IPv4 address", host);
-        goto Error;
-    }
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) != 0 ||
-        bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 || listen(fd, SOMAXCONN) != 0) {
-        snprintf(err, errlen, "cannot listen on %s:%d: %s", host, port, strerror(errno));
-        goto Error;
-    }
-    getsockname(fd, (struct sockaddr *)&addr, &alen);
-    s->port = ntohs(addr.sin_port);
-
-    s->loop = h2o_evloop_create();
-    s->listener = h2o_evloop_socket_create(s->loop, fd, H2O_SOCKET_FLAG_DONT_READ);
-    s->listener->data = s;
-    return s;
-
-Error:
-    if (fd >= 0)
-        close(fd);
-    h2o_config_dispose(&s->config);
-    free(s);
-    return NULL;
+    return sg_http_server_create_with_dirs(host, port, max_body, cb, app, NULL, 0, err, errlen);
 }
 
-void sg_http_server_allow_h2c(sg_http_server_t *s, int allow)
+/* Sets each "Name: value" of headers (NULL-terminated, may be NULL) on every
+ * reply under pathconf (h2o's headers filter, which keeps the commands for
+ * the server's life). */
+static void add_headers(h2o_pathconf_t *pathconf, const char *const *headers)
 {
-    s->config.http1.upgrade_to_http2 = allow != 0;
-}
-
-void sg_http_server_add_files(sg_http_server_t *s, const char *path, const char *dir, const char *const *headers)
-{
-    h2o_pathconf_t *pathconf = h2o_config_register_path(s->hostconf, path, 0);
     size_t n = 0;
-
-    h2o_file_register(pathconf, dir, NULL, NULL, 0);
     while (headers != NULL && headers[n] != NULL)
         n++;
     if (n == 0)
         return;
-    /* kept for the server's life, as h2o keeps the commands */
     h2o_headers_command_t *cmds = sg_xcalloc(n + 1, sizeof(*cmds));
     h2o_iovec_t *names = sg_xcalloc(n, sizeof(*names));
     for (size_t i = 0; i < n; i++) {
@@ -132,21 +82,77 @@ void sg_http_server_add_files(sg_http_server_t *s, const char *path, const char 
     h2o_headers_register(pathconf, cmds);
 }
 
-void sg_http_server_start(sg_http_server_t *s)
+sg_http_server_t *sg_http_server_create_with_dirs(const char *host, int port, size_t max_body, sg_http_handler_cb cb,
+                                                  void *app, const sg_http_dir_t *dirs, size_t ndirs, char *err,
+                                                  size_t errlen)
 {
-    h2o_pathconf_t *pathconf = h2o_config_register_path(s->hostconf, "/", 0);
+    sg_http_server_t *s = sg_xcalloc(1, sizeof(*s));
+    struct sockaddr_in addr = {0};
+    socklen_t alen = sizeof(addr);
+    int fd = -1, on = 1;
+
+    s->cb = cb;
+    s->app = app;
+    h2o_config_init(&s->config);
+    s->config.max_request_entity_size = max_body;
+    /* no HTTP/2 over cleartext (Upgrade: h2c, or the prior-knowledge
+     * preface) unless sg_http_server_allow_h2c says so */
+    s->config.http1.upgrade_to_http2 = 0;
+    h2o_hostconf_t *hostconf = h2o_config_register_host(&s->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    /* the first registered path that matches wins: the directories go first */
+    for (size_t i = 0; i < ndirs; i++) {
+        h2o_pathconf_t *dirconf = h2o_config_register_path(hostconf, dirs[i].url_path, 0);
+        h2o_file_register(dirconf, dirs[i].dir, NULL, NULL, 0);
+        add_headers(dirconf, dirs[i].headers);
+    }
+    h2o_pathconf_t *pathconf = h2o_config_register_path(hostconf, "/", 0);
     handler_t *h = (handler_t *)h2o_create_handler(pathconf, sizeof(*h));
     h->super.on_req = on_req;
     h->server = s;
-    h2o_context_init(&s->ctx, s->loop, &s->config);
+
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) {
+        snprintf(err, errlen, "HOST \"%s\" is not an IPv4 address", host);
+        goto Error;
+    }
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) != 0 ||
+        bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 || listen(fd, SOMAXCONN) != 0) {
+        snprintf(err, errlen, "cannot listen on %s:%d: %s", host, port, strerror(errno));
+        goto Error;
+    }
+    getsockname(fd, (struct sockaddr *)&addr, &alen);
+    s->port = ntohs(addr.sin_port);
+
+    h2o_context_init(&s->ctx, h2o_evloop_create(), &s->config);
     s->accept_ctx.ctx = &s->ctx;
     s->accept_ctx.hosts = s->config.hosts;
+    s->listener = h2o_evloop_socket_create(s->ctx.loop, fd, H2O_SOCKET_FLAG_DONT_READ);
+    s->listener->data = s;
+    return s;
+
+Error:
+    if (fd >= 0)
+        close(fd);
+    h2o_config_dispose(&s->config);
+    free(s);
+    return NULL;
+}
+
+void sg_http_server_allow_h2c(sg_http_server_t *s, int allow)
+{
+    s->config.http1.upgrade_to_http2 = allow != 0;
+}
+
+void sg_http_server_start(sg_http_server_t *s)
+{
     h2o_socket_read_start(s->listener, on_accept);
 }
 
 h2o_loop_t *sg_http_server_loop(sg_http_server_t *s)
 {
-    return s->loop;
+    return s->ctx.loop;
 }
 
 h2o_context_t *sg_http_server_context(sg_http_server_t *s)

@@ -22,22 +22,29 @@ typedef int (*sg_http_handler_cb)(void *app, h2o_req_t *req);
  * failure with err set. */
 sg_http_server_t *sg_http_server_create(const char *host, int port, size_t max_body, sg_http_handler_cb cb, void *app,
                                         char *err, size_t errlen);
+/* A directory of static files: requests under url_path ("/docs") are
+ * served from dir by h2o's file handler — a directory's index.html, no
+ * listing, types by extension — ahead of the server's handler. */
+typedef struct {
+    const char *url_path;
+    const char *dir;
+    /* "Name: value" lines (NULL-terminated, may be NULL; copied) set on every
+     * reply under url_path, over any the file handler made */
+    const char *const *headers;
+} sg_http_dir_t;
+/* sg_http_server_create with dirs[0..ndirs) served as static files
+ * (copied; a missing dir answers 404). */
+sg_http_server_t *sg_http_server_create_with_dirs(const char *host, int port, size_t max_body, sg_http_handler_cb cb,
+                                                  void *app, const sg_http_dir_t *dirs, size_t ndirs, char *err,
+                                                  size_t errlen);
 /* HTTP/2 over cleartext (an "Upgrade: h2c" request, or the HTTP/2
  * preface sent at once) is refused unless allowed here: such a request is
  * answered over HTTP/1.1. Call before sg_http_server_start. */
 void sg_http_server_allow_h2c(sg_http_server_t *s, int allow);
-/* Serves the files under dir at the URL prefix path with h2o's file
- * handler (GET and HEAD; index.html for a directory; a 301 adds the
- * trailing slash; a file that is not there is a 404), every reply under
- * path carrying the "Name: value" lines of headers (NULL-terminated, may be
- * NULL; copied), set over any the handler made. Paths registered here win
- * over the program's handler. Before sg_http_server_start. */
-void sg_http_server_add_files(sg_http_server_t *s, const char *path, const char *dir, const char *const *headers);
-/* Starts taking connections (the program's handler gets every path that
- * sg_http_server_add_files did not register). */
+/* Starts taking connections. */
 void sg_http_server_start(sg_http_server_t *s);
 h2o_loop_t *sg_http_server_loop(sg_http_server_t *s);
-h2o_context_t *sg_http_server_context(sg_http_server_t *s); /* after sg_http_server_start */
+h2o_context_t *sg_http_server_context(sg_http_server_t *s);
 int sg_http_server_port(sg_http_server_t *s);
 /* Stops accepting new connections (for shutdown). */
 void sg_http_server_stop_accepting(sg_http_server_t *s);

@@ -8,7 +8,7 @@
 # host needs no compiler: docker (and docker-compose) is enough.
 # The gateway image serves the ops dashboard (GET /dashboard): its page is
 # built here first, with the host's npm (dashboard/build.sh into
-# dashboard/dist/, which the image copies).
+# build/www/dashboard, which the image copies with the rest of build/www).
 # Unchanged inputs make this quick: Docker's layer cache for the service
 # images, build-images.sh's input hash for the sandbox images and the page.
 #
@@ -49,8 +49,11 @@ build_service() {
   fi
 }
 
+# GET /docs: the gateway image copies build/www/ (deploy/docker/Dockerfile)
+"$SG_ROOT"/deploy/www-docs.sh "$SG_ROOT/build/www"
+
 read -ra services <<<"${SANDGATE_COMPOSE_SERVICES:-redis proxy gateway}"
-case " ${services[*]} " in *" gateway "*) "$SG_ROOT"/dashboard/build.sh "$SG_ROOT/dashboard/dist" ;; esac
+case " ${services[*]} " in *" gateway "*) "$SG_ROOT"/dashboard/build.sh "$SG_ROOT/build/www/dashboard" ;; esac
 for s in "${services[@]}"; do
   case $s in redis|proxy|gateway) build_service "$s" ;; *) sg_die "compose: unknown service image '$s'" ;; esac
 done

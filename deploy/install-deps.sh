@@ -13,18 +13,19 @@ PKGS=(build-essential cmake pkg-config libh2o-evloop-dev libssl-dev
       clang-format  # the format check (tests/format.sh)
       runsc  # gVisor: the engine runs every sandbox under it (deploy/engine.sh)
       python3 nodejs  # the agent's unit tests run the kernels on the host
-      chromium)  # the dashboard's browser test (tests/dashboard/, playwright-core drives it)
+      chromium)  # GET /docs and the ops dashboard in a real browser (tests/openapi/, tests/dashboard/)
+# npm: GET /docs (deploy/www-docs.sh), the dashboard (dashboard/build.sh) and
+# the test suites' npm packages; the machine's own node/npm when present,
+# else Debian's
+command -v npm >/dev/null || PKGS+=(npm)
 
 missing=()
 for p in "${PKGS[@]}"; do
   [ "$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null)" = "ii " ] || missing+=("$p")
 done
-# npm builds the dashboard (dashboard/build.sh) and installs the browser test's
-# driver: the machine's own when there is one (it may come with its nodejs)
-command -v npm >/dev/null || missing+=(npm)
 
 if [ ${#missing[@]} -eq 0 ]; then
-  sg_log "deps: all ${#PKGS[@]} packages and npm present"
+  sg_log "deps: all ${#PKGS[@]} packages present"
   exit 0
 fi
 

@@ -17,6 +17,9 @@ sg_log "test: build/ (RelWithDebInfo)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j2
 ./deploy/build-images.sh build
+./deploy/www-docs.sh build/www   # GET /docs, which test_gw_seed004 fetches
+sg_log "test: npm ci in tests/openapi (the OpenAPI validator)"
+(cd tests/openapi && npm ci --no-audit --no-fund --ignore-scripts >/dev/null)
 
 sg_log "test: build-asan/ (ASan + UBSan)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSANDGATE_SANITIZE=ON >/dev/null

@@ -20,7 +20,7 @@ typedef struct {
     size_t count;
 } family_t;
 
-static family_t requests, executions, rejections, upstream_errors, closes;
+static family_t requests, executions, rejections, upstream_errors, closes, installs, errors;
 static long live_sessions;
 static int redis_up = -1;
 static unsigned long hist_counts[NBUCKETS + 1];
@@ -86,6 +86,16 @@ void sg_metrics_set_redis_up(int up)
     redis_up = up;
 }
 
+void sg_metrics_package_install(int success)
+{
+    series(&installs, success ? "success" : "failure", "", 0)->value++;
+}
+
+void sg_metrics_error(const char *type)
+{
+    series(&errors, type, "", 0)->value++;
+}
+
 static int put(sg_buf_t *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int put(sg_buf_t *out, const char *fmt, ...)
 {
@@ -97,6 +107,69 @@ static int put(sg_buf_t *out, const char *fmt, ...)
     if (n < 0)
         return -1;
     return sg_buf_append(out, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+}
+
+/* The sum of f's series whose first label is a. */
+static double first_total(const family_t *f, const char *a)
+{
+    double v = 0;
+    for (size_t i = 0; i < f->count; i++)
+        if (strcmp(f->s[i].a, a) == 0)
+            v += f->s[i].value;
+    return v;
+}
+
+/* The sum of f's series whose second label is b (any first label). */
+static double second_total(const family_t *f, const char *b)
+{
+    double v = 0;
+    for (size_t i = 0; i < f->count; i++)
+        if (strcmp(f->s[i].b, b) == 0)
+            v += f->s[i].value;
+    return v;
+}
+
+/* The execution-time histogram under name (help its HELP line). */
+static int put_duration_histogram(sg_buf_t *out, const char *name, const char *help)
+{
+    int rc = 0;
+    unsigned long cum = 0;
+    rc |= put(out, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (size_t i = 0; i < NBUCKETS; i++) {
+        cum += hist_counts[i];
+        rc |= put(out, "%s_bucket{le=\"%g\"} %lu\n", name, buckets[i], cum);
+    }
+    rc |= put(out, "%s_bucket{le=\"+Inf\"} %lu\n%s_sum %.6f\n%s_count %lu\n", name, hist_total, name, hist_sum, name,
+              hist_total);
+    return rc;
+}
+
+/* Seed 004's names (metrics.h), from the counters above. */
+static int render_seed004(sg_buf_t *out)
+{
+    int rc = 0;
+    rc |= put(out,
+              "# HELP sandbox_executions_total Total code executions (seed 004's name).\n"
+              "# TYPE sandbox_executions_total counter\nsandbox_executions_total %lu\n",
+              hist_total);
+    rc |= put_duration_histogram(out, "sandbox_execution_duration_seconds",
+                                 "Execution time histogram (seed 004's name).");
+    rc |= put(out, "# HELP sandbox_package_installs_total Package installations, by outcome (seed 004's name).\n"
+                   "# TYPE sandbox_package_installs_total counter\n");
+    rc |= put(out, "sandbox_package_installs_total{outcome=\"success\"} %.0f\n", first_total(&installs, "success"));
+    rc |= put(out, "sandbox_package_installs_total{outcome=\"failure\"} %.0f\n", first_total(&installs, "failure"));
+    rc |= put(out, "# HELP sandbox_errors_total Errors, by type (seed 004's name).\n"
+                   "# TYPE sandbox_errors_total counter\n");
+    rc |= put(out, "sandbox_errors_total{type=\"execution\"} %.0f\n", second_total(&executions, "error"));
+    rc |= put(out, "sandbox_errors_total{type=\"timeout\"} %.0f\n", second_total(&executions, "timeout"));
+    rc |= put(out, "sandbox_errors_total{type=\"no_result\"} %.0f\n", second_total(&executions, "failed"));
+    rc |= put(out, "sandbox_errors_total{type=\"package_install\"} %.0f\n", first_total(&installs, "failure"));
+    for (size_t i = 0; i < errors.count; i++)
+        rc |= put(out, "sandbox_errors_total{type=\"%s\"} %.0f\n", errors.s[i].a, errors.s[i].value);
+    for (size_t i = 0; i < upstream_errors.count; i++)
+        rc |= put(out, "sandbox_errors_total{type=\"proxy_%s\"} %.0f\n", upstream_errors.s[i].a,
+                  upstream_errors.s[i].value);
+    return rc;
 }
 
 int sg_metrics_render(sg_buf_t *out)
@@ -112,16 +185,8 @@ int sg_metrics_render(sg_buf_t *out)
     for (size_t i = 0; i < executions.count; i++)
         rc |= put(out, "sandgate_executions_total{lang=\"%s\",outcome=\"%s\"} %.0f\n", executions.s[i].a,
                   executions.s[i].b, executions.s[i].value);
-    rc |= put(out, "# HELP sandgate_execution_duration_seconds Execution time as the sandbox measured it.\n"
-                   "# TYPE sandgate_execution_duration_seconds histogram\n");
-    unsigned long cum = 0;
-    for (size_t i = 0; i < NBUCKETS; i++) {
-        cum += hist_counts[i];
-        rc |= put(out, "sandgate_execution_duration_seconds_bucket{le=\"%g\"} %lu\n", buckets[i], cum);
-    }
-    rc |= put(out, "sandgate_execution_duration_seconds_bucket{le=\"+Inf\"} %lu\n", hist_total);
-    rc |= put(out, "sandgate_execution_duration_seconds_sum %.6f\nsandgate_execution_duration_seconds_count %lu\n",
-              hist_sum, hist_total);
+    rc |= put_duration_histogram(out, "sandgate_execution_duration_seconds",
+                                 "Execution time as the sandbox measured it.");
     rc |= put(out,
               "# HELP sandgate_live_sessions Live sessions (all tenants).\n# TYPE sandgate_live_sessions gauge\n"
               "sandgate_live_sessions %ld\n",
@@ -140,6 +205,7 @@ int sg_metrics_render(sg_buf_t *out)
                    "# TYPE sandgate_sessions_closed_total counter\n");
     for (size_t i = 0; i < closes.count; i++)
         rc |= put(out, "sandgate_sessions_closed_total{reason=\"%s\"} %.0f\n", closes.s[i].a, closes.s[i].value);
+    rc |= render_seed004(out);
     if (redis_up >= 0)
         rc |= put(out,
                   "# HELP sandgate_redis_up Whether Redis answers.\n# TYPE sandgate_redis_up gauge\n"

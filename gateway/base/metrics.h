@@ -3,6 +3,13 @@
  * GET /metrics. Loop thread only. Label values are static strings (route
  * names, limit names, languages from the proxy's table); a fixed number of
  * series is kept, later new ones are counted under "other".
+ *
+ * Seed 004's names are rendered from the same counters, so they cannot
+ * drift: sandbox_executions_total and sandbox_execution_duration_seconds
+ * are the executions that ran (the histogram's count), sandbox_errors_total
+ * {type} sums the error series of the families (executions that failed or
+ * timed out, calls to the proxy that failed, installs that failed or were
+ * refused), sandbox_package_installs_total the installs.
  */
 #ifndef SANDGATE_METRICS_H
 #define SANDGATE_METRICS_H
@@ -19,6 +26,11 @@ void sg_metrics_upstream_error(const char *kind);
 void sg_metrics_set_live_sessions(long n);
 void sg_metrics_session_closed(const char *reason);
 void sg_metrics_set_redis_up(int up);
+/* A library install the proxy answered (POST /pip_install, POST
+ * /sessions/{id}/libraries): success 1 or 0. */
+void sg_metrics_package_install(int success);
+/* An error no other counter holds, by type (static string): "package_refused". */
+void sg_metrics_error(const char *type);
 int sg_metrics_render(sg_buf_t *out);
 
 #endif

@@ -6,6 +6,7 @@
  */
 #include "request.h"
 #include "fields.h"
+#include "json.h"
 #include "metrics.h"
 #include "util.h"
 #include "db.h"
@@ -108,11 +109,33 @@ static int wants_stream(h2o_req_t *req)
                                 H2O_STRLIT("text/event-stream")) != SIZE_MAX;
 }
 
+/* The body's "session_id" (SG_GW_ARG_BODY_SESSION) into sid: 0 (sid ""
+ * when the body names none, or is not JSON: the route answers that), 400
+ * when it is not a string, 404 when it is no UUID. */
+static int body_session(h2o_req_t *req, char *sid)
+{
+    json_object *o = sg_json_parse_object(req->entity.base, req->entity.len, NULL, 0), *v;
+    int status = 0;
+    sid[0] = '\0';
+    if (o != NULL && json_object_object_get_ex(o, "session_id", &v) && v != NULL) {
+        if (!json_object_is_type(v, json_type_string))
+            status = 400;
+        else if (json_object_get_string_len(v) != 36 || !sg_is_uuid(json_object_get_string(v), 36))
+            status = 404;
+        else
+            memcpy(sid, json_object_get_string(v), 37);
+    }
+    json_object_put(o);
+    return status;
+}
+
 int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_route_spec_t *spec)
 {
     sg_gw_route_t route = spec->route;
     h2o_iovec_t arg = m->nargs > 0 ? m->arg[0] : h2o_iovec_init(NULL, 0);
     size_t header_bytes = 0, body_cap = spec->file_body ? sg_gw.max_file_bytes : sg_gw.max_body;
+    if (spec->arg == SG_GW_ARG_BODY_SESSION && body_cap > SG_GW_BODY_SESSION_MAX)
+        body_cap = SG_GW_BODY_SESSION_MAX; /* parsed before the token is known: kept small */
     char template_name[256] = "";
 
     for (size_t i = 0; i < req->headers.size; i++)
@@ -134,6 +157,12 @@ int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_rout
     if (spec->arg == SG_GW_ARG_SESSION && (arg.len != 36 || !sg_is_uuid(arg.base, arg.len)))
         return refuse(req, route, 404, "no_such_session", "no session with id \"%.*s\"",
                       (int)(arg.len > 64 ? 64 : arg.len), arg.base);
+    char body_sid[37] = "";
+    int bs = spec->arg == SG_GW_ARG_BODY_SESSION ? body_session(req, body_sid) : 0;
+    if (bs == 400)
+        return refuse(req, route, 400, "bad_field", "field \"session_id\" must be a string");
+    if (bs == 404)
+        return refuse(req, route, 404, "no_such_session", "no session with that \"session_id\"");
     if (spec->file_body && req->query_at != SIZE_MAX && req->path.len - req->query_at >= SG_GW_QUERY_MAX)
         return refuse(req, route, 400, "bad_path", "the query string is %zu bytes, above the limit of %d",
                       req->path.len - req->query_at, SG_GW_QUERY_MAX - 1);
@@ -149,6 +178,8 @@ int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_rout
         memcpy(g->template_name, template_name, sizeof(template_name));
     else if (spec->arg == SG_GW_ARG_SESSION)
         memcpy(g->sid, arg.base, 36);
+    else if (spec->arg == SG_GW_ARG_BODY_SESSION)
+        memcpy(g->sid, body_sid, sizeof(body_sid));
     if (spec->file_body && req->query_at != SIZE_MAX)
         snprintf(g->query, sizeof(g->query), "%.*s", (int)(req->path.len - req->query_at),
                  req->path.base + req->query_at);

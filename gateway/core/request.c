@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const sg_gw_route_names[] = {"create_session",  "list_sessions",  "get_session",    "delete_session",
-                                         "execute",         "command",        "files",          "ephemeral_execute",
-                                         "install_library", "list_templates", "delete_template"};
+const char *const sg_gw_route_names[] = {"create_session",  "list_sessions",  "get_session",     "delete_session",
+                                         "execute",         "command",        "files",           "ephemeral_execute",
+                                         "install_library", "list_templates", "delete_template", "pip_install"};
 
 void sg_gw_req_free(sg_gw_req_t *g)
 {

@@ -35,17 +35,18 @@
 
 /* The routes of the public API, as the metrics name them. */
 typedef enum {
-    SG_GW_R_CREATE,         /* POST /sessions */
-    SG_GW_R_LIST,           /* GET /sessions */
-    SG_GW_R_GET,            /* GET /sessions/{id} */
-    SG_GW_R_DELETE,         /* DELETE /sessions/{id} */
-    SG_GW_R_EXECUTE,        /* POST /sessions/{id}/execute */
-    SG_GW_R_COMMAND,        /* POST /sessions/{id}/commands */
-    SG_GW_R_FILES,          /* PUT, GET /sessions/{id}/files */
-    SG_GW_R_EPHEMERAL,      /* POST /execute */
-    SG_GW_R_LIBRARIES,      /* POST /sessions/{id}/libraries */
-    SG_GW_R_TEMPLATES,      /* GET /templates */
-    SG_GW_R_TEMPLATE_DELETE /* DELETE /templates/{name} */
+    SG_GW_R_CREATE,          /* POST /sessions */
+    SG_GW_R_LIST,            /* GET /sessions */
+    SG_GW_R_GET,             /* GET /sessions/{id} */
+    SG_GW_R_DELETE,          /* DELETE /sessions/{id} */
+    SG_GW_R_EXECUTE,         /* POST /sessions/{id}/execute */
+    SG_GW_R_COMMAND,         /* POST /sessions/{id}/commands */
+    SG_GW_R_FILES,           /* PUT, GET /sessions/{id}/files */
+    SG_GW_R_EPHEMERAL,       /* POST /execute */
+    SG_GW_R_LIBRARIES,       /* POST /sessions/{id}/libraries */
+    SG_GW_R_TEMPLATES,       /* GET /templates */
+    SG_GW_R_TEMPLATE_DELETE, /* DELETE /templates/{name} */
+    SG_GW_R_PIP_INSTALL      /* POST /pip_install (seed 004) */
 } sg_gw_route_t;
 
 /* What a client that goes away while the proxy is called does to the call. */
@@ -57,8 +58,15 @@ typedef enum {
                         * dropped; one that started runs to its end and is billed */
 } sg_gw_gone_t;
 
-/* What the path's "*" names (sg_route_match_t arg[0]). */
-typedef enum { SG_GW_ARG_NONE, SG_GW_ARG_SESSION, SG_GW_ARG_TEMPLATE } sg_gw_arg_t;
+/* The largest body of a route whose session is named in its body
+ * (SG_GW_ARG_BODY_SESSION): the door parses it before the token is looked
+ * up, so it is kept small (a pip_install body is a few dozen bytes). */
+#define SG_GW_BODY_SESSION_MAX (64u << 10)
+
+/* What the path's "*" names (sg_route_match_t arg[0]); SG_GW_ARG_BODY_SESSION:
+ * an optional session named by the JSON body's "session_id" instead, held
+ * to the same checks (a UUID, the caller's own) when present. */
+typedef enum { SG_GW_ARG_NONE, SG_GW_ARG_SESSION, SG_GW_ARG_TEMPLATE, SG_GW_ARG_BODY_SESSION } sg_gw_arg_t;
 
 typedef struct sg_gw_req sg_gw_req_t;
 
@@ -79,7 +87,7 @@ struct sg_gw_req {
     const sg_gw_route_spec_t *spec;
     sg_gw_route_t route;
     char method[8];
-    char sid[37];            /* SG_GW_ARG_SESSION; "" otherwise */
+    char sid[37];            /* SG_GW_ARG_SESSION (or BODY_SESSION, when named); "" otherwise */
     char template_name[256]; /* SG_GW_ARG_TEMPLATE, decoded */
     int64_t template_row;    /* a keep_template create's slot (templates.h), 0 if none */
     char token[SG_TOKEN_MAX + 1];

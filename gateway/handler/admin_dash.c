@@ -13,7 +13,7 @@
  *   GET /admin/health               the proxy, its Docker engine and warm
  *                                   pools, the state backend, SQLite
  *   GET /dashboard                  the page itself: static files from
- *                                   SANDGATE_WWW_DIR/dashboard (sg_gw_dashboard_mount)
+ *                                   SANDGATE_WWW_DIR/dashboard (routes.c, sg_gw_www_dirs)
  *
  * Every reply is bounded: at most DASH_MAX_TENANTS tenants and
  * DASH_MAX_SESSIONS sessions (with the totals, so a cut list says so).
@@ -615,7 +615,7 @@ int sg_gw_admin_on_health(void *app, h2o_req_t *req, const sg_route_match_t *m)
 
 /* The page runs only its own files: scripts, styles, images and calls to
  * this origin, nothing inline, in no frame; no referrer leaves it. */
-static const char *const dashboard_headers[] = {
+const char *const sg_gw_dashboard_headers[] = {
     "Content-Security-Policy: default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
     "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
     "X-Content-Type-Options: nosniff",
@@ -624,10 +624,3 @@ static const char *const dashboard_headers[] = {
     "Cache-Control: no-cache",
     NULL,
 };
-
-void sg_gw_dashboard_mount(sg_http_server_t *server, const char *www_dir)
-{
-    char dir[4096];
-    snprintf(dir, sizeof(dir), "%s/dashboard", www_dir);
-    sg_http_server_add_files(server, "/dashboard", dir, dashboard_headers);
-}

@@ -2,7 +2,7 @@
  * handlers.h — the gateway's HTTP routes, one file per family under
  * handler/, each an sg_route_cb for the route tables of routes.c:
  * sessions.c, executions.c, files.c, libraries.c, templates.c (public and
- * admin), admin.c, admin_dash.c, metrics.c. The public ones hand their request to the
+ * admin), admin.c, admin_dash.c, metrics.c, health.c, openapi.c. The public ones hand their request to the
  * request core (request.h); the admin ones run behind the admin token
  * (routes.c checks it first).
  *
@@ -18,9 +18,13 @@
 #include "state.h"
 #include "store.h"
 
-/* metrics.c: no token */
+/* metrics.c, health.c, openapi.c: no token */
 int sg_gw_on_root(void *app, h2o_req_t *req, const sg_route_match_t *m);
 int sg_gw_on_metrics(void *app, h2o_req_t *req, const sg_route_match_t *m);
+int sg_gw_on_health(void *app, h2o_req_t *req, const sg_route_match_t *m);
+int sg_gw_on_openapi(void *app, h2o_req_t *req, const sg_route_match_t *m);
+/* The document GET /openapi.json serves (NUL terminated). */
+const char *sg_gw_openapi_document(size_t *len);
 
 /* sessions.c */
 int sg_gw_on_session_create(void *app, h2o_req_t *req, const sg_route_match_t *m);
@@ -36,6 +40,7 @@ int sg_gw_on_session_command(void *app, h2o_req_t *req, const sg_route_match_t *
 /* files.c, libraries.c */
 int sg_gw_on_session_files(void *app, h2o_req_t *req, const sg_route_match_t *m);
 int sg_gw_on_session_libraries(void *app, h2o_req_t *req, const sg_route_match_t *m);
+int sg_gw_on_pip_install(void *app, h2o_req_t *req, const sg_route_match_t *m);
 
 /* templates.c */
 int sg_gw_on_templates_list(void *app, h2o_req_t *req, const sg_route_match_t *m);
@@ -65,8 +70,8 @@ int sg_gw_admin_on_health(void *app, h2o_req_t *req, const sg_route_match_t *m);
 json_object *sg_gw_live_session_json(const sg_live_session_t *s);
 /* A usage row as the admin API lists it (GET /admin/usage, /admin/executions). */
 json_object *sg_gw_usage_row_json(const sg_usage_t *u);
-/* Serves GET /dashboard from www_dir/dashboard (with its security headers).
- * Before the server starts. */
-void sg_gw_dashboard_mount(sg_http_server_t *server, const char *www_dir);
+/* The headers of every reply under /dashboard (its static files, served
+ * from SANDGATE_WWW_DIR/dashboard: routes.c, sg_gw_www_dirs), NULL-terminated. */
+extern const char *const sg_gw_dashboard_headers[];
 
 #endif

@@ -90,6 +90,7 @@ static const sg_route_t routes[] = {
     {SG_M_GET | SG_M_HEAD, "/", get_root},
     {SG_M_GET, "/health", get_health},
     {SG_M_POST, "/execute", sg__api_post_execute},
+    {SG_M_POST, "/libraries", sg__api_post_libraries},
     {SG_M_DELETE, "/requests/*", sg__api_delete_request},
     {SG_M_GET, "/templates", sg__api_get_templates},
     {SG_M_DELETE, "/templates/*", sg__api_delete_template},

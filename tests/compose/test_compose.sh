@@ -185,6 +185,12 @@ else not_ok "GET /dashboard/ serves the ops page" "expected HTTP 200 and the pag
 TOKEN='' api GET /sessions
 check "GET /sessions without a token is 401 with detail and code" 401 '(.detail | type) == "string" and (.code | type) == "string"'
 
+TOKEN='' api GET /health
+check "GET /health: the proxy and the Docker engine answer" 200 '.status == "ok" and .proxy and .docker and .state.backend == "redis"'
+TOKEN='' api GET /docs/
+if [ "$code" = 200 ] && grep -q '/openapi.json' "$TMP/body"; then ok "GET /docs/ serves the page that loads /openapi.json"
+else not_ok "GET /docs/ serves the page that loads /openapi.json" "got HTTP $code"; fi
+
 # --- seed 003 README, session-based execution ---------------------------------
 api POST /sessions '{"lang": "python"}'
 check "POST /sessions" 200 '(.session_id | type) == "string" and (.session_id | length) > 0 and .status == "active"'
