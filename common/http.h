@@ -28,6 +28,9 @@ sg_http_server_t *sg_http_server_create(const char *host, int port, size_t max_b
 typedef struct {
     const char *url_path;
     const char *dir;
+    /* "Name: value" lines (NULL-terminated, may be NULL; copied) set on every
+     * reply under url_path, over any the file handler made */
+    const char *const *headers;
 } sg_http_dir_t;
 /* sg_http_server_create with dirs[0..ndirs) served as static files
  * (copied; a missing dir answers 404). */

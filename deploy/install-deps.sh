@@ -14,9 +14,10 @@ PKGS=(build-essential cmake pkg-config libh2o-evloop-dev libssl-dev
       clang-format  # the format check (tests/format.sh)
       runsc  # gVisor: the engine runs every sandbox under it (deploy/engine.sh)
       python3 nodejs  # the agent's unit tests run the kernels on the host
-      chromium)  # tests/openapi/docs_render.sh: GET /docs in a real browser
-# npm: GET /docs (deploy/www-docs.sh) and the test suites' npm packages; the
-# machine's own node/npm when present, else Debian's
+      chromium)  # GET /docs and the ops dashboard in a real browser (tests/openapi/, tests/dashboard/)
+# npm: GET /docs (deploy/www-docs.sh), the dashboard (dashboard/build.sh) and
+# the test suites' npm packages; the machine's own node/npm when present,
+# else Debian's
 command -v npm >/dev/null || PKGS+=(npm)
 
 missing=()

@@ -25,6 +25,12 @@ sg_log "test: build-asan/ (ASan + UBSan)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSANDGATE_SANITIZE=ON >/dev/null
 cmake --build build-asan -j2
 
+# the dashboard's page (npm ci from its lock file, then Vite) and its browser
+# test's driver (playwright-core, pinned); the test finds the page in build-asan/www
+sg_log "test: the dashboard page and its browser test's packages"
+./dashboard/build.sh build-asan/www/dashboard
+(cd tests/dashboard && npm ci --no-audit --no-fund --loglevel=error)
+
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 sg_log "test: ctest --test-dir build-asan"

@@ -7,7 +7,9 @@
 #include "config.h"
 #include "daemon.h"
 #include "gateway.h"
+#include "handlers.h"
 #include "routes.h"
+#include "stats.h"
 #include "http.h"
 #include "log.h"
 #include "reaper.h"
@@ -76,7 +78,8 @@ static const sg_cfg_entry_t config_table[] = {
     {"SANDGATE_ADMIN_FAIL_WINDOW_S", SG_CFG_DOUBLE, "60", 0.1, 86400, &cfg.admin_fail_window,
      "seconds of that window, and of the wait after it is full"},
     {"SANDGATE_WWW_DIR", SG_CFG_STR, "/usr/share/sandgate/www", 0, 0, &cfg.www_dir,
-     "directory of the static pages, one subdirectory each (docs/: GET /docs), built by deploy/www-docs.sh"},
+     "directory of the static pages, one subdirectory each (docs/: GET /docs, built by deploy/www-docs.sh; dashboard/: "
+     "GET /dashboard, built by dashboard/build.sh)"},
     {"SANDGATE_LOG_LEVEL", SG_CFG_STR, "info", 0, 0, &cfg.log_level, "error, warn, info or debug"},
 };
 
@@ -110,8 +113,9 @@ int main(int argc, char **argv)
         char *dir = sg_xmalloc(strlen(cfg.www_dir) + strlen(www[i].subdir) + 2);
         sprintf(dir, "%s/%s", cfg.www_dir, www[i].subdir);
         if (access(dir, R_OK | X_OK) != 0)
-            sg_warn("%s: %s (GET %s answers 404; deploy/www-docs.sh builds it)", dir, strerror(errno), www[i].url_path);
+            sg_warn("%s: %s (GET %s answers 404; %s builds it)", dir, strerror(errno), www[i].url_path, www[i].builder);
         dirs[i].url_path = www[i].url_path;
+        dirs[i].headers = www[i].headers;
         dirs[i].dir = dir;
     }
     server = sg_http_server_create_with_dirs(cfg.host, (int)cfg.port, max_body, sg_gw_handle, NULL, dirs, nwww, err,
@@ -124,6 +128,7 @@ int main(int argc, char **argv)
         return 1;
     }
     sg_http_server_allow_h2c(server, cfg.http2_cleartext);
+    sg_stats_init(sg_wall_s());
     sg_gw.loop = sg_http_server_loop(server);
     sg_gw.admin_throttle = sg_throttle_create(cfg.admin_fail_limit, cfg.admin_fail_window);
     sg_gw.dbq = sg_workq_create(sg_gw.loop, (int)cfg.db_workers);

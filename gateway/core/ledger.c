@@ -7,6 +7,7 @@
 #include "request.h"
 #include "log.h"
 #include "metrics.h"
+#include "stats.h"
 #include "util.h"
 #include "db.h"
 #include "tenant.h"
@@ -254,6 +255,7 @@ void sg_gw_record_execution(sg_gw_req_t *g, const char *result, size_t result_le
                          : j->usage.exit_code == 0 ? "success"
                                                    : "error",
                          duration);
+    sg_stats_execution(sg_wall_s(), (double)(sg_now_us() - g->started_us) / 1e6);
     sg_state_quota_add_seconds(sg_gw.state, g->tenant.id, g->day, duration, sg_gw_state_ignore, NULL);
     json_object_put(o);
     sg_gw_db_submit(&j->job);

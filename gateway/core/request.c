@@ -9,6 +9,7 @@
 #include "fields.h"
 #include "json.h"
 #include "metrics.h"
+#include "stats.h"
 #include "util.h"
 #include "clock.h"
 #include "close.h"
@@ -104,6 +105,7 @@ void sg_gw_reply_429(sg_gw_req_t *g, const char *code, const char *limit, double
     va_list ap;
     h2o_req_t *req = sg_gw_req_http(g);
     sg_metrics_quota_rejection(limit);
+    sg_stats_rejection(g->tenant.id, limit);
     if (req == NULL)
         return;
     va_start(ap, fmt);

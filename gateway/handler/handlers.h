@@ -2,7 +2,7 @@
  * handlers.h — the gateway's HTTP routes, one file per family under
  * handler/, each an sg_route_cb for the route tables of routes.c:
  * sessions.c, executions.c, files.c, libraries.c, templates.c (public and
- * admin), admin.c, metrics.c, health.c, openapi.c. The public ones hand their request to the
+ * admin), admin.c, admin_dash.c, metrics.c, health.c, openapi.c. The public ones hand their request to the
  * request core (request.h); the admin ones run behind the admin token
  * (routes.c checks it first).
  *
@@ -13,7 +13,10 @@
 
 #include <h2o.h>
 
+#include "http.h"
 #include "route.h"
+#include "state.h"
+#include "store.h"
 
 /* metrics.c, health.c, openapi.c: no token */
 int sg_gw_on_root(void *app, h2o_req_t *req, const sg_route_match_t *m);
@@ -57,5 +60,18 @@ int sg_gw_admin_on_token_revoke(void *app, h2o_req_t *req, const sg_route_match_
 int sg_gw_admin_on_sessions_list(void *app, h2o_req_t *req, const sg_route_match_t *m);
 int sg_gw_admin_on_session_close(void *app, h2o_req_t *req, const sg_route_match_t *m);
 int sg_gw_admin_on_usage(void *app, h2o_req_t *req, const sg_route_match_t *m);
+
+/* admin_dash.c: what the ops dashboard reads, and the page itself */
+int sg_gw_admin_on_overview(void *app, h2o_req_t *req, const sg_route_match_t *m);
+int sg_gw_admin_on_stats(void *app, h2o_req_t *req, const sg_route_match_t *m);
+int sg_gw_admin_on_executions(void *app, h2o_req_t *req, const sg_route_match_t *m);
+int sg_gw_admin_on_health(void *app, h2o_req_t *req, const sg_route_match_t *m);
+/* A live session as the admin API lists it (GET /admin/sessions, /admin/overview). */
+json_object *sg_gw_live_session_json(const sg_live_session_t *s);
+/* A usage row as the admin API lists it (GET /admin/usage, /admin/executions). */
+json_object *sg_gw_usage_row_json(const sg_usage_t *u);
+/* The headers of every reply under /dashboard (its static files, served
+ * from SANDGATE_WWW_DIR/dashboard: routes.c, sg_gw_www_dirs), NULL-terminated. */
+extern const char *const sg_gw_dashboard_headers[];
 
 #endif

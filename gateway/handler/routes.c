@@ -49,12 +49,17 @@ static const sg_route_t admin_routes[] = {
     {SG_M_GET, "/admin/templates", sg_gw_admin_on_templates_list, 0},
     {SG_M_DELETE, "/admin/templates/*", sg_gw_admin_on_template_delete, 0},
     {SG_M_GET, "/admin/usage", sg_gw_admin_on_usage, 0},
+    {SG_M_GET, "/admin/overview", sg_gw_admin_on_overview, 0},
+    {SG_M_GET, "/admin/stats", sg_gw_admin_on_stats, 0},
+    {SG_M_GET, "/admin/executions", sg_gw_admin_on_executions, 0},
+    {SG_M_GET, "/admin/health", sg_gw_admin_on_health, 0},
 };
 
 /* Served as static files from SANDGATE_WWW_DIR/<subdir> by h2o's file
  * handler, ahead of the route tables (main.c registers them). */
 static const sg_gw_www_t www_dirs[] = {
-    {"/docs", "docs"},
+    {"/docs", "docs", "deploy/www-docs.sh", NULL},
+    {"/dashboard", "dashboard", "dashboard/build.sh", sg_gw_dashboard_headers},
 };
 
 const sg_route_t *sg_gw_routes(sg_gw_table_t table, size_t *n)

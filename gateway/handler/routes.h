@@ -24,10 +24,13 @@ typedef enum { SG_GW_TABLE_PUBLIC, SG_GW_TABLE_ADMIN } sg_gw_table_t;
 const sg_route_t *sg_gw_routes(sg_gw_table_t table, size_t *n);
 
 /* The static directories (GET only): url_path served from
- * <SANDGATE_WWW_DIR>/<subdir> by h2o's file handler, ahead of the tables. */
+ * <SANDGATE_WWW_DIR>/<subdir> by h2o's file handler, ahead of the tables,
+ * with headers of their own (the dashboard's Content-Security-Policy). */
 typedef struct {
     const char *url_path;
     const char *subdir;
+    const char *builder;        /* what builds it, for the warning when it is missing */
+    const char *const *headers; /* set on every reply under url_path (NULL: none) */
 } sg_gw_www_t;
 const sg_gw_www_t *sg_gw_www_dirs(size_t *n);
 

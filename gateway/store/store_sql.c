@@ -120,6 +120,15 @@ static const char *const fixed_sql[S__COUNT] = {
                             " AND started_at < ?3 ORDER BY started_at, id LIMIT ?4",
     [S_USAGE_LIST_ALL] = "SELECT " USAGE_COLS " FROM usage WHERE started_at >= ?2 AND started_at < ?3"
                          " ORDER BY started_at, id LIMIT ?4",
+    [S_USAGE_RECENT] = "SELECT " USAGE_COLS " FROM usage ORDER BY started_at DESC, id DESC LIMIT ?1",
+    /* a day's rows by the time index; the rows added after a given id by the
+     * rowid alone (NOT INDEXED: else the planner walks a whole index for the
+     * GROUP BY) */
+    [S_USAGE_TOTALS_BY_TENANT] = "SELECT tenant_id, COUNT(*), TOTAL(duration), MAX(id) FROM usage"
+                                 " WHERE started_at >= ?1 AND started_at < ?2 GROUP BY tenant_id ORDER BY tenant_id",
+    [S_USAGE_TOTALS_SINCE] = "SELECT tenant_id, COUNT(*), TOTAL(duration), MAX(id) FROM usage NOT INDEXED"
+                             " WHERE id > ?3 AND started_at >= ?1 AND started_at < ?2 GROUP BY tenant_id"
+                             " ORDER BY tenant_id",
     [S_SESSION_INSERT] =
         "INSERT INTO sessions (id, tenant_id, lang, created_at, executions, runtime) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     [S_SESSION_CLOSE] = "UPDATE sessions SET closed_at = ?2, close_reason = ?3 WHERE id = ?1 AND closed_at IS NULL",

@@ -10,6 +10,8 @@
 #include "capacity.h"
 #include "docker.h"
 #include "json.h"
+#include "lang.h"
+#include "pool.h"
 #include "runtime.h"
 #include "util.h"
 
@@ -56,6 +58,12 @@ static void health_done(sg_job_t *job)
         json_object_object_add(o, "sessions", json_object_new_int64((int64_t)sg_session_count()));
         json_object_object_add(o, "containers", json_object_new_int64(sg_capacity_used()));
         json_object_object_add(o, "max_containers", json_object_new_int64(sg_capacity_max()));
+        json_object *pools = json_object_new_object();
+        for (size_t i = 0; i < sg_lang_count(); i++)
+            json_object_object_add(pools, sg_lang_at(i)->name,
+                                   json_object_new_int64((int64_t)sg_pool_ready(sg_lang_at(i), sg_sessions_runtime())));
+        json_object_object_add(o, "pools", pools);
+        json_object_object_add(o, "pool_size", json_object_new_int64(sg_pool_size()));
         sg_http_send_json(req, j->ok ? 200 : 503, o);
     }
     sg__api_pending_free(j->p);

@@ -173,6 +173,11 @@ int sg_pool_yield(void (*cb)(void *data), void *data)
     return -1;
 }
 
+long sg_pool_size(void)
+{
+    return sg__sessions_conf()->pool_size;
+}
+
 size_t sg_pool_ready(const sg_lang_t *lang, const char *runtime)
 {
     size_t ri = sg_runtime_index(runtime);

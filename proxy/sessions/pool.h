@@ -43,6 +43,8 @@ int sg_pool_yield(void (*cb)(void *data), void *data);
 int sg_slot_await(void (*cb)(void *data), void *data);
 /* Ready containers in the pool of lang and runtime ("runc" or "runsc"). */
 size_t sg_pool_ready(const sg_lang_t *lang, const char *runtime);
+/* How many the pool keeps per language and runtime (SANDGATE_POOL_SIZE). */
+long sg_pool_size(void);
 
 /* The watchdog (fails ops whose agent did not answer in time), then the
  * pool's refill. Call about once a second from the loop. */

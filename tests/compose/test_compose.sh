@@ -179,6 +179,9 @@ check() {
 
 TOKEN='' api GET /
 check "GET / without a token" 200 '.status == "ok"'
+TOKEN='' api GET /dashboard/
+if [ "$code" = 200 ] && grep -q '<script type="module"' "$TMP/body"; then ok "GET /dashboard/ serves the ops page"
+else not_ok "GET /dashboard/ serves the ops page" "expected HTTP 200 and the page" "got HTTP $code"; fi
 TOKEN='' api GET /sessions
 check "GET /sessions without a token is 401 with detail and code" 401 '(.detail | type) == "string" and (.code | type) == "string"'
 
