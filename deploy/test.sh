@@ -17,7 +17,11 @@ sg_log "test: build/ (RelWithDebInfo)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j2
 ./deploy/build-images.sh build
-./deploy/www-docs.sh build/www   # GET /docs, which test_gw_seed004 fetches
+# the static pages the gateway serves from build/www (SANDGATE_WWW_DIR in the
+# tests): GET /docs (Swagger UI, npm), and the ops dashboard (npm ci from its
+# lock file, then Vite), as the run command builds them
+./deploy/www-docs.sh build/www
+./dashboard/build.sh build/www/dashboard >/dev/null
 sg_log "test: npm ci in tests/openapi (the OpenAPI validator)"
 (cd tests/openapi && npm ci --no-audit --no-fund --ignore-scripts >/dev/null)
 
@@ -25,10 +29,8 @@ sg_log "test: build-asan/ (ASan + UBSan)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSANDGATE_SANITIZE=ON >/dev/null
 cmake --build build-asan -j2
 
-# the dashboard's page (npm ci from its lock file, then Vite) and its browser
-# test's driver (playwright-core, pinned); the test finds the page in build-asan/www
-sg_log "test: the dashboard page and its browser test's packages"
-./dashboard/build.sh build-asan/www/dashboard
+# the dashboard's browser test's driver (playwright-core, pinned)
+sg_log "test: the dashboard's browser test's packages"
 (cd tests/dashboard && npm ci --no-audit --no-fund --loglevel=error)
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
