@@ -38,6 +38,7 @@
 static const char *const legacy_versions[] = {"2025-11-25", "2025-06-18"};
 #define N_LEGACY (sizeof(legacy_versions) / sizeof(legacy_versions[0]))
 #define SERVER_VERSION "1.0.0"
+#define CACHE_TTL_MS 300000
 #define META_VERSION "io.modelcontextprotocol/protocolVersion"
 #define META_CAPS "io.modelcontextprotocol/clientCapabilities"
 #define INSTRUCTIONS                                                                                                   \
@@ -253,6 +254,16 @@ static json_object *supported_versions(void)
     return a;
 }
 
+/* 2026-07-28's caching hints on a list or discover result: the same for
+ * every tenant and fixed for the life of the gateway's build. */
+static void cacheable(const mcp_call_t *call, json_object *r)
+{
+    if (!call->modern)
+        return;
+    json_object_object_add(r, "ttlMs", json_object_new_int(CACHE_TTL_MS));
+    json_object_object_add(r, "cacheScope", json_object_new_string("public"));
+}
+
 /* A request (call has an id) of either revision, past its revision's
  * checks. The call is g's from here: freed with g. */
 static void dispatch(sg_gw_req_t *g, mcp_call_t *call)
@@ -269,11 +280,17 @@ static void dispatch(sg_gw_req_t *g, mcp_call_t *call)
         send_error(g, 200, call->id, MCP_INVALID_PARAMS, "params must be an object", NULL);
         goto Done;
     }
-    if (strcmp(method, "ping") == 0) {
+    if (call->modern &&
+        (strcmp(method, "ping") == 0 || strcmp(method, "initialize") == 0 || strcmp(method, "logging/setLevel") == 0)) {
+        /* gone in 2026-07-28 */
+        snprintf(detail, sizeof(detail), "Method not found: %s is not part of 2026-07-28", method);
+        send_error(g, 404, call->id, MCP_METHOD_NOT_FOUND, detail, NULL);
+    } else if (strcmp(method, "ping") == 0) {
         sg_mcp_reply_result(g, call, json_object_new_object());
     } else if (strcmp(method, "tools/list") == 0) {
         json_object *r = json_object_new_object();
         json_object_object_add(r, "tools", sg_mcp_tools_list());
+        cacheable(call, r);
         sg_mcp_reply_result(g, call, r);
     } else if (strcmp(method, "server/discover") == 0) {
         json_object *r = json_object_new_object();
@@ -281,6 +298,7 @@ static void dispatch(sg_gw_req_t *g, mcp_call_t *call)
         json_object_object_add(r, "capabilities", capabilities());
         json_object_object_add(r, "serverInfo", server_info());
         json_object_object_add(r, "instructions", json_object_new_string(INSTRUCTIONS));
+        cacheable(call, r);
         sg_mcp_reply_result(g, call, r);
     } else if (strcmp(method, "tools/call") == 0) {
         g->capture_data = call;
@@ -615,9 +633,8 @@ static void mcp_run(sg_gw_req_t *g)
         json_object_object_get_ex(params, "_meta", &meta) && !json_object_is_type(meta, json_type_object))
         meta = NULL;
     h2o_iovec_t hv = header(req, "mcp-protocol-version");
-    int modern =
-        strcmp(method, "initialize") != 0 &&
-        ((meta != NULL && json_object_object_get_ex(meta, META_VERSION, NULL)) || header_is(hv, MODERN_VERSION));
+    /* 2026-07-28 by its marks (an initialize with them is a method it removed) */
+    int modern = (meta != NULL && json_object_object_get_ex(meta, META_VERSION, NULL)) || header_is(hv, MODERN_VERSION);
     call->modern = modern;
     if (modern)
         run_modern(g, req, call, method, meta);

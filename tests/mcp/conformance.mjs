@@ -3,15 +3,18 @@
 // token, so a loopback forwarder in this process adds
 // "Authorization: Bearer TOKEN" to every request and passes everything else
 // through unchanged (headers, Host, bodies, streamed replies).
-// Usage: node conformance.mjs GATEWAY_URL TOKEN OUT_DIR
-// Exit status: the suite's, with EXPECTED-FAILURES.yml as its baseline: any
-// failure not listed there, or a listed one that passes, fails the run.
+// Usage: node conformance.mjs GATEWAY_URL TOKEN OUT_DIR [REVISION]
+// Without REVISION, the suite's default ("active") scenarios with
+// EXPECTED-FAILURES.yml as the baseline; with one (2026-07-28), exactly the
+// scenarios that revision requires, with EXPECTED-FAILURES-REVISION.yml.
+// Exit status: the suite's: a failure not in the baseline, or a listed one
+// that passes, fails the run.
 import http from "node:http";
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import path from "node:path";
 
-const [gateway, token, outDir] = process.argv.slice(2);
+const [gateway, token, outDir, revision] = process.argv.slice(2);
 const here = path.dirname(fileURLToPath(import.meta.url));
 const target = new URL(gateway);
 
@@ -32,8 +35,9 @@ await new Promise((r) => forwarder.listen(0, "127.0.0.1", r));
 const url = `http://localhost:${forwarder.address().port}/mcp`;
 
 const cli = path.join(here, "node_modules/@modelcontextprotocol/conformance/dist/index.js");
-const extra = process.env.SG_CONFORMANCE_ARGS ? process.env.SG_CONFORMANCE_ARGS.split(" ") : [];
-const args = [cli, "server", ...extra, "--url", url, "--expected-failures", path.join(here, "EXPECTED-FAILURES.yml"),
+const extra = revision ? ["--requirements", revision] : [];
+const baseline = path.join(here, revision ? `EXPECTED-FAILURES-${revision}.yml` : "EXPECTED-FAILURES.yml");
+const args = [cli, "server", ...extra, "--url", url, "--expected-failures", baseline,
               "--timeout", "60000"];
 if (outDir) args.push("-o", outDir);
 const child = spawn(process.execPath, args, { stdio: "inherit" });
