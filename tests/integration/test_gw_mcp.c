@@ -18,6 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 static sggw_stack_t stack;
 
@@ -485,10 +488,93 @@ SGGW_TEST(test_session_tools_and_files)
     free(msid);
 }
 
+/* Reads fd into buf (from *got on, NUL-terminated) until needle is in it;
+ * false at EOF or after timeout_s. */
+static bool read_until(int fd, char *buf, size_t size, size_t *got, const char *needle, double timeout_s)
+{
+    double deadline = sggw_wall() + timeout_s;
+    struct timeval tv = {.tv_sec = 0, .tv_usec = 200000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    buf[*got] = '\0';
+    while (strstr(buf, needle) == NULL) {
+        if (*got >= size - 1 || sggw_wall() > deadline)
+            return false;
+        ssize_t n = read(fd, buf + *got, size - 1 - *got);
+        if (n == 0)
+            return false;
+        if (n > 0) {
+            *got += (size_t)n;
+            buf[*got] = '\0';
+        }
+    }
+    return true;
+}
+
+/* The session's count of requests waiting behind its running one. */
+static long session_waiting(const char *tok, const char *sid)
+{
+    char path[80];
+    snprintf(path, sizeof(path), "/sessions/%s", sid);
+    json_object *o = SGGW_CALL_JSON(stack.gw, tok, "GET", path, NULL, 200);
+    long n = (long)SG_INT(o, "waiting");
+    json_object_put(o);
+    return n;
+}
+
+SGGW_TEST(test_closing_the_stream_cancels)
+{
+    sggw_auth_t a;
+    char *tok = sggw_new_tenant_auth(&a, data_dir(), "mcp-cancel");
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL), url[200], body[800], buf[16384];
+
+    /* a run that holds the session: streamed, so that its start is seen */
+    snprintf(url, sizeof(url), "%s/sessions/%s/execute", sggw_gateway_url(stack.gw), sid);
+    const char *sse[] = {a.h[0], "Accept: text/event-stream", NULL};
+    int first =
+        sggw_http_open("POST", url, "{\"code\":\"print('started', flush=True)\\nimport time\\ntime.sleep(4)\"}", sse);
+    SG_CHECK(first >= 0, NULL, "the first run was sent");
+    size_t got = 0;
+    SG_CHECK(read_until(first, buf, sizeof(buf), &got, "started", 30), NULL, "the first run started: %s", buf);
+
+    /* an MCP call queued behind it, whose client then closes its connection */
+    snprintf(url, sizeof(url), "%s/mcp", sggw_gateway_url(stack.gw));
+    snprintf(body, sizeof(body),
+             "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"execute_code\","
+             "\"arguments\":{\"session_id\":\"%s\",\"code\":\"open('marker','w').write('ran')\"}," META "}}",
+             sid, "2026-07-28");
+    const char *hs[] = {a.h[0],
+                        "Accept: application/json, text/event-stream",
+                        "MCP-Protocol-Version: 2026-07-28",
+                        "Mcp-Method: tools/call",
+                        "Mcp-Name: execute_code",
+                        NULL};
+    int second = sggw_http_open("POST", url, body, hs);
+    SG_CHECK(second >= 0, NULL, "the MCP call was sent");
+    double deadline = sggw_wall() + 10;
+    while (session_waiting(tok, sid) != 1) {
+        SG_CHECK(sggw_wall() < deadline, NULL, "the MCP call never waited in the session's queue");
+        usleep(20000);
+    }
+    close(second);
+
+    SG_CHECK(read_until(first, buf, sizeof(buf), &got, "event: result", 30), NULL, "the first run ended: %s", buf);
+    close(first);
+    /* the cancelled call never ran, and is not billed */
+    char path[160];
+    snprintf(path, sizeof(path), "/sessions/%s/files?path=marker", sid);
+    SGGW_CALL_ERROR(stack.gw, tok, "GET", path, NULL, 404, NULL);
+    json_object *o = sggw_execute(stack.gw, tok, sid, "import os\nprint(os.path.exists('marker'))", 0);
+    SG_CHECK(strcmp(SG_STR(o, "stdout"), "False\n") == 0, o, "no marker");
+    json_object_put(o);
+    sggw_expect_ledger_execs(data_dir(), "mcp-cancel", 2, 5);
+    sggw_session_done(stack.gw, tok, sid);
+}
+
 int main(void)
 {
     return SG_RUN_TESTS("gw_mcp", group_setup, sggw_stack_group_teardown, NULL, sggw_stack_teardown,
                         test_auth_and_challenge, test_session_lifecycle, test_cross_tenant_session_id,
                         test_sse_or_json_by_accept, test_stateless_revision_headers, test_bad_jsonrpc_and_origin,
-                        test_quota_through_mcp_is_the_ledger, test_session_tools_and_files);
+                        test_quota_through_mcp_is_the_ledger, test_session_tools_and_files,
+                        test_closing_the_stream_cancels);
 }
