@@ -74,7 +74,7 @@ static const sg_cfg_entry_t config_table[] = {
      "seconds of that window, and of the wait after it is full"},
     {"SANDGATE_MCP_SESSIONS", SG_CFG_INT, "32", 1, 100000, &sg_gw.mcp_sessions,
      "MCP sessions (POST /mcp, 2025 revisions) a tenant may hold at once"},
-    {"SANDGATE_MCP_IDLE_S", SG_CFG_INT, "3600", 10, 30 * 86400, &sg_gw.mcp_idle_s,
+    {"SANDGATE_MCP_IDLE_S", SG_CFG_INT, "3600", 1, 30 * 86400, &sg_gw.mcp_idle_s,
      "seconds an MCP session lives without a request"},
     {"SANDGATE_MCP_ORIGINS", SG_CFG_STR, "", 0, 0, &sg_gw.mcp_origins,
      "comma-separated Origin values /mcp accepts besides its own (a request without Origin is accepted)"},

@@ -570,11 +570,66 @@ SGGW_TEST(test_closing_the_stream_cancels)
     sggw_session_done(stack.gw, tok, sid);
 }
 
+/* A second gateway on the suite's Redis and SQLite file: MCP sessions
+ * are the state's, so either gateway serves them; at most
+ * SANDGATE_MCP_SESSIONS per tenant; one unused for SANDGATE_MCP_IDLE_S ends. */
+SGGW_TEST(test_mcp_sessions_shared_bounded_expiring)
+{
+    const char *env[] = {"SANDGATE_MCP_SESSIONS=2", "SANDGATE_MCP_IDLE_S=2", NULL};
+    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy),
+                        .redis_url = sggw_redis_url(stack.redis),
+                        .data_dir = data_dir(),
+                        .env = env};
+    sggw_gateway_t *g1 = stack.gw, *g2 = stack.extra_gw = sggw_gateway_start(&opts);
+    SG_CHECK(g2 != NULL, NULL, "cannot start a second gateway");
+    sggw_auth_t a;
+    char *tok = sggw_new_tenant_auth(&a, data_dir(), "mcp-shared");
+    int64_t tid = sggw_tenant_id(data_dir(), "mcp-shared");
+    sgtest_reply_t r;
+
+    stack.gw = g2;
+    char *m1 = initialize(tok), *m2 = initialize(tok);
+    mcp_post(tok, NULL, INIT_BODY, &r);
+    SG_ASSERT_STATUS(&r, 429);
+    sggw_int_header(&r, "Retry-After", 1);
+    sgtest_reply_free(&r);
+    /* the other gateway knows them: m1 used there (renewed with its idle
+     * time), m2 ended there */
+    stack.gw = g1;
+    in_session(tok, m1, TOOLS_LIST, &r);
+    SG_ASSERT_STATUS(&r, 200);
+    sgtest_reply_free(&r);
+    mcp_delete(tok, m2, &r);
+    SG_ASSERT_STATUS(&r, 200);
+    sgtest_reply_free(&r);
+    stack.gw = g2;
+    char *m3 = initialize(tok);
+    /* m3, unused, ends after g2's 2 s: wait past its deadline as Redis has it */
+    char *score = sggw_redis_cmd(stack.redis, NULL, "ZSCORE sg:tenant:%lld:mcp %s", (long long)tid, m3);
+    SG_CHECK(score != NULL, NULL, "m3 is in the tenant's set");
+    double until = atof(score);
+    free(score);
+    while (sggw_wall() < until + 1.1)
+        usleep(100000);
+    in_session(tok, m3, TOOLS_LIST, &r);
+    expect_rpc_error(&r, 404, -32600);
+    char *m4 = initialize(tok); /* m1 and m4: within the cap again */
+    stack.gw = g1;
+    in_session(tok, m1, TOOLS_LIST, &r);
+    SG_ASSERT_STATUS(&r, 200);
+    sgtest_reply_free(&r);
+    free(m1);
+    free(m2);
+    free(m3);
+    free(m4);
+    free(tok);
+}
+
 int main(void)
 {
     return SG_RUN_TESTS("gw_mcp", group_setup, sggw_stack_group_teardown, NULL, sggw_stack_teardown,
                         test_auth_and_challenge, test_session_lifecycle, test_cross_tenant_session_id,
                         test_sse_or_json_by_accept, test_stateless_revision_headers, test_bad_jsonrpc_and_origin,
                         test_quota_through_mcp_is_the_ledger, test_session_tools_and_files,
-                        test_closing_the_stream_cancels);
+                        test_closing_the_stream_cancels, test_mcp_sessions_shared_bounded_expiring);
 }
