@@ -403,16 +403,30 @@ static const char *legacy_version(const char *asked)
     return LEGACY_LATEST;
 }
 
-static void on_opened(void *data, const sg_state_result_t *r)
+#define STATE_DOWN "MCP sessions are unavailable (the shared state does not answer); try again"
+
+/* The call g waited on the state with, back from g; NULL when the state did
+ * not answer: then 503 (MCP sessions fail closed) and both are freed. */
+static mcp_call_t *take_call(sg_gw_req_t *g, const sg_state_result_t *r)
 {
-    sg_gw_req_t *g = data;
     mcp_call_t *call = g->capture_data;
     g->capture_data = NULL;
     g->capture_free = NULL;
-    if (!r->available) {
-        send_error(g, 503, call->id, MCP_INTERNAL_ERROR,
-                   "MCP sessions are unavailable (the shared state does not answer); try again", NULL);
-    } else if (!r->ok) {
+    if (r->available)
+        return call;
+    send_error(g, 503, call->id, MCP_INTERNAL_ERROR, STATE_DOWN, NULL);
+    sg_mcp_call_free(call);
+    sg_gw_req_free(g);
+    return NULL;
+}
+
+static void on_opened(void *data, const sg_state_result_t *r)
+{
+    sg_gw_req_t *g = data;
+    mcp_call_t *call = take_call(g, r);
+    if (call == NULL)
+        return;
+    if (!r->ok) {
         h2o_req_t *req = sg_gw_req_http(g);
         if (req != NULL)
             sg_http_add_header(req, "retry-after", "60");
@@ -475,13 +489,10 @@ static int session_id_ok(h2o_iovec_t v)
 static void on_touched(void *data, const sg_state_result_t *r)
 {
     sg_gw_req_t *g = data;
-    mcp_call_t *call = g->capture_data;
-    g->capture_data = NULL;
-    g->capture_free = NULL;
-    if (!r->available) {
-        send_error(g, 503, call->id, MCP_INTERNAL_ERROR,
-                   "MCP sessions are unavailable (the shared state does not answer); try again", NULL);
-    } else if (!r->ok) {
+    mcp_call_t *call = take_call(g, r);
+    if (call == NULL)
+        return;
+    if (!r->ok) {
         send_error(g, 404, call->id, MCP_INVALID_REQUEST, "Session not found: it ended or expired; initialize again",
                    NULL);
     } else if (call->id == NULL) {
@@ -533,7 +544,7 @@ static void on_closed(void *data, const sg_state_result_t *r)
 {
     sg_gw_req_t *g = data;
     if (!r->available)
-        fail(g, 503, NULL, MCP_INTERNAL_ERROR, "MCP sessions are unavailable (the shared state does not answer)");
+        fail(g, 503, NULL, MCP_INTERNAL_ERROR, STATE_DOWN);
     else if (!r->ok)
         fail(g, 404, NULL, MCP_INVALID_REQUEST, "Session not found");
     else {

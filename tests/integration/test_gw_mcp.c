@@ -89,6 +89,15 @@ static char *initialize(const char *tok)
     return sid;
 }
 
+/* A new tenant `name` with an MCP session: its token; *msid the session. */
+static char *mcp_tenant(const char *name, char **msid)
+{
+    sggw_auth_t a;
+    char *tok = sggw_new_tenant_auth(&a, data_dir(), name);
+    *msid = initialize(tok);
+    return tok;
+}
+
 /* A request in MCP session msid (NULL: none): body as given. */
 static void in_session(const char *tok, const char *msid, const char *body, sgtest_reply_t *r)
 {
@@ -107,6 +116,28 @@ static void mcp_delete(const char *tok, const char *msid, sgtest_reply_t *r)
     snprintf(url, sizeof(url), "%s/mcp", sggw_gateway_url(stack.gw));
     memset(r, 0, sizeof(*r));
     sggw_http("DELETE", url, NULL, 0, NULL, hs, 30, r);
+}
+
+/* A request in MCP session msid answered 200 with a result: the result. */
+static json_object *rpc_result(const char *tok, const char *msid, const char *body)
+{
+    sgtest_reply_t r;
+    in_session(tok, msid, body, &r);
+    SG_ASSERT_STATUS(&r, 200);
+    json_object *o = SG_JSON(&r), *res = json_object_get(SG_OBJ(o, "result"));
+    json_object_put(o);
+    sgtest_reply_free(&r);
+    return res;
+}
+
+/* tools/call of tool with args (a JSON object's text): its result. */
+static json_object *call_tool(const char *tok, const char *msid, const char *tool, const char *args)
+{
+    char body[1200];
+    snprintf(body, sizeof(body),
+             "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":\"%s\",\"arguments\":%s}}",
+             tool, args);
+    return rpc_result(tok, msid, body);
 }
 
 #define TOOLS_LIST "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}"
@@ -142,9 +173,7 @@ SGGW_TEST(test_auth_and_challenge)
 
 SGGW_TEST(test_session_lifecycle)
 {
-    sggw_auth_t a;
-    char *tok = sggw_new_tenant_auth(&a, data_dir(), "mcp-life");
-    char *msid = initialize(tok);
+    char *msid, *tok = mcp_tenant("mcp-life", &msid);
     sgtest_reply_t r;
 
     /* required after initialize */
@@ -156,12 +185,9 @@ SGGW_TEST(test_session_lifecycle)
     SG_CHECK(r.body_len == 0, NULL, "202 has no body");
     sgtest_reply_free(&r);
     /* used */
-    in_session(tok, msid, TOOLS_LIST, &r);
-    SG_ASSERT_STATUS(&r, 200);
-    json_object *o = SG_JSON(&r);
-    SG_CHECK(json_object_array_length(SG_ARR(SG_OBJ(o, "result"), "tools")) == 10, o, "ten tools");
+    json_object *o = rpc_result(tok, msid, TOOLS_LIST);
+    SG_CHECK(json_object_array_length(SG_ARR(o, "tools")) == 10, o, "ten tools");
     json_object_put(o);
-    sgtest_reply_free(&r);
     /* a version the session does not speak */
     char h[100];
     snprintf(h, sizeof(h), "Mcp-Session-Id: %s", msid);
@@ -203,18 +229,12 @@ SGGW_TEST(test_cross_tenant_session_id)
     sgtest_reply_free(&r);
     /* a sandgate session of A is not B's through MCP either */
     char *sid = sggw_create_session(stack.gw, ta, NULL, NULL);
-    char *bmsid = initialize(tb), body[400];
-    snprintf(body, sizeof(body),
-             "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"execute_code\","
-             "\"arguments\":{\"session_id\":\"%s\",\"code\":\"print(1)\"}}}",
-             sid);
-    in_session(tb, bmsid, body, &r);
-    SG_ASSERT_STATUS(&r, 200);
-    json_object *o = SG_JSON(&r), *res = SG_OBJ(o, "result");
-    SG_CHECK(SG_BOOL(res, "isError") && strstr(json_object_to_json_string(res), "no_such_session"), o,
+    char *bmsid = initialize(tb), args[200];
+    snprintf(args, sizeof(args), "{\"session_id\":\"%s\",\"code\":\"print(1)\"}", sid);
+    json_object *res = call_tool(tb, bmsid, "execute_code", args);
+    SG_CHECK(SG_BOOL(res, "isError") && strstr(json_object_to_json_string(res), "no_such_session"), res,
              "another tenant's session is unknown");
-    json_object_put(o);
-    sgtest_reply_free(&r);
+    json_object_put(res);
     sggw_delete_session(stack.gw, ta, sid);
     free(sid);
     free(bmsid);
@@ -225,9 +245,7 @@ SGGW_TEST(test_cross_tenant_session_id)
 
 SGGW_TEST(test_sse_or_json_by_accept)
 {
-    sggw_auth_t a;
-    char *tok = sggw_new_tenant_auth(&a, data_dir(), "mcp-sse");
-    char *msid = initialize(tok), h[100];
+    char *msid, *tok = mcp_tenant("mcp-sse", &msid), h[100];
     sgtest_reply_t r;
     snprintf(h, sizeof(h), "Mcp-Session-Id: %s", msid);
 
@@ -260,85 +278,81 @@ SGGW_TEST(test_sse_or_json_by_accept)
 #define META                                                                                                           \
     "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"%s\",\"io.modelcontextprotocol/clientCapabilities\":{}}"
 
+/* A 2026-07-28 request: method, more params (`"name":"x",` or ""), the
+ * version in _meta (NULL: no _meta) and the header values (NULL: absent).
+ * Expects status with JSON-RPC error code, or (code 0) 200 and a result,
+ * which is returned (else NULL). */
+static json_object *modern(const char *tok, const char *method, const char *params, const char *meta_version,
+                           const char *hv, const char *hm, const char *hn, long status, int code)
+{
+    char body[800], h[3][120], meta[300] = "";
+    const char *hs[4];
+    size_t n = 0;
+    sgtest_reply_t r;
+    if (meta_version != NULL)
+        snprintf(meta, sizeof(meta), META, meta_version);
+    snprintf(body, sizeof(body), "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"%s\",\"params\":{%s%s}}", method, params,
+             meta);
+    if (hv != NULL)
+        snprintf(h[n], sizeof(h[n]), "MCP-Protocol-Version: %s", hv), hs[n] = h[n], n++;
+    if (hm != NULL)
+        snprintf(h[n], sizeof(h[n]), "Mcp-Method: %s", hm), hs[n] = h[n], n++;
+    if (hn != NULL)
+        snprintf(h[n], sizeof(h[n]), "Mcp-Name: %s", hn), hs[n] = h[n], n++;
+    hs[n] = NULL;
+    mcp_post(tok, hs, body, &r);
+    if (code != 0) {
+        expect_rpc_error(&r, status, code);
+        return NULL;
+    }
+    SG_ASSERT_STATUS(&r, 200);
+    char *sid = sgtest_reply_header(&r, "mcp-session-id");
+    SG_CHECK(sid == NULL, NULL, "no MCP session in the stateless revision");
+    json_object *o = SG_JSON(&r), *res = json_object_get(SG_OBJ(o, "result"));
+    SG_CHECK(strcmp(SG_STR(res, "resultType"), "complete") == 0, o, "resultType");
+    json_object_put(o);
+    sgtest_reply_free(&r);
+    return res;
+}
+
+#define V26 "2026-07-28"
+
 SGGW_TEST(test_stateless_revision_headers)
 {
     sggw_auth_t a;
     char *tok = sggw_new_tenant_auth(&a, data_dir(), "mcp-2026");
-    sgtest_reply_t r;
-    char body[600];
 
-    snprintf(body, sizeof(body), "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{" META "}}",
-             "2026-07-28");
-    const char *ok[] = {"MCP-Protocol-Version: 2026-07-28", "Mcp-Method: server/discover", NULL};
-    mcp_post(tok, ok, body, &r);
-    SG_ASSERT_STATUS(&r, 200);
-    json_object *o = SG_JSON(&r), *res = SG_OBJ(o, "result");
-    SG_CHECK(strcmp(SG_STR(res, "resultType"), "complete") == 0, o, "resultType");
-    SG_CHECK(strstr(json_object_to_json_string(SG_ARR(res, "supportedVersions")), "2026-07-28") != NULL, o, "versions");
-    char *h = sgtest_reply_header(&r, "mcp-session-id");
-    SG_CHECK(h == NULL, o, "no MCP session in the stateless revision");
-    json_object_put(o);
-    sgtest_reply_free(&r);
-
-    const char *wrong_method[] = {"MCP-Protocol-Version: 2026-07-28", "Mcp-Method: tools/list", NULL};
-    mcp_post(tok, wrong_method, body, &r);
-    expect_rpc_error(&r, 400, -32020);
-    const char *no_method[] = {"MCP-Protocol-Version: 2026-07-28", NULL};
-    mcp_post(tok, no_method, body, &r);
-    expect_rpc_error(&r, 400, -32020);
-
-    snprintf(body, sizeof(body), "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\",\"params\":{" META "}}",
-             "2027-01-01");
-    const char *other_version[] = {"MCP-Protocol-Version: 2026-07-28", "Mcp-Method: server/discover", NULL};
-    mcp_post(tok, other_version, body, &r);
-    expect_rpc_error(&r, 400, -32020);
-    const char *unsupported[] = {"MCP-Protocol-Version: 2027-01-01", "Mcp-Method: server/discover", NULL};
-    mcp_post(tok, unsupported, body, &r);
-    expect_rpc_error(&r, 400, -32022);
-
+    json_object *res = modern(tok, "server/discover", "", V26, V26, "server/discover", NULL, 200, 0);
+    SG_CHECK(strstr(json_object_to_json_string(SG_ARR(res, "supportedVersions")), V26) != NULL, res, "versions");
+    SG_CHECK(SG_INT(res, "ttlMs") >= 0 && strcmp(SG_STR(res, "cacheScope"), "public") == 0, res, "caching hints");
+    json_object_put(res);
+    /* headers against the body: -32020 */
+    modern(tok, "server/discover", "", V26, V26, "tools/list", NULL, 400, -32020);
+    modern(tok, "server/discover", "", V26, V26, NULL, NULL, 400, -32020);
+    modern(tok, "server/discover", "", "2027-01-01", V26, "server/discover", NULL, 400, -32020);
+    modern(tok, "server/discover", "", V26, NULL, "server/discover", NULL, 400, -32020);
+    /* a version the server does not speak: -32022 */
+    modern(tok, "server/discover", "", "2027-01-01", "2027-01-01", "server/discover", NULL, 400, -32022);
     /* tools/call: Mcp-Name against params.name, plain or base64 */
-    snprintf(body, sizeof(body),
-             "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"list_sessions\","
-             "\"arguments\":{}," META "}}",
-             "2026-07-28");
-    const char *wrong_name[] = {"MCP-Protocol-Version: 2026-07-28", "Mcp-Method: tools/call", "Mcp-Name: close_session",
-                                NULL};
-    mcp_post(tok, wrong_name, body, &r);
-    expect_rpc_error(&r, 400, -32020);
-    const char *b64_name[] = {"MCP-Protocol-Version: 2026-07-28", "Mcp-Method: tools/call",
-                              "Mcp-Name: =?base64?bGlzdF9zZXNzaW9ucw==?=", NULL};
-    mcp_post(tok, b64_name, body, &r);
-    SG_ASSERT_STATUS(&r, 200);
-    o = SG_JSON(&r);
-    res = SG_OBJ(o, "result");
-    SG_CHECK(!SG_BOOL(res, "isError"), o, "list_sessions ran");
-    SG_CHECK(json_object_array_length(SG_ARR(SG_OBJ(res, "structuredContent"), "sessions")) == 0, o, "none yet");
-    json_object_put(o);
-    sgtest_reply_free(&r);
-
-    /* missing required _meta: -32602 */
-    const char *hdr[] = {"MCP-Protocol-Version: 2026-07-28", "Mcp-Method: tools/list", NULL};
-    mcp_post(tok, hdr, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/list\",\"params\":{}}", &r);
-    expect_rpc_error(&r, 400, -32602);
+    const char *ls = "\"name\":\"list_sessions\",\"arguments\":{},";
+    modern(tok, "tools/call", ls, V26, V26, "tools/call", "close_session", 400, -32020);
+    modern(tok, "tools/call", ls, V26, V26, "tools/call", NULL, 400, -32020);
+    res = modern(tok, "tools/call", ls, V26, V26, "tools/call", "=?base64?bGlzdF9zZXNzaW9ucw==?=", 200, 0);
+    SG_CHECK(!SG_BOOL(res, "isError"), res, "list_sessions ran");
+    SG_CHECK(json_object_array_length(SG_ARR(SG_OBJ(res, "structuredContent"), "sessions")) == 0, res, "none yet");
+    json_object_put(res);
+    /* the required _meta missing: -32602 */
+    modern(tok, "tools/list", "", NULL, V26, "tools/list", NULL, 400, -32602);
     /* a method the revision removed, and an unknown one: 404 */
-    snprintf(body, sizeof(body), "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"ping\",\"params\":{" META "}}",
-             "2026-07-28");
-    const char *ping[] = {"MCP-Protocol-Version: 2026-07-28", "Mcp-Method: ping", NULL};
-    mcp_post(tok, ping, body, &r);
-    expect_rpc_error(&r, 404, -32601);
-    snprintf(body, sizeof(body), "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"nope/nope\",\"params\":{" META "}}",
-             "2026-07-28");
-    const char *nope[] = {"MCP-Protocol-Version: 2026-07-28", "Mcp-Method: nope/nope", NULL};
-    mcp_post(tok, nope, body, &r);
-    expect_rpc_error(&r, 404, -32601);
+    modern(tok, "ping", "", V26, V26, "ping", NULL, 404, -32601);
+    modern(tok, "initialize", "", V26, V26, "initialize", NULL, 404, -32601);
+    modern(tok, "nope/nope", "", V26, V26, "nope/nope", NULL, 404, -32601);
     free(tok);
 }
 
 SGGW_TEST(test_bad_jsonrpc_and_origin)
 {
-    sggw_auth_t a;
-    char *tok = sggw_new_tenant_auth(&a, data_dir(), "mcp-bad");
-    char *msid = initialize(tok);
+    char *msid, *tok = mcp_tenant("mcp-bad", &msid);
     sgtest_reply_t r;
 
     in_session(tok, msid, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":", &r);
@@ -381,40 +395,21 @@ SGGW_TEST(test_bad_jsonrpc_and_origin)
     free(tok);
 }
 
-/* One execute_python through MCP: its result (object of "result"). */
-static json_object *mcp_execute(const char *tok, const char *msid, const char *code)
-{
-    char body[400];
-    sgtest_reply_t r;
-    snprintf(body, sizeof(body),
-             "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/call\",\"params\":{\"name\":\"execute_python\","
-             "\"arguments\":{\"code\":\"%s\"}}}",
-             code);
-    in_session(tok, msid, body, &r);
-    SG_ASSERT_STATUS(&r, 200);
-    json_object *o = SG_JSON(&r), *res = json_object_get(SG_OBJ(o, "result"));
-    json_object_put(o);
-    sgtest_reply_free(&r);
-    return res;
-}
-
 SGGW_TEST(test_quota_through_mcp_is_the_ledger)
 {
     const char *q[] = {"execs_per_day=2", NULL};
     char *tok = sggw_new_tenant(data_dir(), "mcp-quota", q);
     char *msid = initialize(tok);
 
-    json_object *res = mcp_execute(tok, msid, "print(6*7)");
+    json_object *res = call_tool(tok, msid, "execute_python", "{\"code\":\"print(6*7)\"}");
     SG_CHECK(!SG_BOOL(res, "isError"), res, "first run");
-    SG_CHECK(strcmp(SG_STR(SG_OBJ(res, "structuredContent"), "stdout"), "42\\n") == 0 ||
-                 strcmp(SG_STR(SG_OBJ(res, "structuredContent"), "stdout"), "42\n") == 0,
-             res, "its output");
+    SG_CHECK(strcmp(SG_STR(SG_OBJ(res, "structuredContent"), "stdout"), "42\n") == 0, res, "its output");
     json_object_put(res);
-    res = mcp_execute(tok, msid, "import sys; sys.exit(3)");
+    res = call_tool(tok, msid, "execute_python", "{\"code\":\"import sys; sys.exit(3)\"}");
     SG_CHECK(SG_BOOL(res, "isError") && SG_INT(SG_OBJ(res, "structuredContent"), "exit_code") == 3, res,
              "a failed program is an error result");
     json_object_put(res);
-    res = mcp_execute(tok, msid, "print(1)");
+    res = call_tool(tok, msid, "execute_python", "{\"code\":\"print(1)\"}");
     SG_CHECK(SG_BOOL(res, "isError") && strstr(json_object_to_json_string(res), "quota_exceeded") &&
                  json_object_object_get_ex(res, "structuredContent", NULL) == 0,
              res, "the day's quota, through MCP");
@@ -428,57 +423,31 @@ SGGW_TEST(test_quota_through_mcp_is_the_ledger)
 
 SGGW_TEST(test_session_tools_and_files)
 {
-    sggw_auth_t a;
-    char *tok = sggw_new_tenant_auth(&a, data_dir(), "mcp-files");
-    char *msid = initialize(tok), body[800];
+    char *msid, *tok = mcp_tenant("mcp-files", &msid), args[400];
     sgtest_reply_t r;
 
-    in_session(tok, msid,
-               "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
-               "\"create_session\",\"arguments\":{}}}",
-               &r);
-    SG_ASSERT_STATUS(&r, 200);
-    json_object *o = SG_JSON(&r);
-    char *sid = strdup(SG_STR(SG_OBJ(SG_OBJ(o, "result"), "structuredContent"), "session_id"));
-    json_object_put(o);
-    sgtest_reply_free(&r);
+    json_object *res = call_tool(tok, msid, "create_session", "{}");
+    char *sid = strdup(SG_STR(SG_OBJ(res, "structuredContent"), "session_id"));
+    json_object_put(res);
     SG_CHECK(sggw_lists(stack.gw, tok, sid), NULL, "a REST-visible session");
 
     /* bytes that are not UTF-8 come back as base64, unchanged */
-    snprintf(body, sizeof(body),
-             "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"write_file\","
-             "\"arguments\":{\"session_id\":\"%s\",\"path\":\"d/\\u00e9 x.bin\",\"content\":\"/wCAgf4=\","
-             "\"encoding\":\"base64\"}}}",
+    snprintf(args, sizeof(args),
+             "{\"session_id\":\"%s\",\"path\":\"d/\\u00e9 x.bin\",\"content\":\"/wCAgf4=\",\"encoding\":\"base64\"}",
              sid);
-    in_session(tok, msid, body, &r);
-    SG_ASSERT_STATUS(&r, 200);
-    o = SG_JSON(&r);
-    SG_CHECK(SG_INT(SG_OBJ(SG_OBJ(o, "result"), "structuredContent"), "size") == 5, o, "five bytes written");
-    json_object_put(o);
-    sgtest_reply_free(&r);
-    snprintf(body, sizeof(body),
-             "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"read_file\","
-             "\"arguments\":{\"session_id\":\"%s\",\"path\":\"d/\\u00e9 x.bin\"}}}",
-             sid);
-    in_session(tok, msid, body, &r);
-    SG_ASSERT_STATUS(&r, 200);
-    o = SG_JSON(&r);
-    json_object *sc = SG_OBJ(SG_OBJ(o, "result"), "structuredContent");
-    SG_CHECK(strcmp(SG_STR(sc, "encoding"), "base64") == 0 && strcmp(SG_STR(sc, "content"), "/wCAgf4=") == 0, o,
+    res = call_tool(tok, msid, "write_file", args);
+    SG_CHECK(SG_INT(SG_OBJ(res, "structuredContent"), "size") == 5, res, "five bytes written");
+    json_object_put(res);
+    snprintf(args, sizeof(args), "{\"session_id\":\"%s\",\"path\":\"d/\\u00e9 x.bin\"}", sid);
+    res = call_tool(tok, msid, "read_file", args);
+    json_object *sc = SG_OBJ(res, "structuredContent");
+    SG_CHECK(strcmp(SG_STR(sc, "encoding"), "base64") == 0 && strcmp(SG_STR(sc, "content"), "/wCAgf4=") == 0, res,
              "the same bytes");
-    json_object_put(o);
-    sgtest_reply_free(&r);
-    snprintf(body, sizeof(body),
-             "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":{\"name\":\"run_command\","
-             "\"arguments\":{\"session_id\":\"%s\",\"command\":\"wc -c < 'd/\\u00e9 x.bin'\"}}}",
-             sid);
-    in_session(tok, msid, body, &r);
-    SG_ASSERT_STATUS(&r, 200);
-    o = SG_JSON(&r);
-    sc = SG_OBJ(SG_OBJ(o, "result"), "structuredContent");
-    SG_CHECK(strcmp(SG_STR(sc, "stdout"), "5\n") == 0, o, "the shell sees it");
-    json_object_put(o);
-    sgtest_reply_free(&r);
+    json_object_put(res);
+    snprintf(args, sizeof(args), "{\"session_id\":\"%s\",\"command\":\"wc -c < 'd/\\u00e9 x.bin'\"}", sid);
+    res = call_tool(tok, msid, "run_command", args);
+    SG_CHECK(strcmp(SG_STR(SG_OBJ(res, "structuredContent"), "stdout"), "5\n") == 0, res, "the shell sees it");
+    json_object_put(res);
     /* the sandgate session outlives the MCP session */
     mcp_delete(tok, msid, &r);
     SG_ASSERT_STATUS(&r, 200);
