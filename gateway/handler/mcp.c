@@ -598,11 +598,15 @@ static void mcp_run(sg_gw_req_t *g)
     json_tokener *tok = json_tokener_new();
     if (g->body != NULL)
         msg = json_tokener_parse_ex(tok, g->body, (int)g->body_len);
-    if (msg != NULL && json_tokener_get_error(tok) == json_tokener_success &&
-        json_tokener_get_parse_end(tok) != g->body_len) {
-        /* bytes after the message */
-        json_object_put(msg);
-        msg = NULL;
+    if (msg != NULL) {
+        /* nothing but white space after the message */
+        size_t end = json_tokener_get_parse_end(tok);
+        while (end < g->body_len && strchr(" \t\r\n", g->body[end]) != NULL && g->body[end] != '\0')
+            end++;
+        if (end != g->body_len) {
+            json_object_put(msg);
+            msg = NULL;
+        }
     }
     json_tokener_free(tok);
     if (msg == NULL) {

@@ -357,6 +357,9 @@ SGGW_TEST(test_bad_jsonrpc_and_origin)
 
     in_session(tok, msid, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":", &r);
     expect_rpc_error(&r, 400, -32700);
+    in_session(tok, msid, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"} {}", &r);
+    expect_rpc_error(&r, 400, -32700);
+    json_object_put(rpc_result(tok, msid, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\r\n"));
     in_session(tok, msid, "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]", &r);
     expect_rpc_error(&r, 400, -32600);
     in_session(tok, msid, "{\"id\":1,\"method\":\"ping\"}", &r);
