@@ -167,9 +167,11 @@ static int build_execute_python(const mcp_tool_t *t, sg_gw_req_t *g, json_object
     json_object *v;
     if (arg_str(args, "code", 1, &code, NULL, detail, dlen) != 0)
         return -1;
+    static const char *const keys[] = {"libraries", NULL};
     json_object *body = json_object_new_object();
     json_object_object_add(body, "lang", json_object_new_string("python"));
     json_object_object_add(body, "code", json_object_new_string(code));
+    copy_args(body, args, keys);
     if (json_object_object_get_ex(args, "timeout", &v) && v != NULL &&
         !(json_object_is_type(v, json_type_int) || json_object_is_type(v, json_type_double)))
         json_object_object_add(body, "timeout", json_object_get(v)); /* the route says what is wrong */
@@ -197,7 +199,8 @@ static int package_ok(const char *p)
 /* With session_id: the session's library route. Without (seed 004's
  * form): a one-shot python run that names the package in "libraries" —
  * fetched into the package store, where later runs naming it install from
- * — and prints the version installed. */
+ * — and prints the version installed; "libraries" takes names only, so a
+ * version other than latest needs the session. */
 static int build_pip_install(const mcp_tool_t *t, sg_gw_req_t *g, json_object *args, char *detail, size_t dlen)
 {
     const char *pkg, *ver, *sid;
@@ -222,14 +225,17 @@ static int build_pip_install(const mcp_tool_t *t, sg_gw_req_t *g, json_object *a
         g->spec = &sg_gw_on_session_libraries_spec;
         return 0;
     }
-    char spec[200], code[256];
-    if (ver != NULL && strcmp(ver, "latest") != 0)
-        snprintf(spec, sizeof(spec), "%s==%.64s", pkg, ver);
-    else
-        snprintf(spec, sizeof(spec), "%s", pkg);
+    char code[256];
+    if (ver != NULL && strcmp(ver, "latest") != 0) {
+        /* a one-shot run's "libraries" names packages, never versions */
+        json_object_put(body);
+        snprintf(detail, dlen,
+                 "bad_library: a version other than latest needs a session: pass session_id (from create_session)");
+        return -1;
+    }
     snprintf(code, sizeof(code), "import importlib.metadata as m\nprint(m.version('%s'))\n", pkg);
     json_object *libs = json_object_new_array();
-    json_object_array_add(libs, json_object_new_string(spec));
+    json_object_array_add(libs, json_object_new_string(pkg));
     json_object_object_add(body, "lang", json_object_new_string("python"));
     json_object_object_add(body, "code", json_object_new_string(code));
     json_object_object_add(body, "libraries", libs);
@@ -433,14 +439,19 @@ static json_object *shape_read_file(sg_gw_req_t *g, json_object *args, const cha
 
 static const mcp_tool_t tools[] = {
     {"execute_python", "Run Python once",
-     "Runs Python code once in a fresh sandbox (nothing is kept). Returns stdout, stderr, exit_code, execution_time "
-     "and success; a failed program is an error result whose stderr holds the traceback.",
+     "Runs Python code once in a fresh sandbox (nothing is kept). Packages pip_install installed are importable when "
+     "named in libraries. Returns stdout, stderr, exit_code, execution_time and success; a failed program is an error "
+     "result whose stderr holds the traceback.",
      "{\"type\":\"object\",\"properties\":{\"code\":{\"type\":\"string\",\"description\":\"Python code to "
-     "run\"}," S_TIMEOUT("default 30") "},\"required\":[\"code\"]}",
+     "run\"}," S_TIMEOUT("default 30") ",\"libraries\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},"
+                                       "\"description\":\"packages to install first (from the package store when "
+                                       "pip_install fetched them)\"}},"
+                                       "\"required\":[\"code\"]}",
      OUT_EXEC, &sg_gw_on_execute_once_spec, build_execute_python, shape_exec},
     {"pip_install", "Install a Python package",
      "Installs a Python package (validated, blocklisted names refused) into the package store, so that later runs "
-     "naming it in libraries install it from there; with session_id, into that session.",
+     "naming it in libraries install it from there; with session_id, into that session (a version other than "
+     "latest needs session_id).",
      "{\"type\":\"object\",\"properties\":{\"package\":{\"type\":\"string\"},\"version\":{\"type\":\"string\","
      "\"description\":\"a version, or latest (the default)\"}," S_SESSION "},\"required\":[\"package\"]}",
      OUT_INSTALL, &sg_gw_on_execute_once_spec, build_pip_install, shape_pip},
