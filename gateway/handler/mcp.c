@@ -28,7 +28,6 @@
 #include "request.h"
 #include "util.h"
 
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,20 +77,7 @@ static int origin_allowed(h2o_req_t *req)
             h2o_lcstris(o.base + n, req->authority.len, req->authority.base, req->authority.len))
             return 1;
     }
-    for (const char *p = sg_gw.mcp_origins; *p != '\0';) {
-        const char *end = strchr(p, ',');
-        size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
-        while (n != 0 && *p == ' ')
-            p++, n--;
-        while (n != 0 && p[n - 1] == ' ')
-            n--;
-        if (n != 0 && n == o.len && memcmp(p, o.base, n) == 0)
-            return 1;
-        if (end == NULL)
-            break;
-        p = end + 1;
-    }
-    return 0;
+    return sg_mcp_origin_listed(sg_gw.mcp_origins, o.base, o.len);
 }
 
 /* 1 when the client prefers a stream: Accept names text/event-stream, and
@@ -112,34 +98,6 @@ static int accept_ok(h2o_req_t *req)
     return a.base == NULL || h2o_strstr(a.base, a.len, H2O_STRLIT("application/json")) != SIZE_MAX ||
            h2o_strstr(a.base, a.len, H2O_STRLIT("text/event-stream")) != SIZE_MAX ||
            h2o_strstr(a.base, a.len, H2O_STRLIT("*/*")) != SIZE_MAX;
-}
-
-/* An Mcp-Name value as the body has it: "=?base64?...?=" decoded. 0, or -1
- * when it is not valid base64 (out NUL-terminated, len bytes). */
-static int decode_name(h2o_iovec_t v, char *out, size_t outlen, size_t *len)
-{
-    static const char pre[] = "=?base64?", post[] = "?=";
-    size_t np = sizeof(pre) - 1, nq = sizeof(post) - 1;
-    if (v.len >= np + nq && memcmp(v.base, pre, np) == 0 && memcmp(v.base + v.len - nq, post, nq) == 0) {
-        size_t n = v.len - np - nq;
-        if (n % 4 != 0 || n / 4 * 3 >= outlen)
-            return -1;
-        int d = EVP_DecodeBlock((unsigned char *)out, (const unsigned char *)v.base + np, (int)n);
-        if (d < 0)
-            return -1;
-        /* padding decodes to zero bytes: drop them */
-        for (size_t i = 0; i < 2 && n >= 1 + i && v.base[np + n - 1 - i] == '='; i++)
-            d--;
-        *len = (size_t)d;
-        out[d] = '\0';
-        return 0;
-    }
-    if (v.len >= outlen)
-        return -1;
-    memcpy(out, v.base, v.len);
-    out[v.len] = '\0';
-    *len = v.len;
-    return 0;
 }
 
 /* ---- replies ------------------------------------------------------------------------------- */
@@ -378,8 +336,8 @@ static void run_modern(sg_gw_req_t *g, h2o_req_t *req, mcp_call_t *call, const c
         if (json_object_object_get_ex(call->msg, "params", &params) && json_object_object_get_ex(params, field, &v) &&
             json_object_is_type(v, json_type_string))
             body = json_object_get_string(v);
-        if (hn.base == NULL || body == NULL || decode_name(hn, name, sizeof(name), &len) != 0 || len != strlen(body) ||
-            memcmp(name, body, len) != 0) {
+        if (hn.base == NULL || body == NULL || sg_mcp_decode_name(hn.base, hn.len, name, sizeof(name), &len) != 0 ||
+            len != strlen(body) || memcmp(name, body, len) != 0) {
             snprintf(detail, sizeof(detail), "Header mismatch: Mcp-Name header %s does not match body params.%s",
                      hn.base == NULL ? "is missing or" : "value", field);
             send_error(g, 400, call->id, MCP_HEADER_MISMATCH, detail, NULL);
@@ -475,17 +433,6 @@ Error:
     sg_gw_req_free(g);
 }
 
-/* An MCP-Session-Id as the gateway makes them: 32 hex digits. */
-static int session_id_ok(h2o_iovec_t v)
-{
-    if (v.len != 32)
-        return 0;
-    for (size_t i = 0; i < v.len; i++)
-        if (!((v.base[i] >= '0' && v.base[i] <= '9') || (v.base[i] >= 'a' && v.base[i] <= 'f')))
-            return 0;
-    return 1;
-}
-
 static void on_touched(void *data, const sg_state_result_t *r)
 {
     sg_gw_req_t *g = data;
@@ -523,7 +470,7 @@ static void run_legacy(sg_gw_req_t *g, h2o_req_t *req, mcp_call_t *call, const c
         send_error(g, 400, call->id, MCP_INVALID_REQUEST, "Bad Request: unsupported MCP-Protocol-Version", NULL);
         goto Error;
     }
-    if (!session_id_ok(sid)) {
+    if (!sg_mcp_session_id_ok(sid.base, sid.len)) {
         send_error(g, 404, call->id, MCP_INVALID_REQUEST, "Session not found", NULL);
         goto Error;
     }
@@ -561,7 +508,7 @@ static void end_session(sg_gw_req_t *g, h2o_req_t *req)
         fail(g, 400, NULL, MCP_INVALID_REQUEST, "Bad Request: Mcp-Session-Id header is required");
         return;
     }
-    if (!session_id_ok(sid)) {
+    if (!sg_mcp_session_id_ok(sid.base, sid.len)) {
         fail(g, 404, NULL, MCP_INVALID_REQUEST, "Session not found");
         return;
     }

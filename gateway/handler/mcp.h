@@ -35,6 +35,20 @@ struct mcp_call {
     char version[16]; /* initialize: the revision agreed */
 };
 
+/* ---- the header values (mcp_wire.c: pure, fuzzed by fuzz_mcp_headers) ---- */
+
+/* An Mcp-Name (or Mcp-Param-*) value as the body has it: a plain value as
+ * given, "=?base64?<b64>?=" decoded. Into out (NUL-terminated; *len bytes,
+ * which may hold NUL). 0, or -1 when it does not fit in outlen or is not
+ * base64. */
+int sg_mcp_decode_name(const char *v, size_t vlen, char *out, size_t outlen, size_t *len);
+/* 1 when origin (olen bytes) is one of list's comma-separated entries
+ * (spaces around an entry ignored; exact match). */
+int sg_mcp_origin_listed(const char *list, const char *origin, size_t olen);
+/* 1 when v is shaped as the MCP-Session-Ids the gateway makes: 32
+ * lower-case hex digits. */
+int sg_mcp_session_id_ok(const char *v, size_t len);
+
 /* The REST routes the tools run as (SG_GW_ROUTE_HANDLER's specs). */
 extern const sg_gw_route_spec_t sg_gw_on_execute_once_spec, sg_gw_on_session_execute_spec,
     sg_gw_on_session_command_spec, sg_gw_on_session_create_spec, sg_gw_on_session_list_spec,
