@@ -135,7 +135,8 @@ struct sg_gw_req {
     sg_gw_capture_cb capture;
     void *capture_data;
     void (*capture_free)(void *data);
-    int rerun; /* sg_gw_req_run_as: the rate limit was counted already */
+    int rerun;     /* sg_gw_req_run_as: the rate limit was counted already */
+    int abandoned; /* sg_gw_req_abandon: the client no longer wants the answer */
 };
 
 /* The metrics' route label of each sg_gw_route_t. */
@@ -226,6 +227,10 @@ void sg_gw_watch_client(sg_gw_req_t *g);
  * sg_gw_forward returns). With g->want_stream the reply streams through to
  * the client as it comes. */
 void sg_gw_forward(sg_gw_req_t *g, const char *method, const char *path, long timeout_ms, sg_upstream_done_cb done);
+/* The client asks, while its connection stays open, that g's call end (an
+ * MCP notifications/cancelled): it goes as when the client goes away
+ * (spec->gone); a call not yet forwarded is not forwarded. */
+void sg_gw_req_abandon(sg_gw_req_t *g);
 /* A done callback for sg_gw_forward: the proxy's answer goes back as it is. */
 void sg_gw_pass_reply(void *data, const sg_upstream_reply_t *r);
 /* An upstream failure with no reply from the proxy: 499, 504 or 502. */

@@ -185,6 +185,48 @@ void sg_mcp_call_free(void *data)
     free(call);
 }
 
+/* ---- cancellation (2025 revisions) ---------------------------------------------------------- */
+
+static mcp_call_t *running; /* tools/call of MCP sessions in flight on this gateway */
+
+void sg_mcp_running_add(sg_gw_req_t *g, mcp_call_t *call)
+{
+    call->g = g;
+    call->tenant = g->tenant.id;
+    call->next = running;
+    call->listed = 1;
+    running = call;
+}
+
+void sg_mcp_running_remove(mcp_call_t *call)
+{
+    if (!call->listed)
+        return;
+    for (mcp_call_t **p = &running; *p != NULL; p = &(*p)->next) {
+        if (*p == call) {
+            *p = call->next;
+            break;
+        }
+    }
+    call->listed = 0;
+}
+
+/* notifications/cancelled: the call of this tenant's MCP session with that
+ * request id, if it runs here, ends as if its client had gone. */
+static void cancel_running(sg_gw_req_t *g, mcp_call_t *note)
+{
+    json_object *params, *rid;
+    if (!json_object_object_get_ex(note->msg, "params", &params) ||
+        !json_object_object_get_ex(params, "requestId", &rid) || rid == NULL)
+        return;
+    for (mcp_call_t *c = running; c != NULL; c = c->next) {
+        if (c->tenant == g->tenant.id && strcmp(c->session, note->session) == 0 && json_object_equal(c->id, rid)) {
+            sg_gw_req_abandon(c->g); /* may free c */
+            return;
+        }
+    }
+}
+
 /* ---- methods -------------------------------------------------------------------------------- */
 
 static json_object *server_info(void)
@@ -443,6 +485,10 @@ static void on_touched(void *data, const sg_state_result_t *r)
         send_error(g, 404, call->id, MCP_INVALID_REQUEST, "Session not found: it ended or expired; initialize again",
                    NULL);
     } else if (call->id == NULL) {
+        json_object *v;
+        if (json_object_object_get_ex(call->msg, "method", &v) &&
+            strcmp(json_object_get_string(v), "notifications/cancelled") == 0)
+            cancel_running(g, call);
         send_msg(g, 202, NULL, 0, NULL); /* a notification, or a response */
     } else {
         dispatch(g, call);

@@ -31,8 +31,14 @@ struct mcp_call {
     json_object *id;  /* borrowed from msg */
     int modern;       /* 2026-07-28: resultType and serverInfo in every result */
     int sse;          /* the reply goes as one Server-Sent Event */
-    char session[40]; /* initialize: the new MCP session's id */
+    char session[40]; /* the MCP session (2025 revisions), or initialize's new one */
     char version[16]; /* initialize: the revision agreed */
+    /* a tools/call in an MCP session, while it runs: listed for
+     * notifications/cancelled (sg_mcp_running_*) */
+    int64_t tenant;
+    sg_gw_req_t *g;
+    mcp_call_t *next;
+    int listed;
 };
 
 /* ---- the header values (mcp_wire.c: pure, fuzzed by fuzz_mcp_headers) ---- */
@@ -65,5 +71,10 @@ int sg_mcp_tool_call(sg_gw_req_t *g, mcp_call_t *call, json_object *params, int 
 /* Sends the result of call (takes result) to g's client, JSON or SSE. */
 void sg_mcp_reply_result(sg_gw_req_t *g, mcp_call_t *call, json_object *result);
 void sg_mcp_call_free(void *call);
+/* Lists call (running as g) until sg_mcp_running_remove, so that a
+ * notifications/cancelled of its MCP session that reaches this gateway can
+ * end it (sg_gw_req_abandon). */
+void sg_mcp_running_add(sg_gw_req_t *g, mcp_call_t *call);
+void sg_mcp_running_remove(mcp_call_t *call);
 
 #endif

@@ -585,6 +585,7 @@ static void running_free(void *data)
 {
     mcp_call_t *call = data;
     running_t *run = (running_t *)(call + 1);
+    sg_mcp_running_remove(call);
     json_object_put(run->args);
     sg_mcp_call_free(call);
 }
@@ -626,6 +627,8 @@ int sg_mcp_tool_call(sg_gw_req_t *g, mcp_call_t *call, json_object *params, int 
         return 0;
     }
     g->capture = on_tool_reply;
+    if (!grown->modern && grown->session[0])
+        sg_mcp_running_add(g, grown);
     sg_gw_req_run_as(g, g->spec);
     return 0;
 }

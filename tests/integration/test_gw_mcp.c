@@ -493,11 +493,17 @@ static long session_waiting(const char *tok, const char *sid)
     return n;
 }
 
-SGGW_TEST(test_closing_the_stream_cancels)
+/* An MCP tools/call waits in a session's queue behind a run that holds the
+ * session, and is cancelled: with legacy, in an MCP session (2025-11-25)
+ * by notifications/cancelled, its connection kept open (its reply then
+ * says so); else (2026-07-28) by closing its connection. Either way it never
+ * runs and is not billed. */
+static void queued_call_cancelled(const char *tenant, bool legacy)
 {
     sggw_auth_t a;
-    char *tok = sggw_new_tenant_auth(&a, data_dir(), "mcp-cancel");
-    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL), url[200], body[800], buf[16384];
+    char *tok = sggw_new_tenant_auth(&a, data_dir(), tenant), *msid = legacy ? initialize(tok) : NULL;
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL), url[200], body[800], buf[16384], reply[4096], hsid[80];
+    size_t got = 0, rgot = 0;
 
     /* a run that holds the session: streamed, so that its start is seen */
     snprintf(url, sizeof(url), "%s/sessions/%s/execute", sggw_gateway_url(stack.gw), sid);
@@ -505,41 +511,66 @@ SGGW_TEST(test_closing_the_stream_cancels)
     int first =
         sggw_http_open("POST", url, "{\"code\":\"print('started', flush=True)\\nimport time\\ntime.sleep(4)\"}", sse);
     SG_CHECK(first >= 0, NULL, "the first run was sent");
-    size_t got = 0;
     SG_CHECK(read_until(first, buf, sizeof(buf), &got, "started", 30), NULL, "the first run started: %s", buf);
 
-    /* an MCP call queued behind it, whose client then closes its connection */
+    /* the MCP call queued behind it */
     snprintf(url, sizeof(url), "%s/mcp", sggw_gateway_url(stack.gw));
     snprintf(body, sizeof(body),
-             "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"execute_code\","
-             "\"arguments\":{\"session_id\":\"%s\",\"code\":\"open('marker','w').write('ran')\"}," META "}}",
-             sid, "2026-07-28");
-    const char *hs[] = {a.h[0],
-                        "Accept: application/json, text/event-stream",
-                        "MCP-Protocol-Version: 2026-07-28",
-                        "Mcp-Method: tools/call",
-                        "Mcp-Name: execute_code",
-                        NULL};
-    int second = sggw_http_open("POST", url, body, hs);
+             "{\"jsonrpc\":\"2.0\",\"id\":\"c-1\",\"method\":\"tools/call\",\"params\":{\"name\":\"execute_code\","
+             "\"arguments\":{\"session_id\":\"%s\",\"code\":\"open('marker','w').write('ran')\"}%s}}",
+             sid,
+             legacy ? ""
+                    : ",\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+                      "\"io.modelcontextprotocol/clientCapabilities\":{}}");
+    snprintf(hsid, sizeof(hsid), "Mcp-Session-Id: %s", msid != NULL ? msid : "");
+    const char *modern_h[] = {a.h[0],
+                              "Accept: application/json",
+                              "MCP-Protocol-Version: 2026-07-28",
+                              "Mcp-Method: tools/call",
+                              "Mcp-Name: execute_code",
+                              NULL};
+    const char *legacy_h[] = {a.h[0], "Accept: application/json", "MCP-Protocol-Version: 2025-11-25", hsid, NULL};
+    int second = sggw_http_open("POST", url, body, legacy ? legacy_h : modern_h);
     SG_CHECK(second >= 0, NULL, "the MCP call was sent");
     double deadline = sggw_wall() + 10;
     while (session_waiting(tok, sid) != 1) {
         SG_CHECK(sggw_wall() < deadline, NULL, "the MCP call never waited in the session's queue");
         usleep(20000);
     }
+    if (legacy) {
+        sgtest_reply_t r;
+        in_session(tok, msid,
+                   "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":\"c-1\","
+                   "\"reason\":\"the user changed their mind\"}}",
+                   &r);
+        SG_ASSERT_STATUS(&r, 202);
+        sgtest_reply_free(&r);
+        SG_CHECK(read_until(second, reply, sizeof(reply), &rgot, "client_closed", 10), NULL,
+                 "the cancelled call's reply: %s", reply);
+    }
     close(second);
 
     SG_CHECK(read_until(first, buf, sizeof(buf), &got, "event: result", 30), NULL, "the first run ended: %s", buf);
     close(first);
-    /* the cancelled call never ran, and is not billed */
     char path[160];
     snprintf(path, sizeof(path), "/sessions/%s/files?path=marker", sid);
     SGGW_CALL_ERROR(stack.gw, tok, "GET", path, NULL, 404, NULL);
     json_object *o = sggw_execute(stack.gw, tok, sid, "import os\nprint(os.path.exists('marker'))", 0);
     SG_CHECK(strcmp(SG_STR(o, "stdout"), "False\n") == 0, o, "no marker");
     json_object_put(o);
-    sggw_expect_ledger_execs(data_dir(), "mcp-cancel", 2, 5);
+    sggw_expect_ledger_execs(data_dir(), tenant, 2, 5);
     sggw_session_done(stack.gw, tok, sid);
+    free(msid);
+}
+
+SGGW_TEST(test_closing_the_stream_cancels)
+{
+    queued_call_cancelled("mcp-cancel-close", false);
+}
+
+SGGW_TEST(test_cancelled_notification_cancels)
+{
+    queued_call_cancelled("mcp-cancel-note", true);
 }
 
 /* A second gateway on the suite's Redis and SQLite file: MCP sessions
@@ -603,5 +634,6 @@ int main(void)
                         test_auth_and_challenge, test_session_lifecycle, test_cross_tenant_session_id,
                         test_sse_or_json_by_accept, test_stateless_revision_headers, test_bad_jsonrpc_and_origin,
                         test_quota_through_mcp_is_the_ledger, test_session_tools_and_files,
-                        test_closing_the_stream_cancels, test_mcp_sessions_shared_bounded_expiring);
+                        test_closing_the_stream_cancels, test_cancelled_notification_cancels,
+                        test_mcp_sessions_shared_bounded_expiring);
 }
