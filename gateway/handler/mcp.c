@@ -278,7 +278,7 @@ static void dispatch(sg_gw_req_t *g, mcp_call_t *call)
     if (json_object_object_get_ex(call->msg, "params", &params) && params != NULL &&
         !json_object_is_type(params, json_type_object)) {
         send_error(g, 200, call->id, MCP_INVALID_PARAMS, "params must be an object", NULL);
-        goto Done;
+        goto Exit;
     }
     if (call->modern &&
         (strcmp(method, "ping") == 0 || strcmp(method, "initialize") == 0 || strcmp(method, "logging/setLevel") == 0)) {
@@ -312,7 +312,7 @@ static void dispatch(sg_gw_req_t *g, mcp_call_t *call)
         snprintf(detail, sizeof(detail), "Method not found: %.200s", method);
         send_error(g, call->modern ? 404 : 200, call->id, MCP_METHOD_NOT_FOUND, detail, NULL);
     }
-Done:
+Exit:
     sg_mcp_call_free(call);
     g->capture_data = NULL;
     g->capture_free = NULL;
@@ -617,12 +617,12 @@ static void mcp_run(sg_gw_req_t *g)
     if (!json_object_is_type(msg, json_type_object) || !json_object_object_get_ex(msg, "jsonrpc", &v) ||
         !json_object_is_type(v, json_type_string) || strcmp(json_object_get_string(v), "2.0") != 0) {
         send_error(g, 400, NULL, MCP_INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message", NULL);
-        goto Error;
+        goto Exit;
     }
     if (json_object_object_get_ex(msg, "id", &v)) {
         if (v == NULL || !(json_object_is_type(v, json_type_string) || json_object_is_type(v, json_type_int))) {
             send_error(g, 400, NULL, MCP_INVALID_REQUEST, "Invalid Request: id must be a string or an integer", NULL);
-            goto Error;
+            goto Exit;
         }
         call->id = v;
     }
@@ -631,10 +631,10 @@ static void mcp_run(sg_gw_req_t *g)
             (json_object_object_get_ex(msg, "result", NULL) || json_object_object_get_ex(msg, "error", NULL))) {
             /* a response: the gateway asks the client nothing, so none is awaited */
             send_msg(g, 202, NULL, 0, NULL);
-            goto Done;
+            goto Exit;
         }
         send_error(g, 400, call->id, MCP_INVALID_REQUEST, "Invalid Request: method must be a string", NULL);
-        goto Error;
+        goto Exit;
     }
     method = json_object_get_string(v);
     if (json_object_object_get_ex(msg, "params", &params) && json_object_is_type(params, json_type_object) &&
@@ -649,8 +649,7 @@ static void mcp_run(sg_gw_req_t *g)
     else
         run_legacy(g, req, call, method);
     return;
-Done:
-Error:
+Exit:
     sg_mcp_call_free(call);
     sg_gw_req_free(g);
 }
@@ -682,8 +681,6 @@ int sg_gw_on_oauth_resource(void *app, h2o_req_t *req, const sg_route_match_t *m
     json_object_array_add(methods, json_object_new_string("header"));
     json_object_object_add(o, "bearer_methods_supported", methods);
     json_object_object_add(o, "resource_name", json_object_new_string("sandgate"));
-    json_object_object_add(o, "resource_documentation",
-                           json_object_new_string("an operator issues tokens with sandgate-admin token create TENANT"));
     sg_http_send_json(req, 200, o);
     return 0;
 }
