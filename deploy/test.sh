@@ -13,6 +13,15 @@ exec </dev/null
 ./deploy/engine.sh
 ./deploy/base-image.sh
 
+# tests/mcp: MCP clients nobody here wrote (the TypeScript SDK, the
+# conformance suite, the Node.js 22 they run on), pinned by its lock file
+if ! command -v npm >/dev/null; then
+  sg_log "test: installing Debian's npm"
+  apt-get update -qq && apt-get install -y -qq npm >/dev/null
+fi
+sg_log "test: npm ci in tests/mcp"
+(cd tests/mcp && npm ci --no-audit --no-fund --loglevel=error)
+
 sg_log "test: build/ (RelWithDebInfo)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j2

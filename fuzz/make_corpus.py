@@ -312,3 +312,16 @@ paths = [
     (0, "a/b/c.txt/x"), (1, "secret/x"), (1, "up/new"), (0, "a/" + "n" * 300),
 ]
 write("fuzz_agent_path", [("p%02d" % i, bytes([f]) + p.encode()) for i, (f, p) in enumerate(paths)])
+
+# ---- MCP header values (first byte: output size / 8; fuzz_mcp_headers.c) ----
+mcp = [
+    ("plain", 8, "list_sessions"),
+    ("base64", 8, "=?base64?bGlzdF9zZXNzaW9ucw==?="),
+    ("utf8", 16, "=?base64?SGVsbG8sIOS4lueVjA==?="),
+    ("sentinel_literal", 16, "=?base64?PT9iYXNlNjQ/bGl0ZXJhbD89?="),
+    ("bad_padding", 8, "=?base64?YQ==YQ==?="),
+    ("tight", 0, "=?base64?YWJj?="),
+    ("session_id", 8, "0123456789abcdef0123456789abcdef"),
+    ("origin", 8, "https://a.example:8443"),
+]
+write("fuzz_mcp_headers", [(n, bytes([b]) + t.encode()) for n, b, t in mcp])

@@ -80,6 +80,12 @@ static const sg_cfg_entry_t config_table[] = {
     {"SANDGATE_WWW_DIR", SG_CFG_STR, "/usr/share/sandgate/www", 0, 0, &cfg.www_dir,
      "directory of the static pages, one subdirectory each (docs/: GET /docs, built by deploy/www-docs.sh; dashboard/: "
      "GET /dashboard, built by dashboard/build.sh)"},
+    {"SANDGATE_MCP_SESSIONS", SG_CFG_INT, "32", 1, 100000, &sg_gw.mcp_sessions,
+     "MCP sessions (POST /mcp, 2025 revisions) a tenant may hold at once"},
+    {"SANDGATE_MCP_IDLE_S", SG_CFG_INT, "3600", 1, 30 * 86400, &sg_gw.mcp_idle_s,
+     "seconds an MCP session lives without a request"},
+    {"SANDGATE_MCP_ORIGINS", SG_CFG_STR, "", 0, 0, &sg_gw.mcp_origins,
+     "comma-separated Origin values /mcp accepts besides its own (a request without Origin is accepted)"},
     {"SANDGATE_LOG_LEVEL", SG_CFG_STR, "info", 0, 0, &cfg.log_level, "error, warn, info or debug"},
 };
 

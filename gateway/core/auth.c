@@ -40,6 +40,19 @@ static void on_rate(void *data, const sg_rate_result_t *r)
     g->spec->run(g);
 }
 
+void sg_gw_add_challenge(h2o_req_t *req, const sg_gw_route_spec_t *spec, const char *error)
+{
+    char v[600];
+    int n = snprintf(v, sizeof(v), "Bearer realm=\"sandgate\"");
+    if (error[0])
+        n += snprintf(v + n, sizeof(v) - n, ", error=\"%s\"", error);
+    if (spec->oauth_resource && req->authority.len != 0 && req->authority.len < 256 &&
+        h2o_strstr(req->authority.base, req->authority.len, H2O_STRLIT("\"")) == SIZE_MAX)
+        snprintf(v + n, sizeof(v) - n, ", resource_metadata=\"%s://%.*s/.well-known/oauth-protected-resource\"",
+                 req->scheme == &H2O_URL_SCHEME_HTTPS ? "https" : "http", (int)req->authority.len, req->authority.base);
+    sg_http_add_header(req, "www-authenticate", v);
+}
+
 static void auth_fn(sg_gw_job_t *job, sg_store_t *st)
 {
     sg_gw_req_t *g = (sg_gw_req_t *)job;
@@ -69,8 +82,8 @@ static void auth_done(sg_gw_job_t *job)
         goto Error;
     }
     if (!g->authed) {
-        if (req != NULL)
-            sg_http_add_header(req, "www-authenticate", "Bearer realm=\"sandgate\", error=\"invalid_token\"");
+        if (req != NULL && g->capture == NULL)
+            sg_gw_add_challenge(req, g->spec, "invalid_token");
         sg_gw_reply_error(g, 401, "unauthorized", "the API token is unknown or revoked");
         goto Error;
     }
@@ -79,10 +92,26 @@ static void auth_done(sg_gw_job_t *job)
         sg_gw_reply_error(g, 404, "no_such_session", "no session with id \"%s\"", g->sid);
         goto Error;
     }
+    if (g->rerun) {
+        g->spec->run(g);
+        return;
+    }
     sg_state_rate_check(sg_gw.state, g->tenant.id, g->tenant.rate_per_min, g->tenant.burst, on_rate, g);
     return;
 Error:
     sg_gw_req_free(g);
+}
+
+void sg_gw_req_run_as(sg_gw_req_t *g, const sg_gw_route_spec_t *spec)
+{
+    g->spec = spec;
+    g->route = spec->route;
+    g->rerun = 1;
+    g->authed = 0;
+    g->sess_found = 0;
+    g->job.rc = 0;
+    g->job.err[0] = '\0';
+    sg_gw_db_run(&g->job, auth_fn, auth_done);
 }
 
 /* ---- the door ------------------------------------------------------------------------------ */
@@ -148,7 +177,7 @@ int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_rout
                       req->entity.len, body_cap);
     h2o_iovec_t token = sg_gw_bearer(req);
     if (token.base == NULL || token.len == 0 || token.len > SG_TOKEN_MAX) {
-        sg_http_add_header(req, "www-authenticate", "Bearer realm=\"sandgate\"");
+        sg_gw_add_challenge(req, spec, "");
         return refuse(req, route, 401, "unauthorized", "an API token is required: Authorization: Bearer <token>");
     }
     if (spec->arg == SG_GW_ARG_TEMPLATE && sg_gw_template_name(arg, template_name, sizeof(template_name)) != 0)

@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const sg_gw_route_names[] = {"create_session",  "list_sessions",  "get_session",     "delete_session",
-                                         "execute",         "command",        "files",           "ephemeral_execute",
-                                         "install_library", "list_templates", "delete_template", "pip_install"};
+const char *const sg_gw_route_names[] = {
+    "create_session",    "list_sessions",   "get_session",    "delete_session",  "execute",     "command", "files",
+    "ephemeral_execute", "install_library", "list_templates", "delete_template", "pip_install", "mcp"};
 
 void sg_gw_req_free(sg_gw_req_t *g)
 {
@@ -35,6 +35,8 @@ void sg_gw_req_free(sg_gw_req_t *g)
     free(g->body);
     json_object_put(g->json);
     sg_sse_tail_free(&g->tail);
+    if (g->capture_free != NULL)
+        g->capture_free(g->capture_data);
     free(g);
 }
 
@@ -65,16 +67,38 @@ void sg_gw_reply_prepare(sg_gw_req_t *g, h2o_req_t *req, int status)
     sg_metrics_request(sg_gw_route_names[g->route], status);
 }
 
+/* An internal request's reply goes to its capture, counted as the route's. */
+static void capture_json(sg_gw_req_t *g, int status, json_object *o)
+{
+    size_t len;
+    const char *body = json_object_to_json_string_length(o, JSON_C_TO_STRING_PLAIN, &len);
+    sg_metrics_request(sg_gw_route_names[g->route], status);
+    g->capture(g, status, "", body, len);
+    json_object_put(o);
+}
+
+static void capture_error(sg_gw_req_t *g, int status, const char *code, const char *detail)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "detail", json_object_new_string(detail));
+    json_object_object_add(o, "code", json_object_new_string(code));
+    capture_json(g, status, o);
+}
+
 void sg_gw_reply_error(sg_gw_req_t *g, int status, const char *code, const char *fmt, ...)
 {
     char detail[512];
     va_list ap;
     h2o_req_t *req = sg_gw_req_http(g);
-    if (req == NULL)
+    if (req == NULL && g->capture == NULL)
         return;
     va_start(ap, fmt);
     vsnprintf(detail, sizeof(detail), fmt, ap);
     va_end(ap);
+    if (g->capture != NULL) {
+        capture_error(g, status, code, detail);
+        return;
+    }
     sg_gw_reply_prepare(g, req, status);
     sg_http_send_error(req, status, code, "%s", detail);
 }
@@ -82,6 +106,10 @@ void sg_gw_reply_error(sg_gw_req_t *g, int status, const char *code, const char 
 void sg_gw_reply_json(sg_gw_req_t *g, int status, json_object *o)
 {
     h2o_req_t *req = sg_gw_req_http(g);
+    if (g->capture != NULL) {
+        capture_json(g, status, o);
+        return;
+    }
     if (req == NULL) {
         json_object_put(o);
         return;
@@ -93,6 +121,11 @@ void sg_gw_reply_json(sg_gw_req_t *g, int status, json_object *o)
 void sg_gw_reply_raw(sg_gw_req_t *g, int status, const char *ctype, const char *body, size_t len)
 {
     h2o_req_t *req = sg_gw_req_http(g);
+    if (g->capture != NULL) {
+        sg_metrics_request(sg_gw_route_names[g->route], status);
+        g->capture(g, status, ctype, body, len);
+        return;
+    }
     if (req == NULL)
         return;
     sg_gw_reply_prepare(g, req, status);
@@ -106,11 +139,15 @@ void sg_gw_reply_429(sg_gw_req_t *g, const char *code, const char *limit, double
     h2o_req_t *req = sg_gw_req_http(g);
     sg_metrics_quota_rejection(limit);
     sg_stats_rejection(g->tenant.id, limit);
-    if (req == NULL)
+    if (req == NULL && g->capture == NULL)
         return;
     va_start(ap, fmt);
     vsnprintf(detail, sizeof(detail), fmt, ap);
     va_end(ap);
+    if (g->capture != NULL) {
+        capture_error(g, 429, code, detail);
+        return;
+    }
     snprintf(v, sizeof(v), "%.0f", ceil(retry_after) < 1 ? 1 : ceil(retry_after));
     sg_http_add_header(req, "retry-after", v);
     sg_gw_reply_prepare(g, req, 429);

@@ -2,9 +2,8 @@
  * handlers.h — the gateway's HTTP routes, one file per family under
  * handler/, each an sg_route_cb for the route tables of routes.c:
  * sessions.c, executions.c, files.c, libraries.c, templates.c (public and
- * admin), admin.c, admin_dash.c, metrics.c, health.c, openapi.c. The public ones hand their request to the
- * request core (request.h); the admin ones run behind the admin token
- * (routes.c checks it first).
+ * admin), admin.c, admin_dash.c, metrics.c, health.c, openapi.c, mcp.c (+ mcp_tools.c). The public ones hand their
+ * request to the request core (request.h); the admin ones run behind the admin token (routes.c checks it first).
  *
  * Loop thread only. Each returns 0, the reply sent now or later.
  */
@@ -47,6 +46,10 @@ int sg_gw_on_templates_list(void *app, h2o_req_t *req, const sg_route_match_t *m
 int sg_gw_on_template_delete(void *app, h2o_req_t *req, const sg_route_match_t *m);
 int sg_gw_admin_on_templates_list(void *app, h2o_req_t *req, const sg_route_match_t *m);
 int sg_gw_admin_on_template_delete(void *app, h2o_req_t *req, const sg_route_match_t *m);
+
+/* mcp.c: POST, DELETE /mcp; GET /.well-known/oauth-protected-resource (no token) */
+int sg_gw_on_mcp(void *app, h2o_req_t *req, const sg_route_match_t *m);
+int sg_gw_on_oauth_resource(void *app, h2o_req_t *req, const sg_route_match_t *m);
 
 /* admin.c */
 int sg_gw_admin_on_tenants_list(void *app, h2o_req_t *req, const sg_route_match_t *m);

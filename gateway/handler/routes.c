@@ -33,6 +33,9 @@ static const sg_route_t public_routes[] = {
     {SG_M_POST, "/sessions/*/libraries", sg_gw_on_session_libraries, 0},
     {SG_M_GET, "/templates", sg_gw_on_templates_list, 0},
     {SG_M_DELETE, "/templates/*", sg_gw_on_template_delete, 0},
+    {SG_M_POST | SG_M_DELETE, "/mcp", sg_gw_on_mcp, 0},
+    {SG_M_GET, "/.well-known/oauth-protected-resource", sg_gw_on_oauth_resource, 0},
+    {SG_M_GET, "/.well-known/oauth-protected-resource/mcp", sg_gw_on_oauth_resource, 0},
 };
 
 static const sg_route_t admin_routes[] = {
