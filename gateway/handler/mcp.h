@@ -58,7 +58,8 @@ int sg_mcp_session_id_ok(const char *v, size_t len);
 /* The REST routes the tools run as (SG_GW_ROUTE_HANDLER's specs). */
 extern const sg_gw_route_spec_t sg_gw_on_execute_once_spec, sg_gw_on_session_execute_spec,
     sg_gw_on_session_command_spec, sg_gw_on_session_create_spec, sg_gw_on_session_list_spec,
-    sg_gw_on_session_delete_spec, sg_gw_on_session_files_spec, sg_gw_on_session_libraries_spec;
+    sg_gw_on_session_delete_spec, sg_gw_on_session_files_spec, sg_gw_on_session_libraries_spec,
+    sg_gw_on_pip_install_spec;
 
 /* The tools list (tools/list's "tools"), a new reference. */
 json_object *sg_mcp_tools_list(void);

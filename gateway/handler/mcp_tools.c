@@ -181,66 +181,21 @@ static int build_execute_python(const mcp_tool_t *t, sg_gw_req_t *g, json_object
     return 0;
 }
 
-/* A package name as pip spells one; the rest is the proxy's check. */
-static int package_ok(const char *p)
-{
-    size_t n = strlen(p);
-    if (n == 0 || n > 100)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = p[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              (i != 0 && (c == '.' || c == '_' || c == '-'))))
-            return 0;
-    }
-    return 1;
-}
-
-/* With session_id: the session's library route. Without (seed 004's
- * form): a one-shot python run that names the package in "libraries" —
- * fetched into the package store, where later runs naming it install from
- * — and prints the version installed; "libraries" takes names only, so a
- * version other than latest needs the session. */
+/* Seed 004's pip_install is the gateway's POST /pip_install: with
+ * session_id into that session, without into the package store, from
+ * where later runs naming it in libraries install it. The route checks
+ * the name, the version and the blocklist. */
 static int build_pip_install(const mcp_tool_t *t, sg_gw_req_t *g, json_object *args, char *detail, size_t dlen)
 {
-    const char *pkg, *ver, *sid;
-    static const char *const keys[] = {"version", NULL};
-    if (arg_str(args, "package", 1, &pkg, NULL, detail, dlen) != 0 ||
-        arg_str(args, "version", 0, &ver, NULL, detail, dlen) != 0 ||
-        arg_str(args, "session_id", 0, &sid, NULL, detail, dlen) != 0)
+    const char *pkg, *sid = NULL;
+    static const char *const keys[] = {"package", "version", NULL};
+    if (arg_str(args, "package", 1, &pkg, NULL, detail, dlen) != 0)
         return -1;
-    if (!package_ok(pkg)) {
-        snprintf(detail, dlen, "bad_library: \"%.100s\" is not a package name", pkg);
+    if (json_object_object_get_ex(args, "session_id", NULL) && session_arg(args, &sid, detail, dlen) != 0)
         return -1;
-    }
     json_object *body = json_object_new_object();
-    if (sid != NULL) {
-        if (session_arg(args, &sid, detail, dlen) != 0) {
-            json_object_put(body);
-            return -1;
-        }
-        json_object_object_add(body, "package", json_object_new_string(pkg));
-        copy_args(body, args, keys);
-        prepare(g, "POST", sid, body);
-        g->spec = &sg_gw_on_session_libraries_spec;
-        return 0;
-    }
-    char code[256];
-    if (ver != NULL && strcmp(ver, "latest") != 0) {
-        /* a one-shot run's "libraries" names packages, never versions */
-        json_object_put(body);
-        snprintf(detail, dlen,
-                 "bad_library: a version other than latest needs a session: pass session_id (from create_session)");
-        return -1;
-    }
-    snprintf(code, sizeof(code), "import importlib.metadata as m\nprint(m.version('%s'))\n", pkg);
-    json_object *libs = json_object_new_array();
-    json_object_array_add(libs, json_object_new_string(pkg));
-    json_object_object_add(body, "lang", json_object_new_string("python"));
-    json_object_object_add(body, "code", json_object_new_string(code));
-    json_object_object_add(body, "libraries", libs);
-    json_object_object_add(body, "timeout", json_object_new_double(tool_timeout(g, args, 300)));
-    prepare(g, "POST", NULL, body);
+    copy_args(body, args, keys);
+    prepare(g, "POST", sid, body);
     return 0;
 }
 
@@ -362,43 +317,6 @@ static json_object *shape_install(sg_gw_req_t *g, json_object *args, const char 
     return o;
 }
 
-/* pip_install without a session: the one-shot run's result, told as an
- * install. */
-static json_object *shape_pip(sg_gw_req_t *g, json_object *args, const char *body, size_t len, int *failed)
-{
-    json_object *r, *o, *v;
-    const char *out = "", *err = "";
-    double t = 0;
-    int ok;
-    if (g->route == SG_GW_R_LIBRARIES)
-        return shape_install(g, args, body, len, failed);
-    if ((r = shape_exec(g, args, body, len, failed)) == NULL)
-        return NULL;
-    ok = !*failed;
-    if (json_object_object_get_ex(r, "stdout", &v))
-        out = json_object_get_string(v);
-    if (json_object_object_get_ex(r, "stderr", &v))
-        err = json_object_get_string(v);
-    if (json_object_object_get_ex(r, "execution_time", &v))
-        t = json_object_get_double(v);
-    o = json_object_new_object();
-    json_object_object_add(o, "success", json_object_new_boolean(ok));
-    size_t n = strcspn(out, "\r\n");
-    json_object_object_add(o, "installed_version", ok && n != 0 ? json_object_new_string_len(out, (int)n) : NULL);
-    if (ok) {
-        char msg[200];
-        json_object_object_get_ex(args, "package", &v);
-        snprintf(msg, sizeof(msg), "installed %.100s %.*s", json_object_get_string(v), (int)(n > 64 ? 64 : n), out);
-        json_object_object_add(o, "message", json_object_new_string(msg));
-    } else {
-        size_t e = strlen(err);
-        json_object_object_add(o, "message", json_object_new_string(e > 4000 ? err + e - 4000 : err));
-    }
-    json_object_object_add(o, "installation_time", json_object_new_double(t));
-    json_object_put(r);
-    return o;
-}
-
 static json_object *shape_close(sg_gw_req_t *g, json_object *args, const char *body, size_t len, int *failed)
 {
     json_object *o = shape_object(g, args, body, len, failed);
@@ -450,11 +368,10 @@ static const mcp_tool_t tools[] = {
      OUT_EXEC, &sg_gw_on_execute_once_spec, build_execute_python, shape_exec},
     {"pip_install", "Install a Python package",
      "Installs a Python package (validated, blocklisted names refused) into the package store, so that later runs "
-     "naming it in libraries install it from there; with session_id, into that session (a version other than "
-     "latest needs session_id).",
+     "naming it in libraries install it from there; with session_id, into that session.",
      "{\"type\":\"object\",\"properties\":{\"package\":{\"type\":\"string\"},\"version\":{\"type\":\"string\","
      "\"description\":\"a version, or latest (the default)\"}," S_SESSION "},\"required\":[\"package\"]}",
-     OUT_INSTALL, &sg_gw_on_execute_once_spec, build_pip_install, shape_pip},
+     OUT_INSTALL, &sg_gw_on_pip_install_spec, build_pip_install, shape_install},
     {"create_session", "Create a sandbox session",
      "Creates a sandbox whose interpreter state and files persist across execute_code calls until close_session "
      "(or its idle timeout). Returns session_id.",
