@@ -530,7 +530,7 @@ static void test_refused(void **state)
     session_done(sid);
 
     /* a compiled language has no package manager */
-    if (!image_exists("sandgate/cpp:latest"))
+    if (!image_exists(sgtest_image("cpp")))
         SG_FAIL(NULL, "the image sandgate/cpp:latest does not exist: build it with "
                       "./deploy/build-images.sh <build dir> cpp");
     sid = create_session("cpp");

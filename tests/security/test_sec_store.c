@@ -122,7 +122,7 @@ static void py_import_code(char *code, size_t cap)
 static void store_run(const char *script)
 {
     char *out = NULL;
-    int code = sglibs_volume_run(store_volume, "sandgate/python:latest", proxy_id, script, &out);
+    int code = sglibs_volume_run(store_volume, sgtest_image("python"), proxy_id, script, &out);
     if (code != 0) {
         fprintf(stderr, "helper output:\n%s\n", out != NULL ? out : "");
         free(out);
