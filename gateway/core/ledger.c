@@ -7,9 +7,11 @@
 #include "request.h"
 #include "log.h"
 #include "metrics.h"
+#include "stats.h"
 #include "util.h"
 #include "db.h"
 #include "clock.h"
+#include "tenant.h"
 #include "upstream.h"
 
 #include <math.h>
@@ -93,7 +95,7 @@ void sg_gw_exec_slot_take(sg_gw_req_t *g, long wait_ms, void (*next)(sg_gw_req_t
         /* the rate was left for here (auth.c): one state call for all three */
         sg_exec_slot_init(&g->slot, g->tenant.id);
         sg_admit_args_t a = {
-            .rate_per_min = g->tenant.rate_per_min,
+            .rate_per_min = g->rerun ? 0 : g->tenant.rate_per_min, /* a rerun's request was counted */
             .burst = g->tenant.burst,
             .max_execs = g->tenant.max_concurrent_execs,
             .token = g->slot.token,
@@ -396,11 +398,18 @@ void sg_gw_record_execution(sg_gw_req_t *g, const char *result, size_t result_le
     j->usage.duration = duration;
     j->count_session = g->route != SG_GW_R_EPHEMERAL;
 
-    sg_metrics_execution(g->lang[0] ? g->lang : "unknown",
+    json_object *rt = NULL;
+    const char *runtime = o != NULL && json_object_object_get_ex(o, "runtime", &rt) &&
+                                  json_object_is_type(rt, json_type_string) && json_object_get_string_len(rt) > 0 &&
+                                  sg_tenant_runtime_valid(json_object_get_string(rt))
+                              ? json_object_get_string(rt)
+                              : sg_gw_runtime_label(g);
+    sg_metrics_execution(g->lang[0] ? g->lang : "unknown", runtime,
                          j->usage.timed_out        ? "timeout"
                          : j->usage.exit_code == 0 ? "success"
                                                    : "error",
                          duration);
+    sg_stats_execution(sg_wall_s(), (double)(sg_now_us() - g->started_us) / 1e6);
     g->billed = 1; /* added to the day's with the execution's end (finish) */
     g->billed_s = duration;
     json_object_put(o);
