@@ -10,6 +10,24 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The GCRA step of SCRIPT_RATE at the head of an admission script: KEYS[1]
+ * the rate key, ARGV[1..3] now ms, emission interval T ms (0: no rate, the
+ * step is skipped), burst; a refusal returns `denied` (which may use
+ * `stored`); past it, `stored` is the arrival time the rate key held. */
+#define RATE_STEP(denied)                                                                                              \
+    "local now = tonumber(ARGV[1])\n"                                                                                  \
+    "local t = tonumber(ARGV[2])\n"                                                                                    \
+    "local stored = 0\n"                                                                                               \
+    "if t > 0 then\n"                                                                                                  \
+    "  local bucket = t * tonumber(ARGV[3])\n"                                                                         \
+    "  stored = tonumber(redis.call('GET', KEYS[1]) or '0') or 0\n"                                                    \
+    "  local tat = stored\n"                                                                                           \
+    "  if tat < now then tat = now end\n"                                                                              \
+    "  local nxt = tat + t\n"                                                                                          \
+    "  if now < nxt - bucket then return " denied " end\n"                                                             \
+    "  redis.call('SET', KEYS[1], string.format('%d', nxt), 'PX', string.format('%d', nxt - now))\n"                   \
+    "end\n"
+
 sg_state__script_t sg_state__scripts[SCRIPT_COUNT] = {
     /* KEYS: rate key. ARGV: now ms, emission interval T ms, burst.
      * The GCRA of state.c; returns {allowed, stored tat} and state.c's
@@ -161,41 +179,31 @@ sg_state__script_t sg_state__scripts[SCRIPT_COUNT] = {
      * in flight, token, lease deadline s, key slack s, max execs, max seconds.
      * Returns {allowed, stored tat, slot, in flight, quota status, execs,
      * seconds as a string}. */
-    [SCRIPT_EXEC_ADMIT] =
-        {"local now = tonumber(ARGV[1])\n"
-         "local t = tonumber(ARGV[2])\n"
-         "local stored = 0\n"
-         "if t > 0 then\n"
-         "  local bucket = t * tonumber(ARGV[3])\n"
-         "  stored = tonumber(redis.call('GET', KEYS[1]) or '0') or 0\n"
-         "  local tat = stored\n"
-         "  if tat < now then tat = now end\n"
-         "  local nxt = tat + t\n"
-         "  if now < nxt - bucket then return {0, stored, 0, 0, 0, 0, '0'} end\n"
-         "  redis.call('SET', KEYS[1], string.format('%d', nxt), 'PX', string.format('%d', nxt - now))\n"
-         "end\n"
-         "redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[4])\n"
-         "local n = redis.call('ZCARD', KEYS[2])\n"
-         "local held = redis.call('ZSCORE', KEYS[2], ARGV[6])\n"
-         "if not held and n >= tonumber(ARGV[5]) then return {1, stored, 0, n, 0, 0, '0'} end\n"
-         "redis.call('ZADD', KEYS[2], ARGV[7], ARGV[6])\n"
-         "local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')\n"
-         "local ttl = tonumber(last[2]) - tonumber(ARGV[4]) + tonumber(ARGV[8])\n"
-         "if ttl < 1 then ttl = 1 end\n"
-         "redis.call('EXPIRE', KEYS[2], math.floor(ttl))\n"
-         "n = redis.call('ZCARD', KEYS[2])\n"
-         "if redis.call('EXISTS', KEYS[3]) == 0 then return {1, stored, 1, n, 3, 0, '0'} end\n"
-         "local e = tonumber(redis.call('HGET', KEYS[3], 'execs') or '0') or 0\n"
-         "local s = redis.call('HGET', KEYS[3], 'seconds') or '0'\n"
-         "local q = 0\n"
-         "if e >= tonumber(ARGV[9]) then q = 1\n"
-         "elseif (tonumber(s) or 0) >= tonumber(ARGV[10]) then q = 2 end\n"
-         "if q ~= 0 then\n"
-         "  redis.call('ZREM', KEYS[2], ARGV[6])\n"
-         "  return {1, stored, 1, redis.call('ZCARD', KEYS[2]), q, e, s}\n"
-         "end\n"
-         "e = redis.call('HINCRBY', KEYS[3], 'execs', 1)\n"
-         "return {1, stored, 1, n, 0, e, s}\n"},
+    [SCRIPT_EXEC_ADMIT] = {RATE_STEP(
+        "{0, stored, 0, 0, 0, 0, '0'}") "redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[4])\n"
+                                        "local n = redis.call('ZCARD', KEYS[2])\n"
+                                        "local held = redis.call('ZSCORE', KEYS[2], ARGV[6])\n"
+                                        "if not held and n >= tonumber(ARGV[5]) then return {1, stored, 0, n, 0, 0, "
+                                        "'0'} end\n"
+                                        "redis.call('ZADD', KEYS[2], ARGV[7], ARGV[6])\n"
+                                        "local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')\n"
+                                        "local ttl = tonumber(last[2]) - tonumber(ARGV[4]) + tonumber(ARGV[8])\n"
+                                        "if ttl < 1 then ttl = 1 end\n"
+                                        "redis.call('EXPIRE', KEYS[2], math.floor(ttl))\n"
+                                        "n = redis.call('ZCARD', KEYS[2])\n"
+                                        "if redis.call('EXISTS', KEYS[3]) == 0 then return {1, stored, 1, n, 3, 0, "
+                                        "'0'} end\n"
+                                        "local e = tonumber(redis.call('HGET', KEYS[3], 'execs') or '0') or 0\n"
+                                        "local s = redis.call('HGET', KEYS[3], 'seconds') or '0'\n"
+                                        "local q = 0\n"
+                                        "if e >= tonumber(ARGV[9]) then q = 1\n"
+                                        "elseif (tonumber(s) or 0) >= tonumber(ARGV[10]) then q = 2 end\n"
+                                        "if q ~= 0 then\n"
+                                        "  redis.call('ZREM', KEYS[2], ARGV[6])\n"
+                                        "  return {1, stored, 1, redis.call('ZCARD', KEYS[2]), q, e, s}\n"
+                                        "end\n"
+                                        "e = redis.call('HINCRBY', KEYS[3], 'execs', 1)\n"
+                                        "return {1, stored, 1, n, 0, e, s}\n"},
     /* SCRIPT_ZREM (the slot), SCRIPT_TOUCH and SCRIPT_QUOTA_ADD in one: an
      * execution's end. KEYS: tenant's in-flight set, session record, idle
      * index, quota key. ARGV: token, sid ("": none), now, idle timeout,
@@ -215,26 +223,14 @@ sg_state__script_t sg_state__scripts[SCRIPT_COUNT] = {
      * admission. KEYS: rate key, tenant set. ARGV: now ms, emission
      * interval T ms (0: no rate), burst, now s, max, "pending:<token>",
      * expiry s. Returns {allowed, stored tat, reserved, count}. */
-    [SCRIPT_SESSION_ADMIT] =
-        {"local now = tonumber(ARGV[1])\n"
-         "local t = tonumber(ARGV[2])\n"
-         "local stored = 0\n"
-         "if t > 0 then\n"
-         "  local bucket = t * tonumber(ARGV[3])\n"
-         "  stored = tonumber(redis.call('GET', KEYS[1]) or '0') or 0\n"
-         "  local tat = stored\n"
-         "  if tat < now then tat = now end\n"
-         "  local nxt = tat + t\n"
-         "  if now < nxt - bucket then return {0, stored, 0, 0} end\n"
-         "  redis.call('SET', KEYS[1], string.format('%d', nxt), 'PX', string.format('%d', nxt - now))\n"
-         "end\n"
-         "redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[4])\n"
-         "local n = redis.call('ZCARD', KEYS[2])\n"
-         "if n < tonumber(ARGV[5]) then\n"
-         "  redis.call('ZADD', KEYS[2], ARGV[7], ARGV[6])\n"
-         "  return {1, stored, 1, redis.call('ZCARD', KEYS[2])}\n"
-         "end\n"
-         "return {1, stored, 0, n}\n"},
+    [SCRIPT_SESSION_ADMIT] = {RATE_STEP(
+        "{0, stored, 0, 0}") "redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[4])\n"
+                             "local n = redis.call('ZCARD', KEYS[2])\n"
+                             "if n < tonumber(ARGV[5]) then\n"
+                             "  redis.call('ZADD', KEYS[2], ARGV[7], ARGV[6])\n"
+                             "  return {1, stored, 1, redis.call('ZCARD', KEYS[2])}\n"
+                             "end\n"
+                             "return {1, stored, 0, n}\n"},
 };
 
 void sg_state__scripts_init(void)
