@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "creds.h"
 #include "proc.h"
 
 #define KILL_BUDGET_NS (2000LL * 1000 * 1000) /* give up killing after 2 s */
@@ -422,9 +423,14 @@ static void child_exec(const char *cmd, char **envp, const int *fds, int nfds)
             _exit(127);
     }
     close_from(nfds + 1);
-    /* The descriptors are final: nothing of the agent's is left. The agent
-     * is not dumpable, which makes /proc/self/ files root-owned; become
-     * dumpable so the write is allowed (exec resets it anyway). */
+    /* The descriptors are final: nothing of the agent's is left. Now the
+     * sandbox user for good (creds.h), which also leaves it non-dumpable. */
+    if (creds_drop_for_good() != 0) {
+        dprintf(2, "sandgate-agent: cannot become the sandbox user: %s\n", strerror(errno));
+        _exit(127);
+    }
+    /* Non-dumpable makes /proc/self/ files root-owned; become dumpable so
+     * the write is allowed (exec resets it anyway). */
     prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
     fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
     if (fd >= 0) {

@@ -315,6 +315,13 @@ void sgtest__assert_hardened(json_object *c, const char *file, int line)
         sgtest__fail(hc, file, line, "HostConfig.NetworkMode must be \"none\"");
     if (!sgtest_json_array_has_string(sgtest_jpath(c, "HostConfig.CapDrop"), "ALL"))
         sgtest__fail(hc, file, line, "HostConfig.CapDrop must hold \"ALL\"");
+    /* a sandbox's agent keeps only what makes its children the sandbox user */
+    json_object *add = sgtest_jpath(c, "HostConfig.CapAdd");
+    for (size_t i = 0; add != NULL && i < json_object_array_length(add); i++) {
+        const char *cap = json_object_get_string(json_object_array_get_idx(add, i));
+        if (strcmp(cap, "CAP_SETUID") != 0 && strcmp(cap, "CAP_SETGID") != 0 && strcmp(cap, "CAP_SETPCAP") != 0)
+            sgtest__fail(hc, file, line, "HostConfig.CapAdd holds %s", cap);
+    }
     if (!strv_json_has_prefix(sgtest_jpath(c, "HostConfig.SecurityOpt"), "no-new-privileges"))
         sgtest__fail(hc, file, line, "HostConfig.SecurityOpt must hold no-new-privileges");
     v = sgtest_jpath(c, "HostConfig.ReadonlyRootfs");

@@ -136,6 +136,10 @@ int sgunit_setup_agent(void **state)
     }
     strcpy(a->dir, "/tmp/sg-agent-test-XXXXXX");
     assert_non_null(mkdtemp(a->dir));
+    /* An agent started as root works on files as the sandbox user and runs
+     * its children as that user (agent/creds.h), as in a sandbox. */
+    if (geteuid() == 0)
+        assert_int_equal(chown(a->dir, 1000, 1000), 0);
     assert_int_equal(pipe2(in, O_CLOEXEC), 0);
     assert_int_equal(pipe2(outp, O_CLOEXEC), 0);
     a->pid = fork();
