@@ -15,7 +15,7 @@
  *     kernel wrote (proc_handle_signals);
  *   - every command and kernel runs under a system call filter that refuses
  *     prlimit() on another process, so user code cannot lower the agent's
- *     limits;
+ *     limits, and new namespaces (which gVisor's kernel would grant);
  *   - user code gets oom_score_adj 1000, so the OOM killer picks it first;
  *   - after every run, every descendant is found through /proc and killed,
  *     including those that called setsid() and double-forked.
