@@ -292,6 +292,19 @@ Exit:
     return ret;
 }
 
+/* Under runsc a container whose entrypoint is missing fails at start, after
+ * its sandbox was made, and Docker 20.10 then leaves the containerd task and
+ * its shim behind for good (neither `docker rm` nor a restart of the proxy
+ * reaches them): so look before starting. */
+static int entrypoint_found(create_job_t *j, sg_docker_t *d)
+{
+    int found = sg_docker_container_entrypoint_exists(d, j->s->container_id, j->err, sizeof(j->err));
+
+    if (found == 0)
+        snprintf(j->err, sizeof(j->err), "image %s has no agent: its entrypoint is missing", j->s->image);
+    return found == 1;
+}
+
 static void create_work(sg_job_t *job)
 {
     create_job_t *j = (create_job_t *)job;
@@ -317,6 +330,8 @@ static void create_work(sg_job_t *job)
         return;
     j->status = 500;
     j->code = "sandbox_failed";
+    if (strcmp(sg_session_runtime(j->s), SG_RUNTIME_RUNSC) == 0 && !entrypoint_found(j, d))
+        goto Error;
     if (sg_docker_attach(j->s->container_id, conf.agent_start_timeout_ms, &j->fd, j->err, sizeof(j->err)) != 0)
         goto Error;
     if (sg_docker_container_start(d, j->s->container_id, j->err, sizeof(j->err)) != 0)

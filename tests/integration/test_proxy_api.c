@@ -88,7 +88,7 @@ static void test_javascript(void **state)
     sgtest_expect_ok(run_code(sid, "console.log(1+1)"), "2\n");
     json_object *d = session_details(sid);
     SG_CHECK(strcmp(SG_STR(d, "lang"), "javascript") == 0, d, "lang");
-    SG_CHECK(strcmp(SG_STR(d, "image"), "sandgate/javascript:latest") == 0, d, "image");
+    SG_CHECK(strcmp(SG_STR(d, "image"), sgtest_image("javascript")) == 0, d, "image");
     json_object_put(d);
     session_done(sid);
 
@@ -107,7 +107,7 @@ static void test_session_details(void **state)
 
     /* The create reply carries the contract's fields too. */
     SG_CHECK(strcmp(SG_STR(created, "lang"), "python") == 0, created, "lang");
-    SG_CHECK(strcmp(SG_STR(created, "image"), "sandgate/python:latest") == 0, created, "image");
+    SG_CHECK(strcmp(SG_STR(created, "image"), sgtest_image("python")) == 0, created, "image");
     SG_STR(created, "created_at");
     SG_OBJ(created, "limits");
     json_object_put(created);
@@ -116,7 +116,7 @@ static void test_session_details(void **state)
     SG_CHECK(strcmp(SG_STR(d, "session_id"), sid) == 0, d, "session_id");
     SG_CHECK(strcmp(SG_STR(d, "status"), "active") == 0, d, "status");
     SG_CHECK(strcmp(SG_STR(d, "lang"), "python") == 0, d, "lang");
-    SG_CHECK(strcmp(SG_STR(d, "image"), "sandgate/python:latest") == 0, d, "image");
+    SG_CHECK(strcmp(SG_STR(d, "image"), sgtest_image("python")) == 0, d, "image");
     time_t created_at, last_used;
     SG_CHECK(parse_rfc3339(SG_STR(d, "created_at"), &created_at), d, "created_at not RFC 3339");
     SG_CHECK(created_at > now - 300 && created_at <= now + 5, d, "created_at is not about now (%ld)", (long)now);

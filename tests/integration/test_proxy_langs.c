@@ -139,9 +139,7 @@ static char *create_session(const char *lang)
     json_object *o = NULL;
     char *id = sgtest_create_session(suite.proxy, lang, NULL, &o); /* a session_id, status "active" */
     expect_str(o, "lang", lang);
-    char image[64];
-    pathf(image, sizeof(image), "sandgate/%s:latest", lang);
-    expect_str(o, "image", image);
+    expect_str(o, "image", sgtest_image(lang));
     json_object_put(o);
     return id;
 }

@@ -254,7 +254,7 @@ SGGW_TEST(test_keep_template_disk_capped)
     SG_CHECK(size > (int64_t)TMPFS_MB / 2 << 20 && size <= CAP_BYTES, NULL,
              "size_bytes %lld: the filled work dir, no more than the cap %lld", (long long)size, (long long)CAP_BYTES);
     /* Docker's own count: the template adds at most the cap to its base */
-    int64_t added = image_size(name) - image_size("sandgate/python:latest");
+    int64_t added = image_size(name) - image_size(sgtest_image("python"));
     SG_CHECK(added <= CAP_BYTES, NULL, "the template adds %lld bytes to its base, above the cap", (long long)added);
 
     /* a session from the template finds the work dir and the same cap */
