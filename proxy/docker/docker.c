@@ -378,6 +378,11 @@ int sg_docker_container_pause(sg_docker_t *d, const char *id, char *err, size_t 
     return container_call(d, "POST", id, "/pause", "pause a container", 204, 204, err, errlen);
 }
 
+int sg_docker_container_unpause(sg_docker_t *d, const char *id, char *err, size_t errlen)
+{
+    return container_call(d, "POST", id, "/unpause", "unpause a container", 204, 204, err, errlen);
+}
+
 int sg_docker_container_commit(sg_docker_t *d, const char *id, const char *repo, const char *tag, const char *config,
                                char image_id[80], char *err, size_t errlen)
 {

@@ -58,6 +58,8 @@ int sg_docker_container_commit(sg_docker_t *d, const char *id, const char *repo,
                                char image_id[80], char *err, size_t errlen);
 /* POST /containers/{id}/pause. */
 int sg_docker_container_pause(sg_docker_t *d, const char *id, char *err, size_t errlen);
+/* POST /containers/{id}/unpause. */
+int sg_docker_container_unpause(sg_docker_t *d, const char *id, char *err, size_t errlen);
 /* GET /containers/{id}/archive?path=PATH: the tar into out, whose cap
  * bounds it (a larger one fails, err saying so). Works on a running or
  * paused container, and reads volumes mounted in it (not tmpfs mounts). */

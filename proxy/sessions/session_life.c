@@ -498,9 +498,15 @@ static int keep_workdir(close_job_t *j, sg_docker_t *d)
 
     sg_buf_init(&tar, workdir_archive_max(s->limits.tmpfs_mb));
     /* stops the tenant's processes writing while the work dir is read */
-    if (sg_docker_container_pause(d, s->container_id, err, sizeof(err)) != 0)
+    int paused = sg_docker_container_pause(d, s->container_id, err, sizeof(err)) == 0;
+    if (!paused)
         sg_warn("session %s: cannot pause it before keeping its work dir: %s", s->id, err);
-    if (sg_docker_archive_get(d, s->container_id, "/sandbox/.", &tar, j->err, sizeof(j->err)) != 0)
+    int got = sg_docker_archive_get(d, s->container_id, "/sandbox/.", &tar, j->err, sizeof(j->err));
+    /* resumed before it is removed: a paused runsc sandbox does not die by
+     * SIGKILL (Docker gives up on its "zombie" after 10 s) */
+    if (paused && sg_docker_container_unpause(d, s->container_id, err, sizeof(err)) != 0)
+        sg_warn("session %s: cannot unpause it: %s", s->id, err);
+    if (got != 0)
         goto Exit;
     cfg = template_builder_config(s);
     if (sg_docker_container_create(d, cfg, builder, j->err, sizeof(j->err)) != 0) {
