@@ -51,6 +51,12 @@ for s in "${services[@]}"; do
   case $s in redis|proxy|gateway) build_service "$s" ;; *) sg_die "compose: unknown service image '$s'" ;; esac
 done
 
+# Each build whose sources changed leaves its builder stage behind as an
+# untagged image (~750 MB, labelled sandgate.stage=builder in the Dockerfile):
+# keep the newest, the next build's cache, and remove the older ones.
+docker images -f dangling=true -f label=sandgate.stage=builder -q | tail -n +2 |
+  while read -r id; do docker image rm "$id" >/dev/null 2>&1 || true; done
+
 # The sandbox images, with the agent of the proxy image (build-images.sh wants
 # it at BUILD_DIR/proxy/sandgate-agent).
 mkdir -p "$TMP/build/proxy"
