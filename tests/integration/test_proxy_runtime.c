@@ -247,22 +247,35 @@ static void test_explicit_runtimes(void **state)
     free(id);
 }
 
+/* The command line of process `pid` (a /proc entry's name) into buf, its
+ * arguments apart by NULs, or by spaces when `spaced`: its length, 0 when
+ * the process is gone. */
+static size_t proc_cmdline(const char *pid, char *buf, size_t len, bool spaced)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "/proc/%s/cmdline", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        buf[0] = '\0';
+        return 0;
+    }
+    size_t got = fread(buf, 1, len - 1, f);
+    fclose(f);
+    for (size_t i = 0; spaced && i < got; i++)
+        buf[i] = buf[i] == '\0' ? ' ' : buf[i];
+    buf[got] = '\0';
+    return got;
+}
+
 /* The container id (64 hex) a runsc process works for, from its command
  * line (.../moby/<id>/... or a trailing <id>), or "" when none is named. */
 static void runsc_process_container(pid_t pid, char id[65])
 {
-    char path[64], buf[8192];
+    char name[32], buf[8192];
     id[0] = '\0';
-    snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
+    snprintf(name, sizeof(name), "%d", (int)pid);
+    if (proc_cmdline(name, buf, sizeof(buf), true) == 0)
         return;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    for (size_t i = 0; i < n; i++)
-        if (buf[i] == '\0')
-            buf[i] = ' ';
-    buf[n] = '\0';
     for (char *p = buf; (p = strstr(p, "moby/")) != NULL; p += 5) {
         size_t k = 0;
         while (k < 64 && strchr("0123456789abcdef", p[5 + k]) != NULL && p[5 + k] != '\0')
@@ -285,16 +298,9 @@ static char **orphan_runsc_processes(void)
     SG_CHECK(d != NULL, NULL, "cannot read /proc");
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        char path[300], cmd[64] = "", id[65], entry[96];
-        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+        char cmd[64] = "", id[65], entry[96];
+        if (e->d_name[0] < '0' || e->d_name[0] > '9' || proc_cmdline(e->d_name, cmd, sizeof(cmd), false) == 0)
             continue;
-        snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (f == NULL)
-            continue;
-        size_t got = fread(cmd, 1, sizeof(cmd) - 1, f);
-        fclose(f);
-        cmd[got] = '\0';
         if (strcmp(cmd, "runsc-sandbox") != 0 && strcmp(cmd, "runsc-gofer") != 0)
             continue;
         runsc_process_container((pid_t)atoi(e->d_name), id);
@@ -368,18 +374,9 @@ static size_t shims_of(char *const *ids)
     SG_CHECK(d != NULL, NULL, "cannot read /proc");
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        char path[300], buf[4096];
-        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+        char buf[4096];
+        if (e->d_name[0] < '0' || e->d_name[0] > '9' || proc_cmdline(e->d_name, buf, sizeof(buf), true) == 0)
             continue;
-        snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (f == NULL)
-            continue;
-        size_t got = fread(buf, 1, sizeof(buf) - 1, f);
-        fclose(f);
-        for (size_t i = 0; i < got; i++)
-            buf[i] = buf[i] == '\0' ? ' ' : buf[i];
-        buf[got] = '\0';
         if (strstr(buf, "containerd-shim") == NULL)
             continue;
         for (size_t i = 0; ids[i] != NULL; i++)
