@@ -1,6 +1,8 @@
 #include "buf.h"
 #include "util.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,4 +54,16 @@ void sg_buf_consume(sg_buf_t *b, size_t n)
     memmove(b->base, b->base + n, b->len - n);
     b->len -= n;
     b->base[b->len] = '\0';
+}
+
+int sg_buf_appendf(sg_buf_t *b, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return -1;
+    return sg_buf_append(b, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
 }

@@ -21,6 +21,9 @@ void sg_buf_reset(sg_buf_t *b);
  * unchanged; running out of memory is fatal: util.h). The contents stay
  * NUL-terminated. */
 int sg_buf_append(sg_buf_t *b, const void *p, size_t n);
+/* Appends printf-formatted text of at most 1023 bytes (longer is cut):
+ * 0, or -1 as sg_buf_append. */
+int sg_buf_appendf(sg_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Drops the first n bytes. */
 void sg_buf_consume(sg_buf_t *b, size_t n);
 

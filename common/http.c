@@ -51,6 +51,41 @@ static void on_accept(h2o_socket_t *listener, const char *err)
 sg_http_server_t *sg_http_server_create(const char *host, int port, size_t max_body, sg_http_handler_cb cb, void *app,
                                         char *err, size_t errlen)
 {
+    return sg_http_server_create_with_dirs(host, port, max_body, cb, app, NULL, 0, err, errlen);
+}
+
+/* Sets each "Name: value" of headers (NULL-terminated, may be NULL) on every
+ * reply under pathconf (h2o's headers filter, which keeps the commands for
+ * the server's life). */
+static void add_headers(h2o_pathconf_t *pathconf, const char *const *headers)
+{
+    size_t n = 0;
+    while (headers != NULL && headers[n] != NULL)
+        n++;
+    if (n == 0)
+        return;
+    h2o_headers_command_t *cmds = sg_xcalloc(n + 1, sizeof(*cmds));
+    h2o_iovec_t *names = sg_xcalloc(n, sizeof(*names));
+    for (size_t i = 0; i < n; i++) {
+        const char *colon = strchr(headers[i], ':');
+        size_t nlen = colon != NULL ? (size_t)(colon - headers[i]) : strlen(headers[i]);
+        const char *v = colon != NULL ? colon + 1 : "";
+        while (*v == ' ')
+            v++;
+        names[i] = h2o_strdup(NULL, headers[i], nlen);
+        h2o_strtolower(names[i].base, names[i].len);
+        cmds[i].cmd = H2O_HEADERS_CMD_SET;
+        cmds[i].name = &names[i];
+        cmds[i].value = h2o_strdup(NULL, v, SIZE_MAX);
+    }
+    cmds[n].cmd = H2O_HEADERS_CMD_NULL;
+    h2o_headers_register(pathconf, cmds);
+}
+
+sg_http_server_t *sg_http_server_create_with_dirs(const char *host, int port, size_t max_body, sg_http_handler_cb cb,
+                                                  void *app, const sg_http_dir_t *dirs, size_t ndirs, char *err,
+                                                  size_t errlen)
+{
     sg_http_server_t *s = sg_xcalloc(1, sizeof(*s));
     struct sockaddr_in addr = {0};
     socklen_t alen = sizeof(addr);
@@ -64,6 +99,12 @@ sg_http_server_t *sg_http_server_create(const char *host, int port, size_t max_b
      * preface) unless sg_http_server_allow_h2c says so */
     s->config.http1.upgrade_to_http2 = 0;
     h2o_hostconf_t *hostconf = h2o_config_register_host(&s->config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    /* the first registered path that matches wins: the directories go first */
+    for (size_t i = 0; i < ndirs; i++) {
+        h2o_pathconf_t *dirconf = h2o_config_register_path(hostconf, dirs[i].url_path, 0);
+        h2o_file_register(dirconf, dirs[i].dir, NULL, NULL, 0);
+        add_headers(dirconf, dirs[i].headers);
+    }
     h2o_pathconf_t *pathconf = h2o_config_register_path(hostconf, "/", 0);
     handler_t *h = (handler_t *)h2o_create_handler(pathconf, sizeof(*h));
     h->super.on_req = on_req;

@@ -22,6 +22,21 @@ typedef int (*sg_http_handler_cb)(void *app, h2o_req_t *req);
  * failure with err set. */
 sg_http_server_t *sg_http_server_create(const char *host, int port, size_t max_body, sg_http_handler_cb cb, void *app,
                                         char *err, size_t errlen);
+/* A directory of static files: requests under url_path ("/docs") are
+ * served from dir by h2o's file handler — a directory's index.html, no
+ * listing, types by extension — ahead of the server's handler. */
+typedef struct {
+    const char *url_path;
+    const char *dir;
+    /* "Name: value" lines (NULL-terminated, may be NULL; copied) set on every
+     * reply under url_path, over any the file handler made */
+    const char *const *headers;
+} sg_http_dir_t;
+/* sg_http_server_create with dirs[0..ndirs) served as static files
+ * (copied; a missing dir answers 404). */
+sg_http_server_t *sg_http_server_create_with_dirs(const char *host, int port, size_t max_body, sg_http_handler_cb cb,
+                                                  void *app, const sg_http_dir_t *dirs, size_t ndirs, char *err,
+                                                  size_t errlen);
 /* HTTP/2 over cleartext (an "Upgrade: h2c" request, or the HTTP/2
  * preface sent at once) is refused unless allowed here: such a request is
  * answered over HTTP/1.1. Call before sg_http_server_start. */

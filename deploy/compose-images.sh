@@ -6,8 +6,11 @@
 # The sandbox images get the sandgate-agent compiled in the same build as the
 # proxy image (copied out of it), so proxy and agent always match, and the
 # host needs no compiler: docker (and docker-compose) is enough.
+# The gateway image serves the ops dashboard (GET /dashboard): its page is
+# built here first, with the host's npm (dashboard/build.sh into
+# build/www/dashboard, which the image copies with the rest of build/www).
 # Unchanged inputs make this quick: Docker's layer cache for the service
-# images, build-images.sh's input hash for the sandbox images.
+# images, build-images.sh's input hash for the sandbox images and the page.
 #
 # Usage: sudo deploy/compose-images.sh [LANG...]
 #   languages: the arguments, else $SANDGATE_LANGS, else every deploy/images/<lang>
@@ -46,7 +49,11 @@ build_service() {
   fi
 }
 
+# GET /docs: the gateway image copies build/www/ (deploy/docker/Dockerfile)
+"$SG_ROOT"/deploy/www-docs.sh "$SG_ROOT/build/www"
+
 read -ra services <<<"${SANDGATE_COMPOSE_SERVICES:-redis proxy gateway}"
+case " ${services[*]} " in *" gateway "*) "$SG_ROOT"/dashboard/build.sh "$SG_ROOT/build/www/dashboard" ;; esac
 for s in "${services[@]}"; do
   case $s in redis|proxy|gateway) build_service "$s" ;; *) sg_die "compose: unknown service image '$s'" ;; esac
 done

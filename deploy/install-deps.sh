@@ -9,10 +9,16 @@ PKGS=(build-essential cmake pkg-config libh2o-evloop-dev libssl-dev
       libcurl4-openssl-dev libjson-c-dev libhiredis-dev libsqlite3-dev
       libcmocka-dev redis-server docker.io docker-compose debootstrap curl jq
       ca-certificates sqlite3
+      zlib1g-dev  # the rich-result tests inflate the PNGs a sandbox sends back
       clang libclang-rt-14-dev  # fuzz/: clang's libFuzzer and sanitizer runtimes
       clang-format  # the format check (tests/format.sh)
       runsc  # gVisor: the engine runs every sandbox under it (deploy/engine.sh)
-      python3 nodejs)  # the agent's unit tests run the kernels on the host
+      python3 nodejs  # the agent's unit tests run the kernels on the host
+      chromium)  # GET /docs and the ops dashboard in a real browser (tests/openapi/, tests/dashboard/)
+# npm: GET /docs (deploy/www-docs.sh), the dashboard (dashboard/build.sh) and
+# the test suites' npm packages; the machine's own node/npm when present,
+# else Debian's
+command -v npm >/dev/null || PKGS+=(npm)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -28,6 +28,10 @@ fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j2 >/dev/null
 ./deploy/build-images.sh build
+./deploy/www-docs.sh build/www   # GET /docs
+# the ops dashboard's page, served by the gateway from $SANDGATE_WWW_DIR/dashboard
+./dashboard/build.sh build/www/dashboard >/dev/null
+export SANDGATE_WWW_DIR=${SANDGATE_WWW_DIR:-$SG_ROOT/build/www}
 
 redis_port=${SANDGATE_REDIS_PORT:-6380}
 proxy_port=${SANDGATE_PROXY_PORT:-8000}
@@ -102,6 +106,11 @@ sandgate is up. A first request:
     -H 'Content-Type: application/json' -d '{"code": "print(6 * 7)", "lang": "python"}'
 
 Admin API token: $run_dir/admin-token. Logs: $run_dir/*.log. Stop: Ctrl-C or ./deploy/run.sh stop
+API documentation: $gw/docs/ (the document: $gw/openapi.json). Health: $gw/health
+
+Watch it live on the ops dashboard (the token in the #fragment never leaves the browser):
+
+  $gw/dashboard/#token=$SANDGATE_ADMIN_TOKEN
 EOF
 
 # run until a service dies or we are told to stop

@@ -13,14 +13,34 @@ exec </dev/null
 ./deploy/engine.sh
 ./deploy/base-image.sh
 
+# tests/mcp: MCP clients nobody here wrote (the TypeScript SDK, the
+# conformance suite, the Node.js 22 they run on), pinned by its lock file
+if ! command -v npm >/dev/null; then
+  sg_log "test: installing Debian's npm"
+  apt-get update -qq && apt-get install -y -qq npm >/dev/null
+fi
+sg_log "test: npm ci in tests/mcp"
+(cd tests/mcp && npm ci --no-audit --no-fund --loglevel=error)
+
 sg_log "test: build/ (RelWithDebInfo)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j2
 ./deploy/build-images.sh build
+# the static pages the gateway serves from build/www (SANDGATE_WWW_DIR in the
+# tests): GET /docs (Swagger UI, npm), and the ops dashboard (npm ci from its
+# lock file, then Vite), as the run command builds them
+./deploy/www-docs.sh build/www
+./dashboard/build.sh build/www/dashboard >/dev/null
+sg_log "test: npm ci in tests/openapi (the OpenAPI validator)"
+(cd tests/openapi && npm ci --no-audit --no-fund --ignore-scripts >/dev/null)
 
 sg_log "test: build-asan/ (ASan + UBSan)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSANDGATE_SANITIZE=ON >/dev/null
 cmake --build build-asan -j2
+
+# the dashboard's browser test's driver (playwright-core, pinned)
+sg_log "test: the dashboard's browser test's packages"
+(cd tests/dashboard && npm ci --no-audit --no-fund --loglevel=error)
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -61,8 +61,17 @@ static int decode(const sg_agent_header_t *h, const uint8_t *pl, sg_agent_buf_t 
         sg_agent_put_u32(b, m.state);
         break;
     case SG_AGENT_FILE:
+    case SG_AGENT_RESULT:
         in_payload(m.data, m.data_len, pl, h->len);
         CHECK(m.data_len == h->len);
+        sg_agent_put_rest(b, m.data, m.data_len);
+        break;
+    case SG_AGENT_FILES:
+        /* entries checked whole by the decoder: exactly files_count of them */
+        in_payload(m.data, m.data_len, pl, h->len);
+        CHECK(m.files_count <= SG_AGENT_FILES_MAX && m.data_len == h->len - 8);
+        sg_agent_put_u32(b, m.files_flags);
+        sg_agent_put_u32(b, m.files_count);
         sg_agent_put_rest(b, m.data, m.data_len);
         break;
     case SG_AGENT_OK:

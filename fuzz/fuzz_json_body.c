@@ -67,6 +67,9 @@ static void route_create(json_object *body)
     CHECK(!cr.limits.network || policy.allow_network);
     CHECK(cr.limits.pids == policy.defaults.pids && cr.limits.tmpfs_mb == policy.defaults.tmpfs_mb);
     CHECK(cr.keep_template == 0 || cr.keep_template == 1);
+    /* a runtime is absent, or one of the two static names; runsc has no network */
+    CHECK(cr.runtime == NULL || strcmp(cr.runtime, "runc") == 0 || strcmp(cr.runtime, "runsc") == 0);
+    CHECK(cr.runtime == NULL || !cr.limits.network || strcmp(cr.runtime, "runc") == 0);
     if (cr.image != NULL) {
         size_t n = strlen(cr.image);
         CHECK(n >= 1 && n <= 255);
@@ -89,6 +92,7 @@ static void route_exec(json_object *body, const char *field, int want_lang)
         CHECK(strlen(ex.code) == ex.code_len);
     CHECK(isfinite(ex.timeout_s) && ex.timeout_s > 0 && ex.timeout_s <= policy.max_timeout_s);
     CHECK(want_lang ? ex.lang != NULL : ex.lang == NULL);
+    CHECK(ex.runtime == NULL || (want_lang && (strcmp(ex.runtime, "runc") == 0 || strcmp(ex.runtime, "runsc") == 0)));
     check_library_list(ex.libraries, ex.lang != NULL ? ex.lang->package_manager : "pip");
     if (ex.lang != NULL && ex.lang->package_manager == NULL)
         CHECK(ex.libraries == NULL);

@@ -30,7 +30,7 @@ static void same_tenant(const sg_tenant_t *a, const sg_tenant_t *b)
     CHECK(a->max_sessions == b->max_sessions && a->execs_per_day == b->execs_per_day);
     CHECK(a->max_memory_mb == b->max_memory_mb && a->network_allowed == b->network_allowed);
     CHECK(a->idle_timeout == b->idle_timeout && a->max_lifetime == b->max_lifetime);
-    CHECK(strcmp(a->allowed_langs, b->allowed_langs) == 0);
+    CHECK(strcmp(a->allowed_langs, b->allowed_langs) == 0 && strcmp(a->runtime, b->runtime) == 0);
     CHECK(near(a->exec_seconds_per_day, b->exec_seconds_per_day));
     CHECK(near(a->max_timeout, b->max_timeout));
     CHECK(near(a->max_cpus, b->max_cpus));

@@ -41,7 +41,7 @@ u32 = lambda v: struct.pack(">I", v)
 i32 = lambda v: struct.pack(">i", v)
 u64 = lambda v: struct.pack(">Q", v)
 EXEC, PUT, GET, PING = 1, 2, 3, 4
-READY, OUTPUT, EXIT, FILE, OK, ERROR = 64, 65, 66, 67, 68, 69
+READY, OUTPUT, EXIT, FILE, OK, ERROR, RESULT, FILES = 64, 65, 66, 67, 68, 69, 70, 71
 
 
 def exit_msg(mid, code=0, sig=0, reason=0, dur=1234, flags=0, stage="run", state=0):
@@ -65,8 +65,23 @@ replies = [
     ("huge_len", struct.pack(">BBHII", OUTPUT, 0, 0, 1, 0x04000001)),
     ("short_exit", msg(EXIT, 3, i32(0) + u32(0))),
     ("unknown_type", msg(99, 1, b"")),
+    ("result", msg(RESULT, 14, b'{"type": "text", "mime": "text/plain", "data": "2", "main": true}')),
+    ("files", msg(FILES, 15, u32(0) + u32(2) + s("/sandbox/out/a.png") + u64(20480) + s("/sandbox/out/d/b.csv")
+                  + u64(3))),
+    ("rich_session", ready + msg(RESULT, 1, b'{"type": "image", "mime": "image/png", "data": "iVBORw0KGgo=", "main": false}')
+     + msg(FILES, 1, u32(1) + u32(0)) + exit_msg(1, flags=4, state=2)),
 ]
 write("fuzz_agent_reply", replies)
+
+# ---- result records (fuzz_results: a caps byte, records split by "\n\0") ----
+results = [
+    ("value", b"\x07" + b'{"type": "text", "mime": "text/plain", "data": "2", "main": true}'),
+    ("figure_and_html", b"\x07" + b'{"type": "image", "mime": "image/png", "data": "iVBORw0KGgpJSERS", "main": false}'
+     + b"\n\0" + b'{"type": "html", "mime": "text/html", "data": "<table></table>", "main": true}'),
+    ("forged", b"\x81" + b'{"type": "image", "mime": "image/png", "data": "!!", "x": 1}' + b"\n\0" + b"[[[[[[1]]]]]]"
+     + b"\n\0" + b'{"type": "text", "mime": "text/plain", "data": "a\\u0000\\ud800"}'),
+]
+write("fuzz_results", results)
 
 exec_py = msg(EXEC, 1, u32(30000) + u32(1 << 20) + s("") + s("") + s("exec python3 -u \"$SANDGATE_FILE\"")
               + s("/tmp/sandgate/main.py") + s("") + b"print('hello')\n")
@@ -297,3 +312,16 @@ paths = [
     (0, "a/b/c.txt/x"), (1, "secret/x"), (1, "up/new"), (0, "a/" + "n" * 300),
 ]
 write("fuzz_agent_path", [("p%02d" % i, bytes([f]) + p.encode()) for i, (f, p) in enumerate(paths)])
+
+# ---- MCP header values (first byte: output size / 8; fuzz_mcp_headers.c) ----
+mcp = [
+    ("plain", 8, "list_sessions"),
+    ("base64", 8, "=?base64?bGlzdF9zZXNzaW9ucw==?="),
+    ("utf8", 16, "=?base64?SGVsbG8sIOS4lueVjA==?="),
+    ("sentinel_literal", 16, "=?base64?PT9iYXNlNjQ/bGl0ZXJhbD89?="),
+    ("bad_padding", 8, "=?base64?YQ==YQ==?="),
+    ("tight", 0, "=?base64?YWJj?="),
+    ("session_id", 8, "0123456789abcdef0123456789abcdef"),
+    ("origin", 8, "https://a.example:8443"),
+]
+write("fuzz_mcp_headers", [(n, bytes([b]) + t.encode()) for n, b, t in mcp])

@@ -44,6 +44,9 @@ typedef struct {
     size_t max_body;                    /* JSON bodies */
     size_t max_file_bytes;              /* file uploads */
     size_t max_header_bytes;            /* all request headers together */
+    long mcp_sessions;                  /* MCP sessions per tenant (handler/mcp.c) */
+    long mcp_idle_s;                    /* an MCP session's idle expiry */
+    const char *mcp_origins;            /* Origins /mcp accepts besides its own, comma-separated */
     int stopping;                       /* shutting down: no new DB work */
     struct sg_throttle *admin_throttle; /* wrong admin tokens per client address */
 } sg_gw_t;

@@ -7,7 +7,9 @@
 #include "config.h"
 #include "daemon.h"
 #include "gateway.h"
+#include "handlers.h"
 #include "routes.h"
+#include "stats.h"
 #include "http.h"
 #include "log.h"
 #include "reaper.h"
@@ -16,9 +18,11 @@
 #include "upstream.h"
 #include "util.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* What the context (sg_gw) does not hold as it is read; the rest of the
  * table writes into sg_gw directly. */
@@ -35,6 +39,7 @@ static struct {
     long admin_fail_limit;
     double admin_fail_window;
     const char *log_level;
+    const char *www_dir;
 } cfg;
 
 static const sg_cfg_entry_t config_table[] = {
@@ -72,6 +77,15 @@ static const sg_cfg_entry_t config_table[] = {
      "wrong admin tokens from one client address in a window before it gets 429"},
     {"SANDGATE_ADMIN_FAIL_WINDOW_S", SG_CFG_DOUBLE, "60", 0.1, 86400, &cfg.admin_fail_window,
      "seconds of that window, and of the wait after it is full"},
+    {"SANDGATE_WWW_DIR", SG_CFG_STR, "/usr/share/sandgate/www", 0, 0, &cfg.www_dir,
+     "directory of the static pages, one subdirectory each (docs/: GET /docs, built by deploy/www-docs.sh; dashboard/: "
+     "GET /dashboard, built by dashboard/build.sh)"},
+    {"SANDGATE_MCP_SESSIONS", SG_CFG_INT, "32", 1, 100000, &sg_gw.mcp_sessions,
+     "MCP sessions (POST /mcp, 2025 revisions) a tenant may hold at once"},
+    {"SANDGATE_MCP_IDLE_S", SG_CFG_INT, "3600", 1, 30 * 86400, &sg_gw.mcp_idle_s,
+     "seconds an MCP session lives without a request"},
+    {"SANDGATE_MCP_ORIGINS", SG_CFG_STR, "", 0, 0, &sg_gw.mcp_origins,
+     "comma-separated Origin values /mcp accepts besides its own (a request without Origin is accepted)"},
     {"SANDGATE_LOG_LEVEL", SG_CFG_STR, "info", 0, 0, &cfg.log_level, "error, warn, info or debug"},
 };
 
@@ -98,12 +112,29 @@ int main(int argc, char **argv)
      * by the route (api.c); larger ones h2o refuses (with its own text 413)
      * from their Content-Length, before reading them. */
     size_t max_body = 2 * (size_t)(cfg.max_body > cfg.max_file_bytes ? cfg.max_body : cfg.max_file_bytes);
-    server = sg_http_server_create(cfg.host, (int)cfg.port, max_body, sg_gw_handle, NULL, err, sizeof(err));
+    size_t nwww;
+    const sg_gw_www_t *www = sg_gw_www_dirs(&nwww);
+    sg_http_dir_t *dirs = sg_xcalloc(nwww, sizeof(*dirs));
+    for (size_t i = 0; i < nwww; i++) {
+        char *dir = sg_xmalloc(strlen(cfg.www_dir) + strlen(www[i].subdir) + 2);
+        sprintf(dir, "%s/%s", cfg.www_dir, www[i].subdir);
+        if (access(dir, R_OK | X_OK) != 0)
+            sg_warn("%s: %s (GET %s answers 404; %s builds it)", dir, strerror(errno), www[i].url_path, www[i].builder);
+        dirs[i].url_path = www[i].url_path;
+        dirs[i].headers = www[i].headers;
+        dirs[i].dir = dir;
+    }
+    server = sg_http_server_create_with_dirs(cfg.host, (int)cfg.port, max_body, sg_gw_handle, NULL, dirs, nwww, err,
+                                             sizeof(err));
+    for (size_t i = 0; i < nwww; i++) /* h2o keeps copies */
+        free((char *)dirs[i].dir);
+    free(dirs);
     if (server == NULL) {
         sg_error("%s", err);
         return 1;
     }
     sg_http_server_allow_h2c(server, cfg.http2_cleartext);
+    sg_stats_init(sg_wall_s());
     sg_gw.loop = sg_http_server_loop(server);
     sg_gw.admin_throttle = sg_throttle_create(cfg.admin_fail_limit, cfg.admin_fail_window);
     sg_gw.dbq = sg_workq_create(sg_gw.loop, (int)cfg.db_workers);

@@ -208,6 +208,14 @@ const sg_lang_t *sg_lang_at(size_t i)
     return i < sg_lang_count() ? &langs[i] : NULL;
 }
 
+size_t sg_lang_index(const sg_lang_t *lang)
+{
+    size_t i = 0;
+    while (i < sg_lang_count() && &langs[i] != lang)
+        i++;
+    return i;
+}
+
 const char *sg_lang_names(void)
 {
     static char names[256];

@@ -31,6 +31,8 @@ typedef struct {
 const sg_lang_t *sg_lang_find(const char *name, size_t len);
 size_t sg_lang_count(void);
 const sg_lang_t *sg_lang_at(size_t i);
+/* The index of an entry of the table (sg_lang_at(i) == lang); sg_lang_count() if none. */
+size_t sg_lang_index(const sg_lang_t *lang);
 /* "python, javascript" — for error messages. */
 const char *sg_lang_names(void);
 

@@ -38,6 +38,7 @@ static struct {
     double cpus, max_cpus;
     long pids;
     long output_limit;
+    long max_results, max_result_bytes, max_result_files;
     long tmpfs_mb;
     int allow_network;
     int http2_cleartext;
@@ -59,6 +60,7 @@ static struct {
     const char *image_allowlist;
     const char *log_level;
     const char *runtime;
+    const char *pool_runtimes;
 } cfg;
 
 static const sg_cfg_entry_t config_table[] = {
@@ -86,6 +88,12 @@ static const sg_cfg_entry_t config_table[] = {
     {"SANDGATE_PIDS_LIMIT", SG_CFG_INT, "128", 8, 1 << 20, &cfg.pids, "processes per sandbox"},
     {"SANDGATE_OUTPUT_LIMIT", SG_CFG_INT, "1048576", 1024, 1 << 26, &cfg.output_limit,
      "bytes of stdout and of stderr kept per execution; past it the run is stopped and truncated is true"},
+    {"SANDGATE_MAX_RESULTS", SG_CFG_INT, "64", 0, 1024, &cfg.max_results,
+     "rich results (figures, values) kept per execution; past it the rest are dropped and results_truncated is true"},
+    {"SANDGATE_MAX_RESULT_BYTES", SG_CFG_INT, "8388608", 0, 16 << 20, &cfg.max_result_bytes,
+     "bytes of rich results (as JSON) kept per execution; past it the rest are dropped and results_truncated is true"},
+    {"SANDGATE_MAX_RESULT_FILES", SG_CFG_INT, "100", 0, 1000, &cfg.max_result_files,
+     "files under /sandbox/out listed per execution; past it files_truncated is true"},
     {"SANDGATE_TMPFS_MB", SG_CFG_INT, "256", 1, 1 << 20, &cfg.tmpfs_mb, "size of the sandbox's /sandbox and /tmp, MiB"},
     {"SANDGATE_HTTP2_CLEARTEXT", SG_CFG_BOOL, "0", 0, 0, &cfg.http2_cleartext,
      "1 accepts HTTP/2 over cleartext (h2c upgrade, prior knowledge)"},
@@ -97,7 +105,7 @@ static const sg_cfg_entry_t config_table[] = {
     {"SANDGATE_MAX_CONTAINERS", SG_CFG_INT, "256", 1, 1 << 20, &cfg.max_containers,
      "containers of every kind at once (sessions, one-shot, pool, installers); past it 503 no_capacity"},
     {"SANDGATE_POOL_SIZE", SG_CFG_INT, "2", 0, 1000, &cfg.pool_size,
-     "ready containers kept per language, so that creating a session does not wait for one"},
+     "ready containers kept per language and runtime, so that creating a session does not wait for one"},
     {"SANDGATE_MAX_FILE_BYTES", SG_CFG_INT, "16777216", 1, 64 << 20, &cfg.max_file_bytes,
      "largest file upload or download, bytes"},
     {"SANDGATE_MAX_BODY_BYTES", SG_CFG_INT, "4194304", 1024, 64 << 20, &cfg.max_body,
@@ -125,11 +133,15 @@ static const sg_cfg_entry_t config_table[] = {
     {"SANDGATE_RUNTIME", SG_CFG_STR, "auto", 0, 0, &cfg.runtime,
      "OCI runtime of the sandboxes: runsc (gVisor), runc, or auto (runsc when the engine offers it, else runc "
      "with a warning)"},
+    {"SANDGATE_POOL_RUNTIMES", SG_CFG_STR, "", 0, 0, &cfg.pool_runtimes,
+     "runtimes whose warm pools fill from the start besides SANDGATE_RUNTIME's, comma-separated (runc, runsc); "
+     "another runtime's pools fill once a request names it"},
     {"SANDGATE_LOG_LEVEL", SG_CFG_STR, "info", 0, 0, &cfg.log_level, "error, warn, info or debug"},
 };
 
 static char agent_volume[128];
 static char runtime_warning[256];
+static unsigned runtimes_offered, pool_runtimes; /* bits 1 << sg_runtime_index */
 
 /* {"<key>": "1"}: the label of what outlives proxies (the store, the network,
  * the agent volume). */
@@ -208,6 +220,7 @@ static int prepare_engine(sg_docker_t *docker, const char **runtime)
     if (sg_docker_runtimes(docker, &runtimes, err, sizeof(err)) != 0)
         sg_warn("cannot list the engine's runtimes: %s", err);
     rc = sg_runtime_choose(cfg.runtime, runtimes, runtime, runtime_warning, sizeof(runtime_warning), err, sizeof(err));
+    runtimes_offered = sg_runtime_offered(runtimes);
     json_object_put(runtimes);
     if (rc != 0) {
         sg_error("%s", err);
@@ -216,6 +229,14 @@ static int prepare_engine(sg_docker_t *docker, const char **runtime)
     if (runtime_warning[0] != '\0')
         sg_warn("%s", runtime_warning);
     sg_info("sandboxes run on %s%s", *runtime, strcmp(*runtime, SG_RUNTIME_RUNSC) == 0 ? " (gVisor)" : "");
+    if (sg_runtime_parse_list(cfg.pool_runtimes, &pool_runtimes, err, sizeof(err)) != 0) {
+        sg_error("SANDGATE_POOL_RUNTIMES: %s", err);
+        return -1;
+    }
+    if ((pool_runtimes & ~runtimes_offered) != 0) {
+        sg_warn("SANDGATE_POOL_RUNTIMES names runsc, which the Docker engine does not offer: its pools stay empty");
+        pool_runtimes &= runtimes_offered;
+    }
     if (cfg.store_volume[0] != '\0') {
         /* the package store outlives proxies: it is a cache of public packages */
         labels = label_one("sandgate.store");
@@ -266,6 +287,9 @@ static void make_context(sg_proxy_t *px, sg_api_t *api)
     api->policy.defaults.pids = cfg.pids;
     api->policy.defaults.output_bytes = cfg.output_limit;
     api->policy.defaults.tmpfs_mb = cfg.tmpfs_mb;
+    api->policy.defaults.results_max = cfg.max_results;
+    api->policy.defaults.result_bytes = cfg.max_result_bytes;
+    api->policy.defaults.files_max = cfg.max_result_files;
     api->policy.max_timeout_s = cfg.max_exec_timeout;
     api->policy.max_memory_mb = cfg.max_memory_mb;
     api->policy.max_cpus = cfg.max_cpus;
@@ -292,6 +316,8 @@ static void make_sessions_conf(sg_sessions_conf_t *sconf, const sg_proxy_t *px, 
     sconf->pool_limits = api->policy.defaults;
     sconf->agent_start_timeout_ms = (int)cfg.agent_start_timeout_ms;
     sconf->runtime = runtime;
+    sconf->runtimes_offered = runtimes_offered;
+    sconf->pool_runtimes = pool_runtimes;
 }
 
 int main(int argc, char **argv)

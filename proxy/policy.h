@@ -17,6 +17,9 @@ typedef struct {
     long pids;
     long output_bytes; /* per stream */
     long tmpfs_mb;     /* size of /sandbox and of /tmp */
+    long results_max;  /* rich results kept per execution (results.h) */
+    long result_bytes; /* their bytes, as JSON, per execution */
+    long files_max;    /* files out listed per execution */
 } sg_limits_t;
 
 typedef struct {
@@ -31,10 +34,12 @@ typedef struct {
     const sg_lang_t *lang;
     int keep_template;
     sg_limits_t limits;
-    const char *image; /* optional "image" field; NULL if absent */
-    const char *owner; /* optional "owner" (who the gateway creates for): a
-                        * template is labelled with it, and only the same
-                        * owner may start from it; NULL if absent */
+    const char *image;   /* optional "image" field; NULL if absent */
+    const char *owner;   /* optional "owner" (who the gateway creates for): a
+                          * template is labelled with it, and only the same
+                          * owner may start from it; NULL if absent */
+    const char *runtime; /* optional "runtime": "runc" or "runsc" (static
+                          * strings, runtime.h); NULL: the proxy's default */
 } sg_create_req_t;
 
 #endif

@@ -1,5 +1,6 @@
 #include "validate.h"
 #include "json.h"
+#include "runtime.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -33,6 +34,22 @@ static int get_lang(json_object *body, const sg_lang_t **out, sg_verr_t *e)
     if (*out == NULL)
         return sg_http_err_set(e, 400, "unknown_language", "unknown language \"%.*s\"; known: %s",
                                (int)(len > 64 ? 64 : len), s, sg_lang_names());
+    return 0;
+}
+
+/* "runtime": absent or null is the proxy's default (NULL), else runc or runsc. */
+static int get_runtime(json_object *body, const char **out, sg_verr_t *e)
+{
+    json_object *v;
+    *out = NULL;
+    if (!json_object_object_get_ex(body, "runtime", &v) || v == NULL)
+        return 0;
+    if (json_object_is_type(v, json_type_string))
+        *out = sg_runtime_find(json_object_get_string(v), (size_t)json_object_get_string_len(v));
+    if (*out == NULL)
+        return sg_http_err_set(e, 400, "invalid_runtime",
+                               "field \"runtime\" must be \"runc\" or \"runsc\" (or null: "
+                               "the proxy's default)");
     return 0;
 }
 
@@ -82,6 +99,12 @@ int sg_validate_create(json_object *body, const sg_policy_t *pol, sg_create_req_
         return sg_http_err_set(e, 400, "bad_field", "field \"owner\" must be a string");
     if (r == 1 && !sg_validate_owner(out->owner, len))
         return sg_http_err_set(e, 400, "bad_field", "field \"owner\" must be 1 to 64 of [A-Za-z0-9._-]");
+    if (get_runtime(body, &out->runtime, e) != 0)
+        return -1;
+    if (out->limits.network && out->runtime != NULL && strcmp(out->runtime, SG_RUNTIME_RUNSC) == 0)
+        return sg_http_err_set(e, 400, "invalid_runtime",
+                               "field \"runtime\": runsc sandboxes have no network; a session with \"network\": "
+                               "true runs on runc");
     return 0;
 }
 
@@ -131,7 +154,7 @@ int sg_validate_exec(json_object *body, const char *field, int want_lang, double
     int r;
 
     memset(out, 0, sizeof(*out));
-    if (want_lang && get_lang(body, &out->lang, e) != 0)
+    if (want_lang && (get_lang(body, &out->lang, e) != 0 || get_runtime(body, &out->runtime, e) != 0))
         return -1;
     r = sg_json_get_str(body, field, &out->code, &out->code_len, e->detail, sizeof(e->detail));
     if (r < 0)

@@ -23,7 +23,9 @@ typedef sg_http_err_t sg_verr_t;
 
 /* 1 if owner[0..len) is 1..64 of [A-Za-z0-9._-]. */
 int sg_validate_owner(const char *owner, size_t len);
-/* POST /sessions body. */
+/* POST /sessions body. "runtime", when present and not null, must be
+ * "runc" or "runsc" (400 invalid_runtime); "runsc" with "network": true is
+ * refused too (400 invalid_runtime: runsc's sandboxes have no network). */
 int sg_validate_create(json_object *body, const sg_policy_t *pol, sg_create_req_t *out, sg_verr_t *e);
 
 typedef struct {
@@ -32,10 +34,12 @@ typedef struct {
     json_object *libraries; /* array of valid names, or NULL */
     double timeout_s;
     const sg_lang_t *lang; /* POST /execute only */
+    const char *runtime;   /* POST /execute only: as sg_create_req_t's */
 } sg_exec_req_t;
 
 /* POST /sessions/{id}/execute (field "code"), POST /sessions/{id}/commands
- * (field "command") and POST /execute (also "lang", default python).
+ * (field "command") and POST /execute (also "lang", default python, and
+ * "runtime" as for a create).
  * session_timeout_s is the default when the body has none. */
 int sg_validate_exec(json_object *body, const char *field, int want_lang, double session_timeout_s,
                      const sg_policy_t *pol, sg_exec_req_t *out, sg_verr_t *e);

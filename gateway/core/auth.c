@@ -6,6 +6,7 @@
  */
 #include "request.h"
 #include "fields.h"
+#include "json.h"
 #include "metrics.h"
 #include "util.h"
 #include "db.h"
@@ -39,6 +40,19 @@ static void on_rate(void *data, const sg_rate_result_t *r)
     g->spec->run(g);
 }
 
+void sg_gw_add_challenge(h2o_req_t *req, const sg_gw_route_spec_t *spec, const char *error)
+{
+    char v[600];
+    int n = snprintf(v, sizeof(v), "Bearer realm=\"sandgate\"");
+    if (error[0])
+        n += snprintf(v + n, sizeof(v) - n, ", error=\"%s\"", error);
+    if (spec->oauth_resource && req->authority.len != 0 && req->authority.len < 256 &&
+        h2o_strstr(req->authority.base, req->authority.len, H2O_STRLIT("\"")) == SIZE_MAX)
+        snprintf(v + n, sizeof(v) - n, ", resource_metadata=\"%s://%.*s/.well-known/oauth-protected-resource\"",
+                 req->scheme == &H2O_URL_SCHEME_HTTPS ? "https" : "http", (int)req->authority.len, req->authority.base);
+    sg_http_add_header(req, "www-authenticate", v);
+}
+
 static void auth_fn(sg_gw_job_t *job, sg_store_t *st)
 {
     sg_gw_req_t *g = (sg_gw_req_t *)job;
@@ -68,8 +82,8 @@ static void auth_done(sg_gw_job_t *job)
         goto Error;
     }
     if (!g->authed) {
-        if (req != NULL)
-            sg_http_add_header(req, "www-authenticate", "Bearer realm=\"sandgate\", error=\"invalid_token\"");
+        if (req != NULL && g->capture == NULL)
+            sg_gw_add_challenge(req, g->spec, "invalid_token");
         sg_gw_reply_error(g, 401, "unauthorized", "the API token is unknown or revoked");
         goto Error;
     }
@@ -78,10 +92,26 @@ static void auth_done(sg_gw_job_t *job)
         sg_gw_reply_error(g, 404, "no_such_session", "no session with id \"%s\"", g->sid);
         goto Error;
     }
+    if (g->rerun) {
+        g->spec->run(g);
+        return;
+    }
     sg_state_rate_check(sg_gw.state, g->tenant.id, g->tenant.rate_per_min, g->tenant.burst, on_rate, g);
     return;
 Error:
     sg_gw_req_free(g);
+}
+
+void sg_gw_req_run_as(sg_gw_req_t *g, const sg_gw_route_spec_t *spec)
+{
+    g->spec = spec;
+    g->route = spec->route;
+    g->rerun = 1;
+    g->authed = 0;
+    g->sess_found = 0;
+    g->job.rc = 0;
+    g->job.err[0] = '\0';
+    sg_gw_db_run(&g->job, auth_fn, auth_done);
 }
 
 /* ---- the door ------------------------------------------------------------------------------ */
@@ -108,11 +138,33 @@ static int wants_stream(h2o_req_t *req)
                                 H2O_STRLIT("text/event-stream")) != SIZE_MAX;
 }
 
+/* The body's "session_id" (SG_GW_ARG_BODY_SESSION) into sid: 0 (sid ""
+ * when the body names none, or is not JSON: the route answers that), 400
+ * when it is not a string, 404 when it is no UUID. */
+static int body_session(h2o_req_t *req, char *sid)
+{
+    json_object *o = sg_json_parse_object(req->entity.base, req->entity.len, NULL, 0), *v;
+    int status = 0;
+    sid[0] = '\0';
+    if (o != NULL && json_object_object_get_ex(o, "session_id", &v) && v != NULL) {
+        if (!json_object_is_type(v, json_type_string))
+            status = 400;
+        else if (json_object_get_string_len(v) != 36 || !sg_is_uuid(json_object_get_string(v), 36))
+            status = 404;
+        else
+            memcpy(sid, json_object_get_string(v), 37);
+    }
+    json_object_put(o);
+    return status;
+}
+
 int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_route_spec_t *spec)
 {
     sg_gw_route_t route = spec->route;
     h2o_iovec_t arg = m->nargs > 0 ? m->arg[0] : h2o_iovec_init(NULL, 0);
     size_t header_bytes = 0, body_cap = spec->file_body ? sg_gw.max_file_bytes : sg_gw.max_body;
+    if (spec->arg == SG_GW_ARG_BODY_SESSION && body_cap > SG_GW_BODY_SESSION_MAX)
+        body_cap = SG_GW_BODY_SESSION_MAX; /* parsed before the token is known: kept small */
     char template_name[256] = "";
 
     for (size_t i = 0; i < req->headers.size; i++)
@@ -125,7 +177,7 @@ int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_rout
                       req->entity.len, body_cap);
     h2o_iovec_t token = sg_gw_bearer(req);
     if (token.base == NULL || token.len == 0 || token.len > SG_TOKEN_MAX) {
-        sg_http_add_header(req, "www-authenticate", "Bearer realm=\"sandgate\"");
+        sg_gw_add_challenge(req, spec, "");
         return refuse(req, route, 401, "unauthorized", "an API token is required: Authorization: Bearer <token>");
     }
     if (spec->arg == SG_GW_ARG_TEMPLATE && sg_gw_template_name(arg, template_name, sizeof(template_name)) != 0)
@@ -134,6 +186,12 @@ int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_rout
     if (spec->arg == SG_GW_ARG_SESSION && (arg.len != 36 || !sg_is_uuid(arg.base, arg.len)))
         return refuse(req, route, 404, "no_such_session", "no session with id \"%.*s\"",
                       (int)(arg.len > 64 ? 64 : arg.len), arg.base);
+    char body_sid[37] = "";
+    int bs = spec->arg == SG_GW_ARG_BODY_SESSION ? body_session(req, body_sid) : 0;
+    if (bs == 400)
+        return refuse(req, route, 400, "bad_field", "field \"session_id\" must be a string");
+    if (bs == 404)
+        return refuse(req, route, 404, "no_such_session", "no session with that \"session_id\"");
     if (spec->file_body && req->query_at != SIZE_MAX && req->path.len - req->query_at >= SG_GW_QUERY_MAX)
         return refuse(req, route, 400, "bad_path", "the query string is %zu bytes, above the limit of %d",
                       req->path.len - req->query_at, SG_GW_QUERY_MAX - 1);
@@ -149,6 +207,8 @@ int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_rout
         memcpy(g->template_name, template_name, sizeof(template_name));
     else if (spec->arg == SG_GW_ARG_SESSION)
         memcpy(g->sid, arg.base, 36);
+    else if (spec->arg == SG_GW_ARG_BODY_SESSION)
+        memcpy(g->sid, body_sid, sizeof(body_sid));
     if (spec->file_body && req->query_at != SIZE_MAX)
         snprintf(g->query, sizeof(g->query), "%.*s", (int)(req->path.len - req->query_at),
                  req->path.base + req->query_at);

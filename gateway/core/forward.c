@@ -14,7 +14,7 @@
 
 void sg_gw_reply_upstream_failure(sg_gw_req_t *g, const sg_upstream_reply_t *r)
 {
-    if (sg_http_hold_gone(g->hold)) {
+    if (sg_http_hold_gone(g->hold) || g->abandoned) {
         sg_gw_reply_error(g, 499, "client_closed", "the client went away");
     } else if (r->timed_out) {
         sg_metrics_upstream_error("timeout");
@@ -79,7 +79,7 @@ void sg_gw_forward(sg_gw_req_t *g, const char *method, const char *path, long ti
     char full[SG_GW_QUERY_MAX + 128];
 
     g->up_done = done;
-    if (sg_http_hold_gone(g->hold)) {
+    if (sg_http_hold_gone(g->hold) || g->abandoned) {
         sg_upstream_reply_t fail = {
             .err = "the client went away", .body = "", .content_type = "", .retry_after = "", .code = ""};
         done(g, &fail);
@@ -146,7 +146,7 @@ static void on_cancel_reply(void *data, const sg_upstream_reply_t *r)
     sg_gw_req_t *g = data;
     g->cancel_up = NULL;
     if (r->status == 200 && g->up != NULL) {
-        sg_metrics_execution(g->lang[0] ? g->lang : "unknown", "cancelled", -1);
+        sg_metrics_execution(g->lang[0] ? g->lang : "unknown", sg_gw_runtime_label(g), "cancelled", -1);
         sg_upstream_cancel(g->up);
         g->up = NULL;
         answer_gone(g);
@@ -196,6 +196,12 @@ static void on_client_gone(void *data)
     case SG_GW_GONE_FINISH:
         return;
     }
+}
+
+void sg_gw_req_abandon(sg_gw_req_t *g)
+{
+    g->abandoned = 1;
+    on_client_gone(g);
 }
 
 void sg_gw_watch_client(sg_gw_req_t *g)

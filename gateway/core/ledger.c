@@ -7,8 +7,10 @@
 #include "request.h"
 #include "log.h"
 #include "metrics.h"
+#include "stats.h"
 #include "util.h"
 #include "db.h"
+#include "tenant.h"
 #include "upstream.h"
 
 #include <math.h>
@@ -242,11 +244,18 @@ void sg_gw_record_execution(sg_gw_req_t *g, const char *result, size_t result_le
     j->job.fn = usage_fn;
     j->job.done = usage_done;
 
-    sg_metrics_execution(g->lang[0] ? g->lang : "unknown",
+    json_object *rt = NULL;
+    const char *runtime = o != NULL && json_object_object_get_ex(o, "runtime", &rt) &&
+                                  json_object_is_type(rt, json_type_string) && json_object_get_string_len(rt) > 0 &&
+                                  sg_tenant_runtime_valid(json_object_get_string(rt))
+                              ? json_object_get_string(rt)
+                              : sg_gw_runtime_label(g);
+    sg_metrics_execution(g->lang[0] ? g->lang : "unknown", runtime,
                          j->usage.timed_out        ? "timeout"
                          : j->usage.exit_code == 0 ? "success"
                                                    : "error",
                          duration);
+    sg_stats_execution(sg_wall_s(), (double)(sg_now_us() - g->started_us) / 1e6);
     sg_state_quota_add_seconds(sg_gw.state, g->tenant.id, g->day, duration, sg_gw_state_ignore, NULL);
     json_object_put(o);
     sg_gw_db_submit(&j->job);

@@ -9,6 +9,7 @@
 #include "fields.h"
 #include "json.h"
 #include "metrics.h"
+#include "stats.h"
 #include "util.h"
 #include "clock.h"
 #include "close.h"
@@ -19,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const sg_gw_route_names[] = {"create_session",  "list_sessions",  "get_session",    "delete_session",
-                                         "execute",         "command",        "files",          "ephemeral_execute",
-                                         "install_library", "list_templates", "delete_template"};
+const char *const sg_gw_route_names[] = {
+    "create_session",    "list_sessions",   "get_session",    "delete_session",  "execute",     "command", "files",
+    "ephemeral_execute", "install_library", "list_templates", "delete_template", "pip_install", "mcp"};
 
 void sg_gw_req_free(sg_gw_req_t *g)
 {
@@ -34,6 +35,8 @@ void sg_gw_req_free(sg_gw_req_t *g)
     free(g->body);
     json_object_put(g->json);
     sg_sse_tail_free(&g->tail);
+    if (g->capture_free != NULL)
+        g->capture_free(g->capture_data);
     free(g);
 }
 
@@ -64,16 +67,38 @@ void sg_gw_reply_prepare(sg_gw_req_t *g, h2o_req_t *req, int status)
     sg_metrics_request(sg_gw_route_names[g->route], status);
 }
 
+/* An internal request's reply goes to its capture, counted as the route's. */
+static void capture_json(sg_gw_req_t *g, int status, json_object *o)
+{
+    size_t len;
+    const char *body = json_object_to_json_string_length(o, JSON_C_TO_STRING_PLAIN, &len);
+    sg_metrics_request(sg_gw_route_names[g->route], status);
+    g->capture(g, status, "", body, len);
+    json_object_put(o);
+}
+
+static void capture_error(sg_gw_req_t *g, int status, const char *code, const char *detail)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "detail", json_object_new_string(detail));
+    json_object_object_add(o, "code", json_object_new_string(code));
+    capture_json(g, status, o);
+}
+
 void sg_gw_reply_error(sg_gw_req_t *g, int status, const char *code, const char *fmt, ...)
 {
     char detail[512];
     va_list ap;
     h2o_req_t *req = sg_gw_req_http(g);
-    if (req == NULL)
+    if (req == NULL && g->capture == NULL)
         return;
     va_start(ap, fmt);
     vsnprintf(detail, sizeof(detail), fmt, ap);
     va_end(ap);
+    if (g->capture != NULL) {
+        capture_error(g, status, code, detail);
+        return;
+    }
     sg_gw_reply_prepare(g, req, status);
     sg_http_send_error(req, status, code, "%s", detail);
 }
@@ -81,6 +106,10 @@ void sg_gw_reply_error(sg_gw_req_t *g, int status, const char *code, const char 
 void sg_gw_reply_json(sg_gw_req_t *g, int status, json_object *o)
 {
     h2o_req_t *req = sg_gw_req_http(g);
+    if (g->capture != NULL) {
+        capture_json(g, status, o);
+        return;
+    }
     if (req == NULL) {
         json_object_put(o);
         return;
@@ -92,6 +121,11 @@ void sg_gw_reply_json(sg_gw_req_t *g, int status, json_object *o)
 void sg_gw_reply_raw(sg_gw_req_t *g, int status, const char *ctype, const char *body, size_t len)
 {
     h2o_req_t *req = sg_gw_req_http(g);
+    if (g->capture != NULL) {
+        sg_metrics_request(sg_gw_route_names[g->route], status);
+        g->capture(g, status, ctype, body, len);
+        return;
+    }
     if (req == NULL)
         return;
     sg_gw_reply_prepare(g, req, status);
@@ -104,11 +138,16 @@ void sg_gw_reply_429(sg_gw_req_t *g, const char *code, const char *limit, double
     va_list ap;
     h2o_req_t *req = sg_gw_req_http(g);
     sg_metrics_quota_rejection(limit);
-    if (req == NULL)
+    sg_stats_rejection(g->tenant.id, limit);
+    if (req == NULL && g->capture == NULL)
         return;
     va_start(ap, fmt);
     vsnprintf(detail, sizeof(detail), fmt, ap);
     va_end(ap);
+    if (g->capture != NULL) {
+        capture_error(g, 429, code, detail);
+        return;
+    }
     snprintf(v, sizeof(v), "%.0f", ceil(retry_after) < 1 ? 1 : ceil(retry_after));
     sg_http_add_header(req, "retry-after", v);
     sg_gw_reply_prepare(g, req, 429);
@@ -166,6 +205,32 @@ int sg_gw_check_lang(sg_gw_req_t *g)
         return -1;
     }
     return 0;
+}
+
+int sg_gw_set_runtime(sg_gw_req_t *g)
+{
+    json_object *v;
+    const char *pinned = g->tenant.runtime;
+    if (json_object_object_get_ex(g->json, "runtime", &v) && v != NULL &&
+        !(pinned[0] != '\0' && json_object_is_type(v, json_type_string) &&
+          strcmp(json_object_get_string(v), pinned) == 0)) {
+        sg_gw_reply_error(g, 400, "runtime_not_allowed",
+                          "field \"runtime\": this tenant's sandboxes run on %s, which its operator chooses",
+                          pinned[0] != '\0' ? pinned : "the service's default runtime");
+        return -1;
+    }
+    if (pinned[0] != '\0')
+        json_object_object_add(g->json, "runtime", json_object_new_string(pinned));
+    else
+        json_object_object_del(g->json, "runtime");
+    return 0;
+}
+
+const char *sg_gw_runtime_label(const sg_gw_req_t *g)
+{
+    if (g->route != SG_GW_R_EPHEMERAL && g->sess_found && g->sess.runtime[0] != '\0')
+        return g->sess.runtime;
+    return g->tenant.runtime[0] != '\0' ? g->tenant.runtime : "unknown";
 }
 
 /* ---- the session behind the request ------------------------------------------------------ */

@@ -35,17 +35,19 @@
 
 /* The routes of the public API, as the metrics name them. */
 typedef enum {
-    SG_GW_R_CREATE,         /* POST /sessions */
-    SG_GW_R_LIST,           /* GET /sessions */
-    SG_GW_R_GET,            /* GET /sessions/{id} */
-    SG_GW_R_DELETE,         /* DELETE /sessions/{id} */
-    SG_GW_R_EXECUTE,        /* POST /sessions/{id}/execute */
-    SG_GW_R_COMMAND,        /* POST /sessions/{id}/commands */
-    SG_GW_R_FILES,          /* PUT, GET /sessions/{id}/files */
-    SG_GW_R_EPHEMERAL,      /* POST /execute */
-    SG_GW_R_LIBRARIES,      /* POST /sessions/{id}/libraries */
-    SG_GW_R_TEMPLATES,      /* GET /templates */
-    SG_GW_R_TEMPLATE_DELETE /* DELETE /templates/{name} */
+    SG_GW_R_CREATE,          /* POST /sessions */
+    SG_GW_R_LIST,            /* GET /sessions */
+    SG_GW_R_GET,             /* GET /sessions/{id} */
+    SG_GW_R_DELETE,          /* DELETE /sessions/{id} */
+    SG_GW_R_EXECUTE,         /* POST /sessions/{id}/execute */
+    SG_GW_R_COMMAND,         /* POST /sessions/{id}/commands */
+    SG_GW_R_FILES,           /* PUT, GET /sessions/{id}/files */
+    SG_GW_R_EPHEMERAL,       /* POST /execute */
+    SG_GW_R_LIBRARIES,       /* POST /sessions/{id}/libraries */
+    SG_GW_R_TEMPLATES,       /* GET /templates */
+    SG_GW_R_TEMPLATE_DELETE, /* DELETE /templates/{name} */
+    SG_GW_R_PIP_INSTALL,     /* POST /pip_install (seed 004) */
+    SG_GW_R_MCP              /* POST, DELETE /mcp (handler/mcp.c) */
 } sg_gw_route_t;
 
 /* What a client that goes away while the proxy is called does to the call. */
@@ -57,8 +59,15 @@ typedef enum {
                         * dropped; one that started runs to its end and is billed */
 } sg_gw_gone_t;
 
-/* What the path's "*" names (sg_route_match_t arg[0]). */
-typedef enum { SG_GW_ARG_NONE, SG_GW_ARG_SESSION, SG_GW_ARG_TEMPLATE } sg_gw_arg_t;
+/* The largest body of a route whose session is named in its body
+ * (SG_GW_ARG_BODY_SESSION): the door parses it before the token is looked
+ * up, so it is kept small (a pip_install body is a few dozen bytes). */
+#define SG_GW_BODY_SESSION_MAX (64u << 10)
+
+/* What the path's "*" names (sg_route_match_t arg[0]); SG_GW_ARG_BODY_SESSION:
+ * an optional session named by the JSON body's "session_id" instead, held
+ * to the same checks (a UUID, the caller's own) when present. */
+typedef enum { SG_GW_ARG_NONE, SG_GW_ARG_SESSION, SG_GW_ARG_TEMPLATE, SG_GW_ARG_BODY_SESSION } sg_gw_arg_t;
 
 typedef struct sg_gw_req sg_gw_req_t;
 
@@ -71,7 +80,14 @@ typedef struct {
     int stream_accept; /* Accept: text/event-stream asks for a streamed reply */
     sg_gw_gone_t gone;
     void (*run)(sg_gw_req_t *g);
+    int oauth_resource; /* a 401 names the protected-resource document (RFC 9728) in its challenge, for
+                         * OAuth-aware clients (MCP) */
 } sg_gw_route_spec_t;
+
+/* The one reply of an internal request (sg_gw_req_run_as): what would
+ * have gone to the client — a status, a content type ("" for JSON) and a
+ * body, an error as {"detail","code"}. g is freed right after it returns. */
+typedef void (*sg_gw_capture_cb)(sg_gw_req_t *g, int status, const char *ctype, const char *body, size_t len);
 
 struct sg_gw_req {
     sg_gw_job_t job; /* the auth job; first member */
@@ -79,7 +95,7 @@ struct sg_gw_req {
     const sg_gw_route_spec_t *spec;
     sg_gw_route_t route;
     char method[8];
-    char sid[37];            /* SG_GW_ARG_SESSION; "" otherwise */
+    char sid[37];            /* SG_GW_ARG_SESSION (or BODY_SESSION, when named); "" otherwise */
     char template_name[256]; /* SG_GW_ARG_TEMPLATE, decoded */
     int64_t template_row;    /* a keep_template create's slot (templates.h), 0 if none */
     char token[SG_TOKEN_MAX + 1];
@@ -119,6 +135,16 @@ struct sg_gw_req {
     h2o_timeout_entry_t cancel_retry; /* the proxy did not have the request yet */
     int cancel_tries;
     char up_retry_after[16]; /* the proxy's Retry-After, passed on with its 429 / 503 */
+
+    /* An internal request (an MCP tool call): the route's reply goes to
+     * capture, never to the client; the request that carries it (its hold,
+     * its watch) stays the client's. capture_free(capture_data) runs in
+     * sg_gw_req_free. */
+    sg_gw_capture_cb capture;
+    void *capture_data;
+    void (*capture_free)(void *data);
+    int rerun;     /* sg_gw_req_run_as: the rate limit was counted already */
+    int abandoned; /* sg_gw_req_abandon: the client no longer wants the answer */
 };
 
 /* The metrics' route label of each sg_gw_route_t. */
@@ -132,14 +158,28 @@ extern const char *const sg_gw_route_names[];
  * the error is answered. Returns 0 (the h2o handler's answer). */
 int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_route_spec_t *spec);
 /* Defines the route callback fn (handlers.h) that takes its requests in
- * through sg_gw_req_accept with the spec given by the remaining arguments
- * (sg_gw_route_spec_t's fields in order): the handlers differ only by it. */
+ * through sg_gw_req_accept with the spec fn##_spec given by the remaining
+ * arguments (sg_gw_route_spec_t's fields in order): the handlers differ
+ * only by it. The spec is public, for internal requests (sg_gw_req_run_as). */
 #define SG_GW_ROUTE_HANDLER(fn, ...)                                                                                   \
+    const sg_gw_route_spec_t fn##_spec = {__VA_ARGS__};                                                                \
     int fn(void *app, h2o_req_t *req, const sg_route_match_t *m)                                                       \
     {                                                                                                                  \
-        static const sg_gw_route_spec_t spec = {__VA_ARGS__};                                                          \
-        return sg_gw_req_accept(req, m, &spec);                                                                        \
+        return sg_gw_req_accept(req, m, &fn##_spec);                                                                   \
     }
+/* Runs g, an authenticated request, again as a request of another route
+ * (an MCP tool call): the caller has set what the door would have (g->sid,
+ * g->body, g->content_type, g->query, g->method) and g->capture, which gets
+ * the reply. From the door's DB step on, the route's own flow: the token
+ * checked again, g->sid's owner (another tenant's session, or a closed one,
+ * is a 404), then spec->run with its caps, slot, quota, proxy call and
+ * ledger row. The rate limit is not counted again: the client's request
+ * that carries the call was. A client that goes away acts on the call as
+ * spec->gone says. */
+void sg_gw_req_run_as(sg_gw_req_t *g, const sg_gw_route_spec_t *spec);
+/* Adds the 401 challenge of spec (WWW-Authenticate; error "" or e.g.
+ * "invalid_token") to req. */
+void sg_gw_add_challenge(h2o_req_t *req, const sg_gw_route_spec_t *spec, const char *error);
 /* Every request ends here, whatever the path (reply, upstream failure,
  * client gone, stream end): an execution slot it holds is given back. */
 void sg_gw_req_free(sg_gw_req_t *g);
@@ -173,6 +213,15 @@ int sg_gw_parse_json_body(sg_gw_req_t *g);
 int sg_gw_cap_number(sg_gw_req_t *g, const char *field, double above, int whole, double cap, double def, double *out);
 /* "lang" (default python) into g->lang, one the tenant may use. */
 int sg_gw_check_lang(sg_gw_req_t *g);
+/* "runtime" for the proxy (session create, one-shot execute): the tenant's
+ * (g->tenant.runtime) when it has one, else none (the proxy's default). A
+ * client may not choose: a "runtime" in its body other than the tenant's
+ * gets 400 runtime_not_allowed. */
+int sg_gw_set_runtime(sg_gw_req_t *g);
+/* The runtime of the request's sandbox as far as the gateway knows it (the
+ * session's record, else the tenant's), for the metrics: "unknown" if
+ * neither says. */
+const char *sg_gw_runtime_label(const sg_gw_req_t *g);
 
 /* ---- the session behind the request (request.c) ---- */
 
@@ -195,6 +244,10 @@ void sg_gw_watch_client(sg_gw_req_t *g);
  * sg_gw_forward returns). With g->want_stream the reply streams through to
  * the client as it comes. */
 void sg_gw_forward(sg_gw_req_t *g, const char *method, const char *path, long timeout_ms, sg_upstream_done_cb done);
+/* The client asks, while its connection stays open, that g's call end (an
+ * MCP notifications/cancelled): it goes as when the client goes away
+ * (spec->gone); a call not yet forwarded is not forwarded. */
+void sg_gw_req_abandon(sg_gw_req_t *g);
 /* A done callback for sg_gw_forward: the proxy's answer goes back as it is. */
 void sg_gw_pass_reply(void *data, const sg_upstream_reply_t *r);
 /* An upstream failure with no reply from the proxy: 499, 504 or 502. */

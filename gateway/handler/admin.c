@@ -212,16 +212,7 @@ static void token_revoke(admin_job_t *j, sg_store_t *st)
 
 static void add_usage_row(const sg_usage_t *u, void *data)
 {
-    json_object *o = json_object_new_object();
-    json_object_object_add(o, "session_id", u->session_id[0] ? json_object_new_string(u->session_id) : NULL);
-    json_object_object_add(o, "lang", json_object_new_string(u->lang));
-    json_object_object_add(o, "kind", json_object_new_string(u->kind));
-    json_object_object_add(o, "started_at", sg_json_new_double(u->started_at, 3));
-    json_object_object_add(o, "duration", sg_json_new_double(u->duration, 6));
-    json_object_object_add(o, "exit_code", json_object_new_int(u->exit_code));
-    json_object_object_add(o, "timed_out", json_object_new_boolean(u->timed_out));
-    json_object_object_add(o, "output_bytes", json_object_new_int64(u->output_bytes));
-    json_object_array_add(data, o);
+    json_object_array_add(data, sg_gw_usage_row_json(u));
 }
 
 static void usage_get(admin_job_t *j, sg_store_t *st)
@@ -332,16 +323,7 @@ static void on_sessions_listed(void *data, int available, size_t n, const sg_liv
         } else {
             json_object *o = json_object_new_object(), *arr = json_object_new_array();
             for (size_t i = 0; i < n; i++) {
-                const sg_live_session_t *s = &list[i];
-                json_object *e = json_object_new_object();
-                json_object_object_add(e, "session_id", json_object_new_string(s->id));
-                json_object_object_add(e, "tenant_id", json_object_new_int64(s->tenant_id));
-                json_object_object_add(e, "lang", json_object_new_string(s->lang));
-                json_object_object_add(e, "created_at", json_object_new_int64(s->created_at));
-                json_object_object_add(e, "last_used_at", json_object_new_int64(s->last_used_at));
-                json_object_object_add(e, "idle_deadline", json_object_new_int64(s->idle_deadline));
-                json_object_object_add(e, "lifetime_deadline", json_object_new_int64(s->lifetime_deadline));
-                json_object_object_add(e, "executions", json_object_new_int64(s->executions));
+                json_object *e = sg_gw_live_session_json(&list[i]);
                 json_object_array_add(arr, e);
             }
             json_object_object_add(o, "sessions", arr);

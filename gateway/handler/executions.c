@@ -41,7 +41,7 @@ static void on_authed(sg_gw_req_t *g)
     if (sg_gw_parse_json_body(g) != 0)
         goto Error;
     if (g->route == SG_GW_R_EPHEMERAL) {
-        if (sg_gw_check_lang(g) != 0)
+        if (sg_gw_check_lang(g) != 0 || sg_gw_set_runtime(g) != 0)
             goto Error;
     } else {
         snprintf(g->lang, sizeof(g->lang), "%s", g->sess.lang);
@@ -110,7 +110,7 @@ static void on_exec_reply(void *data, const sg_upstream_reply_t *r)
         return; /* ended once the row is written */
     }
     if (r->status == 0) {
-        sg_metrics_execution(g->lang[0] ? g->lang : "unknown", "failed", -1);
+        sg_metrics_execution(g->lang[0] ? g->lang : "unknown", sg_gw_runtime_label(g), "failed", -1);
         if (g->stream == NULL)
             sg_gw_reply_upstream_failure(g, r);
         else if (sg_gw_req_http(g) != NULL)

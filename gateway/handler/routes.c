@@ -19,7 +19,10 @@
 static const sg_route_t public_routes[] = {
     {SG_M_GET | SG_M_HEAD, "/", sg_gw_on_root, 0},
     {SG_M_GET, "/metrics", sg_gw_on_metrics, 0},
+    {SG_M_GET, "/health", sg_gw_on_health, 0},
+    {SG_M_GET, "/openapi.json", sg_gw_on_openapi, 0},
     {SG_M_POST, "/execute", sg_gw_on_execute_once, 0},
+    {SG_M_POST, "/pip_install", sg_gw_on_pip_install, 0},
     {SG_M_POST, "/sessions", sg_gw_on_session_create, 0},
     {SG_M_GET, "/sessions", sg_gw_on_session_list, 0},
     {SG_M_GET, "/sessions/*", sg_gw_on_session_get, 0},
@@ -30,6 +33,9 @@ static const sg_route_t public_routes[] = {
     {SG_M_POST, "/sessions/*/libraries", sg_gw_on_session_libraries, 0},
     {SG_M_GET, "/templates", sg_gw_on_templates_list, 0},
     {SG_M_DELETE, "/templates/*", sg_gw_on_template_delete, 0},
+    {SG_M_POST | SG_M_DELETE, "/mcp", sg_gw_on_mcp, 0},
+    {SG_M_GET, "/.well-known/oauth-protected-resource", sg_gw_on_oauth_resource, 0},
+    {SG_M_GET, "/.well-known/oauth-protected-resource/mcp", sg_gw_on_oauth_resource, 0},
 };
 
 static const sg_route_t admin_routes[] = {
@@ -46,7 +52,38 @@ static const sg_route_t admin_routes[] = {
     {SG_M_GET, "/admin/templates", sg_gw_admin_on_templates_list, 0},
     {SG_M_DELETE, "/admin/templates/*", sg_gw_admin_on_template_delete, 0},
     {SG_M_GET, "/admin/usage", sg_gw_admin_on_usage, 0},
+    {SG_M_GET, "/admin/overview", sg_gw_admin_on_overview, 0},
+    {SG_M_GET, "/admin/stats", sg_gw_admin_on_stats, 0},
+    {SG_M_GET, "/admin/executions", sg_gw_admin_on_executions, 0},
+    {SG_M_GET, "/admin/health", sg_gw_admin_on_health, 0},
 };
+
+/* Served as static files from SANDGATE_WWW_DIR/<subdir> by h2o's file
+ * handler, ahead of the route tables (main.c registers them). */
+static const sg_gw_www_t www_dirs[] = {
+    {"/docs", "docs", "deploy/www-docs.sh", NULL},
+    {"/dashboard", "dashboard", "dashboard/build.sh", sg_gw_dashboard_headers},
+};
+
+const sg_route_t *sg_gw_routes(sg_gw_table_t table, size_t *n)
+{
+    switch (table) {
+    case SG_GW_TABLE_PUBLIC:
+        *n = sizeof(public_routes) / sizeof(public_routes[0]);
+        return public_routes;
+    case SG_GW_TABLE_ADMIN:
+        *n = sizeof(admin_routes) / sizeof(admin_routes[0]);
+        return admin_routes;
+    }
+    *n = 0;
+    return NULL;
+}
+
+const sg_gw_www_t *sg_gw_www_dirs(size_t *n)
+{
+    *n = sizeof(www_dirs) / sizeof(www_dirs[0]);
+    return www_dirs;
+}
 
 /* Finds path's route in t and runs it; a path no route has (404), or a
  * method its routes do not take (405), is answered by the route table and

@@ -48,7 +48,7 @@ static void create(sg_gw_req_t *g)
     double d;
     json_object *v;
 
-    if (sg_gw_parse_json_body(g) != 0 || sg_gw_check_lang(g) != 0)
+    if (sg_gw_parse_json_body(g) != 0 || sg_gw_check_lang(g) != 0 || sg_gw_set_runtime(g) != 0)
         goto Error;
     if (sg_gw_cap_number(g, "timeout", 0, 0, g->tenant.max_timeout, sg_gw.default_timeout, &d) != 0)
         goto Error;
@@ -205,6 +205,10 @@ static void on_create_reply(void *data, const sg_upstream_reply_t *r)
     snprintf(j->rec.id, sizeof(j->rec.id), "%s", sid);
     j->rec.tenant_id = g->tenant.id;
     snprintf(j->rec.lang, sizeof(j->rec.lang), "%s", g->lang);
+    /* the runtime the proxy reports for it (a name it may use, else unknown) */
+    if (json_object_object_get_ex(o, "runtime", &v) && json_object_is_type(v, json_type_string) &&
+        sg_tenant_runtime_valid(json_object_get_string(v)))
+        snprintf(j->rec.runtime, sizeof(j->rec.runtime), "%s", json_object_get_string(v));
     j->rec.created_at = now;
     j->job.fn = open_fn;
     j->job.done = open_done;

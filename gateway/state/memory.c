@@ -58,6 +58,7 @@ typedef struct {
     VEC(quota_entry_t) quotas;
     VEC(closed_mark_t) closed;
     lease_vec_t execs;
+    lease_vec_t mcp; /* MCP sessions: id -> idle deadline */
 } mem_state_t;
 
 /* Makes room for one more element. */
@@ -386,20 +387,21 @@ static void mem_sessions_list(sg_state_t *st, int64_t tenant, sg_state_list_cb c
 
 /* ---- executions in flight ------------------------------------------------------------ */
 
-static void mem_exec_acquire(sg_state_t *st, int64_t tenant, long max, const char *token, long lease_s, sg_state_cb cb,
-                             void *data)
+/* As the acquire script on a tenant's set: a token already held is
+ * renewed; a new one is added only below max (max 0: renewal only). */
+static void lease_acquire(sg_state_t *st, lease_vec_t *v, int64_t tenant, long max, const char *token, long lease_s,
+                          sg_state_cb cb, void *data)
 {
-    mem_state_t *m = mem(st);
     int64_t now = sg_state__now_s(st);
     sg_state_result_t r = {.available = 1};
     lease_t *same;
-    long live = lease_prune(&m->execs, tenant, now, token, &same);
+    long live = lease_prune(v, tenant, now, token, &same);
 
     if (same != NULL) {
         same->until_s = now + lease_s;
         r.ok = 1;
     } else if (live < max) {
-        lease_add(&m->execs, tenant, token, now + lease_s);
+        lease_add(v, tenant, token, now + lease_s);
         r.ok = 1;
         live++;
     }
@@ -407,9 +409,28 @@ static void mem_exec_acquire(sg_state_t *st, int64_t tenant, long max, const cha
     cb(data, &r);
 }
 
+static void mem_exec_acquire(sg_state_t *st, int64_t tenant, long max, const char *token, long lease_s, sg_state_cb cb,
+                             void *data)
+{
+    lease_acquire(st, &mem(st)->execs, tenant, max, token, lease_s, cb, data);
+}
+
 static void mem_exec_release(sg_state_t *st, int64_t tenant, const char *token, sg_state_cb cb, void *data)
 {
     lease_give_back(&mem(st)->execs, tenant, token, 0, cb, data);
+}
+
+/* ---- MCP sessions -------------------------------------------------------------------- */
+
+static void mem_mcp_acquire(sg_state_t *st, int64_t tenant, long max, const char *id, long idle_s, sg_state_cb cb,
+                            void *data)
+{
+    lease_acquire(st, &mem(st)->mcp, tenant, max, id, idle_s, cb, data);
+}
+
+static void mem_mcp_release(sg_state_t *st, int64_t tenant, const char *id, sg_state_cb cb, void *data)
+{
+    lease_give_back(&mem(st)->mcp, tenant, id, 0, cb, data);
 }
 
 /* ---- quotas ------------------------------------------------------------------------ */
@@ -493,12 +514,15 @@ static void mem_destroy(sg_state_t *st)
         lease_drop_at(&m->reservations, 0);
     while (m->execs.n != 0)
         lease_drop_at(&m->execs, 0);
+    while (m->mcp.n != 0)
+        lease_drop_at(&m->mcp, 0);
     free(m->rates.e);
     free(m->reservations.e);
     free(m->sessions.e);
     free(m->quotas.e);
     free(m->closed.e);
     free(m->execs.e);
+    free(m->mcp.e);
     free(m);
 }
 
@@ -518,6 +542,8 @@ static const sg_state_ops_t mem_ops = {
     .sessions_list = mem_sessions_list,
     .exec_acquire = mem_exec_acquire,
     .exec_release = mem_exec_release,
+    .mcp_acquire = mem_mcp_acquire,
+    .mcp_release = mem_mcp_release,
     .quota_reserve = mem_quota_reserve,
     .quota_seed = mem_quota_seed,
     .quota_add_seconds = mem_quota_add_seconds,

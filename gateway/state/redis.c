@@ -731,6 +731,21 @@ static void redis_exec_release(sg_state_t *_st, int64_t tenant, const char *toke
     give_back(_st, tenant, "execs", "", token, 64, cb, data);
 }
 
+/* An MCP session is a lease in the tenant's "mcp" set, taken and renewed
+ * by the executions' script (max 0 renews only), given back by ZREM. */
+static void redis_mcp_acquire(sg_state_t *_st, int64_t tenant, long max, const char *id, long idle_s, sg_state_cb cb,
+                              void *data)
+{
+    redis_req_t *req = take_slot(_st, SCRIPT_EXEC_ACQUIRE, tenant, "mcp", max, "", id, 64, idle_s, cb, data);
+    req_arg(req, "%d", SG_STATE_EXECS_KEY_SLACK);
+    req_send(req);
+}
+
+static void redis_mcp_release(sg_state_t *_st, int64_t tenant, const char *id, sg_state_cb cb, void *data)
+{
+    give_back(_st, tenant, "mcp", "", id, 64, cb, data);
+}
+
 static void redis_quota_reserve(sg_state_t *_st, int64_t tenant, const char *day, long max_execs, double max_seconds,
                                 sg_quota_cb cb, void *data)
 {
@@ -807,6 +822,8 @@ static const sg_state_ops_t redis_ops = {
     .sessions_list = redis_sessions_list,
     .exec_acquire = redis_exec_acquire,
     .exec_release = redis_exec_release,
+    .mcp_acquire = redis_mcp_acquire,
+    .mcp_release = redis_mcp_release,
     .quota_reserve = redis_quota_reserve,
     .quota_seed = redis_quota_seed,
     .quota_add_seconds = redis_quota_add_seconds,

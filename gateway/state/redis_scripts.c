@@ -120,7 +120,7 @@ sg_state__script_t sg_state__scripts[SCRIPT_COUNT] = {
                      "  end\n"
                      "end\n"
                      "return out\n"},
-    /* KEYS: tenant's in-flight set. ARGV: now s, max, token, lease deadline s,
+    /* KEYS: tenant's in-flight set (or its MCP sessions). ARGV: now s, max (0: renew only), token, lease deadline s,
      * key slack s. Leases that ran out go first; a token already held is
      * renewed. The key lives until slack s after its last lease. */
     [SCRIPT_EXEC_ACQUIRE] = {"redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])\n"

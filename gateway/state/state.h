@@ -23,6 +23,10 @@
  *   sg:tenant:<tid>:execs     ZSET  executions in flight of a tenant: token ->
  *                                   lease deadline (unix s); the key expires
  *                                   a minute after its last lease
+ *   sg:tenant:<tid>:mcp       ZSET  MCP sessions of a tenant (handler/mcp.c):
+ *                                   MCP-Session-Id -> idle deadline (unix s);
+ *                                   the key expires a minute after the last
+ *                                   session's deadline
  *
  * When Redis is configured but unreachable, each call says so
  * (available = 0) and the caller applies its per-limit policy (README).
@@ -146,6 +150,22 @@ void sg_state_exec_acquire(sg_state_t *st, int64_t tenant, long max, const char 
                            void *data);
 /* Ends an execution: ok = 1 if `token` was held; count as for acquire. */
 void sg_state_exec_release(sg_state_t *st, int64_t tenant, const char *token, sg_state_cb cb, void *data);
+
+/* ---- MCP sessions, per tenant (handler/mcp.c) ----
+ * Kept as executions in flight are, in a set of their own: an MCP session
+ * is a lease in its tenant's set that each use renews for idle_s more. */
+
+/* Atomically: drops the tenant's MCP sessions that ran out, and if fewer
+ * than max remain, adds `id` for idle_s. ok = 1 when it was added; count =
+ * the tenant's MCP sessions after the call. */
+void sg_state_mcp_open(sg_state_t *st, int64_t tenant, long max, const char *id, long idle_s, sg_state_cb cb,
+                       void *data);
+/* A use of `id`: renewed for idle_s when it is a live session of this
+ * tenant (ok = 1); ok = 0 when it is unknown, ended, expired, or another
+ * tenant's (never in this tenant's set). */
+void sg_state_mcp_touch(sg_state_t *st, int64_t tenant, const char *id, long idle_s, sg_state_cb cb, void *data);
+/* Ends `id` (DELETE): ok = 1 if it was a live session of this tenant. */
+void sg_state_mcp_close(sg_state_t *st, int64_t tenant, const char *id, sg_state_cb cb, void *data);
 
 /* ---- daily quotas (UTC day "yyyymmdd") ---- */
 typedef enum {

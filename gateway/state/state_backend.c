@@ -120,6 +120,23 @@ void sg_state_exec_release(sg_state_t *st, int64_t tenant, const char *token, sg
     st->ops->exec_release(st, tenant, token, cb, data);
 }
 
+void sg_state_mcp_open(sg_state_t *st, int64_t tenant, long max, const char *id, long idle_s, sg_state_cb cb,
+                       void *data)
+{
+    /* at least one: max 0 would only renew (touch) */
+    st->ops->mcp_acquire(st, tenant, max > 0 ? max : 1, id, idle_s, cb, data);
+}
+
+void sg_state_mcp_touch(sg_state_t *st, int64_t tenant, const char *id, long idle_s, sg_state_cb cb, void *data)
+{
+    st->ops->mcp_acquire(st, tenant, 0, id, idle_s, cb, data);
+}
+
+void sg_state_mcp_close(sg_state_t *st, int64_t tenant, const char *id, sg_state_cb cb, void *data)
+{
+    st->ops->mcp_release(st, tenant, id, cb, data);
+}
+
 void sg_state_quota_reserve(sg_state_t *st, int64_t tenant, const char *day, long max_execs, double max_seconds,
                             sg_quota_cb cb, void *data)
 {

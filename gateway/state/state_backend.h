@@ -35,6 +35,10 @@ typedef struct {
     void (*exec_acquire)(sg_state_t *st, int64_t tenant, long max, const char *token, long lease_s, sg_state_cb cb,
                          void *data);
     void (*exec_release)(sg_state_t *st, int64_t tenant, const char *token, sg_state_cb cb, void *data);
+    /* MCP sessions: max 0 only renews a live id (touch) */
+    void (*mcp_acquire)(sg_state_t *st, int64_t tenant, long max, const char *id, long idle_s, sg_state_cb cb,
+                        void *data);
+    void (*mcp_release)(sg_state_t *st, int64_t tenant, const char *id, sg_state_cb cb, void *data);
     void (*quota_reserve)(sg_state_t *st, int64_t tenant, const char *day, long max_execs, double max_seconds,
                           sg_quota_cb cb, void *data);
     void (*quota_seed)(sg_state_t *st, int64_t tenant, const char *day, int64_t execs, double seconds, sg_state_cb cb,

@@ -100,6 +100,18 @@ int sg_store_usage_total(sg_store_t *st, int64_t tenant_id, double from, double 
  * first, at most limit rows (limit <= 0: no limit). */
 int sg_store_usage_list(sg_store_t *st, int64_t tenant_id, double from, double to, int limit,
                         void (*fn)(const sg_usage_t *u, void *data), void *data, char *err, size_t errlen);
+/* The newest limit rows of every tenant, newest first (for the dashboard). */
+int sg_store_usage_recent(sg_store_t *st, int limit, void (*fn)(const sg_usage_t *u, void *data), void *data, char *err,
+                          size_t errlen);
+/* Executions and seconds of each tenant with rows in [from, to), in tenant
+ * id order (output_bytes and timed_out are left 0): of every such row
+ * (after_id 0, by the time index), or only of those whose id is above
+ * after_id (by the rowid: what was added since a count that saw ids up to
+ * after_id — ids only grow, as long as the newest rows are not deleted).
+ * *max_id (may be NULL) gets the largest id counted, after_id when none. */
+int sg_store_usage_totals_by_tenant(sg_store_t *st, double from, double to, int64_t after_id, int64_t *max_id,
+                                    void (*fn)(int64_t tenant_id, const sg_usage_total_t *t, void *data), void *data,
+                                    char *err, size_t errlen);
 
 /* Session history. */
 typedef struct {
@@ -110,6 +122,7 @@ typedef struct {
     int64_t closed_at;     /* 0 while open */
     char close_reason[32]; /* "deleted", "idle", "lifetime", "admin", "proxy_lost" */
     int64_t executions;
+    char runtime[8]; /* the OCI runtime the proxy reported ("runc", "runsc"); "" if unknown */
 } sg_session_rec_t;
 
 /* open: inserts s (closed_at and close_reason ignored; created_at 0 = now);

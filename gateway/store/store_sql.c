@@ -9,7 +9,8 @@
  * user_version: migrations[i] takes a database from version i to i + 1 and
  * runs in one IMMEDIATE transaction, so two processes opening a new file at
  * once do not both create it. Nullable columns (revoked_at, closed_at,
- * close_reason, session_id) are NULL in SQL where the structs say 0 or "".
+ * close_reason, session_id, runtime) are NULL in SQL where the structs say 0
+ * or "".
  */
 #include "store_sql.h"
 
@@ -94,13 +95,16 @@ static const char *const migrations[] = {
     " created_at INTEGER NOT NULL,"
     " size_bytes INTEGER NOT NULL DEFAULT 0);"
     "CREATE INDEX templates_tenant ON templates(tenant_id);",
+    /* 2 -> 3: the runtime a tenant's sandboxes run on (NULL: the proxy's
+     * default), and the one each session got */
+    "ALTER TABLE tenants ADD COLUMN runtime TEXT; ALTER TABLE sessions ADD COLUMN runtime TEXT;",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
 /* ---- statements ---- */
 
 #define USAGE_COLS "tenant_id, session_id, lang, kind, started_at, duration, exit_code, timed_out, output_bytes"
-#define SESSION_COLS "id, tenant_id, lang, created_at, closed_at, close_reason, executions"
+#define SESSION_COLS "id, tenant_id, lang, created_at, closed_at, close_reason, executions, runtime"
 
 /* NULL where the SQL is made from sg_tenant_fields at open. */
 static const char *const fixed_sql[S__COUNT] = {
@@ -116,8 +120,17 @@ static const char *const fixed_sql[S__COUNT] = {
                             " AND started_at < ?3 ORDER BY started_at, id LIMIT ?4",
     [S_USAGE_LIST_ALL] = "SELECT " USAGE_COLS " FROM usage WHERE started_at >= ?2 AND started_at < ?3"
                          " ORDER BY started_at, id LIMIT ?4",
+    [S_USAGE_RECENT] = "SELECT " USAGE_COLS " FROM usage ORDER BY started_at DESC, id DESC LIMIT ?1",
+    /* a day's rows by the time index; the rows added after a given id by the
+     * rowid alone (NOT INDEXED: else the planner walks a whole index for the
+     * GROUP BY) */
+    [S_USAGE_TOTALS_BY_TENANT] = "SELECT tenant_id, COUNT(*), TOTAL(duration), MAX(id) FROM usage"
+                                 " WHERE started_at >= ?1 AND started_at < ?2 GROUP BY tenant_id ORDER BY tenant_id",
+    [S_USAGE_TOTALS_SINCE] = "SELECT tenant_id, COUNT(*), TOTAL(duration), MAX(id) FROM usage NOT INDEXED"
+                             " WHERE id > ?3 AND started_at >= ?1 AND started_at < ?2 GROUP BY tenant_id"
+                             " ORDER BY tenant_id",
     [S_SESSION_INSERT] =
-        "INSERT INTO sessions (id, tenant_id, lang, created_at, executions) VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO sessions (id, tenant_id, lang, created_at, executions, runtime) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     [S_SESSION_CLOSE] = "UPDATE sessions SET closed_at = ?2, close_reason = ?3 WHERE id = ?1 AND closed_at IS NULL",
     [S_SESSION_COUNT_EXEC] = "UPDATE sessions SET executions = executions + 1 WHERE id = ?1",
     [S_SESSION_GET] = "SELECT " SESSION_COLS " FROM sessions WHERE id = ?1",
@@ -404,6 +417,9 @@ void sg_store__read_tenant(sqlite3_stmt *s, int col, sg_tenant_t *t)
         case SG_TF_LANGS:
             sg_store__col_text(s, col, p, SG_LANGS_MAX);
             break;
+        case SG_TF_RUNTIME:
+            sg_store__col_text(s, col, p, SG_RUNTIME_NAME_MAX);
+            break;
         }
     }
 }
@@ -427,6 +443,12 @@ void sg_store__bind_tenant_fields(sqlite3_stmt *s, const sg_tenant_t *t)
             break;
         case SG_TF_LANGS:
             sqlite3_bind_text(s, idx, p, -1, SQLITE_STATIC);
+            break;
+        case SG_TF_RUNTIME:
+            if (p[0] != '\0')
+                sqlite3_bind_text(s, idx, p, -1, SQLITE_STATIC);
+            else
+                sqlite3_bind_null(s, idx);
             break;
         }
     }

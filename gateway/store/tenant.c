@@ -35,6 +35,7 @@ const sg_tenant_field_t sg_tenant_fields[] = {
     TF(idle_timeout, SG_TF_LONG, 1, 1e9),
     TF(max_lifetime, SG_TF_LONG, 1, 1e9),
     TF(max_templates, SG_TF_LONG, 0, 1e6),
+    TF(runtime, SG_TF_RUNTIME, 0, 0),
 };
 #undef TF
 const size_t sg_tenant_nfields = sizeof(sg_tenant_fields) / sizeof(sg_tenant_fields[0]);
@@ -101,6 +102,11 @@ static int langs_valid(const char *s)
     return 1;
 }
 
+int sg_tenant_runtime_valid(const char *s)
+{
+    return strcmp(s, "") == 0 || strcmp(s, "runc") == 0 || strcmp(s, "runsc") == 0;
+}
+
 int sg_tenant_lang_allowed(const sg_tenant_t *t, const char *lang, size_t len)
 {
     const char *p = t->allowed_langs;
@@ -146,6 +152,10 @@ static void field_range_err(const sg_tenant_field_t *f, const char *got, char *e
         sg_store__errf(err, errlen,
                        "%s: must be \"*\" or a comma-separated list of language names of [a-z0-9_+-] (got \"%s\")",
                        f->name, got);
+        break;
+    case SG_TF_RUNTIME:
+        sg_store__errf(err, errlen, "%s: must be runc, runsc, or default (null: the proxy's own) (got \"%s\")", f->name,
+                       got);
         break;
     }
 }
@@ -205,6 +215,13 @@ int sg_tenant_set_field(sg_tenant_t *t, const char *key, const char *value, char
             goto Error;
         snprintf((char *)t + f->off, SG_LANGS_MAX, "%s", value);
         return 0;
+    case SG_TF_RUNTIME:
+        if (strcmp(value, "default") == 0 || strcmp(value, "null") == 0)
+            value = "";
+        if (!sg_tenant_runtime_valid(value))
+            goto Error;
+        snprintf((char *)t + f->off, SG_RUNTIME_NAME_MAX, "%s", value);
+        return 0;
     }
 Error:
     field_range_err(f, value, err, errlen);
@@ -249,6 +266,12 @@ int sg_tenant_validate(const sg_tenant_t *t, char *err, size_t errlen)
                 goto Error;
             }
             break;
+        case SG_TF_RUNTIME:
+            if (memchr(p, '\0', SG_RUNTIME_NAME_MAX) == NULL || !sg_tenant_runtime_valid(p)) {
+                snprintf(got, sizeof(got), "%.*s", SG_RUNTIME_NAME_MAX, p);
+                goto Error;
+            }
+            break;
         }
         continue;
     Error:
@@ -265,7 +288,9 @@ int sg_tenant_set_json(sg_tenant_t *t, json_object *obj, char *err, size_t errle
         const char *text;
         if (strcmp(key, "name") == 0)
             continue;
-        if (json_object_is_type(val, json_type_boolean))
+        if (val == NULL) /* null: the field's "none" (runtime: the proxy's default) */
+            text = "";
+        else if (json_object_is_type(val, json_type_boolean))
             text = json_object_get_boolean(val) ? "1" : "0";
         else if (json_object_is_type(val, json_type_string) || json_object_is_type(val, json_type_int) ||
                  json_object_is_type(val, json_type_double))
@@ -322,6 +347,9 @@ int sg_tenant_format(const sg_tenant_t *t, char *buf, size_t len)
         case SG_TF_LANGS:
             v[0] = '\0';
             break;
+        case SG_TF_RUNTIME:
+            snprintf(v, sizeof(v), "%s", p[0] != '\0' ? p : "default");
+            break;
         }
         n = snprintf(buf + off, off < len ? len - off : 0, "%s%s=%s", i ? " " : "", f->name,
                      f->type == SG_TF_LANGS ? p : v);
@@ -358,6 +386,9 @@ json_object *sg_tenant_to_json(const sg_tenant_t *t)
             break;
         case SG_TF_LANGS:
             v = json_object_new_string(p);
+            break;
+        case SG_TF_RUNTIME:
+            v = p[0] != '\0' ? json_object_new_string(p) : NULL;
             break;
         }
         json_object_object_add(o, f->name, v);

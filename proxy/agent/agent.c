@@ -126,15 +126,20 @@ int agent_write_full(int fd, const void *p, size_t len)
     return 0;
 }
 
-void agent_flush(int build_failed)
+void agent_send_buf(sg_agent_buf_t *b, int build_failed)
 {
     if (build_failed)
         agent_oom();
-    if (agent_write_full(1, agent_out.base, agent_out.len) != 0) {
+    if (agent_write_full(1, b->base, b->len) != 0) {
         agent_log("cannot write to stdout: %s", strerror(errno));
         agent_exit(1);
     }
-    agent_out.len = 0;
+    b->len = 0;
+}
+
+void agent_flush(int build_failed)
+{
+    agent_send_buf(&agent_out, build_failed);
 }
 
 void agent_send_ok(uint32_t id, uint64_t value)

@@ -9,6 +9,8 @@
  *   kernel.c    the persistent kernel of stateful EXECs (kernel.h)
  *   run.c       one EXEC's output under its cap, the one pump loop that
  *               follows a process, the EXIT that ends it (run.h)
+ *   results.c   what an EXEC gives back besides output: the kernel's result
+ *               channel, the out directory's listing (results.h)
  *   proc.c      processes: spawning user code, reaping, killing the tree,
  *               signals (proc.h)
  *   creds.c     the uid split: the agent root, user code the sandbox user
@@ -68,6 +70,9 @@ int agent_write_full(int fd, const void *p, size_t len);
  * agent does later could be reported: the agent exits. */
 extern sg_agent_buf_t agent_out;
 void agent_flush(int build_failed);
+/* The same for messages built whole in a buffer of their own (a RESULT,
+ * filled as its record arrives between other messages). */
+void agent_send_buf(sg_agent_buf_t *b, int build_failed);
 void agent_send_ok(uint32_t id, uint64_t value);
 void agent_send_error(uint32_t id, uint32_t code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* OUTPUT messages of at most SG_AGENT_OUTPUT_CHUNK bytes each. */

@@ -265,8 +265,29 @@ int sg_agent_reply_decode(const sg_agent_header_t *h, const uint8_t *payload, sg
         sg_agent_get_u32(&r, &m->state);
         break;
     case SG_AGENT_FILE:
+    case SG_AGENT_RESULT:
         sg_agent_get_rest(&r, &m->data, &m->data_len);
         break;
+    case SG_AGENT_FILES: {
+        sg_agent_reader_t e;
+        const uint8_t *path;
+        size_t plen;
+        uint64_t size;
+
+        if (sg_agent_get_u32(&r, &m->files_flags) != 0 || sg_agent_get_u32(&r, &m->files_count) != 0 ||
+            m->files_count > SG_AGENT_FILES_MAX)
+            return -1;
+        sg_agent_get_rest(&r, &m->data, &m->data_len);
+        /* every entry whole, and nothing after the last */
+        sg_agent_reader_init(&e, m->data, m->data_len);
+        for (uint32_t i = 0; i < m->files_count; i++) {
+            if (sg_agent_get_str(&e, &path, &plen) != 0 || sg_agent_get_u64(&e, &size) != 0)
+                return -1;
+        }
+        if (e.off != e.len)
+            return -1;
+        break;
+    }
     case SG_AGENT_OK:
         sg_agent_get_u64(&r, &m->ok_value);
         break;

@@ -77,13 +77,28 @@
  *             str stage         "run", or setup_stage if setup ended the EXEC
  *             u32 state         sg_agent_state_t: what became of the kernel
  *   FILE      rest data
+ *   RESULT    rest record       one rich result of the running EXEC (a figure,
+ *                               the value of its last expression), as the
+ *                               kernel wrote it on its result channel (below):
+ *                               bytes the sandbox chose, a JSON object by the
+ *                               kernels' convention, never trusted by the
+ *                               proxy. Any number (at most
+ *                               SG_AGENT_RESULTS_MAX, SG_AGENT_RESULTS_MAX_BYTES
+ *                               of records in all), between the EXEC and its EXIT.
+ *   FILES     u32 flags         SG_AGENT_FILES_MORE: there were more files
+ *             u32 count
+ *             count x (str path, u64 size)
+ *                               the regular files under the work dir's
+ *                               SG_AGENT_OUT_DIR when the EXEC ended; sent
+ *                               once, right before the EXIT of every EXEC,
+ *                               when that directory exists (see "Files out").
  *   OK        u64 value
  *   ERROR     u32 code (sg_agent_err_t), str message (a human sentence)
  *
  * Kernels (stateful mode). The agent starts kernel_cmd as its child in a
  * process group of its own, with stdin /dev/null, stdout and stderr on pipes
- * the agent reads, fd 3 a pipe it reads requests from and fd 4 a pipe it
- * answers on, cwd the work dir, SANDGATE_WORKDIR in the environment. For
+ * the agent reads, fd 3 a pipe it reads requests from, fd 4 a pipe it
+ * answers on and fd 5 its result channel (below), cwd the work dir, SANDGATE_WORKDIR in the environment. For
  * each EXEC the agent writes "<decimal byte length>\n<code>" to fd 3; the
  * kernel runs the code in its persistent namespace, flushes stdout and
  * stderr, then writes "<exit code>\n" to fd 4. An uncaught error prints its
@@ -100,7 +115,7 @@
  *
  * Kernel details, as the agent implements them:
  *   - kernel_cmd must `exec` the interpreter: the process forked for it is
- *     the one spared, its children are not. The kernel gets fds 0 to 4 only,
+ *     the one spared, its children are not. The kernel gets fds 0 to 5 only,
  *     oom_score_adj 1000, and the environment of the commands (which also
  *     carries SANDGATE_WORKDIR). The answer is a decimal i32 line.
  *   - setup_cmd runs beside the kernel and leaves it alone; a setup that
@@ -116,6 +131,39 @@
  *     saying why. A timeout or output limit reports code -1, signal 9.
  *   - A stateful EXEC whose kernel_cmd differs from the live kernel's
  *     replaces it (NEW). One-shot EXECs leave a live kernel alone (NONE).
+ *
+ * The result channel (kernels only). A kernel also has fd 5
+ * (SG_AGENT_RESULT_FD), a pipe the agent reads: rich results go there, not
+ * on stdout, so that nothing the user's code prints can pass for a result.
+ * Each record is "<decimal byte length>\n<record>", the record a JSON object
+ * {"type": "image"|"text"|"html", "mime", "data" (base64 for images),
+ * "main": bool} by the kernels' convention (docs/proxy-api.md). The user's
+ * code can write on fd 5 too (its kernel's fd is its own), so the agent
+ * only frames and bounds what comes, and the proxy validates every record
+ * as untrusted data:
+ *   - each complete record within the EXEC's budget (SG_AGENT_RESULTS_MAX
+ *     records, SG_AGENT_RESULTS_MAX_BYTES bytes) goes out at once as a
+ *     RESULT; one past the budget, or of length 0, is read and thrown away
+ *     without being kept, however long it says it is;
+ *   - a length line that is not 1 to 10 digits then "\n" ends the channel's
+ *     framing for this EXEC: the rest is read and thrown away;
+ *   - a record the EXEC's end cuts off (the kernel answered, died or was
+ *     killed before writing all of it) is dropped;
+ * and each of these sets SG_AGENT_EXIT_RESULTS_DROPPED. Each EXEC starts
+ * framing afresh; between EXECs what the kernel writes there is discarded,
+ * like its output. After the answer the agent takes what is already in the
+ * pipe (the kernel writes its results before answering).
+ *
+ * Files out. When the work dir holds a directory SG_AGENT_OUT_DIR ("out",
+ * e.g. /sandbox/out), every EXEC's EXIT is preceded by a FILES message
+ * listing the regular files in it and in its subdirectories (at most
+ * SG_AGENT_FILES_MAX_DEPTH deep), absolute paths sorted by name, with their
+ * sizes: at most SG_AGENT_FILES_MAX of them, paths of at most
+ * SG_AGENT_FILES_PATH_MAX bytes; more, or longer, sets SG_AGENT_FILES_MORE.
+ * Symbolic links are neither followed nor listed, nor is anything that is
+ * not a regular file or a directory; a directory replaced by a link while
+ * it is walked is not entered (every open is O_NOFOLLOW). GET_FILE reads
+ * any of them.
  */
 #ifndef SANDGATE_AGENT_PROTO_H
 #define SANDGATE_AGENT_PROTO_H
@@ -140,7 +188,18 @@ typedef enum {
     SG_AGENT_FILE = 67,
     SG_AGENT_OK = 68,
     SG_AGENT_ERROR = 69,
+    SG_AGENT_RESULT = 70,
+    SG_AGENT_FILES = 71,
 } sg_agent_msg_type_t;
+
+#define SG_AGENT_RESULT_FD 5                   /* a kernel's result channel */
+#define SG_AGENT_RESULTS_MAX 1024u             /* records forwarded per EXEC */
+#define SG_AGENT_RESULTS_MAX_BYTES (16u << 20) /* record bytes forwarded per EXEC */
+#define SG_AGENT_OUT_DIR "out"                 /* under the work dir */
+#define SG_AGENT_FILES_MAX 1000u               /* entries of one FILES */
+#define SG_AGENT_FILES_MAX_DEPTH 8             /* directories below the out dir */
+#define SG_AGENT_FILES_PATH_MAX 1024u          /* bytes of a listed path */
+#define SG_AGENT_FILES_MORE 0x1u               /* FILES flags: not everything is listed */
 
 typedef enum {
     SG_AGENT_REASON_EXITED = 0,       /* ran to its end; see exit_code */
@@ -161,6 +220,7 @@ typedef enum {
 
 #define SG_AGENT_EXIT_STDOUT_TRUNCATED 0x1u
 #define SG_AGENT_EXIT_STDERR_TRUNCATED 0x2u
+#define SG_AGENT_EXIT_RESULTS_DROPPED 0x4u /* result records were dropped (see "The result channel") */
 
 typedef enum {
     SG_AGENT_ERR_BAD_REQUEST = 1, /* malformed payload or unknown type */
@@ -225,7 +285,8 @@ typedef struct {
     uint8_t type;
     uint32_t version;    /* READY */
     uint32_t stream;     /* OUTPUT: 1 stdout or 2 stderr */
-    const uint8_t *data; /* OUTPUT, FILE: the bytes; READY: the work dir */
+    const uint8_t *data; /* OUTPUT, FILE, RESULT: the bytes; READY: the work dir;
+                          * FILES: the entries (files_count of them, checked) */
     size_t data_len;
     int32_t exit_code; /* EXIT, as the payload says */
     uint32_t signal;
@@ -235,6 +296,8 @@ typedef struct {
     const uint8_t *stage; /* EXIT */
     size_t stage_len;
     uint32_t state;
+    uint32_t files_flags; /* FILES */
+    uint32_t files_count;
     uint64_t ok_value; /* OK */
     uint32_t err_code; /* ERROR */
     const uint8_t *message;
@@ -242,8 +305,10 @@ typedef struct {
 } sg_agent_reply_t;
 
 /* 0, or -1 when the type is not one of the agent's or the payload is
- * malformed (too short for its fields, or OUTPUT on a stream other than 1
- * or 2): a stream that says that cannot be trusted. */
+ * malformed (too short for its fields, OUTPUT on a stream other than 1
+ * or 2, FILES whose entries are not exactly files_count (path, size) pairs
+ * or more than SG_AGENT_FILES_MAX): a stream that says that cannot be
+ * trusted. */
 int sg_agent_reply_decode(const sg_agent_header_t *h, const uint8_t *payload, sg_agent_reply_t *m);
 
 const char *sg_agent_reason_name(uint32_t reason); /* "exited", "timeout", "out_of_memory", ... */

@@ -14,6 +14,7 @@
 #include "agent.h"
 #include "kernel.h"
 #include "proc.h"
+#include "results.h"
 #include "run.h"
 
 #define KERNEL_GRACE_NS (200LL * 1000 * 1000) /* for a kernel whose pipes closed to exit */
@@ -24,9 +25,10 @@ typedef struct {
     int out[2];         /* read ends of its stdout and stderr */
     int req_fd;         /* write end of its fd 3 */
     int ans_fd;         /* read end of its fd 4 */
+    int res_fd;         /* read end of its fd 5, the result channel */
 } kernel_t;
 
-static kernel_t kern = {{-1, 0, 0}, NULL, {-1, -1}, -1, -1};
+static kernel_t kern = {{-1, 0, 0}, NULL, {-1, -1}, -1, -1, -1};
 
 static int kernel_alive(void)
 {
@@ -52,26 +54,28 @@ static void kernel_forget(void)
     close_fd(&kern.out[1]);
     close_fd(&kern.req_fd);
     close_fd(&kern.ans_fd);
+    close_fd(&kern.res_fd);
     free(kern.cmd);
     kern.cmd = NULL;
     kern.child.pid = -1;
     kern.child.done = 0;
 }
 
-void kernel_idle_fds(int fds[3])
+void kernel_idle_fds(int fds[KERNEL_IDLE_FDS])
 {
     fds[0] = kern.out[0];
     fds[1] = kern.out[1];
     fds[2] = kern.ans_fd;
+    fds[3] = kern.res_fd;
 }
 
 void kernel_discard(void)
 {
     static uint8_t buf[SG_AGENT_OUTPUT_CHUNK];
-    int *fds[3] = {&kern.out[0], &kern.out[1], &kern.ans_fd};
+    int *fds[KERNEL_IDLE_FDS] = {&kern.out[0], &kern.out[1], &kern.ans_fd, &kern.res_fd};
     int i;
 
-    for (i = 0; i < 3; i++) {
+    for (i = 0; i < KERNEL_IDLE_FDS; i++) {
         size_t total = 0;
 
         while (*fds[i] >= 0 && total < DRAIN_LIMIT) {
@@ -108,27 +112,29 @@ uint32_t kernel_idle_state(int lost)
     return lost ? SG_AGENT_STATE_LOST : SG_AGENT_STATE_NONE;
 }
 
-/* Start kernel_cmd with the pipes of agent_proto.h on its fds 1 to 4. Returns
+/* Start kernel_cmd with the pipes of agent_proto.h on its fds 1 to 5. Returns
  * 0, or -1 when it could not be started (explained on stderr). */
 static int kernel_start(run_t *x)
 {
-    int p[4][2], ours[4], theirs[4], i;
+    int p[5][2], ours[5], theirs[5], i;
     pid_t pid;
 
-    for (i = 0; i < 4; i++)
+    for (i = 0; i < 5; i++)
         p[i][0] = p[i][1] = -1;
-    for (i = 0; i < 4; i++) {
+    for (i = 0; i < 5; i++) {
         if (pipe2(p[i], O_CLOEXEC) != 0) {
             run_start_failed(x, "pipe");
             goto Error;
         }
     }
-    /* stdout, stderr and answers are read by us, requests written by us. */
+    /* stdout, stderr, answers and results are read by us, requests written
+     * by us. */
     ours[0] = p[0][0];
     ours[1] = p[1][0];
     ours[2] = p[2][1];
     ours[3] = p[3][0];
-    for (i = 0; i < 4; i++)
+    ours[4] = p[4][0];
+    for (i = 0; i < 5; i++)
         fcntl(ours[i], F_SETFL, O_NONBLOCK);
     kern.cmd = agent_xstrdup(x->req.kernel_cmd);
 
@@ -139,12 +145,13 @@ static int kernel_start(run_t *x)
     theirs[1] = p[1][1];
     theirs[2] = p[2][0];
     theirs[3] = p[3][1];
-    pid = proc_spawn(x->req.kernel_cmd, x->envp, theirs, 4);
+    theirs[4] = p[4][1];
+    pid = proc_spawn(x->req.kernel_cmd, x->envp, theirs, 5);
     if (pid < 0) {
         run_start_failed(x, "fork");
         goto Error;
     }
-    for (i = 0; i < 4; i++)
+    for (i = 0; i < 5; i++)
         close(theirs[i]);
     kern.child.pid = pid;
     kern.child.done = 0;
@@ -152,11 +159,12 @@ static int kernel_start(run_t *x)
     kern.out[1] = ours[1];
     kern.req_fd = ours[2];
     kern.ans_fd = ours[3];
+    kern.res_fd = ours[4];
     agent_log("exec %u: kernel started, pid %d", x->id, (int)pid);
     return 0;
 
 Error:
-    for (i = 0; i < 4; i++) {
+    for (i = 0; i < 5; i++) {
         close_fd(&p[i][0]);
         close_fd(&p[i][1]);
     }
@@ -180,7 +188,8 @@ typedef struct {
     const char *doomed; /* why it must end, once its request or answer pipe closed */
     int64_t doomed_at;
     const char *broken; /* why, for BROKEN */
-    int idx_ans, idx_req;
+    int idx_ans, idx_req, idx_res;
+    results_t res; /* the result channel's framing during this EXEC */
 } talk_t;
 
 /* "<decimal>" with an optional '-', within i32; 0 or -1. */
@@ -237,7 +246,14 @@ static int talk_before_poll(void *ctx, int64_t now, struct pollfd *pfd, int *n, 
     }
     if (t->doomed != NULL && *ms > 10)
         *ms = 10;
-    t->idx_ans = t->idx_req = -1;
+    t->idx_ans = t->idx_req = t->idx_res = -1;
+    if (kern.res_fd >= 0) {
+        t->idx_res = *n;
+        pfd[*n].fd = kern.res_fd;
+        pfd[*n].events = POLLIN;
+        pfd[*n].revents = 0;
+        (*n)++;
+    }
     if (kern.ans_fd >= 0) {
         t->idx_ans = *n;
         pfd[*n].fd = kern.ans_fd;
@@ -265,6 +281,10 @@ static int talk_after_poll(void *ctx, const struct pollfd *pfd, int n)
         t->doomed = "stopped reading its requests";
         t->doomed_at = agent_now_ns();
     }
+    /* Results before the answer: the kernel writes them first. A closed
+     * channel only ends the results (the user's code may close it). */
+    if (t->idx_res >= 0 && pfd[t->idx_res].revents != 0 && results_read(&t->res, t->x, kern.res_fd) < 0)
+        close_fd(&kern.res_fd);
     if (t->idx_ans < 0 || pfd[t->idx_ans].revents == 0)
         return -1;
     r = read(kern.ans_fd, t->ans + t->alen, sizeof(t->ans) - 1 - t->alen);
@@ -329,6 +349,7 @@ void kernel_exec(run_t *x, int lost)
      * must be ended. */
     memset(&t, 0, sizeof(t));
     t.x = x;
+    results_begin(&t.res);
     t.hlen = (size_t)snprintf(t.head, sizeof(t.head), "%zu\n", x->req.code_len);
     if (x->started == 0)
         x->started = agent_now_ns();
@@ -362,6 +383,11 @@ void kernel_exec(run_t *x, int lost)
         break;
     }
     }
+    /* The results the kernel wrote before it answered or ended. */
+    if (kern.res_fd >= 0 && (outcome == KERNEL_ANSWERED || outcome == RUN_ENDED) &&
+        results_drain(&t.res, x, kern.res_fd) < 0)
+        close_fd(&kern.res_fd);
+    results_end(&t.res, x);
 
     proc_kill_tree(keep && kernel_alive() ? kern.child.pid : -1);
     if (keep && kernel_alive()) {

@@ -40,11 +40,12 @@ uint32_t kernel_idle_state(int lost);
  * none, run x's code in it, and send the EXIT. */
 void kernel_exec(run_t *x, int lost);
 
-/* Between EXECs: the fds the idle loop polls (up to 3, -1 for none), and
- * the reading and throwing away of what the kernel wrote (at most
- * DRAIN_LIMIT bytes per pipe, so that a chatty kernel cannot starve stdin;
- * a pipe at EOF is closed). */
-void kernel_idle_fds(int fds[3]);
+/* Between EXECs: the fds the idle loop polls (its stdout, stderr, answer
+ * and result pipes; -1 for none), and the reading and throwing away of what
+ * the kernel wrote (at most DRAIN_LIMIT bytes per pipe, so that a chatty
+ * kernel cannot starve stdin; a pipe at EOF is closed). */
+#define KERNEL_IDLE_FDS 4
+void kernel_idle_fds(int fds[KERNEL_IDLE_FDS]);
 void kernel_discard(void);
 
 #endif

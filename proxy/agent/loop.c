@@ -142,14 +142,14 @@ int main(void)
     agent_log("ready, pid %d, work dir %s", (int)getpid(), agent_workdir);
 
     for (;;) {
-        struct pollfd pfd[5] = {{.fd = 0, .events = POLLIN}, {.fd = proc_sig_fd, .events = POLLIN}};
-        int kfds[3];
+        struct pollfd pfd[2 + KERNEL_IDLE_FDS] = {{.fd = 0, .events = POLLIN}, {.fd = proc_sig_fd, .events = POLLIN}};
+        int kfds[KERNEL_IDLE_FDS];
         nfds_t n = 2;
         int i, kernel_wrote = 0;
 
         /* A kernel between EXECs: what it writes is read and discarded. */
         kernel_idle_fds(kfds);
-        for (i = 0; i < 3; i++) {
+        for (i = 0; i < KERNEL_IDLE_FDS; i++) {
             if (kfds[i] >= 0) {
                 pfd[n].fd = kfds[i];
                 pfd[n].events = POLLIN;

@@ -49,7 +49,7 @@ void sg_agent_path_fail(sg_agent_fail_t *f, const char *path, int e)
  * link. Without O_DIRECTORY it refuses one (ELOOP) like Linux, so the
  * directory check is made on the open file instead (O_NONBLOCK: a FIFO
  * there must not block the open). */
-static int open_dir_nofollow(int dfd, const char *name)
+int sg_agent_open_dir_nofollow(int dfd, const char *name)
 {
     struct stat st;
     int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
@@ -110,14 +110,14 @@ int sg_agent_open_parent(const char *workdir, const char *path, int create, char
             strcpy(leaf, comp);
             break;
         }
-        nfd = open_dir_nofollow(dfd, comp);
+        nfd = sg_agent_open_dir_nofollow(dfd, comp);
         if (nfd < 0 && errno == ENOENT && create) {
             if (mkdirat(dfd, comp, 0755) != 0 && errno != EEXIST) {
                 agent_fail(f, SG_AGENT_ERR_IO, "Cannot create the directory \"%.200s\" for \"%.200s\": %s.", comp, path,
                            strerror(errno));
                 goto Error;
             }
-            nfd = open_dir_nofollow(dfd, comp);
+            nfd = sg_agent_open_dir_nofollow(dfd, comp);
         }
         if (nfd < 0) {
             sg_agent_path_fail(f, path, errno);

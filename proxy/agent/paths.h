@@ -22,6 +22,11 @@
 int sg_agent_open_parent(const char *workdir, const char *path, int create, char *leaf, size_t leafsz,
                          sg_agent_fail_t *f);
 
+/* The directory name in dfd, opened (O_RDONLY | O_CLOEXEC) only if it is
+ * one and no symbolic link; -1 (errno; ENOTDIR for something else) otherwise.
+ * gVisor-proof: see paths.c. */
+int sg_agent_open_dir_nofollow(int dfd, const char *name);
+
 /* The ERROR for a file operation on path that failed with errno e. */
 void sg_agent_path_fail(sg_agent_fail_t *f, const char *path, int e);
 

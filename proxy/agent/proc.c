@@ -429,7 +429,7 @@ static void child_exec(const char *cmd, char **envp, const int *fds, int nfds)
     char *argv[] = {"sh", "-c", (char *)cmd, NULL};
     struct sigaction sa;
     sigset_t none;
-    int fd, i, moved[5];
+    int fd, i, moved[6];
 
     setpgid(0, 0);
     /* Move every source above the targets first, so that no dup2 below

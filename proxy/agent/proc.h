@@ -64,7 +64,7 @@ void proc_handle_signals(void);
 int proc_kill_tree(pid_t keep);
 
 /* Fork `/bin/sh -c cmd` with envp as the leader of a new process group,
- * /dev/null on fd 0 and fds[i] on fd i + 1 (nfds at most 4), no other fd,
+ * /dev/null on fd 0 and fds[i] on fd i + 1 (nfds at most 5), no other fd,
  * oom_score_adj 1000, in the work dir, under the system call filter. The
  * fds stay open in the agent. The pid, or -1 (errno) when fork failed; a
  * failure in the child is reported on its stderr and ends it with 127. */

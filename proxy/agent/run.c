@@ -12,6 +12,7 @@
 
 #include "agent.h"
 #include "proc.h"
+#include "results.h"
 #include "run.h"
 
 int run_forward(run_t *x, uint32_t stream, const uint8_t *p, size_t n)
@@ -207,6 +208,7 @@ void run_send_exit(run_t *x, int32_t code, uint32_t sig, uint32_t reason, const 
     uint64_t dur = x->started != 0 && end > x->started ? (uint64_t)(end - x->started) / 1000 : 0;
     int r;
 
+    results_send_files(x);
     r = sg_agent_msg_begin(&agent_out, SG_AGENT_EXIT, x->id);
     r |= sg_agent_put_i32(&agent_out, code);
     r |= sg_agent_put_u32(&agent_out, sig);

@@ -39,7 +39,7 @@ void run_start_failed(run_t *x, const char *what);
 /* How run_pump ends. A follower's own outcomes are RUN_OWN and above. */
 enum { RUN_ENDED, RUN_TIMEOUT, RUN_CAPPED, RUN_OWN };
 
-#define RUN_EXTRA_FDS 2
+#define RUN_EXTRA_FDS 3
 
 /* What run_pump follows besides the output pipes; ctx is the follower's. */
 typedef struct {

@@ -10,6 +10,9 @@
 #include "capacity.h"
 #include "docker.h"
 #include "json.h"
+#include "lang.h"
+#include "pool.h"
+#include "runtime.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -45,11 +48,22 @@ static void health_done(sg_job_t *job)
         }
         const sg_proxy_t *px = j->p->api->proxy;
         json_object_object_add(o, "runtime", json_object_new_string(sg_sessions_runtime()));
+        json_object *offered = json_object_new_array();
+        for (size_t i = 0; i < SG_RUNTIME_COUNT; i++)
+            if (sg_sessions_runtime_offered(sg_runtime_at(i)))
+                json_object_array_add(offered, json_object_new_string(sg_runtime_at(i)));
+        json_object_object_add(o, "runtimes", offered);
         if (px->runtime_warning != NULL && px->runtime_warning[0] != '\0')
             json_object_object_add(o, "warning", json_object_new_string(px->runtime_warning));
         json_object_object_add(o, "sessions", json_object_new_int64((int64_t)sg_session_count()));
         json_object_object_add(o, "containers", json_object_new_int64(sg_capacity_used()));
         json_object_object_add(o, "max_containers", json_object_new_int64(sg_capacity_max()));
+        json_object *pools = json_object_new_object();
+        for (size_t i = 0; i < sg_lang_count(); i++)
+            json_object_object_add(pools, sg_lang_at(i)->name,
+                                   json_object_new_int64((int64_t)sg_pool_ready(sg_lang_at(i), sg_sessions_runtime())));
+        json_object_object_add(o, "pools", pools);
+        json_object_object_add(o, "pool_size", json_object_new_int64(sg_pool_size()));
         sg_http_send_json(req, j->ok ? 200 : 503, o);
     }
     sg__api_pending_free(j->p);
@@ -81,7 +95,9 @@ static int get_root(void *app, h2o_req_t *req, const sg_route_match_t *m)
 static const sg_route_t routes[] = {
     {SG_M_GET | SG_M_HEAD, "/", get_root},
     {SG_M_GET, "/health", get_health},
+    {SG_M_GET, "/metrics", sg__api_get_metrics},
     {SG_M_POST, "/execute", sg__api_post_execute},
+    {SG_M_POST, "/libraries", sg__api_post_libraries},
     {SG_M_DELETE, "/requests/*", sg__api_delete_request},
     {SG_M_GET, "/templates", sg__api_get_templates},
     {SG_M_DELETE, "/templates/*", sg__api_delete_template},

@@ -14,7 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static json_object *exec_result_json(const sg_op_t *op)
+/* with_results: the rich results too (a streamed execution sent them as
+ * display events: its result has "results": []). */
+static json_object *exec_result_json(const sg_op_t *op, int with_results)
 {
     json_object *o = json_object_new_object();
     int timed_out = op->reason == SG_AGENT_REASON_TIMEOUT;
@@ -32,8 +34,10 @@ static json_object *exec_result_json(const sg_op_t *op)
     json_object_object_add(o, "reason", json_object_new_string(sg_agent_reason_name(op->reason)));
     json_object_object_add(o, "stage", json_object_new_string(op->stage[0] ? op->stage : "run"));
     json_object_object_add(o, "state", json_object_new_string(sg_agent_state_name(op->state)));
+    sg_results_to_json(&op->results, o, with_results);
     if (op->signal != 0)
         json_object_object_add(o, "signal", json_object_new_int((int)op->signal));
+    json_object_object_add(o, "runtime", json_object_new_string(sg_session_runtime(op->session)));
     return o;
 }
 
@@ -53,6 +57,7 @@ static sg_op_t *exec_op_for(sg_session_t *s, pending_t *p, int is_command)
 static json_object *libraries_failed_json(const sg_lib_result_t *r)
 {
     json_object *o = json_object_new_object();
+    sg_results_t none;
     json_object_object_add(o, "stdout", json_object_new_string(""));
     sg_json_add_bytes(o, "stderr", r->message, strlen(r->message));
     json_object_object_add(o, "exit_code", json_object_new_int(1));
@@ -64,13 +69,18 @@ static json_object *libraries_failed_json(const sg_lib_result_t *r)
     json_object_object_add(o, "reason", json_object_new_string("setup_failed"));
     json_object_object_add(o, "stage", json_object_new_string("libraries"));
     json_object_object_add(o, "state", json_object_new_string("none"));
+    sg_results_init(&none, 0, 0, 0);
+    sg_results_to_json(&none, o, 1);
+    sg_results_free(&none);
     return o;
 }
 
 /* ---- streaming executions: Server-Sent Events --------------------------------
- * events: "stdout" and "stderr" with {"data": "..."} as output arrives, then
- * one "result" (the execution result, its stdout and stderr empty: they were
- * streamed) or one "error" ({"detail","code"}). */
+ * events: "stdout" and "stderr" with {"data": "..."} as output arrives,
+ * "display" with one rich result ({"type","mime","data","main"}) as each is
+ * kept, then one "result" (the execution result, its stdout and stderr empty
+ * and its "results" [], since they were streamed; "results_truncated" and
+ * "files" as ever) or one "error" ({"detail","code"}). */
 
 #define SSE_MAX_QUEUED (8u << 20)
 
@@ -109,6 +119,14 @@ static void sse_on_output(sg_op_t *op, int stream, const uint8_t *data, size_t l
     free(joined);
 }
 
+static void sse_on_result(sg_op_t *op, json_object *result)
+{
+    pending_t *p = op->data;
+
+    if (sg__api_pending_req(p) != NULL)
+        sg_http_stream_event(p->stream, "display", json_object_get(result));
+}
+
 static void sse_finish(pending_t *p, sg_op_t *op)
 {
     if (sg__api_pending_req(p) == NULL)
@@ -127,7 +145,7 @@ static void sse_finish(pending_t *p, sg_op_t *op)
     } else {
         sg_buf_reset(&op->out[0]);
         sg_buf_reset(&op->out[1]);
-        sg_http_stream_event(p->stream, "result", exec_result_json(op));
+        sg_http_stream_event(p->stream, "result", exec_result_json(op, 0));
     }
     sg_http_stream_finish(p->stream);
 }
@@ -151,12 +169,13 @@ static void exec_reply(pending_t *p, sg_op_t *op)
     if (p->stream != NULL)
         sse_finish(p, op);
     else if (req != NULL && !sg__api_send_op_failure(req, op))
-        sg_http_send_json(req, 200, exec_result_json(op));
+        sg_http_send_json(req, 200, exec_result_json(op, 1));
 }
 
 static void on_exec_done(sg_op_t *op)
 {
     pending_t *p = op->data;
+    sg__api_metrics_exec(op);
     exec_reply(p, op);
     sg_op_free(op);
     sg__api_pending_free(p);
@@ -187,6 +206,7 @@ static void start_exec(pending_t *p, sg_session_t *s, int is_command, sg_op_cb d
     if (req != NULL && (done == on_exec_done || done == ephemeral_exec_done) && wants_stream(req, p->body)) {
         p->stream = sg_http_stream_start(req, 200, "text/event-stream", SSE_MAX_QUEUED);
         op->on_output = sse_on_output;
+        op->on_result = sse_on_result;
     }
     sg__api_pending_submit(p, op, done);
 }
@@ -297,10 +317,8 @@ int sg__api_post_session_commands(void *app, h2o_req_t *req, const sg_route_matc
 }
 
 /* POST /sessions/{id}/libraries {"package","version"} (seed 004's pip_install) */
-static void on_library_installed(void *data, const sg_lib_result_t *r)
+static void send_library_result(h2o_req_t *req, const sg_lib_result_t *r)
 {
-    pending_t *p = data;
-    h2o_req_t *req = sg__api_pending_req(p);
     if (req != NULL) {
         if (r->http_status != 200) {
             sg__api_send_lib_failure(req, r);
@@ -315,30 +333,47 @@ static void on_library_installed(void *data, const sg_lib_result_t *r)
             sg_http_send_json(req, 200, o);
         }
     }
+}
+
+static void on_library_installed(void *data, const sg_lib_result_t *r)
+{
+    pending_t *p = data;
+    send_library_result(sg__api_pending_req(p), r);
     sg__api_pending_free(p);
+}
+
+/* "package" and "version" of a library request, checked for lang (with
+ * sg_lib_check, so the blocklist holds): 0, or -1 after answering 400. */
+static int library_fields(h2o_req_t *req, json_object *body, const sg_lang_t *lang, int foreign, const char **name,
+                          const char **version)
+{
+    char err[512];
+    *name = *version = NULL;
+    if (sg_json_get_str(body, "package", name, NULL, err, sizeof(err)) != 1 ||
+        sg_json_get_str(body, "version", version, NULL, err, sizeof(err)) < 0) {
+        sg_http_send_error(req, 400, "bad_field", "field \"package\" (a string) is required; \"version\" is a string");
+        return -1;
+    }
+    if (foreign)
+        snprintf(err, sizeof(err), "libraries cannot be installed in a custom image");
+    if (foreign || sg_lib_check(lang, *name, *version, err, sizeof(err)) != 0) {
+        sg_http_send_error(req, 400, "bad_library", "%s", err);
+        return -1;
+    }
+    return 0;
 }
 
 int sg__api_post_session_libraries(void *app, h2o_req_t *req, const sg_route_match_t *m)
 {
     sg_api_t *api = app;
-    const char *name = NULL, *version = NULL;
-    char err[512];
+    const char *name, *version;
     sg_session_t *s = sg__api_find_session(req, m->arg[0]);
     json_object *body;
     if (s == NULL)
         return 0;
     if ((body = sg__api_parse_body(req)) == NULL)
         return 0;
-    if (sg_json_get_str(body, "package", &name, NULL, err, sizeof(err)) != 1 ||
-        sg_json_get_str(body, "version", &version, NULL, err, sizeof(err)) < 0) {
-        sg_http_send_error(req, 400, "bad_field", "field \"package\" (a string) is required; \"version\" is a string");
-        json_object_put(body);
-        return 0;
-    }
-    if (s->foreign)
-        snprintf(err, sizeof(err), "libraries cannot be installed in a custom image");
-    if (s->foreign || sg_lib_check(s->lang, name, version, err, sizeof(err)) != 0) {
-        sg_http_send_error(req, 400, "bad_library", "%s", err);
+    if (library_fields(req, body, s->lang, s->foreign, &name, &version) != 0) {
         json_object_put(body);
         return 0;
     }
@@ -358,6 +393,7 @@ static void ephemeral_exec_done(sg_op_t *op)
 {
     pending_t *p = op->data;
     sg_session_t *s = op->session;
+    sg__api_metrics_exec(op);
     exec_reply(p, op);
     sg_session_ref(s);
     sg_op_free(op);
@@ -413,8 +449,80 @@ int sg__api_post_execute(void *app, h2o_req_t *req, const sg_route_match_t *m)
         return 0;
     }
     cr.lang = p->ex.lang;
+    cr.runtime = p->ex.runtime;
     cr.limits = api->policy.defaults;
     sg__api_pending_name(p, req);
     sg_session_create(&cr, 1, ephemeral_ready, p);
+    return 0;
+}
+
+/* POST /libraries {"lang","package","version"}: the install of
+ * /sessions/{id}/libraries in a one-shot session of its own (from the pool
+ * when one is ready), whose container is removed right after the reply —
+ * what stays is the package in the store, from which later installs of the
+ * same spec take it with no index request. */
+typedef struct {
+    pending_t *p;
+    sg_session_t *s;            /* referenced while the install runs */
+    const char *name, *version; /* in p->body */
+} oneshot_lib_t;
+
+static void on_oneshot_installed(void *data, const sg_lib_result_t *r)
+{
+    oneshot_lib_t *o = data;
+    send_library_result(sg__api_pending_req(o->p), r);
+    sg_session_close(o->s, NULL, NULL);
+    sg_session_unref(o->s);
+    sg__api_pending_free(o->p);
+    free(o);
+}
+
+static void oneshot_lib_ready(void *data, sg_session_t *s, int status, const char *code, const char *detail)
+{
+    oneshot_lib_t *o = data;
+    h2o_req_t *req = sg__api_pending_req(o->p);
+    if (s == NULL || req == NULL) {
+        if (s == NULL && req != NULL)
+            sg__api_send_start_failure(req, status, code, detail);
+        if (s != NULL) {
+            sg_session_close(s, NULL, NULL);
+            sg_session_unref(s);
+        }
+        sg__api_pending_free(o->p);
+        free(o);
+        return;
+    }
+    o->s = s; /* the reference the create gave; closed after the answer */
+    sg_lib_install(s, o->name, o->version, on_oneshot_installed, o);
+}
+
+int sg__api_post_libraries(void *app, h2o_req_t *req, const sg_route_match_t *m)
+{
+    sg_api_t *api = app;
+    const char *lname = "python", *name, *version;
+    size_t llen = 6;
+    char err[256];
+    sg_create_req_t cr = {0};
+    json_object *body = sg__api_parse_body(req);
+    if (body == NULL)
+        return 0;
+    if (sg_json_get_str(body, "lang", &lname, &llen, err, sizeof(err)) < 0 ||
+        (cr.lang = sg_lang_find(lname, llen)) == NULL) {
+        sg_http_send_error(req, 400, "unknown_language", "field \"lang\": unknown language; known: %s",
+                           sg_lang_names());
+        json_object_put(body);
+        return 0;
+    }
+    if (library_fields(req, body, cr.lang, 0, &name, &version) != 0) {
+        json_object_put(body);
+        return 0;
+    }
+    oneshot_lib_t *o = sg_xcalloc(1, sizeof(*o));
+    o->p = sg__api_pending_new(req, api);
+    o->p->body = body;
+    o->name = name;
+    o->version = version;
+    cr.limits = api->policy.defaults;
+    sg_session_create(&cr, 1, oneshot_lib_ready, o);
     return 0;
 }

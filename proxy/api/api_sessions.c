@@ -128,11 +128,23 @@ static void add_id(sg_session_t *s, void *data)
         json_object_array_add(data, json_object_new_string(s->id));
 }
 
+static void add_details(sg_session_t *s, void *data)
+{
+    if (!s->ephemeral)
+        json_object_array_add(data, session_json(s));
+}
+
 int sg__api_get_sessions(void *app, h2o_req_t *req, const sg_route_match_t *m)
 {
     json_object *o = json_object_new_object(), *arr = json_object_new_array();
+    h2o_iovec_t details = sg_http_query_param(req, "details");
     sg_session_foreach(add_id, arr);
     json_object_object_add(o, "sessions", arr);
+    if (details.base != NULL && h2o_memis(details.base, details.len, H2O_STRLIT("1"))) {
+        arr = json_object_new_array();
+        sg_session_foreach(add_details, arr);
+        json_object_object_add(o, "details", arr);
+    }
     sg_http_send_json(req, 200, o);
     return 0;
 }

@@ -7,6 +7,7 @@
 #include "pool.h"
 #include "capacity.h"
 #include "log.h"
+#include "runtime.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -14,34 +15,37 @@
 #include <string.h>
 
 #define POOL_RETRY_MS 30000
-#define POOL_MAX_STARTING 2 /* per language */
+#define POOL_MAX_STARTING 2 /* per language and runtime */
 #define MAX_LANGS 16
 
-static struct {
+/* One pool per language and runtime: a session never gets a container of
+ * another runtime than its own. */
+typedef struct {
     h2o_linklist_t ready; /* of sessions, SG_IN_POOL; an anchor once ready_list made it one */
     size_t nstarting;
     uint64_t retry_at_ms; /* after a failed start */
-} pool[MAX_LANGS];
+    int asked;            /* a request named this language on this runtime: it fills */
+} pool_t;
 
-static size_t lang_index(const sg_lang_t *lang)
+static pool_t pools[MAX_LANGS][SG_RUNTIME_COUNT];
+
+static pool_t *pool_of(const sg_lang_t *lang, const char *runtime)
 {
-    for (size_t i = 0; i < sg_lang_count() && i < MAX_LANGS; i++)
-        if (sg_lang_at(i) == lang)
-            return i;
-    return 0;
+    size_t li = sg_lang_index(lang), ri = sg_runtime_index(runtime);
+    return &pools[li < MAX_LANGS ? li : 0][ri < SG_RUNTIME_COUNT ? ri : 0];
 }
 
-static h2o_linklist_t *ready_list(size_t li)
+static h2o_linklist_t *ready_list(pool_t *p)
 {
-    if (pool[li].ready.next == NULL) /* still zeroed */
-        h2o_linklist_init_anchor(&pool[li].ready);
-    return &pool[li].ready;
+    if (p->ready.next == NULL) /* still zeroed */
+        h2o_linklist_init_anchor(&p->ready);
+    return &p->ready;
 }
 
-static size_t nready(size_t li)
+static size_t nready(pool_t *p)
 {
     size_t n = 0;
-    for (h2o_linklist_t *l = ready_list(li)->next; l != ready_list(li); l = l->next)
+    for (h2o_linklist_t *l = ready_list(p)->next; l != ready_list(p); l = l->next)
         n++;
     return n;
 }
@@ -69,23 +73,25 @@ static void warm_up(sg_session_t *s)
         sg_op_submit(op, on_warm_up_done, NULL);
 }
 
-/* A pooled container's start ended (sg_session_ready_cb): ready, it is
- * listed and its kernel started; failed, its language waits a while. */
+/* A pooled container's start ended (sg_session_ready_cb; data is its pool):
+ * ready, it is listed and its kernel started; failed, its pool waits a
+ * while. */
 static void on_started(void *data, sg_session_t *s, int status, const char *code, const char *detail)
 {
-    size_t li = lang_index(s != NULL ? s->lang : data);
-    pool[li].nstarting--;
+    pool_t *p = data;
+    p->nstarting--;
     if (s == NULL) {
-        pool[li].retry_at_ms = sg_now_ms() + POOL_RETRY_MS;
+        p->retry_at_ms = sg_now_ms() + POOL_RETRY_MS;
         return;
     }
-    h2o_linklist_insert(ready_list(li), &s->_link); /* takes the reference handed over */
+    h2o_linklist_insert(ready_list(p), &s->_link); /* takes the reference handed over */
     s->_where = SG_IN_POOL;
     warm_up(s);
 }
 
 /* A pooled container fits a request whose container settings are the
- * pool's; the per-execution ones (timeout, output cap) are the agent's. */
+ * pool's; the per-execution ones (timeout, output cap) are the agent's. The
+ * runtime picks the pool. */
 static int fits(const sg_create_req_t *req)
 {
     const sg_limits_t *a = &req->limits, *b = &sg__sessions_conf()->pool_limits;
@@ -93,15 +99,15 @@ static int fits(const sg_create_req_t *req)
            a->network == b->network && a->pids == b->pids && a->tmpfs_mb == b->tmpfs_mb;
 }
 
-/* A ready pooled container for req, unlisted, its reference the
- * caller's; or NULL. */
+/* A ready pooled container for req (its runtime resolved), unlisted, its
+ * reference the caller's; or NULL. */
 static sg_session_t *pool_take(const sg_create_req_t *req)
 {
-    size_t li = lang_index(req->lang);
+    pool_t *p = pool_of(req->lang, req->runtime);
     if (!fits(req))
         return NULL;
-    while (!h2o_linklist_is_empty(ready_list(li))) {
-        sg_session_t *s = H2O_STRUCT_FROM_MEMBER(sg_session_t, _link, ready_list(li)->next);
+    while (!h2o_linklist_is_empty(ready_list(p))) {
+        sg_session_t *s = H2O_STRUCT_FROM_MEMBER(sg_session_t, _link, ready_list(p)->next);
         sg_session_ref(s);
         sg__session_unlist(s);
         if (s->state == SG_SESSION_ACTIVE)
@@ -117,43 +123,65 @@ void sg_pool_fill(void)
     uint64_t now = sg_now_ms();
     /* the pool counts, but leaves a quarter of the cap to requests */
     long headroom = sg_capacity_max() / 4 > 1 ? sg_capacity_max() / 4 : 1;
-    for (size_t i = 0; i < sg_lang_count() && i < MAX_LANGS; i++) {
-        sg_create_req_t req = {0};
-        if (now < pool[i].retry_at_ms)
+    /* the pools that fill: every language's on the default runtime and on
+     * those of SANDGATE_POOL_RUNTIMES; on another runtime, a language's once
+     * a request named both */
+    unsigned all = (1u << sg_runtime_index(sg_sessions_runtime())) | conf->pool_runtimes;
+    for (size_t r = 0; r < SG_RUNTIME_COUNT; r++) {
+        if (!sg_sessions_runtime_offered(sg_runtime_at(r)))
             continue;
-        req.lang = sg_lang_at(i);
-        req.limits = conf->pool_limits;
-        /* a few at a time, so that refills never crowd out the workers a
-         * request's own cold start needs */
-        while ((long)(nready(i) + pool[i].nstarting) < conf->pool_size && pool[i].nstarting < POOL_MAX_STARTING) {
-            if (sg_capacity_take_spare(headroom) != 0)
-                return;
-            pool[i].nstarting++; /* until on_started */
-            sg__session_start(&req, 0, 1, on_started, (void *)req.lang);
+        for (size_t i = 0; i < sg_lang_count() && i < MAX_LANGS; i++) {
+            pool_t *p = &pools[i][r];
+            sg_create_req_t req = {0};
+            if (!(all & (1u << r)) && !p->asked)
+                continue;
+            if (now < p->retry_at_ms)
+                continue;
+            req.lang = sg_lang_at(i);
+            req.limits = conf->pool_limits;
+            req.runtime = sg_runtime_at(r);
+            /* a few at a time, so that refills never crowd out the workers a
+             * request's own cold start needs */
+            while ((long)(nready(p) + p->nstarting) < conf->pool_size && p->nstarting < POOL_MAX_STARTING) {
+                if (sg_capacity_take_spare(headroom) != 0)
+                    return;
+                p->nstarting++; /* until on_started */
+                sg__session_start(&req, 0, 1, on_started, p);
+            }
         }
     }
 }
 
 int sg_pool_yield(void (*cb)(void *data), void *data)
 {
-    for (size_t i = 0; i < sg_lang_count() && i < MAX_LANGS; i++) {
-        for (h2o_linklist_t *l = ready_list(i)->next; l != ready_list(i); l = l->next) {
-            sg_session_t *s = H2O_STRUCT_FROM_MEMBER(sg_session_t, _link, l);
-            if (s->_close_requested || !s->_has_slot || s->_handover_cb != NULL)
-                continue;
-            s->_handover_cb = cb;
-            s->_handover_data = data;
-            sg_debug("pool: %s container %.12s removed to make room", s->lang->name, s->container_id);
-            sg_session_close(s, NULL, NULL);
-            return 0;
+    for (size_t r = 0; r < SG_RUNTIME_COUNT; r++) {
+        for (size_t i = 0; i < sg_lang_count() && i < MAX_LANGS; i++) {
+            pool_t *p = &pools[i][r];
+            for (h2o_linklist_t *l = ready_list(p)->next; l != ready_list(p); l = l->next) {
+                sg_session_t *s = H2O_STRUCT_FROM_MEMBER(sg_session_t, _link, l);
+                if (s->_close_requested || !s->_has_slot || s->_handover_cb != NULL)
+                    continue;
+                s->_handover_cb = cb;
+                s->_handover_data = data;
+                sg_debug("pool: %s container %.12s (%s) removed to make room", s->lang->name, s->container_id,
+                         sg_session_runtime(s));
+                sg_session_close(s, NULL, NULL);
+                return 0;
+            }
         }
     }
     return -1;
 }
 
-size_t sg_pool_ready(const sg_lang_t *lang)
+long sg_pool_size(void)
 {
-    return nready(lang_index(lang));
+    return sg__sessions_conf()->pool_size;
+}
+
+size_t sg_pool_ready(const sg_lang_t *lang, const char *runtime)
+{
+    size_t ri = sg_runtime_index(runtime);
+    return ri < SG_RUNTIME_COUNT ? nready(pool_of(lang, runtime)) : 0;
 }
 
 int sg_slot_await(void (*cb)(void *data), void *data)
@@ -179,11 +207,21 @@ static void on_room(void *data)
     free(w);
 }
 
-void sg_session_create(const sg_create_req_t *req, int ephemeral, sg_session_ready_cb cb, void *data)
+void sg_session_create(const sg_create_req_t *asked, int ephemeral, sg_session_ready_cb cb, void *data)
 {
     const sg_sessions_conf_t *conf = sg__sessions_conf();
+    sg_create_req_t resolved = *asked, *req = &resolved;
     sg_session_t *s;
 
+    req->runtime = sg_sessions_runtime_for(asked);
+    if (!sg_sessions_runtime_offered(req->runtime)) {
+        char detail[160];
+        snprintf(detail, sizeof(detail), "the Docker engine of this proxy does not offer the %s runtime", req->runtime);
+        cb(data, NULL, 503, "runtime_unavailable", detail);
+        return;
+    }
+    /* the first request for a language on a runtime starts that pool */
+    pool_of(req->lang, req->runtime)->asked = 1;
     if (!ephemeral && (long)sg_session_count() >= conf->max_sessions) {
         char detail[128];
         snprintf(detail, sizeof(detail), "the proxy is at its limit of %ld sessions", conf->max_sessions);

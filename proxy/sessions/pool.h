@@ -10,14 +10,20 @@
 #include "session_life.h"
 
 /* Starts a container for a session and connects to its agent (or takes
- * one from the pool). At SANDGATE_MAX_CONTAINERS it waits for a slot that
+ * one from the pool), on the runtime the request names or the default
+ * (sg_sessions_runtime_for); one the engine does not offer gets 503
+ * runtime_unavailable. At SANDGATE_MAX_CONTAINERS it waits for a slot that
  * is on its way back (sg_slot_await); when there is none, cb gets 503
  * no_capacity. */
 void sg_session_create(const sg_create_req_t *req, int ephemeral, sg_session_ready_cb cb, void *data);
 
-/* The warm pool: pool_size ready containers per language, made with
- * pool_limits. sg_session_create takes from it when the request's container
- * settings equal pool_limits; a taken container is never pooled again.
+/* The warm pool: pool_size ready containers per language and runtime, made
+ * with pool_limits. The default runtime's pools fill from the start, those
+ * of SANDGATE_POOL_RUNTIMES too; on another runtime, a language's pool
+ * fills once a request names that language and runtime.
+ * sg_session_create takes from the pool of the request's language and
+ * runtime when its container settings equal pool_limits; a taken container
+ * is never pooled again.
  * sg_pool_fill starts what is missing; it is called after every take and
  * from sg_sessions_tick (a language whose start failed waits a while). */
 void sg_pool_fill(void);
@@ -35,7 +41,10 @@ int sg_pool_yield(void (*cb)(void *data), void *data);
  * no slot can come: the caller answers no_capacity. A slot on its way back
  * is claimed by one request at most, so waiting is bounded by removals. */
 int sg_slot_await(void (*cb)(void *data), void *data);
-size_t sg_pool_ready(const sg_lang_t *lang);
+/* Ready containers in the pool of lang and runtime ("runc" or "runsc"). */
+size_t sg_pool_ready(const sg_lang_t *lang, const char *runtime);
+/* How many the pool keeps per language and runtime (SANDGATE_POOL_SIZE). */
+long sg_pool_size(void);
 
 /* The watchdog (fails ops whose agent did not answer in time), then the
  * pool's refill. Call about once a second from the loop. */

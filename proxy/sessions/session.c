@@ -123,6 +123,21 @@ static void handle_message(sg_session_t *s, const sg_agent_header_t *h, const ui
         /* the agent enforces the cap; this only stops a broken agent */
         sg_buf_append(&op->out[m.stream - 1], m.data, m.data_len);
         return;
+    case SG_AGENT_RESULT: {
+        json_object *res;
+        if (op->kind != SG_OP_EXEC)
+            goto Error;
+        /* the sandbox's bytes: checked and capped there, never trusted */
+        res = sg_results_add(&op->results, m.data, m.data_len);
+        if (res != NULL && op->on_result != NULL)
+            op->on_result(op, res);
+        return;
+    }
+    case SG_AGENT_FILES:
+        if (op->kind != SG_OP_EXEC)
+            goto Error;
+        sg_results_set_files(&op->results, m.files_flags, m.files_count, m.data, m.data_len);
+        return;
     case SG_AGENT_EXIT:
         op->exit_code = m.exit_code;
         op->signal = m.signal;
@@ -130,6 +145,8 @@ static void handle_message(sg_session_t *s, const sg_agent_header_t *h, const ui
         op->duration_us = m.duration_us;
         op->flags = m.flags;
         op->state = m.state;
+        if (m.flags & SG_AGENT_EXIT_RESULTS_DROPPED)
+            op->results.truncated = 1;
         snprintf(op->stage, sizeof(op->stage), "%.*s", (int)m.stage_len, (const char *)m.stage);
         break;
     case SG_AGENT_FILE:
@@ -249,6 +266,7 @@ static sg_op_t *op_new(sg_session_t *s, sg_op_kind_t kind, sg_agent_msg_type_t t
     sg_buf_init(&op->out[0], (size_t)s->limits.output_bytes);
     sg_buf_init(&op->out[1], (size_t)s->limits.output_bytes);
     sg_buf_init(&op->file, SG_AGENT_MAX_PAYLOAD);
+    sg_results_init(&op->results, s->limits.results_max, s->limits.result_bytes, s->limits.files_max);
     sg_agent_buf_init(&op->_req);
     if (sg_agent_msg_begin(&op->_req, type, op->_id) != 0) {
         sg_op_free(op);
@@ -348,6 +366,7 @@ void sg_op_free(sg_op_t *op)
     sg_buf_free(&op->out[0]);
     sg_buf_free(&op->out[1]);
     sg_buf_free(&op->file);
+    sg_results_free(&op->results);
     sg_agent_buf_free(&op->_req);
     sg_session_unref(op->session);
     free(op);

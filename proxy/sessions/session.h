@@ -22,6 +22,7 @@
 #include "docker_stream.h"
 #include "lang.h"
 #include "policy.h"
+#include "results.h"
 
 typedef struct sg_session sg_session_t;
 typedef struct sg_op sg_op_t;
@@ -41,6 +42,7 @@ struct sg_session {
     char container_id[72];
     char image[256];
     const sg_lang_t *lang;
+    const char *runtime; /* its container's OCI runtime: "runc" or "runsc" (static, runtime.h) */
     sg_limits_t limits;
     int keep_template;
     int ephemeral;
@@ -86,6 +88,8 @@ struct sg_op {
     /* optional: called for each piece of output as it arrives (EXEC), before
      * it is added to out[] */
     void (*on_output)(sg_op_t *op, int stream, const uint8_t *p, size_t len);
+    /* optional: called for each rich result kept, as it arrives (EXEC) */
+    void (*on_result)(sg_op_t *op, json_object *result);
     /* optional: called once when the op is handed to the agent (it starts) */
     void (*on_start)(sg_op_t *op);
 
@@ -103,8 +107,9 @@ struct sg_op {
     uint64_t wall_us;     /* as the proxy measured it: from sending the op to the agent
                            * to its answer (0 if never sent); what billing uses */
     char stage[32];
-    uint32_t state; /* sg_agent_state_t */
-    sg_buf_t file;  /* GET_FILE data */
+    uint32_t state;       /* sg_agent_state_t */
+    sg_buf_t file;        /* GET_FILE data */
+    sg_results_t results; /* EXEC: rich results and files out, checked and capped */
     uint64_t ok_value;
 
     /* private */

@@ -101,12 +101,27 @@ const char *sg_sessions_runtime(void)
     return conf.runtime != NULL ? conf.runtime : SG_RUNTIME_RUNC;
 }
 
-const char *sg_session_runtime(const sg_session_t *s)
+int sg_sessions_runtime_offered(const char *runtime)
 {
+    size_t i = sg_runtime_index(runtime);
+    unsigned offered =
+        conf.runtimes_offered != 0 ? conf.runtimes_offered : 1u << sg_runtime_index(sg_sessions_runtime());
+    return i < SG_RUNTIME_COUNT && (offered & (1u << i)) != 0;
+}
+
+const char *sg_sessions_runtime_for(const sg_create_req_t *req)
+{
+    if (req->runtime != NULL)
+        return req->runtime;
     /* runsc's entry has its network off (--network=none: with its own
      * network stack it does not start on this kind of engine), so a session
      * with the network runs on runc */
-    return s->limits.network ? SG_RUNTIME_RUNC : sg_sessions_runtime();
+    return req->limits.network ? SG_RUNTIME_RUNC : sg_sessions_runtime();
+}
+
+const char *sg_session_runtime(const sg_session_t *s)
+{
+    return s->runtime != NULL ? s->runtime : sg_sessions_runtime();
 }
 
 /* ---- the Docker side, on worker threads ---------------------------------- */
@@ -401,6 +416,7 @@ int sg__session_start(const sg_create_req_t *req, int ephemeral, int pooled, sg_
     s->_refcnt = 1; /* handed to cb on success */
     s->_has_slot = 1;
     s->lang = req->lang;
+    s->runtime = sg_sessions_runtime_for(req);
     s->limits = req->limits;
     s->keep_template = req->keep_template;
     if (req->owner != NULL)

@@ -38,8 +38,14 @@ typedef struct {
     /* custom images (not built by sandgate): the static agent comes from this
      * volume, mounted read-only at /opt/sandgate/bin; "" when none allowed */
     const char *agent_volume;
-    /* the OCI runtime of every sandbox (runtime.h): "runsc" or "runc" */
+    /* the default OCI runtime of sandboxes (runtime.h): "runsc" or "runc" */
     const char *runtime;
+    /* the runtimes the engine offers, as bits 1 << sg_runtime_index (0: the
+     * default's alone); a request naming another is refused */
+    unsigned runtimes_offered;
+    /* runtimes whose pools fill from the start besides the default's
+     * (SANDGATE_POOL_RUNTIMES), as the same bits */
+    unsigned pool_runtimes;
 } sg_sessions_conf_t;
 
 /* Callback of session creation: s is NULL on failure, with status, code and
@@ -49,10 +55,15 @@ typedef struct {
 typedef void (*sg_session_ready_cb)(void *data, sg_session_t *s, int status, const char *code, const char *detail);
 
 void sg_sessions_init(const sg_sessions_conf_t *conf);
-/* The runtime every sandbox runs on: conf.runtime, or "runc" when unset. */
+/* The default runtime of sandboxes: conf.runtime, or "runc" when unset. */
 const char *sg_sessions_runtime(void);
-/* The runtime of one session's container: the proxy's, except runc for a
- * session with the network (README "Sandboxes"). */
+/* 1 if the engine offers runtime (a name of runtime.h). */
+int sg_sessions_runtime_offered(const char *runtime);
+/* The runtime a create request gets: the one it names, else the default,
+ * except runc for a session with the network (README "Runtimes": runsc's
+ * entry has its network off). A static string. */
+const char *sg_sessions_runtime_for(const sg_create_req_t *req);
+/* The runtime of one session's container (its runtime field). */
 const char *sg_session_runtime(const sg_session_t *s);
 
 sg_session_t *sg_session_find(const char *id, size_t len);

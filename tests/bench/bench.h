@@ -98,9 +98,10 @@ typedef struct {
 } lang_t;
 
 typedef struct {
-    const char *name;  /* "proxy", "gateway" */
-    const char *base;  /* URL without trailing slash */
-    const char *token; /* NULL: no Authorization header */
+    const char *name;        /* "proxy", "gateway"; or a runtime's name ("runc", "runsc") */
+    const char *base;        /* URL without trailing slash */
+    const char *token;       /* NULL: no Authorization header */
+    const char *create_body; /* POST /sessions body; NULL: opt.create_body */
 } target_t;
 
 typedef struct {
@@ -113,6 +114,7 @@ typedef struct {
     char exec_body[128];      /* {"code":"print(1)"} */
     char ephemeral_body[160]; /* {"code":"print(1)","lang":"python"} */
     char create_body[64];     /* {"lang":"python"} */
+    const char *runtimes;     /* --runtimes: "runc,runsc", "none"; NULL: those the proxy offers */
 } opt_t;
 
 extern opt_t opt;
@@ -139,7 +141,8 @@ void reg_remove(const target_t *t, const char *id);
 /* Ids go into URLs: accept only what a uuid or a Docker id uses, and only
  * up to max bytes (what the buffer it is copied into holds, minus the NUL). */
 int id_ok(const char *s, size_t max);
-/* POST /sessions. On success copies the id (registered for cleanup). */
+/* POST /sessions (t->create_body, else opt.create_body). On success copies
+ * the id (registered for cleanup). */
 int sess_create(hc_t *c, const target_t *t, char id[64], char *err, size_t errlen);
 /* DELETE /sessions/{id}; only a 200 takes the session off the registry. */
 int sess_delete(hc_t *c, const target_t *t, const char *id, char *err, size_t errlen);

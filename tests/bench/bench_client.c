@@ -293,7 +293,8 @@ int sess_create(hc_t *c, const target_t *t, char id[64], char *err, size_t errle
     int rc = -1;
 
     id[0] = '\0';
-    if (hc_expect(c, "POST", "/sessions", opt.create_body, 200, err, errlen) != 0)
+    if (hc_expect(c, "POST", "/sessions", t->create_body != NULL ? t->create_body : opt.create_body, 200, err,
+                  errlen) != 0)
         return -1;
     o = json_tokener_parse(c->body.base);
     if (o == NULL || !json_object_object_get_ex(o, "session_id", &v) || !json_object_is_type(v, json_type_string) ||

@@ -4,7 +4,14 @@
  * spirit of redis-benchmark: it prints one table, it is not a test.
  *
  *   sandgate-bench [--proxy URL] [--gateway URL --token TOKEN] [--lang python]
- *                  [-n N] [-c CLIENTS] [--idle-sessions K] [--skip-docker]
+ *                  [-n N] [-c CLIENTS] [--idle-sessions K] [--runtimes LIST|none]
+ *                  [--skip-targets] [--skip-docker]
+ *
+ * With a proxy that offers several runtimes (GET /health "runtimes"), or
+ * --runtimes runc,runsc, each runtime is measured side by side through the
+ * proxy's "runtime" field: create from the pool, first execute after it,
+ * warm executes, throughput. --skip-targets leaves out the proxy / gateway
+ * phases (the runtimes, the idle sessions and the floors remain).
  *
  * Everything goes over HTTP with keep-alive: one CURL easy handle per client
  * thread, reused for all its requests. Docker is reached directly (DOCKER_HOST
@@ -69,10 +76,43 @@ static int create_was_cold(const char *sid, double ms)
     return ms > BENCH_COLD_MS;
 }
 
+/* Executes opt.exec_body in one new session of t: BENCH_WARMUP times
+ * untimed, then opt.n times into exe (the agent's execution_time into
+ * agent when not NULL); then deletes it (its time into del when not NULL). */
+static void exec_series(hc_t *c, const target_t *t, row_t *exe, row_t *agent, row_t *del)
+{
+    char id[64], err[256], path[128];
+
+    if (g_stop)
+        return;
+    if (sess_create(c, t, id, err, sizeof(err)) != 0) {
+        row_err(exe, "no session to execute in: %s", err);
+        return;
+    }
+    snprintf(path, sizeof(path), "/sessions/%s/execute", id);
+    for (int i = 0; i < BENCH_WARMUP && !g_stop; i++)
+        if (exec_check(c, path, opt.exec_body, NULL, err, sizeof(err)) != 0)
+            row_err(exe, "warm-up: %s", err);
+    for (long i = 0; i < opt.n && !g_stop; i++) {
+        double agent_ms;
+        if (exec_check(c, path, opt.exec_body, &agent_ms, err, sizeof(err)) != 0) {
+            row_err(exe, "%s", err);
+            continue;
+        }
+        row_ok(exe, c->ms);
+        if (agent != NULL && agent_ms >= 0)
+            row_ok(agent, agent_ms);
+    }
+    if (sess_delete(c, t, id, err, sizeof(err)) != 0)
+        row_err(del != NULL ? del : exe, "%s", err);
+    else if (del != NULL)
+        row_ok(del, c->ms);
+}
+
 static void phase_latency(const target_t *t)
 {
     hc_t c;
-    char id[64], err[256], path[128];
+    char id[64], err[256];
     row_t *warm = row_new(t->name, "session create (pool warm)");
     row_t *cold = row_new(t->name, "session create (cold, pool drained)");
     row_t *exe = row_new(t->name, "execute %s in session", opt.lang->code);
@@ -144,28 +184,7 @@ static void phase_latency(const target_t *t)
 
     /* execute in one session */
     fprintf(stderr, "sandgate-bench: %s: %d + %ld executes in one session\n", t->name, BENCH_WARMUP, opt.n);
-    if (!g_stop && sess_create(&c, t, id, err, sizeof(err)) != 0) {
-        row_err(exe, "no session to execute in: %s", err);
-    } else if (!g_stop) {
-        snprintf(path, sizeof(path), "/sessions/%s/execute", id);
-        for (int i = 0; i < BENCH_WARMUP && !g_stop; i++)
-            if (exec_check(&c, path, opt.exec_body, NULL, err, sizeof(err)) != 0)
-                row_err(exe, "warm-up: %s", err);
-        for (long i = 0; i < opt.n && !g_stop; i++) {
-            double agent_ms;
-            if (exec_check(&c, path, opt.exec_body, &agent_ms, err, sizeof(err)) != 0) {
-                row_err(exe, "%s", err);
-                continue;
-            }
-            row_ok(exe, c.ms);
-            if (agent_ms >= 0)
-                row_ok(exe_agent, agent_ms);
-        }
-        if (sess_delete(&c, t, id, err, sizeof(err)) != 0)
-            row_err(del, "%s", err);
-        else
-            row_ok(del, c.ms);
-    }
+    exec_series(&c, t, exe, exe_agent, del);
 
     /* ephemeral executes, back to back */
     fprintf(stderr, "sandgate-bench: %s: %ld ephemeral executes\n", t->name, opt.n / 4 > 0 ? opt.n / 4 : 1);
@@ -290,6 +309,166 @@ static void phase_throughput(const target_t *t)
 Exit:
     free(a);
     free(tid);
+}
+
+/* ------------------------------------------------------------------------
+ * Phase 2b: the runtimes side by side, through the proxy's "runtime" field:
+ * a create from the warm pool, the first execute after it, warm executes,
+ * then throughput (phase 2) on each runtime.
+ * ------------------------------------------------------------------------ */
+
+/* The proxy's sandgate_proxy_pool_ready for the language and runtime (its
+ * GET /metrics), or -1. */
+static long pool_ready(hc_t *c, const char *runtime)
+{
+    char sample[160];
+    const char *p;
+    snprintf(sample, sizeof(sample), "sandgate_proxy_pool_ready{lang=\"%s\",runtime=\"%s\"} ", opt.lang->name, runtime);
+    if (hc_do(c, "GET", "/metrics", NULL) != 0 || c->status != 200 || (p = strstr(c->body.base, sample)) == NULL)
+        return -1;
+    return strtol(p + strlen(sample), NULL, 10);
+}
+
+/* Waits until the pool of the runtime holds want ready containers (want
+ * <= 0: until its size stops changing for 3 s, which is then returned), or
+ * timeout_ms. Returns the last count seen. */
+static long wait_pool(hc_t *c, const char *runtime, long want, long timeout_ms)
+{
+    double deadline = now_ms() + timeout_ms, since = now_ms();
+    long last = -2, n;
+    for (;;) {
+        n = pool_ready(c, runtime);
+        if (want > 0 && n >= want)
+            return n;
+        if (n != last) {
+            last = n;
+            since = now_ms();
+        } else if (want <= 0 && n > 0 && now_ms() - since >= 3000) {
+            return n;
+        }
+        if (now_ms() >= deadline || g_stop)
+            return n;
+        sleep_ms(50);
+    }
+}
+
+static void phase_runtime(const target_t *t)
+{
+    hc_t c, m;
+    char id[64], err[256], path[128], cid[80], kind[16];
+    row_t *create = row_new(t->name, "session create from pool");
+    row_t *first = row_new(t->name, "first execute after create");
+    row_t *cold = row_new(t->name, "session create (cold: pool empty)");
+    row_t *exe = row_new(t->name, "execute %s, warm", opt.lang->code);
+    long pairs = opt.n / 4 > 0 ? opt.n / 4 : 1, size;
+
+    if (hc_init(&c, t->base, NULL, NULL) != 0 || hc_init(&m, t->base, NULL, NULL) != 0) {
+        create->failed = 1;
+        return;
+    }
+    /* the first request on a runtime starts its pool; then the pool fills */
+    if (sess_create(&c, t, id, err, sizeof(err)) != 0) {
+        row_err(create, "%s", err);
+        create->failed = 1;
+        goto Exit;
+    }
+    sess_delete(&c, t, id, err, sizeof(err));
+    size = wait_pool(&m, t->name, 0, 120000);
+    fprintf(stderr, "sandgate-bench: %s: the pool holds %ld; %ld create / first execute / delete rounds\n", t->name,
+            size, pairs);
+    /* each round takes the pool's oldest container once the pool is full
+     * again, as a session arriving at a steady pool would */
+    for (long i = 0; i < pairs && !g_stop; i++) {
+        double ms;
+        int pooled;
+        if (size > 0)
+            wait_pool(&m, t->name, size, 30000);
+        if (sess_create(&c, t, id, err, sizeof(err)) != 0) {
+            row_err(create, "%s", err);
+            continue;
+        }
+        ms = c.ms;
+        pooled = dk.ok ? dk_session_container(id, cid, kind, err, sizeof(err)) == 0 && strcmp(kind, "pool") == 0
+                       : ms <= BENCH_COLD_MS;
+        row_ok(pooled ? create : cold, ms);
+        snprintf(path, sizeof(path), "/sessions/%s/execute", id);
+        if (exec_check(&c, path, opt.exec_body, NULL, err, sizeof(err)) != 0)
+            row_err(first, "%s", err);
+        else if (pooled)
+            row_ok(first, c.ms);
+        if (sess_delete(&c, t, id, err, sizeof(err)) != 0)
+            fprintf(stderr, "sandgate-bench: %s: delete: %s\n", t->name, err);
+    }
+    if (create->n > 0 || cold->n > 0)
+        row_note(create, "%zu of %zu from the pool (size %ld)", create->n, create->n + cold->n, size);
+
+    /* warm executes in one session */
+    exec_series(&c, t, exe, NULL, NULL);
+Exit:
+    hc_cleanup(&c);
+    hc_cleanup(&m);
+}
+
+/* The runtimes to compare: --runtimes, else those the proxy's GET /health
+ * lists. Fills names (at most max) and returns how many. */
+static size_t runtimes_to_run(const char *proxy, char names[][8], size_t max)
+{
+    size_t n = 0;
+    if (opt.runtimes != NULL) {
+        const char *p = opt.runtimes;
+        while (*p != '\0' && n < max && strcmp(opt.runtimes, "none") != 0) {
+            size_t len = strcspn(p, ",");
+            if (len > 0 && len < 8) {
+                memcpy(names[n], p, len);
+                names[n++][len] = '\0';
+            }
+            p += len + (p[len] == ',');
+        }
+        return n;
+    }
+    hc_t c;
+    json_object *o = NULL, *arr;
+    if (hc_init(&c, proxy, NULL, NULL) == 0 && hc_do(&c, "GET", "/health", NULL) == 0 && c.status == 200 &&
+        (o = json_tokener_parse(c.body.base)) != NULL && json_object_object_get_ex(o, "runtimes", &arr) &&
+        json_object_is_type(arr, json_type_array) && json_object_array_length(arr) > 1) {
+        for (size_t i = 0; i < json_object_array_length(arr) && n < max; i++) {
+            const char *s = json_object_get_string(json_object_array_get_idx(arr, i));
+            if (s != NULL && strlen(s) < 8)
+                snprintf(names[n++], 8, "%s", s);
+        }
+    }
+    json_object_put(o);
+    hc_cleanup(&c);
+    return n;
+}
+
+/* The targets under runsc, from its rows: reported, not asserted. */
+static void print_runsc_targets(void)
+{
+    static const struct {
+        const char *op;
+        unsigned p;
+        double max;
+        const char *what;
+    } goals[] = {
+        {"execute", 50, 5, "execute p50 (warm)"},
+        {"session create from pool", 50, 10, "create from the pool p50"},
+        {"first execute after create", 50, 10, "first execute after create p50"},
+    };
+    int any = 0;
+    for (size_t g = 0; g < sizeof(goals) / sizeof(goals[0]); g++) {
+        for (size_t i = 0; i < nrows; i++) {
+            row_t *r = &rows[i];
+            if (strcmp(r->target, "runsc") != 0 || strncmp(r->op, goals[g].op, strlen(goals[g].op)) != 0 || r->n == 0)
+                continue;
+            double v = pct(r->ms, r->n, goals[g].p);
+            if (!any)
+                printf("\ntargets under runsc (through the proxy; reported, not asserted):\n");
+            any = 1;
+            printf("  %-32s %8.2f ms  (target <= %.0f ms: %s)\n", goals[g].what, v, goals[g].max,
+                   v <= goals[g].max ? "met" : "missed");
+        }
+    }
 }
 
 /* ------------------------------------------------------------------------
@@ -506,6 +685,7 @@ static void print_table(void)
                row_failed(r) ? "FAILED " : "", r->note);
         any_err |= r->errors > 0;
     }
+    print_runsc_targets();
     if (any_err) {
         printf("\nerrors (first of each):\n");
         for (size_t i = 0; i < nrows; i++)
@@ -522,8 +702,10 @@ static void print_table(void)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: sandgate-bench [--proxy URL] [--gateway URL --token TOKEN] [--lang python|javascript]\n"
-               "                      [-n N] [-c CLIENTS] [--idle-sessions K] [--skip-docker]\n"
-               "defaults: --proxy http://127.0.0.1:8000 -n 200 -c 8 --idle-sessions 100\n");
+               "                      [-n N] [-c CLIENTS] [--idle-sessions K] [--runtimes LIST|none]\n"
+               "                      [--skip-targets] [--skip-docker]\n"
+               "defaults: --proxy http://127.0.0.1:8000 -n 200 -c 8 --idle-sessions 100, and every runtime\n"
+               "the proxy offers (GET /health) side by side when it offers more than one\n");
 }
 
 static int parse_long(const char *s, long min, long max, long *out)
@@ -593,13 +775,16 @@ int main(int argc, char **argv)
         {"lang", required_argument, NULL, 'l'},
         {"idle-sessions", required_argument, NULL, 'k'},
         {"skip-docker", no_argument, NULL, 's'},
+        {"runtimes", required_argument, NULL, 'r'},
+        {"skip-targets", no_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *lang = "python";
-    char proxy[512], gateway[512], err[512];
-    target_t targets[2];
-    size_t ntargets = 0;
+    char proxy[512], gateway[512], err[512], rt_names[4][8], rt_bodies[4][96];
+    target_t targets[2], rt_targets[4];
+    size_t ntargets = 0, nruntimes;
+    int skip_targets = 0;
     struct sigaction sa;
     int ch, status = 0;
     size_t left;
@@ -621,6 +806,12 @@ int main(int argc, char **argv)
             break;
         case 's':
             opt.skip_docker = 1;
+            break;
+        case 'r':
+            opt.runtimes = optarg;
+            break;
+        case 'T':
+            skip_targets = 1;
             break;
         case 'n':
         case 'c':
@@ -650,11 +841,11 @@ int main(int argc, char **argv)
              opt.lang->name);
     snprintf(proxy, sizeof(proxy), "%s", opt.proxy);
     strip_slash(proxy);
-    targets[ntargets++] = (target_t){"proxy", proxy, NULL};
+    targets[ntargets++] = (target_t){"proxy", proxy, NULL, NULL};
     if (opt.gateway != NULL) {
         snprintf(gateway, sizeof(gateway), "%s", opt.gateway);
         strip_slash(gateway);
-        targets[ntargets++] = (target_t){"gateway", gateway, opt.token};
+        targets[ntargets++] = (target_t){"gateway", gateway, opt.token, NULL};
     }
 
     memset(&sa, 0, sizeof(sa));
@@ -680,10 +871,19 @@ int main(int argc, char **argv)
     if (!opt.skip_docker && dk_setup(err, sizeof(err)) != 0)
         fprintf(stderr, "sandgate-bench: %s; Docker numbers will be missing\n", err);
 
-    for (size_t i = 0; i < ntargets && !g_stop; i++) {
+    for (size_t i = 0; i < ntargets && !g_stop && !skip_targets; i++) {
         phase_latency(&targets[i]);
         if (!g_stop)
             phase_throughput(&targets[i]);
+    }
+    nruntimes = runtimes_to_run(proxy, rt_names, 4);
+    for (size_t i = 0; i < nruntimes && !g_stop; i++) {
+        snprintf(rt_bodies[i], sizeof(rt_bodies[i]), "{\"lang\":\"%s\",\"runtime\":\"%s\"}", opt.lang->name,
+                 rt_names[i]);
+        rt_targets[i] = (target_t){rt_names[i], proxy, NULL, rt_bodies[i]};
+        phase_runtime(&rt_targets[i]);
+        if (!g_stop)
+            phase_throughput(&rt_targets[i]);
     }
     if (!g_stop && opt.idle > 0)
         phase_idle(&targets[0]);

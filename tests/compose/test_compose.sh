@@ -179,8 +179,17 @@ check() {
 
 TOKEN='' api GET /
 check "GET / without a token" 200 '.status == "ok"'
+TOKEN='' api GET /dashboard/
+if [ "$code" = 200 ] && grep -q '<script type="module"' "$TMP/body"; then ok "GET /dashboard/ serves the ops page"
+else not_ok "GET /dashboard/ serves the ops page" "expected HTTP 200 and the page" "got HTTP $code"; fi
 TOKEN='' api GET /sessions
 check "GET /sessions without a token is 401 with detail and code" 401 '(.detail | type) == "string" and (.code | type) == "string"'
+
+TOKEN='' api GET /health
+check "GET /health: the proxy and the Docker engine answer" 200 '.status == "ok" and .proxy and .docker and .state.backend == "redis"'
+TOKEN='' api GET /docs/
+if [ "$code" = 200 ] && grep -q '/openapi.json' "$TMP/body"; then ok "GET /docs/ serves the page that loads /openapi.json"
+else not_ok "GET /docs/ serves the page that loads /openapi.json" "got HTTP $code"; fi
 
 # --- seed 003 README, session-based execution ---------------------------------
 api POST /sessions '{"lang": "python"}'

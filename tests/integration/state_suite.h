@@ -315,6 +315,21 @@ static inline sg_state_result_t exec_release(fixture_t *f, int64_t tenant, const
     STATE_CALL(f, sg_state_exec_release, tenant, token);
 }
 
+static inline sg_state_result_t mcp_open(fixture_t *f, int64_t tenant, long max, const char *id, long idle_s)
+{
+    STATE_CALL(f, sg_state_mcp_open, tenant, max, id, idle_s);
+}
+
+static inline sg_state_result_t mcp_touch(fixture_t *f, int64_t tenant, const char *id, long idle_s)
+{
+    STATE_CALL(f, sg_state_mcp_touch, tenant, id, idle_s);
+}
+
+static inline sg_state_result_t mcp_close(fixture_t *f, int64_t tenant, const char *id)
+{
+    STATE_CALL(f, sg_state_mcp_close, tenant, id);
+}
+
 static inline sg_state_result_t commit(fixture_t *f, const char *token, const sg_live_session_t *s)
 {
     STATE_CALL(f, sg_state_session_commit, token, s);

@@ -470,6 +470,9 @@ SGGW_TEST(test_metrics)
 
     json_object *o = ephemeral(g2, tok, "{\"code\":\"print(1)\",\"lang\":\"python\"}");
     sgtest_expect_success(o);
+    /* the runtime the proxy ran it on labels its count */
+    char ran_on[64];
+    snprintf(ran_on, sizeof(ran_on), "%s", SG_STR(o, "runtime"));
     json_object_put(o);
     o = ephemeral(g2, tok, "{\"code\":\"import sys; sys.exit(3)\",\"lang\":\"python\"}");
     SG_CHECK(SG_INT(o, "exit_code") == 3, o, "exit code 3");
@@ -509,8 +512,11 @@ SGGW_TEST(test_metrics)
     expect_metric(text, "sandgate_requests_total", "route=\"ephemeral_execute\",status=\"502\"", 1);
     expect_metric(text, "sandgate_requests_total", "route=\"create_session\",status=\"502\"", 2);
     expect_metric(text, "sandgate_requests_total", "route=\"list_sessions\",status=\"429\"", 1);
-    expect_metric(text, "sandgate_executions_total", "lang=\"python\",outcome=\"success\"", 1);
-    expect_metric(text, "sandgate_executions_total", "lang=\"python\",outcome=\"error\"", 1);
+    char labels[128];
+    snprintf(labels, sizeof(labels), "lang=\"python\",outcome=\"success\",runtime=\"%s\"", ran_on);
+    expect_metric(text, "sandgate_executions_total", labels, 1);
+    snprintf(labels, sizeof(labels), "lang=\"python\",outcome=\"error\",runtime=\"%s\"", ran_on);
+    expect_metric(text, "sandgate_executions_total", labels, 1);
     expect_metric(text, "sandgate_execution_duration_seconds_bucket", "le=\"+Inf\"", 2);
     expect_metric(text, "sandgate_execution_duration_seconds_count", "", 2);
     expect_metric(text, "sandgate_quota_rejections_total", "limit=\"rate\"", 1);

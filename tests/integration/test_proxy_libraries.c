@@ -224,22 +224,12 @@ static int group_setup(void **state)
     return proxy != NULL ? 0 : -1;
 }
 
-/* Stops p after closing its sessions; force-removes what it left; removes
- * its store volume. For teardowns (no assertions); -1 if anything was left. */
-static int shut_down(sgtest_proxy_t **pp, const char *pid, const char *volume)
-{
-    int rc = pid != NULL ? sgtest_proxy_finish(pp, pid, REMOVAL_S) : 0;
-    if (volume[0] != '\0' && sglibs_volume_status(volume) == 200 && sglibs_volume_remove(volume) != 204)
-        rc = -1;
-    return rc;
-}
-
 static int group_teardown(void **state)
 {
     int rc = 0;
-    if (shut_down(&slow_proxy, slow_proxy_id, slow_volume) != 0)
+    if (sglibs_proxy_finish(&slow_proxy, slow_proxy_id, slow_volume, REMOVAL_S) != 0)
         rc = -1;
-    if (shut_down(&proxy, proxy_id, store_volume) != 0)
+    if (sglibs_proxy_finish(&proxy, proxy_id, store_volume, REMOVAL_S) != 0)
         rc = -1;
     sglibs_server_free(index_srv);
     sglibs_server_free(hold_srv);
@@ -540,7 +530,7 @@ static void test_refused(void **state)
     session_done(sid);
 
     /* a compiled language has no package manager */
-    if (!image_exists("sandgate/cpp:latest"))
+    if (!image_exists(sgtest_image("cpp")))
         SG_FAIL(NULL, "the image sandgate/cpp:latest does not exist: build it with "
                       "./deploy/build-images.sh <build dir> cpp");
     sid = create_session("cpp");
@@ -601,7 +591,7 @@ static void check_installer(json_object *c, const char *sid, const char *volume)
 
 static int slow_teardown(void **state)
 {
-    int rc = shut_down(&slow_proxy, slow_proxy_id, slow_volume);
+    int rc = sglibs_proxy_finish(&slow_proxy, slow_proxy_id, slow_volume, REMOVAL_S);
     return check_proxy_alive(state) != 0 || rc != 0 ? -1 : 0;
 }
 

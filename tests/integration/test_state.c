@@ -195,6 +195,35 @@ static void test_exec_lease_expires(void **state)
     EXPECT_RESULT(exec_acquire(f, 551, 2, "d", 30), 1, 1);
 }
 
+/* MCP sessions (handler/mcp.c): at most max per tenant; a use renews one
+ * for idle_s; another tenant can neither use nor end one; one unused for
+ * idle_s is gone, and its place comes back. */
+static void test_mcp_sessions(void **state)
+{
+    fixture_t *f = *state;
+    EXPECT_RESULT(mcp_open(f, 601, 2, "m1", 10), 1, 1);
+    EXPECT_RESULT(mcp_open(f, 601, 2, "m2", 10), 1, 2);
+    EXPECT_RESULT(mcp_open(f, 601, 2, "m3", 10), 0, 2);
+    assert_int_equal(mcp_open(f, 602, 2, "n1", 10).ok, 1); /* another tenant's count */
+    /* another tenant's id: unknown to this one, and not ended by it */
+    assert_int_equal(mcp_touch(f, 602, "m1", 10).ok, 0);
+    assert_int_equal(mcp_close(f, 602, "m1").ok, 0);
+    assert_int_equal(mcp_touch(f, 601, "m1", 10).ok, 1);
+    /* a touch never adds: unknown ids stay unknown */
+    EXPECT_RESULT(mcp_touch(f, 601, "nope", 10), 0, 2);
+    /* 8 s on, m1 is used (renewed to 18 s); at 12 s m2 has expired, m1 not */
+    sg_state_set_clock_skew_ms(f->st, 8 * 1000);
+    assert_int_equal(mcp_touch(f, 601, "m1", 10).ok, 1);
+    sg_state_set_clock_skew_ms(f->st, 12 * 1000);
+    assert_int_equal(mcp_touch(f, 601, "m2", 10).ok, 0);
+    EXPECT_RESULT(mcp_open(f, 601, 2, "m3", 10), 1, 2);
+    /* ended: gone, once */
+    assert_int_equal(mcp_close(f, 601, "m1").ok, 1);
+    assert_int_equal(mcp_close(f, 601, "m1").ok, 0);
+    assert_int_equal(mcp_touch(f, 601, "m1", 10).ok, 0);
+    assert_int_equal(mcp_touch(f, 601, "m3", 10).ok, 1);
+}
+
 static void test_commit_get_touch(void **state)
 {
     fixture_t *f = *state;
@@ -561,6 +590,7 @@ static void test_quota_seconds(void **state)
         cmocka_unit_test_setup_teardown(test_reservation_expires, setup_, teardown_),                                  \
         cmocka_unit_test_setup_teardown(test_exec_concurrent, setup_, teardown_),                                      \
         cmocka_unit_test_setup_teardown(test_exec_lease_expires, setup_, teardown_),                                   \
+        cmocka_unit_test_setup_teardown(test_mcp_sessions, setup_, teardown_),                                         \
         cmocka_unit_test_setup_teardown(test_commit_get_touch, setup_, teardown_),                                     \
         cmocka_unit_test_setup_teardown(test_remove_once, setup_, teardown_),                                          \
         cmocka_unit_test_setup_teardown(test_restore, setup_, teardown_),                                              \

@@ -44,6 +44,16 @@ echo "test_run: first request replied $reply"
 [ "$(jq -r .stdout <<<"$reply")" = "42" ] || fail "the printed request did not print 42"
 [ "$(jq -r .success <<<"$reply")" = "true" ] || fail "the printed request did not succeed"
 [ -n "$(docker ps -q --filter "label=sandgate.proxy=$SANDGATE_PROXY_ID")" ] || fail "no sandbox container while running"
+# the documentation it names: the page, from the www directory run.sh built
+docs=$(sed -n 's/^API documentation: \([^ ]*\) .*/\1/p' "$log")
+[ -n "$docs" ] || fail "no documentation URL printed"
+curl -fsS -m 5 "$docs" | grep -q '/openapi.json' || fail "$docs is not the page that loads /openapi.json"
+# the ops dashboard's address as printed: the page, and its token opens the admin API
+dash=$(grep -o 'http://[^ ]*/dashboard/#token=[^ ]*' "$log" | head -n 1)
+[ -n "$dash" ] || fail "no dashboard address printed"
+curl -fsS "${dash%%#*}" | grep -q '<script type="module"' || fail "$dash does not serve the dashboard"
+curl -fsS -H "Authorization: Bearer ${dash#*#token=}" "${dash%%/dashboard/*}/admin/overview" | jq -e '.tenants[0].name' >/dev/null ||
+  fail "the dashboard's token does not open GET /admin/overview"
 
 ./deploy/run.sh stop
 for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done

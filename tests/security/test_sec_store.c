@@ -122,7 +122,7 @@ static void py_import_code(char *code, size_t cap)
 static void store_run(const char *script)
 {
     char *out = NULL;
-    int code = sglibs_volume_run(store_volume, "sandgate/python:latest", proxy_id, script, &out);
+    int code = sglibs_volume_run(store_volume, sgtest_image("python"), proxy_id, script, &out);
     if (code != 0) {
         fprintf(stderr, "helper output:\n%s\n", out != NULL ? out : "");
         free(out);
@@ -211,10 +211,7 @@ static int group_teardown(void **state)
     if (gw != NULL && sggw_gateway_stop(gw) != 0)
         rc = -1;
     gw = NULL;
-    if (proxy_id != NULL && sgtest_proxy_finish(&proxy, proxy_id, REMOVAL_S) != 0)
-        rc = -1;
-    if (store_volume[0] != '\0' && sglibs_volume_status(store_volume) == 200 &&
-        sglibs_volume_remove(store_volume) != 204)
+    if (sglibs_proxy_finish(&proxy, proxy_id, store_volume, REMOVAL_S) != 0)
         rc = -1;
     sglibs_server_free(index_srv);
     sglibs_rm_tree(tmpdir);

@@ -422,7 +422,7 @@ SGGW_TEST(test_other_tenants_template)
     delete_template(tok_b, enc, 404, "no_such_template"); /* encoded twice: still unknown */
     free(enc);
     create_from(tok_b, name, 404, "no_such_template", NULL);
-    create_from(tok_b, "sandgate/python:latest", 404, "no_such_template", NULL);
+    create_from(tok_b, sgtest_image("python"), 404, "no_such_template", NULL);
     SG_CHECK(image_exists(name), NULL, "B's attempts left A's template in place");
     /* the admin sees whose it is */
     o = SGSEC_ADMIN_GET(stack.gw, "/admin/templates?tenant=%s", "owner-a");

@@ -494,6 +494,14 @@ long sglibs_volume_remove(const char *name)
     return st;
 }
 
+int sglibs_proxy_finish(sgtest_proxy_t **pp, const char *proxy_id, const char *volume, double removal_s)
+{
+    int rc = proxy_id != NULL ? sgtest_proxy_finish(pp, proxy_id, removal_s) : 0;
+    if (volume[0] != '\0' && sglibs_volume_status(volume) == 200 && sglibs_volume_remove(volume) != 204)
+        rc = -1;
+    return rc;
+}
+
 int sglibs_volume_run(const char *volume, const char *image, const char *label_proxy_id, const char *script, char **out)
 {
     json_object *c = json_object_new_object(), *hc = json_object_new_object(), *m, *mounts;

@@ -106,6 +106,11 @@ int sglibs_count_labelled(const char *pid, const char *extra);
 long sglibs_volume_status(const char *name);
 /* DELETE /volumes/<name>?force=1: the HTTP status (204, or 404 if absent). */
 long sglibs_volume_remove(const char *name);
+/* For a teardown (no assertions): stops the proxy *pp of proxy_id (may be
+ * NULL: nothing started) after closing its sessions, force-removes what it
+ * left (sgtest_proxy_finish), and removes its store volume (volume "": none).
+ * 0, or -1 if anything was left. */
+int sglibs_proxy_finish(sgtest_proxy_t **pp, const char *proxy_id, const char *volume, double removal_s);
 /* Runs `sh -c script` as uid 1000 in a container of image (no network,
  * labelled sandgate.proxy=<label_proxy_id>) with the volume mounted
  * read-write at /opt/sandgate/store, as an installer has it; removes it.

@@ -18,6 +18,16 @@ struct sgtest_proxy {
     char id[128];
 };
 
+const char *sgtest_image(const char *lang)
+{
+    static char bufs[8][128];
+    static unsigned next;
+    const char *prefix = getenv("SANDGATE_IMAGE_PREFIX");
+    char *b = bufs[next++ % 8];
+    snprintf(b, sizeof(bufs[0]), "%s%s:latest", prefix != NULL ? prefix : "sandgate/", lang);
+    return b;
+}
+
 char *sgtest_new_proxy_id(void)
 {
     char hex[17];

@@ -54,6 +54,10 @@ typedef struct sgtest_proxy sgtest_proxy_t;
 /* "sgtest-<pid>-<16 random hex digits>"; deploy/test.sh sweeps containers
  * whose sandgate.proxy label starts with "sgtest-". */
 char *sgtest_new_proxy_id(void);
+/* The sandbox image of lang as the test proxies find it: the environment's
+ * SANDGATE_IMAGE_PREFIX (the proxies inherit it; default "sandgate/"),
+ * lang, ":latest". A static buffer, one of 8 in turn. */
+const char *sgtest_image(const char *lang);
 
 /* Calls done(ctx) every every_s seconds until it is true (0) or timeout_s
  * have passed (-1). */

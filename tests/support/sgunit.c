@@ -271,6 +271,43 @@ void sgunit_exec_full(sgunit_agent_t *a, uint32_t timeout_ms, uint32_t cap, cons
             free(m.payload);
             continue;
         }
+        if (m.type == SG_AGENT_RESULT) {
+            char head[24];
+            int hl = snprintf(head, sizeof(head), "%u\n", m.len);
+            res->results = realloc(res->results, res->results_len + (size_t)hl + m.len + 2);
+            assert_non_null(res->results);
+            memcpy(res->results + res->results_len, head, (size_t)hl);
+            memcpy(res->results + res->results_len + hl, m.payload, m.len);
+            res->results_len += (size_t)hl + m.len;
+            res->results[res->results_len++] = '\n';
+            res->results[res->results_len] = '\0';
+            res->nresults++;
+            free(m.payload);
+            continue;
+        }
+        if (m.type == SG_AGENT_FILES) {
+            sgunit_msg_t copy = m;
+            sg_agent_header_t h = {m.type, m.id, m.len};
+            sg_agent_reply_t rep;
+            assert_false(res->files_sent); /* once per EXEC */
+            assert_int_equal(sg_agent_reply_decode(&h, copy.payload, &rep), 0);
+            res->files_sent = 1;
+            res->files_flags = rep.files_flags;
+            res->nfiles = rep.files_count;
+            sg_agent_reader_init(&r, rep.data, rep.data_len);
+            for (uint32_t i = 0; i < rep.files_count; i++) {
+                uint64_t size;
+                size_t have = res->files != NULL ? strlen(res->files) : 0;
+                assert_int_equal(sg_agent_get_str(&r, &s, &len), 0);
+                assert_int_equal(sg_agent_get_u64(&r, &size), 0);
+                res->files = realloc(res->files, have + len + 32);
+                assert_non_null(res->files);
+                snprintf(res->files + have, len + 32, "%.*s %llu\n", (int)len, (const char *)s,
+                         (unsigned long long)size);
+            }
+            free(m.payload);
+            continue;
+        }
         assert_int_equal(m.type, SG_AGENT_EXIT);
         assert_int_equal(sg_agent_get_i32(&r, &res->code), 0);
         assert_int_equal(sg_agent_get_u32(&r, &res->sig), 0);
@@ -301,6 +338,8 @@ void sgunit_free_result(sgunit_result_t *res)
 {
     free(res->out[1]);
     free(res->out[2]);
+    free(res->results);
+    free(res->files);
 }
 
 const char *sgunit_out_str(sgunit_result_t *res, int stream)

@@ -54,6 +54,14 @@ typedef struct {
     char stage[64];
     uint32_t state;
     double wall_s;
+    /* RESULT records, each as "<length>\n<record>\n" (NUL-terminated) */
+    char *results;
+    size_t results_len;
+    size_t nresults;
+    int files_sent; /* a FILES message came before the EXIT */
+    uint32_t files_flags;
+    uint32_t nfiles;
+    char *files; /* "<path> <size>\n" per entry, NUL-terminated */
 } sgunit_result_t;
 
 /* The cmocka test of a row of a table-driven suite (a pointer to a struct

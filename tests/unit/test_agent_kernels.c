@@ -542,7 +542,7 @@ static const kscript_t scripts[] = {
                 {"print(done)", 0, SG_AGENT_STATE_KEPT, "True\n"},
             },
     },
-    /* The kernel gets fds 0 to 4 and nothing else, and volunteers for the OOM
+    /* The kernel gets fds 0 to 5 and nothing else, and volunteers for the OOM
      * killer like any command. */
     {
         .name = "test_kernel_environment",
@@ -550,11 +550,11 @@ static const kscript_t scripts[] = {
             {
                 {"import os\n"
                  "fds = sorted(int(f) for f in os.listdir('/proc/self/fd'))\n"
-                 "print(fds[:5], len(fds))\n"
+                 "print(fds[:6], len(fds))\n"
                  "print(os.readlink('/proc/self/fd/0'))\n"
                  "print(open('/proc/self/oom_score_adj').read().strip())\n"
                  "print(os.getcwd() == os.environ['SANDGATE_WORKDIR'])",
-                 0, SG_AGENT_STATE_NEW, "[0, 1, 2, 3, 4] 6\n/dev/null\n1000\nTrue\n"},
+                 0, SG_AGENT_STATE_NEW, "[0, 1, 2, 3, 4, 5] 7\n/dev/null\n1000\nTrue\n"},
             },
     },
     {
@@ -586,6 +586,128 @@ static void test_kscript(void **state)
     }
 }
 
+/* ---- the result channel (agent_proto.h, "The result channel") --------- */
+
+static void test_results_value(void **state)
+{
+    sgunit_agent_t *a = *state;
+    sgunit_result_t res;
+    const char *two = "{\"type\": \"text\", \"mime\": \"text/plain\", \"data\": \"2\", \"main\": true}";
+    char want[256];
+
+    /* The last expression's value is a result, not output. */
+    kexec(a, PY, "1 + 1", &res);
+    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_EXITED), .code = SGUNIT_IS(0));
+    assert_string_equal(sgunit_out_str(&res, 1), "");
+    snprintf(want, sizeof(want), "%zu\n%s\n", strlen(two), two);
+    assert_string_equal(res.results, want);
+    assert_int_equal(res.flags & SG_AGENT_EXIT_RESULTS_DROPPED, 0);
+    sgunit_free_result(&res);
+    /* None, an assignment, a semicolon: nothing */
+    kexec(a, PY, "x = 5\nNone", &res);
+    assert_int_equal(res.nresults, 0);
+    sgunit_free_result(&res);
+    kexec(a, PY, "x ;", &res);
+    assert_int_equal(res.nresults, 0);
+    sgunit_free_result(&res);
+    /* JavaScript: the completion value */
+    kexec(a, JS, "40 + 2", &res);
+    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_EXITED), .code = SGUNIT_IS(0));
+    assert_string_equal(sgunit_out_str(&res, 1), "");
+    assert_non_null(strstr(res.results, "\"data\":\"42\""));
+    assert_int_equal(res.nresults, 1);
+    sgunit_free_result(&res);
+}
+
+/* Records the user's code writes on fd 5 are framed like the kernel's;
+ * what breaks the framing is dropped, and only for its own EXEC. */
+static void test_results_forged(void **state)
+{
+    sgunit_agent_t *a = *state;
+    sgunit_result_t res;
+
+    kexec(a, PY, "import os\nx = 5\nos.write(5, b'5\\nhello')\nNone", &res);
+    assert_string_equal(res.results, "5\nhello\n");
+    assert_int_equal(res.flags & SG_AGENT_EXIT_RESULTS_DROPPED, 0);
+    sgunit_free_result(&res);
+    /* a length line that is not one: the rest of the EXEC is thrown away */
+    kexec(a, PY, "os.write(5, b'garbage\\n5\\nhello')\n1", &res);
+    assert_int_equal(res.nresults, 0);
+    assert_true(res.flags & SG_AGENT_EXIT_RESULTS_DROPPED);
+    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_EXITED), .code = SGUNIT_IS(0),
+                  .state = SGUNIT_IS(SG_AGENT_STATE_KEPT));
+    sgunit_free_result(&res);
+    /* an empty record, and one that claims 9999999999 bytes: skipped */
+    kexec(a, PY, "os.write(5, b'0\\n3\\nabc9999999999\\nxyz');", &res);
+    assert_string_equal(res.results, "3\nabc\n");
+    assert_true(res.flags & SG_AGENT_EXIT_RESULTS_DROPPED);
+    sgunit_free_result(&res);
+    /* a record cut off by the end of its run: dropped; the next EXEC frames afresh */
+    kexec(a, PY, "os.write(5, b'10\\nabc');", &res);
+    assert_int_equal(res.nresults, 0);
+    assert_true(res.flags & SG_AGENT_EXIT_RESULTS_DROPPED);
+    sgunit_free_result(&res);
+    kexec(a, PY, "7", &res);
+    assert_int_equal(res.nresults, 1);
+    assert_int_equal(res.flags & SG_AGENT_EXIT_RESULTS_DROPPED, 0);
+    sgunit_free_result(&res);
+    /* the code closes fd 5: results end, the kernel lives on */
+    kexec(a, PY, "os.close(5)\nprint('closed')\n8", &res);
+    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_EXITED), .code = SGUNIT_IS(0),
+                  .state = SGUNIT_IS(SG_AGENT_STATE_KEPT));
+    assert_int_equal(res.nresults, 0);
+    sgunit_free_result(&res);
+    kexpect(a, PY, "print(x)", 0, SG_AGENT_STATE_KEPT, "5\n");
+}
+
+/* At most SG_AGENT_RESULTS_MAX records and SG_AGENT_RESULTS_MAX_BYTES bytes
+ * per EXEC; the rest are read and dropped, and the run still ends well. */
+static void test_results_budget(void **state)
+{
+    sgunit_agent_t *a = *state;
+    sgunit_result_t res;
+
+    kexec(a, PY, "import os\nfor i in range(1100): os.write(5, b'1\\na')", &res);
+    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_EXITED), .code = SGUNIT_IS(0));
+    assert_int_equal(res.nresults, SG_AGENT_RESULTS_MAX);
+    assert_true(res.flags & SG_AGENT_EXIT_RESULTS_DROPPED);
+    sgunit_free_result(&res);
+    kexec(a, PY, "big = b'x' * (3 << 20)\nfor i in range(7): os.write(5, b'%d\\n' % len(big) + big)", &res);
+    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_EXITED), .code = SGUNIT_IS(0));
+    assert_int_equal(res.nresults, SG_AGENT_RESULTS_MAX_BYTES / (3u << 20));
+    assert_true(res.flags & SG_AGENT_EXIT_RESULTS_DROPPED);
+    sgunit_free_result(&res);
+}
+
+/* The out dir's regular files, sorted, with sizes; no links, no FIFOs. */
+static void test_files_out(void **state)
+{
+    sgunit_agent_t *a = *state;
+    sgunit_result_t res;
+    char want[512];
+
+    kexec(a, PY,
+          "import os\nos.makedirs('out/d/e', exist_ok=True)\nopen('out/b.txt', 'w').write('abc')\n"
+          "open('out/d/e/a.bin', 'wb').write(bytes(1000))\nos.symlink('/etc/passwd', 'out/link')\n"
+          "os.symlink('/etc', 'out/dirlink')\nos.mkfifo('out/fifo')",
+          &res);
+    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_EXITED), .code = SGUNIT_IS(0));
+    assert_true(res.files_sent);
+    assert_int_equal(res.files_flags, 0);
+    snprintf(want, sizeof(want), "%s/out/b.txt 3\n%s/out/d/e/a.bin 1000\n", a->dir, a->dir);
+    assert_string_equal(res.files, want);
+    sgunit_free_result(&res);
+    /* more than SG_AGENT_FILES_MAX: the first ones, and the flag */
+    kexec(a, PY, "for i in range(1005): open('out/f%04d' % i, 'w').close()", &res);
+    assert_int_equal(res.nfiles, SG_AGENT_FILES_MAX);
+    assert_true(res.files_flags & SG_AGENT_FILES_MORE);
+    sgunit_free_result(&res);
+    /* out replaced by a link to elsewhere: nothing is listed */
+    kexec(a, PY, "import shutil\nshutil.rmtree('out')\nos.symlink('/etc', 'out')", &res);
+    assert_false(res.files_sent);
+    sgunit_free_result(&res);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -609,6 +731,10 @@ int main(void)
         SGUNIT_AGENT_TEST(test_js_errors),
         SGUNIT_AGENT_TEST(test_js_forever_promise),
         SGUNIT_AGENT_TEST(test_js_require),
+        SGUNIT_AGENT_TEST(test_results_value),
+        SGUNIT_AGENT_TEST(test_results_forged),
+        SGUNIT_AGENT_TEST(test_results_budget),
+        SGUNIT_AGENT_TEST(test_files_out),
     };
 
     signal(SIGPIPE, SIG_IGN);

@@ -461,6 +461,42 @@ static void test_reply_decode(void **state)
     assert_int_equal(m.data_len, 0);
     free(copy);
 
+    /* RESULT: the rest, as it is */
+    b.len = 0;
+    sg_agent_msg_begin(&b, SG_AGENT_RESULT, 12);
+    sg_agent_put_rest(&b, "{\"x\"", 5);
+    sg_agent_msg_end(&b, 0);
+    assert_int_equal(reply_decode(&b, 0, &m, &copy), 0);
+    assert_int_equal(m.data_len, 5);
+    assert_ptr_equal(m.data, copy);
+    free(copy);
+
+    /* FILES: exactly files_count (path, size) entries */
+    b.len = 0;
+    sg_agent_msg_begin(&b, SG_AGENT_FILES, 13);
+    sg_agent_put_u32(&b, SG_AGENT_FILES_MORE);
+    sg_agent_put_u32(&b, 2);
+    sg_agent_put_str(&b, "/sandbox/out/a", 14);
+    sg_agent_put_u64(&b, 3);
+    sg_agent_put_str(&b, "/sandbox/out/b", 14);
+    sg_agent_put_u64(&b, 1u << 20);
+    sg_agent_msg_end(&b, 0);
+    assert_int_equal(reply_decode(&b, 0, &m, &copy), 0);
+    assert_int_equal(m.files_flags, SG_AGENT_FILES_MORE);
+    assert_int_equal(m.files_count, 2);
+    assert_int_equal(m.data_len, 2 * (4 + 14 + 8));
+    free(copy);
+    for (size_t cut = 1; cut <= 8 + 2 * (4 + 14 + 8); cut++) { /* an entry cut short */
+        assert_int_equal(reply_decode(&b, cut, &m, &copy), -1);
+        free(copy);
+    }
+    b.base[SG_AGENT_HEADER_SIZE + 7] = 1; /* one entry said, two there: a byte left over */
+    assert_int_equal(reply_decode(&b, 0, &m, &copy), -1);
+    free(copy);
+    b.base[SG_AGENT_HEADER_SIZE + 6] = 0xff; /* more than SG_AGENT_FILES_MAX */
+    assert_int_equal(reply_decode(&b, 0, &m, &copy), -1);
+    free(copy);
+
     /* requests and unknown types are not the agent's to send */
     b.base[0] = SG_AGENT_EXEC;
     assert_int_equal(reply_decode(&b, 0, &m, &copy), -1);

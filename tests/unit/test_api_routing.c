@@ -238,8 +238,16 @@ static void test_config_identity(void **state)
     assert_int_equal(int_at(nproc, "Hard", NULL), 128);
     assert_int_equal(int_at(c, "HostConfig", "PidsLimit"), 128 * SG_RUNSC_PIDS_PER_TASK + SG_RUNSC_PIDS_BASE);
     json_object_put(c);
-    /* runsc's entry has no network: a session with the network runs on runc */
+    /* runsc's entry has no network: a session with the network gets runc
+     * when its request names no runtime (it is decided at create) */
+    sg_create_req_t req = {.lang = s.lang, .limits = s.limits};
+    assert_string_equal(sg_sessions_runtime_for(&req), "runsc");
+    req.limits.network = 1;
+    assert_string_equal(sg_sessions_runtime_for(&req), "runc");
+    req.runtime = "runc";
+    assert_string_equal(sg_sessions_runtime_for(&req), "runc");
     s.limits.network = 1;
+    s.runtime = sg_sessions_runtime_for(&req);
     c = config(&s);
     assert_string_equal(str_at(c, "HostConfig", "Runtime"), "runc");
     assert_string_equal(str_at(c, "Labels", "sandgate.runtime"), "runc");
@@ -249,6 +257,17 @@ static void test_config_identity(void **state)
     s.limits.network = 0;
     memset(&sc, 0, sizeof(sc));
     sg_sessions_init(&sc);
+    /* a session's own runtime (named by its request) wins over the default */
+    s.runtime = "runsc";
+    c = config(&s);
+    assert_string_equal(str_at(c, "HostConfig", "Runtime"), "runsc");
+    assert_string_equal(str_at(c, "Labels", "sandgate.runtime"), "runsc");
+    json_object_put(c);
+    req = (sg_create_req_t){.lang = s.lang, .runtime = "runsc"};
+    assert_string_equal(sg_sessions_runtime_for(&req), "runsc");
+    req.runtime = NULL;
+    assert_string_equal(sg_sessions_runtime_for(&req), "runc");
+    s.runtime = NULL;
 
     s.ephemeral = 1;
     s.lang = sg_lang_find("javascript", 10);

@@ -47,7 +47,7 @@ static void test_open_creates_wal_db(void **state)
     pragma_text(st, "PRAGMA busy_timeout", v, sizeof(v));
     assert_string_equal(v, "5000");
     pragma_text(st, "PRAGMA user_version", v, sizeof(v));
-    assert_string_equal(v, "2");
+    assert_string_equal(v, "3");
     pragma_text(st,
                 "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master WHERE type = 'table'"
                 " AND name NOT LIKE 'sqlite_%' ORDER BY name)",
@@ -102,7 +102,8 @@ static void test_open_errors(void **state)
     assert_int_equal(sqlite3_exec(sg_store_db(st),
                                   "DROP TABLE templates; ALTER TABLE tenants DROP COLUMN max_concurrent_execs; "
                                   "ALTER TABLE tenants DROP COLUMN max_templates; "
-                                  "ALTER TABLE tenants DROP COLUMN deleting; PRAGMA user_version = 1",
+                                  "ALTER TABLE tenants DROP COLUMN deleting; ALTER TABLE tenants DROP COLUMN runtime; "
+                                  "ALTER TABLE sessions DROP COLUMN runtime; PRAGMA user_version = 1",
                                   NULL, NULL, NULL),
                      SQLITE_OK);
     sg_store_close(st);
@@ -112,6 +113,7 @@ static void test_open_errors(void **state)
         assert_int_equal(sg_store_tenant_by_name(st, "old", &old, err, sizeof(err)), 1);
         assert_int_equal(old.max_concurrent_execs, 8);
         assert_int_equal(old.max_templates, 5);
+        assert_string_equal(old.runtime, ""); /* migrated to 3: the proxy's default */
     }
     sg_store_close(st);
 
@@ -402,7 +404,7 @@ static void test_tenant_fields(void **state)
     assert_string_equal(
         buf, "disabled=0 rate_per_min=600 burst=60 max_sessions=10 max_concurrent_execs=8 execs_per_day=10000 "
              "exec_seconds_per_day=36000 max_timeout=300 max_memory_mb=1024 max_cpus=0.25 "
-             "allowed_langs=* network_allowed=0 idle_timeout=900 max_lifetime=14400 max_templates=5");
+             "allowed_langs=* network_allowed=0 idle_timeout=900 max_lifetime=14400 max_templates=5 runtime=default");
     /* a short buffer is cut and NUL-terminated; the return says how much was needed */
     char small[20];
     assert_int_equal(sg_tenant_format(&t, small, sizeof(small)), n);
@@ -420,12 +422,136 @@ static void test_tenant_fields(void **state)
                         "\"burst\":60,\"max_sessions\":10,\"max_concurrent_execs\":8,\"execs_per_day\":10000,\"exec_"
                         "seconds_per_day\":36000,"
                         "\"max_timeout\":300,\"max_memory_mb\":1024,\"max_cpus\":0.25,\"allowed_langs\":\"*\","
-                        "\"network_allowed\":true,\"idle_timeout\":900,\"max_lifetime\":14400,\"max_templates\":5}");
+                        "\"network_allowed\":true,\"idle_timeout\":900,\"max_lifetime\":14400,\"max_templates\":5,"
+                        "\"runtime\":null}");
     json_object_put(o);
 
     assert_true(sg_tenant_name_valid("a"));
     assert_false(sg_tenant_name_valid(""));
     assert_false(sg_tenant_name_valid(NULL));
+}
+
+/* The tenant's runtime (README "Runtimes"): runc, runsc or none (the
+ * proxy's default: "" in C, null in JSON, NULL in SQL), validated on every
+ * path that sets it, and kept through the store; a session's runtime too. */
+static void test_tenant_runtime(void **state)
+{
+    char dir[256], err[512], buf[1024];
+    sg_tenant_t t, got;
+    sg_store_t *st;
+
+    sg_tenant_defaults(&t);
+    assert_string_equal(t.runtime, "");
+    static const struct {
+        const char *value, *want; /* want NULL: refused */
+    } cases[] = {
+        {"runsc", "runsc"},
+        {"runc", "runc"},
+        {"default", ""},
+        {"null", ""},
+        {"", ""},
+        {"kata", NULL},
+        {"RUNSC", NULL},
+        {"runsc ", NULL},
+        {"runc,runsc", NULL},
+        {"runscx", NULL},
+        {"io.containerd.runc.v2", NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        sg_tenant_defaults(&t);
+        strcpy(t.runtime, "runc");
+        err[0] = '\0';
+        int rc = sg_tenant_set_field(&t, "runtime", cases[i].value, err, sizeof(err));
+        if (cases[i].want != NULL) {
+            assert_int_equal(rc, 0);
+            assert_string_equal(t.runtime, cases[i].want);
+        } else {
+            assert_int_equal(rc, -1);
+            assert_non_null(strstr(err, "runtime"));
+            assert_string_equal(t.runtime, "runc"); /* unchanged */
+        }
+    }
+    /* JSON as the admin API takes it: a string, null, nothing else */
+    static const struct {
+        const char *json, *want;
+    } jcases[] = {
+        {"{\"runtime\":\"runsc\"}", "runsc"}, {"{\"runtime\":null}", ""},        {"{\"runtime\":\"runc\"}", "runc"},
+        {"{\"runtime\":\"gvisor\"}", NULL},   {"{\"runtime\":1}", NULL},         {"{\"runtime\":true}", NULL},
+        {"{\"runtime\":[\"runsc\"]}", NULL},  {"{\"max_sessions\":null}", NULL},
+    };
+    for (size_t i = 0; i < sizeof(jcases) / sizeof(jcases[0]); i++) {
+        json_object *o = json_tokener_parse(jcases[i].json);
+        assert_non_null(o);
+        sg_tenant_defaults(&t);
+        strcpy(t.runtime, "runc");
+        int rc = sg_tenant_set_json(&t, o, err, sizeof(err));
+        json_object_put(o);
+        if (jcases[i].want != NULL) {
+            assert_int_equal(rc, 0);
+            assert_string_equal(t.runtime, jcases[i].want);
+        } else {
+            assert_int_equal(rc, -1);
+        }
+    }
+    /* a value that got past the setters is caught by validate */
+    sg_tenant_defaults(&t);
+    memcpy(t.runtime, "kata\0\0\0", 8);
+    assert_int_equal(sg_tenant_validate(&t, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "runtime"));
+    memset(t.runtime, 'x', sizeof(t.runtime)); /* unterminated */
+    assert_int_equal(sg_tenant_validate(&t, err, sizeof(err)), -1);
+
+    /* text and JSON forms */
+    sg_tenant_defaults(&t);
+    strcpy(t.runtime, "runsc");
+    sg_tenant_format(&t, buf, sizeof(buf));
+    assert_non_null(strstr(buf, " runtime=runsc"));
+    json_object *o = sg_tenant_to_json(&t), *v;
+    assert_true(json_object_object_get_ex(o, "runtime", &v));
+    assert_string_equal(json_object_get_string(v), "runsc");
+    json_object_put(o);
+
+    /* the store: pinned, then back to the default (SQL NULL) */
+    data_dir(dir, sizeof(dir), "runtime");
+    st = open_ok(dir);
+    assert_int_equal(sg_store_tenant_create(st, "pinned", &t, err, sizeof(err)), 0);
+    assert_string_equal(t.runtime, "");
+    strcpy(t.runtime, "runsc");
+    assert_int_equal(sg_store_tenant_update(st, &t, err, sizeof(err)), 0);
+    assert_int_equal(sg_store_tenant_by_name(st, "pinned", &got, err, sizeof(err)), 1);
+    assert_string_equal(got.runtime, "runsc");
+    got.runtime[0] = '\0';
+    assert_int_equal(sg_store_tenant_update(st, &got, err, sizeof(err)), 0);
+    assert_int_equal(sg_store_tenant_by_name(st, "pinned", &got, err, sizeof(err)), 1);
+    assert_string_equal(got.runtime, "");
+    {
+        sqlite3_stmt *q;
+        assert_int_equal(sqlite3_prepare_v2(sg_store_db(st),
+                                            "SELECT runtime IS NULL FROM tenants WHERE name = 'pinned'", -1, &q, NULL),
+                         SQLITE_OK);
+        assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+        assert_int_equal(sqlite3_column_int(q, 0), 1);
+        sqlite3_finalize(q);
+    }
+    /* an invalid one is refused by the store too */
+    strcpy(got.runtime, "kata");
+    assert_int_equal(sg_store_tenant_update(st, &got, err, sizeof(err)), -1);
+
+    /* a session keeps the runtime it was opened with; "" is unknown */
+    sg_session_rec_t rec = {0}, out;
+    strcpy(rec.id, "11111111-2222-3333-4444-555555555555");
+    rec.tenant_id = t.id;
+    strcpy(rec.lang, "python");
+    strcpy(rec.runtime, "runsc");
+    assert_int_equal(sg_store_session_open(st, &rec, err, sizeof(err)), 0);
+    strcpy(rec.id, "11111111-2222-3333-4444-666666666666");
+    rec.runtime[0] = '\0';
+    assert_int_equal(sg_store_session_open(st, &rec, err, sizeof(err)), 0);
+    assert_int_equal(sg_store_session_get(st, "11111111-2222-3333-4444-555555555555", &out, err, sizeof(err)), 1);
+    assert_string_equal(out.runtime, "runsc");
+    assert_int_equal(sg_store_session_get(st, "11111111-2222-3333-4444-666666666666", &out, err, sizeof(err)), 1);
+    assert_string_equal(out.runtime, "");
+    sg_store_close(st);
 }
 
 /* ---- tokens ---- */
@@ -669,5 +795,5 @@ static void test_usage(void **state)
 int main(void)
 {
     return SG_RUN_TESTS("store", group_setup, group_teardown, NULL, NULL, test_open_creates_wal_db, test_open_errors,
-                        test_tenants, test_tenant_fields, test_tokens, test_usage);
+                        test_tenants, test_tenant_fields, test_tenant_runtime, test_tokens, test_usage);
 }

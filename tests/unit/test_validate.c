@@ -443,6 +443,70 @@ static void test_exec_library_count(void **state)
     }
 }
 
+/* "runtime" on a create and a one-shot execute: runc, runsc, or absent /
+ * null (the proxy's default, NULL); anything else 400 invalid_runtime; a
+ * runsc session with the network is refused (runsc has none). */
+static void test_runtime_field(void **state)
+{
+    sg_policy_t open = policy;
+    sg_create_req_t r;
+    sg_exec_req_t x;
+    json_object *o;
+
+    expect_create_ok("{}", &policy, &r);
+    assert_null(r.runtime);
+    expect_create_ok("{\"runtime\":null}", &policy, &r);
+    assert_null(r.runtime);
+    expect_create_ok("{\"runtime\":\"runsc\"}", &policy, &r);
+    assert_string_equal(r.runtime, "runsc");
+    expect_create_ok("{\"runtime\":\"runc\"}", &policy, &r);
+    assert_string_equal(r.runtime, "runc");
+    static const char *const bad[] = {
+        "{\"runtime\":\"kata\"}",
+        "{\"runtime\":\"\"}",
+        "{\"runtime\":\"RUNC\"}",
+        "{\"runtime\":\"runsc \"}",
+        "{\"runtime\":\"runs\"}",
+        "{\"runtime\":\"runsc\\u0000\"}",
+        "{\"runtime\":1}",
+        "{\"runtime\":true}",
+        "{\"runtime\":[\"runc\"]}",
+        "{\"runtime\":{\"name\":\"runc\"}}",
+        "{\"runtime\":\"io.containerd.runc.v2\"}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char body[128];
+        expect_create_err(bad[i], &policy, "invalid_runtime", "runtime");
+        snprintf(body, sizeof(body), "{\"code\":\"x\",%s", bad[i] + 1);
+        expect_exec_err(body, "code", 1, "invalid_runtime", "runtime");
+    }
+    /* the network needs runc: runsc with it is refused, runc or none kept */
+    open.allow_network = 1;
+    expect_create_err("{\"network\":true,\"runtime\":\"runsc\"}", &open, "invalid_runtime", "network");
+    expect_create_ok("{\"network\":true,\"runtime\":\"runc\"}", &open, &r);
+    assert_string_equal(r.runtime, "runc");
+    expect_create_ok("{\"network\":true}", &open, &r);
+    assert_null(r.runtime);
+
+    /* one-shot: the same field; a session execute does not look at it */
+    static const struct {
+        const char *body, *want;
+        int want_lang;
+    } execs[] = {
+        {"{\"code\":\"x\",\"runtime\":\"runsc\"}", "runsc", 1},
+        {"{\"code\":\"x\"}", NULL, 1},
+        {"{\"code\":\"x\",\"runtime\":\"kata\"}", NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof(execs) / sizeof(execs[0]); i++) {
+        o = exec_ok(execs[i].body, "code", execs[i].want_lang, 30, &x);
+        if (execs[i].want != NULL)
+            assert_string_equal(x.runtime, execs[i].want);
+        else
+            assert_null(x.runtime);
+        json_object_put(o);
+    }
+}
+
 static void test_exec_want_lang(void **state)
 {
     sg_exec_req_t r;
@@ -788,6 +852,7 @@ int main(void)
         BAD_CREATES("test_create_memory"),
         BAD_CREATES("test_create_cpus"),
         cmocka_unit_test(test_create_network),
+        cmocka_unit_test(test_runtime_field),
         cmocka_unit_test(test_create_image),
         cmocka_unit_test(test_exec_code_required),
         cmocka_unit_test(test_exec_defaults),

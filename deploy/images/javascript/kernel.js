@@ -20,6 +20,12 @@
  * cancelled (its sockets and servers are not). process.exitCode becomes the
  * run's exit code. process.exit(n) exits the kernel itself, as it would
  * exit node: the agent then reports exit code n and the kernel's state lost.
+ *
+ * The completion value of a run that succeeded (awaited, as above), unless
+ * it is undefined, goes to fd 5, the result channel (agent_proto.h, "The
+ * result channel"), as Jupyter's execute_result: "<byte length>\n" and
+ * {"type": "text", "mime": "text/plain", "data": util.inspect(value),
+ * "main": true}. It is not printed.
  */
 const asyncHooks = require('async_hooks');
 const fs = require('fs');
@@ -30,6 +36,15 @@ const vm = require('vm');
 
 const REQUESTS = 3;
 const ANSWERS = 4;
+const RESULTS = 5;
+
+// fd 5 is there when the kernel starts, or it never is ours.
+let resultsOpen = true;
+try {
+  fs.fstatSync(RESULTS);
+} catch (err) {
+  resultsOpen = false;
+}
 
 const workdir = process.env.SANDGATE_WORKDIR || process.cwd();
 process.chdir(workdir);
@@ -81,7 +96,7 @@ function untracked(fn) {
   }
 }
 
-// The run going on: { settled, finish(code) }, or null.
+// The run going on: { settled, value, finish(code) }, or null.
 let current = null;
 let checkScheduled = false;
 
@@ -161,7 +176,7 @@ function runOne(source, filename) {
           }
         }
         pending.clear();
-        resolve(code);
+        resolve({ code, value: run.value });
       },
     };
 
@@ -180,8 +195,9 @@ function runOne(source, filename) {
         return;
       }
       Promise.resolve(value).then(
-        () => {
+        (settledValue) => {
           run.settled = true;
+          run.value = settledValue;
           scheduleCheck();
         },
         (err) => fail(err, run));
@@ -225,6 +241,27 @@ function readRequest() {
   return code === null ? null : code.toString('utf8');
 }
 
+// One record on the result channel.
+function emit(type, mime, data, main) {
+  if (!resultsOpen)
+    return;
+  const record = Buffer.from(JSON.stringify({ type, mime, data, main }));
+  const framed = Buffer.concat([Buffer.from(`${record.length}\n`), record]);
+  let off = 0;
+  try {
+    while (off < framed.length) {
+      try {
+        off += fs.writeSync(RESULTS, framed, off);
+      } catch (err) {
+        if (err.code !== 'EAGAIN')
+          throw err;
+      }
+    }
+  } catch (err) {
+    resultsOpen = false; // closed or replaced by the user's code
+  }
+}
+
 function flushed(stream) {
   return new Promise((resolve) => stream.write('', resolve));
 }
@@ -234,7 +271,15 @@ async function main() {
     const source = readRequest();
     if (source === null)
       process.exit(0);
-    let code = await runOne(source, `<exec-${count}>`);
+    let { code, value } = await runOne(source, `<exec-${count}>`);
+    if (code === 0 && value !== undefined) {
+      try {
+        emit('text', 'text/plain', util.inspect(value), true);
+      } catch (err) {
+        process.stderr.write(describe(err) + '\n');
+        code = 1;
+      }
+    }
     if (code === 0 && process.exitCode)
       code = process.exitCode;
     process.exitCode = undefined;
