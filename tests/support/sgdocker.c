@@ -147,14 +147,6 @@ char *sgtest_docker_session_container(const char *proxy_id, const char *session_
     return id;
 }
 
-const char *sgtest_image(const char *lang)
-{
-    static __thread char buf[256];
-    const char *prefix = getenv("SANDGATE_IMAGE_PREFIX");
-    snprintf(buf, sizeof(buf), "%s%s:latest", prefix != NULL && prefix[0] != '\0' ? prefix : "sandgate/", lang);
-    return buf;
-}
-
 bool sgtest_docker_session_on_runsc(const char *proxy_id, const char *session_id)
 {
     char *cid = sgtest_docker_session_container(proxy_id, session_id);

@@ -360,11 +360,6 @@ int sgtest_docker_count(const char *proxy_id);
 /* The single container of session <session_id> owned by <proxy_id>; its
  * full Id (malloc'd) or NULL when there is not exactly one. */
 char *sgtest_docker_session_container(const char *proxy_id, const char *session_id);
-/* The sandbox image of lang the proxy uses: SANDGATE_IMAGE_PREFIX (the
- * proxy's setting, which test proxies inherit; default "sandgate/") +
- * lang + ":latest". A buffer of the calling thread's, overwritten by the
- * next call. */
-const char *sgtest_image(const char *lang);
 /* Whether the single container of that session runs on runsc (gVisor), as
  * its sandgate.runtime label says; false when there is no such container. */
 bool sgtest_docker_session_on_runsc(const char *proxy_id, const char *session_id);
