@@ -129,9 +129,8 @@ static const sg_cfg_entry_t config_table[] = {
      &cfg.library_blocklist, "package names refused for install, comma-separated"},
     {"SANDGATE_IMAGE_ALLOWLIST", SG_CFG_STR, "", 0, 0, &cfg.image_allowlist,
      "custom images a session may name (\"image\"), comma-separated: exact names, or prefixes ending in *"},
-    /* runc until the in-sandbox protections hold under runsc too (README
-     * "Runtimes": this runsc build does not keep the agent undumpable) */
-    {"SANDGATE_RUNTIME", SG_CFG_STR, "runc", 0, 0, &cfg.runtime,
+    /* gVisor wherever the engine offers it (README "Runtimes") */
+    {"SANDGATE_RUNTIME", SG_CFG_STR, "auto", 0, 0, &cfg.runtime,
      "OCI runtime of the sandboxes: runsc (gVisor), runc, or auto (runsc when the engine offers it, else runc "
      "with a warning)"},
     {"SANDGATE_POOL_RUNTIMES", SG_CFG_STR, "", 0, 0, &cfg.pool_runtimes,

@@ -13,6 +13,8 @@
  *               channel, the out directory's listing (results.h)
  *   proc.c      processes: spawning user code, reaping, killing the tree,
  *               signals (proc.h)
+ *   creds.c     the uid split: the agent root, user code the sandbox user
+ *               for good (creds.h)
  *   files.c     PUT_FILE and GET_FILE (files.h)
  *   paths.c     confinement of request paths to the work dir (paths.h)
  *   decode.c    decoders of the request payloads (decode.h)

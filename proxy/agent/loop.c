@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "creds.h"
 #include "exec.h"
 #include "files.h"
 #include "kernel.h"
@@ -126,7 +127,7 @@ int main(void)
 {
     int r;
 
-    if (proc_init() != 0)
+    if (creds_init() != 0 || proc_init() != 0)
         return 1;
     agent_workdir = normalise_workdir();
     if (chdir(agent_workdir) != 0)

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "creds.h"
 #include "proc.h"
 
 #define KILL_BUDGET_NS (2000LL * 1000 * 1000) /* give up killing after 2 s */
@@ -318,13 +319,21 @@ int proc_init(void)
 
 /* ---- the system call filter of user code ------------------------------- */
 
-/* prlimit() on another process needs only the same uid and gid, and user
- * code runs as the agent's user: without this filter it could lower the
- * agent's limits (RLIMIT_NOFILE: no pipe for the next run; RLIMIT_CPU: a
- * SIGKILL from the kernel, which even PID 1 takes). The filter, inherited by
- * every descendant, refuses prlimit64 with a pid other than 0 ("myself",
+/* prlimit() on another process needs only the same uid and gid: an agent
+ * started as the sandbox user (proc.h) could otherwise have its limits
+ * lowered by user code (RLIMIT_NOFILE: no pipe for the next run; RLIMIT_CPU:
+ * a SIGKILL from the kernel, which even PID 1 takes). The filter, inherited
+ * by every descendant, refuses prlimit64 with a pid other than 0 ("myself",
  * what setrlimit and getrlimit use) with EPERM, on the native system call
- * table and on the compat one a 64-bit process can still reach. */
+ * table and on the compat one a 64-bit process can still reach.
+ *
+ * It also refuses new namespaces (unshare, setns, clone with a CLONE_NEW*
+ * flag: EPERM; clone3, whose flags a filter cannot read: ENOSYS, on which
+ * libc falls back to clone), as Docker's own filter does under runc: under
+ * runsc that filter is not loaded and gVisor's kernel gives a new user
+ * namespace full capabilities over it (chroot, mounts of its own). Native
+ * table only: gVisor runs no 32-bit system calls, and under runc Docker's
+ * filter covers both tables. */
 #if defined(__x86_64__)
 #define FILTER_ARCH AUDIT_ARCH_X86_64
 #define FILTER_COMPAT_ARCH AUDIT_ARCH_I386
@@ -336,32 +345,46 @@ int proc_init(void)
 #define FILTER_COMPAT_NR_PRLIMIT64 369
 #define FILTER_NR_MASK 0xffffffffu
 #endif
+#ifndef __NR_clone3
+#define __NR_clone3 435
+#endif
+/* CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET */
+#define FILTER_CLONE_NEW 0x7e020000u
 
 #ifdef FILTER_ARCH
+/* The low half of the first argument: prlimit64's pid, clone's flags. */
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define FILTER_ARG0_LO (offsetof(struct seccomp_data, args[0]) + 4)
+#else
+#define FILTER_ARG0_LO offsetof(struct seccomp_data, args[0])
+#endif
+
 static int install_filter(void)
 {
     struct sock_filter prog[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, FILTER_ARCH, 2, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, FILTER_COMPAT_ARCH, 4, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        /* native */
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_STMT(BPF_ALU | BPF_AND | BPF_K, FILTER_NR_MASK),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_prlimit64, 3, 5),
-        /* compat */
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, FILTER_COMPAT_NR_PRLIMIT64, 1, 3),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW), /* not reached */
-        /* prlimit64: the pid is an int, the low half of the first argument */
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])
-#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-                                               + 4
-#endif
-                 ),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        /* 0 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        /* 1 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, FILTER_ARCH, 0, 7), /* else 9: compat */
+                                                                        /* native */
+        /* 2 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        /* 3 */ BPF_STMT(BPF_ALU | BPF_AND | BPF_K, FILTER_NR_MASK),
+        /* 4 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_prlimit64, 9, 0),     /* 14 */
+        /* 5 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_unshare, 11, 0),      /* 17 */
+        /* 6 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_setns, 10, 0),        /* 17 */
+        /* 7 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone3, 10, 0),       /* 18 */
+        /* 8 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone, 3, 7),         /* 12, else 16 */
+                                                                               /* compat */
+        /* 9 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, FILTER_COMPAT_ARCH, 0, 6), /* else 16 */
+        /* 10 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        /* 11 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, FILTER_COMPAT_NR_PRLIMIT64, 2, 4), /* 14, else 16 */
+                                                                                        /* clone: its flags */
+        /* 12 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, FILTER_ARG0_LO),
+        /* 13 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, FILTER_CLONE_NEW, 3, 2), /* 17, else 16 */
+                                                                               /* prlimit64: its pid */
+        /* 14 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, FILTER_ARG0_LO),
+        /* 15 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 1), /* 16, else 17 */
+        /* 16 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        /* 17 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        /* 18 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA)),
     };
     struct sock_fprog fprog = {(unsigned short)(sizeof(prog) / sizeof(prog[0])), prog};
 
@@ -422,9 +445,14 @@ static void child_exec(const char *cmd, char **envp, const int *fds, int nfds)
             _exit(127);
     }
     close_from(nfds + 1);
-    /* The descriptors are final: nothing of the agent's is left. The agent
-     * is not dumpable, which makes /proc/self/ files root-owned; become
-     * dumpable so the write is allowed (exec resets it anyway). */
+    /* The descriptors are final: nothing of the agent's is left. Now the
+     * sandbox user for good (creds.h), which also leaves it non-dumpable. */
+    if (creds_drop_for_good() != 0) {
+        dprintf(2, "sandgate-agent: cannot become the sandbox user: %s\n", strerror(errno));
+        _exit(127);
+    }
+    /* Non-dumpable makes /proc/self/ files root-owned; become dumpable so
+     * the write is allowed (exec resets it anyway). */
     prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
     fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
     if (fd >= 0) {

@@ -2,8 +2,11 @@
  * proc.h — the agent's processes: starting user code, collecting exit
  * statuses, killing everything the agent started, and the signals it takes.
  *
- * The agent runs as the same unprivileged user as the code it starts, so it
- * protects itself by what the kernel gives any process:
+ * Started as root, the agent keeps uid 0 as its real and saved uid and
+ * user code runs as the sandbox user for good (creds.h): user code may then
+ * not signal, trace or open the agent at all, on either runtime. Started as
+ * any other user it runs as the same user as the code it starts. Under
+ * either start it also protects itself by what the kernel gives any process:
  *   - it is not dumpable, so user code cannot open /proc/<agent>/fd/{0,1}
  *     and read requests or forge replies;
  *   - as PID 1 of its namespace it cannot be killed from inside; elsewhere
@@ -12,7 +15,7 @@
  *     kernel wrote (proc_handle_signals);
  *   - every command and kernel runs under a system call filter that refuses
  *     prlimit() on another process, so user code cannot lower the agent's
- *     limits;
+ *     limits, and new namespaces (which gVisor's kernel would grant);
  *   - user code gets oom_score_adj 1000, so the OOM killer picks it first;
  *   - after every run, every descendant is found through /proc and killed,
  *     including those that called setsid() and double-forked.

@@ -50,6 +50,21 @@ static void harden(json_object *hc, int64_t memory_mb, int64_t pids, double cpus
     json_object_object_add(hc, "NanoCpus", json_object_new_int64((int64_t)llround(cpus * 1e9)));
 }
 
+/* The agent of a sandbox starts as root with three capabilities, which it
+ * keeps only as permitted (agent/creds.h): CAP_SETUID and CAP_SETGID to
+ * make every process it starts the sandbox user for good (setresuid,
+ * setgroups, setresgid), CAP_SETPCAP to empty that process's bounding set
+ * first. Not CAP_KILL: the agent signals user code as its owner (its
+ * effective uid is the sandbox user's); not CAP_DAC_OVERRIDE nor CAP_CHOWN:
+ * it reads and writes files as the sandbox user. A real and saved uid of 0
+ * is what keeps user code from signalling, tracing or opening the agent. */
+static void agent_caps(json_object *c, json_object *hc)
+{
+    static const char *const caps[] = {"CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"};
+    add_str(c, "User", "0:0");
+    json_object_object_add(hc, "CapAdd", str_array(caps, 3));
+}
+
 /* Under runsc: RLIMIT_NPROC and the host cgroup's backstop (container.h). */
 static void runtime_limits(json_object *hc, const char *runtime, int64_t pids)
 {
@@ -177,6 +192,7 @@ static json_object *sandbox_config(const sg_container_spec_t *spec)
     add_str(hc, "NetworkMode", spec->limits.network ? spec->network : "none");
     add_str(hc, "Runtime", spec->runtime);
     harden(hc, spec->limits.memory_mb, spec->limits.pids, spec->limits.cpus);
+    agent_caps(c, hc);
     runtime_limits(hc, spec->runtime, spec->limits.pids);
     /* The root is read-only for every session. A template session's work
      * dir is a size-capped tmpfs like any other, but on a volume, which

@@ -21,16 +21,18 @@
 #define SG_TEMPLATE_WORKDIR "/opt/sandgate/template/sandbox"
 
 /* Under runsc (gVisor) the host's pids cgroup counts the sandbox kernel's
- * own threads (~35 idle) and about five host threads per sandboxed process
- * (platform ptrace): a PidsLimit of `pids` would kill the whole sandbox
- * long before its processes reach `pids`. So there the cap on the tenant's
- * processes is RLIMIT_NPROC (Ulimits "nproc", which gVisor's kernel counts
- * for the sandbox alone: every process in it runs as uid 1000), and the
- * host cgroup gets SG_RUNSC_PIDS_PER_TASK per process plus
+ * own threads (~35 idle) and several host threads per sandboxed process
+ * (platform ptrace; measured here: ~960 for a fork bomb held at 128
+ * processes): a PidsLimit of `pids` would kill the whole sandbox long
+ * before its processes reach `pids` (the kernel cannot make a thread and
+ * exits). So there the cap on the tenant's processes is RLIMIT_NPROC
+ * (Ulimits "nproc", which gVisor's kernel counts for the sandbox alone:
+ * user code runs as uid 1000, the agent as root outside that count), and
+ * the host cgroup gets SG_RUNSC_PIDS_PER_TASK per process plus
  * SG_RUNSC_PIDS_BASE, a backstop for the sandbox as a whole. Under runc,
  * nothing changes (RLIMIT_NPROC would count uid 1000 across the host). */
-#define SG_RUNSC_PIDS_PER_TASK 6
-#define SG_RUNSC_PIDS_BASE 96
+#define SG_RUNSC_PIDS_PER_TASK 12
+#define SG_RUNSC_PIDS_BASE 128
 /* One inode per this many bytes of a tmpfs's size: without a cap a tmpfs
  * takes about half the host's RAM pages of inodes, and empty files cost no
  * blocks, so a sandbox could make millions of them. */

@@ -156,6 +156,8 @@ static int do_request_ct(sg_docker_t *d, const char *method, const char *path, c
     if (unix_path[0] != '\0')
         curl_easy_setopt(d->curl, CURLOPT_UNIX_SOCKET_PATH, unix_path);
     curl_easy_setopt(d->curl, CURLOPT_CUSTOMREQUEST, method);
+    if (strcmp(method, "HEAD") == 0)
+        curl_easy_setopt(d->curl, CURLOPT_NOBODY, 1L); /* else curl waits for the body a HEAD never has */
     curl_easy_setopt(d->curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(d->curl, CURLOPT_TIMEOUT_MS, d->timeout_ms);
     curl_easy_setopt(d->curl, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
@@ -244,6 +246,8 @@ Exit:
     sg_buf_free(&resp);
     return ret;
 }
+
+static void archive_url(sg_docker_t *d, char *url, size_t len, const char *id, const char *path, const char *extra);
 
 /* A string member of a JSON reply into out, "" when there is none. */
 static void reply_string(json_object *o, const char *key, char *out, size_t outlen)
@@ -336,6 +340,34 @@ int sg_docker_container_start(sg_docker_t *d, const char *id, char *err, size_t 
     return container_call(d, "POST", id, "/start", "start a container", 204, 304, err, errlen);
 }
 
+int sg_docker_container_entrypoint_exists(sg_docker_t *d, const char *id, char *err, size_t errlen)
+{
+    char path[256], exe[1024], url[1400];
+    json_object *o;
+    long status = 0;
+    int ret = -1;
+    sg_buf_t resp;
+
+    snprintf(path, sizeof(path), "/containers/%s/json", id);
+    if (call(d, "GET", path, NULL, 0, "inspect a container", 200, 200, NULL, &o, DOCKER_REPLY_MAX, err, errlen) != 0)
+        return -1;
+    reply_string(o, "Path", exe, sizeof(exe));
+    json_object_put(o);
+    if (exe[0] != '/')
+        return 1; /* found through PATH at start: nothing to look at here */
+    archive_url(d, url, sizeof(url), id, exe, "");
+    sg_buf_init(&resp, 1 << 16);
+    if (do_request(d, "HEAD", url, NULL, 0, &status, &resp, NULL, err, errlen) != 0)
+        goto Exit;
+    if (status == 200 || status == 404)
+        ret = status == 200;
+    else
+        snprintf(err, errlen, "Docker refused to look at %s in a container (%ld)", exe, status);
+Exit:
+    sg_buf_free(&resp);
+    return ret;
+}
+
 int sg_docker_container_remove(sg_docker_t *d, const char *id, char *err, size_t errlen)
 {
     return container_call(d, "DELETE", id, "?force=1&v=1", "remove a container", 204, 404, err, errlen);
@@ -344,6 +376,11 @@ int sg_docker_container_remove(sg_docker_t *d, const char *id, char *err, size_t
 int sg_docker_container_pause(sg_docker_t *d, const char *id, char *err, size_t errlen)
 {
     return container_call(d, "POST", id, "/pause", "pause a container", 204, 204, err, errlen);
+}
+
+int sg_docker_container_unpause(sg_docker_t *d, const char *id, char *err, size_t errlen)
+{
+    return container_call(d, "POST", id, "/unpause", "unpause a container", 204, 204, err, errlen);
 }
 
 int sg_docker_container_commit(sg_docker_t *d, const char *id, const char *repo, const char *tag, const char *config,

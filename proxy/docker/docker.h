@@ -46,6 +46,10 @@ int sg_docker_container_create(sg_docker_t *d, json_object *config, char id[72],
 int sg_docker_container_start(sg_docker_t *d, const char *id, char *err, size_t errlen);
 /* DELETE /containers/{id}?force=1&v=1: kills and removes in one call; a
  * container already gone counts as success. */
+/* Whether the executable a created container would start (its Path) is
+ * in its filesystem: GET /containers/{id}/json, HEAD .../archive. 1 yes (or
+ * a bare name, found through PATH), 0 no, -1 (err) when Docker fails. */
+int sg_docker_container_entrypoint_exists(sg_docker_t *d, const char *id, char *err, size_t errlen);
 int sg_docker_container_remove(sg_docker_t *d, const char *id, char *err, size_t errlen);
 /* POST /commit: repo:tag from the container; image_id gets the new id.
  * config (JSON text, NULL for "{}") overrides the container's config in the
@@ -54,6 +58,8 @@ int sg_docker_container_commit(sg_docker_t *d, const char *id, const char *repo,
                                char image_id[80], char *err, size_t errlen);
 /* POST /containers/{id}/pause. */
 int sg_docker_container_pause(sg_docker_t *d, const char *id, char *err, size_t errlen);
+/* POST /containers/{id}/unpause. */
+int sg_docker_container_unpause(sg_docker_t *d, const char *id, char *err, size_t errlen);
 /* GET /containers/{id}/archive?path=PATH: the tar into out, whose cap
  * bounds it (a larger one fails, err saying so). Works on a running or
  * paused container, and reads volumes mounted in it (not tmpfs mounts). */

@@ -307,6 +307,19 @@ Exit:
     return ret;
 }
 
+/* Under runsc a container whose entrypoint is missing fails at start, after
+ * its sandbox was made, and Docker 20.10 then leaves the containerd task and
+ * its shim behind for good (neither `docker rm` nor a restart of the proxy
+ * reaches them): so look before starting. */
+static int entrypoint_found(create_job_t *j, sg_docker_t *d)
+{
+    int found = sg_docker_container_entrypoint_exists(d, j->s->container_id, j->err, sizeof(j->err));
+
+    if (found == 0)
+        snprintf(j->err, sizeof(j->err), "image %s has no agent: its entrypoint is missing", j->s->image);
+    return found == 1;
+}
+
 static void create_work(sg_job_t *job)
 {
     create_job_t *j = (create_job_t *)job;
@@ -332,6 +345,8 @@ static void create_work(sg_job_t *job)
         return;
     j->status = 500;
     j->code = "sandbox_failed";
+    if (strcmp(sg_session_runtime(j->s), SG_RUNTIME_RUNSC) == 0 && !entrypoint_found(j, d))
+        goto Error;
     if (sg_docker_attach(j->s->container_id, conf.agent_start_timeout_ms, &j->fd, j->err, sizeof(j->err)) != 0)
         goto Error;
     if (sg_docker_container_start(d, j->s->container_id, j->err, sizeof(j->err)) != 0)
@@ -499,9 +514,15 @@ static int keep_workdir(close_job_t *j, sg_docker_t *d)
 
     sg_buf_init(&tar, workdir_archive_max(s->limits.tmpfs_mb));
     /* stops the tenant's processes writing while the work dir is read */
-    if (sg_docker_container_pause(d, s->container_id, err, sizeof(err)) != 0)
+    int paused = sg_docker_container_pause(d, s->container_id, err, sizeof(err)) == 0;
+    if (!paused)
         sg_warn("session %s: cannot pause it before keeping its work dir: %s", s->id, err);
-    if (sg_docker_archive_get(d, s->container_id, "/sandbox/.", &tar, j->err, sizeof(j->err)) != 0)
+    int got = sg_docker_archive_get(d, s->container_id, "/sandbox/.", &tar, j->err, sizeof(j->err));
+    /* resumed before it is removed: a paused runsc sandbox does not die by
+     * SIGKILL (Docker gives up on its "zombie" after 10 s) */
+    if (paused && sg_docker_container_unpause(d, s->container_id, err, sizeof(err)) != 0)
+        sg_warn("session %s: cannot unpause it: %s", s->id, err);
+    if (got != 0)
         goto Exit;
     cfg = template_builder_config(s);
     if (sg_docker_container_create(d, cfg, builder, j->err, sizeof(j->err)) != 0) {

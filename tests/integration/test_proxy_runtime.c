@@ -5,11 +5,12 @@
  * on the runtime the proxy reports, and its session details and labels say
  * which; a session from the warm pool finds its kernel started under
  * either runtime; and a sandbox whose start fails (here: the agent answers
- * later than the proxy waits) leaves no runsc-sandbox or runsc-gofer
- * process behind once its container is removed.
+ * later than the proxy waits, or its entrypoint is missing) leaves no
+ * runsc-sandbox or runsc-gofer process behind once its container is
+ * removed, and no containerd container, task or shim.
  *
  * These tests set SANDGATE_RUNTIME themselves (the other suites follow the
- * environment, runc by default); they run whether or not the engine offers
+ * environment, else the proxy's default, auto); they run whether or not the engine offers
  * runsc, and assert what the proxy must do in each case.
  */
 #include "sgtest.h"
@@ -246,22 +247,35 @@ static void test_explicit_runtimes(void **state)
     free(id);
 }
 
+/* The command line of process `pid` (a /proc entry's name) into buf, its
+ * arguments apart by NULs, or by spaces when `spaced`: its length, 0 when
+ * the process is gone. */
+static size_t proc_cmdline(const char *pid, char *buf, size_t len, bool spaced)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "/proc/%s/cmdline", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        buf[0] = '\0';
+        return 0;
+    }
+    size_t got = fread(buf, 1, len - 1, f);
+    fclose(f);
+    for (size_t i = 0; spaced && i < got; i++)
+        buf[i] = buf[i] == '\0' ? ' ' : buf[i];
+    buf[got] = '\0';
+    return got;
+}
+
 /* The container id (64 hex) a runsc process works for, from its command
  * line (.../moby/<id>/... or a trailing <id>), or "" when none is named. */
 static void runsc_process_container(pid_t pid, char id[65])
 {
-    char path[64], buf[8192];
+    char name[32], buf[8192];
     id[0] = '\0';
-    snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
+    snprintf(name, sizeof(name), "%d", (int)pid);
+    if (proc_cmdline(name, buf, sizeof(buf), true) == 0)
         return;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    for (size_t i = 0; i < n; i++)
-        if (buf[i] == '\0')
-            buf[i] = ' ';
-    buf[n] = '\0';
     for (char *p = buf; (p = strstr(p, "moby/")) != NULL; p += 5) {
         size_t k = 0;
         while (k < 64 && strchr("0123456789abcdef", p[5 + k]) != NULL && p[5 + k] != '\0')
@@ -284,16 +298,9 @@ static char **orphan_runsc_processes(void)
     SG_CHECK(d != NULL, NULL, "cannot read /proc");
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        char path[300], cmd[64] = "", id[65], entry[96];
-        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+        char cmd[64] = "", id[65], entry[96];
+        if (e->d_name[0] < '0' || e->d_name[0] > '9' || proc_cmdline(e->d_name, cmd, sizeof(cmd), false) == 0)
             continue;
-        snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (f == NULL)
-            continue;
-        size_t got = fread(cmd, 1, sizeof(cmd) - 1, f);
-        fclose(f);
-        cmd[got] = '\0';
         if (strcmp(cmd, "runsc-sandbox") != 0 && strcmp(cmd, "runsc-gofer") != 0)
             continue;
         runsc_process_container((pid_t)atoi(e->d_name), id);
@@ -308,10 +315,84 @@ static char **orphan_runsc_processes(void)
     return v;
 }
 
-/* An image <repo>/python:latest whose entrypoint does not exist: the
- * runtime fails to start its container. Made by committing a container of
- * sandgate/python with that entrypoint. */
-static void make_broken_image(const char *repo)
+/* Docker's own containerd (deploy/engine.sh starts dockerd, which starts
+ * it), or a system one. */
+static const char *containerd_socket(void)
+{
+    static const char *const socks[] = {"/var/run/docker/containerd/containerd.sock",
+                                        "/run/containerd/containerd.sock"};
+    for (size_t i = 0; i < sizeof(socks) / sizeof(socks[0]); i++)
+        if (access(socks[i], F_OK) == 0)
+            return socks[i];
+    return NULL;
+}
+
+/* The containers containerd holds for Docker (namespace moby) whose
+ * specification names `marker` (malloc'd strv of ids): a failed start under
+ * runsc was seen to leave them there, out of Docker's sight (`docker ps -a`
+ * does not list them), each with a containerd-shim-runc-v2 process. */
+static char **containerd_containers_with(const char *marker)
+{
+    const char *sock = containerd_socket();
+    SG_CHECK(sock != NULL, NULL, "no containerd socket (Docker's or the system's)");
+    char cmd[512], line[256], quoted[160];
+    snprintf(quoted, sizeof(quoted), "\"%s\"", marker); /* whole, as a JSON string */
+    snprintf(cmd, sizeof(cmd), "ctr -a %s -n moby containers list -q 2>/dev/null", sock);
+    FILE *f = popen(cmd, "r");
+    SG_CHECK(f != NULL, NULL, "cannot run ctr");
+    char **ids = calloc(1, sizeof(*ids));
+    size_t n = 0;
+    int listed = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        line[strcspn(line, "\n")] = '\0';
+        listed++;
+        if (strlen(line) != 64 || strspn(line, "0123456789abcdef") != 64)
+            continue;
+        char info[512], buf[4096];
+        snprintf(info, sizeof(info), "ctr -a %s -n moby containers info %s 2>/dev/null", sock, line);
+        FILE *g = popen(info, "r");
+        bool ours = false;
+        while (g != NULL && fgets(buf, sizeof(buf), g) != NULL)
+            ours = ours || strstr(buf, quoted) != NULL;
+        if (g != NULL)
+            pclose(g);
+        if (!ours)
+            continue;
+        ids = realloc(ids, (n + 2) * sizeof(*ids));
+        ids[n++] = strdup(line);
+        ids[n] = NULL;
+    }
+    SG_CHECK(pclose(f) == 0, NULL, "ctr could not list containerd's containers (%d lines)", listed);
+    return ids;
+}
+
+/* containerd-shim processes serving one of ids. */
+static size_t shims_of(char *const *ids)
+{
+    size_t found = 0;
+    DIR *d = opendir("/proc");
+    SG_CHECK(d != NULL, NULL, "cannot read /proc");
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char buf[4096];
+        if (e->d_name[0] < '0' || e->d_name[0] > '9' || proc_cmdline(e->d_name, buf, sizeof(buf), true) == 0)
+            continue;
+        if (strstr(buf, "containerd-shim") == NULL)
+            continue;
+        for (size_t i = 0; ids[i] != NULL; i++)
+            if (strstr(buf, ids[i]) != NULL) {
+                fprintf(stderr, "left behind: containerd shim %s for %.12s\n", e->d_name, ids[i]);
+                found++;
+            }
+    }
+    closedir(d);
+    return found;
+}
+
+/* An image <repo>/python:latest whose entrypoint, `entrypoint`, does not
+ * exist: the runtime would fail to start its container. Made by committing
+ * a container of sandgate/python with that entrypoint. */
+static void make_broken_image(const char *repo, const char *entrypoint)
 {
     sgtest_reply_t r;
     char path[256];
@@ -325,9 +406,10 @@ static void make_broken_image(const char *repo)
     char *cid = strdup(SG_STR(o, "Id"));
     json_object_put(o);
     pathf(path, sizeof(path), "/commit?container=%s&repo=%s/python&tag=latest", cid, repo);
-    SG_CHECK(sgtest_docker_call("POST", path, "{\"Entrypoint\":[\"/sgtest-no-such-agent\"],\"Cmd\":[]}", &r) == 0 &&
-                 r.status == 201,
-             NULL, "cannot commit the broken image (HTTP %ld)", r.status);
+    char conf[256];
+    snprintf(conf, sizeof(conf), "{\"Entrypoint\":[\"%s\"],\"Cmd\":[]}", entrypoint);
+    SG_CHECK(sgtest_docker_call("POST", path, conf, &r) == 0 && r.status == 201, NULL,
+             "cannot commit the broken image (HTTP %ld)", r.status);
     sgtest_reply_free(&r);
     pathf(path, sizeof(path), "/containers/%s?force=1", cid);
     sgtest_docker_call("DELETE", path, NULL, &r);
@@ -340,9 +422,11 @@ static void test_failed_start_leaves_no_process(void **state)
     /* Orphans that other users of the engine may have left are not ours:
      * only new ones count. */
     char **before = orphan_runsc_processes();
-    char repo[64], prefix_kv[96], path[128];
+    char repo[64], prefix_kv[96], path[128], entrypoint[64];
     snprintf(repo, sizeof(repo), "sgtest-broken-%d", (int)getpid());
-    make_broken_image(repo);
+    /* this run's own: what marks its containers in containerd */
+    snprintf(entrypoint, sizeof(entrypoint), "/sgtest-no-such-agent-%d", (int)getpid());
+    make_broken_image(repo, entrypoint);
     snprintf(prefix_kv, sizeof(prefix_kv), "SANDGATE_IMAGE_PREFIX=%s/", repo);
     start_proxy("auto", "SANDGATE_POOL_SIZE=0", prefix_kv);
     int failed = 0;
@@ -386,6 +470,17 @@ static void test_failed_start_leaves_no_process(void **state)
     }
     sgtest_strv_free(left);
     sgtest_strv_free(before);
+
+    /* nor any containerd container, task or shim of them: the proxy looks
+     * for the entrypoint before it starts a runsc sandbox (Docker 20.10
+     * leaves all three behind when runsc fails to start one) */
+    char **ours = containerd_containers_with(entrypoint);
+    size_t shims = shims_of(ours);
+    for (size_t i = 0; ours[i] != NULL; i++)
+        fprintf(stderr, "left behind: containerd container %s\n", ours[i]);
+    SG_CHECK(ours[0] == NULL && shims == 0, NULL,
+             "%zu containerd container(s) and %zu shim(s) outlived the failed starts", sgtest_strv_len(ours), shims);
+    sgtest_strv_free(ours);
 
     /* and the proxy still makes sandboxes that work */
     stop_proxy();

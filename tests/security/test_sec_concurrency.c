@@ -514,10 +514,14 @@ SGGW_TEST(test_slots_come_back)
     char url[256];
     sgtest_reply_t r;
 
-    /* the client gives up after 1 s; its run goes on for 2 s more */
+    /* the client gives up after 2 s, once its run has surely started (a
+     * one-shot sandbox under runsc on a busy machine can take over 1 s to
+     * get there); the run goes on for 3 s more */
+    static const char long_sleep_body[] =
+        "{\"code\":\"import time; time.sleep(5)\",\"lang\":\"python\",\"timeout\":60}";
     pathf(url, sizeof(url), "%s/execute", sggw_gateway_url(g));
     sggw_par_req_t hang;
-    hang = sggw_par_post(url, tok, sleep_body, 1);
+    hang = sggw_par_post(url, tok, long_sleep_body, 2);
     SG_CHECK(sggw_parallel(&hang, 1) == 0, NULL, "cannot start a thread");
     SG_CHECK(hang.reply.status == 0, NULL, "the client was to give up before the reply (got HTTP %ld)",
              hang.reply.status);

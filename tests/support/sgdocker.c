@@ -147,6 +147,17 @@ char *sgtest_docker_session_container(const char *proxy_id, const char *session_
     return id;
 }
 
+bool sgtest_docker_session_on_runsc(const char *proxy_id, const char *session_id)
+{
+    char *cid = sgtest_docker_session_container(proxy_id, session_id);
+    json_object *c = cid != NULL ? sgtest_docker_inspect(cid, NULL) : NULL;
+    json_object *rt = c != NULL ? sgtest_jpath(c, "HostConfig.Runtime") : NULL;
+    bool on = rt != NULL && strcmp(json_object_get_string(rt), "runsc") == 0;
+    json_object_put(c);
+    free(cid);
+    return on;
+}
+
 json_object *sgtest_docker_inspect(const char *id, long *status)
 {
     char *esc = curl_easy_escape(NULL, id, 0);
@@ -315,6 +326,13 @@ void sgtest__assert_hardened(json_object *c, const char *file, int line)
         sgtest__fail(hc, file, line, "HostConfig.NetworkMode must be \"none\"");
     if (!sgtest_json_array_has_string(sgtest_jpath(c, "HostConfig.CapDrop"), "ALL"))
         sgtest__fail(hc, file, line, "HostConfig.CapDrop must hold \"ALL\"");
+    /* a sandbox's agent keeps only what makes its children the sandbox user */
+    json_object *add = sgtest_jpath(c, "HostConfig.CapAdd");
+    for (size_t i = 0; add != NULL && i < json_object_array_length(add); i++) {
+        const char *cap = json_object_get_string(json_object_array_get_idx(add, i));
+        if (strcmp(cap, "CAP_SETUID") != 0 && strcmp(cap, "CAP_SETGID") != 0 && strcmp(cap, "CAP_SETPCAP") != 0)
+            sgtest__fail(hc, file, line, "HostConfig.CapAdd holds %s", cap);
+    }
     if (!strv_json_has_prefix(sgtest_jpath(c, "HostConfig.SecurityOpt"), "no-new-privileges"))
         sgtest__fail(hc, file, line, "HostConfig.SecurityOpt must hold no-new-privileges");
     v = sgtest_jpath(c, "HostConfig.ReadonlyRootfs");
@@ -332,9 +350,14 @@ void sgtest__assert_hardened(json_object *c, const char *file, int line)
         sgtest__fail(hc, file, line, "HostConfig.NanoCpus must be > 0");
     v = sgtest_jpath(c, "Config.User");
     const char *user = v ? json_object_get_string(v) : "";
-    if (*user == '\0' || strcmp(user, "root") == 0 || strcmp(user, "0") == 0 || strncmp(user, "0:", 2) == 0 ||
-        strncmp(user, "root:", 5) == 0)
-        sgtest__fail(sgtest_jpath(c, "Config"), file, line, "Config.User \"%s\" must name a non-root user", user);
+    /* root only for a sandbox's agent, which makes user code 1000:1000 for
+     * good (agent/creds.h): exactly "0:0" with the three capabilities that
+     * takes, checked above */
+    bool agent = strcmp(user, "0:0") == 0 && add != NULL && json_object_array_length(add) == 3;
+    if (!agent && (*user == '\0' || strcmp(user, "root") == 0 || strcmp(user, "0") == 0 ||
+                   strncmp(user, "0:", 2) == 0 || strncmp(user, "root:", 5) == 0))
+        sgtest__fail(sgtest_jpath(c, "Config"), file, line,
+                     "Config.User \"%s\" must name a non-root user (or be the agent's 0:0)", user);
 }
 
 int sgtest_docker_remove_all(const char *proxy_id)

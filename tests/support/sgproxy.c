@@ -103,15 +103,9 @@ sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extr
     set[nset++] = id_kv;
     if (!store_given)
         set[nset++] = no_store_kv;
-    /* The suites run their proxies on runc unless the environment names a
-     * runtime (SANDGATE_RUNTIME=runsc ctest ... runs them under gVisor;
-     * README "Tests"), or a test asks for one. */
-    static char runtime_kv[] = "SANDGATE_RUNTIME=runc";
-    bool runtime_given = getenv("SANDGATE_RUNTIME") != NULL;
-    for (size_t i = 0; i < nextra; i++)
-        runtime_given = runtime_given || sgtest_env_key_is(runtime_kv, extra_env[i]);
-    if (!runtime_given)
-        set[nset++] = runtime_kv;
+    /* The proxy's own default (auto: runsc when the engine offers it) unless
+     * the environment or the test names a runtime: SANDGATE_RUNTIME=runc
+     * ctest ... runs the suites on runc (README "Tests"). */
     return sgtest__server_exec(&p->s, bin, set, nset, START_DEADLINE_S);
 
 Error:

@@ -360,6 +360,9 @@ int sgtest_docker_count(const char *proxy_id);
 /* The single container of session <session_id> owned by <proxy_id>; its
  * full Id (malloc'd) or NULL when there is not exactly one. */
 char *sgtest_docker_session_container(const char *proxy_id, const char *session_id);
+/* Whether the single container of that session runs on runsc (gVisor), as
+ * its sandgate.runtime label says; false when there is no such container. */
+bool sgtest_docker_session_on_runsc(const char *proxy_id, const char *session_id);
 /* GET /containers/{id}/json: the object, or NULL when it does not exist
  * (*status gets the HTTP status when status is not NULL). */
 json_object *sgtest_docker_inspect(const char *id, long *status);
@@ -385,7 +388,8 @@ size_t sgtest_strv_len(char *const *v);
 /* Asserts (test thread only) the sandbox defaults on an inspected
  * container: no network, all capabilities dropped, no-new-privileges,
  * read-only root, not privileged, Memory == MemorySwap > 0, PidsLimit > 0,
- * NanoCpus > 0, a non-root Config.User. */
+ * NanoCpus > 0, a non-root Config.User, or the agent's 0:0 with no more
+ * than CAP_SETUID, CAP_SETGID and CAP_SETPCAP added (agent/creds.h). */
 #define SG_ASSERT_HARDENED(c) sgtest__assert_hardened((c), __FILE__, __LINE__)
 void sgtest__assert_hardened(json_object *c, const char *file, int line);
 /* Walks "A.B.C" through nested objects; borrowed, NULL if absent. */

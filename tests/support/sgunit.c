@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <grp.h>
 #include <unistd.h>
 
 uint32_t sgunit_xorshift32(uint32_t *state)
@@ -136,6 +137,10 @@ int sgunit_setup_agent(void **state)
     }
     strcpy(a->dir, "/tmp/sg-agent-test-XXXXXX");
     assert_non_null(mkdtemp(a->dir));
+    /* An agent started as root works on files as the sandbox user and runs
+     * its children as that user (agent/creds.h), as in a sandbox. */
+    if (geteuid() == 0)
+        assert_int_equal(chown(a->dir, 1000, 1000), 0);
     assert_int_equal(pipe2(in, O_CLOEXEC), 0);
     assert_int_equal(pipe2(outp, O_CLOEXEC), 0);
     a->pid = fork();
@@ -144,6 +149,12 @@ int sgunit_setup_agent(void **state)
         dup2(in[0], 0);
         dup2(outp[1], 1);
         setenv("SANDGATE_WORKDIR", a->dir, 1);
+        /* SGUNIT_AGENT_AS_USER=1: the agent started as the sandbox user, as
+         * an older proxy's containers start it (no uid split: creds.h) */
+        const char *as_user = getenv("SGUNIT_AGENT_AS_USER");
+        if (as_user != NULL && strcmp(as_user, "1") == 0 && geteuid() == 0 &&
+            (setgroups(0, NULL) != 0 || setresgid(1000, 1000, 1000) != 0 || setresuid(1000, 1000, 1000) != 0))
+            _exit(126);
         execl(agent_bin(), "sandgate-agent", (char *)NULL);
         _exit(127);
     }

@@ -207,8 +207,8 @@ static void test_config_identity(void **state)
     make_session(&s);
     c = config(&s);
     assert_string_equal(str_at(c, "Image", NULL), "sandgate/python:latest");
-    /* never root */
-    assert_string_equal(str_at(c, "User", NULL), "1000:1000");
+    /* the agent starts as root and user code runs as 1000 (agent/creds.h) */
+    assert_string_equal(str_at(c, "User", NULL), "0:0");
     assert_true(bool_at(c, "OpenStdin", NULL));
     assert_false(bool_at(c, "Tty", NULL));
 
@@ -291,7 +291,11 @@ static void test_config_isolation(void **state)
     assert_string_equal(str_at(hc, "NetworkMode", NULL), "none");
     assert_int_equal(json_object_array_length(at(hc, "CapDrop", NULL)), 1);
     assert_true(array_has(at(hc, "CapDrop", NULL), "ALL"));
-    assert_null(at(hc, "CapAdd", NULL));
+    /* only what the agent needs to make its children the sandbox user */
+    assert_int_equal(json_object_array_length(at(hc, "CapAdd", NULL)), 3);
+    assert_true(array_has(at(hc, "CapAdd", NULL), "CAP_SETUID"));
+    assert_true(array_has(at(hc, "CapAdd", NULL), "CAP_SETGID"));
+    assert_true(array_has(at(hc, "CapAdd", NULL), "CAP_SETPCAP"));
     assert_true(array_has(at(hc, "SecurityOpt", NULL), "no-new-privileges"));
     assert_null(at(hc, "Privileged", NULL));
     assert_true(bool_at(hc, "ReadonlyRootfs", NULL));
@@ -413,7 +417,7 @@ static void test_config_keep_template(void **state)
     /* /tmp stays a tmpfs, still capped */
     assert_true(has_opt(str_at(at(c, "HostConfig", NULL), "Tmpfs", "/tmp"), "size=64m"));
     /* the rest of the isolation does not change */
-    assert_string_equal(str_at(c, "User", NULL), "1000:1000");
+    assert_string_equal(str_at(c, "User", NULL), "0:0");
     assert_true(array_has(at(c, "HostConfig", "CapDrop", NULL), "ALL"));
     assert_true(array_has(at(c, "HostConfig", "SecurityOpt", NULL), "no-new-privileges"));
     assert_string_equal(str_at(c, "HostConfig", "NetworkMode"), "none");
