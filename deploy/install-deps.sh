@@ -9,6 +9,7 @@ PKGS=(build-essential cmake pkg-config libh2o-evloop-dev libssl-dev
       libcurl4-openssl-dev libjson-c-dev libhiredis-dev libsqlite3-dev
       libcmocka-dev redis-server docker.io docker-compose debootstrap curl jq
       ca-certificates sqlite3
+      socat openssl  # the TLS engine test: a TLS listener before the engine's socket, its certificates
       zlib1g-dev  # the rich-result tests inflate the PNGs a sandbox sends back
       clang libclang-rt-14-dev  # fuzz/: clang's libFuzzer and sanitizer runtimes
       clang-format  # the format check (tests/format.sh)

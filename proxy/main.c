@@ -30,6 +30,7 @@ static struct {
     long port;
     const char *docker_host;
     const char *docker_api;
+    const char *docker_tls_verify, *docker_cert_path;
     const char *proxy_id;
     const char *image_prefix;
     const char *template_repo;
@@ -68,6 +69,11 @@ static const sg_cfg_entry_t config_table[] = {
     {"PORT", SG_CFG_INT, "8000", 0, 65535, &cfg.port, "port to listen on"},
     {"DOCKER_HOST", SG_CFG_STR, "unix:///var/run/docker.sock", 0, 0, &cfg.docker_host,
      "the Docker engine: unix:///path or tcp://host:port"},
+    {"DOCKER_TLS_VERIFY", SG_CFG_STR, "", 0, 0, &cfg.docker_tls_verify,
+     "non-empty (any value): TLS to a tcp:// engine, its certificate verified against DOCKER_CERT_PATH/ca.pem"},
+    {"DOCKER_CERT_PATH", SG_CFG_STR, "", 0, 0, &cfg.docker_cert_path,
+     "directory of ca.pem, cert.pem, key.pem: TLS to a tcp:// engine with this client certificate (the engine's "
+     "verified only with DOCKER_TLS_VERIFY); empty: ~/.docker when DOCKER_TLS_VERIFY is set"},
     {"SANDGATE_DOCKER_API_VERSION", SG_CFG_STR, "", 0, 0, &cfg.docker_api,
      "Engine API version to use; empty: the engine's own (from GET /_ping)"},
     {"SANDGATE_PROXY_ID", SG_CFG_STR, "sandgate-proxy", 0, 0, &cfg.proxy_id,
@@ -336,13 +342,18 @@ int main(int argc, char **argv)
     if (rc >= 0)
         return rc;
 
-    if (sg_docker_setup(cfg.docker_host, cfg.docker_api, err, sizeof(err)) != 0) {
+    if (sg_docker_setup(cfg.docker_host, cfg.docker_api, cfg.docker_tls_verify, cfg.docker_cert_path, err,
+                        sizeof(err)) != 0) {
         sg_error("%s", err);
         return 2;
     }
+    sg_info("Docker engine at %s (%s)", cfg.docker_host, sg_docker_transport());
     docker = sg_docker_create();
-    if (prepare_engine(docker, &runtime) != 0)
+    if (prepare_engine(docker, &runtime) != 0) {
+        sg_docker_destroy(docker);
+        sg_docker_cleanup();
         return 1;
+    }
     make_context(&px, &api);
 
     size_t max_body = (size_t)(cfg.max_body > cfg.max_file_bytes ? cfg.max_body : cfg.max_file_bytes);

@@ -1,5 +1,6 @@
 #include "docker.h"
 #include "docker_stream.h"
+#include "docker_tls.h"
 #include "log.h"
 #include "util.h"
 
@@ -25,20 +26,85 @@ struct sg_docker {
 
 /* Set once by sg_docker_setup (and the first ping), read by every thread. */
 static char unix_path[512]; /* non-empty for unix sockets */
-static char base_url[512];  /* "http://localhost" or "http://host:port" */
+static char base_url[512];  /* "http://localhost", "http://host:port" or "https://host:port" */
+/* TLS to a tcp:// engine (empty cert_dir: none): Docker's own settings */
+static struct {
+    char cert_dir[512];
+    int verify;
+    char host[256], port[8]; /* for the attach connection, which libcurl does not carry */
+} tls;
 static char api_version[16];
 static pthread_mutex_t version_mutex = PTHREAD_MUTEX_INITIALIZER;
 
-int sg_docker_setup(const char *docker_host, const char *api, char *err, size_t errlen)
+/* host[:port] of a tcp:// address (an IPv6 host in brackets, a trailing
+ * slash ignored) into tls.host and tls.port, with Docker's default port. */
+static int split_host_port(const char *hp, const char *default_port, char *err, size_t errlen)
+{
+    const char *end = hp + strcspn(hp, "/"), *colon;
+    size_t hl;
+
+    if (hp[0] == '[') {
+        const char *rb = memchr(hp, ']', (size_t)(end - hp));
+        if (rb == NULL)
+            goto Bad;
+        colon = rb + 1 < end && rb[1] == ':' ? rb + 1 : NULL;
+        if (colon == NULL && rb + 1 != end)
+            goto Bad;
+        hp++;
+        hl = (size_t)(rb - hp);
+    } else {
+        colon = memchr(hp, ':', (size_t)(end - hp));
+        hl = (size_t)((colon != NULL ? colon : end) - hp);
+    }
+    if (hl == 0 || hl >= sizeof(tls.host))
+        goto Bad;
+    memcpy(tls.host, hp, hl);
+    tls.host[hl] = '\0';
+    if (colon != NULL) {
+        size_t pl = (size_t)(end - colon - 1);
+        if (pl == 0 || pl >= sizeof(tls.port) || strspn(colon + 1, "0123456789") < pl)
+            goto Bad;
+        memcpy(tls.port, colon + 1, pl);
+        tls.port[pl] = '\0';
+    } else {
+        snprintf(tls.port, sizeof(tls.port), "%s", default_port);
+    }
+    return 0;
+Bad:
+    snprintf(err, errlen, "DOCKER_HOST \"tcp://%s\" is not tcp://host:port", hp);
+    return -1;
+}
+
+int sg_docker_setup(const char *docker_host, const char *api, const char *tls_verify, const char *cert_path, char *err,
+                    size_t errlen)
 {
     if (docker_host == NULL || docker_host[0] == '\0')
         docker_host = "unix:///var/run/docker.sock";
     unix_path[0] = '\0';
+    tls.cert_dir[0] = '\0';
+    /* Docker's convention (its Go client, client.FromEnv): a certificate
+     * directory means TLS with that client certificate; the engine's own
+     * certificate is verified only when DOCKER_TLS_VERIFY is non-empty (any
+     * value), which alone means TLS too, with ~/.docker as the directory. */
+    tls.verify = tls_verify != NULL && tls_verify[0] != '\0';
+    if (cert_path != NULL && cert_path[0] != '\0')
+        snprintf(tls.cert_dir, sizeof(tls.cert_dir), "%s", cert_path);
+    else if (tls.verify)
+        snprintf(tls.cert_dir, sizeof(tls.cert_dir), "%s/.docker", getenv("HOME") != NULL ? getenv("HOME") : "");
     if (strncmp(docker_host, "unix://", 7) == 0) {
         snprintf(unix_path, sizeof(unix_path), "%s", docker_host + 7);
         snprintf(base_url, sizeof(base_url), "http://localhost");
+        tls.cert_dir[0] = '\0'; /* as Docker: TLS settings do not apply to a socket */
     } else if (strncmp(docker_host, "tcp://", 6) == 0) {
-        snprintf(base_url, sizeof(base_url), "http://%s", docker_host + 6);
+        int use_tls = tls.cert_dir[0] != '\0';
+        if (split_host_port(docker_host + 6, use_tls ? "2376" : "2375", err, errlen) != 0)
+            return -1;
+        if (strchr(tls.host, ':') != NULL)
+            snprintf(base_url, sizeof(base_url), "%s://[%s]:%s", use_tls ? "https" : "http", tls.host, tls.port);
+        else
+            snprintf(base_url, sizeof(base_url), "%s://%s:%s", use_tls ? "https" : "http", tls.host, tls.port);
+        if (use_tls && sg_docker_tls_setup(tls.cert_dir, tls.verify, err, errlen) != 0)
+            return -1;
     } else {
         snprintf(err, errlen, "DOCKER_HOST \"%s\" is neither unix:// nor tcp://", docker_host);
         return -1;
@@ -46,6 +112,20 @@ int sg_docker_setup(const char *docker_host, const char *api, char *err, size_t 
     snprintf(api_version, sizeof(api_version), "%s", api != NULL ? api : "");
     curl_global_init(CURL_GLOBAL_DEFAULT);
     return 0;
+}
+
+const char *sg_docker_transport(void)
+{
+    if (unix_path[0] != '\0')
+        return "unix socket";
+    if (tls.cert_dir[0] == '\0')
+        return "tcp, without TLS";
+    return tls.verify ? "tcp, TLS, engine certificate verified" : "tcp, TLS, engine certificate NOT verified";
+}
+
+void sg_docker_cleanup(void)
+{
+    sg_docker_tls_cleanup();
 }
 
 const char *sg_docker_api_version(void)
@@ -142,6 +222,47 @@ static size_t on_header(char *p, size_t size, size_t n, void *arg)
     return len;
 }
 
+/* What a TLS failure most likely means, for the operator ("" if none). */
+static const char *tls_hint(CURLcode rc)
+{
+    if (tls.cert_dir[0] == '\0')
+        return "";
+    switch (rc) {
+    case CURLE_PEER_FAILED_VERIFICATION:
+        return " (TLS: the engine's certificate does not chain to DOCKER_CERT_PATH/ca.pem, or does not name the host "
+               "of DOCKER_HOST)";
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+        return " (TLS: the engine ended the connection; does it trust the client certificate "
+               "DOCKER_CERT_PATH/cert.pem?)";
+    default:
+        return "";
+    }
+}
+
+/* The TLS options of a request to a tcp:// engine (curl_easy_reset clears them). */
+static void set_tls(CURL *c)
+{
+    char ca[600], cert[600], key[600];
+
+    snprintf(ca, sizeof(ca), "%s/ca.pem", tls.cert_dir);
+    snprintf(cert, sizeof(cert), "%s/cert.pem", tls.cert_dir);
+    snprintf(key, sizeof(key), "%s/key.pem", tls.cert_dir);
+    curl_easy_setopt(c, CURLOPT_SSLCERT, cert);
+    curl_easy_setopt(c, CURLOPT_SSLKEY, key);
+    curl_easy_setopt(c, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2);
+    if (tls.verify) {
+        curl_easy_setopt(c, CURLOPT_CAINFO, ca);
+        curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+        curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+    } else {
+        curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
+        curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
+    }
+}
+
 static int do_request_ct(sg_docker_t *d, const char *method, const char *path, const char *ctype, const char *body,
                          size_t body_len, long *status, sg_buf_t *resp, header_grab_t *grab, char *err, size_t errlen)
 {
@@ -155,6 +276,8 @@ static int do_request_ct(sg_docker_t *d, const char *method, const char *path, c
     curl_easy_setopt(d->curl, CURLOPT_URL, url);
     if (unix_path[0] != '\0')
         curl_easy_setopt(d->curl, CURLOPT_UNIX_SOCKET_PATH, unix_path);
+    else if (tls.cert_dir[0] != '\0')
+        set_tls(d->curl);
     curl_easy_setopt(d->curl, CURLOPT_CUSTOMREQUEST, method);
     if (strcmp(method, "HEAD") == 0)
         curl_easy_setopt(d->curl, CURLOPT_NOBODY, 1L); /* else curl waits for the body a HEAD never has */
@@ -185,7 +308,8 @@ static int do_request_ct(sg_docker_t *d, const char *method, const char *path, c
     if (status != NULL)
         *status = code;
     if (rc != CURLE_OK) {
-        snprintf(err, errlen, "Docker engine did not answer %s %s: %s", method, path, curl_easy_strerror(rc));
+        snprintf(err, errlen, "Docker engine did not answer %s %s: %s%s", method, path, curl_easy_strerror(rc),
+                 tls_hint(rc));
         return -1;
     }
     return 0;
@@ -574,14 +698,63 @@ static int read_headers(int fd, int timeout_ms, char *buf, size_t cap, char *err
     return -1;
 }
 
+/* The attach request line and headers for container id into req. */
+static int attach_request(const char *id, char *req, size_t reqlen)
+{
+    char url[1024], path[256];
+    snprintf(path, sizeof(path), "/containers/%s/attach?stream=1&stdin=1&stdout=1&stderr=1", id);
+    url_for(url, sizeof(url), path);
+    return snprintf(
+        req, reqlen,
+        "POST %s HTTP/1.1\r\nHost: docker\r\nContent-Length: 0\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n",
+        url + strlen(base_url));
+}
+
+/* Whether head is the reply of an attach that Docker accepted; else err
+ * gets its status line. */
+static int attach_accepted(char *head, char *err, size_t errlen)
+{
+    if (strncmp(head, "HTTP/1.1 101", 12) != 0 && strncmp(head, "HTTP/1.1 200", 12) != 0 &&
+        strncmp(head, "HTTP/1.0 200", 12) != 0) {
+        char *eol = strstr(head, "\r\n");
+        if (eol != NULL)
+            *eol = '\0';
+        snprintf(err, errlen, "Docker refused to attach: %s", head);
+        return 0;
+    }
+    return 1;
+}
+
+/* Over TLS the engine's socket carries records: the handshake is done here,
+ * then a relay thread bridges it to a socketpair whose other end is what the
+ * loop reads and writes as on a socket (docker_tls.h). */
+static int attach_tls(const char *id, int timeout_ms, int *out_fd, char *err, size_t errlen)
+{
+    char req[512], head[4096];
+    int reqlen = attach_request(id, req, sizeof(req));
+    sg_docker_tls_conn_t *c =
+        sg_docker_tls_request(tls.host, tls.port, req, (size_t)reqlen, timeout_ms, head, sizeof(head), err, errlen);
+
+    if (c == NULL)
+        return -1;
+    if (!attach_accepted(head, err, errlen)) {
+        sg_docker_tls_close(c);
+        return -1;
+    }
+    return sg_docker_tls_relay(c, out_fd, err, errlen);
+}
+
 int sg_docker_attach(const char *id, int timeout_ms, int *out_fd, char *err, size_t errlen)
 {
-    char url[1024], path[256], req[512], head[4096];
-    CURL *c = curl_easy_init();
+    char url[1024], req[512], head[4096];
+    CURL *c;
     curl_socket_t sock;
     int fd = -1, reqlen;
     size_t off = 0;
 
+    if (tls.cert_dir[0] != '\0')
+        return attach_tls(id, timeout_ms, out_fd, err, errlen);
+    c = curl_easy_init();
     if (c == NULL) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -614,12 +787,7 @@ int sg_docker_attach(const char *id, int timeout_ms, int *out_fd, char *err, siz
         int flags = fcntl(fd, F_GETFL);
         fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
     }
-    snprintf(path, sizeof(path), "/containers/%s/attach?stream=1&stdin=1&stdout=1&stderr=1", id);
-    url_for(url, sizeof(url), path);
-    reqlen =
-        snprintf(req, sizeof(req),
-                 "POST %s HTTP/1.1\r\nHost: docker\r\nContent-Length: 0\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n",
-                 url + strlen(base_url));
+    reqlen = attach_request(id, req, sizeof(req));
     while (off < (size_t)reqlen) {
         ssize_t n = send(fd, req + off, (size_t)reqlen - off, MSG_NOSIGNAL);
         if (n < 0) {
@@ -632,14 +800,8 @@ int sg_docker_attach(const char *id, int timeout_ms, int *out_fd, char *err, siz
     }
     if (read_headers(fd, timeout_ms, head, sizeof(head), err, errlen) != 0)
         goto Error;
-    if (strncmp(head, "HTTP/1.1 101", 12) != 0 && strncmp(head, "HTTP/1.1 200", 12) != 0 &&
-        strncmp(head, "HTTP/1.0 200", 12) != 0) {
-        char *eol = strstr(head, "\r\n");
-        if (eol != NULL)
-            *eol = '\0';
-        snprintf(err, errlen, "Docker refused to attach: %s", head);
+    if (!attach_accepted(head, err, errlen))
         goto Error;
-    }
     *out_fd = fd;
     return 0;
 

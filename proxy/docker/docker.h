@@ -19,8 +19,19 @@ typedef struct sg_docker sg_docker_t;
 
 /* Process-wide: parses DOCKER_HOST ("" or NULL means unix:///var/run/docker.sock)
  * and sets the API version used in every path. api_version may be "" to ask
- * the engine (GET /_ping, header Api-Version) on the first sg_docker_ping. */
-int sg_docker_setup(const char *docker_host, const char *api_version, char *err, size_t errlen);
+ * the engine (GET /_ping, header Api-Version) on the first sg_docker_ping.
+ * A tcp:// engine is reached over TLS as Docker's own client does: with
+ * cert_path (ca.pem, cert.pem, key.pem) non-empty, or tls_verify non-empty
+ * (any value; the directory is then ~/.docker when cert_path is empty); the
+ * engine's certificate is verified (chain to ca.pem, host name or IP) only
+ * with tls_verify non-empty. NULLs mean "". Unreadable or mismatched files
+ * fail here. Without a port: 2376 with TLS, 2375 without. */
+int sg_docker_setup(const char *docker_host, const char *api_version, const char *tls_verify, const char *cert_path,
+                    char *err, size_t errlen);
+/* How the engine is reached, for the log: "unix socket", "tcp, TLS, …". */
+const char *sg_docker_transport(void);
+/* Frees what sg_docker_setup made (the TLS context), at exit. */
+void sg_docker_cleanup(void);
 const char *sg_docker_api_version(void);
 
 sg_docker_t *sg_docker_create(void);
@@ -105,7 +116,10 @@ int sg_docker_network_isolated(sg_docker_t *d, const char *name, json_object *la
 /* POST /containers/{id}/attach with stdin, stdout and stderr, hijacked:
  * returns in *fd a connected socket (blocking mode, close-on-exec) on which
  * the container's stdin is written raw and its stdout/stderr arrive as
- * multiplexed frames (docker_stream.h). timeout_ms bounds the handshake. */
+ * multiplexed frames (docker_stream.h). timeout_ms bounds the handshake.
+ * Over TLS the descriptor is a socketpair's end bridged to the engine by a
+ * relay thread (docker_tls.h); a unix socket or plain tcp:// engine's is the
+ * connection itself. */
 int sg_docker_attach(const char *id, int timeout_ms, int *fd, char *err, size_t errlen);
 
 #endif

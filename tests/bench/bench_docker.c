@@ -22,7 +22,8 @@ int dk_setup(char *err, size_t errlen)
     char version[32], api[16];
     int major = 0, minor = 0;
 
-    if (sg_docker_setup(getenv("DOCKER_HOST"), "", err, errlen) != 0)
+    if (sg_docker_setup(getenv("DOCKER_HOST"), "", getenv("DOCKER_TLS_VERIFY"), getenv("DOCKER_CERT_PATH"), err,
+                        errlen) != 0)
         return -1;
     if (sg_docker_ping(sg_docker_thread(), version, api, err, errlen) != 0)
         return -1;
