@@ -2,7 +2,11 @@
 # The README's run command, end to end: deploy/run.sh brings up redis, the
 # proxy and the gateway, makes a first tenant and token, and prints a first
 # request; that request, run exactly as printed, works; `run.sh stop` stops
-# everything it started and leaves no container behind.
+# everything it started and leaves no container behind. In between, run.sh
+# supervises what it started: the proxy killed with SIGKILL is started again
+# (logged, with how it ended), Redis and the gateway untouched (same pids),
+# the service answers again, and no container of the dead proxy stays unless
+# the live proxy holds it as a session; the gateway killed is started again.
 # Ports, the data directory and the proxy id are this test's own, so a real
 # sandgate on the same machine is never touched.
 set -euo pipefail
@@ -55,13 +59,76 @@ curl -fsS "${dash%%#*}" | grep -q '<script type="module"' || fail "$dash does no
 curl -fsS -H "Authorization: Bearer ${dash#*#token=}" "${dash%%/dashboard/*}/admin/overview" | jq -e '.tenants[0].name' >/dev/null ||
   fail "the dashboard's token does not open GET /admin/overview"
 
+# ---- supervision ----
+run_dir=$SANDGATE_DATA_DIR/run
+token=$(cat "$run_dir/demo-token")
+gw=http://127.0.0.1:$PORT
+proxy=http://127.0.0.1:$SANDGATE_PROXY_PORT
+pid_of() { cat "$run_dir/$1.pid" 2>/dev/null || true; }
+# wait_for SECONDS WHAT COMMAND...: polls COMMAND every 0.2 s
+wait_for() {
+  local n=$(($1 * 5)) what=$2
+  shift 2
+  for _ in $(seq "$n"); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  fail "$what (within $n polls)"
+}
+new_session_works() {
+  local sid out
+  sid=$(curl -fsS -m 60 -X POST "$gw/sessions" -H "Authorization: Bearer $token" \
+    -H 'Content-Type: application/json' -d '{"lang": "python"}' | jq -r .session_id)
+  [ -n "$sid" ] && [ "$sid" != null ] || return 1
+  out=$(curl -fsS -m 60 -X POST "$gw/sessions/$sid/execute" -H "Authorization: Bearer $token" \
+    -H 'Content-Type: application/json' -d '{"code": "x = 6\nprint(x * 7)"}' | jq -r .stdout)
+  [ "$out" = 42 ] || return 1
+  echo "$sid"
+}
+differs() { local now; now=$(pid_of "$1"); [ -n "$now" ] && [ "$now" != "$2" ] && kill -0 "$now"; }
+# every container of the proxy's id is either new (made by the live proxy) or
+# a session the live proxy serves: none of the dead one's stays unclaimed
+dead_ones_gone() {
+  local live c
+  live=$(curl -fsS -m 5 "$proxy/sessions" | jq -r '.sessions[]') || return 1
+  for c in $old_containers; do
+    docker inspect "$c" >/dev/null 2>&1 || continue
+    grep -qx "$(docker inspect -f '{{index .Config.Labels "sandgate.session"}}' "$c")" <<<"$live" || return 1
+  done
+}
+
+redis_pid=$(pid_of redis) gateway_pid=$(pid_of gateway) proxy_pid=$(pid_of proxy)
+[ -n "$redis_pid" ] && [ -n "$gateway_pid" ] && [ -n "$proxy_pid" ] || fail "run.sh wrote no pid files"
+new_session_works >/dev/null || fail "a session did not work before the kill"
+old_containers=$(docker ps -aq --no-trunc --filter "label=sandgate.proxy=$SANDGATE_PROXY_ID")
+kill -9 "$proxy_pid"
+wait_for 30 "run.sh did not start the proxy again" differs proxy "$proxy_pid"
+grep -q "run: proxy (pid $proxy_pid) ended after .*killed by signal 9 (KILL); restart 1" "$log" ||
+  fail "the proxy's restart was not logged with its status"
+wait_for 60 "the restarted proxy does not answer" curl -fsS -m 2 "$proxy/"
+[ "$(pid_of redis)" = "$redis_pid" ] && kill -0 "$redis_pid" || fail "redis-server was touched"
+[ "$(pid_of gateway)" = "$gateway_pid" ] && kill -0 "$gateway_pid" || fail "the gateway was touched"
+wait_for 60 "no new session works after the proxy's restart" new_session_works
+wait_for 60 "containers of the dead proxy stayed" dead_ones_gone
+echo "test_run: the proxy killed with SIGKILL came back; redis and the gateway untouched"
+
+kill -9 "$gateway_pid"
+wait_for 30 "run.sh did not start the gateway again" differs gateway "$gateway_pid"
+grep -q "run: gateway (pid $gateway_pid) ended after .*killed by signal 9 (KILL); restart 1" "$log" ||
+  fail "the gateway's restart was not logged"
+wait_for 30 "the restarted gateway does not answer" curl -fsS -m 2 "$gw/"
+[ "$(pid_of redis)" = "$redis_pid" ] || fail "redis-server was touched"
+wait_for 60 "no new session works after the gateway's restart" new_session_works
+echo "test_run: the gateway killed with SIGKILL came back"
+
+last_pids="$(pid_of redis) $(pid_of proxy) $(pid_of gateway)"
 ./deploy/run.sh stop
 for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$pid" 2>/dev/null && fail "run.sh still runs 30 s after stop"
 wait "$pid" 2>/dev/null || true
 pid=
 [ -z "$(docker ps -aq --filter "label=sandgate.proxy=$SANDGATE_PROXY_ID")" ] || fail "containers left after stop"
+for p in $last_pids; do
+  ! kill -0 "$p" 2>/dev/null || fail "pid $p (redis-server, the proxy or the gateway) still runs after stop"
+done
 for port in "$PORT" "$SANDGATE_PROXY_PORT" "$SANDGATE_REDIS_PORT"; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then fail "port $port still answers after stop"; fi
 done
-echo "test_run: 1 passed, 0 failed"
+echo "test_run: 3 passed, 0 failed"
