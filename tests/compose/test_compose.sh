@@ -106,6 +106,25 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# --- the multi-host files (docs/deployment.md) ---------------------------------
+# valid as written, and refusing to run without the settings they require
+hostfile() { env -u SANDGATE_PROXY_ID "$@" "${COMPOSE[@]}" -p "$NAME" -f "$ROOT/deploy/compose/$HOSTFILE" \
+  --project-directory "$ROOT" config; }
+HOSTFILE=proxy-host.yml
+hostfile SANDGATE_PROXY_ID=h1 SANDGATE_PROXY_BIND=10.0.0.11 >"$TMP/proxy-host.yml" 2>&1 ||
+  die "deploy/compose/proxy-host.yml is valid" "$(cat "$TMP/proxy-host.yml")"
+grep -q '10.0.0.11' "$TMP/proxy-host.yml" || die "proxy-host.yml publishes the proxy on SANDGATE_PROXY_BIND"
+! hostfile SANDGATE_PROXY_BIND=10.0.0.11 >/dev/null 2>&1 || die "proxy-host.yml refuses to run without SANDGATE_PROXY_ID"
+! hostfile SANDGATE_PROXY_ID=h1 env -u SANDGATE_PROXY_BIND >/dev/null 2>&1 ||
+  die "proxy-host.yml refuses to publish the proxy without SANDGATE_PROXY_BIND"
+HOSTFILE=gateway-host.yml
+hostfile SANDGATE_PROXY_URL=http://10.0.0.11:8000,http://10.0.0.12:8000 >"$TMP/gateway-host.yml" 2>&1 ||
+  die "deploy/compose/gateway-host.yml is valid" "$(cat "$TMP/gateway-host.yml")"
+grep -q 'http://10.0.0.11:8000,http://10.0.0.12:8000' "$TMP/gateway-host.yml" ||
+  die "gateway-host.yml hands SANDGATE_PROXY_URL to the gateway"
+! hostfile env -u SANDGATE_PROXY_URL >/dev/null 2>&1 || die "gateway-host.yml refuses to run without SANDGATE_PROXY_URL"
+ok "deploy/compose/proxy-host.yml and gateway-host.yml are valid and require their settings"
+
 # --- images -------------------------------------------------------------------
 log "building images (deploy/compose-images.sh python)"
 t0=$SECONDS
