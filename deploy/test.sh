@@ -2,7 +2,7 @@
 # The test command: installs what is missing, starts Docker, builds sandgate
 # and its images, then runs the unit and integration tests under ASan/UBSan,
 # then every libFuzzer target in fuzz/ for 20 s (fuzz/run.sh).
-# Usage: sudo ./deploy/test.sh   (from anywhere; CI runs it via .ci/run)
+# Usage, as root: ./deploy/test.sh   (as another user: sudo ./deploy/test.sh; from anywhere; CI runs it via .ci/run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=deploy/lib.sh
