@@ -66,6 +66,11 @@ int sg_docker_tls_setup(const char *cert_dir, int verify, char *err, size_t errl
     }
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+#ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
+    /* an engine that closes without close_notify (Go's server on a hijacked
+     * connection may) ends the stream, as a socket's EOF does */
+    SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
+#endif
     if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
         ssl_error(err, errlen, "cannot load the client certificate");
         goto Error;

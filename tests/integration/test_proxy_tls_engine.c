@@ -184,6 +184,56 @@ static void check_output(const char *what, const char *got, size_t len, const ch
     }
 }
 
+/* Whether every language's warm pool of p holds its one container. */
+static bool pool_full(void *ctx)
+{
+    sgtest_reply_t r;
+    json_object *o, *pools;
+    bool full = false;
+
+    if (sgtest_call(ctx, "GET", "/health", NULL, &r) == 0 && r.status == 200 &&
+        (o = json_tokener_parse(r.body)) != NULL) {
+        if (json_object_object_get_ex(o, "pools", &pools) && json_object_object_length(pools) > 0) {
+            full = true;
+            json_object_object_foreach(pools, k, v)
+            {
+                (void)k;
+                full = full && json_object_get_int(v) >= 1;
+            }
+        }
+        json_object_put(o);
+    }
+    sgtest_reply_free(&r);
+    return full;
+}
+
+/* The threads of process pid (its /proc/pid/task entries), -1 on error. */
+static int thread_count(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    char line[256];
+    int n = -1;
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "Threads: %d", &n) == 1)
+            break;
+    if (f != NULL)
+        fclose(f);
+    return n;
+}
+
+typedef struct {
+    sgtest_proxy_t *p;
+    int want;
+} threads_ctx_t;
+
+static bool threads_back(void *arg)
+{
+    threads_ctx_t *t = arg;
+    return pool_full(t->p) && thread_count(sgtest_proxy_pid(t->p)) == t->want;
+}
+
 /* SIGTERM: the proxy exits 0 (under ASan: nothing leaked, relay threads
  * included) and leaves no container, its warm pool's included. */
 static void stop_clean(sgtest_proxy_t *p, const char *id)
@@ -209,6 +259,11 @@ static void test_session_over_tls(void **state)
     o = SG_CALL_JSON(p, "GET", "/health", NULL, 200);
     SG_CHECK(json_object_get_boolean(sgtest_jpath(o, "docker")), o, "the engine answers over TLS");
     json_object_put(o);
+    /* each pooled container's attach has its relay thread; they are counted
+     * once the pools are full, and must come back to that number at the end
+     * (a closed session's relay ends with its container) */
+    SG_CHECK(sgtest_poll(pool_full, p, 120, 0.2) == 0, NULL, "the warm pools fill over TLS");
+    threads_ctx_t threads = {p, thread_count(sgtest_proxy_pid(p))};
 
     char *sid = sgtest_create_session(p, "python", NULL, NULL);
     o = sgtest_run_code(p, sid, "x = 41", NULL, 0, NULL);
@@ -276,6 +331,9 @@ static void test_session_over_tls(void **state)
     sgtest_expect_stdout(o, "42\n");
     json_object_put(o);
 
+    SG_CHECK(sgtest_poll(threads_back, &threads, 60, 0.2) == 0, NULL,
+             "the relay threads of closed sandboxes end (%d threads, %d with full pools at the start)",
+             thread_count(sgtest_proxy_pid(p)), threads.want);
     stop_clean(p, id);
     free(id);
 }
