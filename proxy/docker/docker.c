@@ -66,6 +66,8 @@ static int split_host_port(const char *hp, const char *default_port, char *err, 
             goto Bad;
         memcpy(tls.port, colon + 1, pl);
         tls.port[pl] = '\0';
+        if (atol(tls.port) < 1 || atol(tls.port) > 65535)
+            goto Bad;
     } else {
         snprintf(tls.port, sizeof(tls.port), "%s", default_port);
     }
