@@ -40,7 +40,7 @@ static pthread_mutex_t version_mutex = PTHREAD_MUTEX_INITIALIZER;
  * slash ignored) into tls.host and tls.port, with Docker's default port. */
 static int split_host_port(const char *hp, const char *default_port, char *err, size_t errlen)
 {
-    const char *end = hp + strcspn(hp, "/"), *colon;
+    const char *given = hp, *end = hp + strcspn(hp, "/"), *colon;
     size_t hl;
 
     if (hp[0] == '[') {
@@ -73,7 +73,7 @@ static int split_host_port(const char *hp, const char *default_port, char *err, 
     }
     return 0;
 Bad:
-    snprintf(err, errlen, "DOCKER_HOST \"tcp://%s\" is not tcp://host:port", hp);
+    snprintf(err, errlen, "DOCKER_HOST \"tcp://%s\" is not tcp://host:port", given);
     return -1;
 }
 

@@ -59,6 +59,7 @@ int sg_docker_tls_setup(const char *cert_dir, int verify, char *err, size_t errl
         snprintf(err, errlen, "cannot read %s (DOCKER_CERT_PATH %s): %s", missing, cert_dir, strerror(errno));
         return -1;
     }
+    sg_docker_tls_cleanup(); /* set up again: the new files replace the old */
     ctx = SSL_CTX_new(TLS_client_method());
     if (ctx == NULL) {
         ssl_error(err, errlen, "cannot make a TLS context");
