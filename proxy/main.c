@@ -47,6 +47,7 @@ static struct {
     long session_queue;
     long max_containers;
     long pool_size;
+    long pool_refill_delay_ms;
     long max_file_bytes;
     long max_body;
     long workers;
@@ -112,6 +113,9 @@ static const sg_cfg_entry_t config_table[] = {
      "containers of every kind at once (sessions, one-shot, pool, installers); past it 503 no_capacity"},
     {"SANDGATE_POOL_SIZE", SG_CFG_INT, "2", 0, 1000, &cfg.pool_size,
      "ready containers kept per language and runtime, so that creating a session does not wait for one"},
+    {"SANDGATE_POOL_REFILL_DELAY_MS", SG_CFG_INT, "500", 0, 60000, &cfg.pool_refill_delay_ms,
+     "after a session takes a pooled container, how long its pool waits before starting the replacement, so that "
+     "the start does not compete with the session's first execute (a pool left empty refills at once)"},
     {"SANDGATE_MAX_FILE_BYTES", SG_CFG_INT, "16777216", 1, 64 << 20, &cfg.max_file_bytes,
      "largest file upload or download, bytes"},
     {"SANDGATE_MAX_BODY_BYTES", SG_CFG_INT, "4194304", 1024, 64 << 20, &cfg.max_body,
@@ -316,6 +320,7 @@ static void make_sessions_conf(sg_sessions_conf_t *sconf, const sg_proxy_t *px, 
     sconf->template_repo = cfg.template_repo;
     sconf->max_sessions = cfg.max_sessions;
     sconf->pool_size = cfg.pool_size;
+    sconf->pool_refill_delay_ms = cfg.pool_refill_delay_ms;
     sconf->store_volume = cfg.store_volume;
     sconf->sandbox_network = cfg.sandbox_network;
     sconf->agent_volume = agent_volume;

@@ -54,22 +54,26 @@ static void on_shared(void *data, const sg_state_result_t *r)
     free(a);
 }
 
-void sg_exec_slot_init(sg_exec_slot_t *slot, int64_t tenant)
+void sg_exec_slot_init(sg_exec_slot_t *slot, int64_t tenant, const char *sid)
 {
     unsigned char rnd[12];
+    size_t at = 0;
 
+    if (sid != NULL && sid[0] != '\0')
+        at = (size_t)snprintf(slot->token, sizeof(slot->token), "%.36s/", sid);
     sg_random_bytes(rnd, sizeof(rnd));
     for (size_t i = 0; i < sizeof(rnd); i++)
-        snprintf(slot->token + i * 2, 3, "%02x", rnd[i]);
+        snprintf(slot->token + at + i * 2, 3, "%02x", rnd[i]);
     slot->tenant = tenant;
     slot->held = 0;
 }
 
-void sg_exec_slot_acquire(sg_exec_slot_t *slot, int64_t tenant, long max, long lease_s, sg_exec_slot_cb cb, void *data)
+void sg_exec_slot_acquire(sg_exec_slot_t *slot, int64_t tenant, const char *sid, long max, long lease_s,
+                          sg_exec_slot_cb cb, void *data)
 {
     acquire_t *a = sg_xmalloc(sizeof(*a));
 
-    sg_exec_slot_init(slot, tenant);
+    sg_exec_slot_init(slot, tenant, sid);
     a->slot = slot;
     a->max = max;
     a->lease_s = lease_s;

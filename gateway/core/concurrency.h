@@ -27,8 +27,13 @@
  * quota, seeding it from the ledger). */
 #define SG_EXEC_LEASE_MARGIN_S 60
 
+/* A slot's token: "<session id>/<24 hex>" for an execution in a session, so
+ * that the state can tell that the session is busy (the idle reaper leaves
+ * it alone while the lease lives), else "<24 hex>". */
+#define SG_EXEC_SLOT_TOKEN_MAX 64
+
 typedef struct {
-    char token[25];
+    char token[SG_EXEC_SLOT_TOKEN_MAX];
     int64_t tenant;
     int held; /* 0 none, else where it was taken: SG_EXEC_SLOT_SHARED or SG_EXEC_SLOT_LOCAL */
 } sg_exec_slot_t;
@@ -41,11 +46,14 @@ typedef void (*sg_exec_slot_cb)(void *data, int granted, long in_flight);
 
 /* A new token for the slot of tenant, not held: for a slot taken by
  * another call that names it (sg_state_exec_admit: held is then set to
- * SG_EXEC_SLOT_SHARED by the caller). */
-void sg_exec_slot_init(sg_exec_slot_t *slot, int64_t tenant);
-/* Takes one of the tenant's max slots for at most lease_s seconds. The slot
- * must not be held already. */
-void sg_exec_slot_acquire(sg_exec_slot_t *slot, int64_t tenant, long max, long lease_s, sg_exec_slot_cb cb, void *data);
+ * SG_EXEC_SLOT_SHARED by the caller). sid: the session the execution runs
+ * in (NULL or "": none), named in the token. */
+void sg_exec_slot_init(sg_exec_slot_t *slot, int64_t tenant, const char *sid);
+/* Takes one of the tenant's max slots for at most lease_s seconds, for an
+ * execution in session sid (NULL or "": none). The slot must not be held
+ * already. */
+void sg_exec_slot_acquire(sg_exec_slot_t *slot, int64_t tenant, const char *sid, long max, long lease_s,
+                          sg_exec_slot_cb cb, void *data);
 /* Gives the slot back (nothing if it is not held). */
 void sg_exec_slot_release(sg_exec_slot_t *slot);
 

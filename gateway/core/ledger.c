@@ -42,6 +42,14 @@ static int runs_code(const sg_gw_req_t *g)
     return g->route == SG_GW_R_EXECUTE || g->route == SG_GW_R_COMMAND || g->route == SG_GW_R_EPHEMERAL;
 }
 
+/* The session an execution runs in, named in its slot's token: while the
+ * lease lives, the idle reaper leaves the session alone (a run longer than
+ * the idle timeout is not an idle session). */
+static const char *slot_sid(const sg_gw_req_t *g)
+{
+    return g->route != SG_GW_R_EPHEMERAL ? g->sid : NULL;
+}
+
 /* An execution's slot lease: its timeout and the upstream's grace, and a
  * margin (the wait of sg_gw_exec_slot_take for the routes that run code). */
 static long run_lease_s(const sg_gw_req_t *g)
@@ -60,7 +68,8 @@ static void on_admit(void *data, const sg_admit_result_t *r)
         /* Redis is not answering: as the three calls would each do, the rate
          * fails open, the slot falls back to this gateway's count, and the
          * quota (asked next) fails open; the ledger still gets every row */
-        sg_exec_slot_acquire(&g->slot, g->tenant.id, g->tenant.max_concurrent_execs, run_lease_s(g), on_exec_slot, g);
+        sg_exec_slot_acquire(&g->slot, g->tenant.id, slot_sid(g), g->tenant.max_concurrent_execs, run_lease_s(g),
+                             on_exec_slot, g);
         return;
     }
     g->rate = r->rate;
@@ -93,7 +102,7 @@ void sg_gw_exec_slot_take(sg_gw_req_t *g, long wait_ms, void (*next)(sg_gw_req_t
     g->after_slot = next;
     if (runs_code(g)) {
         /* the rate was left for here (auth.c): one state call for all three */
-        sg_exec_slot_init(&g->slot, g->tenant.id);
+        sg_exec_slot_init(&g->slot, g->tenant.id, slot_sid(g));
         sg_admit_args_t a = {
             .rate_per_min = g->rerun ? 0 : g->tenant.rate_per_min, /* a rerun's request was counted */
             .burst = g->tenant.burst,
@@ -107,7 +116,7 @@ void sg_gw_exec_slot_take(sg_gw_req_t *g, long wait_ms, void (*next)(sg_gw_req_t
         sg_state_exec_admit(sg_gw.state, g->tenant.id, &a, on_admit, g);
         return;
     }
-    sg_exec_slot_acquire(&g->slot, g->tenant.id, g->tenant.max_concurrent_execs,
+    sg_exec_slot_acquire(&g->slot, g->tenant.id, slot_sid(g), g->tenant.max_concurrent_execs,
                          (wait_ms + 999) / 1000 + SG_EXEC_LEASE_MARGIN_S, on_exec_slot, g);
 }
 

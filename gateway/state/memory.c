@@ -342,6 +342,19 @@ static void mem_session_get(sg_state_t *st, const char *sid, sg_state_get_cb cb,
     cb(data, 1, rec != NULL ? &copy : NULL);
 }
 
+/* An execution in flight in session sid: a live lease of its tenant whose
+ * token names it (concurrency.h). */
+static int session_busy(const mem_state_t *m, const sg_live_session_t *s, int64_t now)
+{
+    size_t len = strlen(s->id);
+    for (size_t i = 0; i < m->execs.n; i++) {
+        const lease_t *l = &m->execs.e[i];
+        if (l->tenant == s->tenant_id && l->until_s > now && strncmp(l->token, s->id, len) == 0 && l->token[len] == '/')
+            return 1;
+    }
+    return 0;
+}
+
 static void mem_sessions_expired(sg_state_t *st, int64_t now, size_t limit, sg_state_expired_cb cb, void *data)
 {
     mem_state_t *m = mem(st);
@@ -356,7 +369,7 @@ static void mem_sessions_expired(sg_state_t *st, int64_t now, size_t limit, sg_s
         for (size_t i = 0; i < m->sessions.n && n < cap; i++) {
             const sg_live_session_t *s = &m->sessions.e[i];
             int hit = pass == 0 ? s->lifetime_deadline <= now : (s->idle_deadline <= now && s->lifetime_deadline > now);
-            if (!hit)
+            if (!hit || (pass == 1 && session_busy(m, s, now)))
                 continue;
             memcpy(ids[n], s->id, sizeof(ids[n]));
             sids[n] = ids[n];

@@ -106,24 +106,41 @@ sg_state__script_t sg_state__scripts[SCRIPT_COUNT] = {
                         "redis.call('ZADD', KEYS[4], ARGV[7], ARGV[1])\n"
                         "return {1, redis.call('ZCARD', KEYS[1])}\n"},
     /* KEYS: idle index, lifetime index. ARGV: now s, limit.
-     * Returns sid, reason, tenant triples; lifetime first. */
-    [SCRIPT_EXPIRED] = {"local out, seen, n = {}, {}, 0\n"
-                        "local lim = tonumber(ARGV[2])\n"
-                        "for _, src in ipairs({{KEYS[2], 'lifetime'}, {KEYS[1], 'idle'}}) do\n"
-                        "  if n >= lim then break end\n"
-                        "  local ids = redis.call('ZRANGEBYSCORE', src[1], '-inf', ARGV[1], 'LIMIT', 0, lim)\n"
-                        "  for _, id in ipairs(ids) do\n"
-                        "    if n >= lim then break end\n"
-                        "    if not seen[id] then\n"
-                        "      seen[id] = true\n"
-                        "      n = n + 1\n"
-                        "      out[#out + 1] = id\n"
-                        "      out[#out + 1] = src[2]\n"
-                        "      out[#out + 1] = redis.call('HGET', 'sg:session:' .. id, 'tenant') or '0'\n"
-                        "    end\n"
-                        "  end\n"
-                        "end\n"
-                        "return out\n"},
+     * Returns sid, reason, tenant triples; lifetime first. A session past
+     * its idle deadline with an execution in flight (a live lease in its
+     * tenant's in-flight set whose token names it, "<sid>/...") is not
+     * idle: it is left out, its idle score moved a second on. */
+    [SCRIPT_EXPIRED] =
+        {"local out, seen, n = {}, {}, 0\n"
+         "local lim = tonumber(ARGV[2])\n"
+         "local function busy(id, t)\n"
+         "  local p = id .. '/'\n"
+         "  for _, m in ipairs(redis.call('ZRANGEBYSCORE', 'sg:tenant:' .. t .. ':execs', '(' .. ARGV[1],\n"
+         "      '+inf')) do\n"
+         "    if string.sub(m, 1, #p) == p then return true end\n"
+         "  end\n"
+         "  return false\n"
+         "end\n"
+         "for _, src in ipairs({{KEYS[2], 'lifetime'}, {KEYS[1], 'idle'}}) do\n"
+         "  if n >= lim then break end\n"
+         "  local ids = redis.call('ZRANGEBYSCORE', src[1], '-inf', ARGV[1], 'LIMIT', 0, lim)\n"
+         "  for _, id in ipairs(ids) do\n"
+         "    if n >= lim then break end\n"
+         "    if not seen[id] then\n"
+         "      seen[id] = true\n"
+         "      local t = redis.call('HGET', 'sg:session:' .. id, 'tenant') or '0'\n"
+         "      if src[2] == 'idle' and t ~= '0' and busy(id, t) then\n"
+         "        redis.call('ZADD', KEYS[1], tonumber(ARGV[1]) + 1, id)\n"
+         "      else\n"
+         "        n = n + 1\n"
+         "        out[#out + 1] = id\n"
+         "        out[#out + 1] = src[2]\n"
+         "        out[#out + 1] = t\n"
+         "      end\n"
+         "    end\n"
+         "  end\n"
+         "end\n"
+         "return out\n"},
     /* KEYS: a tenant set, or the lifetime index for all sessions. ARGV: max.
      * Returns sid + the 7 record fields, per session. */
     [SCRIPT_LIST] = {"local ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)\n"

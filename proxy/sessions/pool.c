@@ -23,8 +23,9 @@
 typedef struct {
     h2o_linklist_t ready; /* of sessions, SG_IN_POOL; an anchor once ready_list made it one */
     size_t nstarting;
-    uint64_t retry_at_ms; /* after a failed start */
-    int asked;            /* a request named this language on this runtime: it fills */
+    uint64_t retry_at_ms;  /* after a failed start */
+    uint64_t refill_at_ms; /* after a take: the replacement waits until the session's first execute is done */
+    int asked;             /* a request named this language on this runtime: it fills */
 } pool_t;
 
 static pool_t pools[MAX_LANGS][SG_RUNTIME_COUNT];
@@ -110,8 +111,15 @@ static sg_session_t *pool_take(const sg_create_req_t *req)
         sg_session_t *s = H2O_STRUCT_FROM_MEMBER(sg_session_t, _link, ready_list(p)->next);
         sg_session_ref(s);
         sg__session_unlist(s);
-        if (s->state == SG_SESSION_ACTIVE)
+        if (s->state == SG_SESSION_ACTIVE) {
+            /* A replacement's start (and its kernel's, ~750 ms of CPU under
+             * gVisor) would compete with this session's first execute for
+             * the cores: while the pool still holds a ready container it
+             * waits a moment. Emptied, it refills at once. */
+            if (!h2o_linklist_is_empty(ready_list(p)))
+                p->refill_at_ms = sg_now_ms() + (uint64_t)sg__sessions_conf()->pool_refill_delay_ms;
             return s;
+        }
         sg_session_unref(s);
     }
     return NULL;
@@ -135,7 +143,7 @@ void sg_pool_fill(void)
             sg_create_req_t req = {0};
             if (!(all & (1u << r)) && !p->asked)
                 continue;
-            if (now < p->retry_at_ms)
+            if (now < p->retry_at_ms || (now < p->refill_at_ms && !h2o_linklist_is_empty(ready_list(p))))
                 continue;
             req.lang = sg_lang_at(i);
             req.limits = conf->pool_limits;

@@ -29,8 +29,9 @@ typedef struct {
     const char *image_prefix;  /* "sandgate/" -> "sandgate/python:latest" */
     const char *template_repo; /* keep_template images: "<repo>:<session id>" */
     long max_sessions;
-    long pool_size;          /* ready containers kept per language */
-    sg_limits_t pool_limits; /* the limits pooled containers are made with */
+    long pool_size;            /* ready containers kept per language */
+    long pool_refill_delay_ms; /* a take delays its pool's refill by this (pool.c) */
+    sg_limits_t pool_limits;   /* the limits pooled containers are made with */
     int agent_start_timeout_ms;
     const char *store_volume;    /* the package store (install.h), mounted read-only; "" or NULL: none */
     const char *sandbox_network; /* NetworkMode of sessions with the network (isolated, see main.c);

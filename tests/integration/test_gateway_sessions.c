@@ -186,6 +186,58 @@ SGGW_TEST(test_use_keeps_session)
     free(tok);
 }
 
+/* A run longer than the idle timeout is not idleness: the execution in
+ * flight holds the session (its slot's lease names it), with Redis and
+ * without; once it has ended, the idle timeout counts from its end. */
+static void long_run_not_idle(sggw_gateway_t *g, const char *dir, const char *tenant)
+{
+    const char *q[] = {"idle_timeout=2", "max_lifetime=600", NULL};
+    char *tok = sggw_new_tenant(dir, tenant, q);
+    char *sid = sggw_create_session(g, tok, NULL, NULL);
+    json_object_put(sggw_execute(g, tok, sid, "x = 41", 0));
+
+    /* 5 s of one execution, more than twice the idle timeout, and a
+     * command of 4 s after it */
+    json_object *o = sggw_execute(g, tok, sid, "import time\ntime.sleep(5)\nx += 1\nprint(x)", 20);
+    SG_CHECK(strcmp(SG_STR(o, "stdout"), "42\n") == 0, o, "a 5 s execution in a session idle after 2 s must finish");
+    json_object_put(o);
+    SG_CHECK(sggw_admin_lists(g, tenant, sid), NULL, "the session was closed while an execution ran in it (idle 2 s)");
+    char path[256];
+    pathf(path, sizeof(path), "/sessions/%s/commands", sid);
+    o = sggw_post_result(g, tok, path, json_tokener_parse("{\"command\":\"sleep 4; echo slept\",\"timeout\":20}"));
+    SG_CHECK(strcmp(SG_STR(o, "stdout"), "slept\n") == 0, o, "a 4 s command must finish");
+    json_object_put(o);
+    o = sggw_execute(g, tok, sid, "print(x)", 0);
+    SG_CHECK(strcmp(SG_STR(o, "stdout"), "42\n") == 0, o, "the session's state must be there after the long runs");
+    json_object_put(o);
+
+    /* left alone now, it is closed by its idle timeout */
+    double deadline = sgtest_now() + 2 + REAP_SLACK_S;
+    while (sggw_admin_lists(g, tenant, sid)) {
+        SG_CHECK(sgtest_now() < deadline, NULL, "session %s is still open %.0f s after its last run ended (idle 2 s)",
+                 sid, 2 + REAP_SLACK_S);
+        usleep(50000);
+    }
+    sggw_expect_db_closed(dir, sid, "idle");
+    free(sid);
+    free(tok);
+}
+
+SGGW_TEST(test_long_run_not_idle)
+{
+    long_run_not_idle(stack.gw, data_dir(), "long-run");
+}
+
+SGGW_TEST(test_long_run_not_idle_memory)
+{
+    stack.extra_dir = sggw_mkdtemp("sggw-long-mem");
+    SG_CHECK(stack.extra_dir != NULL, NULL, "mkdtemp");
+    stack.extra_gw = start_gateway(stack.extra_dir, NULL);
+    SG_CHECK(stack.extra_gw != NULL, NULL, "cannot start a gateway without Redis");
+    long_run_not_idle(stack.extra_gw, stack.extra_dir, "long-run-mem");
+    sggw_stack_stop_extra(&stack, "gateway without Redis");
+}
+
 /* ------------------------------------------------------------------------
  * 8. Maximum lifetime
  * ------------------------------------------------------------------------ */
@@ -213,7 +265,10 @@ SGGW_TEST(test_lifetime_closes_even_when_used)
                  sid, sggw_wall() - t0);
         sgtest_reply_t r;
         sggw_call(stack.gw, tok, "POST", path, "{\"code\":\"print(1)\"}", &r);
-        if (r.status == 404)
+        /* 404 once it is closed; an execution in flight when the lifetime
+         * ends is cut, and says so */
+        if (r.status == 404 || (r.status == 502 && r.body != NULL && strstr(r.body, "\"sandbox_failed\"") != NULL &&
+                                strstr(r.body, "the session was closed while this operation ran") != NULL))
             closed_at = sggw_wall();
         else
             SG_ASSERT_STATUS(&r, 200);
@@ -410,7 +465,7 @@ SGGW_TEST(test_restart_memory_state)
 int main(void)
 {
     return SG_RUN_TESTS("gateway_sessions", group_setup, sggw_stack_group_teardown, NULL, after_test,
-                        test_idle_timeout_closes, test_use_keeps_session, test_lifetime_closes_even_when_used,
-                        test_deadlines_not_early, test_admin_force_close, test_restart_keeps_state,
-                        test_restart_memory_state);
+                        test_idle_timeout_closes, test_use_keeps_session, test_long_run_not_idle,
+                        test_long_run_not_idle_memory, test_lifetime_closes_even_when_used, test_deadlines_not_early,
+                        test_admin_force_close, test_restart_keeps_state, test_restart_memory_state);
 }

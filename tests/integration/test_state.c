@@ -276,6 +276,43 @@ static void test_commit_get_touch(void **state)
     assert_int_equal(l.n, 1);
 }
 
+/* A session with an execution in flight (a live lease whose token is
+ * "<sid>/...") is not idle, whatever its idle deadline; its lifetime still
+ * ends it; a lease of another session, or one past, does not hold it. */
+static void test_busy_not_idle(void **state)
+{
+    fixture_t *f = *state;
+    int64_t now = sg_wall_s();
+    char mine[80], other[80];
+    sg_live_session_t s = make_session(451, "python", now, 900, 14400);
+    sg_live_session_t o = make_session(451, "python", now, 900, 14400);
+    assert_int_equal(commit(f, NULL, &s).ok, 1);
+    assert_int_equal(commit(f, NULL, &o).ok, 1);
+    snprintf(mine, sizeof(mine), "%s/0123456789abcdef01234567", s.id);
+    snprintf(other, sizeof(other), "%s0123456789abcdef01234567", o.id); /* no '/': not a session's */
+    assert_int_equal(exec_acquire(f, 451, 5, mine, 2000).ok, 1);
+    assert_int_equal(exec_acquire(f, 451, 5, other, 2000).ok, 1);
+
+    expired_wait_t e;
+    expired(f, now + 1000, 10, &e); /* both past idle; s is busy */
+    assert_int_equal(e.n, 1);
+    assert_string_equal(e.sids[0], o.id);
+    assert_string_equal(e.reasons[0], "idle");
+    expired(f, now + 14400, 10, &e); /* the lifetime ends it, busy or not */
+    assert_int_equal(e.n, 2);
+    assert_string_equal(e.reasons[0], "lifetime");
+    assert_string_equal(e.reasons[1], "lifetime");
+    expired(f, now + 3000, 10, &e); /* the lease has run out by then */
+    assert_int_equal(e.n, 2);
+
+    exec_release(f, 451, mine);
+    expired(f, now + 1010, 10, &e); /* given back: idle again */
+    assert_int_equal(e.n, 2);
+    assert_string_equal(e.reasons[0], "idle");
+    assert_string_equal(e.reasons[1], "idle");
+    exec_release(f, 451, other);
+}
+
 static void test_remove_once(void **state)
 {
     fixture_t *f = *state;
@@ -771,6 +808,7 @@ static void test_session_admit(void **state)
         cmocka_unit_test_setup_teardown(test_exec_lease_expires, setup_, teardown_),                                   \
         cmocka_unit_test_setup_teardown(test_exec_admit, setup_, teardown_),                                           \
         cmocka_unit_test_setup_teardown(test_exec_finish, setup_, teardown_),                                          \
+        cmocka_unit_test_setup_teardown(test_busy_not_idle, setup_, teardown_),                                        \
         cmocka_unit_test_setup_teardown(test_session_admit, setup_, teardown_),                                        \
         cmocka_unit_test_setup_teardown(test_mcp_sessions, setup_, teardown_),                                         \
         cmocka_unit_test_setup_teardown(test_commit_get_touch, setup_, teardown_),                                     \
