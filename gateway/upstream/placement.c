@@ -101,6 +101,15 @@ Error:
     return -1;
 }
 
+void sg_proxies_free(void)
+{
+    sg_proxies_stop_checks();
+    for (size_t i = 0; i < P.n; i++)
+        sg_upstream_destroy(P.list[i].up);
+    free(P.list);
+    memset(&P, 0, sizeof(P));
+}
+
 size_t sg_proxies_count(void)
 {
     return P.n;

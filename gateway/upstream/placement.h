@@ -69,6 +69,9 @@ int sg_proxies_init(h2o_loop_t *loop, const char *list, size_t max_reply_bytes, 
 void sg_proxies_start_checks(void);
 /* Stops them (the upstreams stay; they go with the process). */
 void sg_proxies_stop_checks(void);
+/* Stops the checks and frees every proxy and its upstream (tests; run the
+ * loop once afterwards, as after sg_upstream_destroy). */
+void sg_proxies_free(void);
 
 size_t sg_proxies_count(void);
 sg_proxy_t *sg_proxies_at(size_t i);
