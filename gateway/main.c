@@ -31,6 +31,7 @@ static struct {
     const char *host;
     long port;
     const char *proxy_url;
+    long proxy_grace_ms;
     const char *redis_url;
     long max_body;
     long max_file_bytes;
@@ -46,7 +47,10 @@ static struct {
 static const sg_cfg_entry_t config_table[] = {
     {"HOST", SG_CFG_STR, "0.0.0.0", 0, 0, &cfg.host, "address to listen on (IPv4)"},
     {"PORT", SG_CFG_INT, "3000", 0, 65535, &cfg.port, "port to listen on"},
-    {"SANDGATE_PROXY_URL", SG_CFG_STR, "http://127.0.0.1:8000", 0, 0, &cfg.proxy_url, "where the proxy listens"},
+    {"SANDGATE_PROXY_URL", SG_CFG_STR, "http://127.0.0.1:8000", 0, 0, &cfg.proxy_url,
+     "where the proxy listens; a comma-separated list places sessions over several proxies (one per Docker engine)"},
+    {"SANDGATE_PROXY_GRACE_MS", SG_CFG_INT, "5000", 0, SG_PROXY_GRACE_MAX_MS, &cfg.proxy_grace_ms,
+     "with several proxies: how long a session whose proxy stopped answering waits for it before it is lost"},
     {"SANDGATE_REDIS_URL", SG_CFG_STR, "", 0, 0, &cfg.redis_url,
      "redis://host:port[/db] for shared state; empty keeps the state in this process"},
     {"SANDGATE_DATA_DIR", SG_CFG_STR, SG_STORE_DEFAULT_DIR, 0, 0, &sg_gw.data_dir,
@@ -89,6 +93,14 @@ static const sg_cfg_entry_t config_table[] = {
      "comma-separated Origin values /mcp accepts besides its own (a request without Origin is accepted)"},
     {"SANDGATE_LOG_LEVEL", SG_CFG_STR, "info", 0, 0, &cfg.log_level, "error, warn, info or debug"},
 };
+
+static size_t proxies_in_flight(void)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < sg_proxies_count(); i++)
+        n += sg_upstream_in_flight(sg_proxies_at(i)->up);
+    return n;
+}
 
 int main(int argc, char **argv)
 {
@@ -142,7 +154,12 @@ int main(int argc, char **argv)
     sg_gw.max_body = (size_t)cfg.max_body;
     sg_gw.max_file_bytes = (size_t)cfg.max_file_bytes;
     sg_gw.max_header_bytes = (size_t)cfg.max_header_bytes;
-    sg_gw.upstream = sg_upstream_create(sg_gw.loop, cfg.proxy_url, (size_t)cfg.max_file_bytes + (1 << 20));
+    if (sg_proxies_init(sg_gw.loop, cfg.proxy_url, (size_t)cfg.max_file_bytes + (1 << 20), cfg.proxy_grace_ms, err,
+                        sizeof(err)) != 0) {
+        sg_error("%s", err);
+        return 1;
+    }
+    sg_gw.upstream = sg_proxies_at(0)->up; /* calls of no session's, with one proxy: its */
     if (cfg.redis_url[0] != '\0') {
         sg_gw.redis_configured = 1;
         sg_gw.state = sg_state_create_redis(sg_gw.loop, cfg.redis_url, err, sizeof(err));
@@ -159,6 +176,7 @@ int main(int argc, char **argv)
         sg_warn("the live state did not answer for every open session at start; the reaper will retry");
     sg_gw_auth_cache_start(st); /* the loop's connection from now on (core/auth.c) */
     sg_gw_reaper_start();
+    sg_proxies_start_checks();
 
     sg_http_server_start(server);
     sg_info("listening on %s:%d; proxy %s; state %s%s%s", cfg.host, sg_http_server_port(server), cfg.proxy_url,
@@ -172,7 +190,8 @@ int main(int argc, char **argv)
      * upstream are left to the exit: callbacks of theirs may still want the
      * other, and nothing of theirs needs saving. */
     uint64_t deadline = sg_now_ms() + 10000;
-    while ((sg_workq_pending(sg_gw.dbq) != 0 || sg_upstream_in_flight(sg_gw.upstream) != 0) && sg_now_ms() < deadline)
+    sg_proxies_stop_checks();
+    while ((sg_workq_pending(sg_gw.dbq) != 0 || proxies_in_flight() != 0) && sg_now_ms() < deadline)
         h2o_evloop_run(sg_gw.loop, 100);
     sg_gw.stopping = 1;
     sg_workq_t *dbq = sg_gw.dbq;

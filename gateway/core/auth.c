@@ -345,6 +345,7 @@ void sg_gw_req_run_as(sg_gw_req_t *g, const sg_gw_route_spec_t *spec)
     g->spec = spec;
     g->route = spec->route;
     g->rerun = 1;
+    g->proxy = NULL;
     g->authed = 0;
     g->sess_found = 0;
     g->job.rc = 0;

@@ -4,7 +4,9 @@
  * client that goes away does to a call in flight.
  */
 #include "request.h"
+#include "close.h"
 #include "metrics.h"
+#include "placement.h"
 #include "upstream.h"
 
 #include <stdio.h>
@@ -45,8 +47,8 @@ static void on_stream_head(void *data, long status, const char *content_type)
     sg_gw_req_t *g = data;
     h2o_req_t *req = sg_gw_req_http(g);
     g->up_status = status;
-    if (req == NULL)
-        return;
+    if (req == NULL || status == 404)
+        return; /* a 404 is answered whole once its code is known (on_forwarded) */
     sg_gw_reply_prepare(g, req, (int)status);
     g->stream =
         sg_http_stream_start(req, (int)status, content_type[0] ? content_type : "text/event-stream", SSE_MAX_QUEUED);
@@ -67,7 +69,78 @@ static void on_forwarded(void *data, const sg_upstream_reply_t *r)
     sg_gw_req_t *g = data;
     g->up = NULL;
     snprintf(g->up_retry_after, sizeof(g->up_retry_after), "%s", r->retry_after != NULL ? r->retry_after : "");
+    if (r->status == 404 && strcmp(r->code, "session_lost") == 0 && g->sid[0] && g->route != SG_GW_R_EPHEMERAL &&
+        g->route != SG_GW_R_CREATE) {
+        /* the proxy came back without it: its state is gone for good */
+        sg_gw_session_lost(g, "its proxy restarted without it");
+        return;
+    }
+    if (r->status == 404 && g->want_stream && g->stream == NULL) {
+        /* not streamed (on_stream_head): answered whole, with its code */
+        char body[160];
+        sg_upstream_reply_t whole = *r;
+        whole.body_len = (size_t)snprintf(body, sizeof(body),
+                                          "{\"detail\":\"the sandbox service does not know it\",\"code\":\"%s\"}",
+                                          r->code[0] ? r->code : "not_found");
+        whole.body = body;
+        whole.content_type = "application/json";
+        g->want_stream = 0;
+        g->up_done(g, &whole);
+        return;
+    }
     g->up_done(g, r);
+}
+
+/* ---- which proxy ------------------------------------------------------------------------ */
+
+#define PROXY_WAIT_MS 100
+
+static void on_proxy_wait(h2o_timeout_entry_t *e)
+{
+    sg_gw_req_t *g = H2O_STRUCT_FROM_MEMBER(sg_gw_req_t, proxy_wait, e);
+    sg_gw_forward(g, g->fwd_method, g->fwd_path, g->fwd_timeout_ms, g->up_done);
+}
+
+/* g->proxy for the call, or -1 when g was answered (and freed) or waits. */
+static int choose_proxy(sg_gw_req_t *g, const char *method, const char *path, long timeout_ms)
+{
+    static h2o_timeout_t wait_timeout;
+    long wait_ms;
+
+    if (g->proxy != NULL)
+        return 0;
+    if (sg_proxies_count() == 1) {
+        g->proxy = sg_proxies_at(0); /* as before placement: no check on the request path */
+        return 0;
+    }
+    if (g->sid[0] && g->sess_found && g->route != SG_GW_R_EPHEMERAL && g->route != SG_GW_R_CREATE) {
+        sg_proxy_t *p = sg_proxies_find(g->sess.proxy);
+        if (p == NULL) {
+            sg_gw_session_lost(g, "its proxy is no longer configured");
+            return -1;
+        }
+        if (sg_proxy_lost(p, &wait_ms)) {
+            sg_gw_session_lost(g, "its proxy stopped answering");
+            return -1;
+        }
+        if (wait_ms > 0) {
+            /* within the grace: the proxy may be back (a restart that
+             * adopts its sessions) — wait for it, at most that long */
+            if (wait_timeout.timeout == 0)
+                h2o_timeout_init(sg_gw.loop, &wait_timeout, PROXY_WAIT_MS);
+            snprintf(g->fwd_method, sizeof(g->fwd_method), "%s", method);
+            snprintf(g->fwd_path, sizeof(g->fwd_path), "%s", path);
+            g->fwd_timeout_ms = timeout_ms;
+            g->proxy_wait.cb = on_proxy_wait;
+            h2o_timeout_link(sg_gw.loop, &wait_timeout, &g->proxy_wait);
+            return -1;
+        }
+        g->proxy = p;
+        return 0;
+    }
+    g->proxy =
+        g->route == SG_GW_R_CREATE ? sg_proxies_place(g->lang) : sg_proxies_least_loaded(g->lang[0] ? g->lang : NULL);
+    return g->proxy != NULL ? 0 : -2;
 }
 
 void sg_gw_forward(sg_gw_req_t *g, const char *method, const char *path, long timeout_ms, sg_upstream_done_cb done)
@@ -85,6 +158,20 @@ void sg_gw_forward(sg_gw_req_t *g, const char *method, const char *path, long ti
         done(g, &fail);
         return;
     }
+    switch (choose_proxy(g, method, path, timeout_ms)) {
+    case -2: {
+        /* the route's failure path (a create gives its reservation back) */
+        sg_upstream_reply_t fail = {.err = "no sandbox service is in placement (every proxy fails its checks)",
+                                    .body = "",
+                                    .content_type = "",
+                                    .retry_after = "",
+                                    .code = ""};
+        done(g, &fail);
+        return;
+    }
+    case -1:
+        return;
+    }
     if (strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0)
         forward_body(g, &body, &len, &ctype);
     if (g->rid[0]) {
@@ -92,7 +179,7 @@ void sg_gw_forward(sg_gw_req_t *g, const char *method, const char *path, long ti
         headers[0] = rid_header;
     }
     snprintf(full, sizeof(full), "%s%s", path, g->query);
-    g->up = sg_upstream_start_with_headers(sg_gw.upstream, method, full, headers, body, len, ctype, timeout_ms,
+    g->up = sg_upstream_start_with_headers(g->proxy->up, method, full, headers, body, len, ctype, timeout_ms,
                                            g->want_stream ? on_stream_head : NULL,
                                            g->want_stream ? on_stream_data : NULL, on_forwarded, g);
     if (g->up == NULL) {
@@ -174,7 +261,7 @@ static void ask_cancel(sg_gw_req_t *g)
     g->cancel_tries++;
     g->cancel_retry.cb = on_cancel_retry;
     snprintf(path, sizeof(path), "/requests/%s", g->rid);
-    g->cancel_up = sg_upstream_start(sg_gw.upstream, "DELETE", path, NULL, 0, NULL, sg_gw.call_timeout_ms, NULL, NULL,
+    g->cancel_up = sg_upstream_start(g->proxy->up, "DELETE", path, NULL, 0, NULL, sg_gw.call_timeout_ms, NULL, NULL,
                                      on_cancel_reply, g);
 }
 

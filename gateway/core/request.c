@@ -8,6 +8,7 @@
 #include "request.h"
 #include "fields.h"
 #include "json.h"
+#include "log.h"
 #include "metrics.h"
 #include "stats.h"
 #include "util.h"
@@ -28,6 +29,8 @@ void sg_gw_req_free(sg_gw_req_t *g)
 {
     sg_upstream_cancel(g->up);
     sg_upstream_cancel(g->cancel_up);
+    if (h2o_timeout_is_linked(&g->proxy_wait))
+        h2o_timeout_unlink(&g->proxy_wait);
     if (h2o_timeout_is_linked(&g->cancel_retry))
         h2o_timeout_unlink(&g->cancel_retry);
     sg_exec_slot_release(&g->slot);
@@ -252,5 +255,14 @@ void sg_gw_touch_session(sg_gw_req_t *g, int add_exec)
 void sg_gw_check_session_lost(sg_gw_req_t *g, const sg_upstream_reply_t *r)
 {
     if (r->status == 404 && g->sid[0] && g->route != SG_GW_R_EPHEMERAL && strcmp(r->code, "no_such_session") == 0)
-        sg_gw_close_session(g->sid, g->tenant.id, "proxy_lost", NULL, NULL);
+        sg_gw_close_session_at(g->sid, g->tenant.id, g->proxy != NULL ? g->proxy->url : NULL, "proxy_lost", NULL, NULL);
+}
+
+void sg_gw_session_lost(sg_gw_req_t *g, const char *why)
+{
+    sg_warn("session %s: lost (%s)", g->sid, why);
+    sg_gw_close_session_at(g->sid, g->tenant.id, g->sess.proxy, "session_lost", NULL, NULL);
+    sg_gw_reply_error(g, 410, "session_lost",
+                      "the session's sandbox was lost (%s); its state is gone: create a new session", why);
+    sg_gw_req_free(g);
 }

@@ -27,6 +27,7 @@
 #include "route.h"
 #include "sse_tail.h"
 #include "db.h"
+#include "placement.h"
 #include "upstream.h"
 
 /* The files route's query string: "?path=" and a path the proxy takes
@@ -133,6 +134,11 @@ struct sg_gw_req {
     sg_sse_tail_t tail; /* a streamed reply, parsed as it passes for its result event */
     long up_status;
 
+    sg_proxy_t *proxy;              /* the proxy of its calls, once chosen (sg_gw_forward, placement.h) */
+    h2o_timeout_entry_t proxy_wait; /* its session's proxy is out of placement: waiting, within the grace */
+    char fwd_method[8];             /* the call that waits */
+    char fwd_path[128];
+    long fwd_timeout_ms;
     sg_upstream_req_t *up;            /* the call to the proxy while in flight */
     sg_upstream_done_cb up_done;      /* its callback */
     sg_upstream_req_t *cancel_up;     /* DELETE /requests/{rid} while in flight */
@@ -249,6 +255,10 @@ void sg_gw_touch_session(sg_gw_req_t *g, int add_exec);
 /* The proxy answered 404 no_such_session for a session the records say is
  * live (it was restarted): the session is closed so that its slot comes back. */
 void sg_gw_check_session_lost(sg_gw_req_t *g, const sg_upstream_reply_t *r);
+/* The session's sandbox is gone for good (its proxy lost it or is gone):
+ * the session is closed (reason session_lost), 410 session_lost answered
+ * and g freed. */
+void sg_gw_session_lost(sg_gw_req_t *g, const char *why);
 /* A state callback for updates nobody waits on. */
 void sg_gw_state_ignore(void *data, const sg_state_result_t *r);
 
@@ -261,7 +271,15 @@ void sg_gw_watch_client(sg_gw_req_t *g);
  * g->query) on to the proxy; done gets the reply, or a failure (status 0)
  * when the call cannot be made or the client has gone already (then before
  * sg_gw_forward returns). With g->want_stream the reply streams through to
- * the client as it comes. */
+ * the client as it comes.
+ *
+ * The proxy (g->proxy, unless the caller set it): a session's own, as its
+ * record says; a new session's by placement; any other call's the least
+ * loaded. A session whose proxy is out of placement waits for it within the
+ * grace; past it, or when its proxy is no longer configured, or when the
+ * proxy answers 404 session_lost, the session is closed and the client gets
+ * 410 session_lost (done is not called: g is answered and freed). No proxy
+ * in placement for another call: done gets a failure (502). */
 void sg_gw_forward(sg_gw_req_t *g, const char *method, const char *path, long timeout_ms, sg_upstream_done_cb done);
 /* The client asks, while its connection stays open, that g's call end (an
  * MCP notifications/cancelled): it goes as when the client goes away

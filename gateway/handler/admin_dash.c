@@ -25,6 +25,7 @@
 #include "http.h"
 #include "json.h"
 #include "metrics.h"
+#include "placement.h"
 #include "stats.h"
 #include "upstream.h"
 #include "util.h"
@@ -133,6 +134,9 @@ typedef struct {
     size_t total_sessions;
     long *live; /* live sessions per tenant (the tenants' order) */
     int full;   /* the day's totals were counted in full (day_totals) */
+    /* session id -> runtime, from every proxy's GET /sessions?details=1 */
+    json_object *runtimes;
+    size_t proxies_pending;
 } overview_t;
 
 static void overview_free(overview_t *o)
@@ -140,6 +144,7 @@ static void overview_free(overview_t *o)
     sg_http_hold_release(o->hold);
     json_object_put(o->tenants);
     json_object_put(o->sessions);
+    json_object_put(o->runtimes);
     free(o->ids);
     free(o->live);
     free(o);
@@ -309,25 +314,26 @@ static void overview_send(overview_t *o, json_object *runtimes)
     dash_reply(o->hold, reply);
 }
 
-/* The proxy's sessions with their details: session id -> runtime. */
+/* A proxy's sessions with their details: session id -> runtime, into
+ * o->runtimes; the overview goes once every proxy has answered. */
 static void on_proxy_sessions(void *data, const sg_upstream_reply_t *r)
 {
     overview_t *o = data;
-    json_object *body = r->status == 200 ? proxy_json(r) : NULL, *details, *runtimes = NULL;
+    json_object *body = r->status == 200 ? proxy_json(r) : NULL, *details;
     if (body != NULL && json_object_object_get_ex(body, "details", &details) &&
         json_object_is_type(details, json_type_array)) {
-        runtimes = json_object_new_object();
         for (size_t i = 0; i < json_object_array_length(details); i++) {
             json_object *d = json_object_array_get_idx(details, i), *id, *rt;
             if (json_object_object_get_ex(d, "session_id", &id) && json_object_is_type(id, json_type_string) &&
                 json_object_object_get_ex(d, "runtime", &rt) && json_object_is_type(rt, json_type_string) &&
                 json_object_get_string_len(rt) <= 32)
-                json_object_object_add(runtimes, json_object_get_string(id), json_object_get(rt));
+                json_object_object_add(o->runtimes, json_object_get_string(id), json_object_get(rt));
         }
     }
-    overview_send(o, runtimes);
-    json_object_put(runtimes);
     json_object_put(body);
+    if (--o->proxies_pending != 0)
+        return;
+    overview_send(o, json_object_object_length(o->runtimes) != 0 ? o->runtimes : NULL);
     overview_free(o);
 }
 
@@ -352,12 +358,20 @@ static void on_live_sessions(void *data, int available, size_t n, const sg_live_
                    : NULL);
         json_object_array_add(o->sessions, e);
     }
-    if (sg_http_hold_req(o->hold) == NULL || json_object_array_length(o->sessions) == 0 ||
-        sg_upstream_start(sg_gw.upstream, "GET", "/sessions?details=1", NULL, 0, NULL, DASH_PROXY_TIMEOUT_MS, NULL,
-                          NULL, on_proxy_sessions, o) == NULL) {
+    if (sg_http_hold_req(o->hold) == NULL || json_object_array_length(o->sessions) == 0) {
         overview_send(o, NULL);
         overview_free(o);
+        return;
     }
+    /* every proxy is asked (one more pending while they are started) */
+    o->runtimes = json_object_new_object();
+    o->proxies_pending = sg_proxies_count() + 1;
+    for (size_t i = 0; i < sg_proxies_count(); i++)
+        if (sg_upstream_start(sg_proxies_at(i)->up, "GET", "/sessions?details=1", NULL, 0, NULL, DASH_PROXY_TIMEOUT_MS,
+                              NULL, NULL, on_proxy_sessions, o) == NULL)
+            o->proxies_pending--;
+    static const sg_upstream_reply_t none = {.err = "", .body = ""};
+    on_proxy_sessions(o, &none);
 }
 
 static void overview_done(sg_gw_job_t *job)
@@ -586,6 +600,7 @@ static void on_proxy_health(void *data, const sg_upstream_reply_t *r)
     json_object_object_add(o, "state", state);
     json_object_object_add(o, "sqlite", sqlite);
     json_object_object_add(o, "pools", pools);
+    json_object_object_add(o, "proxies", sg_gw_proxies_json());
     dash_reply(h->hold, o);
     json_object_put(body);
     sg_http_hold_release(h->hold);

@@ -11,6 +11,7 @@
 #define SANDGATE_GW_HANDLERS_H
 
 #include <h2o.h>
+#include <json-c/json.h>
 
 #include "http.h"
 #include "route.h"
@@ -21,6 +22,8 @@
 int sg_gw_on_root(void *app, h2o_req_t *req, const sg_route_match_t *m);
 int sg_gw_on_metrics(void *app, h2o_req_t *req, const sg_route_match_t *m);
 int sg_gw_on_health(void *app, h2o_req_t *req, const sg_route_match_t *m);
+/* Each configured proxy as its health checks see it (GET /health, GET /admin/health). */
+json_object *sg_gw_proxies_json(void);
 int sg_gw_on_openapi(void *app, h2o_req_t *req, const sg_route_match_t *m);
 /* The document GET /openapi.json serves (NUL terminated). */
 const char *sg_gw_openapi_document(size_t *len);

@@ -17,6 +17,7 @@
 #include "http.h"
 #include "json.h"
 #include "metrics.h"
+#include "placement.h"
 #include "upstream.h"
 #include "util.h"
 
@@ -57,6 +58,27 @@ static void copy_field(json_object *to, json_object *from, const char *name)
         json_object_object_add(to, name, json_object_get(v));
 }
 
+/* Each proxy as its health checks see it (placement.h). */
+json_object *sg_gw_proxies_json(void)
+{
+    json_object *arr = json_object_new_array();
+    for (size_t i = 0; i < sg_proxies_count(); i++) {
+        const sg_proxy_t *p = sg_proxies_at(i);
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "url", json_object_new_string(p->url));
+        json_object_object_add(o, "up", json_object_new_boolean(p->in_placement));
+        json_object_object_add(o, "docker", json_object_new_boolean(p->in_placement && p->docker_ok));
+        json_object_object_add(o, "failed_checks", json_object_new_int64(p->fails));
+        json_object_object_add(o, "sessions", json_object_new_int64(p->sessions));
+        json_object_object_add(o, "containers", json_object_new_int64(p->containers));
+        json_object_object_add(o, "max_containers", json_object_new_int64(p->max_containers));
+        json_object_object_add(o, "memory_committed_bytes", json_object_new_int64(p->memory_committed));
+        json_object_object_add(o, "cpu_committed", json_object_new_double(p->cpu_committed));
+        json_object_array_add(arr, o);
+    }
+    return arr;
+}
+
 /* Answers with what is known now; a probe still out counts as failed. */
 static void answer(health_t *h)
 {
@@ -65,6 +87,13 @@ static void answer(health_t *h)
     int proxy_ok = h->proxy_done && h->proxy_status != 0 && h->proxy != NULL;
     int docker_ok = proxy_ok && json_object_object_get_ex(h->proxy, "docker", &docker) &&
                     json_object_is_type(docker, json_type_boolean) && json_object_get_boolean(docker);
+    if (sg_proxies_count() > 1) {
+        /* several: healthy while one at least is in placement, its engine answering */
+        proxy_ok = sg_proxies_up() > 0;
+        docker_ok = 0;
+        for (size_t i = 0; i < sg_proxies_count(); i++)
+            docker_ok |= sg_proxies_at(i)->in_placement && sg_proxies_at(i)->docker_ok;
+    }
     int state_ok = !sg_gw.redis_configured || sg_state_available(sg_gw.state);
     int healthy = proxy_ok && docker_ok && h->db_ok && state_ok;
 
@@ -78,12 +107,16 @@ static void answer(health_t *h)
     copy_field(o, h->proxy, "warning");
     copy_field(o, h->proxy, "containers");
     copy_field(o, h->proxy, "max_containers");
+    json_object_object_add(o, "proxies", sg_gw_proxies_json());
     json_object_object_add(o, "database", json_object_new_boolean(h->db_ok));
     json_object_object_add(st, "backend", json_object_new_string(sg_state_backend(sg_gw.state)));
     json_object_object_add(st, "available", json_object_new_boolean(state_ok));
     json_object_object_add(o, "state", st);
     if (!proxy_ok)
-        json_object_object_add(o, "detail", json_object_new_string(h->proxy_done ? h->proxy_err : "no answer in time"));
+        json_object_object_add(o, "detail",
+                               json_object_new_string(sg_proxies_count() > 1 ? "no proxy answers its checks"
+                                                      : h->proxy_done        ? h->proxy_err
+                                                                             : "no answer in time"));
     sg_metrics_request("health", healthy ? 200 : 503);
     if (req != NULL)
         sg_http_send_json(req, healthy ? 200 : 503, o);
@@ -168,9 +201,14 @@ int sg_gw_on_health(void *app, h2o_req_t *req, const sg_route_match_t *m)
     }
     h->deadline.cb = on_deadline;
     h2o_timeout_link(sg_gw.loop, &timeout, &h->deadline);
-    h->up =
-        sg_upstream_start(sg_gw.upstream, "GET", "/health", NULL, 0, NULL, HEALTH_TIMEOUT_MS, NULL, NULL, on_proxy, h);
-    if (h->up == NULL) {
+    /* one proxy: asked now, as before; several: their checks' state */
+    h->up = sg_proxies_count() > 1 ? NULL
+                                   : sg_upstream_start(sg_gw.upstream, "GET", "/health", NULL, 0, NULL,
+                                                       HEALTH_TIMEOUT_MS, NULL, NULL, on_proxy, h);
+    if (sg_proxies_count() > 1) {
+        h->proxy_done = 1;
+        h->refs--;
+    } else if (h->up == NULL) {
         h->proxy_done = 1;
         snprintf(h->proxy_err, sizeof(h->proxy_err), "the proxy cannot be called");
         h->refs--;

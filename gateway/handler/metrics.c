@@ -8,6 +8,7 @@
 #include "http.h"
 #include "json.h"
 #include "metrics.h"
+#include "placement.h"
 
 int sg_gw_on_root(void *app, h2o_req_t *req, const sg_route_match_t *m)
 {
@@ -18,12 +19,43 @@ int sg_gw_on_root(void *app, h2o_req_t *req, const sg_route_match_t *m)
     return 0;
 }
 
+/* Each proxy as placement sees it. A URL is the operator's own setting,
+ * but is escaped as a label value all the same. */
+static void render_proxies(sg_buf_t *out)
+{
+    static const struct {
+        const char *name, *help;
+    } gauges[] = {
+        {"sandgate_proxy_up", "1 while the proxy answers its health checks (in placement), else 0"},
+        {"sandgate_proxy_sessions", "sessions on the proxy, as its last health answer said (plus those placed since)"},
+        {"sandgate_proxy_containers", "containers of the proxy, as its last health answer said"},
+        {"sandgate_proxy_max_containers", "the proxy's SANDGATE_MAX_CONTAINERS"},
+        {"sandgate_proxy_memory_committed_bytes", "memory its sessions are capped at, together"},
+    };
+    for (size_t gi = 0; gi < sizeof(gauges) / sizeof(gauges[0]); gi++) {
+        sg_buf_appendf(out, "# HELP %s %s\n# TYPE %s gauge\n", gauges[gi].name, gauges[gi].help, gauges[gi].name);
+        for (size_t i = 0; i < sg_proxies_count(); i++) {
+            const sg_proxy_t *p = sg_proxies_at(i);
+            long long v = gi == 0   ? p->in_placement
+                          : gi == 1 ? p->sessions
+                          : gi == 2 ? p->containers
+                          : gi == 3 ? p->max_containers
+                                    : (long long)p->memory_committed;
+            sg_buf_appendf(out, "%s{proxy=\"", gauges[gi].name);
+            for (const char *c = p->url; *c; c++)
+                sg_buf_appendf(out, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
+            sg_buf_appendf(out, "\"} %lld\n", v);
+        }
+    }
+}
+
 int sg_gw_on_metrics(void *app, h2o_req_t *req, const sg_route_match_t *m)
 {
     sg_buf_t out;
     sg_buf_init(&out, 4 << 20);
     sg_metrics_set_redis_up(sg_gw.redis_configured ? sg_state_available(sg_gw.state) : -1);
     sg_metrics_render(&out);
+    render_proxies(&out);
     sg_metrics_request("metrics", 200);
     sg_http_send_body(req, 200, "text/plain; version=0.0.4", out.base != NULL ? out.base : "", out.len);
     sg_buf_free(&out);

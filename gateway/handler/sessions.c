@@ -39,7 +39,7 @@ SG_GW_ROUTE_HANDLER(sg_gw_on_session_delete, SG_GW_R_DELETE, SG_GW_ARG_SESSION, 
 /* ---- POST /sessions -------------------------------------------------------------------- */
 
 static void reserve_session(sg_gw_req_t *g);
-static void on_admitted(void *data, int status, const char *code, const char *detail, int64_t row);
+static void on_admitted(void *data, int status, const char *code, const char *detail, int64_t row, const char *proxy);
 static void on_reserved(void *data, const sg_state_result_t *r);
 static void on_session_admitted(void *data, const sg_admit_result_t *r);
 static void on_create_reply(void *data, const sg_upstream_reply_t *r);
@@ -90,9 +90,14 @@ Error:
     sg_gw_req_free(g);
 }
 
-static void on_admitted(void *data, int status, const char *code, const char *detail, int64_t row)
+static void on_admitted(void *data, int status, const char *code, const char *detail, int64_t row, const char *proxy)
 {
     sg_gw_req_t *g = data;
+    if (status == 0 && proxy[0] != '\0' && sg_proxies_count() > 1 && (g->proxy = sg_proxies_find(proxy)) == NULL) {
+        status = 503;
+        code = "template_unavailable";
+        detail = "the template lives on a sandbox service that is no longer configured";
+    }
     if (status != 0) {
         if (status == 429)
             sg_gw_reply_429(g, "quota_exceeded", "templates", 60, "%s", detail);
@@ -185,7 +190,7 @@ static void open_done(sg_gw_job_t *job)
         json_object_put(j->reply);
         sg_gw_reply_error(j->g, 500, "internal", "the session could not be recorded: %s", job->err);
         /* the proxy has a container for it: removed like any other */
-        sg_gw_close_session(j->rec.id, j->rec.tenant_id, "deleted", NULL, NULL);
+        sg_gw_close_session_at(j->rec.id, j->rec.tenant_id, j->rec.proxy, "deleted", NULL, NULL);
     } else {
         sg_gw_auth_cache_session(&j->rec); /* its first execute needs no DB job */
         sg_gw_reply_json(j->g, 200, j->reply);
@@ -223,6 +228,7 @@ static void on_create_reply(void *data, const sg_upstream_reply_t *r)
     live.created_at = live.last_used_at = now;
     live.idle_deadline = now + g->tenant.idle_timeout;
     live.lifetime_deadline = now + g->tenant.max_lifetime;
+    snprintf(live.proxy, sizeof(live.proxy), "%s", g->proxy->url);
     sg_state_session_commit(sg_gw.state, g->reservation, &live, sg_gw_state_ignore, NULL);
 
     open_job_t *j = sg_xcalloc(1, sizeof(*j));
@@ -234,6 +240,7 @@ static void on_create_reply(void *data, const sg_upstream_reply_t *r)
         sg_tenant_runtime_valid(json_object_get_string(v)))
         snprintf(j->rec.runtime, sizeof(j->rec.runtime), "%s", json_object_get_string(v));
     j->rec.created_at = now;
+    snprintf(j->rec.proxy, sizeof(j->rec.proxy), "%s", g->proxy->url);
     j->job.fn = open_fn;
     j->job.done = open_done;
     /* the proxy's reply, with the deadlines the gateway keeps */
@@ -328,5 +335,5 @@ static void on_closed(void *data, int closed)
 
 static void delete (sg_gw_req_t *g)
 {
-    sg_gw_close_session(g->sid, g->tenant.id, "deleted", on_closed, g);
+    sg_gw_close_session_at(g->sid, g->tenant.id, g->sess.proxy, "deleted", on_closed, g);
 }

@@ -17,6 +17,7 @@
 #include "gateway.h"
 #include "log.h"
 #include "metrics.h"
+#include "placement.h"
 #include "templates.h"
 #include "upstream.h"
 #include "util.h"
@@ -37,6 +38,8 @@ typedef struct {
     char sid[37];
     int64_t tenant;
     char reason[32];
+    char proxy[SG_PROXY_URL_MAX]; /* the session's proxy, once known */
+    int proxy_known;
     h2o_timeout_entry_t soon; /* a proxy call that could not start, answered from the loop */
     int busy;                 /* a step is under way */
     unsigned attempts;        /* proxy removals that failed */
@@ -112,10 +115,24 @@ static void on_template_recorded(void *data)
     sg_state_session_remove(sg_gw.state, c->sid, c->tenant, on_state_removed, c);
 }
 
+/* The session's proxy is no longer configured, or out of placement past
+ * the grace: nobody can confirm more, and nobody can reach its sandbox. */
+static int proxy_gone(const close_t *c)
+{
+    sg_proxy_t *p = sg_proxies_count() == 1 ? sg_proxies_at(0) : sg_proxies_find(c->proxy);
+    return p == NULL || sg_proxy_lost(p, NULL);
+}
+
 static void on_proxy_deleted(void *data, const sg_upstream_reply_t *r)
 {
     close_t *c = data;
-    if (r->status == 200 || (r->status == 404 && strcmp(r->code, "no_such_session") == 0)) {
+    int gone = r->status == 404 && (strcmp(r->code, "no_such_session") == 0 || strcmp(r->code, "session_lost") == 0);
+    if (r->status == 0 && proxy_gone(c)) {
+        sg_warn("session %s: its proxy %s is gone; closed without its confirmation", c->sid,
+                c->proxy[0] ? c->proxy : "(the first)");
+        gone = 1;
+    }
+    if (r->status == 200 || gone) {
         /* no container any more: the template it kept (if any) on record,
          * then the slot may go */
         sg_gw_template_closed(c->tenant, c->sid, r->status == 200 ? r->body : NULL, r->status == 200 ? r->body_len : 0,
@@ -146,13 +163,41 @@ static void on_start_failed(h2o_timeout_entry_t *e)
     on_proxy_deleted(c, &fail);
 }
 
+static void close_step(close_t *c);
+
+static void lookup_fn(sg_gw_job_t *job, sg_store_t *st)
+{
+    close_t *c = (close_t *)job;
+    sg_session_rec_t rec;
+    job->rc = sg_store_session_get(st, c->sid, &rec, job->err, sizeof(job->err)) == 1 ? 0 : -1;
+    if (job->rc == 0)
+        snprintf(c->proxy, sizeof(c->proxy), "%s", rec.proxy);
+}
+
+static void lookup_done(sg_gw_job_t *job)
+{
+    close_t *c = (close_t *)job;
+    c->job.fn = close_fn;
+    c->job.done = close_db_done;
+    /* an unknown row: the first proxy, as a session from before placement */
+    c->proxy_known = 1;
+    close_step(c);
+}
+
 static void close_step(close_t *c)
 {
     char path[64];
     c->busy = 1;
+    if (!c->proxy_known && sg_proxies_count() > 1) {
+        c->job.fn = lookup_fn;
+        c->job.done = lookup_done;
+        sg_gw_db_submit(&c->job);
+        return;
+    }
+    sg_proxy_t *p = sg_proxies_count() == 1 ? sg_proxies_at(0) : sg_proxies_find(c->proxy);
     snprintf(path, sizeof(path), "/sessions/%s", c->sid);
-    if (sg_upstream_start(sg_gw.upstream, "DELETE", path, NULL, 0, NULL, sg_gw.call_timeout_ms, NULL, NULL,
-                          on_proxy_deleted, c) == NULL) {
+    if (p == NULL || sg_upstream_start(p->up, "DELETE", path, NULL, 0, NULL, sg_gw.call_timeout_ms, NULL, NULL,
+                                       on_proxy_deleted, c) == NULL) {
         /* answered from the loop as the proxy's answer would be: waiters
          * never hear of it before sg_gw_close_session returns */
         if (!soon_ready) {
@@ -167,10 +212,20 @@ static void close_step(close_t *c)
 void sg_gw_close_session(const char *sid, int64_t tenant, const char *reason, void (*done)(void *data, int closed),
                          void *data)
 {
+    sg_gw_close_session_at(sid, tenant, NULL, reason, done, data);
+}
+
+void sg_gw_close_session_at(const char *sid, int64_t tenant, const char *proxy, const char *reason,
+                            void (*done)(void *data, int closed), void *data)
+{
     close_t *c = close_find(sid);
     if (c == NULL) {
         c = sg_xcalloc(1, sizeof(*c));
         snprintf(c->sid, sizeof(c->sid), "%s", sid);
+        if (proxy != NULL) {
+            snprintf(c->proxy, sizeof(c->proxy), "%s", proxy);
+            c->proxy_known = 1;
+        }
         c->tenant = tenant;
         snprintf(c->reason, sizeof(c->reason), "%s", reason);
         c->job.fn = close_fn;

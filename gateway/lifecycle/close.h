@@ -24,6 +24,13 @@
  * that one (a close waiting for its retry is tried at once). */
 void sg_gw_close_session(const char *sid, int64_t tenant, const char *reason, void (*done)(void *data, int closed),
                          void *data);
+/* The same when the caller knows the session's proxy (its record's,
+ * placement.h; NULL: looked up in the record first, unless one proxy is
+ * configured). A session whose proxy is no longer configured, or out of
+ * placement past the grace, is closed without its confirmation: that
+ * proxy's containers are its own to remove when it comes back. */
+void sg_gw_close_session_at(const char *sid, int64_t tenant, const char *proxy, const char *reason,
+                            void (*done)(void *data, int closed), void *data);
 /* Closes under way or waiting for a retry (metrics, tests). */
 size_t sg_gw_closes_pending(void);
 /* 1 if a close of sid is under way or waiting for its retry. */

@@ -8,6 +8,7 @@
 #include "log.h"
 #include "util.h"
 #include "metrics.h"
+#include "placement.h"
 #include "templates.h"
 #include "upstream.h"
 
@@ -31,6 +32,7 @@ struct purge {
     char (*items)[256]; /* session ids, then template names */
     size_t nitems;
     size_t pending;
+    size_t proxy_i; /* the proxy whose templates go (templates live on the engine that kept them) */
     int failed;
     char why[300];
     purge_done_cb done;
@@ -95,7 +97,10 @@ static void rows_next(purge_t *p)
     p->done(p, 200, NULL, NULL);
 }
 
-/* ---- 3: the templates on the proxy ---- */
+/* ---- 3: the templates on each proxy ---- */
+
+static void templates_step(purge_t *p, sg_store_t *st);
+static void templates_next(purge_t *p);
 
 static void template_removed(void *data, const sg_upstream_reply_t *r)
 {
@@ -109,6 +114,8 @@ static void template_removed(void *data, const sg_upstream_reply_t *r)
         return;
     if (p->failed)
         p->done(p, 502, "proxy_unavailable", p->why);
+    else if (++p->proxy_i < sg_proxies_count())
+        run_step(p, templates_step, templates_next); /* the next proxy's */
     else
         run_step(p, rows_step, rows_next);
 }
@@ -130,8 +137,8 @@ static void remove_templates(purge_t *p)
         enc = c != NULL ? curl_easy_escape(c, p->items[i], 0) : NULL;
         snprintf(path, sizeof(path), "/templates/%s", enc != NULL ? enc : p->items[i]);
         curl_free(enc);
-        if (sg_upstream_start(sg_gw.upstream, "DELETE", path, NULL, 0, NULL, sg_gw.call_timeout_ms, NULL, NULL,
-                              template_removed, p) == NULL) {
+        if (sg_upstream_start(sg_proxies_at(p->proxy_i)->up, "DELETE", path, NULL, 0, NULL, sg_gw.call_timeout_ms, NULL,
+                              NULL, template_removed, p) == NULL) {
             sg_upstream_reply_t fail = {0};
             fail.err = "cannot start a request to the sandbox service";
             template_removed(p, &fail);
@@ -176,8 +183,15 @@ static void templates_step(purge_t *p, sg_store_t *st)
 static void templates_next(purge_t *p)
 {
     char path[128];
+    /* a proxy gone past the grace is skipped: nothing of it can be reached */
+    while (p->proxy_i < sg_proxies_count() && sg_proxy_lost(sg_proxies_at(p->proxy_i), NULL))
+        p->proxy_i++;
+    if (p->proxy_i == sg_proxies_count()) {
+        run_step(p, rows_step, rows_next);
+        return;
+    }
     snprintf(path, sizeof(path), "/templates?owner=%s", p->name);
-    if (sg_upstream_start(sg_gw.upstream, "GET", path, NULL, 0, NULL, sg_gw.call_timeout_ms, NULL, NULL,
+    if (sg_upstream_start(sg_proxies_at(p->proxy_i)->up, "GET", path, NULL, 0, NULL, sg_gw.call_timeout_ms, NULL, NULL,
                           on_proxy_listed, p) == NULL)
         p->done(p, 502, "proxy_unavailable", "cannot start a request to the sandbox service");
 }

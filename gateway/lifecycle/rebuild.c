@@ -40,6 +40,7 @@ static void add_open(const sg_session_rec_t *r, void *data)
     snprintf(it->s.lang, sizeof(it->s.lang), "%s", r->lang);
     it->s.created_at = it->s.last_used_at = r->created_at;
     it->s.executions = r->executions;
+    snprintf(it->s.proxy, sizeof(it->s.proxy), "%s", r->proxy);
 }
 
 static void rebuild_fn(sg_gw_job_t *job, sg_store_t *st)

@@ -2,6 +2,7 @@
  * templates.c — tenants' templates as records (templates.h).
  */
 #include "templates.h"
+#include "placement.h"
 #include "db.h"
 #include "gateway.h"
 #include "log.h"
@@ -26,9 +27,20 @@ typedef struct {
     const char *code;
     char detail[400];
     int64_t row;
+    char proxy[256]; /* the template's: the proxy of the session that kept it */
     sg_gw_tpl_admit_cb cb;
     void *data;
 } admit_t;
+
+/* A template lives on the engine of the proxy whose session kept it. */
+static void template_proxy(sg_store_t *st, const sg_template_rec_t *t, char *out, size_t outlen)
+{
+    sg_session_rec_t rec;
+    char err[256];
+    out[0] = '\0';
+    if (t->session_id[0] && sg_store_session_get(st, t->session_id, &rec, err, sizeof(err)) == 1)
+        snprintf(out, outlen, "%s", rec.proxy);
+}
 
 static void admit_fn(sg_gw_job_t *job, sg_store_t *st)
 {
@@ -48,6 +60,7 @@ static void admit_fn(sg_gw_job_t *job, sg_store_t *st)
             snprintf(a->detail, sizeof(a->detail), "field \"image\": no template named \"%s\"", a->image);
             return;
         }
+        template_proxy(st, &t, a->proxy, sizeof(a->proxy));
     }
     if (a->keep) {
         rc = sg_store_template_reserve(st, a->tenant, a->max, SG_TEMPLATE_SLOT_GRACE_S, &a->row, job->err,
@@ -71,9 +84,9 @@ static void admit_done(sg_gw_job_t *job)
 {
     admit_t *a = (admit_t *)job;
     if (job->rc != 0)
-        a->cb(a->data, 500, "internal", job->err, 0);
+        a->cb(a->data, 500, "internal", job->err, 0, "");
     else
-        a->cb(a->data, a->status, a->code, a->detail, a->row);
+        a->cb(a->data, a->status, a->code, a->detail, a->row, a->proxy);
     free(a);
 }
 
@@ -233,6 +246,7 @@ typedef struct {
     char name[256];
     int stage; /* 0 lookup, 1 delete row */
     int found;
+    char proxy[256];
     sg_gw_tpl_reply_cb cb;
     void *data;
 } del_t;
@@ -245,6 +259,8 @@ static void del_fn(sg_gw_job_t *job, sg_store_t *st)
     if (d->stage == 0) {
         rc = sg_store_template_get(st, d->name, &t, job->err, sizeof(job->err));
         d->found = rc == 1 && (d->tenant == 0 || t.tenant_id == d->tenant);
+        if (d->found)
+            template_proxy(st, &t, d->proxy, sizeof(d->proxy));
     } else {
         rc = sg_store_template_delete(st, d->name, job->err, sizeof(job->err));
     }
@@ -316,8 +332,13 @@ static void del_done(sg_gw_job_t *job)
     snprintf(path, sizeof(path), "/templates/%s", enc != NULL ? enc : d->name);
     curl_free(enc);
     curl_easy_cleanup(c);
-    if (sg_upstream_start(sg_gw.upstream, "DELETE", path, NULL, 0, NULL, sg_gw.call_timeout_ms, NULL, NULL,
-                          on_proxy_removed, d) == NULL)
+    sg_proxy_t *p = sg_proxies_count() == 1 ? sg_proxies_at(0) : sg_proxies_find(d->proxy);
+    if (p == NULL) {
+        del_finish(d, 502, "proxy_unavailable", "the template's sandbox service is no longer configured");
+        return;
+    }
+    if (sg_upstream_start(p->up, "DELETE", path, NULL, 0, NULL, sg_gw.call_timeout_ms, NULL, NULL, on_proxy_removed,
+                          d) == NULL)
         del_finish(d, 502, "proxy_unavailable", "cannot start a request to the sandbox service");
 }
 

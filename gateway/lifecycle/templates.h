@@ -27,8 +27,10 @@ typedef void (*sg_gw_tpl_reply_cb)(void *data, int status, const char *code, con
  * of the tenant's templates (anything else, another tenant's template
  * included, is answered as unknown: 404 no_such_template); with keep a slot
  * is reserved (429 quota_exceeded at max_templates). cb gets status 0 and
- * the slot's row (0 if none) when the create may go on. */
-typedef void (*sg_gw_tpl_admit_cb)(void *data, int status, const char *code, const char *detail, int64_t row);
+ * the slot's row (0 if none) when the create may go on, and the proxy the
+ * template lives on (its session's, placement.h; "" if none or unknown). */
+typedef void (*sg_gw_tpl_admit_cb)(void *data, int status, const char *code, const char *detail, int64_t row,
+                                   const char *proxy);
 void sg_gw_templates_admit(const sg_tenant_t *t, const char *image, int keep, sg_gw_tpl_admit_cb cb, void *data);
 /* The slot of a create that failed goes (row 0: nothing). */
 void sg_gw_template_release(int64_t row);

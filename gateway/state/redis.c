@@ -44,7 +44,7 @@
 #include "util.h"
 
 #define CMD_TIMEOUT_MS 2000
-#define MAX_ARGS 16
+#define MAX_ARGS 24
 #define LIST_MAX 100000 /* sessions in one list answer */
 
 static const uint64_t backoff_ms[] = {100, 200, 400, 800, 1600, 3200, 5000};
@@ -442,6 +442,8 @@ static void fill_session(sg_live_session_t *s, const char *field, size_t flen, c
         s->lifetime_deadline = reply_int(v);
     else if (FIELD_IS("executions"))
         s->executions = reply_int(v);
+    else if (FIELD_IS("proxy"))
+        reply_str(v, s->proxy, sizeof(s->proxy));
 #undef FIELD_IS
 }
 
@@ -576,6 +578,7 @@ static void req_session_args(redis_req_t *req, const sg_live_session_t *s)
     req_arg(req, "%" PRId64, s->idle_deadline);
     req_arg(req, "%" PRId64, s->lifetime_deadline);
     req_arg(req, "%" PRId64, s->executions);
+    req_arg(req, "%.255s", s->proxy);
 }
 
 /* A request of script with nkeys keys whose reply is an sg_state_result_t

@@ -58,13 +58,15 @@ sg_state__script_t sg_state__scripts[SCRIPT_COUNT] = {
                      "return {ok, redis.call('ZCARD', KEYS[1])}\n"},
     /* KEYS: tenant set, record, idle index, lifetime index.
      * ARGV: "pending:<token>" or "", sid, tenant, lang, created_at,
-     * last_used_at, idle_deadline, lifetime_deadline, executions. */
+     * last_used_at, idle_deadline, lifetime_deadline, executions, proxy
+     * ("": none recorded). */
     [SCRIPT_COMMIT] = {"if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end\n"
                        "redis.call('ZADD', KEYS[1], ARGV[8], ARGV[2])\n"
                        "redis.call('DEL', KEYS[2])\n"
                        "redis.call('HSET', KEYS[2], 'tenant', ARGV[3], 'lang', ARGV[4], 'created_at', ARGV[5],\n"
                        "  'last_used_at', ARGV[6], 'idle_deadline', ARGV[7], 'lifetime_deadline', ARGV[8],\n"
                        "  'executions', ARGV[9])\n"
+                       "if ARGV[10] and ARGV[10] ~= '' then redis.call('HSET', KEYS[2], 'proxy', ARGV[10]) end\n"
                        "redis.call('ZADD', KEYS[3], ARGV[7], ARGV[2])\n"
                        "redis.call('ZADD', KEYS[4], ARGV[8], ARGV[2])\n"
                        "return {1, redis.call('ZCARD', KEYS[1])}\n"},
@@ -94,7 +96,7 @@ sg_state__script_t sg_state__scripts[SCRIPT_COUNT] = {
                        "return {ok, redis.call('ZCARD', KEYS[3])}\n"},
     /* KEYS: tenant set, record, idle index, lifetime index, closed mark.
      * ARGV: sid, tenant, lang, created_at, last_used_at, idle_deadline,
-     * lifetime_deadline, executions. */
+     * lifetime_deadline, executions, proxy ("": none recorded). */
     [SCRIPT_RESTORE] = {"if redis.call('EXISTS', KEYS[2]) == 1 or redis.call('EXISTS', KEYS[5]) == 1 then\n"
                         "  return {0, redis.call('ZCARD', KEYS[1])}\n"
                         "end\n"
@@ -102,6 +104,7 @@ sg_state__script_t sg_state__scripts[SCRIPT_COUNT] = {
                         "redis.call('HSET', KEYS[2], 'tenant', ARGV[2], 'lang', ARGV[3], 'created_at', ARGV[4],\n"
                         "  'last_used_at', ARGV[5], 'idle_deadline', ARGV[6], 'lifetime_deadline', ARGV[7],\n"
                         "  'executions', ARGV[8])\n"
+                        "if ARGV[9] and ARGV[9] ~= '' then redis.call('HSET', KEYS[2], 'proxy', ARGV[9]) end\n"
                         "redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])\n"
                         "redis.call('ZADD', KEYS[4], ARGV[7], ARGV[1])\n"
                         "return {1, redis.call('ZCARD', KEYS[1])}\n"},

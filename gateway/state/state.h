@@ -87,6 +87,7 @@ typedef struct {
     int64_t idle_deadline;
     int64_t lifetime_deadline;
     int64_t executions;
+    char proxy[256]; /* the proxy it was placed on (placement.h); "" if not recorded */
 } sg_live_session_t;
 
 typedef struct {

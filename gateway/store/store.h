@@ -120,9 +120,10 @@ typedef struct {
     char lang[32];
     int64_t created_at;
     int64_t closed_at;     /* 0 while open */
-    char close_reason[32]; /* "deleted", "idle", "lifetime", "admin", "proxy_lost" */
+    char close_reason[32]; /* "deleted", "idle", "lifetime", "admin", "proxy_lost", "session_lost" */
     int64_t executions;
     char runtime[8]; /* the OCI runtime the proxy reported ("runc", "runsc"); "" if unknown */
+    char proxy[256]; /* the proxy it was placed on (its normalised URL, placement.h); "" before placement */
 } sg_session_rec_t;
 
 /* open: inserts s (closed_at and close_reason ignored; created_at 0 = now);

@@ -201,6 +201,7 @@ static void read_session(sqlite3_stmt *s, void *out)
     sg_store__col_text(s, 5, r->close_reason, sizeof(r->close_reason));
     r->executions = sqlite3_column_int64(s, 6);
     sg_store__col_text(s, 7, r->runtime, sizeof(r->runtime));
+    sg_store__col_text(s, 8, r->proxy, sizeof(r->proxy));
 }
 
 int sg_store_session_open(sg_store_t *st, const sg_session_rec_t *r, char *err, size_t errlen)
@@ -220,6 +221,10 @@ int sg_store_session_open(sg_store_t *st, const sg_session_rec_t *r, char *err, 
         sqlite3_bind_text(s, 6, r->runtime, -1, SQLITE_STATIC);
     else
         sqlite3_bind_null(s, 6);
+    if (r->proxy[0] != '\0')
+        sqlite3_bind_text(s, 7, r->proxy, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(s, 7);
     return step_insert(st, s, "session open", r->tenant_id, r->id, err, errlen);
 }
 

@@ -116,13 +116,16 @@ static const char *const migrations[] = {
     " BEGIN UPDATE generations SET sessions = sessions + 1; END;"
     "CREATE TRIGGER IF NOT EXISTS gen_session_delete AFTER DELETE ON sessions"
     " BEGIN UPDATE generations SET sessions = sessions + 1; END;",
+    /* 4 -> 5: the proxy each session was placed on (its URL as configured,
+     * normalised; NULL: before placement, the first configured) */
+    "ALTER TABLE sessions ADD COLUMN proxy TEXT;",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
 /* ---- statements ---- */
 
 #define USAGE_COLS "tenant_id, session_id, lang, kind, started_at, duration, exit_code, timed_out, output_bytes"
-#define SESSION_COLS "id, tenant_id, lang, created_at, closed_at, close_reason, executions, runtime"
+#define SESSION_COLS "id, tenant_id, lang, created_at, closed_at, close_reason, executions, runtime, proxy"
 
 /* NULL where the SQL is made from sg_tenant_fields at open. */
 static const char *const fixed_sql[S__COUNT] = {
@@ -147,8 +150,9 @@ static const char *const fixed_sql[S__COUNT] = {
     [S_USAGE_TOTALS_SINCE] = "SELECT tenant_id, COUNT(*), TOTAL(duration), MAX(id) FROM usage NOT INDEXED"
                              " WHERE id > ?3 AND started_at >= ?1 AND started_at < ?2 GROUP BY tenant_id"
                              " ORDER BY tenant_id",
-    [S_SESSION_INSERT] =
-        "INSERT INTO sessions (id, tenant_id, lang, created_at, executions, runtime) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    [S_SESSION_INSERT] = "INSERT INTO sessions (id, tenant_id, lang, created_at, executions, runtime, proxy) VALUES "
+                         "(?1, ?2, ?3, ?4, ?5, ?6, "
+                         "?7)",
     [S_SESSION_CLOSE] = "UPDATE sessions SET closed_at = ?2, close_reason = ?3 WHERE id = ?1 AND closed_at IS NULL",
     [S_SESSION_COUNT_EXEC] = "UPDATE sessions SET executions = executions + 1 WHERE id = ?1",
     [S_SESSION_GET] = "SELECT " SESSION_COLS " FROM sessions WHERE id = ?1",

@@ -32,6 +32,38 @@ static void health_work(sg_job_t *job)
     j->ok = sg_docker_ping(sg_docker_thread(), j->version, j->api, j->err, sizeof(j->err)) == 0;
 }
 
+/* What the sessions listed here hold of the engine's memory and CPUs (their
+ * caps), for a gateway's placement across proxies. */
+typedef struct {
+    int64_t memory_bytes;
+    double cpus;
+} committed_t;
+
+static void add_committed(sg_session_t *s, void *data)
+{
+    committed_t *c = data;
+    c->memory_bytes += (int64_t)s->limits.memory_mb << 20;
+    c->cpus += s->limits.cpus;
+}
+
+/* "load": what a gateway's placement weighs (docs/proxy-api.md). */
+static json_object *health_load(void)
+{
+    committed_t c = {0};
+    json_object *load = json_object_new_object(), *free_ = json_object_new_object();
+    sg_session_foreach(add_committed, &c);
+    json_object_object_add(load, "sessions", json_object_new_int64((int64_t)sg_session_count()));
+    json_object_object_add(load, "containers", json_object_new_int64(sg_capacity_used()));
+    json_object_object_add(load, "max_containers", json_object_new_int64(sg_capacity_max()));
+    for (size_t i = 0; i < sg_lang_count(); i++)
+        json_object_object_add(free_, sg_lang_at(i)->name,
+                               json_object_new_int64((int64_t)sg_pool_ready(sg_lang_at(i), sg_sessions_runtime())));
+    json_object_object_add(load, "pool_free", free_);
+    json_object_object_add(load, "memory_committed_bytes", json_object_new_int64(c.memory_bytes));
+    json_object_object_add(load, "cpu_committed", json_object_new_double(c.cpus));
+    return load;
+}
+
 static void health_done(sg_job_t *job)
 {
     health_job_t *j = (health_job_t *)job;
@@ -64,6 +96,7 @@ static void health_done(sg_job_t *job)
                                    json_object_new_int64((int64_t)sg_pool_ready(sg_lang_at(i), sg_sessions_runtime())));
         json_object_object_add(o, "pools", pools);
         json_object_object_add(o, "pool_size", json_object_new_int64(sg_pool_size()));
+        json_object_object_add(o, "load", health_load());
         sg_http_send_json(req, j->ok ? 200 : 503, o);
     }
     sg__api_pending_free(j->p);
@@ -73,6 +106,16 @@ static void health_done(sg_job_t *job)
 static int get_health(void *app, h2o_req_t *req, const sg_route_match_t *m)
 {
     sg_api_t *api = app;
+    if (sg_http_query_param(req, "load").base != NULL) {
+        /* a gateway's check (placement): answered from the loop at once,
+         * never queued behind Docker calls on busy workers */
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "status", json_object_new_string("ok"));
+        json_object_object_add(o, "runtime", json_object_new_string(sg_sessions_runtime()));
+        json_object_object_add(o, "load", health_load());
+        sg_http_send_json(req, 200, o);
+        return 0;
+    }
     health_job_t *j = sg_xcalloc(1, sizeof(*j));
     j->super.work = health_work;
     j->super.done = health_done;

@@ -73,7 +73,13 @@ sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extr
     if (p == NULL)
         return NULL;
     snprintf(p->id, sizeof(p->id), "%s", proxy_id);
-    p->s.port = sgtest_free_port();
+    /* a PORT=N of extra_env (a proxy started again where a gateway expects it) */
+    p->s.port = 0;
+    for (size_t i = 0; extra_env != NULL && extra_env[i] != NULL; i++)
+        if (sgtest_env_key_is(extra_env[i], "PORT"))
+            p->s.port = atoi(extra_env[i] + 5);
+    if (p->s.port <= 0)
+        p->s.port = sgtest_free_port();
     if (p->s.port <= 0) {
         fprintf(stderr, "sgtest: no free loopback port: %s\n", strerror(errno));
         goto Error;

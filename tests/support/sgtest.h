@@ -86,7 +86,8 @@ char **sgtest_build_env(const char *const *set, size_t nset);
 
 /* Starts SANDGATE_PROXY_BIN on a free loopback port with HOST, PORT and
  * SANDGATE_PROXY_ID set, plus the "KEY=VALUE" strings of extra_env (NULL
- * terminated, may be NULL); the rest of the environment is inherited.
+ * terminated, may be NULL; a "PORT=N" there picks the port, else a free
+ * one); the rest of the environment is inherited.
  * stdout and stderr go to a log file in a private temporary directory.
  * Returns once GET / answers 200, or NULL (after printing why and the log's
  * tail) when the binary is missing, the child exits, or 60 s pass. */

@@ -47,7 +47,7 @@ static void test_open_creates_wal_db(void **state)
     pragma_text(st, "PRAGMA busy_timeout", v, sizeof(v));
     assert_string_equal(v, "5000");
     pragma_text(st, "PRAGMA user_version", v, sizeof(v));
-    assert_string_equal(v, "4");
+    assert_string_equal(v, "5");
     pragma_text(st,
                 "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master WHERE type = 'table'"
                 " AND name NOT LIKE 'sqlite_%' ORDER BY name)",
@@ -103,7 +103,8 @@ static void test_open_errors(void **state)
                                   "DROP TABLE templates; ALTER TABLE tenants DROP COLUMN max_concurrent_execs; "
                                   "ALTER TABLE tenants DROP COLUMN max_templates; "
                                   "ALTER TABLE tenants DROP COLUMN deleting; ALTER TABLE tenants DROP COLUMN runtime; "
-                                  "ALTER TABLE sessions DROP COLUMN runtime; PRAGMA user_version = 1",
+                                  "ALTER TABLE sessions DROP COLUMN runtime; ALTER TABLE sessions DROP COLUMN proxy; "
+                                  "PRAGMA user_version = 1",
                                   NULL, NULL, NULL),
                      SQLITE_OK);
     sg_store_close(st);
