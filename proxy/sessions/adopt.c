@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -344,6 +345,64 @@ static const char *label(json_object *c, const char *key)
     return rec_str(labels, key);
 }
 
+/* ---- removal, several at once ---------------------------------------------- */
+
+#define REMOVERS 8 /* threads removing containers at start and exit */
+
+typedef struct {
+    char **ids;
+    size_t n;
+    atomic_size_t next;
+    atomic_int removed;
+} removal_t;
+
+static void *remover(void *arg)
+{
+    removal_t *r = arg;
+    char err[512];
+    size_t i;
+
+    while ((i = atomic_fetch_add(&r->next, 1)) < r->n) {
+        if (sg_docker_container_remove(sg_docker_thread(), r->ids[i], err, sizeof(err)) != 0)
+            sg_error("cannot remove container %.12s: %s", r->ids[i], err);
+        else
+            atomic_fetch_add(&r->removed, 1);
+    }
+    return NULL;
+}
+
+/* Removes the n containers of ids (Docker takes seconds for one under
+ * runsc on a busy host: they go in parallel); frees ids. The number
+ * removed. */
+static int remove_all(char **ids, size_t n)
+{
+    removal_t r = {ids, n, 0, 0};
+    pthread_t t[REMOVERS];
+    size_t nt = n < REMOVERS ? n : REMOVERS, started = 0;
+
+    for (size_t i = 0; i < nt; i++)
+        if (pthread_create(&t[started], NULL, remover, &r) == 0)
+            started++;
+    if (started == 0)
+        remover(&r);
+    for (size_t i = 0; i < started; i++)
+        pthread_join(t[i], NULL);
+    for (size_t i = 0; i < n; i++)
+        free(ids[i]);
+    free(ids);
+    return atomic_load(&r.removed);
+}
+
+static void push_id(char ***ids, size_t *n, const char *id)
+{
+    *ids = realloc(*ids, (*n + 1) * sizeof(**ids));
+    if (*ids == NULL)
+        sg_oom(64);
+    (*ids)[(*n)++] = strdup(id);
+    if ((*ids)[*n - 1] == NULL)
+        sg_oom(64);
+}
+
 int sg_adopt_prepare(sg_docker_t *d, const char *proxy_id, int *adoptable, int *removed, char *err, size_t errlen)
 {
     char l[256], rerr[512];
@@ -371,7 +430,8 @@ int sg_adopt_prepare(sg_docker_t *d, const char *proxy_id, int *adoptable, int *
         json_object_put(state);
     }
     n = records != NULL ? json_object_array_length(records) : 0;
-    char *matched = sg_xcalloc(n + 1, 1);
+    char *matched = sg_xcalloc(n + 1, 1), **gone = NULL;
+    size_t ngone = 0;
 
     snprintf(l, sizeof(l), "sandgate.proxy=%s", proxy_id);
     if (sg_docker_container_list(d, l, &list, err, errlen) != 0) {
@@ -395,13 +455,10 @@ int sg_adopt_prepare(sg_docker_t *d, const char *proxy_id, int *adoptable, int *
         }
         if (keep)
             continue;
-        if (sg_docker_container_remove(d, id, rerr, sizeof(rerr)) != 0) {
-            sg_error("reconcile: cannot remove container %.12s: %s", id, rerr);
-            continue;
-        }
-        sg_info("reconcile: removed container %.12s (%s, session %s)", id, label(c, "sandgate.kind"), sid);
-        (*removed)++;
+        sg_info("reconcile: removing container %.12s (%s, session %s)", id, label(c, "sandgate.kind"), sid);
+        push_id(&gone, &ngone, id);
     }
+    *removed = remove_all(gone, ngone);
     for (size_t k = 0; k < n; k++) {
         json_object *r = json_object_array_get_idx(records, k);
         if (matched[k]) {
@@ -743,9 +800,9 @@ void sg_adopt_abort(void)
 
 int sg_adopt_leave(sg_docker_t *d, const char *proxy_id, int keep_sessions, char *err, size_t errlen)
 {
-    char l[256], rerr[512];
+    char l[256], **gone = NULL;
+    size_t ngone = 0;
     json_object *list = NULL;
-    int removed = 0;
 
     if (keep_sessions)
         sg__adopt_changed();
@@ -763,12 +820,8 @@ int sg_adopt_leave(sg_docker_t *d, const char *proxy_id, int keep_sessions, char
         if (keep_sessions && (s = sg_session_find(sid, strlen(sid))) != NULL && !s->_close_requested &&
             strcmp(s->container_id, id) == 0)
             continue;
-        if (sg_docker_container_remove(d, id, rerr, sizeof(rerr)) != 0) {
-            sg_error("cannot remove container %.12s: %s", id, rerr);
-            continue;
-        }
-        removed++;
+        push_id(&gone, &ngone, id);
     }
     json_object_put(list);
-    return removed;
+    return remove_all(gone, ngone);
 }

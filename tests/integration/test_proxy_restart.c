@@ -34,6 +34,7 @@
 typedef struct {
     char *id_x, *id_y;
     char *dir; /* the state directory */
+    int pool;  /* SANDGATE_POOL_SIZE (0: no pool, the tests are lighter) */
     sgtest_proxy_t *x, *y;
 } fixture_t;
 
@@ -77,9 +78,10 @@ static int teardown(void **state)
 
 static sgtest_proxy_t *start(fixture_t *f, const char *id)
 {
-    char dir_kv[600];
+    char dir_kv[600], pool_kv[64];
     snprintf(dir_kv, sizeof(dir_kv), "SANDGATE_PROXY_STATE_DIR=%s", f->dir);
-    const char *env[] = {dir_kv, "SANDGATE_POOL_SIZE=1", NULL};
+    snprintf(pool_kv, sizeof(pool_kv), "SANDGATE_POOL_SIZE=%d", f->pool);
+    const char *env[] = {dir_kv, pool_kv, NULL};
     sgtest_proxy_t *p = sgtest_proxy_start(id, env);
     SG_CHECK(p != NULL, NULL, "proxy %s did not start", id);
     return p;
@@ -314,6 +316,7 @@ static void test_kill9_adopts_sessions(void **state)
 {
     fixture_t *f = *state;
     static const char blob[] = "a file written before the crash\n";
+    f->pool = 1; /* its leftovers go at the restart, and it refills */
     f->x = start(f, f->id_x);
 
     char *py = create_session(f->x, "{\"lang\":\"python\",\"timeout\":20,\"memory_mb\":256,\"owner\":\"tenant-a\"}");
@@ -548,7 +551,7 @@ static int run_proxy_to_exit(fixture_t *f, const char *id, double timeout_s, cha
     snprintf(id_kv, sizeof(id_kv), "SANDGATE_PROXY_ID=%s", id);
     snprintf(dir_kv, sizeof(dir_kv), "SANDGATE_PROXY_STATE_DIR=%s", f->dir);
     snprintf(logpath, sizeof(logpath), "%s/second.log", f->dir);
-    const char *set[] = {"HOST=127.0.0.1", port_kv, id_kv, dir_kv, "SANDGATE_STORE_VOLUME=", "SANDGATE_POOL_SIZE=1"};
+    const char *set[] = {"HOST=127.0.0.1", port_kv, id_kv, dir_kv, "SANDGATE_STORE_VOLUME=", "SANDGATE_POOL_SIZE=0"};
     char **env = sgtest_build_env(set, sizeof(set) / sizeof(set[0]));
     pid_t pid = fork();
     if (pid == 0) {
