@@ -302,7 +302,16 @@ static json_object *agent_copy_config(const sg_container_spec_t *spec)
 static json_object *lease_config(const sg_container_spec_t *spec)
 {
     static const char *const ep[] = {"/bin/sh", "-c", "exec cat >/dev/null"};
-    json_object *c = config_base(spec, "/", labels_of(spec)), *hc = json_object_new_object();
+    json_object *labels = json_object_new_object(), *hc = json_object_new_object(), *c;
+    char buf[32];
+
+    /* not sandgate.proxy: what carries it is a sandbox, counted in the
+     * proxy's containers (GET /health) */
+    add_str(labels, "sandgate.lease", spec->proxy_id);
+    add_str(labels, "sandgate.kind", sg_container_kind_name(spec->kind));
+    snprintf(buf, sizeof(buf), "%lld", (long long)spec->created);
+    add_str(labels, "sandgate.created", buf);
+    c = config_base(spec, "/", labels);
 
     json_object_object_add(c, "Entrypoint", str_array(ep, 3));
     json_object_object_add(c, "Cmd", json_object_new_array());

@@ -93,7 +93,9 @@ typedef struct {
     /* AGENT_COPY: the volume mounted at /usr/local/bin (agent_volume) */
 
     /* LEASE: runc, no network, 16 MiB, removed when it exits; it runs
-     * `cat` until its stdin (its proxy's attach) closes */
+     * `cat` until its stdin (its proxy's attach) closes. Its labels are
+     * sandgate.lease=<proxy_id>, sandgate.kind, sandgate.created: not
+     * sandgate.proxy, which marks the sandboxes the proxy counts */
 } sg_container_spec_t;
 
 /* The configuration of a container of spec->kind. */

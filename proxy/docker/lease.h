@@ -1,7 +1,8 @@
 /*
  * lease.h — one live proxy per proxy id on an engine (docs/proxy-api.md,
  * "Restarts"). The lease is a container named sandgate-lease-<proxy id>
- * (labels sandgate.proxy=<id>, sandgate.kind=lease): runc, no network,
+ * (labels sandgate.lease=<id>, sandgate.kind=lease: not sandgate.proxy,
+ * which marks the sandboxes a proxy counts as its containers): runc, no network,
  * 16 MiB, AutoRemove, running `cat` on its stdin. Its proxy creates it at
  * start, before anything else touches containers, and keeps the attach
  * connection to it open for its whole life. However the proxy ends (exit,

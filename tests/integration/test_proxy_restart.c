@@ -63,6 +63,12 @@ static int teardown(void **state)
         int removed = sgtest_docker_remove_all(ids[i]);
         if (removed > 0)
             fprintf(stderr, "teardown: force-removed %d leftover container(s) of %s\n", removed, ids[i]);
+        char path[160];
+        sgtest_reply_t r;
+        snprintf(path, sizeof(path), "/containers/sandgate-lease-%s?force=1", ids[i]);
+        if (sgtest_docker_call("DELETE", path, NULL, &r) == 0 && r.status == 204)
+            fprintf(stderr, "teardown: force-removed the lease of %s\n", ids[i]);
+        sgtest_reply_free(&r);
         if (sgtest_docker_count(ids[i]) != 0) {
             fprintf(stderr, "teardown: containers of %s cannot be removed\n", ids[i]);
             rc = -1;
