@@ -12,7 +12,8 @@
 #include "libraries.h"
 #include "log.h"
 #include "proxy.h"
-#include "reconcile.h"
+#include "adopt.h"
+#include "lease.h"
 #include "runtime.h"
 #include "pool.h"
 #include "session_life.h"
@@ -63,6 +64,8 @@ static struct {
     const char *log_level;
     const char *runtime;
     const char *pool_runtimes;
+    const char *state_dir;
+    const char *lease_image;
 } cfg;
 
 static const sg_cfg_entry_t config_table[] = {
@@ -78,7 +81,12 @@ static const sg_cfg_entry_t config_table[] = {
     {"SANDGATE_DOCKER_API_VERSION", SG_CFG_STR, "", 0, 0, &cfg.docker_api,
      "Engine API version to use; empty: the engine's own (from GET /_ping)"},
     {"SANDGATE_PROXY_ID", SG_CFG_STR, "sandgate-proxy", 0, 0, &cfg.proxy_id,
-     "this proxy's name in the sandgate.proxy label; containers with it are removed at start"},
+     "this proxy's name (1-64 of [A-Za-z0-9_.-]) in the sandgate.proxy label; one live proxy holds it on an "
+     "engine at a time; a restart with it adopts its sessions"},
+    {"SANDGATE_PROXY_STATE_DIR", SG_CFG_STR, "/var/lib/sandgate/proxy", 0, 0, &cfg.state_dir,
+     "where the proxy keeps <proxy id>.sessions, what its sessions need to survive a restart"},
+    {"SANDGATE_LEASE_IMAGE", SG_CFG_STR, "", 0, 0, &cfg.lease_image,
+     "image of the proxy id's lease container (it runs cat); empty: <SANDGATE_IMAGE_PREFIX>python:latest"},
     {"SANDGATE_IMAGE_PREFIX", SG_CFG_STR, "sandgate/", 0, 0, &cfg.image_prefix,
      "sandbox images are <prefix><lang>:latest"},
     {"SANDGATE_TEMPLATE_REPO", SG_CFG_STR, "sandgate-template", 0, 0, &cfg.template_repo,
@@ -202,31 +210,65 @@ static h2o_timeout_t tick_timeout;
 static h2o_timeout_entry_t tick_entry;
 static h2o_loop_t *loop;
 
+static int lease_fd = -1;
+
 static void on_tick(h2o_timeout_entry_t *e)
 {
     sg_sessions_tick();
+    sg_adopt_tick();
     h2o_timeout_link(loop, &tick_timeout, &tick_entry);
 }
 
-/* The engine as the proxy needs it: answering, without this proxy's
- * leftovers, its runtime chosen (*runtime), the package store, the isolated
- * network and the agent volume there when configured. 0, or -1 (logged). */
+/* 1 if id may name a proxy: in labels, in the lease container's name and
+ * in the state file's. */
+static int proxy_id_valid(const char *id)
+{
+    size_t n = strlen(id);
+    if (n == 0 || n > 64)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = id[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              ((c == '_' || c == '.' || c == '-') && i > 0)))
+            return 0;
+    }
+    return 1;
+}
+
+/* The engine as the proxy needs it: answering, this proxy's id leased,
+ * its leftovers removed and its sessions ready to adopt, its runtime
+ * chosen (*runtime), the package store, the isolated network and the
+ * agent volume there when configured. 0, -1 (logged), or EXIT_HELD when
+ * another live proxy holds the id. */
+#define EXIT_HELD 3
 static int prepare_engine(sg_docker_t *docker, const char **runtime)
 {
-    char err[512], version[32], api_version[16];
+    char err[512], version[32], api_version[16], lease_image[300];
     json_object *runtimes = NULL, *labels;
-    int n, rc;
+    int n, adoptable, rc;
 
     if (sg_docker_ping(docker, version, api_version, err, sizeof(err)) != 0) {
         sg_error("the Docker engine does not answer (%s); is dockerd running?", err);
         return -1;
     }
     sg_info("Docker engine %s, API %s (using %s)", version, api_version, sg_docker_api_version());
-    if ((n = sg_reconcile(docker, cfg.proxy_id, err, sizeof(err))) < 0) {
+    /* before anything touches containers: one live proxy per id */
+    if (cfg.lease_image[0] != '\0')
+        snprintf(lease_image, sizeof(lease_image), "%s", cfg.lease_image);
+    else
+        snprintf(lease_image, sizeof(lease_image), "%spython:latest", cfg.image_prefix);
+    rc = sg_lease_take(docker, cfg.proxy_id, lease_image, &lease_fd, err, sizeof(err));
+    if (rc != 0) {
+        sg_error("%s%s", rc > 0 ? "" : "cannot take the proxy id's lease: ", err);
+        return rc > 0 ? EXIT_HELD : -1;
+    }
+    if (sg_adopt_init(cfg.state_dir, cfg.proxy_id, err, sizeof(err)) != 0)
+        sg_warn("no state file (%s): sessions will not survive a restart of this proxy", err);
+    if (sg_adopt_prepare(docker, cfg.proxy_id, &adoptable, &n, err, sizeof(err)) != 0) {
         sg_error("cannot reconcile leftover containers: %s", err);
         return -1;
     }
-    sg_info("reconcile: %d leftover container(s) of proxy \"%s\" removed", n, cfg.proxy_id);
+    sg_info("reconcile: %d container(s) of proxy \"%s\" removed, %d session(s) to adopt", n, cfg.proxy_id, adoptable);
     if (sg_docker_runtimes(docker, &runtimes, err, sizeof(err)) != 0)
         sg_warn("cannot list the engine's runtimes: %s", err);
     rc = sg_runtime_choose(cfg.runtime, runtimes, runtime, runtime_warning, sizeof(runtime_warning), err, sizeof(err));
@@ -331,6 +373,43 @@ static void make_sessions_conf(sg_sessions_conf_t *sconf, const sg_proxy_t *px, 
     sconf->pool_runtimes = pool_runtimes;
 }
 
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    stop_signal = sig;
+}
+
+/* The loop until SIGTERM, SIGINT (stop: every container goes) or SIGUSR2
+ * (upgrade: the sessions stay for the next proxy). The signal. */
+static int run_loop(h2o_loop_t *l)
+{
+    signal(SIGINT, on_stop_signal);
+    signal(SIGTERM, on_stop_signal);
+    signal(SIGUSR2, on_stop_signal);
+    while (!stop_signal)
+        h2o_evloop_run(l, 1000);
+    sg_info("signal %d: %s", (int)stop_signal,
+            stop_signal == SIGUSR2 ? "stopping for an upgrade, sessions kept" : "shutting down");
+    return (int)stop_signal;
+}
+
+#define UPGRADE_DRAIN_MS 10000
+
+static void busy_one(sg_session_t *s, void *data)
+{
+    if (!h2o_linklist_is_empty(&s->_ops) || s->waiting != 0)
+        *(int *)data = 1;
+}
+
+/* Whether a request is under way on a session (or waits for one). */
+static int sessions_busy(void)
+{
+    int busy = 0;
+    sg_session_foreach(busy_one, &busy);
+    return busy;
+}
+
 int main(int argc, char **argv)
 {
     char err[512];
@@ -352,12 +431,19 @@ int main(int argc, char **argv)
         sg_error("%s", err);
         return 2;
     }
+    if (!proxy_id_valid(cfg.proxy_id)) {
+        sg_error("SANDGATE_PROXY_ID \"%s\": 1 to 64 of [A-Za-z0-9_.-], not starting with _ . or -", cfg.proxy_id);
+        sg_docker_cleanup();
+        return 2;
+    }
     sg_info("Docker engine at %s (%s)", cfg.docker_host, sg_docker_transport());
     docker = sg_docker_create();
-    if (prepare_engine(docker, &runtime) != 0) {
+    if ((rc = prepare_engine(docker, &runtime)) != 0) {
+        if (rc != EXIT_HELD && lease_fd >= 0)
+            sg_lease_release(docker, cfg.proxy_id, lease_fd);
         sg_docker_destroy(docker);
         sg_docker_cleanup();
-        return 1;
+        return rc == EXIT_HELD ? EXIT_HELD : 1;
     }
     make_context(&px, &api);
 
@@ -374,6 +460,7 @@ int main(int argc, char **argv)
     sg_capacity_init(cfg.max_containers);
     make_sessions_conf(&sconf, &px, &api, runtime);
     sg_sessions_init(&sconf);
+    sg_adopt_start(cfg.max_exec_timeout);
 
     sg_pool_fill();
     h2o_timeout_init(loop, &tick_timeout, 1000);
@@ -383,15 +470,29 @@ int main(int argc, char **argv)
     sg_http_server_allow_h2c(server, cfg.http2_cleartext);
     sg_http_server_start(server);
     sg_info("listening on %s:%d as proxy \"%s\"", cfg.host, sg_http_server_port(server), cfg.proxy_id);
-    sg_daemon_run(loop);
+    int sig = run_loop(loop);
+    int upgrade = sig == SIGUSR2;
     sg_http_server_stop_accepting(server);
-    /* Finish the Docker calls under way, then remove every container this
-     * proxy owns, whatever state its session was in. */
+    if (upgrade) {
+        /* the requests under way finish (bounded), the sessions stay */
+        uint64_t until = sg_now_ms() + UPGRADE_DRAIN_MS;
+        while (sessions_busy() && sg_now_ms() < until)
+            h2o_evloop_run(loop, 100);
+        if (sessions_busy())
+            sg_warn("upgrade: requests still running after %d ms are cut", UPGRADE_DRAIN_MS);
+    }
+    /* Finish the Docker calls under way, then remove the containers this
+     * proxy owns: every one (SIGTERM, SIGINT), or all but its sessions'
+     * (SIGUSR2: the next proxy with this id adopts them). */
+    sg_adopt_abort();
     sg_workq_destroy(px.workq);
-    if ((n = sg_reconcile(docker, cfg.proxy_id, err, sizeof(err))) < 0)
+    if ((n = sg_adopt_leave(docker, cfg.proxy_id, upgrade, err, sizeof(err))) < 0)
         sg_error("shutdown: cannot list containers: %s", err);
+    else if (upgrade)
+        sg_info("upgrade: %d container(s) removed, %zu session(s) left for the next proxy", n, sg_session_count());
     else
         sg_info("shutdown: %d container(s) removed", n);
+    sg_lease_release(docker, cfg.proxy_id, lease_fd);
     /* made again at the next start; another proxy still using it keeps it */
     if (agent_volume[0] != '\0' && sg_docker_volume_remove(docker, agent_volume, err, sizeof(err)) != 0)
         sg_info("shutdown: agent volume %s kept: %s", agent_volume, err);

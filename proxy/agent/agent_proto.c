@@ -295,6 +295,11 @@ int sg_agent_reply_decode(const sg_agent_header_t *h, const uint8_t *payload, sg
         sg_agent_get_u32(&r, &m->err_code);
         sg_agent_get_str(&r, &m->message, &m->message_len);
         break;
+    case SG_AGENT_SYNC_OK:
+        sg_agent_get_u64(&r, &m->ok_value);
+        sg_agent_get_u32(&r, &m->version);
+        sg_agent_get_u32(&r, &m->kernel);
+        break;
     default:
         return -1;
     }

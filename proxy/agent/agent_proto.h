@@ -58,6 +58,10 @@
  *
  *   PING      (empty)           Answer: OK (u64 0).
  *
+ *   SYNC      u64 nonce         Answer: SYNC_OK with the same nonce. Sent by
+ *                               a proxy that re-attaches; see
+ *                               "Resynchronisation" below.
+ *
  * Paths in PUT_FILE / GET_FILE never leave the work dir: ".." components,
  * absolute paths outside it and symlinks on the way are refused
  * (SG_AGENT_ERR_PATH); a directory or other non-regular file is refused too.
@@ -94,6 +98,31 @@
  *                               when that directory exists (see "Files out").
  *   OK        u64 value
  *   ERROR     u32 code (sg_agent_err_t), str message (a human sentence)
+ *   SYNC_OK   u64 nonce         the SYNC's, echoed
+ *             u32 version       SG_AGENT_PROTO_VERSION
+ *             u32 kernel        1 if a kernel lives (its state is kept), else 0
+ *
+ * Resynchronisation. The agent's stdin stays open when its proxy goes
+ * (OpenStdin, StdinOnce false), so a proxy that restarts attaches again. Both
+ * directions may then hold part of a message: the old proxy may have died
+ * half-way through a request (a PUT_FILE of megabytes), and what the agent
+ * wrote while nobody was attached is gone (the container logs nothing), so
+ * the new attach may begin inside a message. The new proxy:
+ *   1. sends SIGUSR1 to the agent through the Engine API (POST
+ *      /containers/{id}/kill?signal=SIGUSR1). User code runs as another uid
+ *      and cannot send it (proc.h). On it, the agent drops the request it
+ *      is reading, if any, and every byte already readable on stdin, and
+ *      waits for a fresh header. A signal that comes during an EXEC is acted
+ *      on when the EXEC ends: the run goes on to its end (bounded by its
+ *      timeout), its output and EXIT to nobody, and the kernel is kept;
+ *   2. sends SYNC with a random id and a random 64-bit nonce;
+ *   3. discards every byte of the agent's stdout until the exact SYNC_OK of
+ *      that id and nonce (20 bytes the sandbox cannot guess: output it
+ *      prints is data inside OUTPUT messages, and could only forge them by
+ *      knowing the nonce); the stream is aligned on messages from there.
+ *      An ERROR with that id is an agent that does not know SYNC (an older
+ *      version). A SYNC that arrived before the agent acted on the signal
+ *      is dropped with the rest: the proxy repeats 1-3 until its deadline.
  *
  * Kernels (stateful mode). The agent starts kernel_cmd as its child in a
  * process group of its own, with stdin /dev/null, stdout and stderr on pipes
@@ -171,7 +200,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SG_AGENT_PROTO_VERSION 2
+#define SG_AGENT_PROTO_VERSION 3
 #define SG_AGENT_HEADER_SIZE 12
 #define SG_AGENT_MAX_PAYLOAD (64u << 20)
 #define SG_AGENT_OUTPUT_CHUNK (32u << 10)
@@ -181,6 +210,7 @@ typedef enum {
     SG_AGENT_PUT_FILE = 2,
     SG_AGENT_GET_FILE = 3,
     SG_AGENT_PING = 4,
+    SG_AGENT_SYNC = 5,
 
     SG_AGENT_READY = 64,
     SG_AGENT_OUTPUT = 65,
@@ -190,6 +220,7 @@ typedef enum {
     SG_AGENT_ERROR = 69,
     SG_AGENT_RESULT = 70,
     SG_AGENT_FILES = 71,
+    SG_AGENT_SYNC_OK = 72,
 } sg_agent_msg_type_t;
 
 #define SG_AGENT_RESULT_FD 5                   /* a kernel's result channel */
@@ -277,7 +308,10 @@ int sg_agent_get_u64(sg_agent_reader_t *r, uint64_t *v);
 int sg_agent_get_str(sg_agent_reader_t *r, const uint8_t **s, size_t *len);
 void sg_agent_get_rest(sg_agent_reader_t *r, const uint8_t **s, size_t *len);
 
-/* A message of the agent (READY, OUTPUT, EXIT, FILE, OK, ERROR) decoded
+/* The payload size of SYNC_OK. */
+#define SG_AGENT_SYNC_OK_LEN 16u
+
+/* A message of the agent (READY, OUTPUT, EXIT, FILE, OK, ERROR, SYNC_OK) decoded
  * from its complete payload, as the proxy takes it. Byte fields point into
  * the payload (not NUL-terminated); bytes after the last field are ignored
  * (OUTPUT's and FILE's data is the rest). */
@@ -298,7 +332,8 @@ typedef struct {
     uint32_t state;
     uint32_t files_flags; /* FILES */
     uint32_t files_count;
-    uint64_t ok_value; /* OK */
+    uint64_t ok_value; /* OK; SYNC_OK: the nonce */
+    uint32_t kernel;   /* SYNC_OK (its version is in version) */
     uint32_t err_code; /* ERROR */
     const uint8_t *message;
     size_t message_len;

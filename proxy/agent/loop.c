@@ -22,13 +22,53 @@
 
 #define DEFAULT_WORKDIR "/sandbox"
 
-/* Returns 0, 1 on EOF before the first byte, -1 on error or EOF midway. */
+#define READ_RESYNC 2
+
+/* Drops every byte already readable on stdin (a resynchronisation,
+ * agent_proto.h): the rest of a request the old proxy did not finish, and
+ * anything sent before the signal was acted on. */
+static void drop_input(void)
+{
+    uint8_t buf[65536];
+    size_t dropped = 0;
+
+    for (;;) {
+        struct pollfd p = {.fd = 0, .events = POLLIN};
+        ssize_t n;
+        if (poll(&p, 1, 0) <= 0 || !(p.revents & POLLIN))
+            break;
+        n = read(0, buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        dropped += (size_t)n;
+    }
+    proc_resync = 0;
+    agent_log("resynchronising: %zu byte(s) of input dropped", dropped);
+}
+
+/* Returns 0, 1 on EOF before the first byte, -1 on error or EOF midway,
+ * READ_RESYNC when a proxy asked for a resynchronisation meanwhile (what
+ * was read is to be dropped). Signals are handled while it waits. */
 static int read_full(int fd, void *p, size_t len)
 {
     uint8_t *d = p;
     size_t got = 0;
 
     while (got < len) {
+        struct pollfd pfd[2] = {{.fd = fd, .events = POLLIN}, {.fd = proc_sig_fd, .events = POLLIN}};
+        if (poll(pfd, 2, IDLE_POLL_MS) < 0) {
+            if (errno != EINTR)
+                return -1;
+            continue;
+        }
+        if (pfd[1].revents != 0)
+            proc_handle_signals();
+        if (proc_resync)
+            return READ_RESYNC;
+        if (pfd[0].revents == 0)
+            continue;
         ssize_t n = read(fd, d + got, len - got);
         if (n < 0 && errno == EINTR)
             continue;
@@ -39,6 +79,28 @@ static int read_full(int fd, void *p, size_t len)
         got += (size_t)n;
     }
     return 0;
+}
+
+/* SYNC: the nonce echoed, with the protocol's version and whether a kernel
+ * lives. */
+static void sync_handle(uint32_t id, const uint8_t *payload, uint32_t len)
+{
+    sg_agent_reader_t r;
+    uint64_t nonce = 0;
+    int rc;
+
+    sg_agent_reader_init(&r, payload, len);
+    if (sg_agent_get_u64(&r, &nonce) != 0 || len != 8) {
+        agent_send_error(id, SG_AGENT_ERR_BAD_REQUEST, "A SYNC request carries one 64-bit nonce.");
+        return;
+    }
+    rc = sg_agent_msg_begin(&agent_out, SG_AGENT_SYNC_OK, id);
+    rc |= sg_agent_put_u64(&agent_out, nonce);
+    rc |= sg_agent_put_u32(&agent_out, SG_AGENT_PROTO_VERSION);
+    rc |= sg_agent_put_u32(&agent_out, kernel_live_pid() > 0 ? 1u : 0u);
+    sg_agent_msg_end(&agent_out, 0);
+    agent_flush(rc);
+    agent_log("resynchronised (request %u)", id);
 }
 
 static uint32_t rd32(const uint8_t *p)
@@ -57,6 +119,10 @@ static void serve_one(void)
     int rc;
 
     rc = read_full(0, raw, sizeof(raw));
+    if (rc == READ_RESYNC) {
+        drop_input();
+        return;
+    }
     if (rc == 1) {
         agent_log("stdin closed, exiting");
         agent_exit(0);
@@ -73,7 +139,14 @@ static void serve_one(void)
         agent_exit(1);
     }
     payload = agent_xmalloc(len);
-    if (read_full(0, payload, len) != 0) {
+    rc = read_full(0, payload, len);
+    if (rc == READ_RESYNC) {
+        agent_log("request %u dropped half-read", id);
+        free(payload);
+        drop_input();
+        return;
+    }
+    if (rc != 0) {
         agent_log("stdin ended inside a request payload, exiting");
         agent_exit(0);
     }
@@ -91,6 +164,9 @@ static void serve_one(void)
         break;
     case SG_AGENT_GET_FILE:
         files_get(h.id, payload, h.len);
+        break;
+    case SG_AGENT_SYNC:
+        sync_handle(h.id, payload, h.len);
         break;
     case SG_AGENT_PING:
         if (h.len != 0)
@@ -157,6 +233,11 @@ int main(void)
             }
         }
         proc_reap();
+        if (proc_resync) {
+            /* asked during the EXEC that just ended */
+            drop_input();
+            continue;
+        }
         if (poll(pfd, n, IDLE_POLL_MS) < 0) {
             if (errno != EINTR) {
                 agent_log("poll: %s", strerror(errno));
@@ -170,6 +251,10 @@ int main(void)
             kernel_discard();
         if (pfd[1].revents != 0)
             proc_handle_signals();
+        if (proc_resync) {
+            drop_input();
+            continue;
+        }
         if (pfd[0].revents & POLLNVAL) {
             agent_log("stdin is not open, exiting");
             agent_exit(1);

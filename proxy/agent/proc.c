@@ -27,6 +27,7 @@
 #define KILL_BUDGET_NS (2000LL * 1000 * 1000) /* give up killing after 2 s */
 
 int proc_sig_fd = -1;
+int proc_resync;
 static pid_t self_pid;
 static int devnull_fd = -1;
 static proc_child_t *followed[2];
@@ -276,6 +277,12 @@ void proc_handle_signals(void)
             agent_log("ignoring signal %u from sandboxed process %u", si.ssi_signo, si.ssi_pid);
             continue;
         }
+        if (si.ssi_signo == SIGUSR1) {
+            /* a proxy that re-attaches (agent_proto.h, "Resynchronisation") */
+            agent_log("signal %u received: a new proxy resynchronises", si.ssi_signo);
+            proc_resync = 1;
+            continue;
+        }
         agent_log("signal %u received, exiting", si.ssi_signo);
         agent_exit(0);
     }
@@ -296,6 +303,7 @@ int proc_init(void)
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGINT);
     sigaddset(&mask, SIGHUP);
+    sigaddset(&mask, SIGUSR1);
     sigprocmask(SIG_BLOCK, &mask, NULL);
     proc_sig_fd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
     if (proc_sig_fd < 0) {

@@ -20,7 +20,7 @@
  *   - after every run, every descendant is found through /proc and killed,
  *     including those that called setsid() and double-forked.
  *
- * Signals (SIGCHLD, SIGTERM, SIGINT, SIGHUP) are blocked and read from a
+ * Signals (SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGUSR1) are blocked and read from a
  * signalfd, proc_sig_fd, that every wait of the agent polls; nothing runs in
  * a signal handler.
  */
@@ -40,6 +40,10 @@ typedef struct {
 } proc_child_t;
 
 extern int proc_sig_fd; /* the signalfd, for the agent's polls */
+/* Set by a SIGUSR1 from outside (a proxy that re-attaches): the request
+ * being read, if any, and every byte already readable on stdin are to be
+ * dropped before the next header (loop.c). Cleared by the reader. */
+extern int proc_resync;
 
 /* Start-up, before anything else: the agent's protections above, the
  * signalfd, /dev/null for the children's stdin, and the kill of every
@@ -53,8 +57,9 @@ void proc_follow(proc_child_t *c);
 /* Collect every exited child without blocking. */
 void proc_reap(void);
 
-/* Drain the signalfd: SIGCHLD reaps; a termination signal from outside ends
- * the agent (agent_exit(0)). */
+/* Drain the signalfd: SIGCHLD reaps; SIGUSR1 from outside sets
+ * proc_resync; a termination signal from outside ends the agent
+ * (agent_exit(0)). */
 void proc_handle_signals(void);
 
 /* Kill everything the agent started except `keep` (the kernel to spare, or

@@ -2,6 +2,7 @@
  * api_core.c — the request core of the proxy's API (api_core.h).
  */
 #include "api_core.h"
+#include "adopt.h"
 #include "capacity.h"
 #include "json.h"
 #include "log.h"
@@ -205,7 +206,11 @@ json_object *sg__api_parse_body(h2o_req_t *req)
 sg_session_t *sg__api_find_session(h2o_req_t *req, h2o_iovec_t id)
 {
     sg_session_t *s = sg_session_find(id.base, id.len);
-    if (s == NULL)
+    if (s == NULL && sg_adopt_is_lost(id.base, id.len))
+        sg_http_send_error(req, 404, "session_lost",
+                           "the sandbox of session \"%.*s\" was lost when its proxy restarted; its state is gone",
+                           (int)id.len, id.base);
+    else if (s == NULL)
         sg_http_send_error(req, 404, "no_such_session", "no session with id \"%.*s\"", (int)(id.len > 64 ? 64 : id.len),
                            id.base);
     return s;
@@ -218,6 +223,8 @@ int sg__api_send_op_failure(h2o_req_t *req, sg_op_t *op)
         return 0;
     if (op->fail_status == 409)
         sg__api_send_cancelled(req);
+    else if (op->fail_status == 404)
+        sg_http_send_error(req, 404, "session_lost", "%s", op->errmsg);
     else if (op->fail_status == 504)
         sg_http_send_error(req, 504, "sandbox_timeout", "%s", op->errmsg);
     else

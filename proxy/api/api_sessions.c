@@ -3,6 +3,7 @@
  * DELETE /sessions/{id} (docs/proxy-api.md).
  */
 #include "api_routes.h"
+#include "adopt.h"
 #include "json.h"
 #include "pool.h"
 #include "util.h"
@@ -182,7 +183,16 @@ int sg__api_get_session(void *app, h2o_req_t *req, const sg_route_match_t *m)
 
 int sg__api_delete_session(void *app, h2o_req_t *req, const sg_route_match_t *m)
 {
-    sg_session_t *s = sg__api_find_session(req, m->arg[0]);
+    sg_session_t *s;
+    if (sg_session_find(m->arg[0].base, m->arg[0].len) == NULL && sg_adopt_forget_lost(m->arg[0].base, m->arg[0].len)) {
+        /* lost at a restart: its container is gone already; closing it is
+         * forgetting it */
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "status", json_object_new_string("closed"));
+        sg_http_send_json(req, 200, o);
+        return 0;
+    }
+    s = sg__api_find_session(req, m->arg[0]);
     if (s == NULL)
         return 0;
     if (s->keep_template) {

@@ -20,6 +20,8 @@ const char *sg_container_kind_name(sg_container_kind_t kind)
         return "template";
     case SG_CONTAINER_AGENT_COPY:
         return "agent-copy";
+    case SG_CONTAINER_LEASE:
+        return "lease";
     }
     return "unknown";
 }
@@ -294,6 +296,44 @@ static json_object *agent_copy_config(const sg_container_spec_t *spec)
     return c;
 }
 
+/* The lease of a proxy id (lease.h): stdin open once (StdinOnce), so the
+ * end of its proxy's attach connection, whatever ends it, ends `cat`, and
+ * the container removes itself (AutoRemove). */
+static json_object *lease_config(const sg_container_spec_t *spec)
+{
+    static const char *const ep[] = {"/bin/sh", "-c", "exec cat >/dev/null"};
+    json_object *labels = json_object_new_object(), *hc = json_object_new_object(), *c;
+    char buf[32];
+
+    /* not sandgate.proxy: what carries it is a sandbox, counted in the
+     * proxy's containers (GET /health) */
+    add_str(labels, "sandgate.lease", spec->proxy_id);
+    add_str(labels, "sandgate.kind", sg_container_kind_name(spec->kind));
+    snprintf(buf, sizeof(buf), "%lld", (long long)spec->created);
+    add_str(labels, "sandgate.created", buf);
+    c = config_base(spec, "/", labels);
+
+    json_object_object_add(c, "Entrypoint", str_array(ep, 3));
+    json_object_object_add(c, "Cmd", json_object_new_array());
+    json_object_object_add(c, "OpenStdin", json_object_new_boolean(1));
+    json_object_object_add(c, "StdinOnce", json_object_new_boolean(1));
+    json_object_object_add(c, "AttachStdin", json_object_new_boolean(1));
+    json_object_object_add(c, "AttachStdout", json_object_new_boolean(1));
+    json_object_object_add(c, "AttachStderr", json_object_new_boolean(1));
+    json_object_object_add(c, "NetworkDisabled", json_object_new_boolean(1));
+    add_str(hc, "NetworkMode", "none");
+    add_str(hc, "Runtime", SG_RUNTIME_RUNC);
+    harden(hc, 16, 8, 0.1);
+    json_object_object_add(hc, "ReadonlyRootfs", json_object_new_boolean(1));
+    json_object_object_add(hc, "AutoRemove", json_object_new_boolean(1));
+    json_object *lc = json_object_new_object();
+    add_str(lc, "Type", "none");
+    json_object_object_add(lc, "Config", json_object_new_object());
+    json_object_object_add(hc, "LogConfig", lc);
+    json_object_object_add(c, "HostConfig", hc);
+    return c;
+}
+
 json_object *sg_container_config(const sg_container_spec_t *spec)
 {
     switch (spec->kind) {
@@ -303,6 +343,8 @@ json_object *sg_container_config(const sg_container_spec_t *spec)
         return template_config(spec);
     case SG_CONTAINER_AGENT_COPY:
         return agent_copy_config(spec);
+    case SG_CONTAINER_LEASE:
+        return lease_config(spec);
     default:
         return sandbox_config(spec);
     }

@@ -47,10 +47,11 @@ typedef enum {
     SG_CONTAINER_INSTALLER,  /* fetches one package into the store (install.h) */
     SG_CONTAINER_TEMPLATE,   /* never started: a template is committed from it */
     SG_CONTAINER_AGENT_COPY, /* never started: fills the agent volume from its image */
+    SG_CONTAINER_LEASE,      /* a proxy id's liveness (lease.h): lives while its proxy's attach does */
 } sg_container_kind_t;
 
 /* Its sandgate.kind label: "session", "ephemeral", "pool", "installer",
- * "template", "agent-copy". */
+ * "template", "agent-copy", "lease". */
 const char *sg_container_kind_name(sg_container_kind_t kind);
 
 typedef struct {
@@ -90,6 +91,11 @@ typedef struct {
     const char *template_base;
 
     /* AGENT_COPY: the volume mounted at /usr/local/bin (agent_volume) */
+
+    /* LEASE: runc, no network, 16 MiB, removed when it exits; it runs
+     * `cat` until its stdin (its proxy's attach) closes. Its labels are
+     * sandgate.lease=<proxy_id>, sandgate.kind, sandgate.created: not
+     * sandgate.proxy, which marks the sandboxes the proxy counts */
 } sg_container_spec_t;
 
 /* The configuration of a container of spec->kind. */

@@ -226,6 +226,7 @@ void sg__agent_connect(sg_session_t *s, h2o_loop_t *loop, int fd, const sg_docke
         sg_buf_append(&s->_inbuf, early, early_len);
     s->state = SG_SESSION_ACTIVE;
     h2o_socket_read_start(s->_sock, on_agent_read);
+    send_next(s); /* what waited while an adopted session resynchronised */
 }
 
 static void on_write_done(h2o_socket_t *sock, const char *err)
@@ -334,7 +335,7 @@ void sg_op_submit(sg_op_t *op, sg_op_cb cb, void *data)
     sg_session_t *s = op->session;
     op->cb = cb;
     op->data = data;
-    if (s->state != SG_SESSION_ACTIVE) {
+    if (s->state != SG_SESSION_ACTIVE && !(s->state == SG_SESSION_STARTING && s->_adopting)) {
         op->_link.next = op->_link.prev = NULL;
         op->failed = 1;
         op->fail_status = 502;

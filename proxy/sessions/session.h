@@ -69,6 +69,8 @@ struct sg_session {
     int _close_requested;
     int _where;                   /* SG_IN_NONE, SG_IN_TABLE or SG_IN_POOL: which list _link is on */
     int _pooled;                  /* made by the pool: labelled sandgate.kind=pool */
+    int _adopting;                /* left by an earlier proxy, its agent being resynchronised (adopt.h):
+                                   * ops wait in the queue meanwhile */
     int _has_slot;                /* holds one of SANDGATE_MAX_CONTAINERS (capacity.h) until its container is gone */
     h2o_linklist_t _closing_link; /* in `closing` while its container is removed with its slot unclaimed */
     /* the request its slot goes to once the container is gone (not back), or NULL */

@@ -5,6 +5,7 @@
  * container slot handed back or on to a waiting request.
  */
 #include "session_life.h"
+#include "adopt.h"
 #include "capacity.h"
 #include "container.h"
 #include "docker.h"
@@ -48,16 +49,21 @@ void sg__session_list(sg_session_t *s)
     if (!s->ephemeral)
         table_count++;
     s->_where = SG_IN_TABLE;
+    if (!s->ephemeral)
+        sg__adopt_changed();
 }
 
 void sg__session_unlist(sg_session_t *s)
 {
     if (s->_where == SG_IN_NONE)
         return;
+    int listed = s->_where == SG_IN_TABLE && !s->ephemeral;
     h2o_linklist_unlink(&s->_link);
-    if (s->_where == SG_IN_TABLE && !s->ephemeral)
+    if (listed)
         table_count--;
     s->_where = SG_IN_NONE;
+    if (listed)
+        sg__adopt_changed();
     sg_session_unref(s);
 }
 

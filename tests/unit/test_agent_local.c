@@ -396,6 +396,71 @@ static void test_sequence(void **state)
     }
 }
 
+/* The resynchronisation of a proxy that re-attaches (agent_proto.h): the
+ * proxy sends SIGUSR1, then SYNC, until the SYNC_OK of that round comes;
+ * what the agent was reading is dropped. 0, or -1 after 10 rounds. */
+static int resync(sgunit_agent_t *a, uint64_t nonce)
+{
+    for (int round = 0; round < 10; round++) {
+        uint32_t id = 0x80000000u | (uint32_t)round;
+        sg_agent_buf_t b;
+        sgunit_msg_t m;
+
+        assert_int_equal(kill(a->pid, SIGUSR1), 0);
+        usleep(50 * 1000 << (round < 4 ? round : 4));
+        sg_agent_buf_init(&b);
+        assert_int_equal(sg_agent_msg_begin(&b, SG_AGENT_SYNC, id), 0);
+        assert_int_equal(sg_agent_put_u64(&b, nonce), 0);
+        sg_agent_msg_end(&b, 0);
+        sgunit_send_buf(a, &b);
+        while (sgunit_read_msg(a, &m, 1000) == 0) {
+            int mine = m.type == SG_AGENT_SYNC_OK && m.id == id;
+            if (mine) {
+                sg_agent_header_t h = {m.type, m.id, m.len};
+                sg_agent_reply_t r;
+                assert_int_equal(m.len, SG_AGENT_SYNC_OK_LEN);
+                assert_int_equal(sg_agent_reply_decode(&h, m.payload, &r), 0);
+                assert_true(r.ok_value == nonce);
+                assert_int_equal(r.version, SG_AGENT_PROTO_VERSION);
+                assert_int_equal(r.kernel, 0);
+            }
+            free(m.payload);
+            if (mine)
+                return 0;
+        }
+    }
+    return -1;
+}
+
+/* A request cut off half-way (its proxy died while writing it) is dropped
+ * at the resynchronisation: nothing of it is written, and the agent serves
+ * the next requests. */
+static void test_resync_drops_partial_request(void **state)
+{
+    sgunit_agent_t *a = *state;
+    uint8_t hdr[SG_AGENT_HEADER_SIZE] = {SG_AGENT_PUT_FILE, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0x10, 0};
+    uint8_t part[100] = {0, 0, 0, 4, 'h', 'a', 'l', 'f', 0, 0, 1, 0xa4};
+
+    assert_int_equal(write(a->to_agent, hdr, sizeof(hdr)), (ssize_t)sizeof(hdr));
+    assert_int_equal(write(a->to_agent, part, sizeof(part)), (ssize_t)sizeof(part));
+    assert_int_equal(resync(a, 0x0123456789abcdefULL), 0);
+    sgunit_ping(a);
+    sgunit_expect_error(a, sgunit_get_file(a, "half", 1024), SG_AGENT_ERR_NOT_FOUND);
+    /* and again, between requests */
+    assert_int_equal(resync(a, 42), 0);
+    sgunit_ping(a);
+}
+
+/* A SYNC whose payload is not one 64-bit nonce is refused. */
+static void test_sync_payload_checked(void **state)
+{
+    sgunit_agent_t *a = *state;
+
+    sgunit_send_raw(a, SG_AGENT_SYNC, 60, "abc", 3);
+    sgunit_expect_error(a, 60, SG_AGENT_ERR_BAD_REQUEST);
+    sgunit_ping(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -421,6 +486,8 @@ int main(void)
         SGUNIT_AGENT_TEST(test_oversize_exits),
         SGUNIT_AGENT_TEST(test_stdin_eof_exits),
         SGUNIT_AGENT_TEST(test_sequence),
+        SGUNIT_AGENT_TEST(test_resync_drops_partial_request),
+        SGUNIT_AGENT_TEST(test_sync_payload_checked),
     };
 
     signal(SIGPIPE, SIG_IGN);
