@@ -92,16 +92,21 @@ sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extr
     size_t nextra = 0;
     while (extra_env != NULL && extra_env[nextra] != NULL)
         nextra++;
-    const char **set = calloc(nextra + 5, sizeof(*set));
+    const char **set = calloc(nextra + 6, sizeof(*set));
     if (set == NULL)
         goto Error;
     /* Library installs stay off unless a test sets them up: then no shared
      * store volume is made and no installer ever looks for a public index. */
     static char no_store_kv[] = "SANDGATE_STORE_VOLUME=";
-    bool store_given = false;
+    /* The state file a proxy keeps for its successor (adopt.h) goes to a
+     * directory of the tests', not the system's, unless the test names one;
+     * files are named by proxy id, unique per test proxy. */
+    static char state_kv[] = "SANDGATE_PROXY_STATE_DIR=/tmp/sgtest-proxy-state";
+    bool store_given = false, state_given = false;
     for (size_t i = 0; i < nextra; i++) {
         set[i] = extra_env[i];
         store_given = store_given || sgtest_env_key_is(no_store_kv, extra_env[i]);
+        state_given = state_given || sgtest_env_key_is(state_kv, extra_env[i]);
     }
     size_t nset = nextra;
     set[nset++] = host_kv;
@@ -109,6 +114,8 @@ sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extr
     set[nset++] = id_kv;
     if (!store_given)
         set[nset++] = no_store_kv;
+    if (!state_given)
+        set[nset++] = state_kv;
     /* The proxy's own default (auto: runsc when the engine offers it) unless
      * the environment or the test names a runtime: SANDGATE_RUNTIME=runc
      * ctest ... runs the suites on runc (README "Tests"). */
