@@ -371,6 +371,7 @@ static void make_sessions_conf(sg_sessions_conf_t *sconf, const sg_proxy_t *px, 
     sconf->runtime = runtime;
     sconf->runtimes_offered = runtimes_offered;
     sconf->pool_runtimes = pool_runtimes;
+    sconf->on_listed_change = sg__adopt_changed; /* the state file for the next proxy */
 }
 
 static volatile sig_atomic_t stop_signal;

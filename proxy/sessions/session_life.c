@@ -5,7 +5,6 @@
  * container slot handed back or on to a waiting request.
  */
 #include "session_life.h"
-#include "adopt.h"
 #include "capacity.h"
 #include "container.h"
 #include "docker.h"
@@ -49,8 +48,8 @@ void sg__session_list(sg_session_t *s)
     if (!s->ephemeral)
         table_count++;
     s->_where = SG_IN_TABLE;
-    if (!s->ephemeral)
-        sg__adopt_changed();
+    if (!s->ephemeral && conf.on_listed_change != NULL)
+        conf.on_listed_change();
 }
 
 void sg__session_unlist(sg_session_t *s)
@@ -62,8 +61,8 @@ void sg__session_unlist(sg_session_t *s)
     if (listed)
         table_count--;
     s->_where = SG_IN_NONE;
-    if (listed)
-        sg__adopt_changed();
+    if (listed && conf.on_listed_change != NULL)
+        conf.on_listed_change();
     sg_session_unref(s);
 }
 

@@ -47,6 +47,9 @@ typedef struct {
     /* runtimes whose pools fill from the start besides the default's
      * (SANDGATE_POOL_RUNTIMES), as the same bits */
     unsigned pool_runtimes;
+    /* called when a session is listed or unlisted (its successor's state
+     * file, adopt.h, is written then); NULL: nothing */
+    void (*on_listed_change)(void);
 } sg_sessions_conf_t;
 
 /* Callback of session creation: s is NULL on failure, with status, code and
