@@ -36,7 +36,6 @@
 #define LEGACY_LATEST "2025-11-25"
 static const char *const legacy_versions[] = {"2025-11-25", "2025-06-18"};
 #define N_LEGACY (sizeof(legacy_versions) / sizeof(legacy_versions[0]))
-#define SERVER_VERSION "1.0.0"
 #define CACHE_TTL_MS 300000
 #define META_VERSION "io.modelcontextprotocol/protocolVersion"
 #define META_CAPS "io.modelcontextprotocol/clientCapabilities"
@@ -100,140 +99,13 @@ static int accept_ok(h2o_req_t *req)
            h2o_strstr(a.base, a.len, H2O_STRLIT("*/*")) != SIZE_MAX;
 }
 
-/* ---- replies ------------------------------------------------------------------------------- */
-
-/* Sends msg (taken; NULL: 202 with no body) to g's client. */
-static void send_msg(sg_gw_req_t *g, int status, json_object *msg, int sse, const char *session)
-{
-    h2o_req_t *req = sg_gw_req_http(g);
-    size_t len;
-    g->route = SG_GW_R_MCP;
-    if (req == NULL) {
-        json_object_put(msg);
-        return;
-    }
-    sg_gw_reply_prepare(g, req, status);
-    if (session != NULL && session[0])
-        sg_http_add_header(req, "mcp-session-id", session);
-    if (msg == NULL) {
-        req->res.status = status;
-        req->res.reason = sg_http_reason(status);
-        req->res.content_length = 0;
-        h2o_send_inline(req, "", 0);
-        return;
-    }
-    const char *text =
-        json_object_to_json_string_length(msg, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &len);
-    if (!sse) {
-        sg_http_send_body(req, status, "application/json", text, len);
-    } else {
-        /* one event; a JSON text in plain form holds no newline */
-        size_t n = len + 32;
-        char *ev = h2o_mem_alloc_pool(&req->pool, n);
-        int m = snprintf(ev, n, "event: message\ndata: %s\n\n", text);
-        sg_http_add_header(req, "cache-control", "no-cache");
-        sg_http_add_header(req, "x-accel-buffering", "no");
-        sg_http_send_body(req, status, "text/event-stream", ev, (size_t)m);
-    }
-    json_object_put(msg);
-}
-
-/* A JSON-RPC error (id borrowed, NULL when unknown; data taken). */
-static void send_error(sg_gw_req_t *g, int status, json_object *id, int code, const char *message, json_object *data)
-{
-    json_object *msg = json_object_new_object(), *err = json_object_new_object();
-    json_object_object_add(msg, "jsonrpc", json_object_new_string("2.0"));
-    json_object_object_add(msg, "id", id != NULL ? json_object_get(id) : NULL);
-    json_object_object_add(err, "code", json_object_new_int(code));
-    json_object_object_add(err, "message", json_object_new_string(message));
-    if (data != NULL)
-        json_object_object_add(err, "data", data);
-    json_object_object_add(msg, "error", err);
-    send_msg(g, status, msg, 0, NULL);
-}
-
-/* Answers with a JSON-RPC error and lets the request go. */
-static void fail(sg_gw_req_t *g, int status, json_object *id, int code, const char *message)
-{
-    send_error(g, status, id, code, message, NULL);
-    sg_gw_req_free(g);
-}
-
-void sg_mcp_reply_result(sg_gw_req_t *g, mcp_call_t *call, json_object *result)
-{
-    json_object *msg = json_object_new_object();
-    if (call->modern) {
-        json_object *meta = json_object_new_object(), *info = json_object_new_object();
-        json_object_object_add(result, "resultType", json_object_new_string("complete"));
-        json_object_object_add(info, "name", json_object_new_string("sandgate"));
-        json_object_object_add(info, "version", json_object_new_string(SERVER_VERSION));
-        json_object_object_add(meta, "io.modelcontextprotocol/serverInfo", info);
-        json_object_object_add(result, "_meta", meta);
-    }
-    json_object_object_add(msg, "jsonrpc", json_object_new_string("2.0"));
-    json_object_object_add(msg, "id", json_object_get(call->id));
-    json_object_object_add(msg, "result", result);
-    send_msg(g, 200, msg, call->sse, call->session);
-}
-
-void sg_mcp_call_free(void *data)
-{
-    mcp_call_t *call = data;
-    if (call == NULL)
-        return;
-    json_object_put(call->msg);
-    free(call);
-}
-
-/* ---- cancellation (2025 revisions) ---------------------------------------------------------- */
-
-static mcp_call_t *running; /* tools/call of MCP sessions in flight on this gateway */
-
-void sg_mcp_running_add(sg_gw_req_t *g, mcp_call_t *call)
-{
-    call->g = g;
-    call->tenant = g->tenant.id;
-    call->next = running;
-    call->listed = 1;
-    running = call;
-}
-
-void sg_mcp_running_remove(mcp_call_t *call)
-{
-    if (!call->listed)
-        return;
-    for (mcp_call_t **p = &running; *p != NULL; p = &(*p)->next) {
-        if (*p == call) {
-            *p = call->next;
-            break;
-        }
-    }
-    call->listed = 0;
-}
-
-/* notifications/cancelled: the call of this tenant's MCP session with that
- * request id, if it runs here, ends as if its client had gone. */
-static void cancel_running(sg_gw_req_t *g, mcp_call_t *note)
-{
-    json_object *params, *rid;
-    if (!json_object_object_get_ex(note->msg, "params", &params) ||
-        !json_object_object_get_ex(params, "requestId", &rid) || rid == NULL)
-        return;
-    for (mcp_call_t *c = running; c != NULL; c = c->next) {
-        if (c->tenant == g->tenant.id && strcmp(c->session, note->session) == 0 && json_object_equal(c->id, rid)) {
-            sg_gw_req_abandon(c->g); /* may free c */
-            return;
-        }
-    }
-}
-
 /* ---- methods -------------------------------------------------------------------------------- */
 
 static json_object *server_info(void)
 {
     json_object *info = json_object_new_object();
     json_object_object_add(info, "name", json_object_new_string("sandgate"));
-    json_object_object_add(info, "version", json_object_new_string(SERVER_VERSION));
+    json_object_object_add(info, "version", json_object_new_string(SG_MCP_SERVER_VERSION));
     return info;
 }
 
@@ -277,14 +149,14 @@ static void dispatch(sg_gw_req_t *g, mcp_call_t *call)
         method = json_object_get_string(v);
     if (json_object_object_get_ex(call->msg, "params", &params) && params != NULL &&
         !json_object_is_type(params, json_type_object)) {
-        send_error(g, 200, call->id, MCP_INVALID_PARAMS, "params must be an object", NULL);
+        sg_mcp_send_error(g, 200, call->id, MCP_INVALID_PARAMS, "params must be an object", NULL);
         goto Exit;
     }
     if (call->modern &&
         (strcmp(method, "ping") == 0 || strcmp(method, "initialize") == 0 || strcmp(method, "logging/setLevel") == 0)) {
         /* gone in 2026-07-28 */
         snprintf(detail, sizeof(detail), "Method not found: %s is not part of 2026-07-28", method);
-        send_error(g, 404, call->id, MCP_METHOD_NOT_FOUND, detail, NULL);
+        sg_mcp_send_error(g, 404, call->id, MCP_METHOD_NOT_FOUND, detail, NULL);
     } else if (strcmp(method, "ping") == 0) {
         sg_mcp_reply_result(g, call, json_object_new_object());
     } else if (strcmp(method, "tools/list") == 0) {
@@ -305,12 +177,12 @@ static void dispatch(sg_gw_req_t *g, mcp_call_t *call)
         g->capture_free = sg_mcp_call_free;
         if (sg_mcp_tool_call(g, call, params, &code, detail, sizeof(detail)) == 0)
             return; /* answered when the tool's route answers */
-        send_error(g, call->modern ? 400 : 200, call->id, code, detail, NULL);
+        sg_mcp_send_error(g, call->modern ? 400 : 200, call->id, code, detail, NULL);
         sg_gw_req_free(g);
         return;
     } else {
         snprintf(detail, sizeof(detail), "Method not found: %.200s", method);
-        send_error(g, call->modern ? 404 : 200, call->id, MCP_METHOD_NOT_FOUND, detail, NULL);
+        sg_mcp_send_error(g, call->modern ? 404 : 200, call->id, MCP_METHOD_NOT_FOUND, detail, NULL);
     }
 Exit:
     sg_mcp_call_free(call);
@@ -328,43 +200,43 @@ static void run_modern(sg_gw_req_t *g, h2o_req_t *req, mcp_call_t *call, const c
     char detail[400];
 
     if (hv.base == NULL) {
-        send_error(g, 400, call->id, MCP_HEADER_MISMATCH, "Header mismatch: MCP-Protocol-Version header is required",
-                   NULL);
+        sg_mcp_send_error(g, 400, call->id, MCP_HEADER_MISMATCH,
+                          "Header mismatch: MCP-Protocol-Version header is required", NULL);
         goto Error;
     }
     if (meta == NULL || !json_object_object_get_ex(meta, META_VERSION, &v) ||
         !json_object_is_type(v, json_type_string)) {
-        send_error(g, 400, call->id, MCP_INVALID_PARAMS, "params._meta[\"" META_VERSION "\"] is required", NULL);
+        sg_mcp_send_error(g, 400, call->id, MCP_INVALID_PARAMS, "params._meta[\"" META_VERSION "\"] is required", NULL);
         goto Error;
     }
     if (!header_is(hv, json_object_get_string(v))) {
         snprintf(detail, sizeof(detail),
                  "Header mismatch: MCP-Protocol-Version header value '%.*s' does not match body value '%.64s'",
                  (int)(hv.len > 64 ? 64 : hv.len), hv.base, json_object_get_string(v));
-        send_error(g, 400, call->id, MCP_HEADER_MISMATCH, detail, NULL);
+        sg_mcp_send_error(g, 400, call->id, MCP_HEADER_MISMATCH, detail, NULL);
         goto Error;
     }
     if (strcmp(json_object_get_string(v), MODERN_VERSION) != 0) {
         json_object *data = json_object_new_object();
         json_object_object_add(data, "supported", supported_versions());
         json_object_object_add(data, "requested", json_object_get(v));
-        send_error(g, 400, call->id, MCP_UNSUPPORTED_VERSION, "Unsupported protocol version", data);
+        sg_mcp_send_error(g, 400, call->id, MCP_UNSUPPORTED_VERSION, "Unsupported protocol version", data);
         goto Error;
     }
     if (!json_object_object_get_ex(meta, META_CAPS, &v) || !json_object_is_type(v, json_type_object)) {
-        send_error(g, 400, call->id, MCP_INVALID_PARAMS, "params._meta[\"" META_CAPS "\"] is required", NULL);
+        sg_mcp_send_error(g, 400, call->id, MCP_INVALID_PARAMS, "params._meta[\"" META_CAPS "\"] is required", NULL);
         goto Error;
     }
     if (call->id == NULL) {
         /* this revision defines no client notification over HTTP: accepted */
-        send_msg(g, 202, NULL, 0, NULL);
+        sg_mcp_send_msg(g, 202, NULL, 0, NULL);
         goto Error;
     }
     if (!header_is(hm, method)) {
         snprintf(detail, sizeof(detail),
                  "Header mismatch: Mcp-Method header value '%.*s' does not match body value '%.64s'",
                  (int)(hm.len > 64 ? 64 : hm.len), hm.base != NULL ? hm.base : "", method);
-        send_error(g, 400, call->id, MCP_HEADER_MISMATCH, detail, NULL);
+        sg_mcp_send_error(g, 400, call->id, MCP_HEADER_MISMATCH, detail, NULL);
         goto Error;
     }
     const char *field = strcmp(method, "tools/call") == 0 || strcmp(method, "prompts/get") == 0 ? "name"
@@ -382,7 +254,7 @@ static void run_modern(sg_gw_req_t *g, h2o_req_t *req, mcp_call_t *call, const c
             len != strlen(body) || memcmp(name, body, len) != 0) {
             snprintf(detail, sizeof(detail), "Header mismatch: Mcp-Name header %s does not match body params.%s",
                      hn.base == NULL ? "is missing or" : "value", field);
-            send_error(g, 400, call->id, MCP_HEADER_MISMATCH, detail, NULL);
+            sg_mcp_send_error(g, 400, call->id, MCP_HEADER_MISMATCH, detail, NULL);
             goto Error;
         }
     }
@@ -414,7 +286,7 @@ static mcp_call_t *take_call(sg_gw_req_t *g, const sg_state_result_t *r)
     g->capture_free = NULL;
     if (r->available)
         return call;
-    send_error(g, 503, call->id, MCP_INTERNAL_ERROR, STATE_DOWN, NULL);
+    sg_mcp_send_error(g, 503, call->id, MCP_INTERNAL_ERROR, STATE_DOWN, NULL);
     sg_mcp_call_free(call);
     sg_gw_req_free(g);
     return NULL;
@@ -433,7 +305,7 @@ static void on_opened(void *data, const sg_state_result_t *r)
         char detail[200];
         snprintf(detail, sizeof(detail), "the tenant already holds %ld MCP sessions, its limit; end one (DELETE /mcp)",
                  sg_gw.mcp_sessions);
-        send_error(g, 429, call->id, MCP_INTERNAL_ERROR, detail, NULL);
+        sg_mcp_send_error(g, 429, call->id, MCP_INTERNAL_ERROR, detail, NULL);
     } else {
         json_object *res = json_object_new_object();
         json_object_object_add(res, "protocolVersion", json_object_new_string(call->version));
@@ -453,11 +325,11 @@ static void initialize(sg_gw_req_t *g, mcp_call_t *call)
     const char *asked = NULL;
 
     if (call->id == NULL) {
-        send_error(g, 400, NULL, MCP_INVALID_REQUEST, "initialize is a request: it needs an id", NULL);
+        sg_mcp_send_error(g, 400, NULL, MCP_INVALID_REQUEST, "initialize is a request: it needs an id", NULL);
         goto Error;
     }
     if (!json_object_object_get_ex(call->msg, "params", &params) || !json_object_is_type(params, json_type_object)) {
-        send_error(g, 200, call->id, MCP_INVALID_PARAMS, "initialize needs params", NULL);
+        sg_mcp_send_error(g, 200, call->id, MCP_INVALID_PARAMS, "initialize needs params", NULL);
         goto Error;
     }
     if (json_object_object_get_ex(params, "protocolVersion", &v) && json_object_is_type(v, json_type_string))
@@ -482,14 +354,14 @@ static void on_touched(void *data, const sg_state_result_t *r)
     if (call == NULL)
         return;
     if (!r->ok) {
-        send_error(g, 404, call->id, MCP_INVALID_REQUEST, "Session not found: it ended or expired; initialize again",
-                   NULL);
+        sg_mcp_send_error(g, 404, call->id, MCP_INVALID_REQUEST,
+                          "Session not found: it ended or expired; initialize again", NULL);
     } else if (call->id == NULL) {
         json_object *v;
         if (json_object_object_get_ex(call->msg, "method", &v) &&
             strcmp(json_object_get_string(v), "notifications/cancelled") == 0)
-            cancel_running(g, call);
-        send_msg(g, 202, NULL, 0, NULL); /* a notification, or a response */
+            sg_mcp_cancel_running(g, call);
+        sg_mcp_send_msg(g, 202, NULL, 0, NULL); /* a notification, or a response */
     } else {
         dispatch(g, call);
         return;
@@ -507,17 +379,17 @@ static void run_legacy(sg_gw_req_t *g, h2o_req_t *req, mcp_call_t *call, const c
         return;
     }
     if (sid.base == NULL) {
-        send_error(g, 400, call->id, MCP_INVALID_REQUEST,
-                   "Bad Request: Mcp-Session-Id header is required (initialize first, or send 2026-07-28 requests)",
-                   NULL);
+        sg_mcp_send_error(
+            g, 400, call->id, MCP_INVALID_REQUEST,
+            "Bad Request: Mcp-Session-Id header is required (initialize first, or send 2026-07-28 requests)", NULL);
         goto Error;
     }
     if (hv.base != NULL && !header_is(hv, legacy_versions[0]) && !header_is(hv, legacy_versions[1])) {
-        send_error(g, 400, call->id, MCP_INVALID_REQUEST, "Bad Request: unsupported MCP-Protocol-Version", NULL);
+        sg_mcp_send_error(g, 400, call->id, MCP_INVALID_REQUEST, "Bad Request: unsupported MCP-Protocol-Version", NULL);
         goto Error;
     }
     if (!sg_mcp_session_id_ok(sid.base, sid.len)) {
-        send_error(g, 404, call->id, MCP_INVALID_REQUEST, "Session not found", NULL);
+        sg_mcp_send_error(g, 404, call->id, MCP_INVALID_REQUEST, "Session not found", NULL);
         goto Error;
     }
     memcpy(call->session, sid.base, sid.len);
@@ -537,11 +409,11 @@ static void on_closed(void *data, const sg_state_result_t *r)
 {
     sg_gw_req_t *g = data;
     if (!r->available)
-        fail(g, 503, NULL, MCP_INTERNAL_ERROR, STATE_DOWN);
+        sg_mcp_fail(g, 503, NULL, MCP_INTERNAL_ERROR, STATE_DOWN);
     else if (!r->ok)
-        fail(g, 404, NULL, MCP_INVALID_REQUEST, "Session not found");
+        sg_mcp_fail(g, 404, NULL, MCP_INVALID_REQUEST, "Session not found");
     else {
-        send_msg(g, 200, NULL, 0, NULL);
+        sg_mcp_send_msg(g, 200, NULL, 0, NULL);
         sg_gw_req_free(g);
     }
 }
@@ -551,11 +423,11 @@ static void end_session(sg_gw_req_t *g, h2o_req_t *req)
     h2o_iovec_t sid = header(req, "mcp-session-id");
     char id[40];
     if (sid.base == NULL) {
-        fail(g, 400, NULL, MCP_INVALID_REQUEST, "Bad Request: Mcp-Session-Id header is required");
+        sg_mcp_fail(g, 400, NULL, MCP_INVALID_REQUEST, "Bad Request: Mcp-Session-Id header is required");
         return;
     }
     if (!sg_mcp_session_id_ok(sid.base, sid.len)) {
-        fail(g, 404, NULL, MCP_INVALID_REQUEST, "Session not found");
+        sg_mcp_fail(g, 404, NULL, MCP_INVALID_REQUEST, "Session not found");
         return;
     }
     memcpy(id, sid.base, sid.len);
@@ -580,12 +452,12 @@ static void mcp_run(sg_gw_req_t *g)
         return;
     }
     if (g->content_type[0] && !sg_http_is_json(req)) {
-        fail(g, 415, NULL, MCP_INVALID_REQUEST, "Unsupported Media Type: Content-Type must be application/json");
+        sg_mcp_fail(g, 415, NULL, MCP_INVALID_REQUEST, "Unsupported Media Type: Content-Type must be application/json");
         return;
     }
     if (!accept_ok(req)) {
-        fail(g, 406, NULL, MCP_INVALID_REQUEST,
-             "Not Acceptable: Accept must list application/json and text/event-stream");
+        sg_mcp_fail(g, 406, NULL, MCP_INVALID_REQUEST,
+                    "Not Acceptable: Accept must list application/json and text/event-stream");
         return;
     }
     json_tokener *tok = json_tokener_new();
@@ -603,12 +475,12 @@ static void mcp_run(sg_gw_req_t *g)
     }
     json_tokener_free(tok);
     if (msg == NULL) {
-        fail(g, 400, NULL, MCP_PARSE_ERROR, "Parse error: the body is not one JSON value");
+        sg_mcp_fail(g, 400, NULL, MCP_PARSE_ERROR, "Parse error: the body is not one JSON value");
         return;
     }
     if (json_object_is_type(msg, json_type_array)) {
         json_object_put(msg);
-        fail(g, 400, NULL, MCP_INVALID_REQUEST, "Invalid Request: batches are not supported (since 2025-06-18)");
+        sg_mcp_fail(g, 400, NULL, MCP_INVALID_REQUEST, "Invalid Request: batches are not supported (since 2025-06-18)");
         return;
     }
     mcp_call_t *call = sg_xcalloc(1, sizeof(*call));
@@ -616,12 +488,13 @@ static void mcp_run(sg_gw_req_t *g)
     call->sse = prefers_sse(req);
     if (!json_object_is_type(msg, json_type_object) || !json_object_object_get_ex(msg, "jsonrpc", &v) ||
         !json_object_is_type(v, json_type_string) || strcmp(json_object_get_string(v), "2.0") != 0) {
-        send_error(g, 400, NULL, MCP_INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message", NULL);
+        sg_mcp_send_error(g, 400, NULL, MCP_INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message", NULL);
         goto Exit;
     }
     if (json_object_object_get_ex(msg, "id", &v)) {
         if (v == NULL || !(json_object_is_type(v, json_type_string) || json_object_is_type(v, json_type_int))) {
-            send_error(g, 400, NULL, MCP_INVALID_REQUEST, "Invalid Request: id must be a string or an integer", NULL);
+            sg_mcp_send_error(g, 400, NULL, MCP_INVALID_REQUEST, "Invalid Request: id must be a string or an integer",
+                              NULL);
             goto Exit;
         }
         call->id = v;
@@ -630,10 +503,10 @@ static void mcp_run(sg_gw_req_t *g)
         if (call->id != NULL &&
             (json_object_object_get_ex(msg, "result", NULL) || json_object_object_get_ex(msg, "error", NULL))) {
             /* a response: the gateway asks the client nothing, so none is awaited */
-            send_msg(g, 202, NULL, 0, NULL);
+            sg_mcp_send_msg(g, 202, NULL, 0, NULL);
             goto Exit;
         }
-        send_error(g, 400, call->id, MCP_INVALID_REQUEST, "Invalid Request: method must be a string", NULL);
+        sg_mcp_send_error(g, 400, call->id, MCP_INVALID_REQUEST, "Invalid Request: method must be a string", NULL);
         goto Exit;
     }
     method = json_object_get_string(v);

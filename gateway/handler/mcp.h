@@ -69,6 +69,21 @@ json_object *sg_mcp_tools_list(void);
  * tool, params of the wrong shape). */
 int sg_mcp_tool_call(sg_gw_req_t *g, mcp_call_t *call, json_object *params, int *code, char *detail, size_t len);
 
+/* ---- one call: its reply and its listing (mcp_call.c) ---- */
+
+#define SG_MCP_SERVER_VERSION "1.0.0"
+
+/* Sends msg (taken; NULL: 202 with no body) to g's client, JSON or one SSE
+ * event; session: the MCP-Session-Id header's value (NULL or "": none). */
+void sg_mcp_send_msg(sg_gw_req_t *g, int status, json_object *msg, int sse, const char *session);
+/* A JSON-RPC error (id borrowed, NULL when unknown; data taken). */
+void sg_mcp_send_error(sg_gw_req_t *g, int status, json_object *id, int code, const char *message, json_object *data);
+/* Answers with a JSON-RPC error and lets the request go. */
+void sg_mcp_fail(sg_gw_req_t *g, int status, json_object *id, int code, const char *message);
+/* notifications/cancelled (note): the call of g's tenant's MCP session with
+ * that request id, if it runs on this gateway, ends as if its client had
+ * gone. */
+void sg_mcp_cancel_running(sg_gw_req_t *g, mcp_call_t *note);
 /* Sends the result of call (takes result) to g's client, JSON or SSE. */
 void sg_mcp_reply_result(sg_gw_req_t *g, mcp_call_t *call, json_object *result);
 void sg_mcp_call_free(void *call);
