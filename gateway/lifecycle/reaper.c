@@ -8,6 +8,7 @@
 #include "metrics.h"
 #include "purge.h"
 #include "rebuild.h"
+#include "sweep.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -74,7 +75,8 @@ static void on_reaper_tick(h2o_timeout_entry_t *e)
     }
     if (reaper_rounds % 10 == 0) {
         sg_gw_rebuild_sessions();
-        sg_gw_purge_sweep(); /* tenants sandgate-admin marked for deletion */
+        sg_gw_sweep_proxies(); /* sandboxes of closed sessions that a proxy re-adopted */
+        sg_gw_purge_sweep();   /* tenants sandgate-admin marked for deletion */
     }
     reaper_rounds++;
     h2o_timeout_link(sg_gw.loop, &reaper_timeout, &reaper_entry);

@@ -17,6 +17,7 @@
  */
 #include "sgsse.h"
 #include "sgtest.h"
+#include "sgtls.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,124 +31,24 @@
 #define FILE_BYTES (3u << 20)
 #define OUT_BYTES 1000000 /* under SANDGATE_OUTPUT_LIMIT's default 1 MiB */
 
-static char *dir;   /* certificates and logs */
-static pid_t socat; /* leader of its own process group (socat forks per connection) */
-static int tls_port;
+static sgtls_engine_t engine; /* sgtls.h: socat's TLS listener before the engine */
+static char *dir;             /* engine.dir: the certificates, logs */
 static char docker_host[64];
-
-static int sh(const char *script)
-{
-    char *argv[] = {"sh", "-ec", (char *)script, NULL};
-    pid_t pid = fork();
-    int st;
-    if (pid == 0) {
-        if (chdir(dir) != 0)
-            _exit(127);
-        execvp("sh", argv);
-        _exit(127);
-    }
-    if (pid < 0 || waitpid(pid, &st, 0) != pid)
-        return -1;
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
-}
-
-/* A CA, the listener's certificate, a client certificate of that CA
- * (client/), and a second CA with its own client certificate (other/). */
-static const char make_certs[] =
-    "exec >certs.log 2>&1\n"
-    "key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:prime256v1 -out \"$1\"; }\n"
-    "ca() { key $1-key.pem; openssl req -x509 -new -key $1-key.pem -out $1.pem -days 2 -subj /CN=$1; }\n"
-    "sign() { # name ca cn ext\n"
-    "  key $1-key.pem; openssl req -new -key $1-key.pem -out $1.csr -subj /CN=$3\n"
-    "  printf '%s\\n' \"$4\" > $1.ext\n"
-    "  openssl x509 -req -in $1.csr -CA $2.pem -CAkey $2-key.pem -CAcreateserial -out $1.pem -days 2 -extfile "
-    "$1.ext; }\n"
-    "ca sgtest-ca; ca sgtest-other-ca\n"
-    "sign server sgtest-ca localhost 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth'\n"
-    "sign client sgtest-ca sgtest-client 'extendedKeyUsage=clientAuth'\n"
-    "sign other sgtest-other-ca sgtest-other 'extendedKeyUsage=clientAuth'\n"
-    "mkdir client other wrongca\n"
-    "cp sgtest-ca.pem client/ca.pem; cp client.pem client/cert.pem; cp client-key.pem client/key.pem\n"
-    "cp sgtest-ca.pem other/ca.pem; cp other.pem other/cert.pem; cp other-key.pem other/key.pem\n"
-    "cp sgtest-other-ca.pem wrongca/ca.pem; cp client.pem wrongca/cert.pem; cp client-key.pem wrongca/key.pem\n";
-
-static bool port_answers(void *ctx)
-{
-    char script[128];
-    snprintf(script, sizeof(script), "exec 3<>/dev/tcp/127.0.0.1/%d", tls_port);
-    char *argv[] = {"bash", "-c", script, NULL};
-    pid_t pid = fork();
-    int st;
-    (void)ctx;
-    if (pid == 0) {
-        int null = open("/dev/null", O_WRONLY);
-        dup2(null, 2);
-        execvp("bash", argv);
-        _exit(127);
-    }
-    return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
-}
 
 static int group_setup(void **state)
 {
-    const char *engine = getenv("DOCKER_HOST");
-    char listen[512], connect[600], logpath[600];
-
     (void)state;
-    if ((dir = sggw_mkdtemp("sgtest-tls")) == NULL)
+    if (sgtls_engine_start(&engine) != 0)
         return -1;
-    if (sh(make_certs) != 0) {
-        fprintf(stderr, "openssl could not make the certificates (see %s/certs.log)\n", dir);
-        return -1;
-    }
-    if ((tls_port = sgtest_free_port()) <= 0)
-        return -1;
-    snprintf(docker_host, sizeof(docker_host), "DOCKER_HOST=tcp://127.0.0.1:%d", tls_port);
-    snprintf(listen, sizeof(listen),
-             "OPENSSL-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork,verify=1,cert=%s/server.pem,key=%s/server-key.pem,"
-             "cafile=%s/sgtest-ca.pem",
-             tls_port, dir, dir, dir);
-    snprintf(connect, sizeof(connect), "UNIX-CONNECT:%s",
-             engine != NULL && strncmp(engine, "unix://", 7) == 0 ? engine + 7 : "/var/run/docker.sock");
-    snprintf(logpath, sizeof(logpath), "%s/socat.log", dir);
-    socat = fork();
-    if (socat == 0) {
-        int log = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        setpgid(0, 0);
-        dup2(log, 1);
-        dup2(log, 2);
-        execlp("socat", "socat", listen, connect, (char *)NULL);
-        _exit(127);
-    }
-    if (socat < 0)
-        return -1;
-    setpgid(socat, socat);
-    if (sgtest_poll(port_answers, NULL, 10, 0.05) != 0) {
-        fprintf(stderr, "socat did not listen on %d (is socat installed? see %s)\n", tls_port, logpath);
-        return -1;
-    }
+    dir = engine.dir;
+    snprintf(docker_host, sizeof(docker_host), "%s", engine.docker_host);
     return 0;
 }
 
 static int group_teardown(void **state)
 {
-    int st, rc = 0;
     (void)state;
-    if (socat > 0) {
-        kill(-socat, SIGTERM); /* socat and the children it forked per connection */
-        if (waitpid(socat, &st, 0) != socat)
-            rc = -1;
-        for (int i = 0; i < 100 && kill(-socat, 0) == 0; i++)
-            usleep(50 * 1000);
-        if (kill(-socat, 0) == 0) {
-            fprintf(stderr, "socat's children outlived it by 5 s\n");
-            kill(-socat, SIGKILL);
-            rc = -1;
-        }
-    }
-    sggw_rmtree(dir);
-    free(dir);
-    return rc;
+    return sgtls_engine_stop(&engine);
 }
 
 /* The bytes the program below prints: line i is "<i>:" then 'a' + i % 26
