@@ -128,8 +128,10 @@ static int choose_proxy(sg_gw_req_t *g, const char *method, const char *path, lo
              * adopts its sessions) — wait for it, at most that long */
             if (wait_timeout.timeout == 0)
                 h2o_timeout_init(sg_gw.loop, &wait_timeout, PROXY_WAIT_MS);
-            snprintf(g->fwd_method, sizeof(g->fwd_method), "%s", method);
-            snprintf(g->fwd_path, sizeof(g->fwd_path), "%s", path);
+            if (method != g->fwd_method) { /* not a wait that goes on (on_proxy_wait): they are copied already */
+                snprintf(g->fwd_method, sizeof(g->fwd_method), "%s", method);
+                snprintf(g->fwd_path, sizeof(g->fwd_path), "%s", path);
+            }
             g->fwd_timeout_ms = timeout_ms;
             g->proxy_wait.cb = on_proxy_wait;
             h2o_timeout_link(sg_gw.loop, &wait_timeout, &g->proxy_wait);

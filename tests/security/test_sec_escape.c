@@ -149,10 +149,10 @@ static void after_signals(const attack_t *a, const char *tok, const char *sid, j
     json_object_put(c);
     free(cid);
     r = py(tok, sid, "x = 41\nprint(x + 1)");
-    /* gVisor delivers the SIGKILL to the interpreter after kill() returned:
-     * the next execute may find it dying (state lost, signal 9) and only the
-     * one after a new interpreter; under runc it is gone by then */
-    if (strcmp(SG_STR(r, "state"), "lost") == 0 && sgtest_docker_session_on_runsc(st.proxy_id, sid)) {
+    /* the SIGKILL reaches the interpreter after kill() returned (gVisor
+     * often, runc on a loaded machine): the next execute may find it dying
+     * (state lost, signal 9) and only the one after a new interpreter */
+    if (strcmp(SG_STR(r, "state"), "lost") == 0) {
         SG_CHECK(SG_INT(r, "signal") == 9, r, "the interpreter was lost to the SIGKILL of kill -9 -1");
         json_object_put(r);
         r = py(tok, sid, "x = 41\nprint(x + 1)");
