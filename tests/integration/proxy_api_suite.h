@@ -207,6 +207,5 @@ static inline int group_setup(void **state)
     "  echo \"${d#/proc/} $c $(cut -d' ' -f3 $d/stat 2>/dev/null)\"; "                                                 \
     "done"
 #define LIST_SLEEPS "{ " PROC_LOOP "; } | grep ' sleep ' || true"
-#define COUNT_SLEEPS "{ " PROC_LOOP "; } | grep -c ' sleep '"
 
 #endif

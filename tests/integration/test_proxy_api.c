@@ -290,16 +290,18 @@ static void test_timeout_kills_process_tree(void **state)
 {
     char *sid = create_session("python");
     /* Three sleeps escape the shell's process group in different ways; the
-     * shell waits until /proc shows all of them, says so, then sleeps. */
+     * shell waits until /proc shows all of them (two processes a look: under
+     * gVisor every fork costs), says so, then sleeps. The timeout leaves
+     * that wait room on a loaded machine. */
     const char *cmd = "setsid sh -c 'sleep 1000' &\n"
                       "(sleep 1000 &) &\n"
                       "sleep 1000 &\n"
-                      "while [ \"$(" COUNT_SLEEPS ")\" -lt 3 ]; do :; done\n"
+                      "while [ \"$(cat /proc/[0-9]*/comm 2>/dev/null | grep -cx sleep)\" -lt 3 ]; do :; done\n"
                       "echo started\n"
                       "wait\n";
     double secs;
-    json_object *o = run_cmd_t(sid, cmd, 3, &secs);
-    expect_timed_out(o, secs, 3);
+    json_object *o = run_cmd_t(sid, cmd, 8, &secs);
+    expect_timed_out(o, secs, 8);
     SG_CHECK(strstr(SG_STR(o, "stdout"), "started") != NULL, o,
              "the sleeps never all ran, so the check below would prove nothing");
     json_object_put(o);
