@@ -82,6 +82,11 @@ static int decode(const sg_agent_header_t *h, const uint8_t *pl, sg_agent_buf_t 
         sg_agent_put_u32(b, m.err_code);
         sg_agent_put_str(b, m.message, m.message_len);
         break;
+    case SG_AGENT_SYNC_OK:
+        sg_agent_put_u64(b, m.ok_value);
+        sg_agent_put_u32(b, m.version);
+        sg_agent_put_u32(b, m.kernel);
+        break;
     default:
         CHECK(!"an unknown type decodes");
     }

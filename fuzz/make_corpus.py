@@ -41,7 +41,7 @@ u32 = lambda v: struct.pack(">I", v)
 i32 = lambda v: struct.pack(">i", v)
 u64 = lambda v: struct.pack(">Q", v)
 EXEC, PUT, GET, PING = 1, 2, 3, 4
-READY, OUTPUT, EXIT, FILE, OK, ERROR, RESULT, FILES = 64, 65, 66, 67, 68, 69, 70, 71
+READY, OUTPUT, EXIT, FILE, OK, ERROR, RESULT, FILES, SYNC_OK = 64, 65, 66, 67, 68, 69, 70, 71, 72
 
 
 def exit_msg(mid, code=0, sig=0, reason=0, dur=1234, flags=0, stage="run", state=0):
@@ -70,6 +70,9 @@ replies = [
                   + u64(3))),
     ("rich_session", ready + msg(RESULT, 1, b'{"type": "image", "mime": "image/png", "data": "iVBORw0KGgo=", "main": false}')
      + msg(FILES, 1, u32(1) + u32(0)) + exit_msg(1, flags=4, state=2)),
+    # a proxy adopting the sandbox: the SYNC's nonce echoed, the protocol, the kernel's state
+    ("sync_ok", msg(SYNC_OK, 0x2a0b1c3d, u64(0x5eed5eed5eed5eed) + u32(3) + u32(1))),
+    ("short_sync_ok", msg(SYNC_OK, 9, u64(1))),
 ]
 write("fuzz_agent_reply", replies)
 
