@@ -602,7 +602,7 @@ struct sgtest_batch {
     pthread_cond_t cond;
     int go;      /* 1: send; -1: the batch could not start, send nothing */
     bool socket; /* through the plain-socket client (sggw_http) */
-    size_t n, started, sent;
+    size_t n, started, sent, finished;
     pthread_t *threads;
     par_slot_t *slots;
 };
@@ -649,6 +649,9 @@ static void *on_thread(void *ud)
     q->finished = sgtest_now();
     watch_fire(&s->watch); /* a failed transfer must not leave waiters hanging */
     free(auth);
+    pthread_mutex_lock(&b->lock);
+    b->finished++;
+    pthread_mutex_unlock(&b->lock);
     return NULL;
 }
 
@@ -731,6 +734,14 @@ int sgtest_batch_wait_sent(sgtest_batch_t *b, double timeout_s)
     }
     pthread_mutex_unlock(&b->lock);
     return rc;
+}
+
+size_t sgtest_batch_finished(sgtest_batch_t *b)
+{
+    pthread_mutex_lock(&b->lock);
+    size_t n = b->finished;
+    pthread_mutex_unlock(&b->lock);
+    return n;
 }
 
 void sgtest_batch_join(sgtest_batch_t *b)

@@ -436,6 +436,8 @@ sgtest_batch_t *sggw_batch_start(sgtest_par_req_t *reqs, size_t n);
 /* Waits until every request of the batch was fully sent (or finished).
  * Returns 0, or -1 when timeout_s passed first. */
 int sgtest_batch_wait_sent(sgtest_batch_t *b, double timeout_s);
+/* How many requests of the batch have their reply (or failed) by now. */
+size_t sgtest_batch_finished(sgtest_batch_t *b);
 /* Joins every thread and frees b (the requests' replies stay). */
 void sgtest_batch_join(sgtest_batch_t *b);
 /* Start + join. Returns 0, or -1 if the batch could not start. */
