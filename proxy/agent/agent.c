@@ -3,6 +3,7 @@
  * log, clock, the failure policy, and the reply channel on stdout.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,7 +117,10 @@ int agent_write_full(int fd, const void *p, size_t len)
     while (len != 0) {
         ssize_t n = write(fd, s, len);
         if (n < 0) {
-            if (errno == EINTR)
+            /* EAGAIN: fd shares a non-blocking file description (stdin
+             * is one: loop.c); wait until it takes more */
+            struct pollfd w = {.fd = fd, .events = POLLOUT};
+            if (errno == EINTR || (errno == EAGAIN && poll(&w, 1, -1) >= 0))
                 continue;
             return -1;
         }

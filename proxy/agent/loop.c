@@ -8,6 +8,7 @@
  * listed in agent.h.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,27 +51,33 @@ static void drop_input(void)
 
 /* Returns 0, 1 on EOF before the first byte, -1 on error or EOF midway,
  * READ_RESYNC when a proxy asked for a resynchronisation meanwhile (what
- * was read is to be dropped). Signals are handled while it waits. */
+ * was read is to be dropped). Signals are handled while it waits. fd is
+ * non-blocking (main): what is there already is read without a poll() first
+ * (a request's header and payload usually come in one write). */
 static int read_full(int fd, void *p, size_t len)
 {
     uint8_t *d = p;
     size_t got = 0;
+    int wait = 0;
 
     while (got < len) {
-        struct pollfd pfd[2] = {{.fd = fd, .events = POLLIN}, {.fd = proc_sig_fd, .events = POLLIN}};
-        if (poll(pfd, 2, IDLE_POLL_MS) < 0) {
-            if (errno != EINTR)
-                return -1;
-            continue;
+        if (wait) {
+            struct pollfd pfd[2] = {{.fd = fd, .events = POLLIN}, {.fd = proc_sig_fd, .events = POLLIN}};
+            if (poll(pfd, 2, IDLE_POLL_MS) < 0) {
+                if (errno != EINTR)
+                    return -1;
+                continue;
+            }
+            if (pfd[1].revents != 0)
+                proc_handle_signals();
+            if (pfd[0].revents == 0 && !proc_resync)
+                continue;
         }
-        if (pfd[1].revents != 0)
-            proc_handle_signals();
         if (proc_resync)
             return READ_RESYNC;
-        if (pfd[0].revents == 0)
-            continue;
         ssize_t n = read(fd, d + got, len - got);
-        if (n < 0 && errno == EINTR)
+        wait = n < 0 && errno == EAGAIN;
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
         if (n < 0)
             return -1;
@@ -205,6 +212,10 @@ int main(void)
 
     if (creds_init() != 0 || proc_init() != 0)
         return 1;
+    /* read_full() reads what is there before it polls; children get
+     * /dev/null as their stdin, never this */
+    if (fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK) != 0)
+        agent_log("cannot make stdin non-blocking: %s", strerror(errno));
     agent_workdir = normalise_workdir();
     if (chdir(agent_workdir) != 0)
         agent_log("cannot enter the work directory %s: %s", agent_workdir, strerror(errno));
@@ -232,7 +243,8 @@ int main(void)
                 n++;
             }
         }
-        proc_reap();
+        /* no proc_reap() here: SIGCHLD comes through the signal fd, and
+         * proc_handle_signals() reaps */
         if (proc_resync) {
             /* asked during the EXEC that just ended */
             drop_input();

@@ -50,7 +50,8 @@ int results_drain(results_t *r, run_t *x, int fd);
 /* At the end of the EXEC: a record cut off is dropped; frees r's memory. */
 void results_end(results_t *r, run_t *x);
 
-/* The FILES message of x, when the work dir has an out directory. */
+/* The FILES message of x, when the work dir has an out directory, built in
+ * agent_out and left there: the caller's next flush sends it (the EXIT's). */
 void results_send_files(run_t *x);
 
 #endif

@@ -3,6 +3,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,9 +115,10 @@ int run_pump(run_t *x, int *fds, const run_follower_t *f, void *ctx, int64_t *en
             break;
         }
         outcome = f->after_poll != NULL ? f->after_poll(ctx, pfd + first_extra, extra) : -1;
+        /* SIGCHLD comes through the signal fd: a child that ended is reaped
+         * there (one wait4 less per turn, which gVisor makes dear) */
         if (pfd[n].revents != 0)
             proc_handle_signals();
-        proc_reap();
         if (outcome < 0 && f->ended(ctx))
             outcome = RUN_ENDED;
         if (outcome >= 0)
@@ -128,12 +130,23 @@ int run_pump(run_t *x, int *fds, const run_follower_t *f, void *ctx, int64_t *en
 
 int run_drain(run_t *x, const int *fds)
 {
+    struct pollfd pfd[2];
     int i;
 
+    /* one look at both streams, then reads of those that hold something */
+    for (i = 0; i < 2; i++) {
+        pfd[i].fd = fds[i];
+        pfd[i].events = POLLIN;
+        pfd[i].revents = 0;
+    }
+    if (poll(pfd, 2, 0) < 0)
+        pfd[0].revents = pfd[1].revents = POLLIN; /* read both, as before */
     for (i = 0; i < 2; i++) {
         size_t total = 0;
         int rc = PUMP_DATA;
 
+        if (pfd[i].revents == 0)
+            continue;
         while (fds[i] >= 0 && rc == PUMP_DATA && total < DRAIN_LIMIT)
             rc = pump(x, fds[i], (uint32_t)i + 1, &total);
         if (rc == PUMP_CAP)
@@ -149,13 +162,22 @@ int run_drain(run_t *x, const int *fds)
 long long run_oom_kills(void)
 {
     static const char *const files[] = {"/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"};
+    /* a file found missing stays missing (no cgroup file appears in a
+     * running sandbox): it is not looked for again at every EXEC (under
+     * gVisor neither exists, and each failed open costs) */
+    static int missing[sizeof(files) / sizeof(files[0])];
     char buf[1024], *p;
     size_t i;
 
     for (i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-        int fd = open(files[i], O_RDONLY | O_CLOEXEC);
+        int fd;
         ssize_t n;
 
+        if (missing[i])
+            continue;
+        fd = open(files[i], O_RDONLY | O_CLOEXEC);
+        if (fd < 0 && errno == ENOENT)
+            missing[i] = 1;
         if (fd < 0)
             continue;
         n = read(fd, buf, sizeof(buf) - 1);
@@ -208,7 +230,10 @@ void run_send_exit(run_t *x, int32_t code, uint32_t sig, uint32_t reason, const 
     uint64_t dur = x->started != 0 && end > x->started ? (uint64_t)(end - x->started) / 1000 : 0;
     int r;
 
-    results_send_files(x);
+    size_t start;
+
+    results_send_files(x); /* left in agent_out: one write for both */
+    start = agent_out.len;
     r = sg_agent_msg_begin(&agent_out, SG_AGENT_EXIT, x->id);
     r |= sg_agent_put_i32(&agent_out, code);
     r |= sg_agent_put_u32(&agent_out, sig);
@@ -217,7 +242,7 @@ void run_send_exit(run_t *x, int32_t code, uint32_t sig, uint32_t reason, const 
     r |= sg_agent_put_u32(&agent_out, x->exit_flags);
     r |= sg_agent_put_str(&agent_out, stage, strlen(stage));
     r |= sg_agent_put_u32(&agent_out, x->state);
-    sg_agent_msg_end(&agent_out, 0);
+    sg_agent_msg_end(&agent_out, start);
     agent_flush(r);
     agent_log("exec %u: %s ended: %s, code %d, signal %u, kernel %s", x->id, stage, sg_agent_reason_name(reason),
               (int)code, sig, sg_agent_state_name(x->state));
