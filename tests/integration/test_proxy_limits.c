@@ -207,25 +207,12 @@ static bool sandbox_ended(char **sid, bool runsc, sgtest_reply_t *r)
     return true;
 }
 
-/* POST /sessions/<sid>/execute of code, whatever the reply. */
-static void execute_raw(const char *sid, const char *code, int timeout, sgtest_reply_t *r)
-{
-    char path[256];
-    json_object *body = json_object_new_object();
-    json_object_object_add(body, "code", json_object_new_string(code));
-    if (timeout > 0)
-        json_object_object_add(body, "timeout", json_object_new_int(timeout));
-    pathf(path, sizeof(path), "/sessions/%s/execute", sid);
-    sgtest_call_json(suite.proxy, "POST", path, body, 0, r);
-    json_object_put(body);
-}
-
 /* Runs a bomb in session *sid; its result, or NULL when under runsc it
  * ended the whole sandbox (sandbox_ended()). */
 static json_object *run_bomb(char **sid, bool runsc, const char *code, int timeout, double *secs)
 {
     sgtest_reply_t r;
-    execute_raw(*sid, code, timeout, &r);
+    sgtest_execute_reply(suite.proxy, *sid, code, timeout, &r);
     if (secs != NULL)
         *secs = r.seconds;
     if (sandbox_ended(sid, runsc, &r))
@@ -266,7 +253,7 @@ static void test_fork_bomb(void **state)
      * converge within its 2 s budget (22 processes left) and the sandbox to
      * end at the next execute: the bomb's own sandbox only. */
     sgtest_reply_t r;
-    execute_raw(sid, "print(1)", 0, &r);
+    sgtest_execute_reply(suite.proxy, sid, "print(1)", 0, &r);
     if (sandbox_ended(&sid, runsc, &r))
         return;
     o = SG_EXPECT_JSON(&r, 200);

@@ -415,6 +415,15 @@ json_object *sgtest_run_code(const sgtest_proxy_t *p, const char *sid, const cha
     return sgtest_post_result(p, path, run_body("code", code, libs, timeout), seconds);
 }
 
+void sgtest_execute_reply(const sgtest_proxy_t *p, const char *sid, const char *code, int timeout, sgtest_reply_t *r)
+{
+    char path[256];
+    json_object *b = run_body("code", code, NULL, timeout);
+    pathf(path, sizeof(path), "/sessions/%s/execute", sid);
+    sgtest_call_json(p, "POST", path, b, 0, r);
+    json_object_put(b);
+}
+
 json_object *sgtest_run_cmd(const sgtest_proxy_t *p, const char *sid, const char *cmd, int timeout, double *seconds)
 {
     char path[256];

@@ -246,6 +246,9 @@ json_object *sgtest_post_result(const sgtest_proxy_t *p, const char *path, json_
 /* POST /sessions/{sid}/execute */
 json_object *sgtest_run_code(const sgtest_proxy_t *p, const char *sid, const char *code, const char *const *libs,
                              int timeout, double *seconds);
+/* POST /sessions/{sid}/execute of code (timeout 0: the default), whatever
+ * the reply: it is in *r (sgtest_reply_free). */
+void sgtest_execute_reply(const sgtest_proxy_t *p, const char *sid, const char *code, int timeout, sgtest_reply_t *r);
 /* POST /sessions/{sid}/commands */
 json_object *sgtest_run_cmd(const sgtest_proxy_t *p, const char *sid, const char *cmd, int timeout, double *seconds);
 /* POST /execute */
