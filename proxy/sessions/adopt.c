@@ -527,6 +527,10 @@ typedef struct {
     int fd;
     sg_docker_demux_t demux;
     sg_buf_t window; /* the agent's stdout, searched for the SYNC_OK */
+    /* this round's SYNC (id, nonce): the first bytes of its SYNC_OK (header
+     * and nonce) and of an ERROR refusing it (type, flags, id), encoded by
+     * the protocol's own encoder (set_round) */
+    uint8_t want[SG_AGENT_HEADER_SIZE + 8], refused[8];
     uint8_t *leftover;
     size_t leftover_len;
     uint32_t version, kernel;
@@ -552,42 +556,55 @@ static void on_window_bytes(void *ctx, int stream, const uint8_t *p, size_t len)
     }
 }
 
-static void be32(uint8_t *p, uint32_t v)
+/* Encodes this round's expectations (adopt_job_t.want, .refused) and the
+ * SYNC request itself into req. Returns 0, or -1 when out of memory. */
+static int set_round(adopt_job_t *j, uint32_t id, uint64_t nonce, sg_agent_buf_t *req)
 {
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
+    sg_agent_buf_t b;
+    int rc;
+
+    sg_agent_buf_init(&b);
+    /* a SYNC_OK: the nonce, then version and kernel (zeros here: read, not
+     * matched), so that the header carries the whole reply's length */
+    rc = sg_agent_msg_begin(&b, SG_AGENT_SYNC_OK, id);
+    rc |= sg_agent_put_u64(&b, nonce);
+    rc |= sg_agent_put_u32(&b, 0);
+    rc |= sg_agent_put_u32(&b, 0);
+    sg_agent_msg_end(&b, 0);
+    if (rc == 0 && b.len != SG_AGENT_HEADER_SIZE + SG_AGENT_SYNC_OK_LEN)
+        rc = -1; /* agent_proto.h and this disagree: refuse rather than match garbage */
+    if (rc == 0)
+        memcpy(j->want, b.base, sizeof(j->want));
+    b.len = 0;
+    rc |= sg_agent_msg_begin(&b, SG_AGENT_ERROR, id);
+    if (rc == 0)
+        memcpy(j->refused, b.base, sizeof(j->refused));
+    sg_agent_buf_free(&b);
+    rc |= sg_agent_msg_begin(req, SG_AGENT_SYNC, id);
+    rc |= sg_agent_put_u64(req, nonce);
+    sg_agent_msg_end(req, 0);
+    return rc != 0 ? -1 : 0;
 }
 
-static uint32_t rd32(const uint8_t *p)
+/* Looks for this round's SYNC_OK in the window: 1 found (the rest kept as
+ * leftover), 0 not yet, -1 the agent refused SYNC (an ERROR with that id). */
+static int window_match(adopt_job_t *j)
 {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
-}
-
-/* Looks for the SYNC_OK of (id, nonce) in the window: 1 found (the rest
- * kept as leftover), 0 not yet, -1 the agent refused SYNC (an ERROR with
- * that id). */
-static int window_match(adopt_job_t *j, uint32_t id, uint64_t nonce)
-{
-    uint8_t want[SG_AGENT_HEADER_SIZE + 8], refused[8];
     const uint8_t *base = (const uint8_t *)j->window.base, *hit;
 
     if (j->window.len == 0)
         return 0;
-    want[0] = SG_AGENT_SYNC_OK;
-    want[1] = want[2] = want[3] = 0;
-    be32(want + 4, id);
-    be32(want + 8, SG_AGENT_SYNC_OK_LEN);
-    be32(want + 12, (uint32_t)(nonce >> 32));
-    be32(want + 16, (uint32_t)nonce);
-    hit = memmem(base, j->window.len, want, sizeof(want));
+    hit = memmem(base, j->window.len, j->want, sizeof(j->want));
     if (hit != NULL) {
         size_t off = (size_t)(hit - base), end = off + SG_AGENT_HEADER_SIZE + SG_AGENT_SYNC_OK_LEN;
+        sg_agent_header_t h;
+        sg_agent_reply_t m;
         if (j->window.len < end)
             return 0;
-        j->version = rd32(hit + 20);
-        j->kernel = rd32(hit + 24);
+        if (sg_agent_header_decode(hit, &h) != 0 || sg_agent_reply_decode(&h, hit + SG_AGENT_HEADER_SIZE, &m) != 0)
+            return 0; /* cannot be: its header and length are the ones matched */
+        j->version = m.version;
+        j->kernel = m.kernel;
         if (j->window.len > end) {
             j->leftover_len = j->window.len - end;
             j->leftover = sg_xmalloc(j->leftover_len);
@@ -595,21 +612,19 @@ static int window_match(adopt_job_t *j, uint32_t id, uint64_t nonce)
         }
         return 1;
     }
-    refused[0] = SG_AGENT_ERROR;
-    refused[1] = refused[2] = refused[3] = 0;
-    be32(refused + 4, id);
-    return memmem(base, j->window.len, refused, sizeof(refused)) != NULL ? -1 : 0;
+    return memmem(base, j->window.len, j->refused, sizeof(j->refused)) != NULL ? -1 : 0;
 }
 
-/* Reads the attach stream into the window for up to ms, or until the
- * reply is there: 1, 0, -1 as window_match; -2 the stream ended. */
-static int read_for(adopt_job_t *j, int ms, uint32_t id, uint64_t nonce)
+/* Reads the attach stream into the window for up to ms, or (match) until
+ * this round's reply is there: 1, 0, -1 as window_match; -2 the stream
+ * ended. */
+static int read_for(adopt_job_t *j, int ms, int match)
 {
     uint64_t until = sg_now_ms() + (uint64_t)ms;
     uint8_t buf[65536];
 
     for (;;) {
-        int m = id != 0 ? window_match(j, id, nonce) : 0;
+        int m = match ? window_match(j) : 0;
         uint64_t now = sg_now_ms();
         if (m != 0)
             return m;
@@ -676,23 +691,26 @@ static int resync(adopt_job_t *j, sg_docker_t *d)
             return -1;
         }
         /* what comes while the agent acts on the signal is discarded */
-        if (read_for(j, pause_ms, 0, 0) == -2)
+        if (read_for(j, pause_ms, 0) == -2)
             goto Ended;
         if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
             snprintf(j->err, sizeof(j->err), "getrandom: %s", strerror(errno));
             return -1;
         }
-        id = rd32(rnd) | 0x80000000u; /* never one of the ops' ids, which count from 1 */
-        nonce = (uint64_t)rd32(rnd + 4) << 32 | rd32(rnd + 8);
+        memcpy(&id, rnd, sizeof(id));
+        memcpy(&nonce, rnd + 4, sizeof(nonce));
+        id |= 0x80000000u; /* never one of the ops' ids, which count from 1 */
         sg_agent_buf_init(&req);
-        rc = sg_agent_msg_begin(&req, SG_AGENT_SYNC, id);
-        rc |= sg_agent_put_u64(&req, nonce);
-        sg_agent_msg_end(&req, 0);
-        rc = rc != 0 ? -1 : write_all(j->fd, req.base, req.len);
+        if (set_round(j, id, nonce, &req) != 0) {
+            sg_agent_buf_free(&req);
+            snprintf(j->err, sizeof(j->err), "out of memory");
+            return -1;
+        }
+        rc = write_all(j->fd, req.base, req.len);
         sg_agent_buf_free(&req);
         if (rc != 0)
             goto Ended;
-        r = read_for(j, 2000, id, nonce);
+        r = read_for(j, 2000, 1);
         if (r == 1) {
             if (j->version != SG_AGENT_PROTO_VERSION) {
                 snprintf(j->err, sizeof(j->err), "its agent speaks protocol %u, not %u", j->version,
