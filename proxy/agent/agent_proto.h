@@ -131,7 +131,12 @@
  * each EXEC the agent writes "<decimal byte length>\n<code>" to fd 3; the
  * kernel runs the code in its persistent namespace, flushes stdout and
  * stderr, then writes "<exit code>\n" to fd 4. An uncaught error prints its
- * traceback to stderr and answers 1. Only the kernel process itself reads fd
+ * traceback to stderr and answers 1. A kernel that has started writes
+ * "ready\n" to fd 4 before it reads its first request: a new kernel's start
+ * is not charged to the EXEC's timeout_ms. The EXEC that starts a kernel
+ * gives the start 5 s beyond its timeout (KERNEL_BOOT_NS, kernel.c), and
+ * "ready" gives the run its budget back, within that; "ready" at any other
+ * time is a malformed answer. Only the kernel process itself reads fd
  * 3 and answers on fd 4: a copy made by fork() in the user's code must not
  * (the python kernel points them at /dev/null in the child), or its answer
  * would end this EXEC early and the kernel's own one would end the next. When the answer arrives the agent

@@ -20,6 +20,12 @@
 #include "run.h"
 
 #define KERNEL_GRACE_NS (200LL * 1000 * 1000) /* for a kernel whose pipes closed to exit */
+/* What a new kernel's start may take beyond the run's own timeout: the run's
+ * budget starts again when the kernel says "ready" (agent_proto.h,
+ * "Kernels"). Under gVisor's ptrace platform on a busy host an interpreter's
+ * start takes seconds; it must stay below the proxy's EXEC_GRACE_MS (10 s)
+ * less the kill budget (2 s). */
+#define KERNEL_BOOT_NS (5000LL * 1000 * 1000)
 
 typedef struct {
     proc_child_t child; /* pid -1: there is none */
@@ -201,6 +207,8 @@ typedef struct {
     int32_t answer;     /* the exit code, for ANSWERED */
     const char *doomed; /* why it must end, once its request or answer pipe closed */
     int64_t doomed_at;
+    int booting;    /* a new kernel that has not yet said "ready" */
+    int64_t budget; /* the run's time left when the new kernel started */
     const char *broken; /* why, for BROKEN */
     int idx_ans, idx_req, idx_res;
     results_t res; /* the result channel's framing during this EXEC */
@@ -317,6 +325,18 @@ static int talk_after_poll(void *ctx, const struct pollfd *pfd, int n)
         return -1;
     t->alen += (size_t)r;
     nl = memchr(t->ans, '\n', t->alen);
+    if (t->booting && nl == t->ans + 5 && memcmp(t->ans, "ready", 5) == 0) {
+        /* The start is over: the run's budget starts now, within the
+         * deadline the start was given. */
+        int64_t d = agent_now_ns() + t->budget;
+
+        t->booting = 0;
+        if (d < t->x->deadline)
+            t->x->deadline = d;
+        t->alen -= 6;
+        memmove(t->ans, t->ans + 6, t->alen);
+        nl = memchr(t->ans, '\n', t->alen);
+    }
     if (nl != NULL && parse_answer(t->ans, (size_t)(nl - t->ans), &t->answer) != 0) {
         t->broken = "wrote a malformed answer";
         return KERNEL_BROKEN;
@@ -370,6 +390,15 @@ void kernel_exec(run_t *x, int lost)
      * must be ended. */
     memset(&t, 0, sizeof(t));
     t.x = x;
+    if (x->state == SG_AGENT_STATE_NEW) {
+        /* The start is not the run's: it gets KERNEL_BOOT_NS more, and
+         * "ready" gives the run its whole budget back. */
+        t.budget = x->deadline - agent_now_ns();
+        if (t.budget > 0) {
+            t.booting = 1;
+            x->deadline += KERNEL_BOOT_NS;
+        }
+    }
     results_begin(&t.res);
     t.hlen = (size_t)snprintf(t.head, sizeof(t.head), "%zu\n", x->req.code_len);
     if (x->started == 0)
@@ -396,6 +425,15 @@ void kernel_exec(run_t *x, int lost)
         break;
     case RUN_TIMEOUT:
         reason = SG_AGENT_REASON_TIMEOUT;
+        if (t.booting) {
+            char why[160];
+            int n = snprintf(why, sizeof(why),
+                             "sandgate-agent: the interpreter had not started when the run's time (its timeout, "
+                             "and %lld s more for the start) ran out\n",
+                             KERNEL_BOOT_NS / 1000000000);
+
+            run_forward(x, 2, (const uint8_t *)why, (size_t)n);
+        }
         break;
     case RUN_CAPPED:
         reason = SG_AGENT_REASON_OUTPUT_LIMIT;

@@ -362,6 +362,78 @@ static void test_kernel_malformed_answer(void **state)
     sgunit_ping(a);
 }
 
+/* A new kernel's start is not the run's: a kernel that takes 1.5 s to say
+ * "ready" still runs code given 1 s. */
+static void test_kernel_start_not_charged(void **state)
+{
+    sgunit_agent_t *a = *state;
+    sgunit_result_t res;
+
+    sgunit_exec_full(a, 1000, 1 << 20, "", "", "", "",
+                     "exec sh -c 'sleep 1.5; echo ready >&4; head -c 3 <&3 >/dev/null; echo started; echo 0 >&4; "
+                     "exec sleep 1000'",
+                     "x", &res);
+    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_EXITED), .code = SGUNIT_IS(0),
+                  .state = SGUNIT_IS(SG_AGENT_STATE_NEW), .stage = "run", .wall_below = 4);
+    assert_string_equal(sgunit_out_str(&res, 1), "started\n");
+    assert_true(res.wall_s >= 1.5);
+    sgunit_free_result(&res);
+    sgunit_ping(a);
+}
+
+/* ... but once it has said "ready" the run has its timeout and no more. */
+static void test_kernel_ready_then_runs_over(void **state)
+{
+    sgunit_agent_t *a = *state;
+    sgunit_result_t res;
+
+    sgunit_exec_full(a, 1000, 1 << 20, "", "", "", "",
+                     "exec sh -c 'echo ready >&4; head -c 3 <&3 >/dev/null; exec sleep 1000'", "x", &res);
+    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_TIMEOUT), .state = SGUNIT_IS(SG_AGENT_STATE_LOST),
+                  .wall_below = 3);
+    assert_true(res.wall_s >= 1.0);
+    assert_null(strstr(sgunit_out_str(&res, 2), "had not started"));
+    sgunit_free_result(&res);
+    sgunit_ping(a);
+}
+
+/* A start that never ends has the timeout and 5 s (KERNEL_BOOT_NS), and
+ * the run says why it timed out. */
+static void test_kernel_start_bounded(void **state)
+{
+    sgunit_agent_t *a = *state;
+    sgunit_result_t res;
+
+    sgunit_exec_full(a, 1000, 1 << 20, "", "", "", "", "exec sleep 1000", "x", &res);
+    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_TIMEOUT), .state = SGUNIT_IS(SG_AGENT_STATE_LOST),
+                  .wall_below = 9);
+    assert_true(res.wall_s >= 6.0);
+    assert_non_null(strstr(sgunit_out_str(&res, 2), "the interpreter had not started"));
+    sgunit_free_result(&res);
+    sgunit_ping(a);
+}
+
+/* "ready" is the kernel's own, once: the user's code writing it on the
+ * answer pipe breaks the kernel, in its first run as in a later one. */
+static void test_kernel_ready_forged(void **state)
+{
+    sgunit_agent_t *a = *state;
+    sgunit_result_t res;
+    static const char *const forge = "import os\nos.write(4, b'ready\\n')\nimport time\ntime.sleep(30)";
+
+    for (int i = 0; i < 2; i++) {
+        if (i == 1)
+            kexpect(a, PY, "x = 1", 0, SG_AGENT_STATE_NEW, "");
+        kexec(a, PY, forge, &res);
+        SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_KILLED), .state = SGUNIT_IS(SG_AGENT_STATE_LOST),
+                      .wall_below = 5);
+        assert_non_null(strstr(sgunit_out_str(&res, 2), "malformed answer"));
+        sgunit_free_result(&res);
+    }
+    /* and the real kernels say it themselves: their first run is NEW */
+    kexpect(a, JS, "console.log(1)", 0, SG_AGENT_STATE_NEW, "1\n");
+}
+
 /* The kernel dies with the agent. */
 static void test_kernel_killed_on_stdin_eof(void **state)
 {
@@ -725,6 +797,10 @@ int main(void)
         SGUNIT_AGENT_ROW_TEST(test_kscript, &scripts[2]),
         SGUNIT_AGENT_TEST(test_kernel_cannot_start),
         SGUNIT_AGENT_TEST(test_kernel_malformed_answer),
+        SGUNIT_AGENT_TEST(test_kernel_start_not_charged),
+        SGUNIT_AGENT_TEST(test_kernel_ready_then_runs_over),
+        SGUNIT_AGENT_TEST(test_kernel_start_bounded),
+        SGUNIT_AGENT_TEST(test_kernel_ready_forged),
         SGUNIT_AGENT_TEST(test_kernel_killed_on_stdin_eof),
         SGUNIT_AGENT_ROW_TEST(test_kscript, &scripts[3]),
         SGUNIT_AGENT_TEST(test_js_async_output),

@@ -6,7 +6,8 @@
  * Started by sandgate-agent (see proxy/agent/agent_proto.h, "Kernels") as
  * `exec node kernel.js`, with requests "<byte length>\n<code>" on fd 3;
  * after each run it flushes stdout and stderr and answers "<exit code>\n"
- * on fd 4.
+ * on fd 4; once started, before reading its first request, it writes
+ * "ready\n" there.
  *
  * Each piece runs with vm.runInThisContext, like successive <script>s: its
  * top-level let, const, function and class declarations stay for the next.
@@ -267,6 +268,7 @@ function flushed(stream) {
 }
 
 async function main() {
+  fs.writeSync(ANSWERS, 'ready\n'); // the start is over: the first run's time starts now
   for (let count = 1; ; count++) {
     const source = readRequest();
     if (source === null)

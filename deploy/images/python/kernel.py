@@ -3,7 +3,8 @@
 Started by sandgate-agent (see proxy/agent/agent_proto.h, "Kernels") as
 `exec python3 -u kernel.py`, with requests "<byte length>\\n<code>" on fd 3;
 after each run it flushes stdout and stderr and answers "<exit code>\\n" on
-fd 4. Standard library only (matplotlib, pandas and Pillow are used when the
+fd 4; once started, before reading its first request, it writes "ready\\n"
+there. Standard library only (matplotlib, pandas and Pillow are used when the
 user's code has imported them).
 
 Rich results go to fd 5, the result channel, each as "<byte length>\\n" and
@@ -327,6 +328,7 @@ def main():
     sys.argv = [""]
     namespace = user_main.__dict__
     count = 0
+    os.write(4, b"ready\n")  # the start is over: the first run's time starts now
     while True:
         source = read_request(requests)
         if source is None:
