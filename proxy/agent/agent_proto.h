@@ -134,7 +134,7 @@
  * traceback to stderr and answers 1. A kernel that has started writes
  * "ready\n" to fd 4 before it reads its first request: a new kernel's start
  * is not charged to the EXEC's timeout_ms. The EXEC that starts a kernel
- * gives the start 5 s beyond its timeout (KERNEL_BOOT_NS, kernel.c), and
+ * gives the start 15 s beyond its timeout (KERNEL_BOOT_NS, kernel.c), and
  * "ready" gives the run its budget back, within that; "ready" at any other
  * time is a malformed answer. Only the kernel process itself reads fd
  * 3 and answers on fd 4: a copy made by fork() in the user's code must not

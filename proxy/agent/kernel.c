@@ -22,10 +22,11 @@
 #define KERNEL_GRACE_NS (200LL * 1000 * 1000) /* for a kernel whose pipes closed to exit */
 /* What a new kernel's start may take beyond the run's own timeout: the run's
  * budget starts again when the kernel says "ready" (agent_proto.h,
- * "Kernels"). Under gVisor's ptrace platform on a busy host an interpreter's
- * start takes seconds; it must stay below the proxy's EXEC_GRACE_MS (10 s)
- * less the kill budget (2 s). */
-#define KERNEL_BOOT_NS (5000LL * 1000 * 1000)
+ * "Kernels"). Under gVisor's ptrace platform on a 2-core host a python
+ * kernel's start took 7-11 s while the warm pools filled (750 ms alone); it
+ * must stay below the proxy's EXEC_GRACE_MS (20 s, session.c) less the kill
+ * budget (2 s). */
+#define KERNEL_BOOT_NS (15000LL * 1000 * 1000)
 
 typedef struct {
     proc_child_t child; /* pid -1: there is none */
@@ -207,8 +208,8 @@ typedef struct {
     int32_t answer;     /* the exit code, for ANSWERED */
     const char *doomed; /* why it must end, once its request or answer pipe closed */
     int64_t doomed_at;
-    int booting;    /* a new kernel that has not yet said "ready" */
-    int64_t budget; /* the run's time left when the new kernel started */
+    int booting;        /* a new kernel that has not yet said "ready" */
+    int64_t budget;     /* the run's time left when the new kernel started */
     const char *broken; /* why, for BROKEN */
     int idx_ans, idx_req, idx_res;
     results_t res; /* the result channel's framing during this EXEC */

@@ -14,7 +14,7 @@
 
 /* How long past its own timeout an EXEC may take before the agent is
  * declared unresponsive: the agent needs a moment to kill a process tree. */
-#define EXEC_GRACE_MS 10000
+#define EXEC_GRACE_MS 20000 /* above the agent's KERNEL_BOOT_NS (15 s) and its kill budget */
 #define FILE_OP_TIMEOUT_MS 30000
 
 static void (*on_broken)(sg_session_t *s);

@@ -24,7 +24,9 @@
 
 #include "../../proxy/agent/agent_proto.h"
 
-#define SGUNIT_MSG_TIMEOUT_MS 10000
+/* the longest wait for one message: a kernel that never starts takes its
+ * run's timeout and 15 s (KERNEL_BOOT_NS, kernel.c) */
+#define SGUNIT_MSG_TIMEOUT_MS 25000
 
 typedef struct {
     pid_t pid;

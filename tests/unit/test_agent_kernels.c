@@ -397,7 +397,7 @@ static void test_kernel_ready_then_runs_over(void **state)
     sgunit_ping(a);
 }
 
-/* A start that never ends has the timeout and 5 s (KERNEL_BOOT_NS), and
+/* A start that never ends has the timeout and 15 s (KERNEL_BOOT_NS), and
  * the run says why it timed out. */
 static void test_kernel_start_bounded(void **state)
 {
@@ -406,8 +406,8 @@ static void test_kernel_start_bounded(void **state)
 
     sgunit_exec_full(a, 1000, 1 << 20, "", "", "", "", "exec sleep 1000", "x", &res);
     SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_TIMEOUT), .state = SGUNIT_IS(SG_AGENT_STATE_LOST),
-                  .wall_below = 9);
-    assert_true(res.wall_s >= 6.0);
+                  .wall_below = 20);
+    assert_true(res.wall_s >= 16.0);
     assert_non_null(strstr(sgunit_out_str(&res, 2), "the interpreter had not started"));
     sgunit_free_result(&res);
     sgunit_ping(a);
