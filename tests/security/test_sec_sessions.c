@@ -202,22 +202,6 @@ static int64_t usage_executions(const char *tenant)
  * Fixtures
  * ------------------------------------------------------------------------ */
 
-/* The proxy's warm python pool is full (GET /health's "pools"). */
-static bool python_pool_ready(void *ctx)
-{
-    sgtest_reply_t r;
-    json_object *o = NULL, *pools, *n;
-    bool ready = false;
-    (void)ctx;
-    if (sgtest_call(stack.proxy, "GET", "/health", NULL, &r) == 0 && r.status == 200 &&
-        (o = json_tokener_parse(r.body)) != NULL && json_object_object_get_ex(o, "pools", &pools) &&
-        json_object_object_get_ex(pools, "python", &n))
-        ready = json_object_get_int(n) >= 2;
-    json_object_put(o);
-    sgtest_reply_free(&r);
-    return ready;
-}
-
 static int group_setup(void **state)
 {
     *state = &stack;
@@ -226,15 +210,9 @@ static int group_setup(void **state)
     const char *penv[] = {"SANDGATE_POOL_SIZE=2", NULL};
     const char *genv[] = {"SANDGATE_CALL_TIMEOUT_MS=5000", NULL};
     sggw_stack_opts_t o = {.redis = true, .proxy_env = penv, .gateway_env = genv};
-    if (sggw_stack_start(&stack, &o) != 0)
-        return -1;
-    /* and, with calls cut at 5 s, the first create must not be a cold start
-     * competing with the whole pool's (every language's, under gVisor) */
-    if (sgtest_poll(python_pool_ready, NULL, 120, 0.2) != 0) {
-        fprintf(stderr, "the proxy's python pool was not ready within 120 s\n");
-        return -1;
-    }
-    return 0;
+    /* (with calls cut at 5 s, the first create must not be a cold start
+     * competing with the whole pool's: sggw_stack_start waits for it) */
+    return sggw_stack_start(&stack, &o);
 }
 
 static int after_test(void **state)

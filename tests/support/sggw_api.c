@@ -562,7 +562,7 @@ int sggw_stack_start(sggw_stack_t *st, const sggw_stack_opts_t *o)
     if (o->redis && (st->redis = sggw_redis_start()) == NULL)
         return -1;
     st->gw = stack_gateway_start(st);
-    return st->gw != NULL ? 0 : -1;
+    return st->gw != NULL ? sgtest_proxy_pools_full(st->proxy, SGTEST_POOLS_FULL_S) : -1;
 }
 
 int sggw_stack_start_pool(sggw_stack_t *st, bool redis, int pool)

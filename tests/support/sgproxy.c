@@ -269,6 +269,47 @@ int sgtest_proxy_finish(sgtest_proxy_t **pp, const char *proxy_id, double remova
     return rc;
 }
 
+typedef struct {
+    sgtest_proxy_t *p;
+    char last[1024]; /* the last /health body, for the report */
+} pools_wait_t;
+
+static bool pools_full(void *ctx)
+{
+    pools_wait_t *w = ctx;
+    sgtest_reply_t r;
+    json_object *o = NULL, *pools, *size;
+    bool full = false;
+
+    if (sgtest_call(w->p, "GET", "/health", NULL, &r) == 0 && r.body != NULL) {
+        snprintf(w->last, sizeof(w->last), "%ld %s", r.status, r.body);
+        if (r.status == 200 && (o = json_tokener_parse(r.body)) != NULL &&
+            json_object_object_get_ex(o, "pools", &pools) && json_object_object_get_ex(o, "pool_size", &size)) {
+            full = json_object_get_type(pools) == json_type_object;
+            json_object_object_foreach(pools, lang, n)
+            {
+                (void)lang;
+                if (json_object_get_int64(n) < json_object_get_int64(size))
+                    full = false;
+            }
+        }
+    }
+    json_object_put(o);
+    sgtest_reply_free(&r);
+    return full;
+}
+
+int sgtest_proxy_pools_full(sgtest_proxy_t *p, double timeout_s)
+{
+    pools_wait_t w = {.p = p};
+
+    if (sgtest_poll(pools_full, &w, timeout_s, 0.2) == 0)
+        return 0;
+    fprintf(stderr, "the proxy's warm pools were not full within %.0f s; GET /health: %s\n", timeout_s, w.last);
+    sgtest_proxy_print_log(p, 40);
+    return -1;
+}
+
 static sgtest_proxy_t *suite_proxy_start(sgtest_suite_t *s)
 {
     sgtest_proxy_t *p = sgtest_proxy_start(s->proxy_id, (const char *const *)s->env);
@@ -294,7 +335,7 @@ int sgtest_suite_start(sgtest_suite_t *s, const char *const *env)
     if ((s->proxy_id = sgtest_new_proxy_id()) == NULL)
         return -1;
     s->proxy = suite_proxy_start(s);
-    return s->proxy != NULL ? 0 : -1;
+    return s->proxy != NULL ? sgtest_proxy_pools_full(s->proxy, SGTEST_POOLS_FULL_S) : -1;
 }
 
 static sgtest_proxy_t *suite_restart(void *s)

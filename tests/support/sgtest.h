@@ -92,6 +92,14 @@ char **sgtest_build_env(const char *const *set, size_t nset);
  * Returns once GET / answers 200, or NULL (after printing why and the log's
  * tail) when the binary is missing, the child exits, or 60 s pass. */
 sgtest_proxy_t *sgtest_proxy_start(const char *proxy_id, const char *const *extra_env);
+/* Waits until every warm pool of the proxy's runtime is full (GET /health:
+ * each of "pools" at "pool_size"), at most timeout_s. 0, or -1 after
+ * printing the last /health and the log. The suites' fixtures call it, so
+ * that no test runs against a pool still filling: under gVisor on 2 cores a
+ * pool fill makes every sandbox start and interpreter start slow (a python
+ * kernel took 7-11 s to start while the pools filled). */
+int sgtest_proxy_pools_full(sgtest_proxy_t *p, double timeout_s);
+#define SGTEST_POOLS_FULL_S 180
 /* SIGTERM, wait up to 20 s, then SIGKILL. Frees p and its temporary files.
  * Returns the wait status, or -1 if the proxy had to be SIGKILLed. */
 int sgtest_proxy_stop(sgtest_proxy_t *p);
