@@ -140,6 +140,43 @@ static void test_state_lost_is_reported(void **state)
     session_done(sid);
 }
 
+/* A run that has to start the interpreter is not charged for the start
+ * (agent_proto.h, "Kernels": the kernel's "ready"): after a lost kernel,
+ * a run given 0.2 s still runs, though a python kernel's start alone takes
+ * ~750 ms under runsc (~35 ms under runc, where this only checks that the
+ * run works). */
+static void test_kernel_start_not_charged(void **state)
+{
+    (void)state;
+    char *sid = create_session("python");
+    char path[160];
+    sgtest_reply_t r;
+
+    expect_run(sid, "y = 1", "", NULL);
+    expect_exit(run_code(sid, "import os; os._exit(3)"), 3, "lost");
+    pathf(path, sizeof(path), "/sessions/%s/execute", sid);
+    sgtest_call(suite.proxy, "POST", path, "{\"code\": \"print(6 * 7)\", \"timeout\": 0.2}", &r);
+    json_object *o = SG_EXPECT_JSON(&r, 200);
+    sgtest_reply_free(&r);
+    sgtest_expect_success(o);
+    sgtest_expect_stdout(o, "42\n");
+    expect_state(o, "new");
+    fprintf(stderr, "the run that started a kernel, given 0.2 s, took %.2f s (%s)\n", SG_DBL(o, "wall_time"),
+            SG_STR(o, "runtime"));
+    if (strcmp(SG_STR(o, "runtime"), "runsc") == 0)
+        SG_CHECK(SG_DBL(o, "wall_time") > 0.2, o, "under runsc the kernel's start must take longer than the timeout");
+    json_object_put(o);
+
+    /* once started, the timeout is the run's again */
+    double secs = 0;
+    o = run_code_t(sid, "while True: pass", 1, &secs);
+    SG_CHECK(SG_BOOL(o, "timed_out"), o, "an endless loop with timeout 1 must time out");
+    SG_CHECK(secs < 1.0 + SLACK_S, o, "a 1 s timeout answered after %.1f s", secs);
+    expect_state(o, "lost");
+    json_object_put(o);
+    session_done(sid);
+}
+
 /* ------------------------------------------------------------------------
  * 4. Commands run outside the interpreter
  * ------------------------------------------------------------------------ */
@@ -310,9 +347,9 @@ static void test_zz_no_leaks(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(test_python_state_persists),  T(test_javascript_state_persists),
-        T(test_state_lost_is_reported), T(test_commands_leave_state_alone),
-        T(test_pool_refills),           cmocka_unit_test(test_zz_no_leaks),
+        T(test_python_state_persists),      T(test_javascript_state_persists), T(test_state_lost_is_reported),
+        T(test_commands_leave_state_alone), T(test_kernel_start_not_charged),  T(test_pool_refills),
+        cmocka_unit_test(test_zz_no_leaks),
     };
     return cmocka_run_group_tests_name("proxy_stateful", tests, group_setup, group_teardown);
 }
