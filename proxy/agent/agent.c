@@ -2,6 +2,7 @@
  * agent.c — what every room of the agent shares (see agent.h): settings,
  * log, clock, the failure policy, and the reply channel on stdout.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/syscall.h>
 
 #include "agent.h"
 
@@ -128,6 +130,42 @@ int agent_write_full(int fd, const void *p, size_t len)
         len -= (size_t)n;
     }
     return 0;
+}
+
+uint32_t agent_poll_now(const int *fds, int n)
+{
+    struct pollfd pfd[32];
+    uint32_t ready = 0;
+    int i;
+
+    for (i = 0; i < n; i++) {
+        pfd[i].fd = fds[i];
+        pfd[i].events = POLLIN;
+        pfd[i].revents = 0;
+    }
+    if (poll(pfd, (nfds_t)n, 0) < 0)
+        return n == 32 ? UINT32_MAX : (1u << n) - 1;
+    for (i = 0; i < n; i++)
+        if (pfd[i].revents != 0)
+            ready |= 1u << i;
+    return ready;
+}
+
+int agent_dir_each(int dfd, void *buf, size_t len, int (*each)(void *ctx, const char *name), void *ctx)
+{
+    long got;
+
+    while ((got = syscall(SYS_getdents64, dfd, buf, len)) > 0) {
+        for (long off = 0; off < got;) {
+            const struct dirent64 *e = (const struct dirent64 *)(const void *)((const char *)buf + off);
+            int rc;
+
+            off += e->d_reclen;
+            if ((rc = each(ctx, e->d_name)) != 0)
+                return rc;
+        }
+    }
+    return got == 0 ? 0 : -1;
 }
 
 void agent_send_buf(sg_agent_buf_t *b, int build_failed)

@@ -63,6 +63,21 @@ char *agent_xstrdup(const char *s);
 /* write() all of it, through EINTR; 0 or -1 (errno). */
 int agent_write_full(int fd, const void *p, size_t len);
 
+/* One look, without waiting, at the n pipes fds[] (a negative fd is left
+ * out): bit i of the result is set for each that has something, or an end,
+ * to tell; every bit when poll() fails, so that the caller reads them all.
+ * Idle pipes then cost one system call together, not a read each (under
+ * gVisor every system call costs tens of microseconds). n <= 32. */
+uint32_t agent_poll_now(const int *fds, int n);
+
+/* Calls each(ctx, name) for the entries of the directory dfd from its
+ * current offset, read with getdents64 itself into buf (len bytes, aligned
+ * for struct dirent64; the caller's, so that each may list another
+ * directory meanwhile): readdir's fdopendir costs three more system calls
+ * per directory. each returns 0 to go on, another value to stop, which is
+ * returned. 0 at the end, -1 when the directory cannot be read. */
+int agent_dir_each(int dfd, void *buf, size_t len, int (*each)(void *ctx, const char *name), void *ctx);
+
 /* The reply channel. agent_out holds the message being built, sent whole by
  * agent_flush; a caller may build straight into it (GET_FILE). build_failed
  * is the OR of the sg_agent_* encoder results: non-zero means memory ran

@@ -82,22 +82,18 @@ void kernel_discard(void)
 {
     static uint8_t buf[SG_AGENT_OUTPUT_CHUNK];
     int *fds[KERNEL_IDLE_FDS] = {&kern.out[0], &kern.out[1], &kern.ans_fd, &kern.res_fd};
-    struct pollfd pfd[KERNEL_IDLE_FDS];
-    int i, all = 0;
+    int now[KERNEL_IDLE_FDS], i;
+    uint32_t ready;
 
-    /* one look at every pipe, then reads of those with something (or an
-     * end) to tell: an idle kernel costs one system call here, not four */
-    for (i = 0; i < KERNEL_IDLE_FDS; i++) {
-        pfd[i].fd = *fds[i];
-        pfd[i].events = POLLIN;
-        pfd[i].revents = 0;
-    }
-    if (poll(pfd, KERNEL_IDLE_FDS, 0) < 0)
-        all = 1;
+    /* reads of the pipes with something (or an end) to tell only: an idle
+     * kernel costs one system call here, not four */
+    for (i = 0; i < KERNEL_IDLE_FDS; i++)
+        now[i] = *fds[i];
+    ready = agent_poll_now(now, KERNEL_IDLE_FDS);
     for (i = 0; i < KERNEL_IDLE_FDS; i++) {
         size_t total = 0;
 
-        if (!all && pfd[i].revents == 0)
+        if (!(ready & (1u << i)))
             continue;
         while (*fds[i] >= 0 && total < DRAIN_LIMIT) {
             ssize_t n = read(*fds[i], buf, sizeof(buf));

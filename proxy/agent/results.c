@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -177,61 +176,72 @@ static int open_subdir(int dfd, const char *name)
     return openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
+typedef struct {
+    listing_t *l;
+    int dfd;
+    char *path; /* path[0..plen) is dfd's */
+    size_t plen;
+    int depth;
+} walk_t;
+
+static void walk(listing_t *l, int dfd, char *path, size_t plen, int depth);
+
+/* One entry of a directory walk() lists: 0 to go on, 1 to stop. */
+static int walk_entry(void *ctx, const char *name)
+{
+    walk_t *w = ctx;
+    listing_t *l = w->l;
+    struct stat st;
+    size_t nlen = strlen(name);
+    int sub;
+
+    if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return 0;
+    if (++l->visited > VISIT_MAX) {
+        l->flags |= SG_AGENT_FILES_MORE;
+        return 1;
+    }
+    if (fstatat(w->dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return 0; /* gone meanwhile */
+    if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+        return 0; /* links, FIFOs, sockets, devices: not files out */
+    if (w->plen + 1 + nlen > SG_AGENT_FILES_PATH_MAX) {
+        l->flags |= SG_AGENT_FILES_MORE;
+        return 0;
+    }
+    w->path[w->plen] = '/';
+    memcpy(w->path + w->plen + 1, name, nlen + 1);
+    if (S_ISREG(st.st_mode)) {
+        if (l->n == SG_AGENT_FILES_MAX) {
+            l->flags |= SG_AGENT_FILES_MORE;
+        } else {
+            l->v[l->n].path = agent_xstrdup(w->path);
+            l->v[l->n].size = (uint64_t)st.st_size;
+            l->n++;
+        }
+    } else if (w->depth == SG_AGENT_FILES_MAX_DEPTH) {
+        l->flags |= SG_AGENT_FILES_MORE;
+    } else if ((sub = open_subdir(w->dfd, name)) >= 0) {
+        walk(l, sub, w->path, w->plen + 1 + nlen, w->depth + 1);
+    }
+    w->path[w->plen] = '\0';
+    return 0;
+}
+
 /* The regular files below the directory dfd (consumed), whose path is
- * path[0..plen). Read with getdents64 itself: readdir's fdopendir costs
- * three more system calls per directory, and this runs after every EXEC
- * (under gVisor each one costs tens of microseconds). */
+ * path[0..plen), listed with agent_dir_each: this runs after every EXEC
+ * (under gVisor each system call costs tens of microseconds). */
 static void walk(listing_t *l, int dfd, char *path, size_t plen, int depth)
 {
-    /* aligned for the records getdents64 writes into it */
+    /* one buffer per depth: a directory's listing goes on after its
+     * subdirectories' */
     static union {
         struct dirent64 align;
         char bytes[32768];
     } bufs[SG_AGENT_FILES_MAX_DEPTH + 1];
-    char *buf = bufs[depth].bytes;
-    long got;
+    walk_t w = {l, dfd, path, plen, depth};
 
-    while ((got = syscall(SYS_getdents64, dfd, buf, sizeof(bufs[depth].bytes))) > 0) {
-        for (long off = 0; off < got;) {
-            struct dirent64 *e = (struct dirent64 *)(void *)(buf + off);
-            struct stat st;
-            size_t nlen = strlen(e->d_name);
-            int sub;
-
-            off += e->d_reclen;
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            if (++l->visited > VISIT_MAX) {
-                l->flags |= SG_AGENT_FILES_MORE;
-                close(dfd);
-                return;
-            }
-            if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-                continue; /* gone meanwhile */
-            if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
-                continue; /* links, FIFOs, sockets, devices: not files out */
-            if (plen + 1 + nlen > SG_AGENT_FILES_PATH_MAX) {
-                l->flags |= SG_AGENT_FILES_MORE;
-                continue;
-            }
-            path[plen] = '/';
-            memcpy(path + plen + 1, e->d_name, nlen + 1);
-            if (S_ISREG(st.st_mode)) {
-                if (l->n == SG_AGENT_FILES_MAX) {
-                    l->flags |= SG_AGENT_FILES_MORE;
-                } else {
-                    l->v[l->n].path = agent_xstrdup(path);
-                    l->v[l->n].size = (uint64_t)st.st_size;
-                    l->n++;
-                }
-            } else if (depth == SG_AGENT_FILES_MAX_DEPTH) {
-                l->flags |= SG_AGENT_FILES_MORE;
-            } else if ((sub = open_subdir(dfd, e->d_name)) >= 0) {
-                walk(l, sub, path, plen + 1 + nlen, depth + 1);
-            }
-            path[plen] = '\0';
-        }
-    }
+    agent_dir_each(dfd, bufs[depth].bytes, sizeof(bufs[depth].bytes), walk_entry, &w);
     close(dfd);
 }
 

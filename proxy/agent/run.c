@@ -130,22 +130,15 @@ int run_pump(run_t *x, int *fds, const run_follower_t *f, void *ctx, int64_t *en
 
 int run_drain(run_t *x, const int *fds)
 {
-    struct pollfd pfd[2];
+    /* reads of the streams that hold something (or an end) only */
+    uint32_t ready = agent_poll_now(fds, 2);
     int i;
 
-    /* one look at both streams, then reads of those that hold something */
-    for (i = 0; i < 2; i++) {
-        pfd[i].fd = fds[i];
-        pfd[i].events = POLLIN;
-        pfd[i].revents = 0;
-    }
-    if (poll(pfd, 2, 0) < 0)
-        pfd[0].revents = pfd[1].revents = POLLIN; /* read both, as before */
     for (i = 0; i < 2; i++) {
         size_t total = 0;
         int rc = PUMP_DATA;
 
-        if (pfd[i].revents == 0)
+        if (!(ready & (1u << i)))
             continue;
         while (fds[i] >= 0 && rc == PUMP_DATA && total < DRAIN_LIMIT)
             rc = pump(x, fds[i], (uint32_t)i + 1, &total);
