@@ -250,6 +250,11 @@ int main(void)
             drop_input();
             continue;
         }
+        /* What the last run's kill left (a fork bomb under gVisor, where
+         * each fork and kill is slow, outlasts its budget) is ended before
+         * the next request, and before anything new starts beside it. */
+        if (proc_tree_left())
+            proc_finish_kill(kernel_live_pid());
         if (poll(pfd, n, IDLE_POLL_MS) < 0) {
             if (errno != EINTR) {
                 agent_log("poll: %s", strerror(errno));

@@ -104,42 +104,90 @@ static int read_stat(pid_t pid, pid_t *ppid_out, char *state)
     return 0;
 }
 
-/* Snapshot of every process we can see, sorted by pid; -1 without /proc. */
-static int scan_procs(proc_t **list, size_t *count)
-{
-    DIR *d;
-    struct dirent *e;
-    proc_t *v;
-    size_t n = 0, cap = 256;
+/* The pids /proc lists, in a vector kept between calls. /proc stays open
+ * too: under gVisor each system call costs tens of microseconds, and this
+ * runs after every EXEC. */
+static struct {
+    pid_t *v;
+    size_t n, cap;
+} pids;
 
-    d = opendir("/proc");
-    if (d == NULL)
+static int add_pid(void *ctx, const char *name)
+{
+    char *end;
+    long pid = strtol(name, &end, 10);
+
+    (void)ctx;
+    if (*end != '\0' || pid <= 0)
+        return 0;
+    if (pids.n == pids.cap) {
+        pids.cap = pids.cap != 0 ? pids.cap * 2 : 256;
+        pids.v = agent_xrealloc(pids.v, pids.cap * sizeof(*pids.v));
+    }
+    pids.v[pids.n++] = (pid_t)pid;
+    return 0;
+}
+
+/* Lists /proc into pids: 0, or -1 when it cannot be read. */
+static int list_pids(void)
+{
+    static int proc_fd = -1;
+    /* aligned for the records getdents64 writes into it */
+    static union {
+        struct dirent64 align;
+        char bytes[8192];
+    } buf;
+
+    pids.n = 0;
+    if (proc_fd < 0 && (proc_fd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
         return -1;
+    if (lseek(proc_fd, 0, SEEK_SET) != 0)
+        return -1;
+    return agent_dir_each(proc_fd, buf.bytes, sizeof(buf.bytes), add_pid, NULL);
+}
+
+/* Whether pids holds a process other than this one and `keep` (-1: none).
+ * In a sandbox, where the agent is PID 1 of its own pid namespace, none is
+ * the usual end of a run, told by the listing alone, without reading every
+ * process's stat. */
+static int others_listed(pid_t keep)
+{
+    for (size_t i = 0; i < pids.n; i++)
+        if (pids.v[i] != self_pid && pids.v[i] != keep)
+            return 1;
+    return 0;
+}
+
+/* Snapshot of the processes of the last list_pids() that still exist,
+ * sorted by pid. */
+static void stat_procs(proc_t **list, size_t *count)
+{
     /* Allocated up front so qsort/bsearch never see NULL, even when empty. */
-    v = agent_xmalloc(cap * sizeof(*v));
-    while ((e = readdir(d)) != NULL) {
-        char *end;
-        long pid = strtol(e->d_name, &end, 10);
+    proc_t *v = agent_xmalloc((pids.n + 1) * sizeof(*v));
+    size_t n = 0;
+
+    for (size_t i = 0; i < pids.n; i++) {
         pid_t ppid;
         char state;
 
-        if (*end != '\0' || pid <= 0)
-            continue;
-        if (read_stat((pid_t)pid, &ppid, &state) != 0)
+        if (read_stat(pids.v[i], &ppid, &state) != 0)
             continue; /* gone already */
-        if (n == cap) {
-            cap *= 2;
-            v = agent_xrealloc(v, cap * sizeof(*v));
-        }
-        v[n].pid = (pid_t)pid;
+        v[n].pid = pids.v[i];
         v[n].ppid = ppid;
         v[n].state = state;
         n++;
     }
-    closedir(d);
     qsort(v, n, sizeof(*v), cmp_proc);
     *list = v;
     *count = n;
+}
+
+/* Snapshot of every process we can see, sorted by pid; -1 without /proc. */
+static int scan_procs(proc_t **list, size_t *count)
+{
+    if (list_pids() != 0)
+        return -1;
+    stat_procs(list, count);
     return 0;
 }
 
@@ -162,39 +210,6 @@ static int descends_from_self(const proc_t *v, size_t n, pid_t pid)
     return 0;
 }
 
-/* Whether /proc lists no process but this one and `keep` (-1: none): 1,
- * 0 when it lists others, -1 when it cannot be read. In a sandbox, where
- * the agent is PID 1 of its own pid namespace, that is the usual end of a
- * run, told by the directory listing alone, without reading every
- * process's stat; /proc stays open between calls (under gVisor each system
- * call costs tens of microseconds, and this runs after every EXEC). */
-static int alone_with(pid_t keep)
-{
-    static int proc_fd = -1;
-    static union {
-        struct dirent64 align;
-        char bytes[8192];
-    } buf;
-    long got;
-
-    if (proc_fd < 0 && (proc_fd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-        return -1;
-    if (lseek(proc_fd, 0, SEEK_SET) != 0)
-        return -1;
-    while ((got = syscall(SYS_getdents64, proc_fd, buf.bytes, sizeof(buf.bytes))) > 0) {
-        for (long off = 0; off < got;) {
-            struct dirent64 *e = (struct dirent64 *)(void *)(buf.bytes + off);
-            char *end;
-            long pid = strtol(e->d_name, &end, 10);
-
-            off += e->d_reclen;
-            if (*end == '\0' && pid > 0 && pid != self_pid && pid != keep)
-                return 0;
-        }
-    }
-    return got == 0 ? 1 : -1;
-}
-
 /* SIGKILL every descendant seen in one /proc scan except `keep` (-1: none);
  * the descendants of `keep` are killed too. Returns how many there were, or
  * -1. Zombies count, since they still have to be reaped, except those whose
@@ -205,10 +220,13 @@ static int kill_descendants(pid_t keep)
     size_t n, i;
     int found = 0;
 
-    if (alone_with(keep) == 1)
-        return 0;
-    if (scan_procs(&v, &n) != 0)
+    /* one listing of /proc: each process's stat is read only when there
+     * are others than us and `keep` */
+    if (list_pids() != 0)
         return -1;
+    if (!others_listed(keep))
+        return 0;
+    stat_procs(&v, &n);
     for (i = 0; i < n; i++) {
         if (v[i].pid == self_pid || v[i].pid == keep || !descends_from_self(v, n, v[i].pid))
             continue;
@@ -221,8 +239,17 @@ static int kill_descendants(pid_t keep)
     return found;
 }
 
+static int tree_left;
+
+int proc_tree_left(void)
+{
+    return tree_left;
+}
+
 /* A fork bomb converges because a killed process cannot fork again; the
- * budget only guards against processes stuck in a system call. */
+ * budget only guards against processes stuck in a system call, and keeps
+ * the reply of the run that ends from waiting on a slow convergence (the
+ * main loop goes on: proc_tree_left). */
 int proc_kill_tree(pid_t keep)
 {
     int64_t start = agent_now_ns();
@@ -241,6 +268,8 @@ int proc_kill_tree(pid_t keep)
             }
         }
         found = kill_descendants(keep);
+        if (found >= 0)
+            tree_left = 0;
         if (found == 0 && !struck)
             return 0; /* nothing to kill, nothing to reap (the usual end of a kernel's run) */
         proc_reap();
@@ -253,11 +282,22 @@ int proc_kill_tree(pid_t keep)
         }
         if (agent_now_ns() - start > KILL_BUDGET_NS) {
             agent_log("could not kill every descendant within 2 s (%d left)", found);
+            tree_left = 1;
             return -1;
         }
         agent_sleep_ns(pause);
         if (pause < 20000000)
             pause *= 2;
+    }
+}
+
+void proc_finish_kill(pid_t keep)
+{
+    for (int i = 0; i < 4 && tree_left; i++)
+        proc_kill_tree(keep);
+    if (tree_left) {
+        agent_log("processes of the last run resist being killed; they are left to the next run's kill");
+        tree_left = 0;
     }
 }
 

@@ -67,6 +67,14 @@ void proc_handle_signals(void);
  * `keep` are killed too. 0, or -1 when /proc cannot be scanned or some
  * process resists for 2 s (logged). */
 int proc_kill_tree(pid_t keep);
+/* Whether the last proc_kill_tree() gave up with processes left (its
+ * budget spent): the main loop then calls proc_finish_kill() before it
+ * serves the next request. */
+int proc_tree_left(void);
+/* Up to four more budgets of proc_kill_tree() for what the last one left;
+ * then what resists (a process stuck in the kernel) is logged and left to
+ * the next run's kill, so that the agent never stops serving. */
+void proc_finish_kill(pid_t keep);
 
 /* Fork `/bin/sh -c cmd` with envp as the leader of a new process group,
  * /dev/null on fd 0 and fds[i] on fd i + 1 (nfds at most 5), no other fd,
