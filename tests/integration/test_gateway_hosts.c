@@ -35,27 +35,12 @@
 static struct {
     sgtls_engine_t tls;
     sggw_redis_t *redis;
-    sgtest_proxy_t *proxy[2];
-    char *proxy_id[2];
-    int port[2];
+    sggw_pair_t pp; /* proxy 0 on the local engine, proxy 1 on the TLS one */
+    char cert_kv[600];
+    const char *remote_env[4];
     char *dir;
     sggw_gateway_t *gw;
 } S;
-
-static sgtest_proxy_t *start_proxy(int i)
-{
-    char port_kv[32], cert_kv[600];
-    snprintf(port_kv, sizeof(port_kv), "PORT=%d", S.port[i]);
-    snprintf(cert_kv, sizeof(cert_kv), "DOCKER_CERT_PATH=%s/client", S.tls.dir);
-    const char *local[] = {"SANDGATE_POOL_SIZE=1", S.port[i] > 0 ? port_kv : NULL, NULL};
-    const char *remote[] = {"SANDGATE_POOL_SIZE=1",         S.tls.docker_host,
-                            "DOCKER_TLS_VERIFY=1",          cert_kv,
-                            S.port[i] > 0 ? port_kv : NULL, NULL};
-    sgtest_proxy_t *p = sgtest_proxy_start(S.proxy_id[i], i == 1 ? remote : local);
-    if (p != NULL)
-        S.port[i] = atoi(strrchr(sgtest_proxy_url(p), ':') + 1);
-    return p;
-}
 
 static int group_setup(void **state)
 {
@@ -67,12 +52,14 @@ static int group_setup(void **state)
     S.dir = sggw_mkdtemp("sghosts");
     if (S.redis == NULL || S.dir == NULL)
         return -1;
-    for (int i = 0; i < 2; i++) {
-        S.proxy_id[i] = sgtest_new_proxy_id();
-        if ((S.proxy[i] = start_proxy(i)) == NULL)
-            return -1;
-    }
-    snprintf(list, sizeof(list), "%s,%s", sgtest_proxy_url(S.proxy[0]), sgtest_proxy_url(S.proxy[1]));
+    snprintf(S.cert_kv, sizeof(S.cert_kv), "DOCKER_CERT_PATH=%s/client", S.tls.dir);
+    S.remote_env[0] = S.tls.docker_host;
+    S.remote_env[1] = "DOCKER_TLS_VERIFY=1";
+    S.remote_env[2] = S.cert_kv;
+    S.pp.env[1] = S.remote_env;
+    if (sggw_pair_start(&S.pp) != 0)
+        return -1;
+    sggw_pair_urls(&S.pp, ",", list, sizeof(list));
     snprintf(grace, sizeof(grace), "SANDGATE_PROXY_GRACE_MS=%d", GRACE_MS);
     const char *env[] = {grace, NULL};
     sggw_opts_t o = {.proxy_url = list, .redis_url = sggw_redis_url(S.redis), .data_dir = S.dir, .env = env};
@@ -89,43 +76,15 @@ static int group_teardown(void **state)
         fprintf(stderr, "teardown: the gateway did not exit 0 on SIGTERM\n");
         rc = -1;
     }
-    for (int i = 0; i < 2; i++) {
-        if (S.proxy[i] == NULL && S.tls.pid > 0) /* killed by a test: started again, it takes care of its leftovers */
-            S.proxy[i] = start_proxy(i);
-        if (S.proxy[i] != NULL) {
-            sggw_proxy_close_all(S.proxy[i]);
-            if (sgtest_proxy_stop(S.proxy[i]) != 0) {
-                fprintf(stderr, "teardown: proxy %d did not exit 0 on SIGTERM\n", i);
-                rc = -1;
-            }
-        }
-        int left = sgtest_docker_count(S.proxy_id[i]);
-        if (left != 0) {
-            fprintf(stderr, "teardown: %d container(s) of %s remain after the proxy stopped\n", left, S.proxy_id[i]);
-            sgtest_docker_remove_all(S.proxy_id[i]);
-            rc = -1;
-        }
-        free(S.proxy_id[i]);
-    }
+    /* a proxy a test killed is started again while its engine is there */
+    if (sggw_pair_end(&S.pp, S.tls.pid > 0) != 0)
+        rc = -1;
     if (sgtls_engine_stop(&S.tls) != 0)
         rc = -1;
     sggw_redis_stop(S.redis);
     sggw_rmtree(S.dir);
     free(S.dir);
     return rc;
-}
-
-/* Whether proxy i's own GET /sessions lists sid. */
-static bool listed_on(int i, const char *sid)
-{
-    bool found = false;
-    if (S.proxy[i] == NULL)
-        return false;
-    char **v = sgtest_listed_sessions(S.proxy[i]);
-    for (size_t k = 0; v[k] != NULL; k++)
-        found = found || strcmp(v[k], sid) == 0;
-    sgtest_strv_free(v);
-    return found;
 }
 
 typedef struct {
@@ -141,7 +100,7 @@ static size_t make_sessions(const char *tok, sess_t *s, size_t max)
     char code[96];
     for (int k = 0; k < 16 && (on[0] < 2 || on[1] < 2) && n < max; k++) {
         char *sid = sggw_create_session(S.gw, tok, NULL, NULL);
-        int at = listed_on(1, sid) ? 1 : listed_on(0, sid) ? 0 : -1;
+        int at = sggw_pair_where(&S.pp, sid);
         SG_CHECK(at >= 0, NULL, "session %s is listed by neither proxy", sid);
         if (on[at] >= 2) {
             sggw_delete_session(S.gw, tok, sid);
@@ -180,10 +139,9 @@ SGGW_TEST(test_restart_keeps_state)
 
     /* proxy 1 (the TLS engine's) dies under its live sessions, and its
      * supervisor starts it again */
-    sgtest_proxy_kill9(S.proxy[1]);
-    S.proxy[1] = NULL;
-    S.proxy[1] = start_proxy(1);
-    SG_CHECK(S.proxy[1] != NULL, NULL, "proxy 1 did not start again");
+    sggw_pair_kill9(&S.pp, 1);
+    sggw_pair_restart(&S.pp, 1);
+    SG_CHECK(S.pp.proxy[1] != NULL, NULL, "proxy 1 did not start again");
 
     char path[160];
     for (size_t k = 0; k < n; k++) {
@@ -209,7 +167,8 @@ SGGW_TEST(test_restart_keeps_state)
     }
     for (size_t k = 0; k < n; k++) {
         expect_state(tok, &s[k]);
-        SG_CHECK(listed_on(s[k].at, s[k].sid), NULL, "session %s is no longer on proxy %d", s[k].sid, s[k].at);
+        SG_CHECK(sggw_pair_where(&S.pp, s[k].sid) == s[k].at, NULL, "session %s is no longer on proxy %d", s[k].sid,
+                 s[k].at);
     }
     for (size_t k = 0; k < n; k++) {
         sggw_delete_session(S.gw, tok, s[k].sid);
@@ -226,8 +185,7 @@ SGGW_TEST(test_lost_then_swept)
     size_t n = make_sessions(tok, s, 8);
     char path[160];
 
-    sgtest_proxy_kill9(S.proxy[1]);
-    S.proxy[1] = NULL;
+    sggw_pair_kill9(&S.pp, 1);
     double t0 = sgtest_now();
     for (size_t k = 0; k < n; k++) {
         if (s[k].at != 1)
@@ -254,18 +212,18 @@ SGGW_TEST(test_lost_then_swept)
 
     /* back (same id and state directory): it re-adopts the sandboxes of
      * sessions the ledger has closed; the gateway's sweep removes them */
-    S.proxy[1] = start_proxy(1);
-    SG_CHECK(S.proxy[1] != NULL, NULL, "proxy 1 did not start again");
+    sggw_pair_restart(&S.pp, 1);
+    SG_CHECK(S.pp.proxy[1] != NULL, NULL, "proxy 1 did not start again");
     for (size_t k = 0; k < n; k++) {
         if (s[k].at != 1)
             continue;
         double until = sgtest_now() + 30;
-        while (listed_on(1, s[k].sid)) {
+        while (sggw_pair_where(&S.pp, s[k].sid) == 1) {
             SG_CHECK(sgtest_now() < until, NULL, "the sandbox of closed session %s still runs on proxy 1 30 s later",
                      s[k].sid);
             usleep(200000);
         }
-        char *cid = sgtest_docker_session_container(S.proxy_id[1], s[k].sid);
+        char *cid = sgtest_docker_session_container(S.pp.proxy_id[1], s[k].sid);
         if (cid != NULL)
             SG_CHECK(sgtest_docker_wait_gone(cid, 15, NULL) == 0, NULL, "container %s of closed session %s stays", cid,
                      s[k].sid);

@@ -31,40 +31,21 @@
 
 static struct {
     sggw_redis_t *redis;
-    sgtest_proxy_t *proxy[2];
-    char *proxy_id[2];
-    int port[2];
+    sggw_pair_t pp;
     char *dir;
     sggw_gateway_t *gw[2];
 } S;
 
-static const char *const proxy_env[] = {"SANDGATE_POOL_SIZE=1", NULL};
-
-static sgtest_proxy_t *start_proxy(int i)
-{
-    char port_kv[32];
-    snprintf(port_kv, sizeof(port_kv), "PORT=%d", S.port[i]);
-    const char *env[] = {"SANDGATE_POOL_SIZE=1", S.port[i] > 0 ? port_kv : NULL, NULL};
-    sgtest_proxy_t *p = sgtest_proxy_start(S.proxy_id[i], env);
-    if (p != NULL)
-        S.port[i] = atoi(strrchr(sgtest_proxy_url(p), ':') + 1);
-    return p;
-}
-
 static int group_setup(void **state)
 {
     char list[300], grace[64];
-    (void)proxy_env;
+    (void)state;
     S.redis = sggw_redis_start();
     S.dir = sggw_mkdtemp("sgplace");
-    if (S.redis == NULL || S.dir == NULL)
+    if (S.redis == NULL || S.dir == NULL || sggw_pair_start(&S.pp) != 0)
         return -1;
-    for (int i = 0; i < 2; i++) {
-        S.proxy_id[i] = sgtest_new_proxy_id();
-        if ((S.proxy[i] = start_proxy(i)) == NULL)
-            return -1;
-    }
-    snprintf(list, sizeof(list), "%s, %s/", sgtest_proxy_url(S.proxy[0]), sgtest_proxy_url(S.proxy[1]));
+    sggw_pair_urls(&S.pp, ", ", list, sizeof(list));
+    strcat(list, "/");
     snprintf(grace, sizeof(grace), "SANDGATE_PROXY_GRACE_MS=%d", GRACE_MS);
     const char *env[] = {grace, NULL};
     for (int i = 0; i < 2; i++) {
@@ -90,24 +71,9 @@ static int group_teardown(void **state)
             rc = -1;
         }
     }
-    for (int i = 0; i < 2; i++) {
-        if (S.proxy[i] == NULL) /* killed by a test and not started again: it reconciles its leftovers */
-            S.proxy[i] = start_proxy(i);
-        if (S.proxy[i] != NULL) {
-            sggw_proxy_close_all(S.proxy[i]);
-            if (sgtest_proxy_stop(S.proxy[i]) != 0) {
-                fprintf(stderr, "teardown: proxy %d did not exit 0 on SIGTERM\n", i);
-                rc = -1;
-            }
-        }
-        int left = sgtest_docker_count(S.proxy_id[i]);
-        if (left != 0) {
-            fprintf(stderr, "teardown: %d container(s) of %s remain after the proxy stopped\n", left, S.proxy_id[i]);
-            sgtest_docker_remove_all(S.proxy_id[i]);
-            rc = -1;
-        }
-        free(S.proxy_id[i]);
-    }
+    /* a proxy a test killed and did not start again reconciles its leftovers */
+    if (sggw_pair_end(&S.pp, true) != 0)
+        rc = -1;
     sggw_redis_stop(S.redis);
     sggw_rmtree(S.dir);
     free(S.dir);
@@ -116,37 +82,18 @@ static int group_teardown(void **state)
 
 /* ---- where things are ---- */
 
-/* The proxy (0, 1) whose own GET /sessions lists sid, or -1. */
-static int where(const char *sid)
-{
-    int at = -1;
-    for (int i = 0; i < 2; i++) {
-        if (S.proxy[i] == NULL)
-            continue;
-        char **v = sgtest_listed_sessions(S.proxy[i]);
-        for (size_t k = 0; v[k] != NULL; k++)
-            if (strcmp(v[k], sid) == 0) {
-                SG_CHECK(at == -1, NULL, "session %s is listed by both proxies", sid);
-                at = i;
-            }
-        sgtest_strv_free(v);
-    }
-    return at;
-}
-
-/* The proxy the SQLite row of sid names. */
 static void expect_recorded_on(const char *sid, int i)
 {
     const char *params[] = {sid, NULL};
     char err[256];
     char *row = sggw_db_row(S.dir, "SELECT proxy FROM sessions WHERE id = ?1", params, err);
     SG_CHECK(row != NULL, NULL, "no row for session %s: %s", sid, err);
-    SG_CHECK(strcmp(row, sgtest_proxy_url(S.proxy[i])) == 0, NULL, "session %s: recorded on \"%s\", placed on %s", sid,
-             row, sgtest_proxy_url(S.proxy[i]));
+    SG_CHECK(strcmp(row, sgtest_proxy_url(S.pp.proxy[i])) == 0, NULL, "session %s: recorded on \"%s\", placed on %s",
+             sid, row, sgtest_proxy_url(S.pp.proxy[i]));
     free(row);
     /* and in its live record, for dashboards */
     char *h = sggw_redis_cmd(S.redis, NULL, "HGET sg:session:%s proxy", sid);
-    SG_CHECK(h != NULL && strcmp(h, sgtest_proxy_url(S.proxy[i])) == 0, NULL,
+    SG_CHECK(h != NULL && strcmp(h, sgtest_proxy_url(S.pp.proxy[i])) == 0, NULL,
              "session %s: its Redis record names proxy \"%s\"", sid, h != NULL ? h : "(none)");
     free(h);
 }
@@ -157,7 +104,7 @@ static double proxy_execs(int i)
     sgtest_reply_t r;
     double sum = 0;
     const char *name = "sandgate_proxy_executions_total{";
-    sgtest_call(S.proxy[i], "GET", "/metrics", NULL, &r);
+    sgtest_call(S.pp.proxy[i], "GET", "/metrics", NULL, &r);
     SG_ASSERT_STATUS(&r, 200);
     for (const char *l = r.body; l != NULL && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
         if (strncmp(l, name, strlen(name)) == 0) {
@@ -183,7 +130,7 @@ static int gw_proxy_up(const sggw_gateway_t *g, int i, long *sessions)
              "GET /health lists no two proxies");
     p = json_object_array_get_idx(arr, (size_t)i);
     char url[64];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d", S.port[i]);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", S.pp.port[i]);
     SG_CHECK(json_object_object_get_ex(p, "url", &v) && strcmp(json_object_get_string(v), url) == 0, o,
              "GET /health: proxy %d is not %s", i, url);
     if (json_object_object_get_ex(p, "up", &v))
@@ -207,7 +154,7 @@ SGGW_TEST(test_spread_and_routing)
     /* sessions through either gateway go to both proxies */
     for (int i = 0; i < 8; i++) {
         sid[i] = sggw_create_session(S.gw[i % 2], tok, NULL, NULL);
-        at[i] = where(sid[i]);
+        at[i] = sggw_pair_where(&S.pp, sid[i]);
         SG_CHECK(at[i] >= 0, NULL, "session %s is listed by no proxy", sid[i]);
         expect_recorded_on(sid[i], at[i]);
         n[at[i]]++;
@@ -241,7 +188,8 @@ SGGW_TEST(test_spread_and_routing)
     /* a delete through the other gateway removes it on its own proxy */
     for (int i = 0; i < 8; i++) {
         sggw_delete_session(S.gw[(i + 1) % 2], tok, sid[i]);
-        SG_CHECK(where(sid[i]) == -1, NULL, "session %s still on proxy %d after its delete", sid[i], at[i]);
+        SG_CHECK(sggw_pair_where(&S.pp, sid[i]) == -1, NULL, "session %s still on proxy %d after its delete", sid[i],
+                 at[i]);
         free(sid[i]);
     }
     free(tok);
@@ -268,7 +216,7 @@ SGGW_TEST(test_one_shot_least_loaded)
 
     /* proxy 0 busy with sessions of its own (made on it directly), proxy 1 idle */
     for (int i = 0; i < 3; i++)
-        direct[i] = sgtest_create_session(S.proxy[0], "python", NULL, NULL);
+        direct[i] = sgtest_create_session(S.pp.proxy[0], "python", NULL, NULL);
     SG_CHECK(sgtest_poll(proxy0_reported_busy, NULL, 10, 0.1) == 0, NULL,
              "the gateways' health checks did not see proxy 0's sessions");
     double before[2] = {proxy_execs(0), proxy_execs(1)};
@@ -283,7 +231,7 @@ SGGW_TEST(test_one_shot_least_loaded)
              "one-shot executions went to the busier proxy (%.0f there, %.0f on the idle one)", after[0] - before[0],
              after[1] - before[1]);
     for (int i = 0; i < 3; i++) {
-        sgtest_close_session(S.proxy[0], S.proxy_id[0], direct[i], NULL, 20);
+        sgtest_close_session(S.pp.proxy[0], S.pp.proxy_id[0], direct[i], NULL, 20);
         free(direct[i]);
     }
     free(tok);
@@ -311,7 +259,7 @@ SGGW_TEST(test_proxy_lost_and_back)
     /* sessions on both proxies */
     for (int k = 0; k < 12 && (n1 < 2 || n0 < 1); k++) {
         sid = sggw_create_session(S.gw[k % 2], tok, NULL, NULL);
-        int at = where(sid);
+        int at = sggw_pair_where(&S.pp, sid);
         if (at == 1 && n1 < 4) {
             on1[n1++] = sid;
         } else if (at == 0 && n0 < 4) {
@@ -331,8 +279,7 @@ SGGW_TEST(test_proxy_lost_and_back)
     SG_CHECK(b != NULL && sgtest_batch_wait_sent(b, 10) == 0, NULL, "the execute was not sent");
     usleep(300000); /* on its way to the sandbox: either way it is in flight */
     double t0 = sgtest_now();
-    sgtest_proxy_kill9(S.proxy[1]);
-    S.proxy[1] = NULL;
+    sggw_pair_kill9(&S.pp, 1);
     sggw_batch_join(b);
     fprintf(stderr, "in flight: answered %ld after %.3f s\n", req.reply.status, req.finished - t0);
     SG_CHECK(req.reply.status == 502, NULL, "the execution in flight answered %ld: %s", req.reply.status,
@@ -369,7 +316,7 @@ SGGW_TEST(test_proxy_lost_and_back)
     json_object_put(sggw_execute(S.gw[1], tok, on0[0], "print(2)", 0));
     for (int k = 0; k < 4; k++) {
         sid = sggw_create_session(S.gw[k % 2], tok, NULL, NULL);
-        SG_CHECK(where(sid) == 0, NULL, "a new session went elsewhere than the live proxy");
+        SG_CHECK(sggw_pair_where(&S.pp, sid) == 0, NULL, "a new session went elsewhere than the live proxy");
         SG_CHECK(n0 < 8, NULL, "too many");
         on0[n0++] = sid;
     }
@@ -379,21 +326,21 @@ SGGW_TEST(test_proxy_lost_and_back)
     sggw_call(S.gw[1], NULL, "GET", "/metrics", NULL, &r);
     SG_ASSERT_STATUS(&r, 200);
     char labels[300];
-    snprintf(labels, sizeof(labels), "proxy=\"http://127.0.0.1:%d\"", S.port[1]);
+    snprintf(labels, sizeof(labels), "proxy=\"http://127.0.0.1:%d\"", S.pp.port[1]);
     SG_CHECK(sggw_metric(r.body, "sandgate_proxy_up", labels) == 0, NULL, "sandgate_proxy_up of the dead one is not 0");
-    snprintf(labels, sizeof(labels), "proxy=\"http://127.0.0.1:%d\"", S.port[0]);
+    snprintf(labels, sizeof(labels), "proxy=\"http://127.0.0.1:%d\"", S.pp.port[0]);
     SG_CHECK(sggw_metric(r.body, "sandgate_proxy_up", labels) == 1, NULL, "sandgate_proxy_up of the live one is not 1");
     sgtest_reply_free(&r);
 
     /* started again (same id and port, a new state): back in placement */
-    S.proxy[1] = start_proxy(1);
-    SG_CHECK(S.proxy[1] != NULL, NULL, "proxy 1 did not start again");
+    sggw_pair_restart(&S.pp, 1);
+    SG_CHECK(S.pp.proxy[1] != NULL, NULL, "proxy 1 did not start again");
     up_ctx_t up = {.i = 1, .want = 1};
     SG_CHECK(sgtest_poll(proxy_state_is, &up, 5, 0.1) == 0, NULL, "proxy 1 is not back in placement within 5 s");
     int landed = 0;
     for (int k = 0; k < 8 && !landed; k++) {
         sid = sggw_create_session(S.gw[k % 2], tok, NULL, NULL);
-        if (where(sid) == 1) {
+        if (sggw_pair_where(&S.pp, sid) == 1) {
             landed = 1;
             expect_recorded_on(sid, 1);
             json_object_put(sggw_execute(S.gw[(k + 1) % 2], tok, sid, "print(3)", 0));

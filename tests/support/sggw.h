@@ -365,4 +365,36 @@ int sggw_stack_end(sggw_stack_t *st);
 int sggw_stack_teardown(void **state);
 int sggw_stack_group_teardown(void **state);
 
+/* ------------------------------------------------------------------------
+ * Two proxies, for the suites of placement and of several engines: each
+ * with an id and a port of its own that a restart keeps, its warm pool at
+ * SANDGATE_POOL_SIZE=1 and the suite's settings env[i].
+ * ------------------------------------------------------------------------ */
+
+typedef struct {
+    sgtest_proxy_t *proxy[2]; /* NULL while killed */
+    char *proxy_id[2];
+    int port[2];
+    const char *const *env[2]; /* NULL-terminated, at most 6 each; the suite's, kept as long as pp */
+} sggw_pair_t;
+
+/* Both started (new ids; env set by the caller), their warm pools full. 0,
+ * or -1 after printing why. */
+int sggw_pair_start(sggw_pair_t *pp);
+/* Proxy i started again on its port, with its id; also in pp->proxy[i]
+ * (NULL when it did not start). */
+sgtest_proxy_t *sggw_pair_restart(sggw_pair_t *pp, int i);
+/* SIGKILL of proxy i (a crash, as far as it can tell). */
+void sggw_pair_kill9(sggw_pair_t *pp, int i);
+/* The proxy (0, 1) whose own GET /sessions lists sid, or -1. Asserting: a
+ * session listed by both fails the test. */
+int sggw_pair_where(const sggw_pair_t *pp, const char *sid);
+/* "<url 0><sep><url 1>" into buf. */
+void sggw_pair_urls(const sggw_pair_t *pp, const char *sep, char *buf, size_t len);
+/* For the group teardown: a proxy a test left killed is started again when
+ * `restart` (it reconciles its leftovers); each closes its sessions and
+ * must exit 0 on SIGTERM; no container of either may remain (those found
+ * are removed). Frees the ids. 0 or -1. */
+int sggw_pair_end(sggw_pair_t *pp, bool restart);
+
 #endif

@@ -645,3 +645,96 @@ int sggw_stack_group_teardown(void **state)
 {
     return sggw_stack_end(*state);
 }
+
+/* ------------------------------------------------------------------------
+ * Two proxies
+ * ------------------------------------------------------------------------ */
+
+sgtest_proxy_t *sggw_pair_restart(sggw_pair_t *pp, int i)
+{
+    char port_kv[32];
+    const char *env[8];
+    size_t n = 0;
+
+    env[n++] = "SANDGATE_POOL_SIZE=1";
+    for (size_t k = 0; pp->env[i] != NULL && pp->env[i][k] != NULL && n < 7; k++)
+        env[n++] = pp->env[i][k];
+    snprintf(port_kv, sizeof(port_kv), "PORT=%d", pp->port[i]);
+    if (pp->port[i] > 0 && n < 7)
+        env[n++] = port_kv;
+    env[n] = NULL;
+    pp->proxy[i] = sgtest_proxy_start(pp->proxy_id[i], env);
+    if (pp->proxy[i] != NULL)
+        pp->port[i] = atoi(strrchr(sgtest_proxy_url(pp->proxy[i]), ':') + 1);
+    return pp->proxy[i];
+}
+
+int sggw_pair_start(sggw_pair_t *pp)
+{
+    for (int i = 0; i < 2; i++) {
+        if ((pp->proxy_id[i] = sgtest_new_proxy_id()) == NULL || sggw_pair_restart(pp, i) == NULL) {
+            fprintf(stderr, "cannot start proxy %d\n", i);
+            return -1;
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        if (sgtest_proxy_pools_full(pp->proxy[i], SGTEST_POOLS_FULL_S) != 0)
+            return -1;
+    return 0;
+}
+
+void sggw_pair_kill9(sggw_pair_t *pp, int i)
+{
+    sgtest_proxy_kill9(pp->proxy[i]);
+    pp->proxy[i] = NULL;
+}
+
+int sggw_pair_where(const sggw_pair_t *pp, const char *sid)
+{
+    int at = -1;
+    for (int i = 0; i < 2; i++) {
+        if (pp->proxy[i] == NULL)
+            continue;
+        char **v = sgtest_listed_sessions(pp->proxy[i]);
+        for (size_t k = 0; v[k] != NULL; k++)
+            if (strcmp(v[k], sid) == 0) {
+                SG_CHECK(at == -1, NULL, "session %s is listed by both proxies", sid);
+                at = i;
+            }
+        sgtest_strv_free(v);
+    }
+    return at;
+}
+
+void sggw_pair_urls(const sggw_pair_t *pp, const char *sep, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s%s%s", sgtest_proxy_url(pp->proxy[0]), sep, sgtest_proxy_url(pp->proxy[1]));
+}
+
+int sggw_pair_end(sggw_pair_t *pp, bool restart)
+{
+    int rc = 0;
+    for (int i = 0; i < 2; i++) {
+        if (pp->proxy_id[i] == NULL)
+            continue;
+        if (pp->proxy[i] == NULL && restart)
+            sggw_pair_restart(pp, i);
+        if (pp->proxy[i] != NULL) {
+            sggw_proxy_close_all(pp->proxy[i]);
+            if (sgtest_proxy_stop(pp->proxy[i]) != 0) {
+                fprintf(stderr, "teardown: proxy %d did not exit 0 on SIGTERM\n", i);
+                rc = -1;
+            }
+            pp->proxy[i] = NULL;
+        }
+        int left = sgtest_docker_count(pp->proxy_id[i]);
+        if (left != 0) {
+            fprintf(stderr, "teardown: %d container(s) of %s remain after the proxy stopped\n", left, pp->proxy_id[i]);
+            sgtest_docker_remove_all(pp->proxy_id[i]);
+            rc = -1;
+        }
+        free(pp->proxy_id[i]);
+        pp->proxy_id[i] = NULL;
+    }
+    return rc;
+}
