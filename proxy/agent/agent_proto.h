@@ -134,7 +134,7 @@
  * traceback to stderr and answers 1. A kernel that has started writes
  * "ready\n" to fd 4 before it reads its first request: a new kernel's start
  * is not charged to the EXEC's timeout_ms. The EXEC that starts a kernel
- * gives the start 15 s beyond its timeout (KERNEL_BOOT_NS, kernel.c), and
+ * gives the start 15 s beyond its timeout (SG_AGENT_KERNEL_BOOT_MS), and
  * "ready" gives the run its budget back, within that; "ready" at any other
  * time is a malformed answer. Only the kernel process itself reads fd
  * 3 and answers on fd 4: a copy made by fork() in the user's code must not
@@ -209,6 +209,13 @@
 #define SG_AGENT_HEADER_SIZE 12
 #define SG_AGENT_MAX_PAYLOAD (64u << 20)
 #define SG_AGENT_OUTPUT_CHUNK (32u << 10)
+/* What a new kernel's start may take beyond its EXEC's timeout_ms ("Kernels"
+ * above): "ready" gives the run its whole timeout back, within it. An EXEC
+ * that starts a kernel may thus take this long past its timeout, and the
+ * proxy's watchdog (EXEC_GRACE_MS, proxy/sessions/session.c) is derived from
+ * it. Under gVisor's ptrace platform on a 2-core host a python kernel's start
+ * took 7-11 s while the warm pools filled (750 ms alone). */
+#define SG_AGENT_KERNEL_BOOT_MS 15000
 
 typedef enum {
     SG_AGENT_EXEC = 1,

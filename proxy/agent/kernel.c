@@ -20,13 +20,6 @@
 #include "run.h"
 
 #define KERNEL_GRACE_NS (200LL * 1000 * 1000) /* for a kernel whose pipes closed to exit */
-/* What a new kernel's start may take beyond the run's own timeout: the run's
- * budget starts again when the kernel says "ready" (agent_proto.h,
- * "Kernels"). Under gVisor's ptrace platform on a 2-core host a python
- * kernel's start took 7-11 s while the warm pools filled (750 ms alone); it
- * must stay below the proxy's EXEC_GRACE_MS (20 s, session.c) less the kill
- * budget (2 s). */
-#define KERNEL_BOOT_NS (15000LL * 1000 * 1000)
 
 typedef struct {
     proc_child_t child; /* pid -1: there is none */
@@ -388,12 +381,13 @@ void kernel_exec(run_t *x, int lost)
     memset(&t, 0, sizeof(t));
     t.x = x;
     if (x->state == SG_AGENT_STATE_NEW) {
-        /* The start is not the run's: it gets KERNEL_BOOT_NS more, and
-         * "ready" gives the run its whole budget back. */
+        /* The start is not the run's: it gets SG_AGENT_KERNEL_BOOT_MS more
+         * (agent_proto.h, "Kernels"), and "ready" gives the run its whole
+         * budget back. */
         t.budget = x->deadline - agent_now_ns();
         if (t.budget > 0) {
             t.booting = 1;
-            x->deadline += KERNEL_BOOT_NS;
+            x->deadline += (int64_t)SG_AGENT_KERNEL_BOOT_MS * 1000000;
         }
     }
     results_begin(&t.res);
@@ -426,8 +420,8 @@ void kernel_exec(run_t *x, int lost)
             char why[160];
             int n = snprintf(why, sizeof(why),
                              "sandgate-agent: the interpreter had not started when the run's time (its timeout, "
-                             "and %lld s more for the start) ran out\n",
-                             KERNEL_BOOT_NS / 1000000000);
+                             "and %d s more for the start) ran out\n",
+                             SG_AGENT_KERNEL_BOOT_MS / 1000);
 
             run_forward(x, 2, (const uint8_t *)why, (size_t)n);
         }

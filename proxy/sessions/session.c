@@ -13,8 +13,13 @@
 #include <string.h>
 
 /* How long past its own timeout an EXEC may take before the agent is
- * declared unresponsive: the agent needs a moment to kill a process tree. */
-#define EXEC_GRACE_MS 20000 /* above the agent's KERNEL_BOOT_NS (15 s) and its kill budget */
+ * declared unresponsive (20 s): the agent gives a new kernel's start
+ * SG_AGENT_KERNEL_BOOT_MS beyond the timeout (agent_proto.h), then kills the
+ * run's process tree before its EXIT, for up to its kill budget (2 s,
+ * KILL_BUDGET_NS in proxy/agent/proc.c); the 5 s cover that budget with 3 s
+ * to spare. (proc_finish_kill's further budgets come after the EXIT, before
+ * the agent reads its next request.) */
+#define EXEC_GRACE_MS (SG_AGENT_KERNEL_BOOT_MS + 5000)
 #define FILE_OP_TIMEOUT_MS 30000
 
 static void (*on_broken)(sg_session_t *s);

@@ -24,9 +24,10 @@
 
 #include "../../proxy/agent/agent_proto.h"
 
-/* the longest wait for one message: a kernel that never starts takes its
- * run's timeout and 15 s (KERNEL_BOOT_NS, kernel.c) */
-#define SGUNIT_MSG_TIMEOUT_MS 25000
+/* the longest wait for one message (25 s): a kernel that never starts takes
+ * its run's timeout and SG_AGENT_KERNEL_BOOT_MS more (agent_proto.h); 10 s
+ * cover the run's own timeout and the agent's kill */
+#define SGUNIT_MSG_TIMEOUT_MS (SG_AGENT_KERNEL_BOOT_MS + 10000)
 
 typedef struct {
     pid_t pid;

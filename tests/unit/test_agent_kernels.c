@@ -397,7 +397,7 @@ static void test_kernel_ready_then_runs_over(void **state)
     sgunit_ping(a);
 }
 
-/* A start that never ends has the timeout and 15 s (KERNEL_BOOT_NS), and
+/* A start that never ends has the timeout and 15 s (SG_AGENT_KERNEL_BOOT_MS), and
  * the run says why it timed out. */
 static void test_kernel_start_bounded(void **state)
 {
