@@ -132,9 +132,12 @@ int agent_write_full(int fd, const void *p, size_t len)
     return 0;
 }
 
+/* the bits of the result, and (1u << n) - 1 defined for every n allowed */
+_Static_assert(AGENT_POLL_NOW_MAX < 32, "AGENT_POLL_NOW_MAX must leave 1u << n defined");
+
 uint32_t agent_poll_now(const int *fds, int n)
 {
-    struct pollfd pfd[32];
+    struct pollfd pfd[AGENT_POLL_NOW_MAX];
     uint32_t ready = 0;
     int i;
 
@@ -144,7 +147,7 @@ uint32_t agent_poll_now(const int *fds, int n)
         pfd[i].revents = 0;
     }
     if (poll(pfd, (nfds_t)n, 0) < 0)
-        return n == 32 ? UINT32_MAX : (1u << n) - 1;
+        return (1u << n) - 1;
     for (i = 0; i < n; i++)
         if (pfd[i].revents != 0)
             ready |= 1u << i;

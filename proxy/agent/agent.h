@@ -65,9 +65,12 @@ int agent_write_full(int fd, const void *p, size_t len);
 
 /* One look, without waiting, at the n pipes fds[] (a negative fd is left
  * out): bit i of the result is set for each that has something, or an end,
- * to tell; every bit when poll() fails, so that the caller reads them all.
- * Idle pipes then cost one system call together, not a read each (under
- * gVisor every system call costs tens of microseconds). n <= 32. */
+ * to tell; every bit of the n when poll() fails, so that the caller reads
+ * them all. Idle pipes then cost one system call together, not a read each
+ * (under gVisor every system call costs tens of microseconds). Precondition:
+ * 0 <= n <= AGENT_POLL_NOW_MAX (its callers look at 2 pipes, run_drain, and
+ * KERNEL_IDLE_FDS, kernel_discard, which checks it at compile time). */
+#define AGENT_POLL_NOW_MAX 8
 uint32_t agent_poll_now(const int *fds, int n);
 
 /* Calls each(ctx, name) for the entries of the directory dfd from its

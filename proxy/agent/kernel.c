@@ -71,6 +71,8 @@ void kernel_idle_fds(int fds[KERNEL_IDLE_FDS])
     fds[3] = kern.res_fd;
 }
 
+_Static_assert(KERNEL_IDLE_FDS <= AGENT_POLL_NOW_MAX, "kernel_discard looks at its pipes with one agent_poll_now");
+
 void kernel_discard(void)
 {
     static uint8_t buf[SG_AGENT_OUTPUT_CHUNK];
