@@ -131,6 +131,8 @@ typedef struct {
  *   SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_TIMEOUT), .stage = "run", .wall_below = 1.5);
  * a failure names the caller's line. */
 #define SGUNIT_EXPECT(res, ...) sgunit__expect((res), &(const sgunit_want_t){__VA_ARGS__}, __FILE__, __LINE__)
+/* The same with a sgunit_want_t already made (a table's row). */
+#define SGUNIT_EXPECT_WANT(res, want) sgunit__expect((res), (want), __FILE__, __LINE__)
 void sgunit__expect(sgunit_result_t *res, const sgunit_want_t *want, const char *file, int line);
 /* A stream's output as a string ("" when there was none). */
 const char *sgunit_out_str(sgunit_result_t *res, int stream);

@@ -362,53 +362,74 @@ static void test_kernel_malformed_answer(void **state)
     sgunit_ping(a);
 }
 
-/* A new kernel's start is not the run's: a kernel that takes 1.5 s to say
- * "ready" still runs code given 1 s. */
-static void test_kernel_start_not_charged(void **state)
+/* A new kernel's start and the run's timeout (agent_proto.h, "Kernels"): a
+ * shell playing a kernel, given the request "1\nx" and a timeout, and how
+ * that EXEC must end. One cmocka test per row (its state: the agent, whose
+ * row is this). */
+typedef struct {
+    const char *name;
+    const char *kernel; /* kernel_cmd */
+    uint32_t timeout_ms;
+    sgunit_want_t want;    /* the EXIT, stdout, wall_s below */
+    double wall_at_least;  /* wall_s at least */
+    const char *err_has;   /* stderr holds it; NULL: not checked */
+    const char *err_lacks; /* stderr does not hold it; NULL: not checked */
+} kstart_t;
+
+static const kstart_t starts[] = {
+    /* A new kernel's start is not the run's: a kernel that takes 1.5 s to
+     * say "ready" still runs code given 1 s. */
+    {
+        .name = "test_kernel_start_not_charged",
+        .kernel = "exec sh -c 'sleep 1.5; echo ready >&4; head -c 3 <&3 >/dev/null; echo started; echo 0 >&4; "
+                  "exec sleep 1000'",
+        .timeout_ms = 1000,
+        .want = {.reason = SGUNIT_IS(SG_AGENT_REASON_EXITED),
+                 .code = SGUNIT_IS(0),
+                 .state = SGUNIT_IS(SG_AGENT_STATE_NEW),
+                 .stage = "run",
+                 .out = "started\n",
+                 .wall_below = 4},
+        .wall_at_least = 1.5,
+    },
+    /* ... but once it has said "ready" the run has its timeout and no more. */
+    {
+        .name = "test_kernel_ready_then_runs_over",
+        .kernel = "exec sh -c 'echo ready >&4; head -c 3 <&3 >/dev/null; exec sleep 1000'",
+        .timeout_ms = 1000,
+        .want = {.reason = SGUNIT_IS(SG_AGENT_REASON_TIMEOUT),
+                 .state = SGUNIT_IS(SG_AGENT_STATE_LOST),
+                 .wall_below = 3},
+        .wall_at_least = 1.0,
+        .err_lacks = "had not started",
+    },
+    /* A start that never ends has the timeout and SG_AGENT_KERNEL_BOOT_MS
+     * (15 s) more, and the run says why it timed out. */
+    {
+        .name = "test_kernel_start_bounded",
+        .kernel = "exec sleep 1000",
+        .timeout_ms = 1000,
+        .want = {.reason = SGUNIT_IS(SG_AGENT_REASON_TIMEOUT),
+                 .state = SGUNIT_IS(SG_AGENT_STATE_LOST),
+                 .wall_below = (1000 + SG_AGENT_KERNEL_BOOT_MS) / 1000.0 + 4},
+        .wall_at_least = (1000 + SG_AGENT_KERNEL_BOOT_MS) / 1000.0,
+        .err_has = "the interpreter had not started",
+    },
+};
+
+static void test_kstart(void **state)
 {
     sgunit_agent_t *a = *state;
+    const kstart_t *k = a->row;
     sgunit_result_t res;
 
-    sgunit_exec_full(a, 1000, 1 << 20, "", "", "", "",
-                     "exec sh -c 'sleep 1.5; echo ready >&4; head -c 3 <&3 >/dev/null; echo started; echo 0 >&4; "
-                     "exec sleep 1000'",
-                     "x", &res);
-    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_EXITED), .code = SGUNIT_IS(0),
-                  .state = SGUNIT_IS(SG_AGENT_STATE_NEW), .stage = "run", .wall_below = 4);
-    assert_string_equal(sgunit_out_str(&res, 1), "started\n");
-    assert_true(res.wall_s >= 1.5);
-    sgunit_free_result(&res);
-    sgunit_ping(a);
-}
-
-/* ... but once it has said "ready" the run has its timeout and no more. */
-static void test_kernel_ready_then_runs_over(void **state)
-{
-    sgunit_agent_t *a = *state;
-    sgunit_result_t res;
-
-    sgunit_exec_full(a, 1000, 1 << 20, "", "", "", "",
-                     "exec sh -c 'echo ready >&4; head -c 3 <&3 >/dev/null; exec sleep 1000'", "x", &res);
-    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_TIMEOUT), .state = SGUNIT_IS(SG_AGENT_STATE_LOST),
-                  .wall_below = 3);
-    assert_true(res.wall_s >= 1.0);
-    assert_null(strstr(sgunit_out_str(&res, 2), "had not started"));
-    sgunit_free_result(&res);
-    sgunit_ping(a);
-}
-
-/* A start that never ends has the timeout and 15 s (SG_AGENT_KERNEL_BOOT_MS), and
- * the run says why it timed out. */
-static void test_kernel_start_bounded(void **state)
-{
-    sgunit_agent_t *a = *state;
-    sgunit_result_t res;
-
-    sgunit_exec_full(a, 1000, 1 << 20, "", "", "", "", "exec sleep 1000", "x", &res);
-    SGUNIT_EXPECT(&res, .reason = SGUNIT_IS(SG_AGENT_REASON_TIMEOUT), .state = SGUNIT_IS(SG_AGENT_STATE_LOST),
-                  .wall_below = 20);
-    assert_true(res.wall_s >= 16.0);
-    assert_non_null(strstr(sgunit_out_str(&res, 2), "the interpreter had not started"));
+    sgunit_exec_full(a, k->timeout_ms, 1 << 20, "", "", "", "", k->kernel, "x", &res);
+    SGUNIT_EXPECT_WANT(&res, &k->want);
+    assert_true(res.wall_s >= k->wall_at_least);
+    if (k->err_has != NULL)
+        assert_non_null(strstr(sgunit_out_str(&res, 2), k->err_has));
+    if (k->err_lacks != NULL)
+        assert_null(strstr(sgunit_out_str(&res, 2), k->err_lacks));
     sgunit_free_result(&res);
     sgunit_ping(a);
 }
@@ -797,9 +818,9 @@ int main(void)
         SGUNIT_AGENT_ROW_TEST(test_kscript, &scripts[2]),
         SGUNIT_AGENT_TEST(test_kernel_cannot_start),
         SGUNIT_AGENT_TEST(test_kernel_malformed_answer),
-        SGUNIT_AGENT_TEST(test_kernel_start_not_charged),
-        SGUNIT_AGENT_TEST(test_kernel_ready_then_runs_over),
-        SGUNIT_AGENT_TEST(test_kernel_start_bounded),
+        SGUNIT_AGENT_ROW_TEST(test_kstart, &starts[0]),
+        SGUNIT_AGENT_ROW_TEST(test_kstart, &starts[1]),
+        SGUNIT_AGENT_ROW_TEST(test_kstart, &starts[2]),
         SGUNIT_AGENT_TEST(test_kernel_ready_forged),
         SGUNIT_AGENT_TEST(test_kernel_killed_on_stdin_eof),
         SGUNIT_AGENT_ROW_TEST(test_kscript, &scripts[3]),
