@@ -3,7 +3,8 @@
  *
  * What a proxy knows of its sessions is written, as it changes, to a state
  * file of its own, $SANDGATE_PROXY_STATE_DIR/<proxy id>.sessions (JSON,
- * replaced atomically: a temporary file, fsync, rename): each session's
+ * replaced atomically: a temporary file, then rename; no fsync, see
+ * write_state in adopt.c): each session's
  * settings (language, image, runtime, limits, owner, keep_template), its
  * container and its counters (executions, last_used_at: written at most a
  * second late), and the ids of sessions lost at a restart. A proxy that
