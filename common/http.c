@@ -174,6 +174,30 @@ void sg_http_server_stop_accepting(sg_http_server_t *s)
     }
 }
 
+/* One 0 ms timeout per loop: h2o runs a turn's expired timeouts after its
+ * events, entries linked meanwhile included, and waits no longer than the
+ * earliest of them. */
+#define SOON_LOOPS 4
+
+void sg_loop_soon(h2o_loop_t *loop, h2o_timeout_entry_t *e)
+{
+    static struct {
+        h2o_loop_t *loop;
+        h2o_timeout_t timeout;
+    } soon[SOON_LOOPS];
+    size_t i;
+
+    for (i = 0; i < SOON_LOOPS && soon[i].loop != NULL && soon[i].loop != loop; i++)
+        ;
+    if (i == SOON_LOOPS)
+        h2o_fatal("sg_loop_soon: more than SOON_LOOPS loops");
+    if (soon[i].loop == NULL) {
+        soon[i].loop = loop;
+        h2o_timeout_init(loop, &soon[i].timeout, 0);
+    }
+    h2o_timeout_link(loop, &soon[i].timeout, e);
+}
+
 const char *sg_http_reason(int status)
 {
     switch (status) {
@@ -383,6 +407,7 @@ typedef struct watcher {
     h2o_loop_t *loop;
     int epfd;
     h2o_socket_t *sock;
+    h2o_timeout_t after; /* SG_HTTP_WATCH_AFTER_MS */
     struct watcher *next;
 } watcher_t;
 
@@ -393,7 +418,8 @@ struct sg_http_hold {
     struct hold_stub *stub;
     void (*on_gone)(void *data);
     void *data;
-    watcher_t *w; /* the epoll set holding fd, or NULL */
+    watcher_t *w;              /* the epoll set holding fd, or NULL */
+    h2o_timeout_entry_t later; /* linked: the watch begins when it runs */
     int fd;
     int gone;
 };
@@ -404,6 +430,8 @@ struct hold_stub {
 
 static void unwatch_fd(sg_http_hold_t *h)
 {
+    if (h2o_timeout_is_linked(&h->later))
+        h2o_timeout_unlink(&h->later);
     if (h->w != NULL) {
         /* the fd is still open here: h2o disposes of a request before it
          * closes its connection */
@@ -444,6 +472,7 @@ static watcher_t *watcher_of(h2o_loop_t *loop)
         return NULL;
     }
     w->loop = loop;
+    h2o_timeout_init(loop, &w->after, SG_HTTP_WATCH_AFTER_MS);
     w->sock = h2o_evloop_socket_create(loop, w->epfd, H2O_SOCKET_FLAG_DONT_READ);
     w->sock->data = w;
     h2o_socket_read_start(w->sock, on_watch_ready);
@@ -478,17 +507,14 @@ h2o_req_t *sg_http_hold_req(sg_http_hold_t *h)
     return h->req;
 }
 
-void sg_http_hold_watch(sg_http_hold_t *h, void (*on_gone)(void *data), void *data)
+static void on_watch_later(h2o_timeout_entry_t *e)
 {
+    sg_http_hold_t *h = H2O_STRUCT_FROM_MEMBER(sg_http_hold_t, later, e);
     h2o_socket_t *sock;
     watcher_t *w;
     struct epoll_event ev = {.events = EPOLLRDHUP};
 
-    h->on_gone = on_gone;
-    h->data = data;
-    if (h->req == NULL || h->w != NULL || h->req->version >= 0x200 || h->req->conn->callbacks->get_socket == NULL)
-        return;
-    if ((sock = h->req->conn->callbacks->get_socket(h->req->conn)) == NULL ||
+    if (h->req == NULL || h->gone || (sock = h->req->conn->callbacks->get_socket(h->req->conn)) == NULL ||
         (w = watcher_of(h->req->conn->ctx->loop)) == NULL)
         return;
     h->fd = h2o_socket_get_fd(sock);
@@ -496,6 +522,19 @@ void sg_http_hold_watch(sg_http_hold_t *h, void (*on_gone)(void *data), void *da
     /* level-triggered: a FIN that came before the watch is reported too */
     if (h->fd >= 0 && epoll_ctl(w->epfd, EPOLL_CTL_ADD, h->fd, &ev) == 0)
         h->w = w;
+}
+
+void sg_http_hold_watch(sg_http_hold_t *h, void (*on_gone)(void *data), void *data)
+{
+    watcher_t *w;
+
+    h->on_gone = on_gone;
+    h->data = data;
+    if (h->req == NULL || h->w != NULL || h2o_timeout_is_linked(&h->later) || h->req->version >= 0x200 ||
+        h->req->conn->callbacks->get_socket == NULL || (w = watcher_of(h->req->conn->ctx->loop)) == NULL)
+        return;
+    h->later.cb = on_watch_later;
+    h2o_timeout_link(w->loop, &w->after, &h->later);
 }
 
 int sg_http_hold_gone(sg_http_hold_t *h)

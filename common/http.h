@@ -49,6 +49,12 @@ int sg_http_server_port(sg_http_server_t *s);
 /* Stops accepting new connections (for shutdown). */
 void sg_http_server_stop_accepting(sg_http_server_t *s);
 
+/* Runs e->cb once, at the end of this turn of loop (after the events of
+ * the turn, before it waits again): never from inside the caller, and
+ * without a system call. e must not be linked already; unlink it with
+ * h2o_timeout_unlink to take it back. */
+void sg_loop_soon(h2o_loop_t *loop, h2o_timeout_entry_t *e);
+
 const char *sg_http_reason(int status);
 /* Replies with obj serialized; takes ownership of obj. */
 void sg_http_send_json(h2o_req_t *req, int status, json_object *obj);
@@ -114,10 +120,14 @@ void sg_http_hold_release(sg_http_hold_t *h);
  * request is being handled, so a hang-up is noticed only when the reply is
  * written. A watched HTTP/1 connection's socket goes into a private epoll
  * set for EPOLLRDHUP (the peer's FIN) only — no data is read, nothing is
- * polled: the cost is one epoll_ctl at watch and at release. A client that
+ * polled. It goes in SG_HTTP_WATCH_AFTER_MS after the watch begins: a
+ * request answered sooner costs nothing, a longer one an epoll_ctl then and
+ * one at release, and a hang-up is noticed at most that much later (level-
+ * triggered: a FIN that came before is reported at once). A client that
  * only half-closes (shutdown(SHUT_WR)) after its request counts as gone,
  * as in nginx. HTTP/2 connections are read by h2o throughout: there the
  * request's disposal says it. */
+#define SG_HTTP_WATCH_AFTER_MS 10
 void sg_http_hold_watch(sg_http_hold_t *h, void (*on_gone)(void *data), void *data);
 /* 1 once on_gone has run (or would have: the client is gone). */
 int sg_http_hold_gone(sg_http_hold_t *h);

@@ -15,6 +15,7 @@
 #include "close.h"
 #include "db.h"
 #include "gateway.h"
+#include "http.h"
 #include "log.h"
 #include "metrics.h"
 #include "placement.h"
@@ -152,9 +153,6 @@ static void on_proxy_deleted(void *data, const sg_upstream_reply_t *r)
     close_notify(c, 0);
 }
 
-static h2o_timeout_t soon_timeout; /* 0 ms: the next turn of the loop */
-static int soon_ready;
-
 static void on_start_failed(h2o_timeout_entry_t *e)
 {
     close_t *c = H2O_STRUCT_FROM_MEMBER(close_t, soon, e);
@@ -200,12 +198,8 @@ static void close_step(close_t *c)
                                        on_proxy_deleted, c) == NULL) {
         /* answered from the loop as the proxy's answer would be: waiters
          * never hear of it before sg_gw_close_session returns */
-        if (!soon_ready) {
-            h2o_timeout_init(sg_gw.loop, &soon_timeout, 0);
-            soon_ready = 1;
-        }
         c->soon.cb = on_start_failed;
-        h2o_timeout_link(sg_gw.loop, &soon_timeout, &c->soon);
+        sg_loop_soon(sg_gw.loop, &c->soon);
     }
 }
 
