@@ -7,12 +7,23 @@
  * H2O_SOCKET_FLAG_DONT_READ, so h2o only tells us they are readable and we
  * hand the events to curl_multi_socket_action. Nothing here blocks.
  *
+ * The timer is armed only when curl wants waking earlier than it already
+ * is: a wake-up with nothing due costs curl one look at its timers (it
+ * then asks for the next), where each re-arm costs a system call, and
+ * curl asks for one or two with every request. "Now" (0 ms) runs at the
+ * end of the loop's turn (sg_loop_soon), without the timerfd.
+ *
+ * A socket curl stops watching (its connection idle in curl's cache) stays
+ * in the epoll set, parked: the next request on that connection costs one
+ * epoll_ctl, not three. An event on a parked socket (the proxy closed the
+ * idle connection) takes it out of the set; curl is not told, and finds
+ * the connection dead when it next looks.
+ *
  * Reentrancy. curl forbids most multi calls from inside its own callbacks
  * (CURLM_RECURSIVE_API_CALL), and the owner of a callback must not free the
  * object that called it. So:
  *  - sg_upstream_start never calls curl in a way that runs a user callback;
- *    curl's "time out now" (0 ms) becomes a timerfd armed for 1 ns, handled
- *    on the next loop turn.
+ *    curl's "time out now" (0 ms) runs at the end of the loop's turn.
  *  - a request cancelled while curl is inside a callback (on_head / on_data
  *    run from curl's write callback) is only marked; it is removed from the
  *    multi handle once curl_multi_socket_action returns.
@@ -23,6 +34,7 @@
  */
 #include "upstream.h"
 #include "buf.h"
+#include "http.h"
 #include "util.h"
 
 #include <curl/curl.h>
@@ -50,14 +62,24 @@ struct sg_upstream {
     int tfd;
     h2o_socket_t *ep_sock;    /* owns epfd once created */
     h2o_socket_t *timer_sock; /* owns tfd once created */
-    h2o_linklist_t active;    /* requests added to the multi handle */
-    h2o_linklist_t to_add;    /* started from inside a curl callback, added later */
-    h2o_linklist_t zombies;   /* cancelled from inside a curl callback, removed later */
+    uint64_t armed_ms;        /* when tfd fires (sg_now_ms), 0: disarmed */
+    unsigned char *fd_state;  /* FD_* by socket number, fd_cap of them */
+    size_t fd_cap;
+    h2o_timeout_entry_t now; /* linked: curl's "now", at the end of this turn */
+    h2o_linklist_t active;   /* requests added to the multi handle */
+    h2o_linklist_t to_add;   /* started from inside a curl callback, added later */
+    h2o_linklist_t zombies;  /* cancelled from inside a curl callback, removed later */
     size_t in_flight;
     uint64_t connects; /* connections opened, over all finished requests */
     int in_curl;       /* inside curl_multi_socket_action: curl callbacks may run */
     int busy;          /* depth of our h2o callbacks on the stack */
     int destroying;    /* sg_upstream_destroy was called while busy */
+};
+
+enum {
+    FD_OUT,     /* not in the epoll set */
+    FD_WATCHED, /* in it, for curl */
+    FD_PARKED,  /* in it, curl does not watch it (see the top) */
 };
 
 enum {
@@ -372,6 +394,8 @@ static void free_upstream(sg_upstream_t *u)
     reap_zombies(u);
     if (u->multi != NULL)
         curl_multi_cleanup(u->multi); /* closes cached connections: socket callbacks still work */
+    if (h2o_timeout_is_linked(&u->now))
+        h2o_timeout_unlink(&u->now);
     if (u->ep_sock != NULL) {
         h2o_socket_read_stop(u->ep_sock);
         h2o_socket_close(u->ep_sock);
@@ -385,6 +409,7 @@ static void free_upstream(sg_upstream_t *u)
         close(u->tfd);
     }
     free(u->base_url);
+    free(u->fd_state);
     free(u);
     curl_global_cleanup();
 }
@@ -404,7 +429,12 @@ static void on_epoll_ready(h2o_socket_t *sock, const char *err)
     ++u->busy;
     n = epoll_wait(u->epfd, events, EVENTS_PER_WAIT, 0);
     for (int i = 0; i < n && !u->destroying; ++i) {
-        int ev = 0;
+        int ev = 0, fd = events[i].data.fd;
+        if ((size_t)fd < u->fd_cap && u->fd_state[fd] == FD_PARKED) {
+            epoll_ctl(u->epfd, EPOLL_CTL_DEL, fd, NULL);
+            u->fd_state[fd] = FD_OUT;
+            continue;
+        }
         if (events[i].events & EPOLLIN)
             ev |= CURL_CSELECT_IN;
         if (events[i].events & EPOLLOUT)
@@ -425,8 +455,19 @@ static void on_timer_ready(h2o_socket_t *sock, const char *err)
 
     ++u->busy;
     /* read first: curl may re-arm the timer during the action */
-    if (read(u->tfd, &expirations, sizeof(expirations)) == (ssize_t)sizeof(expirations))
+    if (read(u->tfd, &expirations, sizeof(expirations)) == (ssize_t)sizeof(expirations)) {
+        u->armed_ms = 0;
         drive(u, CURL_SOCKET_TIMEOUT, 0);
+    }
+    leave(u);
+}
+
+static void on_now(h2o_timeout_entry_t *e)
+{
+    sg_upstream_t *u = H2O_STRUCT_FROM_MEMBER(sg_upstream_t, now, e);
+
+    ++u->busy;
+    drive(u, CURL_SOCKET_TIMEOUT, 0);
     leave(u);
 }
 
@@ -434,10 +475,21 @@ static int on_curl_socket(CURL *easy, curl_socket_t s, int what, void *userp, vo
 {
     sg_upstream_t *u = userp;
     struct epoll_event ev = {0};
+    int op;
 
+    if (s < 0)
+        return -1;
+    if ((size_t)s >= u->fd_cap) {
+        size_t cap = u->fd_cap != 0 ? u->fd_cap : 64;
+        while (cap <= (size_t)s)
+            cap *= 2;
+        u->fd_state = sg_xrealloc(u->fd_state, cap);
+        memset(u->fd_state + u->fd_cap, FD_OUT, cap - u->fd_cap);
+        u->fd_cap = cap;
+    }
     if (what == CURL_POLL_REMOVE) {
-        /* may fail if curl closed the socket already: nothing to undo then */
-        epoll_ctl(u->epfd, EPOLL_CTL_DEL, s, NULL);
+        if (u->fd_state[s] == FD_WATCHED)
+            u->fd_state[s] = FD_PARKED;
         return 0;
     }
     if (what & CURL_POLL_IN)
@@ -445,27 +497,46 @@ static int on_curl_socket(CURL *easy, curl_socket_t s, int what, void *userp, vo
     if (what & CURL_POLL_OUT)
         ev.events |= EPOLLOUT;
     ev.data.fd = s;
-    if (epoll_ctl(u->epfd, EPOLL_CTL_MOD, s, &ev) == 0)
-        return 0;
-    if (errno == ENOENT && epoll_ctl(u->epfd, EPOLL_CTL_ADD, s, &ev) == 0)
-        return 0;
-    return -1;
+    /* a parked socket may have been closed since (and the set forgot it),
+     * its number taken by a new one: the other operation then */
+    op = u->fd_state[s] != FD_OUT ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    if (epoll_ctl(u->epfd, op, s, &ev) != 0) {
+        op = op == EPOLL_CTL_MOD ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+        if ((errno != ENOENT && errno != EEXIST) || epoll_ctl(u->epfd, op, s, &ev) != 0)
+            return -1;
+    }
+    u->fd_state[s] = FD_WATCHED;
+    return 0;
 }
 
-/* Never acts by itself: even "now" (0) goes through the timerfd, so no user
- * callback can run from inside curl_multi_add_handle or this callback. */
+/* Never acts by itself: even "now" (0) waits for the end of the loop's
+ * turn, so no user callback can run from inside curl_multi_add_handle or
+ * this callback. A later wake-up than the one armed, or none (-1), leaves
+ * the timer as it is (see the top). */
 static int on_curl_timer(CURLM *multi, long timeout_ms, void *userp)
 {
     sg_upstream_t *u = userp;
     struct itimerspec its = {{0, 0}, {0, 0}};
+    uint64_t at;
 
-    if (timeout_ms > 0) {
-        its.it_value.tv_sec = timeout_ms / 1000;
-        its.it_value.tv_nsec = (timeout_ms % 1000) * 1000000;
-    } else if (timeout_ms == 0) {
-        its.it_value.tv_nsec = 1; /* all zero would disarm */
+    if (timeout_ms < 0)
+        return 0;
+    if (timeout_ms == 0) {
+        if (!h2o_timeout_is_linked(&u->now)) {
+            u->now.cb = on_now;
+            sg_loop_soon(u->loop, &u->now);
+        }
+        return 0;
     }
-    return timerfd_settime(u->tfd, 0, &its, NULL) == 0 ? 0 : -1;
+    at = sg_now_ms() + (uint64_t)timeout_ms;
+    if (u->armed_ms != 0 && u->armed_ms <= at)
+        return 0;
+    its.it_value.tv_sec = timeout_ms / 1000;
+    its.it_value.tv_nsec = (timeout_ms % 1000) * 1000000;
+    if (timerfd_settime(u->tfd, 0, &its, NULL) != 0)
+        return -1;
+    u->armed_ms = at;
+    return 0;
 }
 
 /* ---- public ----------------------------------------------------------------- */
