@@ -2,18 +2,28 @@
  * redis_h2o.c — the hiredis <-> h2o evloop adapter (see redis_h2o.h).
  */
 #include "redis_h2o.h"
+#include "http.h"
 #include "util.h"
 
 #include <stdlib.h>
 
+/* Commands are written at the end of the loop's turn (sg_loop_soon), all
+ * those of the turn in one write, without asking the loop whether the
+ * socket is writable (it nearly always is, and each ask costs two
+ * epoll_ctl and a wait); only what that write leaves waits for h2o's
+ * notification. */
 typedef struct {
     redisAsyncContext *ac;
     h2o_socket_t *sock;
+    h2o_loop_t *loop;
+    h2o_timeout_entry_t flush; /* linked: a write at the end of this turn */
     /* hiredis wants write events. h2o_socket_notify_write is one-shot and
      * cannot be cancelled, so delWrite only clears this flag and a
      * notification that arrives afterwards is ignored. */
     int want_write;
 } adapter_t;
+
+static int flushing; /* inside a write: what it leaves waits for the socket */
 
 static void on_read(h2o_socket_t *sock, const char *err)
 {
@@ -31,7 +41,27 @@ static void on_write(h2o_socket_t *sock, const char *err)
         return;
     /* calls addWrite again while data is left (re-arming the one-shot
      * notification, as h2o cleared it before calling us) or delWrite */
+    flushing = 1;
     redisAsyncHandleWrite(a->ac);
+    flushing = 0;
+}
+
+static void on_flush(h2o_timeout_entry_t *e)
+{
+    adapter_t *a = H2O_STRUCT_FROM_MEMBER(adapter_t, flush, e);
+    if (!a->want_write)
+        return;
+    if (!(a->ac->c.flags & REDIS_CONNECTED)) {
+        /* hiredis learns of the connect's end from a write event, and does
+         * not ask again when it is called before that */
+        if (!h2o_socket_is_writing(a->sock))
+            h2o_socket_notify_write(a->sock, on_write);
+        return;
+    }
+    /* may free ac and, through cleanup, a: touch nothing after */
+    flushing = 1;
+    redisAsyncHandleWrite(a->ac);
+    flushing = 0;
 }
 
 static void add_read(void *privdata)
@@ -52,6 +82,11 @@ static void add_write(void *privdata)
 {
     adapter_t *a = privdata;
     a->want_write = 1;
+    if (!flushing) {
+        if (!h2o_timeout_is_linked(&a->flush))
+            sg_loop_soon(a->loop, &a->flush);
+        return;
+    }
     if (!h2o_socket_is_writing(a->sock))
         h2o_socket_notify_write(a->sock, on_write);
 }
@@ -84,6 +119,8 @@ static void cleanup(void *privdata)
      * (by then the number may belong to another socket) */
     ac->c.fd = -1;
     set_hooks(ac, NULL);
+    if (h2o_timeout_is_linked(&a->flush))
+        h2o_timeout_unlink(&a->flush);
     a->sock->data = NULL;
     /* h2o frees the socket itself at the end of this loop iteration, and
      * skips its pending events once it is marked disposed */
@@ -97,6 +134,8 @@ int sg_redis_h2o_attach(redisAsyncContext *ac, h2o_loop_t *loop)
         return REDIS_ERR;
     adapter_t *a = sg_xcalloc(1, sizeof(*a));
     a->ac = ac;
+    a->loop = loop;
+    a->flush.cb = on_flush;
     a->sock = h2o_evloop_socket_create(loop, ac->c.fd, H2O_SOCKET_FLAG_DONT_READ);
     if (a->sock == NULL) {
         free(a);
