@@ -105,6 +105,16 @@ int sg_gw_loop_read(long max_rows, void (*fn)(sg_gw_job_t *job, sg_store_t *st),
     return 0;
 }
 
+int sg_gw_loop_write(void (*fn)(sg_gw_job_t *job, sg_store_t *st), sg_gw_job_t *job)
+{
+    return sg_gw_loop_read(0, fn, job);
+}
+
+int sg_gw_loop_wal_frames(void)
+{
+    return gen_store != NULL ? sg_store_wal_frames(gen_store) : 0;
+}
+
 static uint64_t fnv1a(const void *p, size_t n)
 {
     const unsigned char *b = p;

@@ -212,11 +212,18 @@ void sg_gw_quota_reserve(sg_gw_req_t *g, void (*next)(sg_gw_req_t *g))
 /* An execution is answered only once its usage row is on record in
  * SQLite: a client that has its result finds it in the ledger, and a
  * gateway that dies after answering has lost nothing billable. Rows are
- * group-committed: while one transaction is on a DB thread, the rows of
- * the executions that end meanwhile wait here, and all of them go in the
- * next transaction, which starts when that one has committed; each row's
+ * group-committed: the rows of the executions that end in one turn of the
+ * loop are written together at its end, in one transaction on the loop's
+ * own connection (a few inserts into a WAL, no fsync: a hop to a DB thread
+ * and back cost more). When that connection finds the database busy (a
+ * writer elsewhere: sandgate-admin, another gateway), the batch goes to a
+ * DB thread, which waits for the lock; while it is there, the rows that
+ * end meanwhile wait here and go in the next transaction. Each row's
  * answer (a copy of the proxy's reply, or, streamed, only the end of the
- * stream) is sent once the transaction that holds the row has committed. */
+ * stream) is sent once the transaction that holds the row has committed.
+ * The loop's commits never checkpoint: once the WAL is CHECKPOINT_FRAMES
+ * long, a DB thread copies it back (sg_store_checkpoint), and meanwhile
+ * the loop finds the database busy and hands its batches to DB threads. */
 typedef struct usage_row usage_row_t;
 struct usage_row {
     usage_row_t *next;
@@ -241,7 +248,44 @@ typedef struct {
 } batch_job_t;
 
 static usage_row_t *pending, **pending_tail = &pending;
-static int batch_running; /* a batch is on a DB thread */
+static int batch_running;               /* a batch is on a DB thread */
+static h2o_timeout_entry_t flush_entry; /* linked: a flush at the end of this turn */
+
+#define CHECKPOINT_FRAMES 1000 /* SQLite's own automatic threshold */
+static int checkpoint_running;
+
+static void checkpoint_fn(sg_gw_job_t *job, sg_store_t *st)
+{
+    job->rc = sg_store_checkpoint(st, job->err, sizeof(job->err));
+}
+
+static void checkpoint_done(sg_gw_job_t *job)
+{
+    if (job->rc != 0)
+        sg_warn("usage: cannot checkpoint the database: %s", job->err);
+    checkpoint_running = 0;
+    free(job);
+}
+
+/* The batch's rows as the store takes them. */
+static void batch_rows(const batch_job_t *b, const sg_usage_t **rows, int *count)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        rows[i] = &b->rows[i]->usage;
+        count[i] = b->rows[i]->count_session;
+    }
+}
+
+/* On the loop: all the rows or none (then on a DB thread, batch_fn). */
+static void batch_try_fn(sg_gw_job_t *job, sg_store_t *st)
+{
+    batch_job_t *b = (batch_job_t *)job;
+    const sg_usage_t *rows[BATCH_MAX];
+    int count[BATCH_MAX];
+
+    batch_rows(b, rows, count);
+    job->rc = sg_store_usage_try_batch(st, rows, count, b->n, job->err, sizeof(job->err));
+}
 
 static void batch_fn(sg_gw_job_t *job, sg_store_t *st)
 {
@@ -249,10 +293,7 @@ static void batch_fn(sg_gw_job_t *job, sg_store_t *st)
     const sg_usage_t *rows[BATCH_MAX];
     int count[BATCH_MAX];
 
-    for (size_t i = 0; i < b->n; i++) {
-        rows[i] = &b->rows[i]->usage;
-        count[i] = b->rows[i]->count_session;
-    }
+    batch_rows(b, rows, count);
     job->rc = sg_store_usage_add_batch(st, rows, count, b->n, b->failed, job->err, sizeof(job->err)) == 0 ? 0 : -1;
 }
 
@@ -291,8 +332,22 @@ static void batch_flush(void)
     }
     if (pending == NULL)
         pending_tail = &pending;
+    if (sg_gw_loop_write(batch_try_fn, &b->job)) {
+        if (sg_gw_loop_wal_frames() >= CHECKPOINT_FRAMES && !checkpoint_running) {
+            checkpoint_running = 1;
+            sg_gw_db_run(sg_xcalloc(1, sizeof(sg_gw_job_t)), checkpoint_fn, checkpoint_done);
+        }
+        batch_done(&b->job);
+        return;
+    }
     batch_running = 1;
     sg_gw_db_run(&b->job, batch_fn, batch_done);
+}
+
+static void on_turn_end(h2o_timeout_entry_t *e)
+{
+    (void)e;
+    batch_flush();
 }
 
 static void usage_queue(usage_row_t *j)
@@ -300,7 +355,10 @@ static void usage_queue(usage_row_t *j)
     j->next = NULL;
     *pending_tail = j;
     pending_tail = &j->next;
-    batch_flush();
+    if (batch_running || h2o_timeout_is_linked(&flush_entry))
+        return; /* in the next batch */
+    flush_entry.cb = on_turn_end;
+    sg_loop_soon(sg_gw.loop, &flush_entry);
 }
 
 /* The state's side of an execution's end, nobody waiting: its slot back,

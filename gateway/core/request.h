@@ -192,6 +192,13 @@ void sg_gw_auth_cache_session(const sg_session_rec_t *rec);
  * Returns 1 when fn ran and its job->rc is 0; 0 when the read failed (a
  * busy database: the caller submits the job as usual, job reset). */
 int sg_gw_loop_read(long max_rows, void (*fn)(sg_gw_job_t *job, sg_store_t *st), sg_gw_job_t *job);
+/* The same for a short write, one transaction that fn leaves committed
+ * (job->rc 0, returns 1) or undone (returns 0: the caller submits the job).
+ * The loop's connection never checkpoints: sg_gw_loop_wal_frames is the
+ * WAL's length after its last commit, for the caller to have a DB thread
+ * checkpoint it. */
+int sg_gw_loop_write(void (*fn)(sg_gw_job_t *job, sg_store_t *st), sg_gw_job_t *job);
+int sg_gw_loop_wal_frames(void);
 /* Runs g, an authenticated request, again as a request of another route
  * (an MCP tool call): the caller has set what the door would have (g->sid,
  * g->body, g->content_type, g->query, g->method) and g->capture, which gets

@@ -150,8 +150,18 @@ typedef struct {
 } sg_store_gen_t;
 int sg_store_generations(sg_store_t *st, sg_store_gen_t *out, char *err, size_t errlen);
 /* A busy database answers at once (SQLITE_BUSY) rather than after the
- * busy timeout: for a connection read on the event loop. */
+ * busy timeout: for the connection of the event loop. Its commits never
+ * checkpoint (that would fsync on the loop): sg_store_wal_frames says how
+ * long the WAL is after its last commit, and sg_store_checkpoint, on
+ * another connection, copies the WAL back into the database and has the
+ * next writer start it again from its beginning (SQLite's RESTART: it
+ * waits, up to the busy timeout, for the writer and the readers of the
+ * moment, and new writers wait for it). A checkpoint that leaves writers
+ * going (passive) would never catch up with a loop that commits every
+ * few milliseconds, and the WAL would only grow. */
 void sg_store_no_wait(sg_store_t *st);
+int sg_store_wal_frames(const sg_store_t *st);
+int sg_store_checkpoint(sg_store_t *st, char *err, size_t errlen);
 /* Usage rows in one transaction (a group commit): rows[i] with, when
  * count_session[i], its session's executions += 1. When the transaction
  * fails the rows are written one by one; failed[i] (may be NULL) is set
@@ -159,6 +169,10 @@ void sg_store_no_wait(sg_store_t *st);
  * Returns the number of rows that failed. */
 int sg_store_usage_add_batch(sg_store_t *st, const sg_usage_t *const *rows, const int *count_session, size_t n,
                              int *failed, char *err, size_t errlen);
+/* The same rows in one transaction, or none of them: 0 when committed, -1
+ * when nothing was written (a busy database, a row that failed). */
+int sg_store_usage_try_batch(sg_store_t *st, const sg_usage_t *const *rows, const int *count_session, size_t n,
+                             char *err, size_t errlen);
 
 /* Templates: the images keep_template sessions leave (lifecycle/templates.c).
  * A row is a tenant's template slot: made when a keep_template session is

@@ -57,6 +57,27 @@ static int add_one(sg_store_t *st, const sg_usage_t *u, int count_session, char 
     return 0;
 }
 
+int sg_store_usage_try_batch(sg_store_t *st, const sg_usage_t *const *rows, const int *count_session, size_t n,
+                             char *err, size_t errlen)
+{
+    size_t i;
+
+    if (sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+        sg_store__db_err(st, "usage batch", err, errlen);
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        if (add_one(st, rows[i], count_session[i], err, errlen) != 0)
+            break;
+    }
+    if (i == n && sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK)
+        return 0;
+    if (i == n)
+        sg_store__db_err(st, "usage batch", err, errlen);
+    sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    return -1;
+}
+
 int sg_store_usage_add_batch(sg_store_t *st, const sg_usage_t *const *rows, const int *count_session, size_t n,
                              int *failed, char *err, size_t errlen)
 {

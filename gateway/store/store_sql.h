@@ -44,7 +44,8 @@ enum {
 struct sg_store {
     sqlite3 *db;
     char *path;
-    int busy; /* the last setup step failed on a lock */
+    int busy;       /* the last setup step failed on a lock */
+    int wal_frames; /* sg_store_no_wait: the WAL's length after this connection's last commit */
     sqlite3_stmt *stmt[S__COUNT];
 };
 
