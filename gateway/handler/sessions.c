@@ -248,6 +248,12 @@ static void on_create_reply(void *data, const sg_upstream_reply_t *r)
     json_object_object_add(o, "expires_at", json_object_new_int64(live.lifetime_deadline));
     j->g = g;
     j->reply = o;
+    /* one insert: on the loop's connection unless the database is busy (a
+     * template's slot is bound too, on a DB thread as before) */
+    if (g->template_row == 0 && sg_gw_loop_write(open_fn, &j->job)) {
+        open_done(&j->job);
+        return;
+    }
     sg_gw_db_submit(&j->job);
 }
 
