@@ -2,6 +2,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +53,7 @@ char *sg_xstrndup(const char *s, size_t n)
     return p;
 }
 
-int sg_random_bytes(void *buf, size_t n)
+static int getrandom_all(void *buf, size_t n)
 {
     size_t off = 0;
     while (off < n) {
@@ -64,6 +65,45 @@ int sg_random_bytes(void *buf, size_t n)
         }
         off += (size_t)r;
     }
+    return 0;
+}
+
+/* Small requests (a request id, a slot token: two per execution) are
+ * served from a per-thread pool of the kernel's bytes, one getrandom per
+ * RANDOM_POOL bytes instead of one per request. A byte is handed out once
+ * and wiped as it goes; a forked child starts with an empty pool. */
+#define RANDOM_POOL 512
+static __thread unsigned char pool[RANDOM_POOL];
+static __thread size_t pool_left;
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+
+static void pool_forget(void)
+{
+    explicit_bzero(pool, sizeof(pool));
+    pool_left = 0;
+}
+
+static void pool_setup(void)
+{
+    pthread_atfork(NULL, NULL, pool_forget);
+}
+
+int sg_random_bytes(void *buf, size_t n)
+{
+    unsigned char *from;
+
+    pthread_once(&pool_once, pool_setup);
+    if (n > RANDOM_POOL / 4)
+        return getrandom_all(buf, n);
+    if (pool_left < n) {
+        if (getrandom_all(pool, RANDOM_POOL) != 0)
+            return -1;
+        pool_left = RANDOM_POOL;
+    }
+    from = pool + RANDOM_POOL - pool_left;
+    memcpy(buf, from, n);
+    explicit_bzero(from, n);
+    pool_left -= n;
     return 0;
 }
 

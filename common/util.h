@@ -19,7 +19,8 @@ char *sg_xstrndup(const char *s, size_t n);
 /* Logs and aborts: what the above call when the allocator fails. */
 void sg_oom(size_t n) __attribute__((noreturn));
 
-/* Fills buf with n random bytes from the kernel. Returns 0 or -1. */
+/* Fills buf with n random bytes from the kernel (small requests from a
+ * per-thread pool of them, each byte given once). Returns 0 or -1. */
 int sg_random_bytes(void *buf, size_t n);
 /* A random RFC 4122 version-4 UUID, 36 chars + NUL. Returns 0 or -1. */
 int sg_uuid4(char out[37]);

@@ -1,7 +1,8 @@
 /*
  * test_common.c — the building blocks under common/: the capped buffer,
  * the configuration table, JSON body parsing and field getters, UTF-8
- * sanitizing, number formatting, UUIDs and RFC 3339 time strings.
+ * sanitizing, number formatting, UUIDs, RFC 3339 time strings and the
+ * pool of random bytes.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -732,9 +735,56 @@ static void test_clocks(void **state)
     assert_memory_not_equal(buf, zero, sizeof(buf));
 }
 
+/* The pool of sg_random_bytes (util.c): across many small requests, of
+ * every size up to past the pool's, no 16 bytes come twice (a byte served
+ * twice would repeat a whole 16-byte draw after a refill); a forked child
+ * draws bytes the parent does not. */
+#define DRAWS 4000
+
+static int cmp16(const void *a, const void *b)
+{
+    return memcmp(a, b, 16);
+}
+
+static void test_random_pool(void **state)
+{
+    static unsigned char draws[DRAWS][16];
+    unsigned char big[300], child[16], parent[16];
+    int fds[2], status;
+
+    for (size_t i = 0; i < DRAWS; i++) {
+        size_t extra = i % 37; /* sizes 16..52: refills fall mid-request */
+        unsigned char tail[64];
+        assert_int_equal(sg_random_bytes(draws[i], 16), 0);
+        assert_int_equal(sg_random_bytes(tail, extra), 0);
+        if (i % 500 == 0)
+            assert_int_equal(sg_random_bytes(big, sizeof(big)), 0); /* past the pool: straight from the kernel */
+    }
+    qsort(draws, DRAWS, 16, cmp16);
+    for (size_t i = 1; i < DRAWS; i++)
+        assert_memory_not_equal(draws[i - 1], draws[i], 16);
+
+    assert_int_equal(sg_random_bytes(parent, 1), 0); /* the pool is not empty at the fork */
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        ssize_t w = sg_random_bytes(child, sizeof(child)) == 0 ? write(fds[1], child, sizeof(child)) : -1;
+        _exit(w == (ssize_t)sizeof(child) ? 0 : 1);
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(read(fds[0], child, sizeof(child)), (ssize_t)sizeof(child));
+    close(fds[0]);
+    close(fds[1]);
+    assert_int_equal(sg_random_bytes(parent, sizeof(parent)), 0);
+    assert_memory_not_equal(child, parent, sizeof(parent));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_random_pool),
         cmocka_unit_test(test_buf_cap),
         cmocka_unit_test(test_buf_grow),
         cmocka_unit_test(test_buf_consume),
