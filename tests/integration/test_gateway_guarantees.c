@@ -13,14 +13,26 @@
  *     are exact under parallel load through two gateways (successes ==
  *     limit);
  *   - a gateway killed (SIGKILL) during a load of executes has every
- *     execute it answered 200 in the ledger.
+ *     execute it answered 200 in the ledger;
+ *   - while another writer holds the SQLite file's write lock, executes
+ *     run but none is answered; once it is given up, all are, and the
+ *     ledger has exactly their rows (GET /admin/usage agreeing);
+ *   - the WAL stays bounded under a steady load of executes (the loop's
+ *     commits never checkpoint; a DB thread restarts the WAL), and every
+ *     execute answered 200 is in the ledger.
  */
 #include "sggw.h"
 #include "sgrun.h"
 
+#include <fcntl.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define BOUND_S 1.0 /* the bound for a revocation to apply everywhere */
@@ -358,6 +370,443 @@ SGGW_TEST(test_kill9_loses_no_answered_row)
     free(tok);
 }
 
+/* ---- a busy database: the replies wait for the commit ---------------------------------- */
+
+/* The executions the gateway has had a result of (its /metrics counter:
+ * counted as the proxy's result arrives, before the row is queued for the
+ * ledger); served by the loop, from memory. -1 when GET /metrics fails
+ * (not asserting). */
+static double executions_counted(const sggw_gateway_t *g)
+{
+    static const char name[] = "sandgate_executions_total{";
+    sgtest_reply_t r;
+    double n = 0;
+    sggw_call(g, NULL, "GET", "/metrics", NULL, &r);
+    if (r.status != 200) {
+        fprintf(stderr, "GET /metrics: %ld %.200s\n", r.status, r.body != NULL ? r.body : "");
+        sgtest_reply_free(&r);
+        return -1;
+    }
+    for (const char *line = r.body; line != NULL && *line != '\0';) {
+        const char *end = strchr(line, '\n');
+        if (strncmp(line, name, sizeof(name) - 1) == 0) {
+            const char *sp = line;
+            for (const char *p = line; p < (end != NULL ? end : line + strlen(line)); p++)
+                if (*p == ' ')
+                    sp = p;
+            n += strtod(sp, NULL);
+        }
+        line = end != NULL ? end + 1 : NULL;
+    }
+    sgtest_reply_free(&r);
+    return n;
+}
+
+static char *db_text(const char *dir, const char *sql, const char *const *params)
+{
+    char err[256];
+    char *v = sggw_db_row(dir, sql, params, err);
+    SG_CHECK(v != NULL, NULL, "%s: %s", sql, err);
+    return v;
+}
+
+static int64_t db_int(const char *dir, const char *sql, const char *const *params)
+{
+    char *v = db_text(dir, sql, params);
+    int64_t n = atoll(v);
+    free(v);
+    return n;
+}
+
+/* GET /admin/usage lists at most this many rows (gateway/handler/admin.c). */
+#define USAGE_LIST_MAX 1000
+
+/* The ledger of tenant agrees with itself: GET /admin/usage (executions,
+ * and a row each, up to USAGE_LIST_MAX), the usage rows, and the sessions'
+ * execution counts. Returns the number of rows. */
+static int64_t expect_usage_agrees(const sggw_gateway_t *g, const char *tenant)
+{
+    char path[160];
+    sgtest_reply_t r;
+    const char *p[] = {tenant, NULL};
+    const char *dir = sggw_gateway_data_dir(g);
+
+    snprintf(path, sizeof(path), "/admin/usage?tenant=%s", tenant);
+    sggw_admin_call(g, "GET", path, NULL, &r);
+    json_object *u = SG_TAKE_JSON(&r, 200);
+    int64_t rows = db_int(dir,
+                          "SELECT COUNT(*) FROM usage u JOIN tenants t ON t.id = u.tenant_id"
+                          " WHERE t.name = ?1",
+                          p);
+    int64_t counted = db_int(dir,
+                             "SELECT coalesce(SUM(s.executions), 0) FROM sessions s JOIN tenants t ON t.id = "
+                             "s.tenant_id WHERE t.name = ?1",
+                             p);
+    SG_CHECK(SG_INT(u, "executions") == rows, u, "%s: GET /admin/usage says %lld executions, the ledger has %lld rows",
+             tenant, (long long)SG_INT(u, "executions"), (long long)rows);
+    int64_t listed = rows < USAGE_LIST_MAX ? rows : USAGE_LIST_MAX;
+    SG_CHECK((int64_t)json_object_array_length(SG_ARR(u, "rows")) == listed, u,
+             "%s: GET /admin/usage lists %zu rows, %lld expected", tenant, json_object_array_length(SG_ARR(u, "rows")),
+             (long long)listed);
+    SG_CHECK(counted == rows, u, "%s: the sessions count %lld executions, the ledger has %lld rows", tenant,
+             (long long)counted, (long long)rows);
+    json_object_put(u);
+    return rows;
+}
+
+#define HELD_EXECS 8
+/* The lock is held at least HOLD_S, and until the gateway has the results
+ * of all HELD_EXECS runs (then every reply can only be waiting for the
+ * commit), but never HOLD_MAX_S: the DB thread that took the busy batch
+ * waits for the lock up to the store's busy timeout (SG_BUSY_TIMEOUT_MS,
+ * 5 s, gateway/store/store_sql.c), and must get it. */
+#define HOLD_S 1.5
+#define HOLD_MAX_S 4.0
+
+/* 8 executes in 2 sessions (4 queued in each), then in 4 (2 in each). */
+static const struct {
+    const char *tenant;
+    int sessions;
+} held_cases[] = {{"guar-held2", 2}, {"guar-held4", 4}};
+
+/* Another writer holds the SQLite file's write lock (BEGIN IMMEDIATE, on a
+ * connection of the test's own) while executes run: the loop's commit
+ * finds the database busy, a DB thread waits for the lock with the batch,
+ * and no execute is answered before the lock is given up; then all are,
+ * 200 with their own stdout, and the ledger has exactly their rows. */
+SGGW_TEST(test_busy_ledger_answers_after_the_lock)
+{
+    const char *q[] = {"max_concurrent_execs=64", "rate_per_min=100000", "burst=100000", NULL};
+    char dbpath[700];
+    snprintf(dbpath, sizeof(dbpath), "%s/sandgate.db", data_dir());
+
+    for (size_t c = 0; c < sizeof(held_cases) / sizeof(held_cases[0]); c++) {
+        const char *tenant = held_cases[c].tenant;
+        int ns = held_cases[c].sessions;
+        char *tok = sggw_new_tenant(data_dir(), tenant, q);
+        char *sid[4], url[4][256], body[HELD_EXECS][64], want[HELD_EXECS][32];
+        sggw_par_req_t reqs[HELD_EXECS];
+
+        /* the sessions made and used once: token and sessions are cached */
+        for (int s = 0; s < ns; s++) {
+            sid[s] = sggw_create_session(stack.gw, tok, NULL, NULL);
+            snprintf(url[s], sizeof(url[s]), "%s/sessions/%s/execute", sggw_gateway_url(stack.gw), sid[s]);
+            json_object_put(sggw_execute(stack.gw, tok, sid[s], "print(0)", 0));
+        }
+        int64_t before = ledger_rows(tenant);
+        for (int i = 0; i < HELD_EXECS; i++) {
+            snprintf(body[i], sizeof(body[i]), "{\"code\":\"print('held-%d')\"}", i);
+            snprintf(want[i], sizeof(want[i]), "held-%d\n", i);
+            reqs[i] = sggw_par_post(url[i % ns], tok, body[i], 60);
+        }
+
+        sqlite3 *w = NULL;
+        SG_CHECK(sqlite3_open_v2(dbpath, &w, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK, NULL, "open %s", dbpath);
+        sqlite3_busy_timeout(w, 5000);
+        double counted0 = executions_counted(stack.gw);
+        SG_CHECK(counted0 >= 0, NULL, "GET /metrics");
+        SG_CHECK(sqlite3_exec(w, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK, NULL, "BEGIN IMMEDIATE: %s",
+                 sqlite3_errmsg(w));
+        double t_lock = sgtest_now();
+        sggw_batch_t *b = sggw_batch_start(reqs, HELD_EXECS);
+        /* no SG_CHECK while the lock is held (a failure would leave it held
+         * for the rest of the suite): what went wrong is noted, the lock
+         * given up, then asserted */
+        const char *broke = NULL;
+        size_t early = 0;
+        int64_t rows_held = -1;
+        double ran = 0, t_ran = -1;
+        while (b != NULL) {
+            double t = sgtest_now() - t_lock;
+            early = sgtest_batch_finished(b);
+            if (early != 0) {
+                broke = "an execute was answered while another writer held the lock";
+                break;
+            }
+            ran = executions_counted(stack.gw) - counted0;
+            if (ran >= HELD_EXECS && rows_held < 0) {
+                /* (ledger_rows asserts) */
+                char err[256];
+                t_ran = t;
+                const char *p[] = {tenant, NULL};
+                char *v = sggw_db_row(data_dir(),
+                                      "SELECT COUNT(*) FROM usage u JOIN tenants t ON t.id = u.tenant_id"
+                                      " WHERE t.name = ?1",
+                                      p, err);
+                rows_held = v != NULL ? atoll(v) : -2;
+                free(v);
+            }
+            if (ran >= HELD_EXECS && rows_held >= 0 && t >= HOLD_S)
+                break;
+            if (t >= HOLD_MAX_S) {
+                broke = "the runs did not all end while the lock was held";
+                break;
+            }
+            usleep(10000);
+        }
+        double t_release = sgtest_now();
+        int rolled_back = sqlite3_exec(w, "ROLLBACK", NULL, NULL, NULL) == SQLITE_OK;
+        sqlite3_close(w);
+        if (b != NULL)
+            sggw_batch_join(b);
+        SG_CHECK(rolled_back, NULL, "ROLLBACK failed");
+        SG_CHECK(b != NULL, NULL, "batch");
+        SG_CHECK(broke == NULL, NULL, "%s (%s: %.3f s after taking the lock: %zu answered, %.0f of %d run)", broke,
+                 tenant, t_release - t_lock, early, ran, HELD_EXECS);
+        SG_CHECK(rows_held == before, NULL, "%s: %lld rows in the ledger while the lock was held, %lld before", tenant,
+                 (long long)rows_held, (long long)before);
+
+        /* every reply after the release, 200 with its own stdout */
+        double first = 1e9, last = 0;
+        int64_t out_bytes = 0;
+        for (int i = 0; i < HELD_EXECS; i++) {
+            double at = reqs[i].finished - t_release;
+            SG_CHECK(at >= 0, NULL, "%s: execute %d answered %.3f s before the lock was given up", tenant, i, -at);
+            first = at < first ? at : first;
+            last = at > last ? at : last;
+            json_object *o = SG_EXPECT_JSON(&reqs[i].reply, 200);
+            sggw_check_result(o);
+            out_bytes += (int64_t)strlen(SG_STR(o, "stdout")) + (int64_t)strlen(SG_STR(o, "stderr"));
+            sgtest_expect_ok(o, want[i]);
+            sgtest_reply_free(&reqs[i].reply);
+        }
+        fprintf(stderr,
+                "%s: lock held %.3f s, the results of all %d runs in after %.3f s; replies %.3f .. %.3f s after the "
+                "release\n",
+                tenant, t_release - t_lock, HELD_EXECS, t_ran, first, last);
+
+        /* the ledger: exactly those rows, as many in each session */
+        int64_t rows = expect_usage_agrees(stack.gw, tenant);
+        SG_CHECK(rows == before + HELD_EXECS, NULL, "%s: %lld rows after the release, %lld before (+%d expected)",
+                 tenant, (long long)rows, (long long)before, HELD_EXECS);
+        for (int s = 0; s < ns; s++)
+            SG_CHECK(session_rows(sid[s]) == 1 + HELD_EXECS / ns, NULL, "%s: session %d has %lld rows, %d expected",
+                     tenant, s, (long long)session_rows(sid[s]), 1 + HELD_EXECS / ns);
+        const char *p[] = {tenant, NULL};
+        char sql[320];
+        snprintf(sql, sizeof(sql),
+                 "SELECT COUNT(*), SUM(u.exit_code = 0 AND u.kind = 'execute'), SUM(u.output_bytes) FROM"
+                 " (SELECT * FROM usage WHERE tenant_id = (SELECT id FROM tenants WHERE name = ?1)"
+                 " ORDER BY id DESC LIMIT %d) u",
+                 HELD_EXECS);
+        char *v = db_text(data_dir(), sql, p);
+        char expect[96];
+        snprintf(expect, sizeof(expect), "%d|%d|%lld", HELD_EXECS, HELD_EXECS, (long long)out_bytes);
+        SG_CHECK(strcmp(v, expect) == 0, NULL, "%s: the last %d rows (count|ok executes|output bytes) are %s, not %s",
+                 tenant, HELD_EXECS, v, expect);
+        free(v);
+        for (int s = 0; s < ns; s++) {
+            sggw_delete_session(stack.gw, tok, sid[s]);
+            free(sid[s]);
+        }
+        free(tok);
+    }
+}
+
+/* ---- the WAL stays bounded ------------------------------------------------------------- */
+
+/* What the WAL file shows: its size, and from its header (the SQLite file
+ * format: 32 bytes, big-endian) the page size and salt-1, which every
+ * restart of the WAL (a writer starting it again from its beginning once
+ * a checkpoint has copied all of it back) adds one to. */
+typedef struct {
+    int64_t size;
+    uint32_t page_size, salt1;
+} wal_look_t;
+
+static uint32_t be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* 0, or -1 when there is no WAL file (yet) or no header in it. */
+static int wal_look(const char *path, wal_look_t *out)
+{
+    unsigned char h[32];
+    struct stat sb;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int ok = fstat(fd, &sb) == 0 && pread(fd, h, sizeof(h), 0) == (ssize_t)sizeof(h);
+    close(fd);
+    if (!ok || (be32(h) & 0xfffffffe) != 0x377f0682) /* the WAL magic */
+        return -1;
+    out->size = sb.st_size;
+    out->page_size = be32(h + 8);
+    out->salt1 = be32(h + 16);
+    return 0;
+}
+
+#define WAL_CLIENTS 8
+#define WAL_SESSIONS 4
+
+/* Executes [first, total) by WAL_CLIENTS clients, each sending its next one
+ * as soon as it has the reply to the last, to the sessions in turn. */
+typedef struct {
+    char url[WAL_SESSIONS][256];
+    const char *token;
+    int first, total;
+    atomic_int next, done;
+    long *status; /* [total] */
+    bool *ok;     /* [total]: 200 and stdout "<i>\n" */
+} wal_load_t;
+
+static void *wal_client(void *ud)
+{
+    wal_load_t *l = ud;
+    sggw_auth_t a;
+    const char *const *h = sggw_auth(&a, l->token);
+    for (int i; (i = atomic_fetch_add(&l->next, 1)) < l->total;) {
+        char body[64], want[32];
+        sgtest_reply_t r;
+        snprintf(body, sizeof(body), "{\"code\":\"print(%d)\"}", i);
+        snprintf(want, sizeof(want), "%d\n", i);
+        sggw_http("POST", l->url[i % WAL_SESSIONS], body, strlen(body), "application/json", h, 60, &r);
+        l->status[i] = r.status;
+        json_object *o = r.status == 200 ? json_tokener_parse(r.body) : NULL;
+        json_object *v;
+        l->ok[i] =
+            o != NULL && json_object_object_get_ex(o, "stdout", &v) && strcmp(json_object_get_string(v), want) == 0;
+        if (!l->ok[i])
+            fprintf(stderr, "execute %d: %ld %.300s\n", i, r.status, r.body != NULL ? r.body : "");
+        json_object_put(o);
+        sgtest_reply_free(&r);
+        atomic_fetch_add(&l->done, 1);
+    }
+    return NULL;
+}
+
+/* Runs executes [l->first, total) (l->next set to first); meanwhile looks
+ * at the WAL every 5 ms: *restarts gets how many times it restarted, *max
+ * its largest size. Returns the seconds it took. */
+static double wal_run(wal_load_t *l, int total, const char *wal, int *restarts, int64_t *max)
+{
+    pthread_t th[WAL_CLIENTS];
+    wal_look_t w, prev;
+    bool have = wal_look(wal, &prev) == 0;
+    double t0 = sgtest_now();
+
+    l->total = total;
+    atomic_store(&l->next, l->first);
+    atomic_store(&l->done, l->first);
+    for (int c = 0; c < WAL_CLIENTS; c++)
+        SG_CHECK(pthread_create(&th[c], NULL, wal_client, l) == 0, NULL, "cannot start a client");
+    for (bool last = false; !last; usleep(5000)) {
+        last = atomic_load(&l->done) >= total;
+        if (wal_look(wal, &w) != 0)
+            continue;
+        if (have && w.salt1 != prev.salt1)
+            *restarts += (int)(w.salt1 - prev.salt1);
+        *max = w.size > *max ? w.size : *max;
+        prev = w;
+        have = true;
+    }
+    for (int c = 0; c < WAL_CLIENTS; c++)
+        pthread_join(th[c], NULL);
+    double took = sgtest_now() - t0;
+    l->first = total;
+    return took;
+}
+
+/* The gateway's threshold (gateway/core/ledger.c): the loop's commits never
+ * checkpoint; once a commit leaves the WAL this long, a DB thread runs a
+ * RESTART checkpoint. */
+#define CHECKPOINT_FRAMES 1000
+/* The bound asserted, in frames. The checkpoint is asked for by the commit
+ * that takes the WAL to CHECKPOINT_FRAMES or past it (past it by that
+ * commit's frames: one per page it changed, the usage table's, its two
+ * indexes' and the session row's: ~4, and at most WAL_CLIENTS rows in
+ * one). Until the checkpoint's DB thread has the write lock (it is idle
+ * and starts at once; while a loop commit holds the lock it retries after
+ * 1, 2, 5 ... ms), the loop goes on committing; once it has the lock, the
+ * loop's commits find the database busy, their rows wait on a DB thread
+ * for the checkpoint to end, and the next writer starts the WAL again
+ * from its beginning. Measured here: 3-4 frames per execute, ~120
+ * executes/s, the WAL at most ~1020 frames long. Twice CHECKPOINT_FRAMES
+ * leaves room for ~250 commits, seconds of this load, before the
+ * checkpoint gets the lock. A WAL that is never checkpointed grows by
+ * every frame written: the load writes WAL_TARGET_FRAMES (at least
+ * WAL_MIN_FRAMES by the measure), twice the bound. */
+#define WAL_BOUND_FRAMES (2 * CHECKPOINT_FRAMES)
+#define WAL_MIN_FRAMES 3000
+#define WAL_TARGET_FRAMES 4000 /* what the load is sized for, from the measure */
+#define WAL_WARMUP 96          /* executes that measure the frames per execute */
+#define WAL_MAX_EXECS 6000
+
+/* Many executes through a gateway of the test's own (its own SQLite file,
+ * so the WAL starts empty), 8 clients at once: the WAL file (its size
+ * never shrinks: SQLite writes a restarted WAL over its beginning) never
+ * grows past WAL_BOUND_FRAMES, it restarts, and every execute answered 200
+ * is in the ledger. */
+SGGW_TEST(test_wal_stays_bounded)
+{
+    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy), .redis_url = sggw_redis_url(stack.redis)};
+    sggw_gateway_t *g = stack.extra_gw = sggw_gateway_start(&opts);
+    SG_CHECK(g != NULL, NULL, "cannot start a gateway");
+    const char *dir = sggw_gateway_data_dir(g);
+    const char *q[] = {"max_concurrent_execs=64", "rate_per_min=1000000", "burst=1000000", NULL};
+    char *tok = sggw_new_tenant(dir, "guar-wal", q);
+    char *sid[WAL_SESSIONS], wal[700];
+    wal_load_t l = {.token = tok};
+
+    snprintf(wal, sizeof(wal), "%s/sandgate.db-wal", dir);
+    for (int s = 0; s < WAL_SESSIONS; s++) {
+        sid[s] = sggw_create_session(g, tok, NULL, NULL);
+        snprintf(l.url[s], sizeof(l.url[s]), "%s/sessions/%s/execute", sggw_gateway_url(g), sid[s]);
+    }
+    l.status = calloc(WAL_MAX_EXECS, sizeof(*l.status));
+    l.ok = calloc(WAL_MAX_EXECS, sizeof(*l.ok));
+    SG_CHECK(l.status != NULL && l.ok != NULL, NULL, "out of memory");
+
+    /* the measure: the WAL's growth over WAL_WARMUP executes (short of a
+     * checkpoint: the whole WAL stays under CHECKPOINT_FRAMES) */
+    wal_look_t w0, w1;
+    SG_CHECK(wal_look(wal, &w0) == 0, NULL, "no WAL file at %s", wal);
+    int restarts = 0;
+    int64_t max = w0.size;
+    double took = wal_run(&l, WAL_WARMUP, wal, &restarts, &max);
+    SG_CHECK(wal_look(wal, &w1) == 0, NULL, "no WAL file at %s", wal);
+    int64_t frame = (int64_t)w1.page_size + 24;
+    double per_exec = (double)(w1.size - w0.size) / (double)frame / WAL_WARMUP;
+    fprintf(stderr,
+            "WAL: %d executes in %.2f s wrote %.0f frames of %lld bytes (%.2f per execute; the WAL %lld frames "
+            "long, %d restarts)\n",
+            WAL_WARMUP, took, (double)(w1.size - w0.size) / (double)frame, (long long)frame, per_exec,
+            (long long)((w1.size - 32) / frame), restarts);
+    SG_CHECK(per_exec > 0, NULL, "the executes wrote nothing to the WAL");
+    int total = WAL_WARMUP + (int)(WAL_TARGET_FRAMES / per_exec) + 1;
+    SG_CHECK(total <= WAL_MAX_EXECS && per_exec * (total - WAL_WARMUP) >= WAL_MIN_FRAMES, NULL,
+             "%.2f frames per execute: %d executes for %d frames", per_exec, total, WAL_TARGET_FRAMES);
+
+    /* the load */
+    took = wal_run(&l, total, wal, &restarts, &max);
+    int64_t bound = 32 + WAL_BOUND_FRAMES * frame;
+    fprintf(stderr,
+            "WAL: %d executes in %.2f s (%.0f/s), ~%.0f frames written; the WAL restarted %d times, at most %lld "
+            "bytes = %lld frames (bound %lld bytes = %d frames)\n",
+            total - WAL_WARMUP, took, (total - WAL_WARMUP) / took, per_exec * (total - WAL_WARMUP), restarts,
+            (long long)max, (long long)((max - 32) / frame), (long long)bound, WAL_BOUND_FRAMES);
+    int ok = 0;
+    for (int i = 0; i < total; i++)
+        ok += l.ok[i];
+    SG_CHECK(ok == total, NULL, "%d of %d executes answered 200 with their stdout", ok, total);
+    SG_CHECK(max <= bound, NULL, "the WAL grew to %lld bytes (%lld frames), past %lld (%d frames)", (long long)max,
+             (long long)((max - 32) / frame), (long long)bound, WAL_BOUND_FRAMES);
+    SG_CHECK(restarts >= 1, NULL, "the WAL never restarted");
+
+    /* every execute answered 200 is in the ledger (and in its session's count) */
+    int64_t rows = expect_usage_agrees(g, "guar-wal");
+    SG_CHECK(rows == ok, NULL, "%d executes answered 200, %lld rows in the ledger", ok, (long long)rows);
+    free(l.status);
+    free(l.ok);
+    for (int s = 0; s < WAL_SESSIONS; s++) {
+        sggw_delete_session(g, tok, sid[s]);
+        free(sid[s]);
+    }
+    free(tok);
+    sggw_stack_stop_extra(&stack, "the gateway");
+}
+
 static int after_test(void **state)
 {
     return sggw_stack_after_test(&stack);
@@ -367,5 +816,6 @@ int main(void)
 {
     return SG_RUN_TESTS("gateway_guarantees", group_setup, sggw_stack_group_teardown, NULL, after_test,
                         test_revocation_reaches_every_gateway, test_answered_is_in_ledger, test_limits_exact_under_load,
-                        test_kill9_loses_no_answered_row);
+                        test_kill9_loses_no_answered_row, test_busy_ledger_answers_after_the_lock,
+                        test_wal_stays_bounded);
 }
