@@ -3,7 +3,10 @@
  * the same process and the same loop (no mocks): round trips, hundreds of
  * requests in flight without blocking the loop, timeouts, refused
  * connections, the reply cap, streaming, cancellation (also from inside
- * callbacks) and connection reuse.
+ * callbacks), connection reuse, the driver's timer (short timeouts under
+ * long ones, many interleaved) and its parked idle sockets (a proxy that
+ * closes an idle connection must not make the loop spin). Also common/http.c's
+ * hold watch, whose only harness is this server.
  *
  * The server replies by path:
  *   /fast          200 {"ok":true}
@@ -12,6 +15,12 @@
  *   /stream        200 text/plain, "one," "two," "three" 50 ms apart
  *   /echo          200 {"method","content_type","body"} of the request
  *   /retry         429 with Retry-After: 7
+ *   /hang          never; the request is held and its client watched
+ *                  (sg_http_hold_watch), and dropped once the client goes
+ *
+ * A bare HTTP/1.1 server (bare_*) does what h2o will not: it closes a
+ * keep-alive connection it has just answered, at once or a little later,
+ * with a FIN or a reset, as a proxy dropping idle connections would.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <errno.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -156,6 +166,54 @@ static void on_stream_dispose(void *p)
     on_stream_stop(p, NULL);
 }
 
+/* /hang requests, and what the hold-watch test looks at: the one asked
+ * for with "?watched=1" */
+static struct {
+    int held, gone;
+    double held_at, closed_at, gone_at;
+    int hangup_fd; /* >= 0: this client socket is closed right after the watch is asked for */
+} watched = {.hangup_fd = -1};
+
+typedef struct {
+    sg_http_hold_t *hold;
+    int watched;
+} hang_t;
+
+static void on_hang_gone(void *data)
+{
+    hang_t *hg = data;
+    h2o_req_t *req = sg_http_hold_req(hg->hold);
+
+    if (hg->watched) {
+        ++watched.gone;
+        watched.gone_at = now_ms();
+    }
+    sg_http_hold_release(hg->hold);
+    free(hg);
+    /* into the closed connection: h2o finds it closed and frees it */
+    if (req != NULL)
+        sg_http_send_error(req, 503, "gone", "the client went away");
+}
+
+static void hang(h2o_req_t *req)
+{
+    hang_t *hg = calloc(1, sizeof(*hg));
+
+    assert_non_null(hg);
+    hg->hold = sg_http_hold(req);
+    hg->watched = sg_http_query_param(req, "watched").base != NULL;
+    sg_http_hold_watch(hg->hold, on_hang_gone, hg);
+    if (!hg->watched)
+        return;
+    ++watched.held;
+    watched.held_at = now_ms();
+    if (watched.hangup_fd >= 0) {
+        close(watched.hangup_fd);
+        watched.hangup_fd = -1;
+        watched.closed_at = now_ms();
+    }
+}
+
 static int on_req(void *app, h2o_req_t *req)
 {
     h2o_iovec_t path = sg_http_path(req);
@@ -210,6 +268,8 @@ static int on_req(void *app, h2o_req_t *req)
     } else if (h2o_memis(path.base, path.len, H2O_STRLIT("/bad-code"))) {
         sg_http_add_header(req, "X-Sandgate-Error", "No Such!");
         sg_http_send_body(req, 404, "text/plain", "no_such_session", 15);
+    } else if (h2o_memis(path.base, path.len, H2O_STRLIT("/hang"))) {
+        hang(req);
     } else if (h2o_memis(path.base, path.len, H2O_STRLIT("/retry"))) {
         sg_http_add_header(req, "Retry-After", "7");
         sg_http_send_error(req, 429, "busy", "come back later");
@@ -217,6 +277,135 @@ static int on_req(void *app, h2o_req_t *req)
         sg_http_send_error(req, 404, "not_found", "no such path");
     }
     return 0;
+}
+
+/* ---- the bare server ----------------------------------------------------------- */
+
+#define BARE_CONNS 16
+
+typedef struct bare_conn bare_conn_t;
+
+typedef struct {
+    h2o_socket_t *listener;
+    char url[64];
+    int accepted, replies;
+    int conn_close;      /* the reply says "Connection: close" */
+    long close_after_ms; /* after a reply the connection is closed: 0 at once, > 0 that much later */
+    int rst;             /* closed with a reset (SO_LINGER 0), not a FIN */
+    bare_conn_t *conns[BARE_CONNS];
+} bare_server_t;
+
+struct bare_conn {
+    bare_server_t *srv;
+    h2o_socket_t *sock;
+    h2o_timeout_entry_t closer;
+    size_t len;
+    char buf[2048];
+};
+
+static void bare_close(bare_conn_t *c)
+{
+    if (h2o_timeout_is_linked(&c->closer))
+        h2o_timeout_unlink(&c->closer);
+    if (c->srv->rst) {
+        struct linger l = {.l_onoff = 1, .l_linger = 0};
+        setsockopt(h2o_socket_get_fd(c->sock), SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+    }
+    h2o_socket_read_stop(c->sock);
+    h2o_socket_close(c->sock);
+    for (int i = 0; i < BARE_CONNS; i++)
+        if (c->srv->conns[i] == c)
+            c->srv->conns[i] = NULL;
+    free(c);
+}
+
+static void on_bare_closer(h2o_timeout_entry_t *e)
+{
+    bare_close(H2O_STRUCT_FROM_MEMBER(bare_conn_t, closer, e));
+}
+
+/* Requests without a body: each one complete is answered 200 {"ok":true}. */
+static void on_bare_read(h2o_socket_t *sock, const char *err)
+{
+    bare_conn_t *c = sock->data;
+    bare_server_t *srv = c->srv;
+    char *end;
+    ssize_t n = recv(h2o_socket_get_fd(sock), c->buf + c->len, sizeof(c->buf) - 1 - c->len, 0);
+
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return;
+    if (n <= 0) {
+        bare_close(c);
+        return;
+    }
+    c->len += (size_t)n;
+    c->buf[c->len] = '\0';
+    while ((end = strstr(c->buf, "\r\n\r\n")) != NULL) {
+        char reply[256];
+        int len = snprintf(reply, sizeof(reply),
+                           "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n%s\r\n"
+                           "{\"ok\":true}",
+                           srv->conn_close ? "Connection: close\r\n" : "");
+        assert_int_equal(send(h2o_socket_get_fd(sock), reply, (size_t)len, MSG_NOSIGNAL), len);
+        ++srv->replies;
+        c->len -= (size_t)(end + 4 - c->buf);
+        memmove(c->buf, end + 4, c->len + 1);
+        if (srv->close_after_ms == 0) {
+            bare_close(c);
+            return;
+        }
+        if (srv->close_after_ms > 0 && !h2o_timeout_is_linked(&c->closer))
+            h2o_timeout_link(loop, timeout_of((uint64_t)srv->close_after_ms), &c->closer);
+    }
+    assert_true(c->len < sizeof(c->buf) - 1);
+}
+
+static void on_bare_accept(h2o_socket_t *listener, const char *err)
+{
+    bare_server_t *srv = listener->data;
+    bare_conn_t *c;
+    int fd = accept4(h2o_socket_get_fd(listener), NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC), i;
+
+    if (fd < 0)
+        return;
+    for (i = 0; i < BARE_CONNS && srv->conns[i] != NULL; i++)
+        ;
+    assert_true(i < BARE_CONNS);
+    c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    c->srv = srv;
+    c->closer.cb = on_bare_closer;
+    c->sock = h2o_evloop_socket_create(loop, fd, H2O_SOCKET_FLAG_DONT_READ);
+    c->sock->data = c;
+    h2o_socket_read_start(c->sock, on_bare_read);
+    srv->conns[i] = c;
+    ++srv->accepted;
+}
+
+static void bare_start(bare_server_t *srv)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET};
+    socklen_t alen = sizeof(addr);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+    assert_true(fd >= 0);
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    assert_int_equal(bind(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+    assert_int_equal(listen(fd, 16), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&addr, &alen), 0);
+    snprintf(srv->url, sizeof(srv->url), "http://127.0.0.1:%d", ntohs(addr.sin_port));
+    srv->listener = h2o_evloop_socket_create(loop, fd, H2O_SOCKET_FLAG_DONT_READ);
+    srv->listener->data = srv;
+    h2o_socket_read_start(srv->listener, on_bare_accept);
+}
+
+static void bare_stop(bare_server_t *srv)
+{
+    for (int i = 0; i < BARE_CONNS; i++)
+        if (srv->conns[i] != NULL)
+            bare_close(srv->conns[i]);
+    h2o_socket_read_stop(srv->listener);
+    h2o_socket_close(srv->listener);
 }
 
 static int group_setup(void **state)
@@ -882,6 +1071,257 @@ static void test_sequential_reuse(void **state)
     destroy_upstream(s.u);
 }
 
+/* How late a timeout may end a request: the timer is armed for curl's
+ * earliest wake-up only, so a late one would be a wake-up missed (a loaded
+ * machine aside). */
+#define LATE_MS 700
+
+/* r (started at t0 with timeout_ms) ended by its own timeout, on time. */
+static void expect_timed_out(const result_t *r, double t0, long timeout_ms, const char *what)
+{
+    double took = r->done_at - t0;
+
+    print_message("      %s: %ld ms timeout, ended after %.1f ms\n", what, timeout_ms, took);
+    assert_int_equal(r->done, 1);
+    assert_int_equal(r->timed_out, 1);
+    assert_int_equal(r->status, 0);
+    assert_non_null(r->err);
+    if (took < timeout_ms || took > timeout_ms + LATE_MS)
+        fail_msg("%s: a %ld ms timeout ended the request after %.1f ms", what, timeout_ms, took);
+}
+
+/* A short timeout while a long one is armed, and the other way round: the
+ * driver re-arms its timerfd only for an earlier wake-up than the armed one,
+ * so each must still end on time. The cases share one upstream: each starts
+ * with whatever the last one left armed. */
+static void test_short_timeout_under_long(void **state)
+{
+    static const struct {
+        const char *name;
+        int short_first; /* B (short) starts before A (long) */
+        long long_ms;    /* A's timeout */
+        int cancel_long; /* A is cancelled once B is over, else it times out */
+    } cases[] = {
+        {"A 10 s, then B 300 ms; A cancelled", 0, 10000, 1},
+        {"A 1 s, then B 300 ms; A times out", 0, 1000, 0},
+        {"B 300 ms, then A 10 s; A cancelled", 1, 10000, 1},
+        {"B 300 ms, then A 1 s; A times out", 1, 1000, 0},
+    };
+    const long short_ms = 300;
+    sg_upstream_t *u = *state;
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        result_t a = {0}, b = {0};
+        sg_upstream_req_t *ra = NULL;
+        double ta = 0, tb = 0;
+
+        print_message("    %s\n", cases[i].name);
+        for (int step = 0; step < 2; step++) {
+            if (step == cases[i].short_first) {
+                ta = now_ms();
+                ra = get(u, "/hang", cases[i].long_ms, &a);
+                assert_non_null(ra);
+            } else {
+                tb = now_ms();
+                assert_non_null(get(u, "/hang", short_ms, &b));
+            }
+            run_for(20); /* the first is connected and waiting when the second starts */
+        }
+        assert_true(run_until(&b.done, short_ms + 1500));
+        expect_timed_out(&b, tb, short_ms, "B");
+        /* A is still waiting */
+        assert_int_equal(a.done, 0);
+        assert_int_equal(sg_upstream_in_flight(u), 1);
+        if (cases[i].cancel_long) {
+            sg_upstream_cancel(ra);
+            assert_int_equal(sg_upstream_in_flight(u), 0);
+            run_for(50);
+            assert_int_equal(a.done, 0);
+        } else {
+            assert_true(run_until(&a.done, cases[i].long_ms + 1500));
+            expect_timed_out(&a, ta, cases[i].long_ms, "A");
+            assert_int_equal(sg_upstream_in_flight(u), 0);
+        }
+        result_free(&a);
+        result_free(&b);
+    }
+}
+
+#define INTERLEAVED 20
+
+/* Many timeouts, 200..2000 ms, started out of order and partly while
+ * others are already armed: each ends its own request on time. */
+static void test_interleaved_timeouts(void **state)
+{
+    sg_upstream_t *u = *state;
+    result_t rs[INTERLEAVED] = {{0}};
+    long timeout_ms[INTERLEAVED];
+    double t0[INTERLEAVED];
+    int all = 0;
+
+    for (int n = 0; n < INTERLEAVED; n++) {
+        int i = (n * 7) % INTERLEAVED; /* 0, 7, 14, 1, 8, ...: every one once */
+        timeout_ms[i] = 200 + i * 1800L / (INTERLEAVED - 1);
+        t0[i] = now_ms();
+        assert_non_null(get(u, "/hang", timeout_ms[i], &rs[i]));
+        if (n % 5 == 4)
+            run_for(20);
+    }
+    assert_int_equal(sg_upstream_in_flight(u), INTERLEAVED);
+
+    double deadline = now_ms() + 2000 + LATE_MS + 500;
+    while (!all && now_ms() < deadline) {
+        h2o_evloop_run(loop, 10);
+        all = 1;
+        for (int i = 0; i < INTERLEAVED && all; ++i)
+            all = rs[i].done;
+    }
+    for (int i = 0; i < INTERLEAVED; i++) {
+        char what[32];
+        snprintf(what, sizeof(what), "request %d", i);
+        if (!rs[i].done)
+            fail_msg("%s (%ld ms timeout) never ended", what, timeout_ms[i]);
+        expect_timed_out(&rs[i], t0[i], timeout_ms[i], what);
+        result_free(&rs[i]);
+    }
+    assert_int_equal(sg_upstream_in_flight(u), 0);
+}
+
+#define KEEPALIVE_GETS 50
+
+/* Sequential requests started from outside any callback, some after an
+ * idle while (the connection sits parked in the epoll set across turns):
+ * one connection serves them all. */
+static void test_keepalive_parked(void **state)
+{
+    sg_upstream_t *u = *state;
+    result_t r;
+
+    for (int i = 0; i < KEEPALIVE_GETS; i++) {
+        if (i % 10 == 9)
+            run_for(30);
+        expect_reply(u, "/fast", 200, &r);
+        assert_string_equal(r.body, "{\"ok\":true}");
+        result_free(&r);
+    }
+    assert_int_equal(sg_upstream_in_flight(u), 0);
+    assert_int_equal(sg_upstream_connections_opened(u), 1);
+}
+
+/* Turns of the loop in ms, each waiting at most 50 ms: an idle loop makes
+ * about ms / 50 of them, a spinning one (a level-triggered event nobody
+ * takes) thousands. */
+static int count_turns(double ms)
+{
+    double deadline = now_ms() + ms;
+    int turns = 0;
+
+    while (now_ms() < deadline) {
+        h2o_evloop_run(loop, 50);
+        ++turns;
+    }
+    return turns;
+}
+
+/* The proxy closes an idle keep-alive connection (curl has stopped
+ * watching it: its socket is parked in the driver's epoll set). The event
+ * on the parked socket must take it out of the set, not wake the loop on
+ * every turn; the next request gets a new connection. With "Connection:
+ * close" curl closes the socket itself while it is parked, and the next
+ * connection's socket usually gets its number. */
+static void test_idle_connection_closed(void **state)
+{
+    static const struct {
+        const char *name;
+        int conn_close;
+        long close_after_ms;
+        int rst;
+    } cases[] = {
+        {"FIN at once after the reply", 0, 0, 0},
+        {"FIN 50 ms after the reply", 0, 50, 0},
+        {"reset 50 ms after the reply", 0, 50, 1},
+        {"Connection: close (curl closes)", 1, -1, 0},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        bare_server_t srv = {
+            .conn_close = cases[i].conn_close, .close_after_ms = cases[i].close_after_ms, .rst = cases[i].rst};
+        sg_upstream_t *u;
+        result_t r;
+
+        print_message("    %s\n", cases[i].name);
+        bare_start(&srv);
+        u = sg_upstream_create(loop, srv.url, MIB);
+        assert_non_null(u);
+        for (int n = 1; n <= 3; n++) {
+            expect_reply(u, "/", 200, &r);
+            assert_string_equal(r.body, "{\"ok\":true}");
+            result_free(&r);
+            assert_int_equal(srv.replies, n);
+            /* idle, the connection closed meanwhile by one side or the other */
+            int turns = count_turns(300);
+            print_message("      after request %d: %d loop turns in 300 ms idle\n", n, turns);
+            if (turns >= 20)
+                fail_msg("the loop spins: %d turns in 300 ms idle", turns);
+        }
+        assert_int_equal(srv.accepted, 3);
+        assert_int_equal(sg_upstream_connections_opened(u), 3);
+        destroy_upstream(u);
+        bare_stop(&srv);
+        run_for(20);
+    }
+}
+
+/* sg_http_hold_watch: the watch begins SG_HTTP_WATCH_AFTER_MS after it is
+ * asked for; a client that hangs up before (in the handler itself) or
+ * after is noticed at most that much later (plus a loaded machine's
+ * slack). */
+#define WATCH_SLACK_MS 50
+
+static void test_hold_watch(void **state)
+{
+    static const struct {
+        const char *name;
+        int hangup_in_handler; /* else WATCH_AFTER_MS * 3 after the request came */
+    } cases[] = {
+        {"hangs up before the watch begins", 1},
+        {"hangs up after the watch began", 0},
+    };
+    static const char request[] = "GET /hang?watched=1 HTTP/1.1\r\nHost: test\r\n\r\n";
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)sg_http_server_port(server))};
+
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        print_message("    %s\n", cases[i].name);
+        assert_true(fd >= 0);
+        assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+        memset(&watched, 0, sizeof(watched));
+        watched.hangup_fd = cases[i].hangup_in_handler ? fd : -1;
+        assert_int_equal(send(fd, request, sizeof(request) - 1, MSG_NOSIGNAL), (ssize_t)(sizeof(request) - 1));
+        assert_true(run_until(&watched.held, 2000));
+        if (cases[i].hangup_in_handler) {
+            assert_int_equal(watched.hangup_fd, -1); /* closed */
+            assert_true(watched.closed_at - watched.held_at < SG_HTTP_WATCH_AFTER_MS);
+        } else {
+            run_for(3 * SG_HTTP_WATCH_AFTER_MS);
+            assert_int_equal(watched.gone, 0);
+            close(fd);
+            watched.closed_at = now_ms();
+        }
+        assert_true(run_until(&watched.gone, 2000));
+        double late = watched.gone_at - watched.closed_at;
+        print_message("      noticed %.1f ms after the hang-up (%.1f ms after the request came)\n", late,
+                      watched.gone_at - watched.held_at);
+        if (late > SG_HTTP_WATCH_AFTER_MS + WATCH_SLACK_MS)
+            fail_msg("the hang-up was noticed %.1f ms later", late);
+        run_for(30);
+        assert_int_equal(watched.gone, 1); /* once */
+    }
+    watched.hangup_fd = -1;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -897,6 +1337,11 @@ int main(void)
         cmocka_unit_test(test_destroy_from_callback),
         cmocka_unit_test(test_start_from_callback),
         cmocka_unit_test(test_sequential_reuse),
+        UPSTREAM_TEST(test_short_timeout_under_long),
+        UPSTREAM_TEST(test_interleaved_timeouts),
+        UPSTREAM_TEST(test_keepalive_parked),
+        cmocka_unit_test(test_idle_connection_closed),
+        cmocka_unit_test(test_hold_watch),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
