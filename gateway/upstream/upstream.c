@@ -66,6 +66,7 @@ struct sg_upstream {
     unsigned char *fd_state;  /* FD_* by socket number, fd_cap of them */
     size_t fd_cap;
     h2o_timeout_entry_t now; /* linked: curl's "now", at the end of this turn */
+    int in_now;              /* inside on_now: a "now" asked again waits for the next turn */
     h2o_linklist_t active;   /* requests added to the multi handle */
     h2o_linklist_t to_add;   /* started from inside a curl callback, added later */
     h2o_linklist_t zombies;  /* cancelled from inside a curl callback, removed later */
@@ -467,7 +468,9 @@ static void on_now(h2o_timeout_entry_t *e)
     sg_upstream_t *u = H2O_STRUCT_FROM_MEMBER(sg_upstream_t, now, e);
 
     ++u->busy;
+    u->in_now = 1;
     drive(u, CURL_SOCKET_TIMEOUT, 0);
+    u->in_now = 0;
     leave(u);
 }
 
@@ -521,6 +524,16 @@ static int on_curl_timer(CURLM *multi, long timeout_ms, void *userp)
 
     if (timeout_ms < 0)
         return 0;
+    if (timeout_ms == 0 && u->in_now) {
+        /* asked again from the "now" being run: the timerfd, for 1 ns, so
+         * that the loop's other events come first (the end of the turn
+         * would run it again at once) */
+        its.it_value.tv_nsec = 1;
+        if (timerfd_settime(u->tfd, 0, &its, NULL) != 0)
+            return -1;
+        u->armed_ms = sg_now_ms();
+        return 0;
+    }
     if (timeout_ms == 0) {
         if (!h2o_timeout_is_linked(&u->now)) {
             u->now.cb = on_now;
