@@ -179,23 +179,43 @@ void sg_http_server_stop_accepting(sg_http_server_t *s)
  * earliest of them. */
 #define SOON_LOOPS 4
 
+static struct {
+    h2o_loop_t *loop;
+    h2o_timeout_t timeout;
+} soon[SOON_LOOPS];
+
+/* loop's slot in soon[], made when create; SOON_LOOPS when it has none. */
+static size_t soon_slot(h2o_loop_t *loop, int create)
+{
+    size_t i, empty = SOON_LOOPS;
+
+    for (i = 0; i < SOON_LOOPS; i++) {
+        if (soon[i].loop == loop)
+            return i;
+        if (soon[i].loop == NULL && empty == SOON_LOOPS)
+            empty = i;
+    }
+    if (!create)
+        return SOON_LOOPS;
+    if (empty == SOON_LOOPS)
+        h2o_fatal("sg_loop_soon: more than SOON_LOOPS loops");
+    soon[empty].loop = loop;
+    h2o_timeout_init(loop, &soon[empty].timeout, 0);
+    return empty;
+}
+
 void sg_loop_soon(h2o_loop_t *loop, h2o_timeout_entry_t *e)
 {
-    static struct {
-        h2o_loop_t *loop;
-        h2o_timeout_t timeout;
-    } soon[SOON_LOOPS];
-    size_t i;
+    h2o_timeout_link(loop, &soon[soon_slot(loop, 1)].timeout, e);
+}
 
-    for (i = 0; i < SOON_LOOPS && soon[i].loop != NULL && soon[i].loop != loop; i++)
-        ;
+void sg_loop_forget(h2o_loop_t *loop)
+{
+    size_t i = soon_slot(loop, 0);
     if (i == SOON_LOOPS)
-        h2o_fatal("sg_loop_soon: more than SOON_LOOPS loops");
-    if (soon[i].loop == NULL) {
-        soon[i].loop = loop;
-        h2o_timeout_init(loop, &soon[i].timeout, 0);
-    }
-    h2o_timeout_link(loop, &soon[i].timeout, e);
+        return;
+    h2o_timeout_dispose(loop, &soon[i].timeout);
+    soon[i].loop = NULL;
 }
 
 const char *sg_http_reason(int status)

@@ -54,6 +54,10 @@ void sg_http_server_stop_accepting(sg_http_server_t *s);
  * without a system call. e must not be linked already; unlink it with
  * h2o_timeout_unlink to take it back. */
 void sg_loop_soon(h2o_loop_t *loop, h2o_timeout_entry_t *e);
+/* Before h2o_evloop_destroy(loop) (h2o wants every timeout of a loop
+ * disposed of): takes back the timeout sg_loop_soon keeps for loop, once
+ * no entry is linked to it. */
+void sg_loop_forget(h2o_loop_t *loop);
 
 const char *sg_http_reason(int status);
 /* Replies with obj serialized; takes ownership of obj. */

@@ -8,6 +8,7 @@
 #ifndef SANDGATE_STATE_SUITE_H
 #define SANDGATE_STATE_SUITE_H
 
+#include "http.h"
 #include "sggw.h"
 
 #include <errno.h>
@@ -113,6 +114,7 @@ static inline int group_setup_memory(void **state)
 
 static inline int group_teardown(void **state)
 {
+    sg_loop_forget(group_loop); /* the state's Redis adapter wrote through it */
     h2o_evloop_destroy(group_loop);
     group_loop = NULL;
     sggw_redis_stop(redis);

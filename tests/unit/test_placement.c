@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "http.h"
 #include "placement.h"
 #include "sgrun.h"
 #include "util.h"
@@ -176,6 +177,7 @@ int main(void)
 {
     loop = h2o_evloop_create();
     int rc = SG_RUN_TESTS("placement", NULL, NULL, NULL, NULL, test_normalise, test_lists, test_place, test_grace);
+    sg_loop_forget(loop); /* the proxies' upstreams may have used it */
     h2o_evloop_destroy(loop);
     return rc;
 }
