@@ -86,17 +86,8 @@ int sg_store_usage_add_batch(sg_store_t *st, const sg_usage_t *const *rows, cons
 
     if (failed != NULL)
         memset(failed, 0, n * sizeof(*failed));
-    if (n == 0)
+    if (n == 0 || sg_store_usage_try_batch(st, rows, count_session, n, err, errlen) == 0)
         return 0;
-    if (sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK) {
-        for (i = 0; i < n; i++) {
-            if (add_one(st, rows[i], count_session[i], err, errlen) != 0)
-                break;
-        }
-        if (i == n && sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK)
-            return 0;
-        sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
-    }
     /* one bad row (a tenant deleted meanwhile) must not cost the others
      * theirs: each alone, in its own transaction */
     for (i = 0; i < n; i++) {
