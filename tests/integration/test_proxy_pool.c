@@ -4,7 +4,8 @@
  * sessions and ephemeral runs whose container settings are the defaults,
  * refilled in the background, removed at shutdown.
  *
- * One proxy with SANDGATE_POOL_SIZE=POOL for the group; the last test stops
+ * One proxy with SANDGATE_POOL_SIZE=POOL (and a refill delay of
+ * REFILL_DELAY_MS) for the group; the last test stops
  * it and checks that nothing of it is left.
  */
 #include "sgtest.h"
@@ -15,9 +16,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#define POOL 2
-#define FILL_S 60.0    /* the pool is full again within this */
-#define REMOVAL_S 10.0 /* a closed session's container is gone within this */
+#define POOL 3               /* three: a take can leave more than one behind */
+#define REFILL_DELAY_MS 3000 /* SANDGATE_POOL_REFILL_DELAY_MS; the proxy's tick is 1 s */
+#define FILL_S 60.0          /* the pool is full again within this */
+#define REMOVAL_S 10.0       /* a closed session's container is gone within this */
 
 static sgtest_suite_t suite;
 
@@ -25,7 +27,11 @@ static const char *const langs[] = {"python", "javascript", NULL};
 
 static int group_setup(void **state)
 {
-    return sgtest_suite_start_pool(&suite, POOL);
+    char pool_kv[48], delay_kv[64];
+    snprintf(pool_kv, sizeof(pool_kv), "SANDGATE_POOL_SIZE=%d", POOL);
+    snprintf(delay_kv, sizeof(delay_kv), "SANDGATE_POOL_REFILL_DELAY_MS=%d", REFILL_DELAY_MS);
+    const char *env[] = {pool_kv, delay_kv, NULL};
+    return sgtest_suite_start(&suite, env);
 }
 
 static int group_teardown(void **state)
@@ -174,6 +180,66 @@ static void test_ephemeral_from_pool(void **state)
     sgtest_strv_free(before);
 }
 
+/* The language's pool containers of this proxy, in any state, that are
+ * not among known: the refill's, from the moment Docker has them. */
+static size_t new_pool_containers(const char *lang, char *const *known)
+{
+    char l1[192], l2[64];
+    snprintf(l1, sizeof(l1), "sandgate.proxy=%s", suite.proxy_id);
+    snprintf(l2, sizeof(l2), "sandgate.lang=%s", lang);
+    const char *labels[] = {l1, l2, "sandgate.kind=pool", NULL};
+    json_object *a = sgtest_docker_list(labels);
+    SG_CHECK(a != NULL, NULL, "cannot list containers from Docker");
+    size_t n = 0;
+    for (size_t i = 0; i < json_object_array_length(a); i++) {
+        json_object *id = sgtest_jpath(json_object_array_get_idx(a, i), "Id");
+        n += id != NULL && !sgtest_strv_has(known, json_object_get_string(id));
+    }
+    json_object_put(a);
+    return n;
+}
+
+/* docs/architecture.md: after a take that leaves a ready container, the
+ * replacement waits SANDGATE_POOL_REFILL_DELAY_MS (so that it does not
+ * compete with the new session's first execute), counted from that take.
+ * A second take while it waits must not put it off again: sessions created
+ * faster than the delay would hold every refill back until the pool ran
+ * dry, and the next create would start cold. Take 1 at t0, take 2 at
+ * t0 + 2 s: the refill starts at the first tick after t0 + 3 s (by t0 + 4 s
+ * and Docker's create); put off by take 2 it could not start before 5 s. */
+static void test_refill_not_put_off_by_takes(void **state)
+{
+    char **before = wait_pool_full("python");
+    double t0 = sgtest_now(), delay = REFILL_DELAY_MS / 1e3;
+    char *sid1 = create_session("{\"lang\":\"python\"}", NULL);
+    while (sgtest_now() < t0 + delay * 2 / 3)
+        usleep(20000);
+    SG_CHECK(new_pool_containers("python", before) == 0, NULL,
+             "the refill started %.1f s after a take that left ready containers: before its delay of %.1f s",
+             sgtest_now() - t0, delay);
+    char *sid2 = create_session("{\"lang\":\"python\"}", NULL);
+    double deadline = t0 + delay + 1.0 + 0.8, seen = 0;
+    while (seen == 0 && sgtest_now() < deadline) {
+        if (new_pool_containers("python", before) > 0)
+            seen = sgtest_now();
+        else
+            usleep(20000);
+    }
+    SG_CHECK(seen > 0, NULL,
+             "no refill %.1f s after the first of two takes (delay %.1f s, tick 1 s): the second take put it off",
+             deadline - t0, delay);
+    SG_CHECK(seen - t0 >= delay, NULL, "the refill started %.2f s after the first take, before its delay", seen - t0);
+    char *cid1 = sgtest_docker_session_container(suite.proxy_id, sid1);
+    char *cid2 = sgtest_docker_session_container(suite.proxy_id, sid2);
+    SG_CHECK(cid1 != NULL && cid2 != NULL, NULL, "no container for the sessions");
+    SG_CHECK(sgtest_strv_has(before, cid1) && sgtest_strv_has(before, cid2), NULL,
+             "the two sessions did not both come from the pool");
+    close_session(sid2, cid2);
+    free(cid2);
+    free(sid2);
+    session_done(sid1, cid1, before);
+}
+
 /* Last: SIGTERM; docs/architecture.md, "at shutdown (SIGTERM/SIGINT) it
  * finishes the Docker calls under way and removes them all again". */
 static void test_shutdown_removes_everything(void **state)
@@ -193,5 +259,5 @@ int main(void)
 {
     return SG_RUN_TESTS("proxy_pool", group_setup, group_teardown, NULL, NULL, test_pool_fills_hardened,
                         test_session_takes_from_pool, test_custom_limits_bypass_pool, test_ephemeral_from_pool,
-                        test_shutdown_removes_everything);
+                        test_refill_not_put_off_by_takes, test_shutdown_removes_everything);
 }
