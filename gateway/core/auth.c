@@ -88,12 +88,11 @@ void sg_gw_auth_cache_stop(void)
     sessions = NULL;
 }
 
-/* Reads on the loop stay this small: a few hundred rows at most. */
-#define LOOP_READ_MAX_ROWS 1000
-
-int sg_gw_loop_read(long max_rows, void (*fn)(sg_gw_job_t *job, sg_store_t *st), sg_gw_job_t *job)
+/* Runs fn(job) on the loop's own connection: 1 when it ran and left
+ * job->rc 0; else 0, the job reset for a DB thread. */
+static int loop_run(void (*fn)(sg_gw_job_t *job, sg_store_t *st), sg_gw_job_t *job)
 {
-    if (gen_store == NULL || max_rows > LOOP_READ_MAX_ROWS)
+    if (gen_store == NULL)
         return 0;
     job->rc = 0;
     job->err[0] = '\0';
@@ -105,9 +104,17 @@ int sg_gw_loop_read(long max_rows, void (*fn)(sg_gw_job_t *job, sg_store_t *st),
     return 0;
 }
 
+/* Reads on the loop stay this small: a few hundred rows at most. */
+#define LOOP_READ_MAX_ROWS 1000
+
+int sg_gw_loop_read(long max_rows, void (*fn)(sg_gw_job_t *job, sg_store_t *st), sg_gw_job_t *job)
+{
+    return max_rows <= LOOP_READ_MAX_ROWS && loop_run(fn, job);
+}
+
 int sg_gw_loop_write(void (*fn)(sg_gw_job_t *job, sg_store_t *st), sg_gw_job_t *job)
 {
-    return sg_gw_loop_read(0, fn, job);
+    return loop_run(fn, job);
 }
 
 int sg_gw_loop_wal_frames(void)
