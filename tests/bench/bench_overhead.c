@@ -6,10 +6,11 @@
  *     gateway's overhead;
  *   - throughput with -c clients through each (phase_throughput), and the
  *     gateway's as a share of the proxy's;
- *   - time to interactive through the gateway (create a session, get its
- *     first result): 100 iterations sequential (200 ms apart, so that the
- *     proxy's pool refills as between users), then 20 bursts of 5 at once
- *     (1 s apart): median / p95 / p99 and the success rate;
+ *   - time to interactive (create a session, get its first result)
+ *     through the proxy and the gateway, alternating: 100 iterations each
+ *     sequential (200 ms apart, so that the proxy's pool refills as between
+ *     users), then 20 bursts of 5 at once each (1 s apart): median / p95 /
+ *     p99 and the success rate, the proxy's as the gateway's floor;
  *   - GET /sessions of an empty tenant (--empty-token) with -c clients for
  *     5 s: requests per second, twice: from this program's curl clients,
  *     then from raw keep-alive clients (a fixed request on a socket, the
@@ -64,31 +65,53 @@ static void tti_burst_fn(par_t *p, hc_t *c, long i)
     tti_once(c, &x->t, x->row);
 }
 
-static void phase_tti(const target_t *gw)
-{
-    hc_t c;
-    row_t *seq = row_new(gw->name, "time to interactive, sequential");
-    row_t *burst = row_new(gw->name, "time to interactive, bursts of %d", TTI_BURST);
-    tti_ctx_t x = {*gw, burst};
+static row_t *tti_seq[2], *tti_burst[2]; /* the proxy's, the gateway's */
 
-    fprintf(stderr, "sandgate-bench: %s: time to interactive, %d sequential, %d bursts of %d\n", gw->name, TTI_RUNS,
-            TTI_RUNS / TTI_BURST, TTI_BURST);
-    if (hc_init(&c, gw->base, NULL, gw->token) != 0) {
-        seq->failed = burst->failed = 1;
-        return;
+/* Time to interactive through the proxy and the gateway, alternating run
+ * by run (the first of each pair alternating too), so that both meet the
+ * same pool and the same refills: the proxy's figure is the gateway's
+ * floor from the same run. */
+static void phase_tti(const target_t *px, const target_t *gw)
+{
+    hc_t c[2];
+    const target_t *t[2] = {px, gw};
+    int ok[2];
+
+    for (int k = 0; k < 2; k++) {
+        tti_seq[k] = row_new(t[k]->name, "time to interactive, sequential");
+        tti_burst[k] = row_new(t[k]->name, "time to interactive, bursts of %d", TTI_BURST);
+    }
+    fprintf(stderr, "sandgate-bench: proxy and gateway: time to interactive, %d sequential, %d bursts of %d each\n",
+            TTI_RUNS, TTI_RUNS / TTI_BURST, TTI_BURST);
+    for (int k = 0; k < 2; k++) {
+        ok[k] = hc_init(&c[k], t[k]->base, NULL, t[k]->token) == 0;
+        if (!ok[k])
+            tti_seq[k]->failed = tti_burst[k]->failed = 1;
     }
     for (int i = 0; i < TTI_RUNS && !g_stop; i++) {
-        tti_once(&c, gw, seq);
-        sleep_ms(TTI_PAUSE_MS);
+        for (int j = 0; j < 2; j++) {
+            int k = (i + j) % 2;
+            if (ok[k])
+                tti_once(&c[k], t[k], tti_seq[k]);
+            sleep_ms(TTI_PAUSE_MS);
+        }
     }
-    hc_cleanup(&c);
+    for (int k = 0; k < 2; k++)
+        if (ok[k])
+            hc_cleanup(&c[k]);
     for (int b = 0; b < TTI_RUNS / TTI_BURST && !g_stop; b++) {
-        par_t p = {.fn = tti_burst_fn, .ud = &x, .count = TTI_BURST, .base = gw->base, .token = gw->token};
-        par_run(&p, TTI_BURST);
-        sleep_ms(TTI_BURST_PAUSE_MS);
+        for (int j = 0; j < 2; j++) {
+            int k = (b + j) % 2;
+            tti_ctx_t x = {*t[k], tti_burst[k]};
+            par_t p = {.fn = tti_burst_fn, .ud = &x, .count = TTI_BURST, .base = t[k]->base, .token = t[k]->token};
+            par_run(&p, TTI_BURST);
+            sleep_ms(TTI_BURST_PAUSE_MS);
+        }
     }
-    row_note(seq, "success %zu/%d, %d ms apart", seq->n, TTI_RUNS, TTI_PAUSE_MS);
-    row_note(burst, "success %zu/%d, bursts %d ms apart", burst->n, TTI_RUNS, TTI_BURST_PAUSE_MS);
+    for (int k = 0; k < 2; k++) {
+        row_note(tti_seq[k], "success %zu/%d, %d ms apart", tti_seq[k]->n, TTI_RUNS, TTI_PAUSE_MS);
+        row_note(tti_burst[k], "success %zu/%d, bursts %d ms apart", tti_burst[k]->n, TTI_RUNS, TTI_BURST_PAUSE_MS);
+    }
 }
 
 /* Execute latency, proxy and gateway alternating. */
@@ -328,7 +351,7 @@ void phase_overhead(const target_t *px, const target_t *gw, const char *empty_to
         throughput(gw);
     tp_rows = nrows - tp0;
     if (!g_stop)
-        phase_tti(gw);
+        phase_tti(px, gw);
     if (!g_stop && empty_token != NULL)
         list_rps = phase_list(gw, empty_token);
     if (!g_stop && empty_token != NULL)
@@ -351,12 +374,20 @@ void overhead_report(void)
         printf("  throughput, %ld clients            gateway %.0f exec/s = %.0f%% of the proxy's %.0f\n", opt.clients,
                b, a > 0 ? 100 * b / a : 0, a);
     }
-    for (size_t i = tp0 + tp_rows; i < nrows; i++) {
-        row_t *r = &rows[i];
-        if (strncmp(r->op, "time to interactive", 19) != 0)
+    for (int b = 0; b < 2; b++) {
+        row_t **r = b == 0 ? tti_seq : tti_burst;
+        if (r[0] == NULL || r[1] == NULL)
             continue;
-        printf("  %-33s median %.2f ms  p95 %.2f  p99 %.2f  success %.0f%%\n", r->op, pct_or_nan(r, 50),
-               pct_or_nan(r, 95), pct_or_nan(r, 99), 100.0 * (double)r->n / TTI_RUNS);
+        double m[2], p95[2], p99[2];
+        for (int k = 0; k < 2; k++) {
+            m[k] = pct_or_nan(r[k], 50);
+            p95[k] = pct_or_nan(r[k], 95);
+            p99[k] = pct_or_nan(r[k], 99);
+        }
+        printf("  %-33s median %.2f ms  p95 %.2f  p99 %.2f  success %.0f%%  (proxy %.2f / %.2f / %.2f, %.0f%%; "
+               "gateway over it: median %+.2f ms)\n",
+               r[1]->op, m[1], p95[1], p99[1], 100.0 * (double)r[1]->n / TTI_RUNS, m[0], p95[0], p99[0],
+               100.0 * (double)r[0]->n / TTI_RUNS, m[1] - m[0]);
     }
     if (list_rps >= 0)
         printf("  GET /sessions, empty tenant, %ld clients: %.0f req/s (curl clients)", opt.clients, list_rps);
