@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,48 +175,95 @@ void sg_http_server_stop_accepting(sg_http_server_t *s)
     }
 }
 
-/* One 0 ms timeout per loop: h2o runs a turn's expired timeouts after its
- * events, entries linked meanwhile included, and waits no longer than the
- * earliest of them. */
-#define SOON_LOOPS 4
-
-static struct {
-    h2o_loop_t *loop;
-    h2o_timeout_t timeout;
-} soon[SOON_LOOPS];
-
-/* loop's slot in soon[], made when create; SOON_LOOPS when it has none. */
-static size_t soon_slot(h2o_loop_t *loop, int create)
+void sg_http_server_destroy(sg_http_server_t *s)
 {
-    size_t i, empty = SOON_LOOPS;
+    h2o_loop_t *loop;
 
-    for (i = 0; i < SOON_LOOPS; i++) {
-        if (soon[i].loop == loop)
-            return i;
-        if (soon[i].loop == NULL && empty == SOON_LOOPS)
-            empty = i;
+    if (s == NULL)
+        return;
+    loop = s->ctx.loop;
+    sg_http_server_stop_accepting(s);
+    h2o_context_dispose(&s->ctx);
+#if H2O_VERSION_MAJOR == 2 && H2O_VERSION_MINOR == 2
+    /* h2o 2.2's h2o_multithread_destroy_queue closes the queue's socket but
+     * leaves the queue allocated (freed there from 2.3 on) */
+    free(s->ctx.queue);
+#endif
+    sg_loop_forget(loop);
+    h2o_evloop_destroy(loop);
+    h2o_config_dispose(&s->config);
+    free(s);
+}
+
+/* ---- what a loop keeps ---- */
+
+/* One record per loop that used sg_loop_soon or the hold watch, made on
+ * its first use there and taken back by sg_loop_forget. The list is the
+ * process's (loops may live on different threads: the lock guards finding,
+ * making and unlinking); a record is used only on its loop's thread. */
+typedef struct loop_rec {
+    h2o_loop_t *loop;
+    /* 0 ms: h2o runs a turn's expired timeouts after its events, entries
+     * linked meanwhile included, and waits no longer than the earliest of
+     * them */
+    h2o_timeout_t soon;
+    h2o_timeout_t after; /* SG_HTTP_WATCH_AFTER_MS: a hold's watch begins */
+    /* The hold watch's private epoll set, made when the loop's first watch
+     * begins (-1 before): h2o tells us when it is readable (an event is
+     * there) through sock */
+    int epfd;
+    h2o_socket_t *sock;
+    struct loop_rec *next;
+} loop_rec_t;
+
+static pthread_mutex_t recs_lock = PTHREAD_MUTEX_INITIALIZER;
+static loop_rec_t *recs; /* the process's loops: a handful at most */
+
+/* loop's record, made if there is none yet (on loop's thread). */
+static loop_rec_t *rec_of(h2o_loop_t *loop)
+{
+    loop_rec_t *r;
+
+    pthread_mutex_lock(&recs_lock);
+    for (r = recs; r != NULL && r->loop != loop; r = r->next)
+        ;
+    if (r == NULL) {
+        r = sg_xcalloc(1, sizeof(*r));
+        r->loop = loop;
+        h2o_timeout_init(loop, &r->soon, 0);
+        h2o_timeout_init(loop, &r->after, SG_HTTP_WATCH_AFTER_MS);
+        r->epfd = -1;
+        r->next = recs;
+        recs = r;
     }
-    if (!create)
-        return SOON_LOOPS;
-    if (empty == SOON_LOOPS)
-        h2o_fatal("sg_loop_soon: more than SOON_LOOPS loops");
-    soon[empty].loop = loop;
-    h2o_timeout_init(loop, &soon[empty].timeout, 0);
-    return empty;
+    pthread_mutex_unlock(&recs_lock);
+    return r;
 }
 
 void sg_loop_soon(h2o_loop_t *loop, h2o_timeout_entry_t *e)
 {
-    h2o_timeout_link(loop, &soon[soon_slot(loop, 1)].timeout, e);
+    h2o_timeout_link(loop, &rec_of(loop)->soon, e);
 }
 
 void sg_loop_forget(h2o_loop_t *loop)
 {
-    size_t i = soon_slot(loop, 0);
-    if (i == SOON_LOOPS)
+    loop_rec_t *r, **p;
+
+    pthread_mutex_lock(&recs_lock);
+    for (p = &recs; (r = *p) != NULL && r->loop != loop; p = &r->next)
+        ;
+    if (r != NULL)
+        *p = r->next;
+    pthread_mutex_unlock(&recs_lock);
+    if (r == NULL)
         return;
-    h2o_timeout_dispose(loop, &soon[i].timeout);
-    soon[i].loop = NULL;
+    h2o_timeout_dispose(loop, &r->soon);
+    h2o_timeout_dispose(loop, &r->after);
+    if (r->sock != NULL) {
+        h2o_socket_read_stop(r->sock);
+        h2o_socket_close(r->sock); /* and epfd with it */
+    }
+    free(r);
 }
 
 const char *sg_http_reason(int status)
@@ -419,26 +467,12 @@ int sg_http_is_json(h2o_req_t *req)
 
 /* ---- holds ---- */
 
-/* One private epoll set per loop for the sockets of watched holds: h2o
- * tells us when it is readable (an event is there); the events are taken
- * one at a time, so that an on_gone that releases other holds never leaves
- * a taken event pointing at freed memory. */
-typedef struct watcher {
-    h2o_loop_t *loop;
-    int epfd;
-    h2o_socket_t *sock;
-    h2o_timeout_t after; /* SG_HTTP_WATCH_AFTER_MS */
-    struct watcher *next;
-} watcher_t;
-
-static watcher_t *watchers; /* the process's loops: a handful at most */
-
 struct sg_http_hold {
     h2o_req_t *req;
     struct hold_stub *stub;
     void (*on_gone)(void *data);
     void *data;
-    watcher_t *w;              /* the epoll set holding fd, or NULL */
+    loop_rec_t *w;             /* the record whose epoll set holds fd, or NULL */
     h2o_timeout_entry_t later; /* linked: the watch begins when it runs */
     int fd;
     int gone;
@@ -470,35 +504,31 @@ static void hold_gone(sg_http_hold_t *h)
         h->on_gone(h->data); /* may release h */
 }
 
+/* The events are taken one at a time, so that an on_gone that releases
+ * other holds never leaves a taken event pointing at freed memory. */
 static void on_watch_ready(h2o_socket_t *sock, const char *err)
 {
-    watcher_t *w = sock->data;
+    loop_rec_t *r = sock->data;
     struct epoll_event ev;
 
-    while (epoll_wait(w->epfd, &ev, 1, 0) == 1)
+    while (epoll_wait(r->epfd, &ev, 1, 0) == 1)
         hold_gone(ev.data.ptr);
 }
 
-static watcher_t *watcher_of(h2o_loop_t *loop)
+/* r's epoll set, made on the first watch to begin: 0, or -1 (logged; the
+ * next watch tries again). */
+static int watch_set(loop_rec_t *r)
 {
-    watcher_t *w;
-    for (w = watchers; w != NULL; w = w->next)
-        if (w->loop == loop)
-            return w;
-    w = sg_xcalloc(1, sizeof(*w));
-    if ((w->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+    if (r->sock != NULL)
+        return 0;
+    if ((r->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
         sg_error("http: cannot watch clients: epoll_create1: %s", strerror(errno));
-        free(w);
-        return NULL;
+        return -1;
     }
-    w->loop = loop;
-    h2o_timeout_init(loop, &w->after, SG_HTTP_WATCH_AFTER_MS);
-    w->sock = h2o_evloop_socket_create(loop, w->epfd, H2O_SOCKET_FLAG_DONT_READ);
-    w->sock->data = w;
-    h2o_socket_read_start(w->sock, on_watch_ready);
-    w->next = watchers;
-    watchers = w;
-    return w;
+    r->sock = h2o_evloop_socket_create(r->loop, r->epfd, H2O_SOCKET_FLAG_DONT_READ);
+    r->sock->data = r;
+    h2o_socket_read_start(r->sock, on_watch_ready);
+    return 0;
 }
 
 static void on_hold_stub_dispose(void *_stub)
@@ -531,30 +561,33 @@ static void on_watch_later(h2o_timeout_entry_t *e)
 {
     sg_http_hold_t *h = H2O_STRUCT_FROM_MEMBER(sg_http_hold_t, later, e);
     h2o_socket_t *sock;
-    watcher_t *w;
+    loop_rec_t *r;
     struct epoll_event ev = {.events = EPOLLRDHUP};
 
-    if (h->req == NULL || h->gone || (sock = h->req->conn->callbacks->get_socket(h->req->conn)) == NULL ||
-        (w = watcher_of(h->req->conn->ctx->loop)) == NULL)
+    if (h->req == NULL || h->gone || (sock = h->req->conn->callbacks->get_socket(h->req->conn)) == NULL)
+        return;
+    r = rec_of(h->req->conn->ctx->loop);
+    if (watch_set(r) != 0)
         return;
     h->fd = h2o_socket_get_fd(sock);
     ev.data.ptr = h;
     /* level-triggered: a FIN that came before the watch is reported too */
-    if (h->fd >= 0 && epoll_ctl(w->epfd, EPOLL_CTL_ADD, h->fd, &ev) == 0)
-        h->w = w;
+    if (h->fd >= 0 && epoll_ctl(r->epfd, EPOLL_CTL_ADD, h->fd, &ev) == 0)
+        h->w = r;
 }
 
 void sg_http_hold_watch(sg_http_hold_t *h, void (*on_gone)(void *data), void *data)
 {
-    watcher_t *w;
+    h2o_loop_t *loop;
 
     h->on_gone = on_gone;
     h->data = data;
     if (h->req == NULL || h->w != NULL || h2o_timeout_is_linked(&h->later) || h->req->version >= 0x200 ||
-        h->req->conn->callbacks->get_socket == NULL || (w = watcher_of(h->req->conn->ctx->loop)) == NULL)
+        h->req->conn->callbacks->get_socket == NULL)
         return;
+    loop = h->req->conn->ctx->loop;
     h->later.cb = on_watch_later;
-    h2o_timeout_link(w->loop, &w->after, &h->later);
+    h2o_timeout_link(loop, &rec_of(loop)->after, &h->later);
 }
 
 int sg_http_hold_gone(sg_http_hold_t *h)

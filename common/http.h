@@ -48,6 +48,15 @@ h2o_context_t *sg_http_server_context(sg_http_server_t *s);
 int sg_http_server_port(sg_http_server_t *s);
 /* Stops accepting new connections (for shutdown). */
 void sg_http_server_stop_accepting(sg_http_server_t *s);
+/* Takes the server apart with its loop (s may be NULL): stops accepting,
+ * disposes of h2o's context, takes back what sg_loop_soon and the hold
+ * watch keep for the loop (sg_loop_forget), destroys the loop and frees s.
+ * Only once every connection is closed (h2o 2.2 disposes of the context's
+ * timeouts, a connection's among them, assuming none is linked) and, like
+ * sg_loop_forget, once nothing of sg_loop_soon or the hold watch is in
+ * use; not from inside the loop. h2o 2.2.5's h2o_evloop_destroy leaves the
+ * loop's own epoll fd open. */
+void sg_http_server_destroy(sg_http_server_t *s);
 
 /* Runs e->cb once, at the end of this turn of loop (after the events of
  * the turn, before it waits again): never from inside the caller, and
@@ -55,8 +64,12 @@ void sg_http_server_stop_accepting(sg_http_server_t *s);
  * h2o_timeout_unlink to take it back. */
 void sg_loop_soon(h2o_loop_t *loop, h2o_timeout_entry_t *e);
 /* Before h2o_evloop_destroy(loop) (h2o wants every timeout of a loop
- * disposed of): takes back the timeout sg_loop_soon keeps for loop, once
- * no entry is linked to it. */
+ * disposed of): takes back everything this file keeps for loop — the
+ * timeout of sg_loop_soon, and the hold watch's timeout and epoll set (its
+ * socket closed) — once no entry is linked to sg_loop_soon's timeout and
+ * no hold of the loop is watched (all released). On loop's thread, or with
+ * loop no longer run; a loop that used neither is left as it is. Any
+ * thread's loop may be forgotten while others go on. */
 void sg_loop_forget(h2o_loop_t *loop);
 
 const char *sg_http_reason(int status);
@@ -124,7 +137,8 @@ void sg_http_hold_release(sg_http_hold_t *h);
  * request is being handled, so a hang-up is noticed only when the reply is
  * written. A watched HTTP/1 connection's socket goes into a private epoll
  * set for EPOLLRDHUP (the peer's FIN) only — no data is read, nothing is
- * polled. It goes in SG_HTTP_WATCH_AFTER_MS after the watch begins: a
+ * polled. The set is the loop's, made when its first watch begins, until
+ * sg_loop_forget. It goes in SG_HTTP_WATCH_AFTER_MS after the watch begins: a
  * request answered sooner costs nothing, a longer one an epoll_ctl then and
  * one at release, and a hang-up is noticed at most that much later (level-
  * triggered: a FIN that came before is reported at once). A client that

@@ -6,7 +6,8 @@
  * callbacks), connection reuse, the driver's timer (short timeouts under
  * long ones, many interleaved) and its parked idle sockets (a proxy that
  * closes an idle connection must not make the loop spin). Also common/http.c's
- * hold watch, whose only harness is this server.
+ * hold watch, whose only harness is this server, and a server of a test's
+ * own taken apart with its loop after a watch (sg_http_server_destroy).
  *
  * The server replies by path:
  *   /fast          200 {"ok":true}
@@ -58,13 +59,19 @@ static double now_ms(void)
     return ts.tv_sec * 1000.0 + ts.tv_nsec / 1e6;
 }
 
-/* Runs the loop until *flag is set or ms pass; returns *flag. */
-static int run_until(const int *flag, double ms)
+/* Runs l until *flag is set or ms pass; returns *flag. */
+static int run_loop_until(h2o_loop_t *l, const int *flag, double ms)
 {
     double deadline = now_ms() + ms;
     while (!*flag && now_ms() < deadline)
-        h2o_evloop_run(loop, 10);
+        h2o_evloop_run(l, 10);
     return *flag;
+}
+
+/* The same on the server's loop. */
+static int run_until(const int *flag, double ms)
+{
+    return run_loop_until(loop, flag, ms);
 }
 
 static void run_for(double ms)
@@ -1322,6 +1329,126 @@ static void test_hold_watch(void **state)
     watched.hangup_fd = -1;
 }
 
+/* ---- a server of a test's own, taken apart ------------------------------------ */
+
+/* What test_destroy_after_watch's server holds: its one request. */
+typedef struct {
+    sg_http_hold_t *hold;
+    int held, gone;
+} own_t;
+
+static void on_own_gone(void *data)
+{
+    ++((own_t *)data)->gone;
+}
+
+static int on_own_req(void *app, h2o_req_t *req)
+{
+    own_t *own = app;
+
+    own->hold = sg_http_hold(req);
+    sg_http_hold_watch(own->hold, on_own_gone, own);
+    ++own->held;
+    return 0;
+}
+
+/* 1 if fd is an open epoll set. */
+static int is_epoll_fd(int fd)
+{
+    char path[64], target[64];
+    ssize_t n;
+
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    n = readlink(path, target, sizeof(target) - 1);
+    if (n < 0)
+        return 0;
+    target[n] = '\0';
+    return strcmp(target, "anon_inode:[eventpoll]") == 0;
+}
+
+#define EPOLL_FDS 1024
+
+/* A loop can be destroyed after a hold watch began on it: sg_loop_forget
+ * (through sg_http_server_destroy) takes back the watch's timeout, which h2o
+ * asserts is disposed of, and closes its epoll set. */
+static void test_destroy_after_watch(void **state)
+{
+    static own_t own;
+    static sg_http_server_t *own_server; /* reachable: a failed assertion leaves it behind */
+    static const char request[] = "GET /held HTTP/1.1\r\nHost: test\r\n\r\n";
+    static unsigned char before[EPOLL_FDS];
+    char err[256], reply[512];
+    struct sockaddr_in addr = {.sin_family = AF_INET};
+    h2o_loop_t *l;
+    h2o_req_t *req;
+    ssize_t n;
+    size_t got = 0;
+    int fd, watch_fd = -1, closed = 0;
+    double deadline;
+
+    memset(&own, 0, sizeof(own));
+    own_server = sg_http_server_create("127.0.0.1", 0, MIB, on_own_req, &own, err, sizeof(err));
+    if (own_server == NULL)
+        fail_msg("server: %s", err);
+    sg_http_server_start(own_server);
+    l = sg_http_server_loop(own_server);
+    for (int i = 0; i < EPOLL_FDS; i++)
+        before[i] = (unsigned char)is_epoll_fd(i);
+    addr.sin_port = htons((uint16_t)sg_http_server_port(own_server));
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+    assert_int_equal(send(fd, request, sizeof(request) - 1, MSG_NOSIGNAL), (ssize_t)(sizeof(request) - 1));
+    assert_true(run_loop_until(l, &own.held, 2000));
+
+    /* the watch begins: one epoll set more than the server had, the watch's */
+    deadline = now_ms() + 3 * SG_HTTP_WATCH_AFTER_MS;
+    while (now_ms() < deadline)
+        h2o_evloop_run(l, 10);
+    for (int i = 0; i < EPOLL_FDS; i++) {
+        if (before[i] || !is_epoll_fd(i))
+            continue;
+        assert_int_equal(watch_fd, -1);
+        watch_fd = i;
+    }
+    if (watch_fd < 0)
+        fail_msg("no epoll set made %d ms after the watch", 3 * SG_HTTP_WATCH_AFTER_MS);
+    assert_int_equal(own.gone, 0);
+
+    /* answered, then the client hangs up and h2o closes its side: no
+     * connection left (h2o 2.2 disposes of its context's timeouts assuming
+     * none is linked) */
+    req = sg_http_hold_req(own.hold);
+    assert_non_null(req);
+    sg_http_hold_release(own.hold);
+    own.hold = NULL;
+    sg_http_send_body(req, 200, "text/plain", "ok", 2);
+    assert_int_equal(shutdown(fd, SHUT_WR), 0);
+    deadline = now_ms() + 2000;
+    while (!closed && now_ms() < deadline) {
+        h2o_evloop_run(l, 10);
+        assert_true(got < sizeof(reply) - 1);
+        n = recv(fd, reply + got, sizeof(reply) - 1 - got, MSG_DONTWAIT);
+        if (n > 0)
+            got += (size_t)n;
+        else if (n == 0)
+            closed = 1;
+        else
+            assert_true(errno == EAGAIN || errno == EWOULDBLOCK);
+    }
+    assert_true(closed);
+    reply[got] = '\0';
+    assert_contains(reply, "HTTP/1.1 200 ");
+    close(fd);
+    assert_int_equal(own.gone, 0);
+
+    /* h2o_evloop_destroy aborts on a timeout not disposed of */
+    sg_http_server_destroy(own_server);
+    own_server = NULL;
+    assert_false(is_epoll_fd(watch_fd));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1342,6 +1469,7 @@ int main(void)
         UPSTREAM_TEST(test_keepalive_parked),
         cmocka_unit_test(test_idle_connection_closed),
         cmocka_unit_test(test_hold_watch),
+        cmocka_unit_test(test_destroy_after_watch),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
