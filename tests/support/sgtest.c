@@ -180,17 +180,27 @@ int sggw_rmtree(const char *dir)
  * Child processes
  * ------------------------------------------------------------------------ */
 
-int sgtest_free_port(void)
+int sgtest_bind_loopback(int flags, int *port)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | flags, 0);
     if (fd < 0)
         return -1;
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t sl = sizeof(sa);
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
-        port = ntohs(sa.sin_port);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
+        close(fd);
+        return -1;
+    }
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+int sgtest_free_port(void)
+{
+    int port, fd = sgtest_bind_loopback(0, &port);
+    if (fd < 0)
+        return -1;
     close(fd);
     return port;
 }

@@ -66,6 +66,11 @@ int sgtest_poll(bool (*done)(void *ctx), void *ctx, double timeout_s, double eve
 /* A loopback port nobody listens on right now (bind port 0, read, close),
  * or -1. */
 int sgtest_free_port(void);
+/* A TCP socket (SOCK_CLOEXEC, and flags: 0 or SOCK_NONBLOCK) bound to a
+ * free loopback port, not listening yet: its fd with *port set, or -1.
+ * listen() on it to serve; left bound only, connects to it are refused and
+ * nobody else can take the port meanwhile. */
+int sgtest_bind_loopback(int flags, int *port);
 
 /* A child process of a test, and how it ended. */
 typedef struct {

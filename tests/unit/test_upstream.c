@@ -42,6 +42,7 @@
 #include <json-c/json.h>
 
 #include "http.h"
+#include "sgtest.h"
 #include "upstream.h"
 
 #define BIG_LEN (2 * 1024 * 1024)
@@ -391,16 +392,11 @@ static void on_bare_accept(h2o_socket_t *listener, const char *err)
 
 static void bare_start(bare_server_t *srv)
 {
-    struct sockaddr_in addr = {.sin_family = AF_INET};
-    socklen_t alen = sizeof(addr);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int port, fd = sgtest_bind_loopback(SOCK_NONBLOCK, &port);
 
     assert_true(fd >= 0);
-    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-    assert_int_equal(bind(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
     assert_int_equal(listen(fd, 16), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&addr, &alen), 0);
-    snprintf(srv->url, sizeof(srv->url), "http://127.0.0.1:%d", ntohs(addr.sin_port));
+    snprintf(srv->url, sizeof(srv->url), "http://127.0.0.1:%d", port);
     srv->listener = h2o_evloop_socket_create(loop, fd, H2O_SOCKET_FLAG_DONT_READ);
     srv->listener->data = srv;
     h2o_socket_read_start(srv->listener, on_bare_accept);
@@ -812,19 +808,15 @@ static void test_timeout(void **state)
 
 static void test_refused(void **state)
 {
-    struct sockaddr_in addr = {.sin_family = AF_INET};
-    socklen_t alen = sizeof(addr);
     char url[64];
     result_t r = {0};
+    int port;
 
     /* a port bound but not listening: connects are refused, and nobody else
      * can take the port meanwhile */
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = sgtest_bind_loopback(0, &port);
     assert_true(fd >= 0);
-    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-    assert_int_equal(bind(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&addr, &alen), 0);
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d", ntohs(addr.sin_port));
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
 
     sg_upstream_t *u = sg_upstream_create(loop, url, MIB);
     assert_non_null(u);
