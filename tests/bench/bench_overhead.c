@@ -6,6 +6,10 @@
  *     gateway's overhead;
  *   - throughput with -c clients through each (phase_throughput), and the
  *     gateway's as a share of the proxy's;
+ *   - with --relay, both of those through sandgate-relay as well (h2o's
+ *     own reverse proxy, no logic: one more HTTP hop and nothing else),
+ *     taking its turn between the proxy and the gateway: the floor of any
+ *     tier in front of the proxy on this machine;
  *   - time to interactive (create a session, get its first result)
  *     through the proxy and the gateway, alternating: 100 iterations each
  *     sequential (200 ms apart, so that the proxy's pool refills as between
@@ -114,20 +118,22 @@ static void phase_tti(const target_t *px, const target_t *gw)
     }
 }
 
-/* Execute latency, proxy and gateway alternating. */
-static void phase_exec_pair(const target_t *px, const target_t *gw, row_t *out[2])
+/* Execute latency, the targets alternating request by request (proxy,
+ * the bare relay when there is one, gateway). */
+static void phase_exec_alternating(const target_t *const *t, int n, row_t **out)
 {
-    hc_t c[2];
-    char id[2][64], path[2][128], err[256];
-    const target_t *t[2] = {px, gw};
-    int ok[2] = {0, 0};
+    hc_t c[3];
+    char id[3][64], path[3][128], err[256];
+    int ok[3] = {0, 0, 0}, all = 1;
 
-    out[0] = row_new(px->name, "execute %s in session (alternating)", opt.lang->code);
-    out[1] = row_new(gw->name, "execute %s in session (alternating)", opt.lang->code);
-    fprintf(stderr, "sandgate-bench: proxy and gateway: %d + %ld executes each, alternating\n", BENCH_WARMUP, opt.n);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < n; k++)
+        out[k] = row_new(t[k]->name, "execute %s in session (alternating)", opt.lang->code);
+    fprintf(stderr, "sandgate-bench: %s: %d + %ld executes each, alternating\n",
+            n == 3 ? "proxy, relay and gateway" : "proxy and gateway", BENCH_WARMUP, opt.n);
+    for (int k = 0; k < n; k++) {
         if (hc_init(&c[k], t[k]->base, NULL, t[k]->token) != 0) {
             out[k]->failed = 1;
+            all = 0;
             continue;
         }
         ok[k] = 1;
@@ -135,20 +141,19 @@ static void phase_exec_pair(const target_t *px, const target_t *gw, row_t *out[2
             row_err(out[k], "no session: %s", err);
             out[k]->failed = 1;
             ok[k] = 2;
+            all = 0;
         }
         snprintf(path[k], sizeof(path[k]), "/sessions/%s/execute", id[k]);
     }
-    if (ok[0] == 1 && ok[1] == 1) {
-        for (long i = 0; i < BENCH_WARMUP + opt.n && !g_stop; i++) {
-            for (int k = 0; k < 2; k++) {
-                if (exec_check(&c[k], path[k], opt.exec_body, NULL, err, sizeof(err)) != 0)
-                    row_err(out[k], "%s", err);
-                else if (i >= BENCH_WARMUP)
-                    row_ok(out[k], c[k].ms);
-            }
+    for (long i = 0; all && i < BENCH_WARMUP + opt.n && !g_stop; i++) {
+        for (int k = 0; k < n; k++) {
+            if (exec_check(&c[k], path[k], opt.exec_body, NULL, err, sizeof(err)) != 0)
+                row_err(out[k], "%s", err);
+            else if (i >= BENCH_WARMUP)
+                row_ok(out[k], c[k].ms);
         }
     }
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < n; k++) {
         if (ok[k] == 1 && sess_delete(&c[k], t[k], id[k], err, sizeof(err)) != 0)
             fprintf(stderr, "sandgate-bench: delete: %s\n", err);
         if (ok[k])
@@ -328,7 +333,10 @@ static double rate_of(const row_t *r)
     return s != NULL ? atof(b) : 0;
 }
 
-static row_t *ex[2];
+/* ex[]: the execute rows, proxy first and gateway last, the relay's between
+ * when there is one (nex 3); tp_rows throughput rows from tp0, in that order */
+static row_t *ex[3];
+static int nex;
 static size_t tp0, tp_rows;
 static double list_rps = -1, list_raw_rps = -1;
 
@@ -340,15 +348,16 @@ static double pct_or_nan(row_t *r, unsigned p)
     return pct(r->ms, r->n, p);
 }
 
-void phase_overhead(const target_t *px, const target_t *gw, const char *empty_token,
+void phase_overhead(const target_t *px, const target_t *relay, const target_t *gw, const char *empty_token,
                     void (*throughput)(const target_t *))
 {
-    phase_exec_pair(px, gw, ex);
+    const target_t *t[3] = {px, relay != NULL ? relay : gw, gw};
+
+    nex = relay != NULL ? 3 : 2;
+    phase_exec_alternating(t, nex, ex);
     tp0 = nrows;
-    if (!g_stop)
-        throughput(px);
-    if (!g_stop)
-        throughput(gw);
+    for (int k = 0; k < nex && !g_stop; k++)
+        throughput(t[k]);
     tp_rows = nrows - tp0;
     if (!g_stop)
         phase_tti(px, gw);
@@ -360,19 +369,32 @@ void phase_overhead(const target_t *px, const target_t *gw, const char *empty_to
 
 void overhead_report(void)
 {
-    double p50[2], p99[2];
+    double p50[3], p99[3], rate[3] = {0, 0, 0};
+    int g = nex - 1; /* the gateway's index */
 
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < nex; k++) {
         p50[k] = pct_or_nan(ex[k], 50);
         p99[k] = pct_or_nan(ex[k], 99);
+        if ((size_t)k < tp_rows)
+            rate[k] = rate_of(&rows[tp0 + k]);
     }
     printf("\nThe gateway over the proxy (one run, side by side):\n");
     printf("  execute overhead                  p50 %+.2f ms  p99 %+.2f ms  (proxy %.2f / %.2f, gateway %.2f / %.2f)\n",
-           p50[1] - p50[0], p99[1] - p99[0], p50[0], p99[0], p50[1], p99[1]);
-    if (tp_rows >= 2) {
-        double a = rate_of(&rows[tp0]), b = rate_of(&rows[tp0 + 1]);
+           p50[g] - p50[0], p99[g] - p99[0], p50[0], p99[0], p50[g], p99[g]);
+    if (tp_rows == (size_t)nex)
         printf("  throughput, %ld clients            gateway %.0f exec/s = %.0f%% of the proxy's %.0f\n", opt.clients,
-               b, a > 0 ? 100 * b / a : 0, a);
+               rate[g], rate[0] > 0 ? 100 * rate[g] / rate[0] : 0, rate[0]);
+    if (nex == 3) {
+        /* the floor: one more HTTP hop and nothing else */
+        printf("  floor, a bare HTTP relay          p50 %+.2f ms  p99 %+.2f ms over the proxy", p50[1] - p50[0],
+               p99[1] - p99[0]);
+        if (tp_rows == 3)
+            printf(", throughput %.0f exec/s = %.0f%% of the proxy's", rate[1],
+                   rate[0] > 0 ? 100 * rate[1] / rate[0] : 0);
+        printf("\n  the gateway over the relay        p50 %+.2f ms", p50[2] - p50[1]);
+        if (tp_rows == 3)
+            printf(", throughput %.0f%% of the relay's", rate[1] > 0 ? 100 * rate[2] / rate[1] : 0);
+        printf("\n");
     }
     for (int b = 0; b < 2; b++) {
         row_t **r = b == 0 ? tti_seq : tti_burst;

@@ -6,6 +6,7 @@
  *   sandgate-bench [--proxy URL] [--gateway URL --token TOKEN] [--lang python]
  *                  [-n N] [-c CLIENTS] [--idle-sessions K] [--runtimes LIST|none]
  *                  [--skip-targets] [--skip-docker]
+ *                  [--overhead [--empty-token TOKEN] [--relay]]   (bench_overhead.c)
  *
  * With a proxy that offers several runtimes (GET /health "runtimes"), or
  * --runtimes runc,runsc, each runtime is measured side by side through the
@@ -34,9 +35,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void on_signal(int sig)
@@ -699,14 +703,70 @@ static void print_table(void)
     printf("Latencies are client wall time over keep-alive HTTP (one handle per client).\n");
 }
 
+/* Starts sandgate-relay (beside this program's binary) in front of the
+ * proxy; its URL into url. Returns its pid, or -1 with err set. */
+static pid_t relay_start(const char *argv0, const char *proxy, char *url, size_t urllen, char *err, size_t errlen)
+{
+    char exe[PATH_MAX], line[32];
+    const char *slash;
+    int fds[2];
+    pid_t pid;
+    FILE *f;
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+    if (n <= 0) {
+        snprintf(exe, sizeof(exe), "%s", argv0);
+        n = (ssize_t)strlen(exe);
+    }
+    exe[n] = '\0';
+    slash = strrchr(exe, '/');
+    snprintf(exe + (slash != NULL ? slash - exe + 1 : 0), sizeof(exe) - (size_t)(slash != NULL ? slash - exe + 1 : 0),
+             "sandgate-relay");
+    if (pipe(fds) != 0) {
+        snprintf(err, errlen, "pipe: %s", strerror(errno));
+        return -1;
+    }
+    if ((pid = fork()) < 0) {
+        snprintf(err, errlen, "fork: %s", strerror(errno));
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        dup2(fds[1], STDOUT_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        execl(exe, "sandgate-relay", proxy, (char *)NULL);
+        fprintf(stderr, "sandgate-bench: cannot run %s: %s\n", exe, strerror(errno));
+        _exit(127);
+    }
+    close(fds[1]);
+    f = fdopen(fds[0], "r");
+    if (f == NULL || fgets(line, sizeof(line), f) == NULL || atoi(line) <= 0) {
+        snprintf(err, errlen, "sandgate-relay (%s) did not start", exe);
+        if (f != NULL)
+            fclose(f);
+        else
+            close(fds[0]);
+        kill(pid, SIGTERM);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    fclose(f);
+    snprintf(url, urllen, "http://127.0.0.1:%d", atoi(line));
+    return pid;
+}
+
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: sandgate-bench [--proxy URL] [--gateway URL --token TOKEN] [--lang python|javascript]\n"
-               "                      [-n N] [-c CLIENTS] [--idle-sessions K] [--runtimes LIST|none]\n"
-               "                      [--skip-targets] [--skip-docker]\n"
-               "                      [--overhead [--empty-token TOKEN]]  (the gateway over the proxy, side by side)\n"
-               "defaults: --proxy http://127.0.0.1:8000 -n 200 -c 8 --idle-sessions 100, and every runtime\n"
-               "the proxy offers (GET /health) side by side when it offers more than one\n");
+    fprintf(f,
+            "usage: sandgate-bench [--proxy URL] [--gateway URL --token TOKEN] [--lang python|javascript]\n"
+            "                      [-n N] [-c CLIENTS] [--idle-sessions K] [--runtimes LIST|none]\n"
+            "                      [--skip-targets] [--skip-docker]\n"
+            "                      [--overhead [--empty-token TOKEN] [--relay]]  (the gateway over the proxy, side by\n"
+            "                      side; --relay: and over a bare HTTP relay, sandgate-relay, started here)\n"
+            "defaults: --proxy http://127.0.0.1:8000 -n 200 -c 8 --idle-sessions 100, and every runtime\n"
+            "the proxy offers (GET /health) side by side when it offers more than one\n");
 }
 
 static int parse_long(const char *s, long min, long max, long *out)
@@ -778,18 +838,20 @@ int main(int argc, char **argv)
         {"skip-docker", no_argument, NULL, 's'},
         {"overhead", no_argument, NULL, 'O'},
         {"empty-token", required_argument, NULL, 'E'},
+        {"relay", no_argument, NULL, 'R'},
         {"runtimes", required_argument, NULL, 'r'},
         {"skip-targets", no_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *lang = "python";
-    char proxy[512], gateway[512], err[512], rt_names[4][8], rt_bodies[4][96];
-    target_t targets[2], rt_targets[4];
+    char proxy[512], gateway[512], relay[64], err[512], rt_names[4][8], rt_bodies[4][96];
+    target_t targets[2], rt_targets[4], relay_target;
     size_t ntargets = 0, nruntimes;
     int skip_targets = 0;
     struct sigaction sa;
-    int ch, status = 0, overhead = 0;
+    int ch, status = 0, overhead = 0, with_relay = 0;
+    pid_t relay_pid = -1;
     const char *empty_token = NULL;
     size_t left;
     hc_t c;
@@ -816,6 +878,9 @@ int main(int argc, char **argv)
             break;
         case 'E':
             empty_token = optarg;
+            break;
+        case 'R':
+            with_relay = 1;
             break;
         case 'r':
             opt.runtimes = optarg;
@@ -885,8 +950,23 @@ int main(int argc, char **argv)
         fprintf(stderr, "sandgate-bench: --overhead needs --gateway and --token\n");
         goto Usage;
     }
+    if (with_relay && !overhead) {
+        fprintf(stderr, "sandgate-bench: --relay goes with --overhead\n");
+        goto Usage;
+    }
+    if (with_relay) {
+        if ((relay_pid = relay_start(argv[0], proxy, relay, sizeof(relay), err, sizeof(err))) < 0) {
+            fprintf(stderr, "sandgate-bench: %s\n", err);
+            return 1;
+        }
+        relay_target = (target_t){"relay", relay, NULL, NULL};
+    }
     if (overhead)
-        phase_overhead(&targets[0], &targets[1], empty_token, phase_throughput);
+        phase_overhead(&targets[0], with_relay ? &relay_target : NULL, &targets[1], empty_token, phase_throughput);
+    if (relay_pid > 0) {
+        kill(relay_pid, SIGTERM);
+        waitpid(relay_pid, NULL, 0);
+    }
     for (size_t i = 0; i < ntargets && !g_stop && !skip_targets && !overhead; i++) {
         phase_latency(&targets[i]);
         if (!g_stop)
