@@ -24,8 +24,8 @@ typedef struct {
     h2o_linklist_t ready; /* of sessions, SG_IN_POOL; an anchor once ready_list made it one */
     size_t nstarting;
     uint64_t retry_at_ms;  /* after a failed start */
-    uint64_t refill_at_ms; /* after a take: the replacement waits until the session's first execute is done */
-    int refill_waits;      /* refill_at_ms is set, and no fill has run since */
+    uint64_t refill_at_ms; /* after a take, until a fill runs: the replacement waits until then (the
+                            * session's first execute done); 0: no refill waits */
     int asked;             /* a request named this language on this runtime: it fills */
 } pool_t;
 
@@ -121,10 +121,8 @@ static sg_session_t *pool_take(const sg_create_req_t *req)
              * faster than the delay would otherwise hold every refill back
              * until the pool ran dry, and the next create started cold.
              * Emptied, it refills at once. */
-            if (!h2o_linklist_is_empty(ready_list(p)) && !p->refill_waits) {
-                p->refill_waits = 1; /* until sg_pool_fill refills */
+            if (!h2o_linklist_is_empty(ready_list(p)) && p->refill_at_ms == 0) /* until sg_pool_fill refills */
                 p->refill_at_ms = sg_now_ms() + (uint64_t)sg__sessions_conf()->pool_refill_delay_ms;
-            }
             return s;
         }
         sg_session_unref(s);
@@ -152,7 +150,7 @@ void sg_pool_fill(void)
                 continue;
             if (now < p->retry_at_ms || (now < p->refill_at_ms && !h2o_linklist_is_empty(ready_list(p))))
                 continue;
-            p->refill_waits = 0;
+            p->refill_at_ms = 0;
             req.lang = sg_lang_at(i);
             req.limits = conf->pool_limits;
             req.runtime = sg_runtime_at(r);
