@@ -184,12 +184,7 @@ static void test_ephemeral_from_pool(void **state)
  * not among known: the refill's, from the moment Docker has them. */
 static size_t new_pool_containers(const char *lang, char *const *known)
 {
-    char l1[192], l2[64];
-    snprintf(l1, sizeof(l1), "sandgate.proxy=%s", suite.proxy_id);
-    snprintf(l2, sizeof(l2), "sandgate.lang=%s", lang);
-    const char *labels[] = {l1, l2, "sandgate.kind=pool", NULL};
-    json_object *a = sgtest_docker_list(labels);
-    SG_CHECK(a != NULL, NULL, "cannot list containers from Docker");
+    json_object *a = sgtest_pool_containers(suite.proxy_id, lang);
     size_t n = 0;
     for (size_t i = 0; i < json_object_array_length(a); i++) {
         json_object *id = sgtest_jpath(json_object_array_get_idx(a, i), "Id");

@@ -510,8 +510,7 @@ char **sgtest_listed_sessions(const sgtest_proxy_t *p)
     return v;
 }
 
-char **sgtest_idle_pool(const sgtest_proxy_t *p, const char *proxy_id, const char *lang, bool labelled_only,
-                        const char *running)
+json_object *sgtest_pool_containers(const char *proxy_id, const char *lang)
 {
     char l1[192], l2[64];
     pathf(l1, sizeof(l1), "sandgate.proxy=%s", proxy_id);
@@ -519,6 +518,13 @@ char **sgtest_idle_pool(const sgtest_proxy_t *p, const char *proxy_id, const cha
     const char *labels[] = {l1, l2, "sandgate.kind=pool", NULL};
     json_object *a = sgtest_docker_list(labels);
     SG_CHECK(a != NULL, NULL, "cannot list containers from Docker");
+    return a;
+}
+
+char **sgtest_idle_pool(const sgtest_proxy_t *p, const char *proxy_id, const char *lang, bool labelled_only,
+                        const char *running)
+{
+    json_object *a = sgtest_pool_containers(proxy_id, lang);
     char **sessions = sgtest_listed_sessions(p);
     size_t n = json_object_array_length(a), k = 0;
     char **v = calloc(n + 1, sizeof(*v));

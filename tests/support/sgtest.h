@@ -269,6 +269,10 @@ json_object *sgtest_run_ephemeral(const sgtest_proxy_t *p, const char *lang, con
                                   int timeout, double *seconds);
 /* GET /sessions: the ids (a strv, sgtest_strv_free). Asserting. */
 char **sgtest_listed_sessions(const sgtest_proxy_t *p);
+/* Every container Docker lists (all states) labelled as a pool container
+ * of lang of the proxy proxy_id: its JSON array (json_object_put).
+ * Asserting. */
+json_object *sgtest_pool_containers(const char *proxy_id, const char *lang);
 /* The idle pool containers of lang of p (proxy id proxy_id): labelled
  * kind=pool, running, and not the container of a session p lists; with
  * labelled_only, only those that carry a sandgate.session label; with
