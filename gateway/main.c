@@ -63,7 +63,7 @@ static const sg_cfg_entry_t config_table[] = {
      "memory of a new session when the request names none (capped by the tenant's), MiB"},
     {"SANDGATE_DEFAULT_CPUS", SG_CFG_DOUBLE, "1", 0.01, 1024, &sg_gw.default_cpus,
      "CPUs of a new session when the request names none (capped by the tenant's)"},
-    {"SANDGATE_UPSTREAM_GRACE_MS", SG_CFG_INT, "25000", 0, 3600000, &sg_gw.upstream_grace_ms,
+    {"SANDGATE_UPSTREAM_GRACE_MS", SG_CFG_INT, "33000", 0, 3600000, &sg_gw.upstream_grace_ms,
      "how much longer than an execution's timeout the gateway waits for the proxy"},
     {"SANDGATE_CALL_TIMEOUT_MS", SG_CFG_INT, "60000", 100, 3600000, &sg_gw.call_timeout_ms,
      "timeout of every other call to the proxy"},

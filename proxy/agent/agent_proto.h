@@ -216,6 +216,13 @@
  * it. Under gVisor's ptrace platform on a 2-core host a python kernel's start
  * took 7-11 s while the warm pools filled (750 ms alone). */
 #define SG_AGENT_KERNEL_BOOT_MS 15000
+/* How long the agent may spend killing what a run left (proxy/agent/proc.c):
+ * one budget of SG_AGENT_KILL_BUDGET_MS before the run's EXIT, then, for
+ * what outlasted it (a fork bomb under gVisor, where each fork and kill is
+ * slow), up to SG_AGENT_KILL_MORE budgets more before it reads its next
+ * request. The proxy's watchdog counts both. */
+#define SG_AGENT_KILL_BUDGET_MS 2000
+#define SG_AGENT_KILL_MORE 4
 
 typedef enum {
     SG_AGENT_EXEC = 1,

@@ -24,7 +24,7 @@
 #include "creds.h"
 #include "proc.h"
 
-#define KILL_BUDGET_NS (2000LL * 1000 * 1000) /* give up killing after 2 s */
+#define KILL_BUDGET_NS ((long long)SG_AGENT_KILL_BUDGET_MS * 1000 * 1000) /* give up killing after 2 s */
 
 int proc_sig_fd = -1;
 int proc_resync;
@@ -293,7 +293,7 @@ int proc_kill_tree(pid_t keep)
 
 void proc_finish_kill(pid_t keep)
 {
-    for (int i = 0; i < 4 && tree_left; i++)
+    for (int i = 0; i < SG_AGENT_KILL_MORE && tree_left; i++)
         proc_kill_tree(keep);
     if (tree_left) {
         agent_log("processes of the last run resist being killed; they are left to the next run's kill");

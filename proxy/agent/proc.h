@@ -71,7 +71,7 @@ int proc_kill_tree(pid_t keep);
  * budget spent): the main loop then calls proc_finish_kill() before it
  * serves the next request. */
 int proc_tree_left(void);
-/* Up to four more budgets of proc_kill_tree() for what the last one left;
+/* Up to SG_AGENT_KILL_MORE more budgets of proc_kill_tree() for what the last one left;
  * then what resists (a process stuck in the kernel) is logged and left to
  * the next run's kill, so that the agent never stops serving. */
 void proc_finish_kill(pid_t keep);

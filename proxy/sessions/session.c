@@ -13,13 +13,14 @@
 #include <string.h>
 
 /* How long past its own timeout an EXEC may take before the agent is
- * declared unresponsive (20 s): the agent gives a new kernel's start
- * SG_AGENT_KERNEL_BOOT_MS beyond the timeout (agent_proto.h), then kills the
- * run's process tree before its EXIT, for up to its kill budget (2 s,
- * KILL_BUDGET_NS in proxy/agent/proc.c); the 5 s cover that budget with 3 s
- * to spare. (proc_finish_kill's further budgets come after the EXIT, before
- * the agent reads its next request.) */
-#define EXEC_GRACE_MS (SG_AGENT_KERNEL_BOOT_MS + 5000)
+ * declared unresponsive (28 s). The EXEC is sent when the last one's EXIT
+ * came, and the agent may still spend SG_AGENT_KILL_MORE kill budgets (8 s)
+ * on what that run left before it reads this one; then a new kernel's start
+ * may take SG_AGENT_KERNEL_BOOT_MS (15 s) beyond the timeout, and the kill
+ * of this run's tree one budget (2 s) before its EXIT (agent_proto.h). 3 s
+ * to spare. After a fork bomb under gVisor that ended its kernel, a 20 s
+ * watchdog could close a session whose agent was still at work. */
+#define EXEC_GRACE_MS (SG_AGENT_KERNEL_BOOT_MS + (1 + SG_AGENT_KILL_MORE) * SG_AGENT_KILL_BUDGET_MS + 3000)
 #define FILE_OP_TIMEOUT_MS 30000
 
 static void (*on_broken)(sg_session_t *s);
