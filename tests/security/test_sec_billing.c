@@ -20,8 +20,6 @@
 #include "sgsse.h"
 #include "sgrun.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,15 +169,10 @@ static void *standin_main(void *arg)
 
 static int standin_start(void)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    socklen_t al = sizeof(a);
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
     pthread_mutex_init(&standin.mu, NULL);
-    standin.fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (standin.fd < 0 || bind(standin.fd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(standin.fd, 16) != 0 ||
-        getsockname(standin.fd, (struct sockaddr *)&a, &al) != 0)
+    standin.fd = sgtest_bind_loopback(0, &standin.port);
+    if (standin.fd < 0 || listen(standin.fd, 16) != 0)
         return -1;
-    standin.port = ntohs(a.sin_port);
     return pthread_create(&standin.thread, NULL, standin_main, NULL) == 0 ? 0 : -1;
 }
 

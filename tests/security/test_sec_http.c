@@ -19,8 +19,6 @@
 
 #include <curl/curl.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,10 +62,8 @@ static int after_test(void **state)
  * nothing more came for 300 ms): malloc'd, NUL-terminated, *len bytes. */
 static char *raw_exchange(int port, const char *req, size_t reqlen, size_t *len)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    SG_CHECK(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, NULL, "connect to port %d", port);
+    int fd = sgtest_connect_loopback(port);
+    SG_CHECK(fd >= 0, NULL, "connect to port %d", port);
     SG_CHECK(write(fd, req, reqlen) == (ssize_t)reqlen, NULL, "write the request");
     size_t cap = 65536, n = 0;
     char *buf = malloc(cap + 1);

@@ -196,6 +196,20 @@ int sgtest_bind_loopback(int flags, int *port)
     return fd;
 }
 
+int sgtest_connect_loopback(int port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 int sgtest_free_port(void)
 {
     int port, fd = sgtest_bind_loopback(0, &port);

@@ -71,6 +71,9 @@ int sgtest_free_port(void);
  * listen() on it to serve; left bound only, connects to it are refused and
  * nobody else can take the port meanwhile. */
 int sgtest_bind_loopback(int flags, int *port);
+/* A blocking TCP socket (SOCK_CLOEXEC) connected to 127.0.0.1:port, for a
+ * test that writes raw bytes to a server: its fd, or -1. */
+int sgtest_connect_loopback(int port);
 
 /* A child process of a test, and how it ended. */
 typedef struct {

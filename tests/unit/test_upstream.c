@@ -33,8 +33,6 @@
 #include <signal.h>
 #include <errno.h>
 #include <sys/socket.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1287,15 +1285,12 @@ static void test_hold_watch(void **state)
         {"hangs up after the watch began", 0},
     };
     static const char request[] = "GET /hang?watched=1 HTTP/1.1\r\nHost: test\r\n\r\n";
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)sg_http_server_port(server))};
 
-    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int fd = sgtest_connect_loopback(sg_http_server_port(server));
 
         print_message("    %s\n", cases[i].name);
         assert_true(fd >= 0);
-        assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
         memset(&watched, 0, sizeof(watched));
         watched.hangup_fd = cases[i].hangup_in_handler ? fd : -1;
         assert_int_equal(send(fd, request, sizeof(request) - 1, MSG_NOSIGNAL), (ssize_t)(sizeof(request) - 1));
@@ -1370,7 +1365,6 @@ static void test_destroy_after_watch(void **state)
     static const char request[] = "GET /held HTTP/1.1\r\nHost: test\r\n\r\n";
     static unsigned char before[EPOLL_FDS];
     char err[256], reply[512];
-    struct sockaddr_in addr = {.sin_family = AF_INET};
     h2o_loop_t *l;
     h2o_req_t *req;
     ssize_t n;
@@ -1386,11 +1380,8 @@ static void test_destroy_after_watch(void **state)
     l = sg_http_server_loop(own_server);
     for (int i = 0; i < EPOLL_FDS; i++)
         before[i] = (unsigned char)is_epoll_fd(i);
-    addr.sin_port = htons((uint16_t)sg_http_server_port(own_server));
-    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    fd = sgtest_connect_loopback(sg_http_server_port(own_server));
     assert_true(fd >= 0);
-    assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
     assert_int_equal(send(fd, request, sizeof(request) - 1, MSG_NOSIGNAL), (ssize_t)(sizeof(request) - 1));
     assert_true(run_loop_until(l, &own.held, 2000));
 
