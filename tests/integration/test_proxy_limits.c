@@ -181,11 +181,6 @@ static bool on_runsc(const char *sid)
     return runsc;
 }
 
-/* Runs a bomb in sid: the result (200), or under runsc (on_runsc) the
- * end of the whole sandbox at its memory cap, which gVisor's kernel does
- * not enforce inside (README "Runtimes"): 502 sandbox_failed, then the
- * proxy is healthy and a fresh session works. NULL in that case (sid is
- * gone: freed here). */
 /* Under runsc a bomb may end its whole sandbox (README "Runtimes"): the
  * reply r, to the bomb or to the session's next execute, is then 502
  * sandbox_failed. The proxy stays healthy and a fresh session works. Returns
