@@ -709,6 +709,7 @@ static pid_t relay_start(const char *argv0, const char *proxy, char *url, size_t
 {
     char exe[PATH_MAX], line[32];
     const char *slash;
+    size_t dir;
     int fds[2];
     pid_t pid;
     FILE *f;
@@ -720,8 +721,8 @@ static pid_t relay_start(const char *argv0, const char *proxy, char *url, size_t
     }
     exe[n] = '\0';
     slash = strrchr(exe, '/');
-    snprintf(exe + (slash != NULL ? slash - exe + 1 : 0), sizeof(exe) - (size_t)(slash != NULL ? slash - exe + 1 : 0),
-             "sandgate-relay");
+    dir = slash != NULL ? (size_t)(slash - exe) + 1 : 0; /* the relay is built beside this program */
+    snprintf(exe + dir, sizeof(exe) - dir, "sandgate-relay");
     if (pipe(fds) != 0) {
         snprintf(err, errlen, "pipe: %s", strerror(errno));
         return -1;
