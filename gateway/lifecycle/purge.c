@@ -12,7 +12,6 @@
 #include "templates.h"
 #include "upstream.h"
 
-#include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,29 +121,25 @@ static void template_removed(void *data, const sg_upstream_reply_t *r)
 
 static void remove_templates(purge_t *p)
 {
-    char path[400], *enc;
-    CURL *c = curl_easy_init();
+    char path[800];
 
     if (p->nitems == 0) {
         free(p->items);
         p->items = NULL;
         run_step(p, rows_step, rows_next);
-        curl_easy_cleanup(c);
         return;
     }
     p->pending = p->nitems + 1; /* one more while starting them */
     for (size_t i = 0; i < p->nitems; i++) {
-        enc = c != NULL ? curl_easy_escape(c, p->items[i], 0) : NULL;
-        snprintf(path, sizeof(path), "/templates/%s", enc != NULL ? enc : p->items[i]);
-        curl_free(enc);
-        if (sg_upstream_start(sg_proxies_at(p->proxy_i)->up, "DELETE", path, NULL, 0, NULL, sg_gw.call_timeout_ms, NULL,
+        memcpy(path, "/templates/", 11);
+        if (sg_upstream_escape(p->items[i], path + 11, sizeof(path) - 11) != 0 ||
+            sg_upstream_start(sg_proxies_at(p->proxy_i)->up, "DELETE", path, NULL, 0, NULL, sg_gw.call_timeout_ms, NULL,
                               NULL, template_removed, p) == NULL) {
             sg_upstream_reply_t fail = {0};
             fail.err = "cannot start a request to the sandbox service";
             template_removed(p, &fail);
         }
     }
-    curl_easy_cleanup(c);
     sg_upstream_reply_t ok = {.status = 200};
     template_removed(p, &ok);
 }

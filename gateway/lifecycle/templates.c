@@ -10,7 +10,6 @@
 #include "upstream.h"
 #include "util.h"
 
-#include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -309,8 +308,7 @@ static void on_proxy_removed(void *data, const sg_upstream_reply_t *r)
 static void del_done(sg_gw_job_t *job)
 {
     del_t *d = (del_t *)job;
-    char path[400], *enc;
-    CURL *c;
+    char path[800];
 
     if (job->rc != 0) {
         del_finish(d, 500, "internal", job->err);
@@ -327,11 +325,11 @@ static void del_done(sg_gw_job_t *job)
         del_finish(d, 404, "no_such_template", detail);
         return;
     }
-    c = curl_easy_init();
-    enc = c != NULL ? curl_easy_escape(c, d->name, 0) : NULL;
-    snprintf(path, sizeof(path), "/templates/%s", enc != NULL ? enc : d->name);
-    curl_free(enc);
-    curl_easy_cleanup(c);
+    memcpy(path, "/templates/", 11);
+    if (sg_upstream_escape(d->name, path + 11, sizeof(path) - 11) != 0) {
+        del_finish(d, 500, "internal", "the template's name does not fit a request to the sandbox service");
+        return;
+    }
     sg_proxy_t *p = sg_proxies_count() == 1 ? sg_proxies_at(0) : sg_proxies_find(d->proxy);
     if (p == NULL) {
         del_finish(d, 502, "proxy_unavailable", "the template's sandbox service is no longer configured");

@@ -30,10 +30,8 @@ int sg_proxy_url_normalise(const char *url, size_t len, char *out, size_t outlen
 
     if (len >= 7 && strncasecmp(url, "http://", 7) == 0)
         scheme = 7;
-    else if (len >= 8 && strncasecmp(url, "https://", 8) == 0)
-        scheme = 8;
     else
-        return -1;
+        return -1; /* the proxy is reached over plain HTTP (upstream.h) */
     while (end > scheme && url[end - 1] == '/')
         end--;
     if (end == scheme || end >= outlen)

@@ -1,247 +1,285 @@
 /*
- * upstream.c — libcurl's multi-socket API driven by the gateway's h2o loop.
+ * upstream.c — HTTP/1.1 to the proxy on the gateway's own h2o loop: h2o's
+ * sockets, the reply's head and chunked body read with picohttpparser (which
+ * libh2o carries), a pool of idle keep-alive connections, and one timerfd
+ * for every request's total timeout. A request costs one write and the
+ * reads its reply needs; nothing here blocks on the network.
  *
- * curl tells us which sockets it wants watched (on_curl_socket) and when it
- * wants to be woken up (on_curl_timer). The sockets go into a private epoll
- * set, the timer is a timerfd; both fds are wrapped as h2o sockets with
- * H2O_SOCKET_FLAG_DONT_READ, so h2o only tells us they are readable and we
- * hand the events to curl_multi_socket_action. Nothing here blocks.
+ * Connections. A request takes the most recently parked idle connection,
+ * else opens one (the proxy's address: numeric, or the host name resolved
+ * when a connection opens, kept RESOLVE_KEEP_MS). A reply that ends where
+ * its length says, on an HTTP/1.1 connection the proxy keeps open, parks
+ * the connection again; anything else closes it. A parked connection is
+ * watched: the proxy closing it (or sending anything) takes it out of the
+ * pool at once. A reused connection that fails before a byte of the reply
+ * came is retried once on a new one, as curl does: the proxy closed it idle
+ * at the moment it was taken.
  *
- * The timer is armed only when curl wants waking earlier than it already
- * is: a wake-up with nothing due costs curl one look at its timers (it
- * then asks for the next), where each re-arm costs a system call, and
- * curl asks for one or two with every request. "Now" (0 ms) runs at the
- * end of the loop's turn (sg_loop_soon), without the timerfd.
+ * Timeouts. Each request has a deadline; the timerfd is armed for the
+ * earliest one only when a request's is earlier than what is armed. When
+ * it fires, every request past its deadline ends, and it is armed for the
+ * next.
  *
- * A socket curl stops watching (its connection idle in curl's cache) stays
- * in the epoll set, parked: the next request on that connection costs one
- * epoll_ctl, not three. An event on a parked socket (the proxy closed the
- * idle connection) takes it out of the set; curl is not told, and finds
- * the connection dead when it next looks.
- *
- * Reentrancy. curl forbids most multi calls from inside its own callbacks
- * (CURLM_RECURSIVE_API_CALL), and the owner of a callback must not free the
- * object that called it. So:
- *  - sg_upstream_start never calls curl in a way that runs a user callback;
- *    curl's "time out now" (0 ms) runs at the end of the loop's turn.
- *  - a request cancelled while curl is inside a callback (on_head / on_data
- *    run from curl's write callback) is only marked; it is removed from the
- *    multi handle once curl_multi_socket_action returns.
- *  - a request started from inside such a callback is added to the multi
- *    handle once curl_multi_socket_action returns.
- *  - sg_upstream_destroy from inside any callback cancels everything at once
- *    and frees the rest when the outermost loop callback returns.
+ * Reentrancy. A request's callbacks may cancel it, cancel others, start
+ * new ones or destroy the upstream. A request whose callback is running is
+ * only marked when cancelled, and freed once the callback returns; the
+ * upstream destroyed from inside any callback is freed when the outermost
+ * of ours returns. No callback runs before sg_upstream_start returns: a
+ * failure found there is told at the end of the loop's turn.
  */
 #include "upstream.h"
 #include "buf.h"
 #include "http.h"
 #include "util.h"
 
-#include <curl/curl.h>
-#include <json-c/json.h>
+#include <arpa/inet.h>
 #include <errno.h>
+#include <json-c/json.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/epoll.h>
+#include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+/* picohttpparser is built into libh2o, its functions exported, but Debian
+ * installs no header for it: the two used here, as h2o 2.2 declares them
+ * (deps/picohttpparser/picohttpparser.h). */
+struct phr_header {
+    const char *name;
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+};
+int phr_parse_response(const char *buf, size_t len, int *minor_version, int *status, const char **msg, size_t *msg_len,
+                       struct phr_header *headers, size_t *num_headers, size_t last_len);
+struct phr_chunked_decoder {
+    size_t bytes_left_in_chunk;
+    char consume_trailer;
+    char _hex_count;
+    char _state;
+};
+ssize_t phr_decode_chunked(struct phr_chunked_decoder *decoder, char *buf, size_t *bufsz);
+
 #define DEFAULT_TIMEOUT_MS 30000L
-#define MAX_CONNECTS 256L
-#define EVENTS_PER_WAIT 64
+#define MAX_IDLE 256          /* parked connections kept; more are closed */
+#define MAX_HEADERS 64        /* in a reply's head */
+#define MAX_HEAD_BYTES 65536  /* a reply's head longer than this is refused */
+#define RESOLVE_KEEP_MS 10000 /* a host name's address serves new connections this long */
+
+typedef struct {
+    h2o_linklist_t link; /* u->idle */
+    h2o_socket_t *sock;
+    sg_upstream_t *u;
+} idle_conn_t;
 
 struct sg_upstream {
     h2o_loop_t *loop;
-    char *base_url;
+    char *host;      /* to connect to: a name or a numeric address */
+    char *authority; /* the Host header: host[:port] as the URL has it */
+    char *prefix;    /* the URL's path, "" when none */
+    uint16_t port;
+    struct sockaddr_storage addr; /* host's address, addr_len 0: none yet */
+    socklen_t addr_len;
+    int numeric; /* host is an address: addr never expires */
+    uint64_t addr_until_ms;
     size_t max_reply_bytes;
-    CURLM *multi;
-    int epfd;
+    h2o_linklist_t active; /* requests not yet finished or cancelled */
+    h2o_linklist_t idle;   /* idle_conn_t, the most recently parked last */
+    size_t idle_count;
+    size_t in_flight;
+    uint64_t connects;
     int tfd;
-    h2o_socket_t *ep_sock;    /* owns epfd once created */
     h2o_socket_t *timer_sock; /* owns tfd once created */
     uint64_t armed_ms;        /* when tfd fires (sg_now_ms), 0: disarmed */
-    unsigned char *fd_state;  /* FD_* by socket number, fd_cap of them */
-    size_t fd_cap;
-    h2o_timeout_entry_t now; /* linked: curl's "now", at the end of this turn */
-    int in_now;              /* inside on_now: a "now" asked again waits for the next turn */
-    h2o_linklist_t active;   /* requests added to the multi handle */
-    h2o_linklist_t to_add;   /* started from inside a curl callback, added later */
-    h2o_linklist_t zombies;  /* cancelled from inside a curl callback, removed later */
-    size_t in_flight;
-    uint64_t connects; /* connections opened, over all finished requests */
-    int in_curl;       /* inside curl_multi_socket_action: curl callbacks may run */
-    int busy;          /* depth of our h2o callbacks on the stack */
-    int destroying;    /* sg_upstream_destroy was called while busy */
+    int busy;                 /* depth of our callbacks on the stack */
+    int destroying;           /* sg_upstream_destroy was called while busy */
 };
 
 enum {
-    FD_OUT,     /* not in the epoll set */
-    FD_WATCHED, /* in it, for curl */
-    FD_PARKED,  /* in it, curl does not watch it (see the top) */
+    REQ_CONNECTING, /* its connection is opening */
+    REQ_SENT,       /* on a connection: the request written, the reply read */
+    REQ_FINISHING,  /* on_done is running */
+    REQ_DEAD,       /* cancelled while one of its callbacks ran: freed when it returns */
 };
 
 enum {
-    REQ_TO_ADD,    /* on u->to_add */
-    REQ_ACTIVE,    /* on u->active, in the multi handle */
-    REQ_ZOMBIE,    /* on u->zombies, in the multi handle, no more callbacks */
-    REQ_FINISHING, /* on no list, on_done is running */
+    BODY_NONE,    /* HEAD, 1xx, 204, 304 */
+    BODY_LENGTH,  /* Content-Length */
+    BODY_CHUNKED, /* Transfer-Encoding: chunked */
+    BODY_CLOSE,   /* to the end of the connection */
 };
 
 struct sg_upstream_req {
     sg_upstream_t *u;
-    h2o_linklist_t link;
+    h2o_linklist_t link; /* u->active */
     int state;
-    CURL *easy;
-    struct curl_slist *headers;
+    h2o_socket_t *sock;
+    h2o_timeout_entry_t soon; /* a failure found by start, told at the end of the turn */
+    const char *soon_err;
     sg_upstream_head_cb on_head;
     sg_upstream_data_cb on_data;
     sg_upstream_done_cb on_done;
     void *data;
     long timeout_ms;
+    uint64_t deadline_ms;
+    char *wire; /* the whole request: head and body */
+    size_t wire_len;
+    unsigned is_head : 1;
+    unsigned reused : 1;  /* its connection came from the pool */
+    unsigned retried : 1; /* already moved once to a new connection */
+    unsigned in_cb : 1;   /* one of its callbacks is running */
+    unsigned head_done : 1;
+    unsigned head_sent : 1;
+    unsigned keep_alive : 1;
+    unsigned too_large : 1;
+    unsigned written : 1; /* the request is out: its buffer is no longer h2o's */
+    int body_mode;
+    size_t left; /* BODY_LENGTH: bytes to come */
+    struct phr_chunked_decoder chunked;
+    size_t received; /* bytes of the reply seen */
+    long status;
     sg_buf_t body;
-    long status; /* from the last status line seen */
     char content_type[256];
     char retry_after[64];
     char code[48];
-    unsigned head_sent : 1;
-    unsigned too_large : 1;
-    char curl_err[CURL_ERROR_SIZE];
-    char err[CURL_ERROR_SIZE + 128];
+    char err[320];
 };
 
 static const char *too_large_err = "the proxy's reply is too large";
 
-static int on_curl_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp);
-static int on_curl_timer(CURLM *multi, long timeout_ms, void *userp);
-static void on_epoll_ready(h2o_socket_t *sock, const char *err);
-static void on_timer_ready(h2o_socket_t *sock, const char *err);
+static char *memdup(const char *p, size_t n)
+{
+    char *c = sg_xmalloc(n);
+    memcpy(c, p, n);
+    return c;
+}
 
-/* ---- per request ------------------------------------------------------------ */
+static void open_conn(sg_upstream_req_t *r);
+static void on_reply_read(h2o_socket_t *sock, const char *err);
+
+/* ---- the upstream's callbacks --------------------------------------------------- */
+
+static void free_upstream(sg_upstream_t *u);
+
+static void enter(sg_upstream_t *u)
+{
+    ++u->busy;
+}
+
+static void leave(sg_upstream_t *u)
+{
+    if (--u->busy == 0 && u->destroying)
+        free_upstream(u);
+}
+
+/* ---- idle connections ----------------------------------------------------------- */
+
+static void drop_idle(idle_conn_t *c)
+{
+    h2o_linklist_unlink(&c->link);
+    --c->u->idle_count;
+    h2o_socket_read_stop(c->sock);
+    h2o_socket_close(c->sock);
+    free(c);
+}
+
+/* Anything on a parked connection — the proxy closed it, reset it, or
+ * sent what no request asked for — ends it. */
+static void on_idle_event(h2o_socket_t *sock, const char *err)
+{
+    (void)err;
+    drop_idle(sock->data);
+}
+
+static void park(sg_upstream_t *u, h2o_socket_t *sock)
+{
+    if (u->destroying || u->idle_count >= MAX_IDLE) {
+        h2o_socket_read_stop(sock);
+        h2o_socket_close(sock);
+        return;
+    }
+    idle_conn_t *c = sg_xcalloc(1, sizeof(*c));
+    c->sock = sock;
+    c->u = u;
+    sock->data = c;
+    h2o_linklist_insert(&u->idle, &c->link);
+    ++u->idle_count;
+    h2o_socket_read_start(sock, on_idle_event);
+}
+
+static h2o_socket_t *take_idle(sg_upstream_t *u)
+{
+    if (h2o_linklist_is_empty(&u->idle))
+        return NULL;
+    idle_conn_t *c = H2O_STRUCT_FROM_MEMBER(idle_conn_t, link, u->idle.prev);
+    h2o_socket_t *sock = c->sock;
+    h2o_linklist_unlink(&c->link);
+    --u->idle_count;
+    free(c);
+    h2o_socket_read_stop(sock);
+    return sock;
+}
+
+/* ---- the timer -------------------------------------------------------------------- */
+
+static void arm(sg_upstream_t *u, uint64_t at_ms)
+{
+    struct itimerspec its = {{0, 0}, {0, 0}};
+    uint64_t now = sg_now_ms();
+    uint64_t in_ms = at_ms > now ? at_ms - now : 0;
+
+    if (u->armed_ms != 0 && u->armed_ms <= at_ms)
+        return;
+    its.it_value.tv_sec = (time_t)(in_ms / 1000);
+    its.it_value.tv_nsec = (long)(in_ms % 1000) * 1000000 + 1; /* 0 would disarm */
+    if (timerfd_settime(u->tfd, 0, &its, NULL) == 0)
+        u->armed_ms = at_ms;
+}
+
+/* ---- a request's end ---------------------------------------------------------------- */
 
 static void free_req(sg_upstream_req_t *r)
 {
-    if (r->easy != NULL) {
-        long n = 0;
-        if (curl_easy_getinfo(r->easy, CURLINFO_NUM_CONNECTS, &n) == CURLE_OK && n > 0)
-            r->u->connects += (uint64_t)n;
-        curl_easy_cleanup(r->easy);
-    }
-    curl_slist_free_all(r->headers);
     sg_buf_free(&r->body);
+    free(r->wire);
     free(r);
 }
 
-/* Removes r from whatever list and from the multi handle, and frees it. Not
- * to be called while curl is inside a callback (see cancel_req). */
-static void discard_req(sg_upstream_req_t *r)
+/* Takes r off everything it is on: its list, its connection (closed), its
+ * pending "soon". */
+static void detach(sg_upstream_req_t *r)
 {
-    sg_upstream_t *u = r->u;
-
-    if (h2o_linklist_is_linked(&r->link))
+    if (h2o_linklist_is_linked(&r->link)) {
         h2o_linklist_unlink(&r->link);
-    if (r->state == REQ_ACTIVE || r->state == REQ_ZOMBIE)
-        curl_multi_remove_handle(u->multi, r->easy);
-    free_req(r);
+        --r->u->in_flight;
+    }
+    if (h2o_timeout_is_linked(&r->soon))
+        h2o_timeout_unlink(&r->soon);
+    if (r->sock != NULL) {
+        h2o_socket_read_stop(r->sock);
+        h2o_socket_close(r->sock);
+        r->sock = NULL;
+    }
 }
 
-static void copy_header_value(char *dst, size_t dstlen, const char *p, size_t len)
+static void copy_value(char *dst, size_t dstlen, const char *p, size_t len)
 {
     while (len != 0 && (*p == ' ' || *p == '\t')) {
         ++p;
         --len;
     }
-    while (len != 0 && (p[len - 1] == '\r' || p[len - 1] == '\n' || p[len - 1] == ' ' || p[len - 1] == '\t'))
+    while (len != 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
         --len;
     if (len >= dstlen)
         len = dstlen - 1;
     memcpy(dst, p, len);
     dst[len] = '\0';
 }
-
-static int header_is(const char *line, size_t len, const char *name, size_t namelen)
-{
-    return len > namelen && line[namelen] == ':' && strncasecmp(line, name, namelen) == 0;
-}
-
-/* One header line at a time, the status line included. A new status line
- * (after a 1xx reply) starts over. */
-static size_t on_curl_header(char *line, size_t size, size_t nitems, void *userp)
-{
-    sg_upstream_req_t *r = userp;
-    size_t len = size * nitems;
-
-    if (r->state != REQ_ACTIVE)
-        return 0;
-    if (len >= 5 && memcmp(line, "HTTP/", 5) == 0) {
-        const char *sp = memchr(line, ' ', len);
-        r->status = 0;
-        if (sp != NULL && (size_t)(line + len - sp) > 3 && sp[1] >= '1' && sp[1] <= '9')
-            r->status = (sp[1] - '0') * 100 + (sp[2] - '0') * 10 + (sp[3] - '0');
-        r->content_type[0] = '\0';
-        r->retry_after[0] = '\0';
-        r->code[0] = '\0';
-    } else if (header_is(line, len, "x-sandgate-error", 16)) {
-        copy_header_value(r->code, sizeof(r->code), line + 17, len - 17);
-        if (!sg_upstream_code_valid(r->code))
-            r->code[0] = '\0';
-    } else if (header_is(line, len, "content-type", 12)) {
-        copy_header_value(r->content_type, sizeof(r->content_type), line + 13, len - 13);
-    } else if (header_is(line, len, "retry-after", 11)) {
-        copy_header_value(r->retry_after, sizeof(r->retry_after), line + 12, len - 12);
-    }
-    return len;
-}
-
-static long reply_status(sg_upstream_req_t *r)
-{
-    long code = 0;
-
-    if (curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &code) != CURLE_OK || code == 0)
-        code = r->status;
-    return code;
-}
-
-static size_t on_curl_body(char *p, size_t size, size_t nmemb, void *userp)
-{
-    sg_upstream_req_t *r = userp;
-    size_t len = size * nmemb;
-
-    if (r->state != REQ_ACTIVE)
-        return 0; /* cancelled from a callback: stop the transfer */
-    if (r->on_data == NULL) {
-        if (sg_buf_append(&r->body, p, len) != 0) {
-            r->too_large = 1;
-            return 0;
-        }
-        return len;
-    }
-    if (!r->head_sent) {
-        r->head_sent = 1;
-        if (r->on_head != NULL)
-            r->on_head(r->data, reply_status(r), r->content_type);
-        if (r->state != REQ_ACTIVE)
-            return 0;
-    }
-    if (len != 0)
-        r->on_data(r->data, p, len);
-    return r->state == REQ_ACTIVE ? len : 0;
-}
-
-static int add_to_multi(sg_upstream_req_t *r)
-{
-    sg_upstream_t *u = r->u;
-
-    if (curl_multi_add_handle(u->multi, r->easy) != CURLM_OK)
-        return -1;
-    r->state = REQ_ACTIVE;
-    h2o_linklist_insert(&u->active, &r->link);
-    return 0;
-}
-
-/* ---- finishing -------------------------------------------------------------- */
 
 int sg_upstream_code_valid(const char *code)
 {
@@ -275,48 +313,33 @@ static void code_from_body(sg_upstream_req_t *r, const char *body, size_t len)
     json_tokener_free(tok);
 }
 
-static void finish_req(sg_upstream_req_t *r, CURLcode result)
+/* Tells r's end (err NULL: the reply came whole) and frees r. Its
+ * connection must be parked or closed (r->sock NULL) before. */
+static void finish(sg_upstream_req_t *r, const char *err, int timed_out)
 {
-    sg_upstream_t *u = r->u;
     sg_upstream_reply_t reply = {0};
-    const char *detail = r->curl_err[0] != '\0' ? r->curl_err : curl_easy_strerror(result);
 
-    h2o_linklist_unlink(&r->link);
-    curl_multi_remove_handle(u->multi, r->easy);
+    detach(r);
     r->state = REQ_FINISHING;
-    --u->in_flight;
-
-    reply.status = reply_status(r);
+    reply.status = r->head_done ? r->status : 0;
     reply.content_type = r->content_type;
     reply.retry_after = r->retry_after;
     reply.code = r->code;
     reply.body = "";
-    if (r->too_large) {
-        reply.err = too_large_err;
-    } else if (result == CURLE_OPERATION_TIMEDOUT) {
-        reply.timed_out = 1;
-        snprintf(r->err, sizeof(r->err), "the proxy did not reply within %ld ms", r->timeout_ms);
-        reply.err = r->err;
-    } else if (result == CURLE_COULDNT_CONNECT || result == CURLE_COULDNT_RESOLVE_HOST) {
-        snprintf(r->err, sizeof(r->err), "the proxy does not answer (%s)", detail);
-        reply.err = r->err;
-    } else if (result != CURLE_OK) {
-        snprintf(r->err, sizeof(r->err), "the request to the proxy failed (%s)", detail);
-        reply.err = r->err;
-    } else if (r->on_data == NULL && r->body.base != NULL) {
+    reply.timed_out = timed_out;
+    reply.err = err;
+    if (err == NULL && r->on_data == NULL && r->body.base != NULL) {
         reply.body = r->body.base;
         reply.body_len = r->body.len;
     }
-
     /* a failed request has no usable reply, even if a status line came
      * (too large, cut short, timed out mid-body): callers test status 0 */
     if (reply.err != NULL)
         reply.status = 0;
     else if (reply.status >= 400)
         code_from_body(r, reply.body, reply.body_len);
-
     /* streaming: a reply without a body still gets its head first */
-    if (r->on_data != NULL && !r->head_sent && reply.status != 0 && reply.err == NULL) {
+    if (r->on_data != NULL && !r->head_sent && reply.status != 0) {
         r->head_sent = 1;
         if (r->on_head != NULL)
             r->on_head(r->data, reply.status, r->content_type);
@@ -325,275 +348,532 @@ static void finish_req(sg_upstream_req_t *r, CURLcode result)
     free_req(r);
 }
 
-static void reap_zombies(sg_upstream_t *u)
+static void fail(sg_upstream_req_t *r, const char *fmt, const char *detail)
 {
-    while (!h2o_linklist_is_empty(&u->zombies))
-        discard_req(H2O_STRUCT_FROM_MEMBER(sg_upstream_req_t, link, u->zombies.next));
+    snprintf(r->err, sizeof(r->err), fmt, detail);
+    finish(r, r->err, 0);
 }
 
-static void add_deferred(sg_upstream_t *u)
+/* ---- the reply ---------------------------------------------------------------------- */
+
+static int header_is(const struct phr_header *h, const char *name, size_t len)
 {
-    while (!h2o_linklist_is_empty(&u->to_add)) {
-        sg_upstream_req_t *r = H2O_STRUCT_FROM_MEMBER(sg_upstream_req_t, link, u->to_add.next);
-        h2o_linklist_unlink(&r->link);
-        if (add_to_multi(r) != 0) {
-            /* start already returned a handle: the caller expects on_done */
-            sg_upstream_reply_t reply = {.err = "the request to the proxy could not be started",
-                                         .body = "",
-                                         .content_type = "",
-                                         .retry_after = "",
-                                         .code = ""};
-            r->state = REQ_FINISHING;
-            --u->in_flight;
-            r->on_done(r->data, &reply);
-            free_req(r);
-            if (u->destroying)
-                return;
+    return h->name_len == len && strncasecmp(h->name, name, len) == 0;
+}
+
+static int value_has_token(const struct phr_header *h, const char *token)
+{
+    size_t tl = strlen(token);
+    const char *p = h->value, *end = h->value + h->value_len;
+
+    while (p < end) {
+        while (p < end && (*p == ' ' || *p == '\t' || *p == ','))
+            ++p;
+        const char *q = p;
+        while (q < end && *q != ',')
+            ++q;
+        const char *e = q;
+        while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
+            --e;
+        if ((size_t)(e - p) == tl && strncasecmp(p, token, tl) == 0)
+            return 1;
+        p = q;
+    }
+    return 0;
+}
+
+/* The head at the start of in: 1 read (its bytes consumed), 0 more needed,
+ * -1 malformed or too long (r->err says). An informational (1xx) head is
+ * skipped: the caller asks again. */
+static int read_head(sg_upstream_req_t *r, h2o_buffer_t **in, int *informational)
+{
+    struct phr_header headers[MAX_HEADERS];
+    size_t num_headers = MAX_HEADERS, msg_len;
+    const char *msg;
+    int minor, status, have_length = 0, chunked = 0, close_conn = 0;
+    size_t length = 0;
+
+    int n = phr_parse_response((*in)->bytes, (*in)->size, &minor, &status, &msg, &msg_len, headers, &num_headers, 0);
+    if (n == -2) {
+        if ((*in)->size < MAX_HEAD_BYTES)
+            return 0;
+        snprintf(r->err, sizeof(r->err), "the request to the proxy failed (a reply head over %d bytes)",
+                 MAX_HEAD_BYTES);
+        return -1;
+    }
+    if (n < 0 || status < 100 || status > 999) {
+        snprintf(r->err, sizeof(r->err), "the request to the proxy failed (a malformed reply head)");
+        return -1;
+    }
+    r->received += (size_t)n;
+    *informational = status < 200;
+    if (*informational) {
+        h2o_buffer_consume(in, (size_t)n);
+        return 1;
+    }
+    r->status = status;
+    for (size_t i = 0; i < num_headers; i++) {
+        const struct phr_header *h = &headers[i];
+        if (h->name == NULL)
+            continue; /* a folded line */
+        if (header_is(h, "x-sandgate-error", 16)) {
+            copy_value(r->code, sizeof(r->code), h->value, h->value_len);
+            if (!sg_upstream_code_valid(r->code))
+                r->code[0] = '\0';
+        } else if (header_is(h, "content-type", 12)) {
+            copy_value(r->content_type, sizeof(r->content_type), h->value, h->value_len);
+        } else if (header_is(h, "retry-after", 11)) {
+            copy_value(r->retry_after, sizeof(r->retry_after), h->value, h->value_len);
+        } else if (header_is(h, "content-length", 14)) {
+            char v[32];
+            char *end;
+            copy_value(v, sizeof(v), h->value, h->value_len);
+            errno = 0;
+            unsigned long long l = strtoull(v, &end, 10);
+            if (v[0] < '0' || v[0] > '9' || *end != '\0' || errno != 0 || (have_length && l != length)) {
+                snprintf(r->err, sizeof(r->err), "the request to the proxy failed (a bad Content-Length)");
+                return -1;
+            }
+            have_length = 1;
+            length = (size_t)l;
+        } else if (header_is(h, "transfer-encoding", 17)) {
+            chunked = value_has_token(h, "chunked");
+        } else if (header_is(h, "connection", 10)) {
+            close_conn |= value_has_token(h, "close");
         }
     }
-}
-
-static void read_done(sg_upstream_t *u)
-{
-    CURLMsg *msg;
-    int left;
-
-    while (!u->destroying && (msg = curl_multi_info_read(u->multi, &left)) != NULL) {
-        sg_upstream_req_t *r = NULL;
-        if (msg->msg != CURLMSG_DONE)
-            continue;
-        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&r);
-        if (r == NULL || r->state != REQ_ACTIVE)
-            continue;
-        finish_req(r, msg->data.result);
+    h2o_buffer_consume(in, (size_t)n);
+    r->head_done = 1;
+    r->keep_alive = minor >= 1 && !close_conn;
+    if (r->is_head || status == 204 || status == 304) {
+        r->body_mode = BODY_NONE;
+    } else if (chunked) {
+        r->body_mode = BODY_CHUNKED;
+        /* to the blank line after the last chunk (and any trailers): the
+         * connection then holds nothing of this reply */
+        r->chunked.consume_trailer = 1;
+    } else if (have_length) {
+        r->body_mode = BODY_LENGTH;
+        r->left = length;
+    } else {
+        r->body_mode = BODY_CLOSE;
+        r->keep_alive = 0;
     }
+    return 1;
 }
 
-/* Hands one event to curl, then settles everything that happened meanwhile. */
-static void drive(sg_upstream_t *u, curl_socket_t s, int ev_bitmask)
+/* Hands a piece of the body on: 0, or -1 when r is over (too large: told
+ * and freed; cancelled from on_data: freed). */
+static int deliver(sg_upstream_req_t *r, const char *p, size_t len)
 {
-    int running;
-
-    u->in_curl = 1;
-    curl_multi_socket_action(u->multi, s, ev_bitmask, &running);
-    u->in_curl = 0;
-    reap_zombies(u);
-    if (!u->destroying)
-        add_deferred(u);
-    if (!u->destroying)
-        read_done(u);
+    if (len == 0)
+        return 0;
+    if (r->on_data == NULL) {
+        if (sg_buf_append(&r->body, p, len) != 0) {
+            r->too_large = 1;
+            finish(r, too_large_err, 0);
+            return -1;
+        }
+        return 0;
+    }
+    r->in_cb = 1;
+    r->on_data(r->data, p, len);
+    r->in_cb = 0;
+    if (r->state == REQ_DEAD) {
+        free_req(r);
+        return -1;
+    }
+    return 0;
 }
 
-/* ---- the loop side ---------------------------------------------------------- */
+/* The reply came whole: the connection parked (or closed), then on_done. */
+static void complete(sg_upstream_req_t *r, int leftover)
+{
+    h2o_socket_t *sock = r->sock;
+
+    r->sock = NULL;
+    h2o_socket_read_stop(sock);
+    if (r->keep_alive && r->written && !leftover) {
+        park(r->u, sock);
+    } else {
+        h2o_socket_close(sock);
+    }
+    finish(r, NULL, 0);
+}
+
+/* Sends on_head when streaming: 0, or -1 when r was cancelled from it (freed). */
+static int send_head(sg_upstream_req_t *r)
+{
+    if (r->on_data == NULL || r->head_sent)
+        return 0;
+    r->head_sent = 1;
+    if (r->on_head == NULL)
+        return 0;
+    r->in_cb = 1;
+    r->on_head(r->data, r->status, r->content_type);
+    r->in_cb = 0;
+    if (r->state == REQ_DEAD) {
+        free_req(r);
+        return -1;
+    }
+    return 0;
+}
+
+/* What is in the socket's buffer, read as far as it goes: 0 while r still
+ * reads on its connection, 1 when r is over (told, or cancelled and freed). */
+static int read_reply(sg_upstream_req_t *r)
+{
+    h2o_buffer_t **in = &r->sock->input;
+    char *copy;
+    size_t n;
+    int gone;
+
+    while (!r->head_done) {
+        int informational = 0, rc = read_head(r, in, &informational);
+        if (rc == 0)
+            return 0;
+        if (rc < 0) {
+            finish(r, r->err, 0);
+            return 1;
+        }
+        if (!informational && send_head(r) != 0)
+            return 1;
+    }
+    switch (r->body_mode) {
+    case BODY_NONE:
+        complete(r, (*in)->size != 0);
+        return 1;
+    case BODY_LENGTH:
+    case BODY_CLOSE:
+        n = (*in)->size;
+        if (r->body_mode == BODY_LENGTH && n > r->left)
+            n = r->left;
+        r->received += n;
+        if (r->body_mode == BODY_LENGTH)
+            r->left -= n;
+        break;
+    case BODY_CHUNKED: {
+        size_t size = (*in)->size;
+        if (size == 0)
+            return 0;
+        r->received += size;
+        n = size;
+        ssize_t rc = phr_decode_chunked(&r->chunked, (*in)->bytes, &n);
+        if (rc == -1) {
+            fail(r, "the request to the proxy failed (%s)", "a malformed chunked body");
+            return 1;
+        }
+        /* the decoded bytes are moved to the buffer's head; past them, what
+         * follows the last chunk (rc bytes) */
+        if (r->on_data == NULL) {
+            if (deliver(r, (*in)->bytes, n) != 0)
+                return 1;
+            h2o_buffer_consume(in, size);
+        } else {
+            copy = n != 0 ? memdup((*in)->bytes, n) : NULL;
+            h2o_buffer_consume(in, size);
+            gone = deliver(r, copy, n);
+            free(copy);
+            if (gone)
+                return 1;
+        }
+        if (rc >= 0) {
+            complete(r, rc > 0);
+            return 1;
+        }
+        return 0;
+    }
+    }
+    /* BODY_LENGTH and BODY_CLOSE: collected straight from the socket's
+     * buffer; streamed, consumed first, as on_data may end the request and
+     * its connection */
+    if (r->on_data == NULL) {
+        if (deliver(r, (*in)->bytes, n) != 0)
+            return 1;
+        h2o_buffer_consume(in, n);
+    } else {
+        copy = n != 0 ? memdup((*in)->bytes, n) : NULL;
+        h2o_buffer_consume(in, n);
+        gone = deliver(r, copy, n);
+        free(copy);
+        if (gone)
+            return 1;
+    }
+    if (r->body_mode == BODY_LENGTH && r->left == 0) {
+        complete(r, r->sock->input->size != 0);
+        return 1;
+    }
+    return 0;
+}
+
+/* The connection failed or ended: a reused one that failed before any of
+ * the reply is retried once on a new one; a reply read to the end of the
+ * connection is whole; anything else fails. */
+static void conn_ended(sg_upstream_req_t *r, const char *err)
+{
+    if (r->reused && !r->retried && r->received == 0) {
+        h2o_socket_read_stop(r->sock);
+        h2o_socket_close(r->sock);
+        r->sock = NULL;
+        r->retried = 1;
+        r->reused = 0;
+        r->written = 0;
+        open_conn(r);
+        return;
+    }
+    if (r->head_done && r->body_mode == BODY_CLOSE && err == h2o_socket_error_closed) {
+        complete(r, 0);
+        return;
+    }
+    fail(r, "the request to the proxy failed (%s)",
+         err != h2o_socket_error_closed ? err
+         : r->received == 0             ? "the connection closed with no reply"
+                                        : "the connection closed in the middle of the reply");
+}
+
+static void on_reply_read(h2o_socket_t *sock, const char *err)
+{
+    sg_upstream_req_t *r = sock->data;
+    sg_upstream_t *u = r->u;
+    int over = 0;
+
+    enter(u);
+    if (sock->input->size != 0)
+        over = read_reply(r);
+    if (!over && err != NULL)
+        conn_ended(r, err);
+    leave(u);
+}
+
+/* Errors are the reading side's to find (the connection is gone both
+ * ways); a connection is parked only once its request is out. */
+static void on_written(h2o_socket_t *sock, const char *err)
+{
+    sg_upstream_req_t *r = sock->data;
+
+    if (err == NULL)
+        r->written = 1;
+}
+
+static void send_req(sg_upstream_req_t *r, h2o_socket_t *sock)
+{
+    h2o_iovec_t buf = h2o_iovec_init(r->wire, r->wire_len);
+
+    r->sock = sock;
+    r->state = REQ_SENT;
+    sock->data = r;
+    h2o_socket_write(sock, &buf, 1, on_written);
+    h2o_socket_read_start(sock, on_reply_read);
+}
+
+/* ---- connections -------------------------------------------------------------------- */
+
+static void on_connected(h2o_socket_t *sock, const char *err)
+{
+    sg_upstream_req_t *r = sock->data;
+    sg_upstream_t *u = r->u;
+
+    enter(u);
+    if (err != NULL) {
+        r->sock = NULL;
+        h2o_socket_close(sock);
+        if (!u->numeric)
+            u->addr_len = 0; /* the name is looked up again */
+        fail(r, "the proxy does not answer (%s)", err);
+    } else {
+        ++u->connects;
+        send_req(r, sock);
+    }
+    leave(u);
+}
+
+static void on_soon(h2o_timeout_entry_t *e)
+{
+    sg_upstream_req_t *r = H2O_STRUCT_FROM_MEMBER(sg_upstream_req_t, soon, e);
+    sg_upstream_t *u = r->u;
+
+    enter(u);
+    fail(r, "%s", r->soon_err);
+    leave(u);
+}
+
+static void fail_soon(sg_upstream_req_t *r, const char *fmt, const char *detail)
+{
+    snprintf(r->err, sizeof(r->err), fmt, detail);
+    r->soon_err = r->err;
+    sg_loop_soon(r->u->loop, &r->soon);
+}
+
+/* The address to connect to: 0, or -1 with a reason in why. */
+static int address(sg_upstream_t *u, char *why, size_t whylen)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    char port[8];
+    int rc;
+
+    if (u->addr_len != 0 && (u->numeric || sg_now_ms() < u->addr_until_ms))
+        return 0;
+    snprintf(port, sizeof(port), "%u", u->port);
+    if ((rc = getaddrinfo(u->host, port, &hints, &res)) != 0 || res == NULL) {
+        snprintf(why, whylen, "cannot resolve %s: %s", u->host, rc != 0 ? gai_strerror(rc) : "no address");
+        return -1;
+    }
+    memcpy(&u->addr, res->ai_addr, res->ai_addrlen);
+    u->addr_len = res->ai_addrlen;
+    u->addr_until_ms = sg_now_ms() + RESOLVE_KEEP_MS;
+    freeaddrinfo(res);
+    return 0;
+}
+
+/* A new connection for r; a failure is told at the end of the turn. */
+static void open_conn(sg_upstream_req_t *r)
+{
+    sg_upstream_t *u = r->u;
+    char why[256];
+    h2o_socket_t *sock;
+
+    r->state = REQ_CONNECTING;
+    if (address(u, why, sizeof(why)) != 0) {
+        fail_soon(r, "the proxy does not answer (%s)", why);
+        return;
+    }
+    if ((sock = h2o_socket_connect(u->loop, (struct sockaddr *)&u->addr, u->addr_len, on_connected)) == NULL) {
+        fail_soon(r, "the proxy does not answer (%s)", strerror(errno));
+        return;
+    }
+    sock->data = r;
+    r->sock = sock;
+}
+
+/* ---- the loop side ---------------------------------------------------------------- */
+
+static void on_timer_ready(h2o_socket_t *sock, const char *err)
+{
+    sg_upstream_t *u = sock->data;
+    uint64_t expirations, next = 0;
+    int again = 1;
+
+    (void)err;
+    if (read(u->tfd, &expirations, sizeof(expirations)) != (ssize_t)sizeof(expirations))
+        return;
+    enter(u);
+    u->armed_ms = 0;
+    /* one at a time: on_done may end or start others */
+    while (again && !u->destroying) {
+        uint64_t now = sg_now_ms();
+        again = 0;
+        next = 0;
+        for (h2o_linklist_t *l = u->active.next; l != &u->active; l = l->next) {
+            sg_upstream_req_t *r = H2O_STRUCT_FROM_MEMBER(sg_upstream_req_t, link, l);
+            if (r->deadline_ms <= now) {
+                snprintf(r->err, sizeof(r->err), "the proxy did not reply within %ld ms", r->timeout_ms);
+                finish(r, r->err, 1);
+                again = 1;
+                break;
+            }
+            if (next == 0 || r->deadline_ms < next)
+                next = r->deadline_ms;
+        }
+    }
+    if (!u->destroying && next != 0)
+        arm(u, next);
+    leave(u);
+}
 
 static void free_upstream(sg_upstream_t *u)
 {
-    while (!h2o_linklist_is_empty(&u->active))
-        discard_req(H2O_STRUCT_FROM_MEMBER(sg_upstream_req_t, link, u->active.next));
-    while (!h2o_linklist_is_empty(&u->to_add))
-        discard_req(H2O_STRUCT_FROM_MEMBER(sg_upstream_req_t, link, u->to_add.next));
-    reap_zombies(u);
-    if (u->multi != NULL)
-        curl_multi_cleanup(u->multi); /* closes cached connections: socket callbacks still work */
-    if (h2o_timeout_is_linked(&u->now))
-        h2o_timeout_unlink(&u->now);
-    if (u->ep_sock != NULL) {
-        h2o_socket_read_stop(u->ep_sock);
-        h2o_socket_close(u->ep_sock);
-    } else if (u->epfd >= 0) {
-        close(u->epfd);
+    while (!h2o_linklist_is_empty(&u->active)) {
+        sg_upstream_req_t *r = H2O_STRUCT_FROM_MEMBER(sg_upstream_req_t, link, u->active.next);
+        detach(r);
+        free_req(r);
     }
+    while (!h2o_linklist_is_empty(&u->idle))
+        drop_idle(H2O_STRUCT_FROM_MEMBER(idle_conn_t, link, u->idle.next));
     if (u->timer_sock != NULL) {
         h2o_socket_read_stop(u->timer_sock);
         h2o_socket_close(u->timer_sock);
     } else if (u->tfd >= 0) {
         close(u->tfd);
     }
-    free(u->base_url);
-    free(u->fd_state);
+    free(u->host);
+    free(u->authority);
+    free(u->prefix);
     free(u);
-    curl_global_cleanup();
-}
-
-static void leave(sg_upstream_t *u)
-{
-    if (--u->busy == 0 && u->destroying)
-        free_upstream(u);
-}
-
-static void on_epoll_ready(h2o_socket_t *sock, const char *err)
-{
-    sg_upstream_t *u = sock->data;
-    struct epoll_event events[EVENTS_PER_WAIT];
-    int n;
-
-    ++u->busy;
-    n = epoll_wait(u->epfd, events, EVENTS_PER_WAIT, 0);
-    for (int i = 0; i < n && !u->destroying; ++i) {
-        int ev = 0, fd = events[i].data.fd;
-        if ((size_t)fd < u->fd_cap && u->fd_state[fd] == FD_PARKED) {
-            epoll_ctl(u->epfd, EPOLL_CTL_DEL, fd, NULL);
-            u->fd_state[fd] = FD_OUT;
-            continue;
-        }
-        if (events[i].events & EPOLLIN)
-            ev |= CURL_CSELECT_IN;
-        if (events[i].events & EPOLLOUT)
-            ev |= CURL_CSELECT_OUT;
-        if (events[i].events & (EPOLLERR | EPOLLHUP))
-            ev |= CURL_CSELECT_ERR;
-        drive(u, events[i].data.fd, ev);
-    }
-    /* more than EVENTS_PER_WAIT ready: the set stays readable (level
-     * triggered), h2o calls again on its next turn */
-    leave(u);
-}
-
-static void on_timer_ready(h2o_socket_t *sock, const char *err)
-{
-    sg_upstream_t *u = sock->data;
-    uint64_t expirations;
-
-    ++u->busy;
-    /* read first: curl may re-arm the timer during the action */
-    if (read(u->tfd, &expirations, sizeof(expirations)) == (ssize_t)sizeof(expirations)) {
-        u->armed_ms = 0;
-        drive(u, CURL_SOCKET_TIMEOUT, 0);
-    }
-    leave(u);
-}
-
-static void on_now(h2o_timeout_entry_t *e)
-{
-    sg_upstream_t *u = H2O_STRUCT_FROM_MEMBER(sg_upstream_t, now, e);
-
-    ++u->busy;
-    u->in_now = 1;
-    drive(u, CURL_SOCKET_TIMEOUT, 0);
-    u->in_now = 0;
-    leave(u);
-}
-
-static int on_curl_socket(CURL *easy, curl_socket_t s, int what, void *userp, void *socketp)
-{
-    sg_upstream_t *u = userp;
-    struct epoll_event ev = {0};
-    int op;
-
-    if (s < 0)
-        return -1;
-    if ((size_t)s >= u->fd_cap) {
-        size_t cap = u->fd_cap != 0 ? u->fd_cap : 64;
-        while (cap <= (size_t)s)
-            cap *= 2;
-        u->fd_state = sg_xrealloc(u->fd_state, cap);
-        memset(u->fd_state + u->fd_cap, FD_OUT, cap - u->fd_cap);
-        u->fd_cap = cap;
-    }
-    if (what == CURL_POLL_REMOVE) {
-        if (u->fd_state[s] == FD_WATCHED)
-            u->fd_state[s] = FD_PARKED;
-        return 0;
-    }
-    if (what & CURL_POLL_IN)
-        ev.events |= EPOLLIN;
-    if (what & CURL_POLL_OUT)
-        ev.events |= EPOLLOUT;
-    ev.data.fd = s;
-    /* a parked socket may have been closed since (and the set forgot it),
-     * its number taken by a new one: the other operation then */
-    op = u->fd_state[s] != FD_OUT ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-    if (epoll_ctl(u->epfd, op, s, &ev) != 0) {
-        op = op == EPOLL_CTL_MOD ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
-        if ((errno != ENOENT && errno != EEXIST) || epoll_ctl(u->epfd, op, s, &ev) != 0)
-            return -1;
-    }
-    u->fd_state[s] = FD_WATCHED;
-    return 0;
-}
-
-/* Never acts by itself: even "now" (0) waits for the end of the loop's
- * turn, so no user callback can run from inside curl_multi_add_handle or
- * this callback. A later wake-up than the one armed, or none (-1), leaves
- * the timer as it is (see the top). */
-static int on_curl_timer(CURLM *multi, long timeout_ms, void *userp)
-{
-    sg_upstream_t *u = userp;
-    struct itimerspec its = {{0, 0}, {0, 0}};
-    uint64_t at;
-
-    if (timeout_ms < 0)
-        return 0;
-    if (timeout_ms == 0 && u->in_now) {
-        /* asked again from the "now" being run: the timerfd, for 1 ns, so
-         * that the loop's other events come first (the end of the turn
-         * would run it again at once) */
-        its.it_value.tv_nsec = 1;
-        if (timerfd_settime(u->tfd, 0, &its, NULL) != 0)
-            return -1;
-        u->armed_ms = sg_now_ms();
-        return 0;
-    }
-    if (timeout_ms == 0) {
-        if (!h2o_timeout_is_linked(&u->now)) {
-            u->now.cb = on_now;
-            sg_loop_soon(u->loop, &u->now);
-        }
-        return 0;
-    }
-    at = sg_now_ms() + (uint64_t)timeout_ms;
-    if (u->armed_ms != 0 && u->armed_ms <= at)
-        return 0;
-    its.it_value.tv_sec = timeout_ms / 1000;
-    its.it_value.tv_nsec = (timeout_ms % 1000) * 1000000;
-    if (timerfd_settime(u->tfd, 0, &its, NULL) != 0)
-        return -1;
-    u->armed_ms = at;
-    return 0;
 }
 
 /* ---- public ----------------------------------------------------------------- */
 
+int sg_upstream_escape(const char *s, char *out, size_t outlen)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = 0;
+
+    for (; *s != '\0'; s++) {
+        unsigned char c = (unsigned char)*s;
+        int plain = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+                    c == '.' || c == '_' || c == '~';
+        if (n + (plain ? 1 : 3) >= outlen)
+            return -1;
+        if (plain) {
+            out[n++] = (char)c;
+        } else {
+            out[n++] = '%';
+            out[n++] = hex[c >> 4];
+            out[n++] = hex[c & 15];
+        }
+    }
+    if (outlen == 0)
+        return -1;
+    out[n] = '\0';
+    return 0;
+}
+
 sg_upstream_t *sg_upstream_create(h2o_loop_t *loop, const char *base_url, size_t max_reply_bytes)
 {
+    h2o_url_t url;
     sg_upstream_t *u;
 
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+    if (strncasecmp(base_url, "http://", 7) != 0 || h2o_url_parse(base_url, SIZE_MAX, &url) != 0)
         return NULL;
     u = sg_xcalloc(1, sizeof(*u));
     u->loop = loop;
     u->max_reply_bytes = max_reply_bytes;
-    u->epfd = -1;
     u->tfd = -1;
     h2o_linklist_init_anchor(&u->active);
-    h2o_linklist_init_anchor(&u->to_add);
-    h2o_linklist_init_anchor(&u->zombies);
+    h2o_linklist_init_anchor(&u->idle);
+    u->host = sg_xstrndup(url.host.base, url.host.len);
+    u->authority = sg_xstrndup(url.authority.base, url.authority.len);
+    /* h2o gives "/" for no path: the request's own path follows */
+    u->prefix = sg_xstrndup(url.path.base, url.path.len > 1 ? url.path.len : 0);
+    u->port = h2o_url_get_port(&url);
 
-    u->base_url = sg_xstrdup(base_url);
-    if ((u->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
-        goto Error;
-    if ((u->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) < 0)
-        goto Error;
-    if ((u->multi = curl_multi_init()) == NULL)
-        goto Error;
-    curl_multi_setopt(u->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
-    curl_multi_setopt(u->multi, CURLMOPT_SOCKETDATA, u);
-    curl_multi_setopt(u->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
-    curl_multi_setopt(u->multi, CURLMOPT_TIMERDATA, u);
-    curl_multi_setopt(u->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
-    curl_multi_setopt(u->multi, CURLMOPT_MAXCONNECTS, MAX_CONNECTS);
+    struct sockaddr_in *in4 = (struct sockaddr_in *)&u->addr;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&u->addr;
+    char bare[64];
+    snprintf(bare, sizeof(bare), "%s", u->host[0] == '[' ? u->host + 1 : u->host);
+    if (bare[0] != '\0' && bare[strlen(bare) - 1] == ']')
+        bare[strlen(bare) - 1] = '\0';
+    if (inet_pton(AF_INET, bare, &in4->sin_addr) == 1) {
+        in4->sin_family = AF_INET;
+        in4->sin_port = htons(u->port);
+        u->addr_len = sizeof(*in4);
+        u->numeric = 1;
+    } else if (inet_pton(AF_INET6, bare, &in6->sin6_addr) == 1) {
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons(u->port);
+        u->addr_len = sizeof(*in6);
+        u->numeric = 1;
+    }
 
-    u->ep_sock = h2o_evloop_socket_create(loop, u->epfd, H2O_SOCKET_FLAG_DONT_READ);
-    u->ep_sock->data = u;
-    h2o_socket_read_start(u->ep_sock, on_epoll_ready);
+    if ((u->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) < 0) {
+        free_upstream(u);
+        return NULL;
+    }
     u->timer_sock = h2o_evloop_socket_create(loop, u->tfd, H2O_SOCKET_FLAG_DONT_READ);
     u->timer_sock->data = u;
     h2o_socket_read_start(u->timer_sock, on_timer_ready);
     return u;
-
-Error:
-    free_upstream(u);
-    return NULL;
 }
 
 void sg_upstream_destroy(sg_upstream_t *u)
@@ -609,8 +889,6 @@ void sg_upstream_destroy(sg_upstream_t *u)
     if (u->destroying)
         return;
     u->destroying = 1;
-    while (!h2o_linklist_is_empty(&u->to_add))
-        discard_req(H2O_STRUCT_FROM_MEMBER(sg_upstream_req_t, link, u->to_add.next));
     while (!h2o_linklist_is_empty(&u->active))
         sg_upstream_cancel(H2O_STRUCT_FROM_MEMBER(sg_upstream_req_t, link, u->active.next));
 }
@@ -630,6 +908,18 @@ static int is_method(const char *method, const char *m)
     return strcasecmp(method, m) == 0;
 }
 
+static int append_str(sg_buf_t *b, const char *str)
+{
+    return sg_buf_append(b, str, strlen(str));
+}
+
+/* A header line of the caller's: "Name: value", one line, nothing that
+ * would end the head. */
+static int line_ok(const char *line)
+{
+    return strchr(line, ':') != NULL && strpbrk(line, "\r\n") == NULL;
+}
+
 sg_upstream_req_t *sg_upstream_start(sg_upstream_t *u, const char *method, const char *path, const char *body,
                                      size_t body_len, const char *content_type, long timeout_ms,
                                      sg_upstream_head_cb on_head, sg_upstream_data_cb on_data,
@@ -646,117 +936,79 @@ sg_upstream_req_t *sg_upstream_start_with_headers(sg_upstream_t *u, const char *
                                                   sg_upstream_done_cb on_done, void *data)
 {
     sg_upstream_req_t *r;
-    struct curl_slist *h;
-    char *url = NULL;
-    size_t blen = strlen(u->base_url), plen = strlen(path);
+    sg_buf_t w;
+    int with_length;
 
-    if (u->destroying || on_done == NULL)
+    if (u->destroying || on_done == NULL || strpbrk(method, " \r\n") != NULL || strpbrk(path, " \r\n") != NULL ||
+        (content_type != NULL && strpbrk(content_type, "\r\n") != NULL))
         return NULL;
+    for (size_t i = 0; headers != NULL && headers[i] != NULL; i++)
+        if (!line_ok(headers[i]))
+            return NULL;
+
+    /* POST semantics (Content-Length, even 0) under every method but a GET
+     * or DELETE without a body, and HEAD */
+    with_length =
+        !is_method(method, "HEAD") && (body != NULL || !(is_method(method, "GET") || is_method(method, "DELETE")));
+    /* pieces appended as they are: a path (a file's query) may be a few
+     * kilobytes long */
+    sg_buf_init(&w, SIZE_MAX);
+    if (append_str(&w, method) != 0 || append_str(&w, " ") != 0 || append_str(&w, u->prefix) != 0 ||
+        append_str(&w, path) != 0 || append_str(&w, " HTTP/1.1\r\nHost: ") != 0 || append_str(&w, u->authority) != 0 ||
+        append_str(&w, "\r\n") != 0)
+        goto Error;
+    if (content_type != NULL &&
+        (append_str(&w, "Content-Type: ") != 0 || append_str(&w, content_type) != 0 || append_str(&w, "\r\n") != 0))
+        goto Error;
+    if (with_length && sg_buf_appendf(&w, "Content-Length: %zu\r\n", body != NULL ? body_len : 0) != 0)
+        goto Error;
+    for (size_t i = 0; headers != NULL && headers[i] != NULL; i++)
+        if (append_str(&w, headers[i]) != 0 || append_str(&w, "\r\n") != 0)
+            goto Error;
+    if (append_str(&w, "\r\n") != 0 || (with_length && body != NULL && sg_buf_append(&w, body, body_len) != 0))
+        goto Error;
+
     r = sg_xcalloc(1, sizeof(*r));
     r->u = u;
     r->on_head = on_head;
     r->on_data = on_data;
     r->on_done = on_done;
     r->data = data;
+    r->soon.cb = on_soon;
     r->timeout_ms = timeout_ms > 0 ? timeout_ms : DEFAULT_TIMEOUT_MS;
+    /* sg_now_ms is whole milliseconds: one more, never early */
+    r->deadline_ms = sg_now_ms() + (uint64_t)r->timeout_ms + 1;
+    r->is_head = is_method(method, "HEAD");
+    r->wire = w.base;
+    r->wire_len = w.len;
     sg_buf_init(&r->body, u->max_reply_bytes);
-
-    url = sg_xmalloc(blen + plen + 1);
-    memcpy(url, u->base_url, blen);
-    memcpy(url + blen, path, plen + 1);
-
-    /* curl's defaults would add "Expect: 100-continue" (a round trip) and a
-     * form Content-Type to every body */
-    if ((h = curl_slist_append(NULL, "Expect:")) == NULL)
-        goto Error;
-    r->headers = h;
-    if (content_type != NULL) {
-        char *line = sg_xmalloc(strlen(content_type) + sizeof("Content-Type: "));
-        sprintf(line, "Content-Type: %s", content_type);
-        h = curl_slist_append(r->headers, line);
-        free(line);
-    } else {
-        h = curl_slist_append(r->headers, "Content-Type:");
-    }
-    if (h == NULL)
-        goto Error;
-    r->headers = h;
-    for (size_t i = 0; headers != NULL && headers[i] != NULL; i++) {
-        if ((h = curl_slist_append(r->headers, headers[i])) == NULL)
-            goto Error;
-        r->headers = h;
-    }
-
-    if ((r->easy = curl_easy_init()) == NULL)
-        goto Error;
-    curl_easy_setopt(r->easy, CURLOPT_PRIVATE, r);
-    curl_easy_setopt(r->easy, CURLOPT_URL, url);
-    curl_easy_setopt(r->easy, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(r->easy, CURLOPT_TCP_NODELAY, 1L);
-    curl_easy_setopt(r->easy, CURLOPT_TIMEOUT_MS, r->timeout_ms);
-    curl_easy_setopt(r->easy, CURLOPT_HTTPHEADER, r->headers);
-    curl_easy_setopt(r->easy, CURLOPT_ERRORBUFFER, r->curl_err);
-    curl_easy_setopt(r->easy, CURLOPT_HEADERFUNCTION, on_curl_header);
-    curl_easy_setopt(r->easy, CURLOPT_HEADERDATA, r);
-    curl_easy_setopt(r->easy, CURLOPT_WRITEFUNCTION, on_curl_body);
-    curl_easy_setopt(r->easy, CURLOPT_WRITEDATA, r);
-    if (is_method(method, "GET") && body == NULL) {
-        curl_easy_setopt(r->easy, CURLOPT_HTTPGET, 1L);
-    } else if (is_method(method, "HEAD")) {
-        curl_easy_setopt(r->easy, CURLOPT_NOBODY, 1L);
-    } else {
-        if (body != NULL || !is_method(method, "DELETE")) {
-            /* POST semantics (Content-Length, even 0) under whatever method */
-            curl_easy_setopt(r->easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(body != NULL ? body_len : 0));
-            if (curl_easy_setopt(r->easy, CURLOPT_COPYPOSTFIELDS, body != NULL ? body : "") != CURLE_OK)
-                goto Error;
-        }
-        if (!is_method(method, "POST"))
-            curl_easy_setopt(r->easy, CURLOPT_CUSTOMREQUEST, method);
-    }
-    free(url);
-    url = NULL;
-
-    if (u->in_curl) {
-        /* from inside a curl callback, where curl_multi_add_handle is refused */
-        r->state = REQ_TO_ADD;
-        h2o_linklist_insert(&u->to_add, &r->link);
-    } else if (add_to_multi(r) != 0) {
-        goto Error;
-    }
+    h2o_linklist_insert(&u->active, &r->link);
     ++u->in_flight;
+    arm(u, r->deadline_ms);
+
+    h2o_socket_t *sock = take_idle(u);
+    if (sock != NULL) {
+        r->reused = 1;
+        send_req(r, sock);
+    } else {
+        open_conn(r);
+    }
     return r;
 
 Error:
-    free(url);
-    free_req(r);
+    sg_buf_free(&w);
     return NULL;
 }
 
 void sg_upstream_cancel(sg_upstream_req_t *r)
 {
-    sg_upstream_t *u;
-
-    if (r == NULL)
+    if (r == NULL || r->state == REQ_FINISHING || r->state == REQ_DEAD)
         return;
-    u = r->u;
-    switch (r->state) {
-    case REQ_FINISHING: /* from its own on_done: it is freed when that returns */
-    case REQ_ZOMBIE:
+    detach(r);
+    if (r->in_cb) {
+        /* from its own on_head / on_data: freed once that returns */
+        r->state = REQ_DEAD;
         return;
-    case REQ_ACTIVE:
-        --u->in_flight;
-        if (u->in_curl) {
-            /* curl_multi_remove_handle is refused inside curl's callbacks */
-            h2o_linklist_unlink(&r->link);
-            r->state = REQ_ZOMBIE;
-            h2o_linklist_insert(&u->zombies, &r->link);
-            return;
-        }
-        break;
-    case REQ_TO_ADD:
-        --u->in_flight;
-        break;
     }
-    discard_req(r);
+    free_req(r);
 }

@@ -1,9 +1,11 @@
 /*
- * upstream.h — HTTP requests from the gateway's h2o loop to the proxy, with
- * libcurl's multi-socket API driven by that loop: curl's sockets sit in a
- * private epoll set and curl's timer is a timerfd, both wrapped as h2o
- * sockets, so no thread and no blocking call is involved. Hundreds of
- * requests can be in flight while the loop serves others.
+ * upstream.h — HTTP/1.1 requests from the gateway's h2o loop to the proxy,
+ * on h2o's own sockets with a pool of keep-alive connections (upstream.c):
+ * no thread, and no blocking call but the lookup of a proxy named by host
+ * name when a new connection opens (its address is then kept 10 s).
+ * Hundreds of requests can be in flight while the loop serves others. The
+ * proxy is reached over plain HTTP (an internal network): an https:// URL
+ * is refused.
  *
  * Loop thread only. Every request has a total timeout. Reply bodies are
  * capped (max_reply_bytes); a larger reply fails the request.
@@ -44,14 +46,19 @@ typedef void (*sg_upstream_done_cb)(void *data, const sg_upstream_reply_t *r);
 /* 1 when code is an error type as the proxy names them: 1..47 of [a-z0-9_]. */
 int sg_upstream_code_valid(const char *code);
 
-/* base_url: "http://127.0.0.1:8000" (no trailing slash). */
+/* s percent-encoded as one path segment into out (every byte but
+ * A-Z a-z 0-9 - . _ ~): 0, or -1 when it does not fit in outlen. */
+int sg_upstream_escape(const char *s, char *out, size_t outlen);
+
+/* base_url: "http://127.0.0.1:8000" (no trailing slash); NULL for any other
+ * scheme. */
 sg_upstream_t *sg_upstream_create(h2o_loop_t *loop, const char *base_url, size_t max_reply_bytes);
 /* Cancels whatever is in flight (no callbacks) and frees. May be called from
  * inside a callback of u (the memory goes when that callback returns). Run
  * the loop once afterwards: h2o frees closed sockets on its next turn. */
 void sg_upstream_destroy(sg_upstream_t *u);
 size_t sg_upstream_in_flight(sg_upstream_t *u);
-/* TCP connections opened so far (curl reuses idle ones: a steady stream of
+/* TCP connections opened so far (idle ones are reused: a steady stream of
  * requests opens few). */
 uint64_t sg_upstream_connections_opened(sg_upstream_t *u);
 

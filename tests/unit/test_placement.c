@@ -38,15 +38,15 @@ static void test_normalise(void **state)
     } ok[] = {
         {"http://127.0.0.1:8000", "http://127.0.0.1:8000"},
         {"HTTP://Proxy-A.Example:8000/", "http://proxy-a.example:8000"},
-        {"https://h:1///", "https://h:1"},
         {"http://h:1/Base/Path/", "http://h:1/Base/Path"},
     };
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
         assert_int_equal(sg_proxy_url_normalise(ok[i].in, strlen(ok[i].in), out, sizeof(out)), 0);
         assert_string_equal(out, ok[i].out);
     }
-    static const char *const bad[] = {"",         "127.0.0.1:8000", "ftp://h",      "http://",
-                                      "http:///", "http://a b",     "http://h\x7f", "unix:///run/x.sock"};
+    static const char *const bad[] = {"",           "127.0.0.1:8000", "ftp://h",      "http://",
+                                      "http:///",   "http://a b",     "http://h\x7f", "unix:///run/x.sock",
+                                      "https://h:1"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         assert_int_equal(sg_proxy_url_normalise(bad[i], strlen(bad[i]), out, sizeof(out)), -1);
     char longer[SG_PROXY_URL_MAX + 16];

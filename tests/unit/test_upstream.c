@@ -14,7 +14,7 @@
  *   /slow?ms=N     200 {"slept":N} after N ms (an h2o timer)
  *   /big           200, 2 MiB of 'x'
  *   /stream        200 text/plain, "one," "two," "three" 50 ms apart
- *   /echo          200 {"method","content_type","body"} of the request
+ *   /echo          200 {"method","content_type","target","body"} of the request
  *   /retry         429 with Retry-After: 7
  *   /hang          never; the request is held and its client watched
  *                  (sg_http_hold_watch), and dropped once the client goes
@@ -257,6 +257,7 @@ static int on_req(void *app, h2o_req_t *req)
         h2o_iovec_t ct = i >= 0 ? req->headers.entries[i].value : h2o_iovec_init("", 0);
         json_object_object_add(o, "method", json_object_new_string_len(req->method.base, (int)req->method.len));
         json_object_object_add(o, "content_type", json_object_new_string_len(ct.base, (int)ct.len));
+        json_object_object_add(o, "target", json_object_new_string_len(req->path.base, (int)req->path.len));
         json_object_object_add(
             o, "body",
             json_object_new_string_len(req->entity.base != NULL ? req->entity.base : "", (int)req->entity.len));
@@ -295,9 +296,11 @@ typedef struct {
     h2o_socket_t *listener;
     char url[64];
     int accepted, replies;
-    int conn_close;      /* the reply says "Connection: close" */
-    long close_after_ms; /* after a reply the connection is closed: 0 at once, > 0 that much later */
-    int rst;             /* closed with a reset (SO_LINGER 0), not a FIN */
+    int conn_close;            /* the reply says "Connection: close" */
+    long close_after_ms;       /* after a reply the connection is closed: 0 at once, > 0 that much later */
+    int rst;                   /* closed with a reset (SO_LINGER 0), not a FIN */
+    int drop_nth;              /* > 0: a connection's nth request is not answered, the connection closed */
+    const char *const *pieces; /* NULL-terminated: the reply, one piece every 5 ms; NULL: 200 {"ok":true} */
     bare_conn_t *conns[BARE_CONNS];
 } bare_server_t;
 
@@ -305,6 +308,9 @@ struct bare_conn {
     bare_server_t *srv;
     h2o_socket_t *sock;
     h2o_timeout_entry_t closer;
+    h2o_timeout_entry_t sender; /* linked: the next of srv->pieces is due */
+    int served;                 /* requests read on this connection */
+    int next_piece;
     size_t len;
     char buf[2048];
 };
@@ -313,6 +319,8 @@ static void bare_close(bare_conn_t *c)
 {
     if (h2o_timeout_is_linked(&c->closer))
         h2o_timeout_unlink(&c->closer);
+    if (h2o_timeout_is_linked(&c->sender))
+        h2o_timeout_unlink(&c->sender);
     if (c->srv->rst) {
         struct linger l = {.l_onoff = 1, .l_linger = 0};
         setsockopt(h2o_socket_get_fd(c->sock), SOL_SOCKET, SO_LINGER, &l, sizeof(l));
@@ -330,7 +338,41 @@ static void on_bare_closer(h2o_timeout_entry_t *e)
     bare_close(H2O_STRUCT_FROM_MEMBER(bare_conn_t, closer, e));
 }
 
-/* Requests without a body: each one complete is answered 200 {"ok":true}. */
+static void send_all(h2o_socket_t *sock, const char *p, size_t len)
+{
+    assert_int_equal(send(h2o_socket_get_fd(sock), p, len, MSG_NOSIGNAL), (ssize_t)len);
+}
+
+/* A reply sent: the connection closed now or later, as srv says. 1 when
+ * it is closed (c freed). */
+static int bare_replied(bare_conn_t *c)
+{
+    bare_server_t *srv = c->srv;
+
+    ++srv->replies;
+    if (srv->close_after_ms == 0) {
+        bare_close(c);
+        return 1;
+    }
+    if (srv->close_after_ms > 0 && !h2o_timeout_is_linked(&c->closer))
+        h2o_timeout_link(loop, timeout_of((uint64_t)srv->close_after_ms), &c->closer);
+    return 0;
+}
+
+static void on_bare_sender(h2o_timeout_entry_t *e)
+{
+    bare_conn_t *c = H2O_STRUCT_FROM_MEMBER(bare_conn_t, sender, e);
+    const char *piece = c->srv->pieces[c->next_piece++];
+
+    send_all(c->sock, piece, strlen(piece));
+    if (c->srv->pieces[c->next_piece] != NULL)
+        h2o_timeout_link(loop, timeout_of(5), &c->sender);
+    else
+        bare_replied(c);
+}
+
+/* Requests without a body: each one complete is answered 200 {"ok":true},
+ * or with srv->pieces, or (drop_nth) not at all. */
 static void on_bare_read(h2o_socket_t *sock, const char *err)
 {
     bare_conn_t *c = sock->data;
@@ -347,21 +389,27 @@ static void on_bare_read(h2o_socket_t *sock, const char *err)
     c->len += (size_t)n;
     c->buf[c->len] = '\0';
     while ((end = strstr(c->buf, "\r\n\r\n")) != NULL) {
+        c->len -= (size_t)(end + 4 - c->buf);
+        memmove(c->buf, end + 4, c->len + 1);
+        if (++c->served == srv->drop_nth) {
+            bare_close(c);
+            return;
+        }
+        if (srv->pieces != NULL) {
+            if (h2o_timeout_is_linked(&c->sender))
+                fail_msg("a request came before the reply to the last one ended");
+            c->next_piece = 0;
+            on_bare_sender(&c->sender);
+            return; /* one request at a time */
+        }
         char reply[256];
         int len = snprintf(reply, sizeof(reply),
                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n%s\r\n"
                            "{\"ok\":true}",
                            srv->conn_close ? "Connection: close\r\n" : "");
-        assert_int_equal(send(h2o_socket_get_fd(sock), reply, (size_t)len, MSG_NOSIGNAL), len);
-        ++srv->replies;
-        c->len -= (size_t)(end + 4 - c->buf);
-        memmove(c->buf, end + 4, c->len + 1);
-        if (srv->close_after_ms == 0) {
-            bare_close(c);
+        send_all(sock, reply, (size_t)len);
+        if (bare_replied(c))
             return;
-        }
-        if (srv->close_after_ms > 0 && !h2o_timeout_is_linked(&c->closer))
-            h2o_timeout_link(loop, timeout_of((uint64_t)srv->close_after_ms), &c->closer);
     }
     assert_true(c->len < sizeof(c->buf) - 1);
 }
@@ -381,6 +429,7 @@ static void on_bare_accept(h2o_socket_t *listener, const char *err)
     assert_non_null(c);
     c->srv = srv;
     c->closer.cb = on_bare_closer;
+    c->sender.cb = on_bare_sender;
     c->sock = h2o_evloop_socket_create(loop, fd, H2O_SOCKET_FLAG_DONT_READ);
     c->sock->data = c;
     h2o_socket_read_start(c->sock, on_bare_read);
@@ -689,13 +738,25 @@ static void test_post_echo(void **state)
     json_object_put(o);
     result_free(&r);
 
-    /* a body without a Content-Type gets none (curl would add a form type) */
+    /* a body without a Content-Type gets none (no form type made up) */
     exchange(u, "PUT", "/echo", "abc", 3, NULL, 2000, NULL, NULL, &r, 2000);
     assert_null(r.err);
     o = parse(r.body);
     assert_string_equal(field(o, "method"), "PUT");
     assert_string_equal(field(o, "content_type"), "");
     assert_string_equal(field(o, "body"), "abc");
+    json_object_put(o);
+    result_free(&r);
+
+    /* a request line of kilobytes (a file's percent-encoded name) goes whole */
+    char target[4200] = "/echo?path=";
+    for (size_t n = strlen(target); n + 6 < sizeof(target); n += 6)
+        memcpy(target + n, "%C3%A9", 7);
+    exchange(u, "PUT", target, "abc", 3, "application/octet-stream", 2000, NULL, NULL, &r, 2000);
+    assert_null(r.err);
+    assert_int_equal(r.status, 200);
+    o = parse(r.body);
+    assert_string_equal(field(o, "target"), target);
     json_object_put(o);
     result_free(&r);
 
@@ -967,7 +1028,7 @@ static void test_destroy_from_callback(void **state)
     assert_int_equal(c.done, 0);
     result_free(&a);
 
-    /* destroyed from inside on_data (curl is inside its write callback) */
+    /* destroyed from inside on_data (the client is inside its read callback) */
     u = new_upstream(MIB);
     memset(&a, 0, sizeof(a));
     memset(&b, 0, sizeof(b));
@@ -991,8 +1052,8 @@ static void test_destroy_from_callback(void **state)
     assert_int_equal(b.done, 0);
 }
 
-/* A request started from inside another's on_data (curl refuses new handles
- * there: this is deferred) and from on_done. */
+/* A request started from inside another's on_data (the client is inside
+ * its read callback) and from on_done. */
 static void on_data_start(void *data, const char *p, size_t len)
 {
     result_t *r = data;
@@ -1068,8 +1129,8 @@ static void test_sequential_reuse(void **state)
     destroy_upstream(s.u);
 }
 
-/* How late a timeout may end a request: the timer is armed for curl's
- * earliest wake-up only, so a late one would be a wake-up missed (a loaded
+/* How late a timeout may end a request: the timer is armed for the
+ * earliest deadline only, so a late one would be a wake-up missed (a loaded
  * machine aside). */
 #define LATE_MS 700
 
@@ -1220,12 +1281,12 @@ static int count_turns(double ms)
     return turns;
 }
 
-/* The proxy closes an idle keep-alive connection (curl has stopped
- * watching it: its socket is parked in the driver's epoll set). The event
- * on the parked socket must take it out of the set, not wake the loop on
- * every turn; the next request gets a new connection. With "Connection:
- * close" curl closes the socket itself while it is parked, and the next
- * connection's socket usually gets its number. */
+/* The proxy closes an idle keep-alive connection (parked in the client's
+ * pool, watched). The event on the parked connection must take it out of
+ * the pool, not wake the loop on every turn; the next request gets a new
+ * connection. With "Connection: close" the client closes the connection
+ * itself instead of parking it, and the next connection's socket usually
+ * gets its number. */
 static void test_idle_connection_closed(void **state)
 {
     static const struct {
@@ -1237,7 +1298,7 @@ static void test_idle_connection_closed(void **state)
         {"FIN at once after the reply", 0, 0, 0},
         {"FIN 50 ms after the reply", 0, 50, 0},
         {"reset 50 ms after the reply", 0, 50, 1},
-        {"Connection: close (curl closes)", 1, -1, 0},
+        {"Connection: close (the client closes)", 1, -1, 0},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -1266,6 +1327,142 @@ static void test_idle_connection_closed(void **state)
         destroy_upstream(u);
         bare_stop(&srv);
         run_for(20);
+    }
+}
+
+/* A reused connection the proxy closes as the request arrives (its idle
+ * timeout at that moment): the request goes again on a new connection,
+ * once; a new connection closed with no reply is not tried again. */
+static void test_reused_connection_retried(void **state)
+{
+    bare_server_t srv = {.drop_nth = 2};
+    result_t r;
+
+    bare_start(&srv);
+    sg_upstream_t *u = sg_upstream_create(loop, srv.url, MIB);
+    assert_non_null(u);
+    expect_reply(u, "/", 200, &r);
+    result_free(&r);
+    /* the second on that connection is dropped: answered on a new one */
+    expect_reply(u, "/", 200, &r);
+    assert_string_equal(r.body, "{\"ok\":true}");
+    result_free(&r);
+    assert_int_equal(srv.accepted, 2);
+    assert_int_equal(srv.replies, 2);
+    assert_int_equal(sg_upstream_connections_opened(u), 2);
+    destroy_upstream(u);
+    bare_stop(&srv);
+    run_for(20);
+
+    bare_server_t once = {.drop_nth = 1};
+    bare_start(&once);
+    u = sg_upstream_create(loop, once.url, MIB);
+    assert_non_null(u);
+    exchange(u, "GET", "/", NULL, 0, NULL, 2000, NULL, NULL, &r, 2000);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(r.timed_out, 0);
+    assert_contains(r.err, "the request to the proxy failed (the connection closed with no reply)");
+    result_free(&r);
+    assert_int_equal(once.accepted, 1);
+    assert_int_equal(once.replies, 0);
+    destroy_upstream(u);
+    bare_stop(&once);
+    run_for(20);
+}
+
+#define HUGE_PIECES 9
+
+/* Replies as they come off a network: the head and the body split across
+ * reads, chunked with a UTF-8 character cut by both the chunks and the
+ * reads, read to the connection's end, cut short, malformed. Each is
+ * collected and streamed; where the reply's length is known the next
+ * request reuses the connection. */
+static void test_reply_shapes(void **state)
+{
+    static const char *const chunked[] = {
+        "HTTP/1.1 200 OK\r\nContent-",
+        "Type: text/plain; charset=utf-8\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nh\xc3",
+        "\xa9llo\r\n3\r\n wo\r\n4\r",
+        "\nrld!\r\n0\r\n",
+        "\r\n",
+        NULL};
+    static const char *const length[] = {"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n01234", "56789", NULL};
+    static const char *const to_close[] = {"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nabc", "def", NULL};
+    static const char *const informational[] = {"HTTP/1.1 100 Continue\r\n\r\n",
+                                                "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", NULL};
+    static const char *const cut[] = {"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n01234", NULL};
+    static const char *const cut_chunked[] = {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabc", NULL};
+    static const char *const malformed[] = {"HTTX/1.1 200 OK\r\n\r\n", NULL};
+    static const char *const bad_length[] = {"HTTP/1.1 200 OK\r\nContent-Length: 1x\r\n\r\n1", NULL};
+    static const char *const bad_chunk[] = {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", NULL};
+    static char big[HUGE_PIECES][8001];
+    static const char *huge[HUGE_PIECES + 2];
+    huge[0] = "HTTP/1.1 200 OK\r\nX-Big: ";
+    for (int i = 0; i < HUGE_PIECES; i++) {
+        memset(big[i], 'a', 8000);
+        huge[i + 1] = big[i];
+    }
+    static const struct {
+        const char *name;
+        const char *const *pieces;
+        int close;        /* the server closes after the last piece */
+        const char *body; /* NULL: the request fails with err */
+        const char *err;
+        int reused; /* the next request on the same connection */
+    } cases[] = {
+        {"chunked, split everywhere", chunked, 0, "h\xc3\xa9llo world!", NULL, 1},
+        {"Content-Length, split", length, 0, "0123456789", NULL, 1},
+        {"to the connection's end", to_close, 1, "abcdef", NULL, 0},
+        {"a 100 Continue first", informational, 0, "ok", NULL, 1},
+        {"cut short", cut, 1, NULL, "(the connection closed in the middle of the reply)", 0},
+        {"chunked, cut short", cut_chunked, 1, NULL, "(the connection closed in the middle of the reply)", 0},
+        {"malformed head", malformed, 0, NULL, "(a malformed reply head)", 0},
+        {"bad Content-Length", bad_length, 0, NULL, "(a bad Content-Length)", 0},
+        {"bad chunk size", bad_chunk, 0, NULL, "(a malformed chunked body)", 0},
+        {"a head over 64 KiB", huge, 0, NULL, "(a reply head over 65536 bytes)", 0},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        for (int streamed = 0; streamed < 2; streamed++) {
+            bare_server_t srv = {.pieces = cases[i].pieces, .close_after_ms = cases[i].close ? 0 : -1};
+            result_t r;
+
+            print_message("    %s, %s\n", cases[i].name, streamed ? "streamed" : "collected");
+            bare_start(&srv);
+            sg_upstream_t *u = sg_upstream_create(loop, srv.url, MIB);
+            assert_non_null(u);
+            exchange(u, "GET", "/", NULL, 0, NULL, 5000, streamed ? on_head : NULL, streamed ? on_data : NULL, &r,
+                     5000);
+            if (cases[i].body == NULL) {
+                assert_int_equal(r.status, 0);
+                assert_int_equal(r.timed_out, 0);
+                assert_non_null(r.err);
+                assert_contains(r.err, "the request to the proxy failed ");
+                assert_contains(r.err, cases[i].err);
+            } else {
+                if (r.err != NULL)
+                    fail_msg("%s: %s", cases[i].name, r.err);
+                assert_int_equal(r.status, 200);
+                assert_string_equal(streamed ? r.streamed : r.body, cases[i].body);
+                if (streamed) {
+                    assert_int_equal(r.heads, 1);
+                    assert_int_equal(r.head_status, 200);
+                    assert_int_equal(r.data_before_head, 0);
+                }
+            }
+            result_free(&r);
+            if (cases[i].reused) {
+                exchange(u, "GET", "/", NULL, 0, NULL, 5000, NULL, NULL, &r, 5000);
+                assert_null(r.err);
+                assert_string_equal(r.body, cases[i].body);
+                result_free(&r);
+                assert_int_equal(srv.accepted, 1);
+                assert_int_equal(sg_upstream_connections_opened(u), 1);
+            }
+            destroy_upstream(u);
+            bare_stop(&srv);
+            run_for(20);
+        }
     }
 }
 
@@ -1432,6 +1629,25 @@ static void test_destroy_after_watch(void **state)
     assert_false(is_epoll_fd(watch_fd));
 }
 
+/* A template's name as one path segment of a request to the proxy. */
+static void test_escape(void **state)
+{
+    char out[32];
+
+    assert_int_equal(sg_upstream_escape("aZ09-._~", out, sizeof(out)), 0);
+    assert_string_equal(out, "aZ09-._~");
+    assert_int_equal(sg_upstream_escape("a b/c?d%\xc3\xa9", out, sizeof(out)), 0);
+    assert_string_equal(out, "a%20b%2Fc%3Fd%25%C3%A9");
+    assert_int_equal(sg_upstream_escape("", out, sizeof(out)), 0);
+    assert_string_equal(out, "");
+    /* what does not fit is refused, never cut */
+    assert_int_equal(sg_upstream_escape("abc", out, 4), 0);
+    assert_int_equal(sg_upstream_escape("abcd", out, 4), -1);
+    assert_int_equal(sg_upstream_escape("\xff", out, 3), -1);
+    assert_int_equal(sg_upstream_escape("\xff", out, 4), 0);
+    assert_string_equal(out, "%FF");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1451,6 +1667,9 @@ int main(void)
         UPSTREAM_TEST(test_interleaved_timeouts),
         UPSTREAM_TEST(test_keepalive_parked),
         cmocka_unit_test(test_idle_connection_closed),
+        cmocka_unit_test(test_reused_connection_retried),
+        cmocka_unit_test(test_reply_shapes),
+        cmocka_unit_test(test_escape),
         cmocka_unit_test(test_hold_watch),
         cmocka_unit_test(test_destroy_after_watch),
     };
