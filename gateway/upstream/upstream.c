@@ -6,8 +6,8 @@
  * reads its reply needs; nothing here blocks on the network.
  *
  * Connections. A request takes the most recently parked idle connection,
- * else opens one (the proxy's address: numeric, or the host name resolved
- * when a connection opens, kept RESOLVE_KEEP_MS). A reply that ends where
+ * else opens one (to the proxy's address, or to a host name's addresses in
+ * turn, looked up when a connection opens and kept RESOLVE_KEEP_MS). A reply that ends where
  * its length says, on an HTTP/1.1 connection the proxy keeps open, parks
  * the connection again; anything else closes it. A parked connection is
  * watched: the proxy closing it (or sending anything) takes it out of the
@@ -69,7 +69,8 @@ ssize_t phr_decode_chunked(struct phr_chunked_decoder *decoder, char *buf, size_
 #define MAX_IDLE 256          /* parked connections kept; more are closed */
 #define MAX_HEADERS 64        /* in a reply's head */
 #define MAX_HEAD_BYTES 65536  /* a reply's head longer than this is refused */
-#define RESOLVE_KEEP_MS 10000 /* a host name's address serves new connections this long */
+#define RESOLVE_KEEP_MS 10000 /* a host name's addresses serve new connections this long */
+#define MAX_ADDRS 8           /* of a host name's, tried in turn */
 
 typedef struct {
     h2o_linklist_t link; /* u->idle */
@@ -83,9 +84,11 @@ struct sg_upstream {
     char *authority; /* the Host header: host[:port] as the URL has it */
     char *prefix;    /* the URL's path, "" when none */
     uint16_t port;
-    struct sockaddr_storage addr; /* host's address, addr_len 0: none yet */
-    socklen_t addr_len;
-    int numeric; /* host is an address: addr never expires */
+    struct sockaddr_storage addrs[MAX_ADDRS]; /* host's addresses, naddrs 0: none yet */
+    socklen_t addr_lens[MAX_ADDRS];
+    size_t naddrs;
+    size_t addr_ok; /* the one tried first: the last that connected */
+    int numeric;    /* host is an address: it never expires */
     uint64_t addr_until_ms;
     size_t max_reply_bytes;
     h2o_linklist_t active; /* requests not yet finished or cancelled */
@@ -138,6 +141,8 @@ struct sg_upstream_req {
     unsigned keep_alive : 1;
     unsigned too_large : 1;
     unsigned written : 1; /* the request is out: its buffer is no longer h2o's */
+    size_t addr_tries;    /* addresses tried for its connection */
+    size_t addr_i;        /* the one being tried */
     int body_mode;
     size_t left; /* BODY_LENGTH: bytes to come */
     struct phr_chunked_decoder chunked;
@@ -618,6 +623,7 @@ static void conn_ended(sg_upstream_req_t *r, const char *err)
         r->retried = 1;
         r->reused = 0;
         r->written = 0;
+        r->addr_tries = 0;
         open_conn(r);
         return;
     }
@@ -674,14 +680,19 @@ static void on_connected(h2o_socket_t *sock, const char *err)
     sg_upstream_t *u = r->u;
 
     enter(u);
+    r->sock = NULL;
     if (err != NULL) {
-        r->sock = NULL;
         h2o_socket_close(sock);
-        if (!u->numeric)
-            u->addr_len = 0; /* the name is looked up again */
-        fail(r, "the proxy does not answer (%s)", err);
+        if (++r->addr_tries < u->naddrs) {
+            open_conn(r); /* the host's next address */
+        } else {
+            if (!u->numeric)
+                u->naddrs = 0; /* the name is looked up again */
+            fail(r, "the proxy does not answer (%s)", err);
+        }
     } else {
         ++u->connects;
+        u->addr_ok = r->addr_i;
         send_req(r, sock);
     }
     leave(u);
@@ -704,42 +715,61 @@ static void fail_soon(sg_upstream_req_t *r, const char *fmt, const char *detail)
     sg_loop_soon(r->u->loop, &r->soon);
 }
 
-/* The address to connect to: 0, or -1 with a reason in why. */
-static int address(sg_upstream_t *u, char *why, size_t whylen)
+/* The host's addresses: 0, or -1 with a reason in why. */
+static int addresses(sg_upstream_t *u, char *why, size_t whylen)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     char port[8];
     int rc;
 
-    if (u->addr_len != 0 && (u->numeric || sg_now_ms() < u->addr_until_ms))
+    if (u->naddrs != 0 && (u->numeric || sg_now_ms() < u->addr_until_ms))
         return 0;
     snprintf(port, sizeof(port), "%u", u->port);
     if ((rc = getaddrinfo(u->host, port, &hints, &res)) != 0 || res == NULL) {
         snprintf(why, whylen, "cannot resolve %s: %s", u->host, rc != 0 ? gai_strerror(rc) : "no address");
+        u->naddrs = 0;
         return -1;
     }
-    memcpy(&u->addr, res->ai_addr, res->ai_addrlen);
-    u->addr_len = res->ai_addrlen;
-    u->addr_until_ms = sg_now_ms() + RESOLVE_KEEP_MS;
+    u->naddrs = 0;
+    u->addr_ok = 0;
+    for (struct addrinfo *a = res; a != NULL && u->naddrs < MAX_ADDRS; a = a->ai_next) {
+        if (a->ai_addrlen > sizeof(u->addrs[0]))
+            continue;
+        memcpy(&u->addrs[u->naddrs], a->ai_addr, a->ai_addrlen);
+        u->addr_lens[u->naddrs++] = a->ai_addrlen;
+    }
     freeaddrinfo(res);
+    if (u->naddrs == 0) {
+        snprintf(why, whylen, "cannot resolve %s: no address", u->host);
+        return -1;
+    }
+    u->addr_until_ms = sg_now_ms() + RESOLVE_KEEP_MS;
     return 0;
 }
 
-/* A new connection for r; a failure is told at the end of the turn. */
+/* A new connection for r, to the host's addresses in turn from the last
+ * that connected; a failure is told at the end of the turn. */
 static void open_conn(sg_upstream_req_t *r)
 {
     sg_upstream_t *u = r->u;
     char why[256];
-    h2o_socket_t *sock;
+    h2o_socket_t *sock = NULL;
 
     r->state = REQ_CONNECTING;
-    if (address(u, why, sizeof(why)) != 0) {
+    if (r->addr_tries == 0 && addresses(u, why, sizeof(why)) != 0) {
         fail_soon(r, "the proxy does not answer (%s)", why);
         return;
     }
-    if ((sock = h2o_socket_connect(u->loop, (struct sockaddr *)&u->addr, u->addr_len, on_connected)) == NULL) {
-        fail_soon(r, "the proxy does not answer (%s)", strerror(errno));
+    for (; r->addr_tries < u->naddrs; ++r->addr_tries) {
+        r->addr_i = (u->addr_ok + r->addr_tries) % u->naddrs;
+        if ((sock = h2o_socket_connect(u->loop, (struct sockaddr *)&u->addrs[r->addr_i], u->addr_lens[r->addr_i],
+                                       on_connected)) != NULL)
+            break;
+        snprintf(why, sizeof(why), "%s", strerror(errno));
+    }
+    if (sock == NULL) {
+        fail_soon(r, "the proxy does not answer (%s)", why);
         return;
     }
     sock->data = r;
@@ -848,8 +878,8 @@ sg_upstream_t *sg_upstream_create(h2o_loop_t *loop, const char *base_url, size_t
     u->prefix = sg_xstrndup(url.path.base, url.path.len > 1 ? url.path.len : 0);
     u->port = h2o_url_get_port(&url);
 
-    struct sockaddr_in *in4 = (struct sockaddr_in *)&u->addr;
-    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&u->addr;
+    struct sockaddr_in *in4 = (struct sockaddr_in *)&u->addrs[0];
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&u->addrs[0];
     char bare[64];
     snprintf(bare, sizeof(bare), "%s", u->host[0] == '[' ? u->host + 1 : u->host);
     if (bare[0] != '\0' && bare[strlen(bare) - 1] == ']')
@@ -857,12 +887,14 @@ sg_upstream_t *sg_upstream_create(h2o_loop_t *loop, const char *base_url, size_t
     if (inet_pton(AF_INET, bare, &in4->sin_addr) == 1) {
         in4->sin_family = AF_INET;
         in4->sin_port = htons(u->port);
-        u->addr_len = sizeof(*in4);
+        u->addr_lens[0] = sizeof(*in4);
+        u->naddrs = 1;
         u->numeric = 1;
     } else if (inet_pton(AF_INET6, bare, &in6->sin6_addr) == 1) {
         in6->sin6_family = AF_INET6;
         in6->sin6_port = htons(u->port);
-        u->addr_len = sizeof(*in6);
+        u->addr_lens[0] = sizeof(*in6);
+        u->naddrs = 1;
         u->numeric = 1;
     }
 

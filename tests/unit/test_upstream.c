@@ -1629,6 +1629,27 @@ static void test_destroy_after_watch(void **state)
     assert_false(is_epoll_fd(watch_fd));
 }
 
+/* A proxy named by host name, looked up when a connection opens. The server
+ * listens on 127.0.0.1 only: where "localhost" is ::1 as well (not in every
+ * /etc/hosts: not in the one this suite was written on), the first address
+ * that fails passes to the next. Either way the request gets through and
+ * the next one reuses the connection. */
+static void test_host_name(void **state)
+{
+    char url[64];
+    result_t r;
+
+    snprintf(url, sizeof(url), "http://localhost:%d", sg_http_server_port(server));
+    sg_upstream_t *u = sg_upstream_create(loop, url, MIB);
+    assert_non_null(u);
+    for (int i = 0; i < 2; i++) {
+        expect_reply(u, "/fast", 200, &r);
+        result_free(&r);
+    }
+    assert_int_equal(sg_upstream_connections_opened(u), 1);
+    destroy_upstream(u);
+}
+
 /* A template's name as one path segment of a request to the proxy. */
 static void test_escape(void **state)
 {
@@ -1670,6 +1691,7 @@ int main(void)
         cmocka_unit_test(test_reused_connection_retried),
         cmocka_unit_test(test_reply_shapes),
         cmocka_unit_test(test_escape),
+        cmocka_unit_test(test_host_name),
         cmocka_unit_test(test_hold_watch),
         cmocka_unit_test(test_destroy_after_watch),
     };
