@@ -524,14 +524,31 @@ static int send_head(sg_upstream_req_t *r)
     return 0;
 }
 
+/* Hands on the n bytes at the head of in, then consumes used bytes of it:
+ * collected straight from the socket's buffer; streamed, copied and
+ * consumed first, as on_data may end the request and its connection. 0, or
+ * -1 when r is over. */
+static int pass_on(sg_upstream_req_t *r, h2o_buffer_t **in, size_t n, size_t used)
+{
+    if (r->on_data == NULL) {
+        if (deliver(r, (*in)->bytes, n) != 0)
+            return -1;
+        h2o_buffer_consume(in, used);
+        return 0;
+    }
+    char *copy = n != 0 ? memdup((*in)->bytes, n) : NULL;
+    h2o_buffer_consume(in, used);
+    int gone = deliver(r, copy, n);
+    free(copy);
+    return gone;
+}
+
 /* What is in the socket's buffer, read as far as it goes: 0 while r still
  * reads on its connection, 1 when r is over (told, or cancelled and freed). */
 static int read_reply(sg_upstream_req_t *r)
 {
     h2o_buffer_t **in = &r->sock->input;
-    char *copy;
-    size_t n;
-    int gone;
+    size_t n = 0;
 
     while (!r->head_done) {
         int informational = 0, rc = read_head(r, in, &informational);
@@ -570,18 +587,8 @@ static int read_reply(sg_upstream_req_t *r)
         }
         /* the decoded bytes are moved to the buffer's head; past them, what
          * follows the last chunk (rc bytes) */
-        if (r->on_data == NULL) {
-            if (deliver(r, (*in)->bytes, n) != 0)
-                return 1;
-            h2o_buffer_consume(in, size);
-        } else {
-            copy = n != 0 ? memdup((*in)->bytes, n) : NULL;
-            h2o_buffer_consume(in, size);
-            gone = deliver(r, copy, n);
-            free(copy);
-            if (gone)
-                return 1;
-        }
+        if (pass_on(r, in, n, size) != 0)
+            return 1;
         if (rc >= 0) {
             complete(r, rc > 0);
             return 1;
@@ -589,21 +596,8 @@ static int read_reply(sg_upstream_req_t *r)
         return 0;
     }
     }
-    /* BODY_LENGTH and BODY_CLOSE: collected straight from the socket's
-     * buffer; streamed, consumed first, as on_data may end the request and
-     * its connection */
-    if (r->on_data == NULL) {
-        if (deliver(r, (*in)->bytes, n) != 0)
-            return 1;
-        h2o_buffer_consume(in, n);
-    } else {
-        copy = n != 0 ? memdup((*in)->bytes, n) : NULL;
-        h2o_buffer_consume(in, n);
-        gone = deliver(r, copy, n);
-        free(copy);
-        if (gone)
-            return 1;
-    }
+    if (pass_on(r, in, n, n) != 0)
+        return 1;
     if (r->body_mode == BODY_LENGTH && r->left == 0) {
         complete(r, r->sock->input->size != 0);
         return 1;
