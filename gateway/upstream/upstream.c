@@ -32,7 +32,6 @@
 #include "http.h"
 #include "util.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <json-c/json.h>
 #include <netdb.h>
@@ -104,10 +103,9 @@ struct sg_upstream {
 };
 
 enum {
-    REQ_CONNECTING, /* its connection is opening */
-    REQ_SENT,       /* on a connection: the request written, the reply read */
-    REQ_FINISHING,  /* on_done is running */
-    REQ_DEAD,       /* cancelled while one of its callbacks ran: freed when it returns */
+    REQ_ACTIVE,    /* its connection opening, or on it: the request written, the reply read */
+    REQ_FINISHING, /* on_done is running */
+    REQ_DEAD,      /* cancelled while one of its callbacks ran: freed when it returns */
 };
 
 enum {
@@ -122,8 +120,7 @@ struct sg_upstream_req {
     h2o_linklist_t link; /* u->active */
     int state;
     h2o_socket_t *sock;
-    h2o_timeout_entry_t soon; /* a failure found by start, told at the end of the turn */
-    const char *soon_err;
+    h2o_timeout_entry_t soon; /* a failure found by start (in err), told at the end of the turn */
     sg_upstream_head_cb on_head;
     sg_upstream_data_cb on_data;
     sg_upstream_done_cb on_done;
@@ -660,7 +657,6 @@ static void send_req(sg_upstream_req_t *r, h2o_socket_t *sock)
     h2o_iovec_t buf = h2o_iovec_init(r->wire, r->wire_len);
 
     r->sock = sock;
-    r->state = REQ_SENT;
     sock->data = r;
     h2o_socket_write(sock, &buf, 1, on_written);
     h2o_socket_read_start(sock, on_reply_read);
@@ -698,21 +694,21 @@ static void on_soon(h2o_timeout_entry_t *e)
     sg_upstream_t *u = r->u;
 
     enter(u);
-    fail(r, "%s", r->soon_err);
+    finish(r, r->err, 0);
     leave(u);
 }
 
 static void fail_soon(sg_upstream_req_t *r, const char *fmt, const char *detail)
 {
     snprintf(r->err, sizeof(r->err), fmt, detail);
-    r->soon_err = r->err;
     sg_loop_soon(r->u->loop, &r->soon);
 }
 
-/* The host's addresses: 0, or -1 with a reason in why. */
-static int addresses(sg_upstream_t *u, char *why, size_t whylen)
+/* The host's addresses (flags: AI_NUMERICHOST, or 0 to look a name up):
+ * 0, or -1 with a reason in why. */
+static int addresses(sg_upstream_t *u, int flags, char *why, size_t whylen)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV | flags};
     struct addrinfo *res = NULL;
     char port[8];
     int rc;
@@ -750,8 +746,7 @@ static void open_conn(sg_upstream_req_t *r)
     char why[256];
     h2o_socket_t *sock = NULL;
 
-    r->state = REQ_CONNECTING;
-    if (r->addr_tries == 0 && addresses(u, why, sizeof(why)) != 0) {
+    if (r->addr_tries == 0 && addresses(u, 0, why, sizeof(why)) != 0) {
         fail_soon(r, "the proxy does not answer (%s)", why);
         return;
     }
@@ -866,31 +861,17 @@ sg_upstream_t *sg_upstream_create(h2o_loop_t *loop, const char *base_url, size_t
     u->tfd = -1;
     h2o_linklist_init_anchor(&u->active);
     h2o_linklist_init_anchor(&u->idle);
-    u->host = sg_xstrndup(url.host.base, url.host.len);
+    /* an IPv6 address without its brackets */
+    int bracketed = url.host.len >= 2 && url.host.base[0] == '[' && url.host.base[url.host.len - 1] == ']';
+    u->host = bracketed ? sg_xstrndup(url.host.base + 1, url.host.len - 2) : sg_xstrndup(url.host.base, url.host.len);
     u->authority = sg_xstrndup(url.authority.base, url.authority.len);
     /* h2o gives "/" for no path: the request's own path follows */
     u->prefix = sg_xstrndup(url.path.base, url.path.len > 1 ? url.path.len : 0);
     u->port = h2o_url_get_port(&url);
 
-    struct sockaddr_in *in4 = (struct sockaddr_in *)&u->addrs[0];
-    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&u->addrs[0];
-    char bare[64];
-    snprintf(bare, sizeof(bare), "%s", u->host[0] == '[' ? u->host + 1 : u->host);
-    if (bare[0] != '\0' && bare[strlen(bare) - 1] == ']')
-        bare[strlen(bare) - 1] = '\0';
-    if (inet_pton(AF_INET, bare, &in4->sin_addr) == 1) {
-        in4->sin_family = AF_INET;
-        in4->sin_port = htons(u->port);
-        u->addr_lens[0] = sizeof(*in4);
-        u->naddrs = 1;
-        u->numeric = 1;
-    } else if (inet_pton(AF_INET6, bare, &in6->sin6_addr) == 1) {
-        in6->sin6_family = AF_INET6;
-        in6->sin6_port = htons(u->port);
-        u->addr_lens[0] = sizeof(*in6);
-        u->naddrs = 1;
-        u->numeric = 1;
-    }
+    /* an address kept for good; a name is looked up when a connection opens */
+    char why[256];
+    u->numeric = addresses(u, AI_NUMERICHOST, why, sizeof(why)) == 0;
 
     if ((u->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) < 0) {
         free_upstream(u);

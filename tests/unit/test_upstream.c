@@ -1648,6 +1648,18 @@ static void test_host_name(void **state)
     }
     assert_int_equal(sg_upstream_connections_opened(u), 1);
     destroy_upstream(u);
+
+    /* an IPv6 address in brackets is an address, not a name to look up (the
+     * server is not on ::1: the connect is what fails) */
+    snprintf(url, sizeof(url), "http://[::1]:%d", sg_http_server_port(server));
+    u = sg_upstream_create(loop, url, MIB);
+    assert_non_null(u);
+    exchange(u, "GET", "/fast", NULL, 0, NULL, 2000, NULL, NULL, &r, 2000);
+    assert_int_equal(r.status, 0);
+    assert_contains(r.err, "the proxy does not answer (");
+    assert_null(strstr(r.err, "resolve"));
+    result_free(&r);
+    destroy_upstream(u);
 }
 
 /* A template's name as one path segment of a request to the proxy. */
