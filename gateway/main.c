@@ -33,6 +33,7 @@ static struct {
     const char *proxy_url;
     long proxy_grace_ms;
     const char *redis_url;
+    int redis_solo;
     long max_body;
     long max_file_bytes;
     long max_header_bytes;
@@ -53,6 +54,9 @@ static const sg_cfg_entry_t config_table[] = {
      "with several proxies: how long a session whose proxy stopped answering waits for it before it is lost"},
     {"SANDGATE_REDIS_URL", SG_CFG_STR, "", 0, 0, &cfg.redis_url,
      "redis://host:port[/db] for shared state; empty keeps the state in this process"},
+    {"SANDGATE_REDIS_SOLO", SG_CFG_INT, "1", 0, 1, &cfg.redis_solo,
+     "1: while this is the only gateway on its Redis, executions are admitted from its own copy of the limits' "
+     "state, checked by Redis after (no round trip before the run); 0: Redis decides every admission"},
     {"SANDGATE_DATA_DIR", SG_CFG_STR, SG_STORE_DEFAULT_DIR, 0, 0, &sg_gw.data_dir,
      "directory of the SQLite file sandgate.db (shared with sandgate-admin)"},
     {"SANDGATE_ADMIN_TOKEN", SG_CFG_STR, "", 0, 0, &sg_gw.admin_token,
@@ -163,6 +167,8 @@ int main(int argc, char **argv)
     if (cfg.redis_url[0] != '\0') {
         sg_gw.redis_configured = 1;
         sg_gw.state = sg_state_create_redis(sg_gw.loop, cfg.redis_url, err, sizeof(err));
+        if (sg_gw.state != NULL)
+            sg_state_redis_solo(sg_gw.state, cfg.redis_solo);
     } else {
         sg_gw.state = sg_state_create_memory(sg_gw.loop);
     }

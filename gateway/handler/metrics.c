@@ -49,6 +49,29 @@ static void render_proxies(sg_buf_t *out)
     }
 }
 
+/* The Redis backend's solo admission (state.h). */
+static void render_solo(sg_buf_t *out)
+{
+    sg_state_solo_t s;
+    if (!sg_gw.redis_configured)
+        return;
+    sg_state_solo_stats(sg_gw.state, &s);
+    sg_buf_appendf(out,
+                   "# HELP sandgate_state_solo Whether this gateway, the only one on its Redis, admits executions "
+                   "from its own copy.\n# TYPE sandgate_state_solo gauge\nsandgate_state_solo %d\n",
+                   s.holds);
+    sg_buf_appendf(out,
+                   "# HELP sandgate_state_solo_admissions_total Executions admitted from this gateway's copy "
+                   "(Redis checked each after).\n# TYPE sandgate_state_solo_admissions_total counter\n"
+                   "sandgate_state_solo_admissions_total %llu\n",
+                   (unsigned long long)s.local_admits);
+    sg_buf_appendf(out,
+                   "# HELP sandgate_state_solo_mismatches_total Admissions from the copy that Redis answered "
+                   "otherwise (the copy dropped each time).\n# TYPE sandgate_state_solo_mismatches_total counter\n"
+                   "sandgate_state_solo_mismatches_total %llu\n",
+                   (unsigned long long)s.mismatches);
+}
+
 int sg_gw_on_metrics(void *app, h2o_req_t *req, const sg_route_match_t *m)
 {
     sg_buf_t out;
@@ -56,6 +79,7 @@ int sg_gw_on_metrics(void *app, h2o_req_t *req, const sg_route_match_t *m)
     sg_metrics_set_redis_up(sg_gw.redis_configured ? sg_state_available(sg_gw.state) : -1);
     sg_metrics_render(&out);
     render_proxies(&out);
+    render_solo(&out);
     sg_metrics_request("metrics", 200);
     sg_http_send_body(req, 200, "text/plain; version=0.0.4", out.base != NULL ? out.base : "", out.len);
     sg_buf_free(&out);

@@ -28,12 +28,21 @@
     "  redis.call('SET', KEYS[1], string.format('%d', nxt), 'PX', string.format('%d', nxt - now))\n"                   \
     "end\n"
 
+/* First in every script that admits (rate, execution slots, quota):
+ * while another gateway is the only one (redis.c, "solo": it admits from
+ * its own copy of these keys), nothing is decided here; {-1} says wait.
+ * ARGV's last is the calling gateway's id. */
+#define SOLO_GUARD                                                                                                     \
+    "local solo = redis.call('GET', 'sg:solo')\n"                                                                      \
+    "if solo and solo ~= ARGV[#ARGV] then return {-1} end\n"
+
 sg_state__script_t sg_state__scripts[SCRIPT_COUNT] = {
     /* KEYS: rate key. ARGV: now ms, emission interval T ms, burst.
      * The GCRA of state.c; returns {allowed, stored tat} and state.c's
      * sg_gcra recomputes remaining / reset / retry_after from the same
      * stored tat, so both backends share one formula. */
-    [SCRIPT_RATE] = {"local now = tonumber(ARGV[1])\n"
+    [SCRIPT_RATE] = {SOLO_GUARD
+                     "local now = tonumber(ARGV[1])\n"
                      "local t = tonumber(ARGV[2])\n"
                      "local bucket = t * tonumber(ARGV[3])\n"
                      "local stored = tonumber(redis.call('GET', KEYS[1]) or '0') or 0\n"
@@ -162,25 +171,25 @@ sg_state__script_t sg_state__scripts[SCRIPT_COUNT] = {
     /* KEYS: tenant's in-flight set (or its MCP sessions). ARGV: now s, max (0: renew only), token, lease deadline s,
      * key slack s. Leases that ran out go first; a token already held is
      * renewed. The key lives until slack s after its last lease. */
-    [SCRIPT_EXEC_ACQUIRE] = {"redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])\n"
-                             "local n = redis.call('ZCARD', KEYS[1])\n"
-                             "local held = redis.call('ZSCORE', KEYS[1], ARGV[3])\n"
-                             "if not held and n >= tonumber(ARGV[2]) then return {0, n} end\n"
-                             "redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])\n"
-                             "local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')\n"
-                             "local ttl = tonumber(last[2]) - tonumber(ARGV[1]) + tonumber(ARGV[5])\n"
-                             "if ttl < 1 then ttl = 1 end\n"
-                             "redis.call('EXPIRE', KEYS[1], math.floor(ttl))\n"
-                             "return {1, redis.call('ZCARD', KEYS[1])}\n"},
+    [SCRIPT_EXEC_ACQUIRE] = {SOLO_GUARD "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])\n"
+                                        "local n = redis.call('ZCARD', KEYS[1])\n"
+                                        "local held = redis.call('ZSCORE', KEYS[1], ARGV[3])\n"
+                                        "if not held and n >= tonumber(ARGV[2]) then return {0, n} end\n"
+                                        "redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])\n"
+                                        "local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')\n"
+                                        "local ttl = tonumber(last[2]) - tonumber(ARGV[1]) + tonumber(ARGV[5])\n"
+                                        "if ttl < 1 then ttl = 1 end\n"
+                                        "redis.call('EXPIRE', KEYS[1], math.floor(ttl))\n"
+                                        "return {1, redis.call('ZCARD', KEYS[1])}\n"},
     /* KEYS: quota key. ARGV: max execs, max seconds.
      * Returns {status, execs, seconds as a string}. */
-    [SCRIPT_QUOTA_RESERVE] = {"if redis.call('EXISTS', KEYS[1]) == 0 then return {3, 0, '0'} end\n"
-                              "local e = tonumber(redis.call('HGET', KEYS[1], 'execs') or '0') or 0\n"
-                              "local s = redis.call('HGET', KEYS[1], 'seconds') or '0'\n"
-                              "if e >= tonumber(ARGV[1]) then return {1, e, s} end\n"
-                              "if (tonumber(s) or 0) >= tonumber(ARGV[2]) then return {2, e, s} end\n"
-                              "e = redis.call('HINCRBY', KEYS[1], 'execs', 1)\n"
-                              "return {0, e, s}\n"},
+    [SCRIPT_QUOTA_RESERVE] = {SOLO_GUARD "if redis.call('EXISTS', KEYS[1]) == 0 then return {3, 0, '0'} end\n"
+                                         "local e = tonumber(redis.call('HGET', KEYS[1], 'execs') or '0') or 0\n"
+                                         "local s = redis.call('HGET', KEYS[1], 'seconds') or '0'\n"
+                                         "if e >= tonumber(ARGV[1]) then return {1, e, s} end\n"
+                                         "if (tonumber(s) or 0) >= tonumber(ARGV[2]) then return {2, e, s} end\n"
+                                         "e = redis.call('HINCRBY', KEYS[1], 'execs', 1)\n"
+                                         "return {0, e, s}\n"},
     /* KEYS: quota key. ARGV: execs, seconds, ttl s. ok = 1 if it seeded. */
     [SCRIPT_QUOTA_SEED] = {"local n = redis.call('HSETNX', KEYS[1], 'execs', ARGV[1])\n"
                            "  + redis.call('HSETNX', KEYS[1], 'seconds', ARGV[2])\n"
@@ -199,7 +208,7 @@ sg_state__script_t sg_state__scripts[SCRIPT_COUNT] = {
      * in flight, token, lease deadline s, key slack s, max execs, max seconds.
      * Returns {allowed, stored tat, slot, in flight, quota status, execs,
      * seconds as a string}. */
-    [SCRIPT_EXEC_ADMIT] = {RATE_STEP(
+    [SCRIPT_EXEC_ADMIT] = {SOLO_GUARD RATE_STEP(
         "{0, stored, 0, 0, 0, 0, '0'}") "redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[4])\n"
                                         "local n = redis.call('ZCARD', KEYS[2])\n"
                                         "local held = redis.call('ZSCORE', KEYS[2], ARGV[6])\n"
@@ -243,7 +252,7 @@ sg_state__script_t sg_state__scripts[SCRIPT_COUNT] = {
      * admission. KEYS: rate key, tenant set. ARGV: now ms, emission
      * interval T ms (0: no rate), burst, now s, max, "pending:<token>",
      * expiry s. Returns {allowed, stored tat, reserved, count}. */
-    [SCRIPT_SESSION_ADMIT] = {RATE_STEP(
+    [SCRIPT_SESSION_ADMIT] = {SOLO_GUARD RATE_STEP(
         "{0, stored, 0, 0}") "redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[4])\n"
                              "local n = redis.call('ZCARD', KEYS[2])\n"
                              "if n < tonumber(ARGV[5]) then\n"
@@ -251,6 +260,39 @@ sg_state__script_t sg_state__scripts[SCRIPT_COUNT] = {
                              "  return {1, stored, 1, redis.call('ZCARD', KEYS[2])}\n"
                              "end\n"
                              "return {1, stored, 0, n}\n"},
+    /* The solo lease (redis.c). KEYS: the gateways' set, the solo key.
+     * ARGV: this gateway's id, lease ms, 1 to ask for the lease. Every
+     * gateway beats: it is in the set until lease ms after its last beat
+     * (Redis's clock). A gateway alone in the set that asks gets or keeps
+     * the lease; none other does. The holder is never dropped here: it
+     * stops admitting from its copy first, then gives the lease back
+     * (SCRIPT_SOLO_RELEASE), so that everything it admitted is in Redis
+     * before anyone else admits. Returns {holds, gateways}. */
+    [SCRIPT_SOLO_BEAT] = {"local t = redis.call('TIME')\n"
+                          "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+                          "local ttl = tonumber(ARGV[2])\n"
+                          "redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])\n"
+                          "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)\n"
+                          "redis.call('PEXPIRE', KEYS[1], ttl * 2)\n"
+                          "local n = redis.call('ZCARD', KEYS[1])\n"
+                          "local holder = redis.call('GET', KEYS[2])\n"
+                          "if n == 1 and ARGV[3] == '1' and (not holder or holder == ARGV[1]) then\n"
+                          "  redis.call('SET', KEYS[2], ARGV[1], 'PX', ttl)\n"
+                          "  return {1, n}\n"
+                          "end\n"
+                          "return {0, n}\n"},
+    /* KEYS: the solo key. ARGV: this gateway's id. Gives the lease back if
+     * held. */
+    [SCRIPT_SOLO_RELEASE] = {"if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end\n"
+                             "return {1, 0}\n"},
+    /* KEYS: rate key, tenant's in-flight set, quota key. What the solo
+     * holder copies (solo.h): {rate key or '0', quota PTTL, execs, seconds,
+     * member, score, member, score, ...}. */
+    [SCRIPT_SOLO_SEED] =
+        {"local out = {redis.call('GET', KEYS[1]) or '0', redis.call('PTTL', KEYS[3]),\n"
+         "  redis.call('HGET', KEYS[3], 'execs') or '0', redis.call('HGET', KEYS[3], 'seconds') or '0'}\n"
+         "for _, v in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')) do out[#out + 1] = v end\n"
+         "return out\n"},
 };
 
 void sg_state__scripts_init(void)

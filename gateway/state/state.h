@@ -237,4 +237,17 @@ typedef struct {
  * backend applied them. */
 void sg_state_exec_finish(sg_state_t *st, int64_t tenant, const sg_finish_args_t *a, sg_state_cb cb, void *data);
 
+/* ---- solo (the Redis backend) ----
+ * While it is the only gateway on its Redis, a gateway that asks admits
+ * executions from its own copy of each tenant's admission keys, without
+ * waiting for Redis (redis.c, "solo"); any other gateway beating on the
+ * same Redis ends it. Off until asked; no effect on another backend. */
+void sg_state_redis_solo(sg_state_t *st, int want);
+typedef struct {
+    int holds;             /* admits from its copy now */
+    uint64_t local_admits; /* executions so admitted */
+    uint64_t mismatches;   /* answers of Redis other than the copy's (a copy dropped each time) */
+} sg_state_solo_t;
+void sg_state_solo_stats(sg_state_t *st, sg_state_solo_t *out);
+
 #endif

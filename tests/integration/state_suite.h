@@ -61,6 +61,7 @@ static inline int server_command(const char *cmd)
 typedef enum { BACKEND_MEMORY, BACKEND_REDIS } backend_t;
 static backend_t group_backend;
 static h2o_loop_t *group_loop;
+static int group_solo; /* redis: each test's backend asks for the solo lease and holds it first */
 
 typedef struct {
     h2o_loop_t *loop;
@@ -119,6 +120,7 @@ static inline int group_teardown(void **state)
     group_loop = NULL;
     sggw_redis_stop(redis);
     redis = NULL;
+    group_solo = 0;
     return 0;
 }
 
@@ -160,7 +162,27 @@ static inline int setup(void **state)
         fprintf(stderr, "the redis backend did not become available\n");
         return -1;
     }
+    if (group_solo) {
+        sg_state_solo_t solo = {0};
+        double deadline = sgtest_now() + WAIT_S;
+        sg_state_redis_solo(f->st, 1);
+        while (!solo.holds && sgtest_now() < deadline) {
+            h2o_evloop_run(f->loop, 10);
+            sg_state_solo_stats(f->st, &solo);
+        }
+        if (!solo.holds) {
+            fprintf(stderr, "the redis backend did not take the solo lease\n");
+            return -1;
+        }
+    }
     return 0;
+}
+
+/* The solo group: as the redis group, each backend holding the lease. */
+static inline int group_setup_redis_solo(void **state)
+{
+    group_solo = 1;
+    return group_setup_redis(state);
 }
 
 static inline int teardown(void **state)
@@ -168,6 +190,18 @@ static inline int teardown(void **state)
     fixture_t *f = *state;
     if (redis != NULL)
         sggw_redis_resume(redis);
+    if (group_solo) {
+        /* Redis answered every admission the copy made as the copy did */
+        sg_state_solo_t solo;
+        sg_state_solo_stats(f->st, &solo);
+        if (solo.mismatches != 0) {
+            fprintf(stderr, "teardown: %llu admissions from the copy that Redis answered otherwise\n",
+                    (unsigned long long)solo.mismatches);
+            sg_state_destroy(f->st);
+            free(f);
+            return -1;
+        }
+    }
     sg_state_destroy(f->st);
     /* closed sockets are freed by the loop's next round */
     h2o_evloop_run(f->loop, 0);

@@ -823,8 +823,13 @@ int main(void)
 {
     const struct CMUnitTest memory_tests[] = {SUITE(setup, teardown)};
     const struct CMUnitTest redis_tests[] = {SUITE(setup, teardown)};
+    const struct CMUnitTest solo_tests[] = {SUITE(setup, teardown)};
     signal(SIGPIPE, SIG_IGN);
     int failed = cmocka_run_group_tests_name("state: memory backend", memory_tests, group_setup_memory, group_teardown);
     failed += cmocka_run_group_tests_name("state: redis backend", redis_tests, group_setup_redis, group_teardown);
+    /* the same, every admission this gateway can decide from its copy
+     * decided there (redis.c, "solo"), Redis checking each after */
+    failed +=
+        cmocka_run_group_tests_name("state: redis backend, solo", solo_tests, group_setup_redis_solo, group_teardown);
     return failed;
 }

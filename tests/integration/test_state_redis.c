@@ -336,10 +336,244 @@ static void test_redis_hang(void **state)
     fprintf(stderr, "    redis answered again %.2f s after SIGCONT\n", sgtest_now() - t0);
 }
 
+/* ---- solo (redis.c): the only gateway admits from its copy ------------------------------- */
+
+typedef struct {
+    int done;
+    sg_admit_result_t r;
+} admit_wait_t;
+
+static void on_admit(void *data, const sg_admit_result_t *r)
+{
+    admit_wait_t *w = data;
+    w->r = *r;
+    w->done++;
+}
+
+static sg_state_solo_t solo_of(sg_state_t *st)
+{
+    sg_state_solo_t s;
+    sg_state_solo_stats(st, &s);
+    return s;
+}
+
+/* Runs the loop until st holds the lease (want 1) or not (0); the time it took. */
+static double wait_solo(fixture_t *f, sg_state_t *st, int want, double timeout_s)
+{
+    double t0 = sgtest_now();
+    while (solo_of(st).holds != want && sgtest_now() - t0 < timeout_s)
+        h2o_evloop_run(f->loop, 5);
+    if (solo_of(st).holds != want)
+        fail_msg("the backend %s the solo lease after %.1f s", want ? "did not take" : "still holds", timeout_s);
+    return sgtest_now() - t0;
+}
+
+static sg_admit_args_t admit_args(const char *token, long slots, const char *day, long per_day)
+{
+    sg_admit_args_t a = {.rate_per_min = 0,
+                         .burst = 1,
+                         .max_execs = slots,
+                         .token = token,
+                         .lease_s = 60,
+                         .day = day,
+                         .execs_per_day = per_day,
+                         .seconds_per_day = 1000};
+    return a;
+}
+
+static long redis_int(const char *cmd)
+{
+    int ok;
+    char *v = sggw_redis_cmd(redis, &ok, cmd);
+    long n = ok && v != NULL ? strtol(v, NULL, 10) : -1;
+    free(v);
+    return n;
+}
+
+/* Held: admissions are answered before the call returns (no round trip),
+ * exactly as Redis answers them after, and Redis ends with the same keys. */
+static void test_solo_admits_from_copy(void **state)
+{
+    fixture_t *f = *state;
+    const char *day = "20260201";
+    char tokens[12][32];
+    admit_wait_t w[12];
+
+    sg_state_redis_solo(f->st, 1);
+    wait_solo(f, f->st, 1, 3.0);
+    assert_int_equal(seed(f, 1301, day, 0, 0).ok, 1);
+    memset(w, 0, sizeof(w));
+    /* the first makes the copy (Redis decides it, the copy is read behind it) */
+    snprintf(tokens[0], sizeof(tokens[0]), "t-0");
+    sg_admit_args_t a = admit_args(tokens[0], 4, day, 6);
+    sg_state_exec_admit(f->st, 1301, &a, on_admit, &w[0]);
+    RUN_UNTIL(f, w[0].done, WAIT_S);
+    run_for(f, 0.05); /* the seed's answer */
+    uint64_t local0 = solo_of(f->st).local_admits;
+    /* the next three at once are answered before the call returns */
+    for (int i = 1; i < 4; i++) {
+        snprintf(tokens[i], sizeof(tokens[i]), "t-%d", i);
+        a = admit_args(tokens[i], 4, day, 6);
+        sg_state_exec_admit(f->st, 1301, &a, on_admit, &w[i]);
+        assert_int_equal(w[i].done, 1);
+        assert_int_equal(w[i].r.slot, 1);
+        assert_int_equal(w[i].r.in_flight, i + 1);
+        assert_int_equal(w[i].r.execs, i + 1);
+    }
+    assert_int_equal(solo_of(f->st).local_admits, local0 + 3);
+    /* the fifth is refused (4 slots): Redis decides a refusal */
+    snprintf(tokens[4], sizeof(tokens[4]), "t-4");
+    a = admit_args(tokens[4], 4, day, 6);
+    sg_state_exec_admit(f->st, 1301, &a, on_admit, &w[4]);
+    RUN_UNTIL(f, w[4].done, WAIT_S);
+    assert_int_equal(w[4].r.slot, 0);
+    assert_int_equal(w[4].r.in_flight, 4);
+    /* two end (finish, release): two more fit, then the day's 6 are used */
+    sg_finish_args_t fa = {.token = tokens[0], .sid = NULL, .now = 0, .idle_timeout = 60, .day = day, .seconds = 1.5};
+    sg_state_exec_finish(f->st, 1301, &fa, NULL, NULL);
+    sg_state_result_t rel = exec_release(f, 1301, tokens[1]);
+    assert_int_equal(rel.ok, 1);
+    assert_int_equal(rel.count, 2);
+    for (int i = 5; i < 8; i++) { /* (now 5 slots: the last is refused by the day's count, not a slot) */
+        snprintf(tokens[i], sizeof(tokens[i]), "t-%d", i);
+        a = admit_args(tokens[i], 5, day, 6);
+        sg_state_exec_admit(f->st, 1301, &a, on_admit, &w[i]);
+        RUN_UNTIL(f, w[i].done, WAIT_S);
+    }
+    assert_int_equal(w[5].r.quota, SG_QUOTA_OK);
+    assert_int_equal(w[6].r.quota, SG_QUOTA_OK);
+    assert_int_equal(w[7].r.quota, SG_QUOTA_EXECS);
+    run_for(f, 0.1);
+    /* Redis holds what the answers said */
+    assert_int_equal(redis_int("ZCARD sg:tenant:1301:execs"), 4);
+    assert_int_equal(redis_int("HGET sg:quota:1301:20260201 execs"), 6);
+    assert_int_equal(solo_of(f->st).mismatches, 0);
+}
+
+/* A second gateway on the same Redis: the holder stops admitting from its
+ * copy and gives the lease back; the second's admissions wait for that,
+ * then both decide through Redis, and the cap holds across both. */
+static void test_solo_second_gateway(void **state)
+{
+    fixture_t *f = *state;
+    const char *day = "20260202";
+    char err[256], tokens[10][32];
+    admit_wait_t w[10];
+
+    sg_state_redis_solo(f->st, 1);
+    wait_solo(f, f->st, 1, 3.0);
+    assert_int_equal(seed(f, 1302, day, 0, 0).ok, 1);
+    memset(w, 0, sizeof(w));
+    for (int i = 0; i < 3; i++) { /* A: one through Redis, then from its copy */
+        snprintf(tokens[i], sizeof(tokens[i]), "a-%d", i);
+        sg_admit_args_t a = admit_args(tokens[i], 5, day, 100);
+        sg_state_exec_admit(f->st, 1302, &a, on_admit, &w[i]);
+        RUN_UNTIL(f, w[i].done, WAIT_S);
+        run_for(f, 0.02);
+    }
+    assert_true(solo_of(f->st).local_admits >= 1);
+
+    sg_state_t *b = sg_state_create_redis(f->loop, redis_url, err, sizeof(err));
+    assert_non_null(b);
+    sg_state_redis_solo(b, 1);
+    double t0 = sgtest_now();
+    /* B asks at once: held back until A has let go */
+    snprintf(tokens[3], sizeof(tokens[3]), "b-0");
+    sg_admit_args_t a = admit_args(tokens[3], 5, day, 100);
+    while (!sg_state_available(b) && sgtest_now() - t0 < WAIT_S)
+        h2o_evloop_run(f->loop, 5);
+    sg_state_exec_admit(b, 1302, &a, on_admit, &w[3]);
+    RUN_UNTIL(f, w[3].done, WAIT_S);
+    double waited = sgtest_now() - t0;
+    fprintf(stderr, "    the second gateway's first admission: %.3f s\n", waited);
+    assert_true(waited < 1.5);
+    assert_int_equal(w[3].r.available, 1);
+    assert_int_equal(w[3].r.slot, 1);
+    assert_int_equal(w[3].r.in_flight, 4);
+    assert_int_equal(solo_of(f->st).holds, 0);
+    assert_int_equal(solo_of(b).holds, 0); /* two beat: neither holds */
+    /* the cap of 5 across both, asked at once from both */
+    for (int i = 4; i < 10; i++) {
+        snprintf(tokens[i], sizeof(tokens[i]), "x-%d", i);
+        sg_admit_args_t x = admit_args(tokens[i], 5, day, 100);
+        sg_state_exec_admit(i % 2 ? b : f->st, 1302, &x, on_admit, &w[i]);
+    }
+    int granted = 0;
+    for (int i = 4; i < 10; i++) {
+        RUN_UNTIL(f, w[i].done, WAIT_S);
+        granted += w[i].r.slot;
+    }
+    if (granted != 1)
+        fprintf(stderr, "    granted %d: %d %d %d %d %d %d (in flight %ld %ld %ld)\n", granted, w[4].r.slot,
+                w[5].r.slot, w[6].r.slot, w[7].r.slot, w[8].r.slot, w[9].r.slot, w[4].r.in_flight, w[5].r.in_flight,
+                w[6].r.in_flight);
+    assert_int_equal(granted, 1);
+    assert_int_equal(redis_int("ZCARD sg:tenant:1302:execs"), 5);
+    /* B goes: A is alone again and takes the lease */
+    sg_state_destroy(b);
+    h2o_evloop_run(f->loop, 0);
+    double took = wait_solo(f, f->st, 1, 3.0);
+    fprintf(stderr, "    the lease taken again %.3f s after the second gateway left\n", took);
+    assert_int_equal(solo_of(f->st).mismatches, 0);
+}
+
+/* A holder that died without giving the lease back (its key left as it
+ * was): another gateway's admissions wait until the key runs out, then
+ * go on; never longer than the lease's time. */
+static void test_solo_dead_holder(void **state)
+{
+    fixture_t *f = *state;
+    const char *day = "20260203";
+    admit_wait_t w = {0};
+
+    assert_int_equal(seed(f, 1303, day, 0, 0).ok, 1);
+    assert_int_equal(server_command("SET sg:solo deadbeef PX 700"), 0);
+    double t0 = sgtest_now();
+    sg_admit_args_t a = admit_args("d-0", 5, day, 100);
+    sg_state_exec_admit(f->st, 1303, &a, on_admit, &w);
+    RUN_UNTIL(f, w.done, WAIT_S);
+    double waited = sgtest_now() - t0;
+    fprintf(stderr, "    admitted %.3f s after, the dead holder's key set for 0.7 s\n", waited);
+    assert_true(waited >= 0.5);
+    assert_true(waited < 1.5);
+    assert_int_equal(w.r.available, 1);
+    assert_int_equal(w.r.slot, 1);
+}
+
+/* Redis changed behind the copy (an operator's write): the copy admits,
+ * Redis refuses, the difference is counted and the copy dropped; the next
+ * admission is Redis's to decide. */
+static void test_solo_mismatch_drops_copy(void **state)
+{
+    fixture_t *f = *state;
+    const char *day = "20260204";
+    admit_wait_t w[3];
+
+    sg_state_redis_solo(f->st, 1);
+    wait_solo(f, f->st, 1, 3.0);
+    assert_int_equal(seed(f, 1304, day, 0, 0).ok, 1);
+    memset(w, 0, sizeof(w));
+    sg_admit_args_t a = admit_args("m-0", 5, day, 10);
+    sg_state_exec_admit(f->st, 1304, &a, on_admit, &w[0]);
+    RUN_UNTIL(f, w[0].done, WAIT_S);
+    run_for(f, 0.05);
+    assert_int_equal(server_command("HSET sg:quota:1304:20260204 execs 10"), 0);
+    a = admit_args("m-1", 5, day, 10);
+    sg_state_exec_admit(f->st, 1304, &a, on_admit, &w[1]);
+    assert_int_equal(w[1].done, 1); /* from the copy */
+    run_for(f, 0.1);
+    assert_int_equal(solo_of(f->st).mismatches, 1);
+    a = admit_args("m-2", 5, day, 10);
+    sg_state_exec_admit(f->st, 1304, &a, on_admit, &w[2]);
+    RUN_UNTIL(f, w[2].done, WAIT_S);
+    assert_int_equal(w[2].r.quota, SG_QUOTA_EXECS);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     return SG_RUN_TESTS("state: redis backend only", group_setup_redis, group_teardown, setup, teardown, test_bad_urls,
                         test_unreachable, test_key_schema, test_db_select, test_destroy_inflight, test_noscript,
-                        test_redis_restart, test_redis_hang);
+                        test_redis_restart, test_redis_hang, test_solo_admits_from_copy, test_solo_second_gateway,
+                        test_solo_dead_holder, test_solo_mismatch_drops_copy);
 }

@@ -1,0 +1,75 @@
+/*
+ * solo.h — private to state/redis*.c: what a gateway that is the only one
+ * on its Redis keeps of each tenant's admission keys (its rate key, its
+ * executions in flight, its day's quota), so that an execution is admitted
+ * without waiting for a round trip (redis.c, "solo").
+ *
+ * A mirror holds exactly what the tenant's three keys will hold once every
+ * call this gateway has sent is applied, in order, on its one connection.
+ * sg_solo_admit decides as SCRIPT_EXEC_ADMIT would, on the same arguments,
+ * and only when the answer is certain and an admission: every refusal, and
+ * every case near an edge (a quota key near its expiry, seconds within a
+ * rounding of the day's limit, another day), is left to Redis. Pure logic:
+ * no I/O, no clock.
+ */
+#ifndef SANDGATE_STATE_SOLO_H
+#define SANDGATE_STATE_SOLO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "state.h"
+
+typedef struct {
+    char token[65];
+    int64_t until_s; /* a slot whose until_s <= now_s is gone (ZREMRANGEBYSCORE -inf now) */
+} sg_solo_slot_t;
+
+typedef struct {
+    int64_t tenant;
+    int64_t tat_ms; /* the rate key's stored arrival time (0: none) */
+    sg_solo_slot_t *slots;
+    size_t nslots, cap;
+    int quota;             /* the day's key exists */
+    char day[16];          /* ... for this day */
+    int64_t execs;         /* its "execs" */
+    double seconds;        /* its "seconds" */
+    int64_t quota_till_ms; /* trusted until then (monotonic ms), INT64_MAX: no expiry */
+} sg_solo_tenant_t;
+
+/* What Redis held, as SCRIPT_SOLO_SEED answers it: the rate key ("0" when
+ * absent), the quota key's PTTL (-2: absent), its execs and seconds, and
+ * the in-flight set's members with their scores. mono_ms: the monotonic
+ * clock when the answer came. */
+void sg_solo_load(sg_solo_tenant_t *t, int64_t tat_ms, int64_t quota_pttl_ms, const char *day, int64_t execs,
+                  double seconds, int64_t mono_ms);
+int sg_solo_add_slot(sg_solo_tenant_t *t, const char *token, int64_t until_s);
+
+/* SCRIPT_EXEC_ADMIT's arguments. */
+typedef struct {
+    int64_t now_ms, now_s, mono_ms;
+    int64_t interval_ms; /* 0: no rate */
+    long burst;
+    long max_execs;
+    const char *token;
+    int64_t until_s;
+    const char *day;
+    long execs_per_day;
+    double seconds_per_day;
+} sg_solo_admit_t;
+
+/* 1: admitted, the mirror updated as the script will update Redis, and
+ * *stored_tat / *in_flight / *execs / *seconds as the script will answer;
+ * 0: not certain, or a refusal — nothing changed, ask Redis. */
+int sg_solo_admit(sg_solo_tenant_t *t, const sg_solo_admit_t *a, int64_t *stored_tat, long *in_flight, int64_t *execs,
+                  double *seconds);
+/* SCRIPT_RATE on the mirror: 1 allowed (applied, *stored_tat as the script
+ * answers), 0 refused or not certain (nothing changed). */
+int sg_solo_rate(sg_solo_tenant_t *t, int64_t now_ms, int64_t interval_ms, long burst, int64_t *stored_tat);
+/* An execution's slot given back (ZREM): 1 if it was there. */
+int sg_solo_release(sg_solo_tenant_t *t, const char *token);
+/* The day's seconds (HINCRBYFLOAT when the key exists). */
+void sg_solo_add_seconds(sg_solo_tenant_t *t, const char *day, double seconds);
+void sg_solo_free(sg_solo_tenant_t *t);
+
+#endif
