@@ -23,6 +23,12 @@
  * context goes away (for whatever reason), and frees the context itself
  * after a disconnect: st->ac is cleared as soon as the context is known to
  * be going, and a NULL reply is simply "unavailable".
+ *
+ * Every script is loaded (SCRIPT LOAD) in HANDSHAKE, before any call, so
+ * calls reach Redis in the order sent: a NOSCRIPT, which sends a script
+ * again behind calls sent after it, only follows a SCRIPT FLUSH. While
+ * this is the only gateway on its Redis, admissions may be decided from a
+ * copy of the state (redis_solo.c).
  */
 #include <assert.h>
 #include <errno.h>
@@ -40,93 +46,19 @@
 #include "redis_h2o.h"
 #include "state.h"
 #include "redis_scripts.h"
-#include "solo.h"
+#include "redis_int.h"
 #include "state_backend.h"
 #include "util.h"
 #include "clock.h"
 
 #define CMD_TIMEOUT_MS 2000
-#define MAX_ARGS 24
 #define LIST_MAX 100000 /* sessions in one list answer */
 
 static const uint64_t backoff_ms[] = {100, 200, 400, 800, 1600, 3200, 5000};
-#define NBACKOFF (sizeof(backoff_ms) / sizeof(backoff_ms[0]))
-
-/* ---- the backend ------------------------------------------------------------- */
-
-typedef enum { PHASE_IDLE, PHASE_CONNECTING, PHASE_HANDSHAKE, PHASE_READY, PHASE_CLOSED } phase_t;
-
-typedef struct {
-    sg_state_t super;
-    char host[256];
-    int port;
-    int db; /* -1: none named */
-    phase_t phase;
-    redisAsyncContext *ac;
-    h2o_timeout_t cmd_timeout; /* CMD_TIMEOUT_MS: every command in flight, and connect + handshake */
-    h2o_timeout_t backoff[NBACKOFF];
-    h2o_timeout_entry_t connect_entry; /* in cmd_timeout while CONNECTING / HANDSHAKE */
-    h2o_timeout_entry_t reconnect_entry;
-    size_t backoff_step;
-    int outage_logged;
-    /* solo (below) */
-    char id[33];            /* this gateway, in the gateways' set and the solo key */
-    int want_solo;          /* sg_state_redis_solo */
-    int solo;               /* holds the lease ... */
-    uint64_t solo_until_us; /* ... until then (monotonic), renewed by each beat */
-    h2o_timeout_t beat_timeout;
-    h2o_timeout_entry_t beat_entry;
-    int beat_inflight;
-    h2o_timeout_t wait_timeout; /* a guarded call that another gateway's lease holds back */
-    struct redis_req *waiting;  /* those calls, to complete at destroy */
-    struct mirror *mirrors;
-    uint64_t local_admits, mismatches;
-} redis_state_t;
-
-typedef struct redis_req redis_req_t;
-/* reply is NULL when Redis is unavailable (or answered with an error) */
-typedef void (*req_done_fn)(redis_req_t *req, redisReply *reply);
-
-struct redis_req {
-    redis_state_t *st;
-    h2o_timeout_entry_t timeout;
-    int script; /* -1: a plain command */
-    int retried;
-    int argc;
-    const char *argv[MAX_ARGS];
-    size_t argvlen[MAX_ARGS];
-    char *owned[MAX_ARGS];
-    req_done_fn done;
-    union {
-        sg_rate_cb rate;
-        sg_state_cb state;
-        sg_state_get_cb get;
-        sg_state_expired_cb expired;
-        sg_state_list_cb list;
-        sg_quota_cb quota;
-        sg_admit_cb admit;
-    } cb;
-    void *data;
-    /* rate */
-    int64_t now_ms;
-    long rate_per_min, burst;
-    /* solo: a guarded script waits while another gateway holds the lease */
-    int guarded;
-    uint64_t wait_since_us;
-    h2o_timeout_entry_t wait_entry;
-    struct redis_req *wait_next, **wait_prev;
-    /* solo: a call sent for what the copy decided, and what it expects */
-    int64_t tenant;
-    long exp_in_flight;
-    int64_t exp_execs;
-    char day[16];
-};
+_Static_assert(sizeof(backoff_ms) / sizeof(backoff_ms[0]) == NBACKOFF, "NBACKOFF (redis_int.h)");
 
 static void connect_now(redis_state_t *st);
 static void on_cmd_timeout(h2o_timeout_entry_t *entry);
-static void solo_beat(redis_state_t *st);
-static void solo_lost(redis_state_t *st);
-static int solo_must_wait(redis_req_t *req, redisReply *reply);
 
 static char *xvasprintf(const char *fmt, va_list ap)
 {
@@ -136,8 +68,7 @@ static char *xvasprintf(const char *fmt, va_list ap)
     return s;
 }
 
-static void req_arg(redis_req_t *req, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void req_arg(redis_req_t *req, const char *fmt, ...)
+void sg_redis__req_arg(redis_req_t *req, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -151,7 +82,7 @@ static void req_arg(redis_req_t *req, const char *fmt, ...)
 }
 
 /* A script call: EVALSHA <sha> <nkeys>, then the caller adds keys and args. */
-static redis_req_t *req_new(redis_state_t *st, int script, int nkeys, req_done_fn done, void *data)
+redis_req_t *sg_redis__req_new(redis_state_t *st, int script, int nkeys, req_done_fn done, void *data)
 {
     redis_req_t *req = sg_xmalloc(sizeof(*req));
     memset(req, 0, sizeof(*req));
@@ -166,12 +97,12 @@ static redis_req_t *req_new(redis_state_t *st, int script, int nkeys, req_done_f
         req->argv[1] = sg_state__scripts[script].sha;
         req->argvlen[1] = 40;
         req->argc = 2;
-        req_arg(req, "%d", nkeys);
+        sg_redis__req_arg(req, "%d", nkeys);
     }
     return req;
 }
 
-static void req_finish(redis_req_t *req, redisReply *reply)
+void sg_redis__req_finish(redis_req_t *req, redisReply *reply)
 {
     if (h2o_timeout_is_linked(&req->timeout))
         h2o_timeout_unlink(&req->timeout);
@@ -195,7 +126,7 @@ static void connection_lost(redis_state_t *st, const char *why)
 {
     phase_t was = st->phase;
     st->ac = NULL;
-    solo_lost(st);
+    sg_redis__solo_lost(st);
     if (h2o_timeout_is_linked(&st->connect_entry))
         h2o_timeout_unlink(&st->connect_entry);
     if (was == PHASE_CLOSED)
@@ -231,12 +162,12 @@ static void drop_connection(redis_state_t *st, const char *why)
 
 static void on_reply(redisAsyncContext *ac, void *r, void *privdata);
 
-static void req_send(redis_req_t *req)
+void sg_redis__req_send(redis_req_t *req)
 {
     redis_state_t *st = req->st;
     if (st->phase != PHASE_READY ||
         redisAsyncCommandArgv(st->ac, on_reply, req, req->argc, req->argv, req->argvlen) != REDIS_OK) {
-        req_finish(req, NULL);
+        sg_redis__req_finish(req, NULL);
         return;
     }
     if (!h2o_timeout_is_linked(&req->timeout))
@@ -254,24 +185,27 @@ static void on_reply(redisAsyncContext *ac, void *r, void *privdata)
         connection_lost(req->st, ac->err && ac->errstr != NULL ? ac->errstr : "connection closed");
         ac->data = NULL;
     }
-    if (solo_must_wait(req, reply))
+    if (sg_redis__solo_must_wait(req, reply))
         return;
     if (reply != NULL && reply->type == REDIS_REPLY_ERROR) {
         if (req->script >= 0 && !req->retried && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
             /* scripts were flushed (a restart, SCRIPT FLUSH): EVAL loads it again */
             req->retried = 1;
+            req->st->noscripts++;
+            if (req->st->solo)
+                sg_redis__solo_leave(req->st, "Redis lost its scripts: calls no longer reach it in the order sent");
             req->argv[0] = "EVAL";
             req->argvlen[0] = 4;
             req->argv[1] = sg_state__scripts[req->script].src;
             req->argvlen[1] = strlen(sg_state__scripts[req->script].src);
             sg_debug("state: redis: NOSCRIPT, sending the script again");
-            req_send(req);
+            sg_redis__req_send(req);
             return;
         }
         sg_warn("state: redis: %s answered: %.*s", req->argv[0], (int)reply->len, reply->str);
         reply = NULL;
     }
-    req_finish(req, reply);
+    sg_redis__req_finish(req, reply);
 }
 
 static void on_cmd_timeout(h2o_timeout_entry_t *entry)
@@ -309,7 +243,7 @@ static void on_ping(redisAsyncContext *ac, void *r, void *privdata)
     else
         sg_info("state: redis %s:%d: connected", st->host, st->port);
     st->outage_logged = 0;
-    solo_beat(st);
+    sg_redis__solo_beat(st);
 }
 
 static void on_select(redisAsyncContext *ac, void *r, void *privdata)
@@ -322,6 +256,14 @@ static void on_select(redisAsyncContext *ac, void *r, void *privdata)
         sg_error("state: redis %s:%d: SELECT %d: %.*s", st->host, st->port, st->db, (int)reply->len, reply->str);
         drop_connection(st, "SELECT failed");
     }
+}
+
+static void on_script_load(redisAsyncContext *ac, void *r, void *privdata)
+{
+    redis_state_t *st = privdata;
+    redisReply *reply = r;
+    if (reply != NULL && st->ac == ac && reply->type == REDIS_REPLY_ERROR)
+        sg_warn("state: redis %s:%d: SCRIPT LOAD: %.*s", st->host, st->port, (int)reply->len, reply->str);
 }
 
 static void on_connect(const redisAsyncContext *cac, int status)
@@ -339,6 +281,10 @@ static void on_connect(const redisAsyncContext *cac, int status)
     st->phase = PHASE_HANDSHAKE;
     if (st->db >= 0)
         redisAsyncCommand(ac, on_select, st, "SELECT %d", st->db);
+    /* every script loaded before any call: a NOSCRIPT (sent again as EVAL,
+     * so behind calls sent after it) only after a SCRIPT FLUSH */
+    for (size_t i = 0; i < SCRIPT_COUNT; i++)
+        redisAsyncCommand(ac, on_script_load, st, "SCRIPT LOAD %s", sg_state__scripts[i].src);
     redisAsyncCommand(ac, on_ping, st, "PING");
 }
 
@@ -392,7 +338,7 @@ static void connect_now(redis_state_t *st)
 
 /* ---- replies ------------------------------------------------------------------------ */
 
-static int64_t reply_int(const redisReply *r)
+int64_t sg_redis__reply_int(const redisReply *r)
 {
     if (r == NULL)
         return 0;
@@ -403,7 +349,7 @@ static int64_t reply_int(const redisReply *r)
     return 0;
 }
 
-static double reply_double(const redisReply *r)
+double sg_redis__reply_double(const redisReply *r)
 {
     if (r == NULL)
         return 0;
@@ -414,7 +360,7 @@ static double reply_double(const redisReply *r)
     return 0;
 }
 
-static void reply_str(const redisReply *r, char *dst, size_t size)
+void sg_redis__reply_str(const redisReply *r, char *dst, size_t size)
 {
     size_t n = 0;
     if (r != NULL && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS)) {
@@ -425,21 +371,21 @@ static void reply_str(const redisReply *r, char *dst, size_t size)
 }
 
 /* An array reply of at least n elements, or NULL. */
-static redisReply *reply_array(redisReply *r, size_t n)
+redisReply *sg_redis__reply_array(redisReply *r, size_t n)
 {
     if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < n)
         return NULL;
     return r;
 }
 
-static void on_rate(redis_req_t *req, redisReply *reply)
+void sg_redis__on_rate(redis_req_t *req, redisReply *reply)
 {
-    if ((reply = reply_array(reply, 2)) == NULL) {
+    if ((reply = sg_redis__reply_array(reply, 2)) == NULL) {
         sg_state__fail_rate(req->cb.rate, req->data, req->burst);
         return;
     }
-    int allowed = reply_int(reply->element[0]) != 0;
-    int64_t stored = reply_int(reply->element[1]), new_tat;
+    int allowed = sg_redis__reply_int(reply->element[0]) != 0;
+    int64_t stored = sg_redis__reply_int(reply->element[1]), new_tat;
     sg_rate_result_t r;
     sg_gcra(req->now_ms, stored, req->rate_per_min, req->burst, &r, &new_tat);
     if (r.allowed != allowed) {
@@ -454,13 +400,13 @@ static void on_rate(redis_req_t *req, redisReply *reply)
 /* {ok, count} */
 static void on_state(redis_req_t *req, redisReply *reply)
 {
-    if ((reply = reply_array(reply, 2)) == NULL) {
+    if ((reply = sg_redis__reply_array(reply, 2)) == NULL) {
         sg_state__fail(req->cb.state, req->data);
         return;
     }
     sg_state_result_t r = {.available = 1};
-    r.ok = reply_int(reply->element[0]) != 0;
-    r.count = (long)reply_int(reply->element[1]);
+    r.ok = sg_redis__reply_int(reply->element[0]) != 0;
+    r.count = (long)sg_redis__reply_int(reply->element[1]);
     req->cb.state(req->data, &r);
 }
 
@@ -468,28 +414,28 @@ static void fill_session(sg_live_session_t *s, const char *field, size_t flen, c
 {
 #define FIELD_IS(name) (flen == sizeof(name) - 1 && memcmp(field, name, flen) == 0)
     if (FIELD_IS("tenant"))
-        s->tenant_id = reply_int(v);
+        s->tenant_id = sg_redis__reply_int(v);
     else if (FIELD_IS("lang"))
-        reply_str(v, s->lang, sizeof(s->lang));
+        sg_redis__reply_str(v, s->lang, sizeof(s->lang));
     else if (FIELD_IS("created_at"))
-        s->created_at = reply_int(v);
+        s->created_at = sg_redis__reply_int(v);
     else if (FIELD_IS("last_used_at"))
-        s->last_used_at = reply_int(v);
+        s->last_used_at = sg_redis__reply_int(v);
     else if (FIELD_IS("idle_deadline"))
-        s->idle_deadline = reply_int(v);
+        s->idle_deadline = sg_redis__reply_int(v);
     else if (FIELD_IS("lifetime_deadline"))
-        s->lifetime_deadline = reply_int(v);
+        s->lifetime_deadline = sg_redis__reply_int(v);
     else if (FIELD_IS("executions"))
-        s->executions = reply_int(v);
+        s->executions = sg_redis__reply_int(v);
     else if (FIELD_IS("proxy"))
-        reply_str(v, s->proxy, sizeof(s->proxy));
+        sg_redis__reply_str(v, s->proxy, sizeof(s->proxy));
 #undef FIELD_IS
 }
 
 /* HGETALL: field, value, ... ; empty: no such session */
 static void on_get(redis_req_t *req, redisReply *reply)
 {
-    if ((reply = reply_array(reply, 0)) == NULL) {
+    if ((reply = sg_redis__reply_array(reply, 0)) == NULL) {
         req->cb.get(req->data, 0, NULL);
         return;
     }
@@ -511,7 +457,7 @@ static void on_get(redis_req_t *req, redisReply *reply)
 /* sid, reason, tenant, ... */
 static void on_expired(redis_req_t *req, redisReply *reply)
 {
-    if ((reply = reply_array(reply, 0)) == NULL) {
+    if ((reply = sg_redis__reply_array(reply, 0)) == NULL) {
         req->cb.expired(req->data, 0, 0, NULL, NULL, NULL);
         return;
     }
@@ -522,11 +468,11 @@ static void on_expired(redis_req_t *req, redisReply *reply)
     int64_t *tenants = n ? sg_xmalloc(n * sizeof(*tenants)) : NULL;
     for (size_t i = 0; i < n; i++) {
         char reason[16];
-        reply_str(reply->element[3 * i], ids[i], sizeof(ids[i]));
-        reply_str(reply->element[3 * i + 1], reason, sizeof(reason));
+        sg_redis__reply_str(reply->element[3 * i], ids[i], sizeof(ids[i]));
+        sg_redis__reply_str(reply->element[3 * i + 1], reason, sizeof(reason));
         sids[i] = ids[i];
         reasons[i] = strcmp(reason, "lifetime") == 0 ? "lifetime" : "idle";
-        tenants[i] = reply_int(reply->element[3 * i + 2]);
+        tenants[i] = sg_redis__reply_int(reply->element[3 * i + 2]);
     }
     req->cb.expired(req->data, 1, n, sids, reasons, tenants);
     free(ids);
@@ -540,7 +486,7 @@ static void on_list(redis_req_t *req, redisReply *reply)
 {
     static const char *const fields[] = {
         "tenant", "lang", "created_at", "last_used_at", "idle_deadline", "lifetime_deadline", "executions"};
-    if ((reply = reply_array(reply, 0)) == NULL) {
+    if ((reply = sg_redis__reply_array(reply, 0)) == NULL) {
         req->cb.list(req->data, 0, 0, NULL);
         return;
     }
@@ -548,7 +494,7 @@ static void on_list(redis_req_t *req, redisReply *reply)
     sg_live_session_t *list = n ? sg_xmalloc(n * sizeof(*list)) : NULL;
     for (size_t i = 0; i < n; i++) {
         memset(&list[i], 0, sizeof(list[i]));
-        reply_str(reply->element[8 * i], list[i].id, sizeof(list[i].id));
+        sg_redis__reply_str(reply->element[8 * i], list[i].id, sizeof(list[i].id));
         for (size_t f = 0; f < 7; f++)
             fill_session(&list[i], fields[f], strlen(fields[f]), reply->element[8 * i + 1 + f]);
     }
@@ -559,416 +505,15 @@ static void on_list(redis_req_t *req, redisReply *reply)
 /* {status, execs, seconds} */
 static void on_quota(redis_req_t *req, redisReply *reply)
 {
-    if ((reply = reply_array(reply, 3)) == NULL) {
+    if ((reply = sg_redis__reply_array(reply, 3)) == NULL) {
         req->cb.quota(req->data, 0, SG_QUOTA_OK, 0, 0);
         return;
     }
-    int64_t status = reply_int(reply->element[0]);
+    int64_t status = sg_redis__reply_int(reply->element[0]);
     if (status < SG_QUOTA_OK || status > SG_QUOTA_UNSEEDED)
         status = SG_QUOTA_UNSEEDED;
-    req->cb.quota(req->data, 1, (sg_quota_status_t)status, reply_int(reply->element[1]),
-                  reply_double(reply->element[2]));
-}
-
-/* ---- solo ------------------------------------------------------------------------------
- * A gateway that is the only one on its Redis admits executions from its
- * own copy of each tenant's admission keys (solo.h) instead of waiting
- * for SCRIPT_EXEC_ADMIT: the script is still sent, with the same
- * arguments, and its answer is checked against the copy's; the execution
- * goes to the proxy meanwhile.
- *
- * The lease: every gateway beats every SOLO_BEAT_MS (SCRIPT_SOLO_BEAT);
- * one that is alone in the gateways' set and asks (sg_state_redis_solo)
- * holds "sg:solo" for SOLO_TTL_MS, renewed by each beat, and admits from
- * its copy only until SOLO_TTL_MS - SOLO_MARGIN_MS after the beat that
- * renewed it was sent. Every script that admits (SOLO_GUARD) answers
- * "wait" to any other gateway while the key is held, and that gateway asks
- * again every SOLO_WAIT_MS. A holder that finds another gateway beating
- * stops admitting from its copy, then gives the lease back on the same
- * connection, after everything it admitted: so at any moment one gateway
- * decides, and it decides on the whole state. A holder killed holds the
- * others back until its key runs out (at most SOLO_TTL_MS).
- *
- * A tenant's copy is made on its first execution under the lease: that
- * admission goes to Redis as before, SCRIPT_SOLO_SEED right behind it, and
- * the executions that come before the seed's answer wait for it. A copy
- * is dropped (made again at the next execution) when any other call
- * touches its keys (a rate check of another route, a session's admission,
- * a slot or quota call), when Redis answers other than the copy decided,
- * and when the lease ends; a slot given back, a day's seconds added are
- * applied to it. */
-
-#define SOLO_TTL_MS 1000
-#define SOLO_BEAT_MS 200
-#define SOLO_MARGIN_MS 300
-#define SOLO_WAIT_MS 5
-#define SOLO_WAIT_MAX_MS 3000
-
-typedef struct replay {
-    struct replay *next;
-    char token[65]; /* "": none */
-    char day[16];
-    double seconds; /* < 0: none */
-} replay_t;
-
-typedef struct queued {
-    struct queued *next;
-    sg_admit_args_t a;
-    sg_admit_cb cb;
-    void *data;
-} queued_t;
-
-typedef struct mirror {
-    struct mirror *next;
-    sg_solo_tenant_t t;
-    int ready;                       /* seeded; else its SCRIPT_SOLO_SEED is on its way */
-    int spoiled;                     /* seeding, and a call the seed cannot know of went */
-    replay_t *replay, **replay_tail; /* given back while seeding: applied to the seed */
-    queued_t *queue, **queue_tail;   /* admissions while seeding: decided on the seed */
-} mirror_t;
-
-static void send_admit(redis_state_t *st, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb, void *data);
-static redis_req_t *admit_req(redis_state_t *st, int64_t tenant, const sg_admit_args_t *a, int64_t now_ms,
-                              int64_t now_s, req_done_fn done, void *data);
-
-static void on_nothing(redis_req_t *req, redisReply *reply)
-{
-    (void)req;
-    (void)reply;
-}
-
-static mirror_t *mirror_find(redis_state_t *st, int64_t tenant)
-{
-    for (mirror_t *m = st->mirrors; m != NULL; m = m->next)
-        if (m->t.tenant == tenant)
-            return m;
-    return NULL;
-}
-
-static void mirror_unlink_free(redis_state_t *st, mirror_t *m)
-{
-    for (mirror_t **p = &st->mirrors; *p != NULL; p = &(*p)->next) {
-        if (*p == m) {
-            *p = m->next;
-            break;
-        }
-    }
-    while (m->replay != NULL) {
-        replay_t *r = m->replay;
-        m->replay = r->next;
-        free(r);
-    }
-    sg_solo_free(&m->t);
-    free(m);
-}
-
-/* The copy of a tenant is not to be trusted any more. */
-static void mirror_drop(redis_state_t *st, int64_t tenant)
-{
-    mirror_t *m = mirror_find(st, tenant);
-    if (m == NULL)
-        return;
-    if (m->ready)
-        mirror_unlink_free(st, m);
-    else
-        m->spoiled = 1; /* its seed's answer removes it */
-}
-
-static void mirror_drop_all(redis_state_t *st)
-{
-    mirror_t *m = st->mirrors;
-    while (m != NULL) {
-        mirror_t *next = m->next;
-        if (m->ready)
-            mirror_unlink_free(st, m);
-        else
-            m->spoiled = 1;
-        m = next;
-    }
-}
-
-/* A slot given back, a day's seconds added: applied to the copy (to the
- * seed when it comes). */
-static void mirror_given_back(redis_state_t *st, int64_t tenant, const char *token, const char *day, double seconds)
-{
-    mirror_t *m = mirror_find(st, tenant);
-    if (m == NULL || m->spoiled)
-        return;
-    if (m->ready) {
-        if (token != NULL)
-            sg_solo_release(&m->t, token);
-        if (day != NULL && seconds >= 0)
-            sg_solo_add_seconds(&m->t, day, seconds);
-        return;
-    }
-    replay_t *r = sg_xcalloc(1, sizeof(*r));
-    snprintf(r->token, sizeof(r->token), "%s", token != NULL ? token : "");
-    snprintf(r->day, sizeof(r->day), "%s", day != NULL ? day : "");
-    r->seconds = day != NULL ? seconds : -1;
-    *m->replay_tail = r;
-    m->replay_tail = &r->next;
-}
-
-static void solo_leave(redis_state_t *st, const char *why)
-{
-    if (!st->solo)
-        return;
-    st->solo = 0;
-    mirror_drop_all(st);
-    sg_info("state: redis: this gateway no longer admits from its own copy (%s)", why);
-    if (st->phase == PHASE_READY) {
-        /* after every admission it sent: the next gateway finds them all */
-        redis_req_t *req = req_new(st, SCRIPT_SOLO_RELEASE, 1, on_nothing, NULL);
-        req_arg(req, "sg:solo");
-        req_arg(req, "%s", st->id);
-        req_send(req);
-    }
-}
-
-/* At destroy, the lease given back at once, so that the next gateway need
- * not wait for it to run out: what the connection still has to send is
- * written first (as far as the socket takes it), then a blocking call on a
- * connection of its own, 200 ms at most. */
-static void solo_give_back_now(redis_state_t *st)
-{
-    struct timeval tv = {0, 200000};
-    redisAsyncHandleWrite(st->ac);
-    redisContext *c = redisConnectWithTimeout(st->host, st->port, tv);
-    if (c == NULL || c->err) {
-        if (c != NULL)
-            redisFree(c);
-        return;
-    }
-    redisSetTimeout(c, tv);
-    redisReply *r = NULL;
-    if (st->db >= 0 && (r = redisCommand(c, "SELECT %d", st->db)) != NULL)
-        freeReplyObject(r);
-    r = redisCommand(c, "EVAL %s 1 sg:solo %s", sg_state__scripts[SCRIPT_SOLO_RELEASE].src, st->id);
-    if (r != NULL)
-        freeReplyObject(r);
-    if ((r = redisCommand(c, "ZREM sg:gateways %s", st->id)) != NULL) /* gone: another may hold it at once */
-        freeReplyObject(r);
-    redisFree(c);
-}
-
-static void solo_lost(redis_state_t *st)
-{
-    if (st->solo)
-        sg_info("state: redis: this gateway no longer admits from its own copy (the connection is lost)");
-    st->solo = 0;
-    mirror_drop_all(st);
-}
-
-static int solo_active(redis_state_t *st)
-{
-    if (st->solo && sg_now_us() >= st->solo_until_us)
-        solo_leave(st, "its lease was not renewed in time");
-    return st->solo;
-}
-
-static void on_beat(redis_req_t *req, redisReply *reply)
-{
-    redis_state_t *st = req->st;
-    st->beat_inflight = 0;
-    if ((reply = reply_array(reply, 2)) == NULL) {
-        solo_leave(st, "no answer to its beat");
-        return;
-    }
-    if (reply_int(reply->element[0]) == 1) {
-        if (!st->solo)
-            sg_info("state: redis: the only gateway on this Redis: executions are admitted from its own copy");
-        st->solo = 1;
-        st->solo_until_us = (uint64_t)req->now_ms * 1000 + (SOLO_TTL_MS - SOLO_MARGIN_MS) * 1000ull;
-    } else if (st->solo) {
-        solo_leave(st, reply_int(reply->element[1]) > 1 ? "another gateway beats on this Redis"
-                                                        : "the lease is held by another gateway");
-    }
-}
-
-static void solo_beat(redis_state_t *st)
-{
-    if (st->phase != PHASE_READY)
-        return;
-    if (!h2o_timeout_is_linked(&st->beat_entry))
-        h2o_timeout_link(st->super.loop, &st->beat_timeout, &st->beat_entry);
-    if (st->beat_inflight)
-        return;
-    redis_req_t *req = req_new(st, SCRIPT_SOLO_BEAT, 2, on_beat, NULL);
-    req->now_ms = (int64_t)(sg_now_us() / 1000); /* the lease runs from the beat's sending */
-    req_arg(req, "sg:gateways");
-    req_arg(req, "sg:solo");
-    req_arg(req, "%s", st->id);
-    req_arg(req, "%d", SOLO_TTL_MS);
-    req_arg(req, "%d", st->want_solo ? 1 : 0);
-    st->beat_inflight = 1;
-    req_send(req);
-}
-
-static void on_beat_timer(h2o_timeout_entry_t *entry)
-{
-    redis_state_t *st = H2O_STRUCT_FROM_MEMBER(redis_state_t, beat_entry, entry);
-    solo_beat(st);
-}
-
-static void on_solo_wait(h2o_timeout_entry_t *entry)
-{
-    redis_req_t *req = H2O_STRUCT_FROM_MEMBER(redis_req_t, wait_entry, entry);
-    if (req->wait_prev != NULL) {
-        *req->wait_prev = req->wait_next;
-        if (req->wait_next != NULL)
-            req->wait_next->wait_prev = req->wait_prev;
-        req->wait_prev = NULL;
-    }
-    req_send(req);
-}
-
-/* A guarded script answered {-1}: another gateway holds the lease. Asked
- * again shortly, for at most SOLO_WAIT_MAX_MS (then: unavailable). */
-static int solo_must_wait(redis_req_t *req, redisReply *reply)
-{
-    redis_state_t *st = req->st;
-    if (req->guarded != 1 || reply == NULL || reply->type != REDIS_REPLY_ARRAY || reply->elements != 1 ||
-        reply->element[0]->type != REDIS_REPLY_INTEGER || reply->element[0]->integer != -1)
-        return 0;
-    uint64_t now = sg_now_us();
-    if (req->wait_since_us == 0)
-        req->wait_since_us = now;
-    if (h2o_timeout_is_linked(&req->timeout))
-        h2o_timeout_unlink(&req->timeout);
-    if (now - req->wait_since_us > SOLO_WAIT_MAX_MS * 1000ull || st->phase == PHASE_CLOSED) {
-        sg_warn("state: redis: another gateway held the admission lease for over %d ms", SOLO_WAIT_MAX_MS);
-        req_finish(req, NULL);
-        return 1;
-    }
-    req->wait_next = st->waiting;
-    if (st->waiting != NULL)
-        st->waiting->wait_prev = &req->wait_next;
-    req->wait_prev = &st->waiting;
-    st->waiting = req;
-    req->wait_entry.cb = on_solo_wait;
-    h2o_timeout_link(st->super.loop, &st->wait_timeout, &req->wait_entry);
-    return 1;
-}
-
-/* This gateway's id as the guarded script's last argument. */
-static void req_guard(redis_req_t *req)
-{
-    req_arg(req, "%s", req->st->id);
-    req->guarded = 1;
-}
-
-static void solo_mismatch(redis_req_t *req, const char *what)
-{
-    redis_state_t *st = req->st;
-    st->mismatches++;
-    sg_warn("state: redis: an admission of tenant %" PRId64 " made from this gateway's copy: %s; the copy is dropped",
-            req->tenant, what);
-    mirror_drop(st, req->tenant);
-}
-
-/* The answer to an admission the copy made: {1, tat, 1, in flight, 0, execs, seconds}. */
-static void on_admit_copy(redis_req_t *req, redisReply *reply)
-{
-    char what[160];
-    if (req->st->phase != PHASE_READY && reply == NULL)
-        return; /* the connection went: so did the lease */
-    if ((reply = reply_array(reply, 7)) == NULL) {
-        solo_mismatch(req, "Redis did not answer it as an admission");
-        return;
-    }
-    int64_t allowed = reply_int(reply->element[0]), slot = reply_int(reply->element[2]);
-    int64_t quota = reply_int(reply->element[4]), n = reply_int(reply->element[3]);
-    int64_t execs = reply_int(reply->element[5]);
-    if (allowed != 1 || slot != 1 || quota != SG_QUOTA_OK || n != req->exp_in_flight || execs != req->exp_execs) {
-        snprintf(what, sizeof(what),
-                 "Redis answered rate %" PRId64 ", slot %" PRId64 ", quota %" PRId64 ", %" PRId64
-                 " in flight (the copy: %ld), %" PRId64 " today (the copy: %" PRId64 ")",
-                 allowed, slot, quota, n, req->exp_in_flight, execs, req->exp_execs);
-        solo_mismatch(req, what);
-    }
-}
-
-/* 1 when the copy admitted (the script sent to Redis behind it, cb run). */
-static int admit_local(redis_state_t *st, mirror_t *m, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb,
-                       void *data)
-{
-    long burst = a->burst < 1 ? 1 : a->burst > 1000000000L ? 1000000000L : a->burst;
-    sg_solo_admit_t sa = {.now_ms = sg_state__now_ms(&st->super),
-                          .now_s = sg_state__now_s(&st->super),
-                          .mono_ms = (int64_t)(sg_now_us() / 1000),
-                          .interval_ms = sg_gcra_interval_ms(a->rate_per_min),
-                          .burst = burst,
-                          .max_execs = a->max_execs,
-                          .token = a->token,
-                          .day = a->day,
-                          .execs_per_day = a->execs_per_day,
-                          .seconds_per_day = a->seconds_per_day};
-    sa.until_s = sa.now_s + a->lease_s;
-    int64_t stored, execs, new_tat;
-    long n;
-    double seconds;
-    if (!sg_solo_admit(&m->t, &sa, &stored, &n, &execs, &seconds))
-        return 0;
-    redis_req_t *req = admit_req(st, tenant, a, sa.now_ms, sa.now_s, on_admit_copy, NULL);
-    req->guarded = 2; /* a "wait" is not waited out: it is a mismatch */
-    req->tenant = tenant;
-    req->exp_in_flight = n;
-    req->exp_execs = execs;
-    req_send(req);
-    st->local_admits++;
-
-    sg_admit_result_t r;
-    memset(&r, 0, sizeof(r));
-    r.available = 1;
-    sg_gcra(sa.now_ms, stored, a->rate_per_min, burst, &r.rate, &new_tat);
-    r.rate.allowed = 1;
-    r.slot = 1;
-    r.in_flight = n;
-    r.quota = SG_QUOTA_OK;
-    r.execs = execs;
-    r.seconds = seconds;
-    cb(data, &r);
-    return 1;
-}
-
-static void admit_dispatch(redis_state_t *st, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb, void *data);
-
-/* {tat, quota pttl, execs, seconds, member, score, ...} */
-static void on_seed(redis_req_t *req, redisReply *reply)
-{
-    redis_state_t *st = req->st;
-    mirror_t *m = mirror_find(st, req->tenant);
-    if (m == NULL || m->ready)
-        return; /* cannot happen: a seeding copy is removed only here */
-    queued_t *q = m->queue;
-    m->queue = NULL;
-    m->queue_tail = &m->queue;
-    int ok = !m->spoiled && st->solo && (reply = reply_array(reply, 4)) != NULL && reply->elements % 2 == 0;
-    if (ok) {
-        sg_solo_load(&m->t, reply_int(reply->element[0]), reply_int(reply->element[1]), req->day,
-                     reply_int(reply->element[2]), reply_double(reply->element[3]), (int64_t)(sg_now_us() / 1000));
-        for (size_t i = 4; ok && i + 1 < reply->elements; i += 2) {
-            char token[80];
-            reply_str(reply->element[i], token, sizeof(token));
-            ok = sg_solo_add_slot(&m->t, token, reply_int(reply->element[i + 1])) == 0;
-        }
-        for (replay_t *r = m->replay; ok && r != NULL; r = r->next) {
-            if (r->token[0])
-                sg_solo_release(&m->t, r->token);
-            if (r->seconds >= 0)
-                sg_solo_add_seconds(&m->t, r->day, r->seconds);
-        }
-    }
-    if (ok)
-        m->ready = 1;
-    else
-        mirror_unlink_free(st, m);
-    while (q != NULL) {
-        queued_t *next = q->next;
-        admit_dispatch(st, req->tenant, &q->a, q->cb, q->data);
-        free(q);
-        q = next;
-    }
+    req->cb.quota(req->data, 1, (sg_quota_status_t)status, sg_redis__reply_int(reply->element[1]),
+                  sg_redis__reply_double(reply->element[2]));
 }
 
 /* ---- operations ------------------------------------------------------------------------- */
@@ -994,40 +539,29 @@ static void redis_rate_check(sg_state_t *_st, int64_t tenant, long rate_per_min,
         cb(data, &r);
         return;
     }
-    mirror_drop(st, tenant); /* the copy's rate key changes behind it */
-    redis_req_t *req = req_new(st, SCRIPT_RATE, 1, on_rate, data);
-    req->cb.rate = cb;
-    req->now_ms = sg_state__now_ms(_st);
-    req->rate_per_min = rate_per_min;
-    req->burst = burst;
-    req_arg(req, "sg:rate:%" PRId64, tenant);
-    req_arg(req, "%" PRId64, req->now_ms);
-    req_arg(req, "%" PRId64, interval);
-    req_arg(req, "%ld", burst);
-    req_guard(req);
-    req_send(req);
+    sg_redis__rate_dispatch(st, tenant, rate_per_min, burst, cb, data);
 }
 
 /* The fields of a live-session record, as SCRIPT_COMMIT and SCRIPT_RESTORE
  * take them after their first ARGV. */
 static void req_session_args(redis_req_t *req, const sg_live_session_t *s)
 {
-    req_arg(req, "%.36s", s->id);
-    req_arg(req, "%" PRId64, s->tenant_id);
-    req_arg(req, "%.31s", s->lang);
-    req_arg(req, "%" PRId64, s->created_at);
-    req_arg(req, "%" PRId64, s->last_used_at);
-    req_arg(req, "%" PRId64, s->idle_deadline);
-    req_arg(req, "%" PRId64, s->lifetime_deadline);
-    req_arg(req, "%" PRId64, s->executions);
-    req_arg(req, "%.255s", s->proxy);
+    sg_redis__req_arg(req, "%.36s", s->id);
+    sg_redis__req_arg(req, "%" PRId64, s->tenant_id);
+    sg_redis__req_arg(req, "%.31s", s->lang);
+    sg_redis__req_arg(req, "%" PRId64, s->created_at);
+    sg_redis__req_arg(req, "%" PRId64, s->last_used_at);
+    sg_redis__req_arg(req, "%" PRId64, s->idle_deadline);
+    sg_redis__req_arg(req, "%" PRId64, s->lifetime_deadline);
+    sg_redis__req_arg(req, "%" PRId64, s->executions);
+    sg_redis__req_arg(req, "%.255s", s->proxy);
 }
 
 /* A request of script with nkeys keys whose reply is an sg_state_result_t
  * for cb (on_state). */
 static redis_req_t *state_req(sg_state_t *_st, int script, int nkeys, sg_state_cb cb, void *data)
 {
-    redis_req_t *req = req_new(rs(_st), script, nkeys, on_state, data);
+    redis_req_t *req = sg_redis__req_new(rs(_st), script, nkeys, on_state, data);
     req->cb.state = cb;
     return req;
 }
@@ -1037,10 +571,10 @@ static redis_req_t *state_req(sg_state_t *_st, int script, int nkeys, sg_state_c
  * indexes. */
 static void req_session_keys(redis_req_t *req, const sg_live_session_t *s)
 {
-    req_arg(req, "sg:tenant:%" PRId64 ":sessions", s->tenant_id);
-    req_arg(req, "sg:session:%.36s", s->id);
-    req_arg(req, "sg:sessions:idle");
-    req_arg(req, "sg:sessions:lifetime");
+    sg_redis__req_arg(req, "sg:tenant:%" PRId64 ":sessions", s->tenant_id);
+    sg_redis__req_arg(req, "sg:session:%.36s", s->id);
+    sg_redis__req_arg(req, "sg:sessions:idle");
+    sg_redis__req_arg(req, "sg:sessions:lifetime");
 }
 
 /* A request of script (SCRIPT_RESERVE, SCRIPT_EXEC_ACQUIRE) for one of max
@@ -1053,19 +587,19 @@ static redis_req_t *take_slot(sg_state_t *_st, int script, int64_t tenant, const
 {
     int64_t now = sg_state__now_s(_st);
     redis_req_t *req = state_req(_st, script, 1, cb, data);
-    req_arg(req, "sg:tenant:%" PRId64 ":%s", tenant, set);
-    req_arg(req, "%" PRId64, now);
-    req_arg(req, "%ld", max);
-    req_arg(req, "%s%.*s", prefix, token_max, token);
-    req_arg(req, "%" PRId64, now + ttl_s);
+    sg_redis__req_arg(req, "sg:tenant:%" PRId64 ":%s", tenant, set);
+    sg_redis__req_arg(req, "%" PRId64, now);
+    sg_redis__req_arg(req, "%ld", max);
+    sg_redis__req_arg(req, "%s%.*s", prefix, token_max, token);
+    sg_redis__req_arg(req, "%" PRId64, now + ttl_s);
     return req;
 }
 
 static void redis_session_reserve(sg_state_t *_st, int64_t tenant, long max, const char *token, sg_state_cb cb,
                                   void *data)
 {
-    req_send(take_slot(_st, SCRIPT_RESERVE, tenant, "sessions", max, "pending:", token, INT_MAX,
-                       SG_STATE_RESERVATION_TTL, cb, data));
+    sg_redis__req_send(take_slot(_st, SCRIPT_RESERVE, tenant, "sessions", max, "pending:", token, INT_MAX,
+                                 SG_STATE_RESERVATION_TTL, cb, data));
 }
 
 /* SCRIPT_ZREM on the tenant's set sg:tenant:<tid>:<set>: member prefix +
@@ -1074,9 +608,9 @@ static void give_back(sg_state_t *_st, int64_t tenant, const char *set, const ch
                       int token_max, sg_state_cb cb, void *data)
 {
     redis_req_t *req = state_req(_st, SCRIPT_ZREM, 1, cb, data);
-    req_arg(req, "sg:tenant:%" PRId64 ":%s", tenant, set);
-    req_arg(req, "%s%.*s", prefix, token_max, token);
-    req_send(req);
+    sg_redis__req_arg(req, "sg:tenant:%" PRId64 ":%s", tenant, set);
+    sg_redis__req_arg(req, "%s%.*s", prefix, token_max, token);
+    sg_redis__req_send(req);
 }
 
 static void redis_session_unreserve(sg_state_t *_st, int64_t tenant, const char *token, sg_state_cb cb, void *data)
@@ -1090,93 +624,93 @@ static void redis_session_commit(sg_state_t *_st, const char *token, const sg_li
     redis_req_t *req = state_req(_st, SCRIPT_COMMIT, 4, cb, data);
     req_session_keys(req, s);
     if (token != NULL)
-        req_arg(req, "pending:%s", token);
+        sg_redis__req_arg(req, "pending:%s", token);
     else
-        req_arg(req, "%s", "");
+        sg_redis__req_arg(req, "%s", "");
     req_session_args(req, s);
-    req_send(req);
+    sg_redis__req_send(req);
 }
 
 static void redis_session_touch(sg_state_t *_st, const char *sid, int64_t now, long idle_timeout, int add_exec,
                                 sg_state_cb cb, void *data)
 {
     redis_req_t *req = state_req(_st, SCRIPT_TOUCH, 2, cb, data);
-    req_arg(req, "sg:session:%s", sid);
-    req_arg(req, "sg:sessions:idle");
-    req_arg(req, "%s", sid);
-    req_arg(req, "%" PRId64, now);
-    req_arg(req, "%ld", idle_timeout);
-    req_arg(req, "%d", add_exec);
-    req_send(req);
+    sg_redis__req_arg(req, "sg:session:%s", sid);
+    sg_redis__req_arg(req, "sg:sessions:idle");
+    sg_redis__req_arg(req, "%s", sid);
+    sg_redis__req_arg(req, "%" PRId64, now);
+    sg_redis__req_arg(req, "%ld", idle_timeout);
+    sg_redis__req_arg(req, "%d", add_exec);
+    sg_redis__req_send(req);
 }
 
 static void redis_session_remove(sg_state_t *_st, const char *sid, int64_t tenant, sg_state_cb cb, void *data)
 {
     redis_req_t *req = state_req(_st, SCRIPT_REMOVE, 5, cb, data);
-    req_arg(req, "sg:sessions:idle");
-    req_arg(req, "sg:session:%s", sid);
-    req_arg(req, "sg:tenant:%" PRId64 ":sessions", tenant);
-    req_arg(req, "sg:sessions:lifetime");
-    req_arg(req, "sg:closed:%s", sid);
-    req_arg(req, "%s", sid);
-    req_arg(req, "%d", SG_STATE_CLOSED_TTL);
-    req_send(req);
+    sg_redis__req_arg(req, "sg:sessions:idle");
+    sg_redis__req_arg(req, "sg:session:%s", sid);
+    sg_redis__req_arg(req, "sg:tenant:%" PRId64 ":sessions", tenant);
+    sg_redis__req_arg(req, "sg:sessions:lifetime");
+    sg_redis__req_arg(req, "sg:closed:%s", sid);
+    sg_redis__req_arg(req, "%s", sid);
+    sg_redis__req_arg(req, "%d", SG_STATE_CLOSED_TTL);
+    sg_redis__req_send(req);
 }
 
 static void redis_session_restore(sg_state_t *_st, const sg_live_session_t *s, sg_state_cb cb, void *data)
 {
     redis_req_t *req = state_req(_st, SCRIPT_RESTORE, 5, cb, data);
     req_session_keys(req, s);
-    req_arg(req, "sg:closed:%.36s", s->id);
+    sg_redis__req_arg(req, "sg:closed:%.36s", s->id);
     req_session_args(req, s);
-    req_send(req);
+    sg_redis__req_send(req);
 }
 
 static void redis_session_get(sg_state_t *_st, const char *sid, sg_state_get_cb cb, void *data)
 {
-    redis_req_t *req = req_new(rs(_st), -1, 0, on_get, data);
+    redis_req_t *req = sg_redis__req_new(rs(_st), -1, 0, on_get, data);
     req->cb.get = cb;
-    req_arg(req, "HGETALL");
-    req_arg(req, "sg:session:%s", sid);
-    req_send(req);
+    sg_redis__req_arg(req, "HGETALL");
+    sg_redis__req_arg(req, "sg:session:%s", sid);
+    sg_redis__req_send(req);
 }
 
 static void redis_sessions_expired(sg_state_t *_st, int64_t now, size_t limit, sg_state_expired_cb cb, void *data)
 {
-    redis_req_t *req = req_new(rs(_st), SCRIPT_EXPIRED, 2, on_expired, data);
+    redis_req_t *req = sg_redis__req_new(rs(_st), SCRIPT_EXPIRED, 2, on_expired, data);
     req->cb.expired = cb;
-    req_arg(req, "sg:sessions:idle");
-    req_arg(req, "sg:sessions:lifetime");
-    req_arg(req, "%" PRId64, now);
-    req_arg(req, "%zu", limit < LIST_MAX ? limit : (size_t)LIST_MAX);
-    req_send(req);
+    sg_redis__req_arg(req, "sg:sessions:idle");
+    sg_redis__req_arg(req, "sg:sessions:lifetime");
+    sg_redis__req_arg(req, "%" PRId64, now);
+    sg_redis__req_arg(req, "%zu", limit < LIST_MAX ? limit : (size_t)LIST_MAX);
+    sg_redis__req_send(req);
 }
 
 static void redis_sessions_list(sg_state_t *_st, int64_t tenant, sg_state_list_cb cb, void *data)
 {
-    redis_req_t *req = req_new(rs(_st), SCRIPT_LIST, 1, on_list, data);
+    redis_req_t *req = sg_redis__req_new(rs(_st), SCRIPT_LIST, 1, on_list, data);
     req->cb.list = cb;
     if (tenant == 0)
-        req_arg(req, "sg:sessions:lifetime");
+        sg_redis__req_arg(req, "sg:sessions:lifetime");
     else
-        req_arg(req, "sg:tenant:%" PRId64 ":sessions", tenant);
-    req_arg(req, "%d", LIST_MAX);
-    req_send(req);
+        sg_redis__req_arg(req, "sg:tenant:%" PRId64 ":sessions", tenant);
+    sg_redis__req_arg(req, "%d", LIST_MAX);
+    sg_redis__req_send(req);
 }
 
 static void redis_exec_acquire(sg_state_t *_st, int64_t tenant, long max, const char *token, long lease_s,
                                sg_state_cb cb, void *data)
 {
-    mirror_drop(rs(_st), tenant);
+    sg_redis__mirror_drop(rs(_st), tenant);
     redis_req_t *req = take_slot(_st, SCRIPT_EXEC_ACQUIRE, tenant, "execs", max, "", token, 64, lease_s, cb, data);
-    req_arg(req, "%d", SG_STATE_EXECS_KEY_SLACK);
-    req_guard(req);
-    req_send(req);
+    sg_redis__req_arg(req, "%d", SG_STATE_EXECS_KEY_SLACK);
+    sg_redis__req_guard(req);
+    sg_redis__req_send(req);
 }
 
 static void redis_exec_release(sg_state_t *_st, int64_t tenant, const char *token, sg_state_cb cb, void *data)
 {
-    mirror_given_back(rs(_st), tenant, token, NULL, -1);
+    sg_redis__mirror_given_back(rs(_st), tenant, token, NULL, -1);
     give_back(_st, tenant, "execs", "", token, 64, cb, data);
 }
 
@@ -1186,9 +720,9 @@ static void redis_mcp_acquire(sg_state_t *_st, int64_t tenant, long max, const c
                               void *data)
 {
     redis_req_t *req = take_slot(_st, SCRIPT_EXEC_ACQUIRE, tenant, "mcp", max, "", id, 64, idle_s, cb, data);
-    req_arg(req, "%d", SG_STATE_EXECS_KEY_SLACK);
-    req_guard(req);
-    req_send(req);
+    sg_redis__req_arg(req, "%d", SG_STATE_EXECS_KEY_SLACK);
+    sg_redis__req_guard(req);
+    sg_redis__req_send(req);
 }
 
 static void redis_mcp_release(sg_state_t *_st, int64_t tenant, const char *id, sg_state_cb cb, void *data)
@@ -1199,126 +733,44 @@ static void redis_mcp_release(sg_state_t *_st, int64_t tenant, const char *id, s
 static void redis_quota_reserve(sg_state_t *_st, int64_t tenant, const char *day, long max_execs, double max_seconds,
                                 sg_quota_cb cb, void *data)
 {
-    mirror_drop(rs(_st), tenant);
-    redis_req_t *req = req_new(rs(_st), SCRIPT_QUOTA_RESERVE, 1, on_quota, data);
+    sg_redis__mirror_drop(rs(_st), tenant);
+    redis_req_t *req = sg_redis__req_new(rs(_st), SCRIPT_QUOTA_RESERVE, 1, on_quota, data);
     req->cb.quota = cb;
-    req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, day);
-    req_arg(req, "%ld", max_execs);
-    req_arg(req, "%.17g", max_seconds);
-    req_guard(req);
-    req_send(req);
+    sg_redis__req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, day);
+    sg_redis__req_arg(req, "%ld", max_execs);
+    sg_redis__req_arg(req, "%.17g", max_seconds);
+    sg_redis__req_guard(req);
+    sg_redis__req_send(req);
 }
 
 /* {allowed, stored tat, slot, in flight, quota status, execs, seconds} */
-static void on_admit(redis_req_t *req, redisReply *reply)
+void sg_redis__on_admit(redis_req_t *req, redisReply *reply)
 {
     sg_admit_result_t r;
     int64_t new_tat;
 
     memset(&r, 0, sizeof(r));
-    if ((reply = reply_array(reply, 7)) == NULL) {
+    if ((reply = sg_redis__reply_array(reply, 7)) == NULL) {
         req->cb.admit(req->data, &r);
         return;
     }
     r.available = 1;
-    sg_gcra(req->now_ms, reply_int(reply->element[1]), req->rate_per_min, req->burst, &r.rate, &new_tat);
-    r.rate.allowed = reply_int(reply->element[0]) != 0;
+    sg_gcra(req->now_ms, sg_redis__reply_int(reply->element[1]), req->rate_per_min, req->burst, &r.rate, &new_tat);
+    r.rate.allowed = sg_redis__reply_int(reply->element[0]) != 0;
     if (r.rate.allowed) {
-        r.slot = reply_int(reply->element[2]) != 0;
-        r.in_flight = (long)reply_int(reply->element[3]);
-        int64_t status = reply_int(reply->element[4]);
+        r.slot = sg_redis__reply_int(reply->element[2]) != 0;
+        r.in_flight = (long)sg_redis__reply_int(reply->element[3]);
+        int64_t status = sg_redis__reply_int(reply->element[4]);
         r.quota = status >= SG_QUOTA_OK && status <= SG_QUOTA_UNSEEDED ? (sg_quota_status_t)status : SG_QUOTA_UNSEEDED;
-        r.execs = reply_int(reply->element[5]);
-        r.seconds = reply_double(reply->element[6]);
+        r.execs = sg_redis__reply_int(reply->element[5]);
+        r.seconds = sg_redis__reply_double(reply->element[6]);
     }
     req->cb.admit(req->data, &r);
 }
 
-/* SCRIPT_EXEC_ADMIT for tenant at now_ms / now_s (guarded). */
-static redis_req_t *admit_req(redis_state_t *st, int64_t tenant, const sg_admit_args_t *a, int64_t now_ms,
-                              int64_t now_s, req_done_fn done, void *data)
-{
-    redis_req_t *req = req_new(st, SCRIPT_EXEC_ADMIT, 3, done, data);
-    long burst = a->burst < 1 ? 1 : a->burst > 1000000000L ? 1000000000L : a->burst;
-
-    req->now_ms = now_ms;
-    req->rate_per_min = a->rate_per_min;
-    req->burst = burst;
-    req_arg(req, "sg:rate:%" PRId64, tenant);
-    req_arg(req, "sg:tenant:%" PRId64 ":execs", tenant);
-    req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, a->day);
-    req_arg(req, "%" PRId64, now_ms);
-    req_arg(req, "%" PRId64, sg_gcra_interval_ms(a->rate_per_min));
-    req_arg(req, "%ld", burst);
-    req_arg(req, "%" PRId64, now_s);
-    req_arg(req, "%ld", a->max_execs);
-    req_arg(req, "%.64s", a->token);
-    req_arg(req, "%" PRId64, now_s + a->lease_s);
-    req_arg(req, "%d", SG_STATE_EXECS_KEY_SLACK);
-    req_arg(req, "%ld", a->execs_per_day);
-    req_arg(req, "%.17g", a->seconds_per_day);
-    req_guard(req);
-    return req;
-}
-
-/* The admission decided by Redis, its answer to cb. */
-static void send_admit(redis_state_t *st, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb, void *data)
-{
-    redis_req_t *req =
-        admit_req(st, tenant, a, sg_state__now_ms(&st->super), sg_state__now_s(&st->super), on_admit, data);
-    req->cb.admit = cb;
-    req_send(req);
-}
-
-static void send_seed(redis_state_t *st, int64_t tenant, const char *day)
-{
-    redis_req_t *req = req_new(st, SCRIPT_SOLO_SEED, 3, on_seed, NULL);
-    req->tenant = tenant;
-    snprintf(req->day, sizeof(req->day), "%s", day);
-    req_arg(req, "sg:rate:%" PRId64, tenant);
-    req_arg(req, "sg:tenant:%" PRId64 ":execs", tenant);
-    req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, day);
-    req_send(req);
-}
-
-static void admit_dispatch(redis_state_t *st, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb, void *data)
-{
-    if (!solo_active(st)) {
-        send_admit(st, tenant, a, cb, data);
-        return;
-    }
-    mirror_t *m = mirror_find(st, tenant);
-    if (m == NULL) {
-        /* the copy is made of what Redis holds right after this admission */
-        m = sg_xcalloc(1, sizeof(*m));
-        m->t.tenant = tenant;
-        m->replay_tail = &m->replay;
-        m->queue_tail = &m->queue;
-        m->next = st->mirrors;
-        st->mirrors = m;
-        send_admit(st, tenant, a, cb, data);
-        send_seed(st, tenant, a->day);
-        return;
-    }
-    if (!m->ready && !m->spoiled) {
-        queued_t *q = sg_xcalloc(1, sizeof(*q));
-        q->a = *a;
-        q->cb = cb;
-        q->data = data;
-        *m->queue_tail = q;
-        m->queue_tail = &q->next;
-        return;
-    }
-    if (m->ready && admit_local(st, m, tenant, a, cb, data))
-        return;
-    /* not certain (a refusal, an edge): Redis decides, the copy is made again */
-    mirror_drop(st, tenant);
-    send_admit(st, tenant, a, cb, data);
-}
-
 static void redis_exec_admit(sg_state_t *_st, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb, void *data)
 {
-    admit_dispatch(rs(_st), tenant, a, cb, data);
+    sg_redis__admit_dispatch(rs(_st), tenant, a, cb, data);
 }
 
 /* {allowed, stored tat, reserved, count} */
@@ -1328,23 +780,25 @@ static void on_session_admit(redis_req_t *req, redisReply *reply)
     int64_t new_tat;
 
     memset(&r, 0, sizeof(r));
-    if ((reply = reply_array(reply, 4)) == NULL) {
+    if ((reply = sg_redis__reply_array(reply, 4)) == NULL) {
         req->cb.admit(req->data, &r);
         return;
     }
     r.available = 1;
-    sg_gcra(req->now_ms, reply_int(reply->element[1]), req->rate_per_min, req->burst, &r.rate, &new_tat);
-    r.rate.allowed = reply_int(reply->element[0]) != 0;
-    r.slot = reply_int(reply->element[2]) != 0;
-    r.in_flight = (long)reply_int(reply->element[3]);
+    sg_gcra(req->now_ms, sg_redis__reply_int(reply->element[1]), req->rate_per_min, req->burst, &r.rate, &new_tat);
+    r.rate.allowed = sg_redis__reply_int(reply->element[0]) != 0;
+    r.slot = sg_redis__reply_int(reply->element[2]) != 0;
+    r.in_flight = (long)sg_redis__reply_int(reply->element[3]);
+    if (req->copy_rate && !r.rate.allowed)
+        sg_redis__solo_mismatch(req, "Redis refused a session's admission the copy's rate allowed");
     req->cb.admit(req->data, &r);
 }
 
 static void redis_session_admit(sg_state_t *_st, int64_t tenant, long rate_per_min, long burst, long max,
                                 const char *token, sg_admit_cb cb, void *data)
 {
-    mirror_drop(rs(_st), tenant);
-    redis_req_t *req = req_new(rs(_st), SCRIPT_SESSION_ADMIT, 2, on_session_admit, data);
+    redis_state_t *st = rs(_st);
+    redis_req_t *req = sg_redis__req_new(st, SCRIPT_SESSION_ADMIT, 2, on_session_admit, data);
     int64_t now = sg_state__now_s(_st);
 
     burst = burst < 1 ? 1 : burst > 1000000000L ? 1000000000L : burst;
@@ -1352,61 +806,66 @@ static void redis_session_admit(sg_state_t *_st, int64_t tenant, long rate_per_m
     req->now_ms = sg_state__now_ms(_st);
     req->rate_per_min = rate_per_min;
     req->burst = burst;
-    req_arg(req, "sg:rate:%" PRId64, tenant);
-    req_arg(req, "sg:tenant:%" PRId64 ":sessions", tenant);
-    req_arg(req, "%" PRId64, req->now_ms);
-    req_arg(req, "%" PRId64, sg_gcra_interval_ms(rate_per_min));
-    req_arg(req, "%ld", burst);
-    req_arg(req, "%" PRId64, now);
-    req_arg(req, "%ld", max);
-    req_arg(req, "pending:%.64s", token);
-    req_arg(req, "%" PRId64, now + SG_STATE_RESERVATION_TTL);
-    req_guard(req);
-    req_send(req);
+    req->tenant = tenant;
+    /* the rate step: the copy's too when it is certain (Redis's answer is
+     * waited for: the session slot is not in the copy) */
+    if (sg_gcra_interval_ms(rate_per_min) > 0)
+        req->copy_rate = sg_redis__solo_session_rate(st, tenant, req->now_ms, rate_per_min, burst);
+    sg_redis__req_arg(req, "sg:rate:%" PRId64, tenant);
+    sg_redis__req_arg(req, "sg:tenant:%" PRId64 ":sessions", tenant);
+    sg_redis__req_arg(req, "%" PRId64, req->now_ms);
+    sg_redis__req_arg(req, "%" PRId64, sg_gcra_interval_ms(rate_per_min));
+    sg_redis__req_arg(req, "%ld", burst);
+    sg_redis__req_arg(req, "%" PRId64, now);
+    sg_redis__req_arg(req, "%ld", max);
+    sg_redis__req_arg(req, "pending:%.64s", token);
+    sg_redis__req_arg(req, "%" PRId64, now + SG_STATE_RESERVATION_TTL);
+    sg_redis__req_guard(req);
+    sg_redis__req_send(req);
 }
 
 static void redis_exec_finish(sg_state_t *_st, int64_t tenant, const sg_finish_args_t *a, sg_state_cb cb, void *data)
 {
-    mirror_given_back(rs(_st), tenant, a->token, a->day, a->seconds);
+    sg_redis__mirror_given_back(rs(_st), tenant, a->token, a->day, a->seconds);
     redis_req_t *req = state_req(_st, SCRIPT_EXEC_FINISH, 4, cb != NULL ? cb : sg_state__ignore, data);
     int touch = a->sid != NULL && a->sid[0] != '\0';
 
-    req_arg(req, "sg:tenant:%" PRId64 ":execs", tenant);
-    req_arg(req, "sg:session:%.36s", touch ? a->sid : "-");
-    req_arg(req, "sg:sessions:idle");
-    req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, a->day);
-    req_arg(req, "%.64s", a->token);
-    req_arg(req, "%.36s", touch ? a->sid : "");
-    req_arg(req, "%" PRId64, a->now);
-    req_arg(req, "%ld", a->idle_timeout);
-    req_arg(req, "%d", a->add_exec);
+    sg_redis__req_arg(req, "sg:tenant:%" PRId64 ":execs", tenant);
+    sg_redis__req_arg(req, "sg:session:%.36s", touch ? a->sid : "-");
+    sg_redis__req_arg(req, "sg:sessions:idle");
+    sg_redis__req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, a->day);
+    sg_redis__req_arg(req, "%.64s", a->token);
+    sg_redis__req_arg(req, "%.36s", touch ? a->sid : "");
+    sg_redis__req_arg(req, "%" PRId64, a->now);
+    sg_redis__req_arg(req, "%ld", a->idle_timeout);
+    sg_redis__req_arg(req, "%d", a->add_exec);
     if (a->seconds >= 0)
-        req_arg(req, "%.17g", a->seconds);
+        sg_redis__req_arg(req, "%.17g", a->seconds);
     else
-        req_arg(req, "%s", "");
-    req_send(req);
+        sg_redis__req_arg(req, "%s", "");
+    sg_redis__req_send(req);
 }
 
 static void redis_quota_seed(sg_state_t *_st, int64_t tenant, const char *day, int64_t execs, double seconds,
                              sg_state_cb cb, void *data)
 {
-    mirror_drop(rs(_st), tenant);
+    sg_redis__mirror_drop(rs(_st), tenant);
     redis_req_t *req = state_req(_st, SCRIPT_QUOTA_SEED, 1, cb, data);
-    req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, day);
-    req_arg(req, "%" PRId64, execs);
-    req_arg(req, "%.17g", seconds);
-    req_arg(req, "%d", SG_STATE_QUOTA_TTL);
-    req_send(req);
+    sg_redis__req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, day);
+    sg_redis__req_arg(req, "%" PRId64, execs);
+    sg_redis__req_arg(req, "%.17g", seconds);
+    sg_redis__req_arg(req, "%d", SG_STATE_QUOTA_TTL);
+    sg_redis__req_send(req);
 }
 
 static void redis_quota_add_seconds(sg_state_t *_st, int64_t tenant, const char *day, double seconds, sg_state_cb cb,
                                     void *data)
 {
-    mirror_given_back(rs(_st), tenant, NULL, day, seconds);
+    sg_redis__mirror_given_back(rs(_st), tenant, NULL, day, seconds);
     redis_req_t *req = state_req(_st, SCRIPT_QUOTA_ADD, 1, cb, data);
-    req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, day);
-    req_arg(req, "%.17g", seconds);
-    req_send(req);
+    sg_redis__req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, day);
+    sg_redis__req_arg(req, "%.17g", seconds);
+    sg_redis__req_send(req);
 }
 
 /* ---- life cycle ---------------------------------------------------------------------- */
@@ -1422,11 +881,9 @@ static void redis_destroy(sg_state_t *_st)
     h2o_loop_t *loop = st->super.loop;
 
     if (st->ac != NULL && st->phase == PHASE_READY)
-        solo_give_back_now(st);
+        sg_redis__solo_give_back_now(st);
     st->solo = 0;
     st->phase = PHASE_CLOSED;
-    if (h2o_timeout_is_linked(&st->beat_entry))
-        h2o_timeout_unlink(&st->beat_entry);
     if (h2o_timeout_is_linked(&st->reconnect_entry))
         h2o_timeout_unlink(&st->reconnect_entry);
     if (h2o_timeout_is_linked(&st->connect_entry))
@@ -1437,22 +894,8 @@ static void redis_destroy(sg_state_t *_st)
         ac->data = NULL;
         redisAsyncFree(ac); /* completes what is in flight with available = 0 */
     }
-    while (st->waiting != NULL)
-        req_finish(st->waiting, NULL); /* a guarded call held back: unavailable */
-    while (st->mirrors != NULL) {
-        mirror_t *m = st->mirrors;
-        while (m->queue != NULL) { /* cannot happen: its seed completed with the context */
-            queued_t *q = m->queue;
-            m->queue = q->next;
-            sg_admit_result_t r = {.available = 0};
-            q->cb(q->data, &r);
-            free(q);
-        }
-        mirror_unlink_free(st, m);
-    }
+    sg_redis__solo_destroy(st);
     h2o_timeout_dispose(loop, &st->cmd_timeout);
-    h2o_timeout_dispose(loop, &st->beat_timeout);
-    h2o_timeout_dispose(loop, &st->wait_timeout);
     for (size_t i = 0; i < NBACKOFF; i++)
         h2o_timeout_dispose(loop, &st->backoff[i]);
     free(st);
@@ -1557,40 +1000,11 @@ sg_state_t *sg_state_create_redis(h2o_loop_t *loop, const char *url, char *err, 
     st->super.loop = loop;
     st->phase = PHASE_IDLE;
     h2o_timeout_init(loop, &st->cmd_timeout, CMD_TIMEOUT_MS);
-    h2o_timeout_init(loop, &st->beat_timeout, SOLO_BEAT_MS);
-    h2o_timeout_init(loop, &st->wait_timeout, SOLO_WAIT_MS);
-    st->beat_entry.cb = on_beat_timer;
-    {
-        unsigned char rnd[16];
-        sg_random_bytes(rnd, sizeof(rnd));
-        for (size_t i = 0; i < sizeof(rnd); i++)
-            snprintf(st->id + 2 * i, 3, "%02x", rnd[i]);
-    }
+    sg_redis__solo_init(st);
     for (size_t i = 0; i < NBACKOFF; i++)
         h2o_timeout_init(loop, &st->backoff[i], backoff_ms[i]);
     st->connect_entry.cb = on_connect_timeout;
     st->reconnect_entry.cb = on_reconnect;
     connect_now(st);
     return &st->super;
-}
-
-void sg_state_redis_solo(sg_state_t *_st, int want)
-{
-    if (_st->ops != &redis_ops)
-        return;
-    redis_state_t *st = rs(_st);
-    st->want_solo = want;
-    if (!want)
-        solo_leave(st, "not asked for any more");
-}
-
-void sg_state_solo_stats(sg_state_t *_st, sg_state_solo_t *out)
-{
-    memset(out, 0, sizeof(*out));
-    if (_st == NULL || _st->ops != &redis_ops)
-        return;
-    redis_state_t *st = rs(_st);
-    out->holds = solo_active(st);
-    out->local_admits = st->local_admits;
-    out->mismatches = st->mismatches;
 }

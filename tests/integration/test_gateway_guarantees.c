@@ -319,6 +319,116 @@ SGGW_TEST(test_limits_exact_under_load)
     free(tok4);
 }
 
+/* ---- one gateway alone: admissions from its own copy (state/redis.c, "solo") ------------ */
+
+/* A counter or gauge of g's /metrics with no labels (-1 when GET /metrics
+ * fails or it is not there). */
+static double metric(const sggw_gateway_t *g, const char *name)
+{
+    sgtest_reply_t r;
+    double v = -1;
+    size_t n = strlen(name);
+    sggw_call(g, NULL, "GET", "/metrics", NULL, &r);
+    for (const char *line = r.status == 200 ? r.body : NULL; line != NULL && *line != '\0';) {
+        if (strncmp(line, name, n) == 0 && line[n] == ' ')
+            v = strtod(line + n + 1, NULL);
+        const char *end = strchr(line, '\n');
+        line = end != NULL ? end + 1 : NULL;
+    }
+    sgtest_reply_free(&r);
+    return v;
+}
+
+static void wait_solo(const sggw_gateway_t *g, double want)
+{
+    double deadline = sgtest_now() + 3.0;
+    while (metric(g, "sandgate_state_solo") != want && sgtest_now() < deadline)
+        usleep(20000);
+    SG_CHECK(metric(g, "sandgate_state_solo") == want, NULL, "sandgate_state_solo is not %g after 3 s", want);
+}
+
+/* Alone on its Redis, the gateway admits from its copy: the rate (of
+ * executes and of GET /sessions) and the concurrency cap stay exact under
+ * parallel load, and Redis, checking each admission after, answers none
+ * otherwise. A second gateway on the same Redis ends it: the first stops
+ * within a beat, the second's first execute is answered at once. */
+SGGW_TEST(test_solo_limits_exact)
+{
+    sggw_par_req_t reqs[16];
+    char url[16][256], path[128];
+
+    wait_solo(stack.gw, 1);
+    double admitted0 = metric(stack.gw, "sandgate_state_solo_admissions_total");
+    double mismatches0 = metric(stack.gw, "sandgate_state_solo_mismatches_total");
+
+    const char *rq[] = {"rate_per_min=1", "burst=6", NULL};
+    char *tok = sggw_new_tenant(data_dir(), "solo-rate", rq);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
+    snprintf(path, sizeof(path), "/sessions/%s/execute", sid);
+    snprintf(url[0], sizeof(url[0]), "%s%s", sggw_gateway_url(stack.gw), path);
+    for (int i = 0; i < 16; i++)
+        reqs[i] = sggw_par_post(url[0], tok, "{\"code\":\"print(1)\"}", 60);
+    int ok = count_ok(reqs, 16, "rate limit");
+    SG_CHECK(ok == 5, NULL, "burst 6 (one used by the create): %d of 16 executes ran", ok);
+    const char *rq2[] = {"rate_per_min=1", "burst=7", NULL};
+    char *tok2 = sggw_new_tenant(data_dir(), "solo-rate2", rq2);
+    snprintf(url[1], sizeof(url[1]), "%s/sessions", sggw_gateway_url(stack.gw));
+    for (int i = 0; i < 16; i++)
+        reqs[i] = (sggw_par_req_t){.method = "GET", .url = url[1], .token = tok2, .timeout_s = 30};
+    ok = count_ok(reqs, 16, "rate limit");
+    SG_CHECK(ok == 7, NULL, "burst 7: %d of 16 lists answered", ok);
+    const char *open_rate[] = {"rate_per_min=1000000", "burst=1000000", NULL};
+    sggw_tenant_set(data_dir(), "solo-rate", open_rate);
+    sggw_delete_session(stack.gw, tok, sid);
+    free(sid);
+
+    const char *cq[] = {"max_concurrent_execs=3", NULL};
+    char *tok3 = sggw_new_tenant(data_dir(), "solo-conc", cq);
+    char *sids[3];
+    for (int s = 0; s < 3; s++)
+        sids[s] = sggw_create_session(stack.gw, tok3, NULL, NULL);
+    for (int i = 0; i < 12; i++) {
+        snprintf(url[i], sizeof(url[i]), "%s/sessions/%s/execute", sggw_gateway_url(stack.gw), sids[i % 3]);
+        reqs[i] = sggw_par_post(url[i], tok3, "{\"code\":\"import time; time.sleep(2)\"}", 60);
+    }
+    ok = count_ok(reqs, 12, "concurrency_limit");
+    SG_CHECK(ok == 3, NULL, "cap 3: %d of 12 executes ran", ok);
+    /* and one after the three ended: the slots came back to the copy */
+    snprintf(path, sizeof(path), "/sessions/%s/execute", sids[0]);
+    sgtest_reply_t r;
+    sggw_call(stack.gw, tok3, "POST", path, "{\"code\":\"print(2)\"}", &r);
+    SG_CHECK(r.status == 200, NULL, "an execute after the cap's three: %ld %s", r.status, r.body);
+    sgtest_reply_free(&r);
+
+    double admitted = metric(stack.gw, "sandgate_state_solo_admissions_total") - admitted0;
+    fprintf(stderr, "solo: %.0f admissions from the copy\n", admitted);
+    SG_CHECK(admitted >= 3, NULL, "only %.0f admissions from the copy", admitted);
+    SG_CHECK(metric(stack.gw, "sandgate_state_solo_mismatches_total") == mismatches0, NULL,
+             "Redis answered an admission from the copy otherwise");
+
+    /* a second gateway: the first lets go, the second is answered at once */
+    sggw_gateway_t *g2 = second_gateway();
+    double t0 = sgtest_now();
+    snprintf(path, sizeof(path), "/sessions/%s/execute", sids[1]);
+    sggw_call(g2, tok3, "POST", path, "{\"code\":\"print(3)\"}", &r);
+    double took = sgtest_now() - t0;
+    fprintf(stderr, "solo: the second gateway's first execute: %ld in %.3f s\n", r.status, took);
+    SG_CHECK(r.status == 200, NULL, "through the second gateway: %ld %s", r.status, r.body);
+    sgtest_reply_free(&r);
+    SG_CHECK(took < 1.5, NULL, "the second gateway's first execute took %.3f s", took);
+    wait_solo(stack.gw, 0);
+    SG_CHECK(metric(g2, "sandgate_state_solo") == 0, NULL, "the second gateway holds the lease beside the first");
+    sggw_stack_stop_extra(&stack, "the second gateway");
+    wait_solo(stack.gw, 1); /* alone again */
+    for (int s = 0; s < 3; s++) {
+        sggw_delete_session(stack.gw, tok3, sids[s]);
+        free(sids[s]);
+    }
+    free(tok);
+    free(tok2);
+    free(tok3);
+}
+
 #define KILL_CLIENTS 16
 
 SGGW_TEST(test_kill9_loses_no_answered_row)
@@ -816,6 +926,6 @@ int main(void)
 {
     return SG_RUN_TESTS("gateway_guarantees", group_setup, sggw_stack_group_teardown, NULL, after_test,
                         test_revocation_reaches_every_gateway, test_answered_is_in_ledger, test_limits_exact_under_load,
-                        test_kill9_loses_no_answered_row, test_busy_ledger_answers_after_the_lock,
-                        test_wal_stays_bounded);
+                        test_solo_limits_exact, test_kill9_loses_no_answered_row,
+                        test_busy_ledger_answers_after_the_lock, test_wal_stays_bounded);
 }

@@ -1,0 +1,140 @@
+/*
+ * redis_int.h — private to state/redis.c and state/redis_solo.c: the Redis
+ * backend's connection and calls (redis.c), and what its solo admission
+ * (redis_solo.c) adds to them.
+ */
+#ifndef SANDGATE_STATE_REDIS_INT_H
+#define SANDGATE_STATE_REDIS_INT_H
+
+#include <stdint.h>
+
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+
+#include "state.h"
+#include "state_backend.h"
+
+#define MAX_ARGS 24
+#define NBACKOFF 7 /* redis.c's backoff steps */
+
+/* ---- the backend ------------------------------------------------------------- */
+
+typedef enum { PHASE_IDLE, PHASE_CONNECTING, PHASE_HANDSHAKE, PHASE_READY, PHASE_CLOSED } phase_t;
+
+typedef struct {
+    sg_state_t super;
+    char host[256];
+    int port;
+    int db; /* -1: none named */
+    phase_t phase;
+    redisAsyncContext *ac;
+    h2o_timeout_t cmd_timeout; /* CMD_TIMEOUT_MS: every command in flight, and connect + handshake */
+    h2o_timeout_t backoff[NBACKOFF];
+    h2o_timeout_entry_t connect_entry; /* in cmd_timeout while CONNECTING / HANDSHAKE */
+    h2o_timeout_entry_t reconnect_entry;
+    size_t backoff_step;
+    int outage_logged;
+    /* solo (below) */
+    char id[33];            /* this gateway, in the gateways' set and the solo key */
+    int want_solo;          /* sg_state_redis_solo */
+    int solo;               /* holds the lease ... */
+    uint64_t solo_until_us; /* ... until then (monotonic), renewed by each beat */
+    h2o_timeout_t beat_timeout;
+    h2o_timeout_entry_t beat_entry;
+    int beat_inflight;
+    h2o_timeout_t wait_timeout; /* a guarded call that another gateway's lease holds back */
+    struct redis_req *waiting;  /* those calls, to complete at destroy */
+    struct mirror *mirrors;
+    uint64_t local_admits, mismatches;
+    unsigned long noscripts; /* NOSCRIPT answers: a script sent again goes after calls sent behind it */
+} redis_state_t;
+
+typedef struct redis_req redis_req_t;
+/* reply is NULL when Redis is unavailable (or answered with an error) */
+typedef void (*req_done_fn)(redis_req_t *req, redisReply *reply);
+
+struct redis_req {
+    redis_state_t *st;
+    h2o_timeout_entry_t timeout;
+    int script; /* -1: a plain command */
+    int retried;
+    int argc;
+    const char *argv[MAX_ARGS];
+    size_t argvlen[MAX_ARGS];
+    char *owned[MAX_ARGS];
+    req_done_fn done;
+    union {
+        sg_rate_cb rate;
+        sg_state_cb state;
+        sg_state_get_cb get;
+        sg_state_expired_cb expired;
+        sg_state_list_cb list;
+        sg_quota_cb quota;
+        sg_admit_cb admit;
+    } cb;
+    void *data;
+    /* rate */
+    int64_t now_ms;
+    long rate_per_min, burst;
+    /* solo: a guarded script waits while another gateway holds the lease */
+    int guarded;
+    uint64_t wait_since_us;
+    h2o_timeout_entry_t wait_entry;
+    struct redis_req *wait_next, **wait_prev;
+    /* solo: a call sent for what the copy decided, and what it expects */
+    int64_t tenant;
+    long exp_in_flight;
+    int64_t exp_execs;
+    int copy_rate; /* a session's admission whose rate step the copy took */
+    char day[16];
+};
+
+/* ---- redis.c ---- */
+
+/* A script call: EVALSHA <sha> <nkeys>, then the caller adds keys and args. */
+redis_req_t *sg_redis__req_new(redis_state_t *st, int script, int nkeys, req_done_fn done, void *data);
+void sg_redis__req_arg(redis_req_t *req, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Sends it; outside READY it completes at once with NULL. */
+void sg_redis__req_send(redis_req_t *req);
+/* Completes it: done(req, reply), then frees it. */
+void sg_redis__req_finish(redis_req_t *req, redisReply *reply);
+int64_t sg_redis__reply_int(const redisReply *r);
+double sg_redis__reply_double(const redisReply *r);
+void sg_redis__reply_str(const redisReply *r, char *dst, size_t size);
+/* An array reply of at least n elements, or NULL. */
+redisReply *sg_redis__reply_array(redisReply *r, size_t n);
+/* The answers of SCRIPT_EXEC_ADMIT and SCRIPT_RATE to the caller's cb. */
+void sg_redis__on_admit(redis_req_t *req, redisReply *reply);
+void sg_redis__on_rate(redis_req_t *req, redisReply *reply);
+
+/* ---- redis_solo.c ---- */
+
+void sg_redis__solo_init(redis_state_t *st);
+/* At destroy, the connection still there: the lease given back, this
+ * gateway out of the set; then everything solo holds freed. */
+void sg_redis__solo_give_back_now(redis_state_t *st);
+void sg_redis__solo_destroy(redis_state_t *st);
+/* Once READY, and every SOLO_BEAT_MS after. */
+void sg_redis__solo_beat(redis_state_t *st);
+/* The connection is gone: so is the lease (nothing sent). */
+void sg_redis__solo_lost(redis_state_t *st);
+void sg_redis__solo_leave(redis_state_t *st, const char *why);
+/* 1 when reply is a guard's "wait" and req will be sent again (or was completed). */
+int sg_redis__solo_must_wait(redis_req_t *req, redisReply *reply);
+/* This gateway's id as a guarded script's last argument. */
+void sg_redis__req_guard(redis_req_t *req);
+/* An answer of Redis other than the copy's for req->tenant: counted, the copy dropped. */
+void sg_redis__solo_mismatch(redis_req_t *req, const char *what);
+/* A call that changes the tenant's admission keys behind its copy. */
+void sg_redis__mirror_drop(redis_state_t *st, int64_t tenant);
+/* A slot given back (token), a day's seconds added (day, seconds >= 0). */
+void sg_redis__mirror_given_back(redis_state_t *st, int64_t tenant, const char *token, const char *day, double seconds);
+void sg_redis__admit_dispatch(redis_state_t *st, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb, void *data);
+/* A rate check, burst clamped, a rate set. */
+void sg_redis__rate_dispatch(redis_state_t *st, int64_t tenant, long rate_per_min, long burst, sg_rate_cb cb,
+                             void *data);
+/* A session's admission's rate step at now_ms on the copy: 1 when the copy
+ * took it (Redis's answer is checked against it), else the copy dropped. */
+int sg_redis__solo_session_rate(redis_state_t *st, int64_t tenant, int64_t now_ms, long rate_per_min, long burst);
+
+#endif

@@ -1,0 +1,664 @@
+/*
+ * redis_solo.c — the Redis backend's solo admission (redis_int.h).
+ *
+ * A gateway that is the only one on its Redis admits executions from its
+ * own copy of each tenant's admission keys (solo.h) instead of waiting
+ * for SCRIPT_EXEC_ADMIT: the script is still sent, with the same
+ * arguments, and its answer is checked against the copy's; the execution
+ * goes to the proxy meanwhile.
+ *
+ * The lease: every gateway beats every SOLO_BEAT_MS (SCRIPT_SOLO_BEAT);
+ * one that is alone in the gateways' set and asks (sg_state_redis_solo)
+ * holds "sg:solo" for SOLO_TTL_MS, renewed by each beat, and admits from
+ * its copy only until SOLO_TTL_MS - SOLO_MARGIN_MS after the beat that
+ * renewed it was sent. Every script that admits (SOLO_GUARD) answers
+ * "wait" to any other gateway while the key is held, and that gateway asks
+ * again every SOLO_WAIT_MS. A holder that finds another gateway beating
+ * stops admitting from its copy, then gives the lease back on the same
+ * connection, after everything it admitted: so at any moment one gateway
+ * decides, and it decides on the whole state. A holder killed holds the
+ * others back until its key runs out (at most SOLO_TTL_MS); one destroyed
+ * gives it back at once.
+ *
+ * A tenant's copy is made on its first admission or rate check under the
+ * lease: that call goes to Redis as before, SCRIPT_SOLO_SEED right behind
+ * it, and the calls that come before the seed's answer wait for it. From
+ * then on the copy decides what it is certain of (solo.h); a refusal or an
+ * edge goes to Redis and the copy is read again. A session's admission
+ * takes its rate step on the copy too (its answer is Redis's: the session
+ * slot is not in the copy). A slot given back, a day's seconds added are
+ * applied to the copy. It is dropped when a slot or quota call of its own
+ * touches its keys, when Redis answers other than the copy decided, when a
+ * NOSCRIPT shows that calls may have reached Redis out of order, and when
+ * the lease ends.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "log.h"
+#include "redis_int.h"
+#include "redis_scripts.h"
+#include "solo.h"
+#include "util.h"
+
+#define SOLO_TTL_MS 1000
+#define SOLO_BEAT_MS 200
+#define SOLO_MARGIN_MS 300
+#define SOLO_WAIT_MS 5
+#define SOLO_WAIT_MAX_MS 3000
+
+typedef struct replay {
+    struct replay *next;
+    char token[65]; /* "": none */
+    char day[16];
+    double seconds; /* < 0: none */
+} replay_t;
+
+typedef struct queued {
+    struct queued *next;
+    int rate_only; /* a rate check (rate_per_min, burst, rate_cb); else an admission (a, cb) */
+    long rate_per_min, burst;
+    sg_rate_cb rate_cb;
+    sg_admit_args_t a;
+    sg_admit_cb cb;
+    void *data;
+} queued_t;
+
+typedef struct mirror {
+    struct mirror *next;
+    sg_solo_tenant_t t;
+    int ready;                       /* seeded; else its SCRIPT_SOLO_SEED is on its way */
+    int spoiled;                     /* seeding, and a call the seed cannot know of went */
+    replay_t *replay, **replay_tail; /* given back while seeding: applied to the seed */
+    queued_t *queue, **queue_tail;   /* admissions, rate checks while seeding: decided on the seed */
+} mirror_t;
+
+static void send_admit(redis_state_t *st, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb, void *data);
+static redis_req_t *admit_req(redis_state_t *st, int64_t tenant, const sg_admit_args_t *a, int64_t now_ms,
+                              int64_t now_s, req_done_fn done, void *data);
+
+static void on_nothing(redis_req_t *req, redisReply *reply)
+{
+    (void)req;
+    (void)reply;
+}
+
+static mirror_t *mirror_find(redis_state_t *st, int64_t tenant)
+{
+    for (mirror_t *m = st->mirrors; m != NULL; m = m->next)
+        if (m->t.tenant == tenant)
+            return m;
+    return NULL;
+}
+
+static void mirror_unlink_free(redis_state_t *st, mirror_t *m)
+{
+    for (mirror_t **p = &st->mirrors; *p != NULL; p = &(*p)->next) {
+        if (*p == m) {
+            *p = m->next;
+            break;
+        }
+    }
+    while (m->replay != NULL) {
+        replay_t *r = m->replay;
+        m->replay = r->next;
+        free(r);
+    }
+    sg_solo_free(&m->t);
+    free(m);
+}
+
+/* The copy of a tenant is not to be trusted any more. */
+void sg_redis__mirror_drop(redis_state_t *st, int64_t tenant)
+{
+    mirror_t *m = mirror_find(st, tenant);
+    if (m == NULL)
+        return;
+    if (m->ready)
+        mirror_unlink_free(st, m);
+    else
+        m->spoiled = 1; /* its seed's answer removes it */
+}
+
+static void mirror_drop_all(redis_state_t *st)
+{
+    mirror_t *m = st->mirrors;
+    while (m != NULL) {
+        mirror_t *next = m->next;
+        if (m->ready)
+            mirror_unlink_free(st, m);
+        else
+            m->spoiled = 1;
+        m = next;
+    }
+}
+
+/* A slot given back, a day's seconds added: applied to the copy (to the
+ * seed when it comes). */
+void sg_redis__mirror_given_back(redis_state_t *st, int64_t tenant, const char *token, const char *day, double seconds)
+{
+    mirror_t *m = mirror_find(st, tenant);
+    if (m == NULL || m->spoiled)
+        return;
+    if (m->ready) {
+        if (token != NULL)
+            sg_solo_release(&m->t, token);
+        if (day != NULL && seconds >= 0)
+            sg_solo_add_seconds(&m->t, day, seconds);
+        return;
+    }
+    replay_t *r = sg_xcalloc(1, sizeof(*r));
+    snprintf(r->token, sizeof(r->token), "%s", token != NULL ? token : "");
+    snprintf(r->day, sizeof(r->day), "%s", day != NULL ? day : "");
+    r->seconds = day != NULL ? seconds : -1;
+    *m->replay_tail = r;
+    m->replay_tail = &r->next;
+}
+
+void sg_redis__solo_leave(redis_state_t *st, const char *why)
+{
+    if (!st->solo)
+        return;
+    st->solo = 0;
+    mirror_drop_all(st);
+    sg_info("state: redis: this gateway no longer admits from its own copy (%s)", why);
+    if (st->phase == PHASE_READY) {
+        /* after every admission it sent: the next gateway finds them all */
+        redis_req_t *req = sg_redis__req_new(st, SCRIPT_SOLO_RELEASE, 1, on_nothing, NULL);
+        sg_redis__req_arg(req, "sg:solo");
+        sg_redis__req_arg(req, "%s", st->id);
+        sg_redis__req_send(req);
+    }
+}
+
+/* At destroy, the lease given back at once, so that the next gateway need
+ * not wait for it to run out: what the connection still has to send is
+ * written first (as far as the socket takes it), then a blocking call on a
+ * connection of its own, 200 ms at most. */
+void sg_redis__solo_give_back_now(redis_state_t *st)
+{
+    struct timeval tv = {0, 200000};
+    redisAsyncHandleWrite(st->ac);
+    redisContext *c = redisConnectWithTimeout(st->host, st->port, tv);
+    if (c == NULL || c->err) {
+        if (c != NULL)
+            redisFree(c);
+        return;
+    }
+    redisSetTimeout(c, tv);
+    redisReply *r = NULL;
+    if (st->db >= 0 && (r = redisCommand(c, "SELECT %d", st->db)) != NULL)
+        freeReplyObject(r);
+    r = redisCommand(c, "EVAL %s 1 sg:solo %s", sg_state__scripts[SCRIPT_SOLO_RELEASE].src, st->id);
+    if (r != NULL)
+        freeReplyObject(r);
+    if ((r = redisCommand(c, "ZREM sg:gateways %s", st->id)) != NULL) /* gone: another may hold it at once */
+        freeReplyObject(r);
+    redisFree(c);
+}
+
+void sg_redis__solo_lost(redis_state_t *st)
+{
+    if (st->solo)
+        sg_info("state: redis: this gateway no longer admits from its own copy (the connection is lost)");
+    st->solo = 0;
+    mirror_drop_all(st);
+}
+
+static int solo_active(redis_state_t *st)
+{
+    if (st->solo && sg_now_us() >= st->solo_until_us)
+        sg_redis__solo_leave(st, "its lease was not renewed in time");
+    return st->solo;
+}
+
+static void on_beat(redis_req_t *req, redisReply *reply)
+{
+    redis_state_t *st = req->st;
+    st->beat_inflight = 0;
+    if ((reply = sg_redis__reply_array(reply, 2)) == NULL) {
+        sg_redis__solo_leave(st, "no answer to its beat");
+        return;
+    }
+    if (sg_redis__reply_int(reply->element[0]) == 1) {
+        if (!st->solo)
+            sg_info("state: redis: the only gateway on this Redis: executions are admitted from its own copy");
+        st->solo = 1;
+        st->solo_until_us = (uint64_t)req->now_ms * 1000 + (SOLO_TTL_MS - SOLO_MARGIN_MS) * 1000ull;
+    } else if (st->solo) {
+        sg_redis__solo_leave(st, sg_redis__reply_int(reply->element[1]) > 1 ? "another gateway beats on this Redis"
+                                                                            : "the lease is held by another gateway");
+    }
+}
+
+void sg_redis__solo_beat(redis_state_t *st)
+{
+    if (st->phase != PHASE_READY)
+        return;
+    if (!h2o_timeout_is_linked(&st->beat_entry))
+        h2o_timeout_link(st->super.loop, &st->beat_timeout, &st->beat_entry);
+    if (st->beat_inflight)
+        return;
+    redis_req_t *req = sg_redis__req_new(st, SCRIPT_SOLO_BEAT, 2, on_beat, NULL);
+    req->now_ms = (int64_t)(sg_now_us() / 1000); /* the lease runs from the beat's sending */
+    sg_redis__req_arg(req, "sg:gateways");
+    sg_redis__req_arg(req, "sg:solo");
+    sg_redis__req_arg(req, "%s", st->id);
+    sg_redis__req_arg(req, "%d", SOLO_TTL_MS);
+    sg_redis__req_arg(req, "%d", st->want_solo ? 1 : 0);
+    st->beat_inflight = 1;
+    sg_redis__req_send(req);
+}
+
+static void on_beat_timer(h2o_timeout_entry_t *entry)
+{
+    redis_state_t *st = H2O_STRUCT_FROM_MEMBER(redis_state_t, beat_entry, entry);
+    sg_redis__solo_beat(st);
+}
+
+static void on_solo_wait(h2o_timeout_entry_t *entry)
+{
+    redis_req_t *req = H2O_STRUCT_FROM_MEMBER(redis_req_t, wait_entry, entry);
+    if (req->wait_prev != NULL) {
+        *req->wait_prev = req->wait_next;
+        if (req->wait_next != NULL)
+            req->wait_next->wait_prev = req->wait_prev;
+        req->wait_prev = NULL;
+    }
+    sg_redis__req_send(req);
+}
+
+/* A guarded script answered {-1}: another gateway holds the lease. Asked
+ * again shortly, for at most SOLO_WAIT_MAX_MS (then: unavailable). */
+int sg_redis__solo_must_wait(redis_req_t *req, redisReply *reply)
+{
+    redis_state_t *st = req->st;
+    if (req->guarded != 1 || reply == NULL || reply->type != REDIS_REPLY_ARRAY || reply->elements != 1 ||
+        reply->element[0]->type != REDIS_REPLY_INTEGER || reply->element[0]->integer != -1)
+        return 0;
+    uint64_t now = sg_now_us();
+    if (req->wait_since_us == 0)
+        req->wait_since_us = now;
+    if (h2o_timeout_is_linked(&req->timeout))
+        h2o_timeout_unlink(&req->timeout);
+    if (now - req->wait_since_us > SOLO_WAIT_MAX_MS * 1000ull || st->phase == PHASE_CLOSED) {
+        sg_warn("state: redis: another gateway held the admission lease for over %d ms", SOLO_WAIT_MAX_MS);
+        sg_redis__req_finish(req, NULL);
+        return 1;
+    }
+    req->wait_next = st->waiting;
+    if (st->waiting != NULL)
+        st->waiting->wait_prev = &req->wait_next;
+    req->wait_prev = &st->waiting;
+    st->waiting = req;
+    req->wait_entry.cb = on_solo_wait;
+    h2o_timeout_link(st->super.loop, &st->wait_timeout, &req->wait_entry);
+    return 1;
+}
+
+/* This gateway's id as the guarded script's last argument. */
+void sg_redis__req_guard(redis_req_t *req)
+{
+    sg_redis__req_arg(req, "%s", req->st->id);
+    req->guarded = 1;
+}
+
+void sg_redis__solo_mismatch(redis_req_t *req, const char *what)
+{
+    redis_state_t *st = req->st;
+    st->mismatches++;
+    sg_warn("state: redis: an admission of tenant %" PRId64 " made from this gateway's copy: %s; the copy is dropped",
+            req->tenant, what);
+    sg_redis__mirror_drop(st, req->tenant);
+}
+
+/* The answer to an admission the copy made: {1, tat, 1, in flight, 0, execs, seconds}. */
+static void on_admit_copy(redis_req_t *req, redisReply *reply)
+{
+    char what[160];
+    if (req->st->phase != PHASE_READY && reply == NULL)
+        return; /* the connection went: so did the lease */
+    if ((reply = sg_redis__reply_array(reply, 7)) == NULL) {
+        sg_redis__solo_mismatch(req, "Redis did not answer it as an admission");
+        return;
+    }
+    int64_t allowed = sg_redis__reply_int(reply->element[0]), slot = sg_redis__reply_int(reply->element[2]);
+    int64_t quota = sg_redis__reply_int(reply->element[4]), n = sg_redis__reply_int(reply->element[3]);
+    int64_t execs = sg_redis__reply_int(reply->element[5]);
+    if (allowed != 1 || slot != 1 || quota != SG_QUOTA_OK || n != req->exp_in_flight || execs != req->exp_execs) {
+        snprintf(what, sizeof(what),
+                 "Redis answered rate %" PRId64 ", slot %" PRId64 ", quota %" PRId64 ", %" PRId64
+                 " in flight (the copy: %ld), %" PRId64 " today (the copy: %" PRId64 ")",
+                 allowed, slot, quota, n, req->exp_in_flight, execs, req->exp_execs);
+        sg_redis__solo_mismatch(req, what);
+    }
+}
+
+/* A tenant's copy, to be read right behind the call about to be sent. */
+static mirror_t *mirror_new(redis_state_t *st, int64_t tenant)
+{
+    mirror_t *m = sg_xcalloc(1, sizeof(*m));
+    m->t.tenant = tenant;
+    m->replay_tail = &m->replay;
+    m->queue_tail = &m->queue;
+    m->next = st->mirrors;
+    st->mirrors = m;
+    return m;
+}
+
+static queued_t *mirror_queue(mirror_t *m)
+{
+    queued_t *q = sg_xcalloc(1, sizeof(*q));
+    *m->queue_tail = q;
+    m->queue_tail = &q->next;
+    return q;
+}
+
+/* The answer to a rate check the copy allowed: {1, stored}. */
+static void on_rate_copy(redis_req_t *req, redisReply *reply)
+{
+    if (req->st->phase != PHASE_READY && reply == NULL)
+        return;
+    if ((reply = sg_redis__reply_array(reply, 2)) == NULL || sg_redis__reply_int(reply->element[0]) != 1)
+        sg_redis__solo_mismatch(req, "Redis refused a request the copy's rate allowed");
+}
+
+/* 1 when the copy admitted (the script sent to Redis behind it, cb run). */
+static int admit_local(redis_state_t *st, mirror_t *m, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb,
+                       void *data)
+{
+    long burst = a->burst < 1 ? 1 : a->burst > 1000000000L ? 1000000000L : a->burst;
+    sg_solo_admit_t sa = {.now_ms = sg_state__now_ms(&st->super),
+                          .now_s = sg_state__now_s(&st->super),
+                          .mono_ms = (int64_t)(sg_now_us() / 1000),
+                          .interval_ms = sg_gcra_interval_ms(a->rate_per_min),
+                          .burst = burst,
+                          .max_execs = a->max_execs,
+                          .token = a->token,
+                          .day = a->day,
+                          .execs_per_day = a->execs_per_day,
+                          .seconds_per_day = a->seconds_per_day};
+    sa.until_s = sa.now_s + a->lease_s;
+    int64_t stored, execs, new_tat;
+    long n;
+    double seconds;
+    if (!sg_solo_admit(&m->t, &sa, &stored, &n, &execs, &seconds))
+        return 0;
+    redis_req_t *req = admit_req(st, tenant, a, sa.now_ms, sa.now_s, on_admit_copy, NULL);
+    req->guarded = 2; /* a "wait" is not waited out: it is a mismatch */
+    req->tenant = tenant;
+    req->exp_in_flight = n;
+    req->exp_execs = execs;
+    sg_redis__req_send(req);
+    st->local_admits++;
+
+    sg_admit_result_t r;
+    memset(&r, 0, sizeof(r));
+    r.available = 1;
+    sg_gcra(sa.now_ms, stored, a->rate_per_min, burst, &r.rate, &new_tat);
+    r.rate.allowed = 1;
+    r.slot = 1;
+    r.in_flight = n;
+    r.quota = SG_QUOTA_OK;
+    r.execs = execs;
+    r.seconds = seconds;
+    cb(data, &r);
+    return 1;
+}
+
+static void send_seed(redis_state_t *st, int64_t tenant, const char *day);
+
+/* {tat, quota pttl, execs, seconds, member, score, ...} */
+static void on_seed(redis_req_t *req, redisReply *reply)
+{
+    redis_state_t *st = req->st;
+    mirror_t *m = mirror_find(st, req->tenant);
+    if (m == NULL || m->ready)
+        return; /* cannot happen: a seeding copy is removed only here */
+    queued_t *q = m->queue;
+    m->queue = NULL;
+    m->queue_tail = &m->queue;
+    int ok = !m->spoiled && st->solo && req->exp_execs == (int64_t)st->noscripts &&
+             (reply = sg_redis__reply_array(reply, 4)) != NULL && reply->elements % 2 == 0;
+    if (ok) {
+        sg_solo_load(&m->t, sg_redis__reply_int(reply->element[0]), sg_redis__reply_int(reply->element[1]), req->day,
+                     sg_redis__reply_int(reply->element[2]), sg_redis__reply_double(reply->element[3]),
+                     (int64_t)(sg_now_us() / 1000));
+        for (size_t i = 4; ok && i + 1 < reply->elements; i += 2) {
+            char token[80];
+            sg_redis__reply_str(reply->element[i], token, sizeof(token));
+            ok = sg_solo_add_slot(&m->t, token, sg_redis__reply_int(reply->element[i + 1])) == 0;
+        }
+        for (replay_t *r = m->replay; ok && r != NULL; r = r->next) {
+            if (r->token[0])
+                sg_solo_release(&m->t, r->token);
+            if (r->seconds >= 0)
+                sg_solo_add_seconds(&m->t, r->day, r->seconds);
+        }
+    }
+    if (ok)
+        m->ready = 1;
+    else
+        mirror_unlink_free(st, m);
+    while (q != NULL) {
+        queued_t *next = q->next;
+        if (q->rate_only)
+            sg_redis__rate_dispatch(st, req->tenant, q->rate_per_min, q->burst, q->rate_cb, q->data);
+        else
+            sg_redis__admit_dispatch(st, req->tenant, &q->a, q->cb, q->data);
+        free(q);
+        q = next;
+    }
+}
+
+/* SCRIPT_RATE at now_ms (guarded). */
+static redis_req_t *rate_req(redis_state_t *st, int64_t tenant, long rate_per_min, long burst, int64_t now_ms,
+                             req_done_fn done, void *data)
+{
+    redis_req_t *req = sg_redis__req_new(st, SCRIPT_RATE, 1, done, data);
+    req->now_ms = now_ms;
+    req->rate_per_min = rate_per_min;
+    req->burst = burst;
+    req->tenant = tenant;
+    sg_redis__req_arg(req, "sg:rate:%" PRId64, tenant);
+    sg_redis__req_arg(req, "%" PRId64, now_ms);
+    sg_redis__req_arg(req, "%" PRId64, sg_gcra_interval_ms(rate_per_min));
+    sg_redis__req_arg(req, "%ld", burst);
+    sg_redis__req_guard(req);
+    return req;
+}
+
+static void send_rate(redis_state_t *st, int64_t tenant, long rate_per_min, long burst, sg_rate_cb cb, void *data)
+{
+    redis_req_t *req = rate_req(st, tenant, rate_per_min, burst, sg_state__now_ms(&st->super), sg_redis__on_rate, data);
+    req->cb.rate = cb;
+    sg_redis__req_send(req);
+}
+
+/* A rate check (burst clamped, a rate set): from the copy under the lease,
+ * as an admission is. */
+void sg_redis__rate_dispatch(redis_state_t *st, int64_t tenant, long rate_per_min, long burst, sg_rate_cb cb,
+                             void *data)
+{
+    if (!solo_active(st)) {
+        send_rate(st, tenant, rate_per_min, burst, cb, data);
+        return;
+    }
+    mirror_t *m = mirror_find(st, tenant);
+    if (m == NULL) {
+        /* a copy of the rate key (no day's counters: an admission reads them) */
+        mirror_new(st, tenant);
+        send_rate(st, tenant, rate_per_min, burst, cb, data);
+        send_seed(st, tenant, "");
+        return;
+    }
+    if (!m->ready && !m->spoiled) {
+        queued_t *q = mirror_queue(m);
+        q->rate_only = 1;
+        q->rate_per_min = rate_per_min;
+        q->burst = burst;
+        q->rate_cb = cb;
+        q->data = data;
+        return;
+    }
+    int64_t now_ms = sg_state__now_ms(&st->super), stored, unused;
+    if (m->ready && sg_solo_rate(&m->t, now_ms, sg_gcra_interval_ms(rate_per_min), burst, &stored)) {
+        redis_req_t *req = rate_req(st, tenant, rate_per_min, burst, now_ms, on_rate_copy, NULL);
+        req->guarded = 2;
+        sg_redis__req_send(req);
+        st->local_admits++;
+        sg_rate_result_t r;
+        sg_gcra(now_ms, stored, rate_per_min, burst, &r, &unused);
+        cb(data, &r);
+        return;
+    }
+    sg_redis__mirror_drop(st, tenant); /* a refusal: Redis decides, the copy is read again */
+    send_rate(st, tenant, rate_per_min, burst, cb, data);
+}
+
+/* SCRIPT_EXEC_ADMIT for tenant at now_ms / now_s (guarded). */
+static redis_req_t *admit_req(redis_state_t *st, int64_t tenant, const sg_admit_args_t *a, int64_t now_ms,
+                              int64_t now_s, req_done_fn done, void *data)
+{
+    redis_req_t *req = sg_redis__req_new(st, SCRIPT_EXEC_ADMIT, 3, done, data);
+    long burst = a->burst < 1 ? 1 : a->burst > 1000000000L ? 1000000000L : a->burst;
+
+    req->now_ms = now_ms;
+    req->rate_per_min = a->rate_per_min;
+    req->burst = burst;
+    sg_redis__req_arg(req, "sg:rate:%" PRId64, tenant);
+    sg_redis__req_arg(req, "sg:tenant:%" PRId64 ":execs", tenant);
+    sg_redis__req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, a->day);
+    sg_redis__req_arg(req, "%" PRId64, now_ms);
+    sg_redis__req_arg(req, "%" PRId64, sg_gcra_interval_ms(a->rate_per_min));
+    sg_redis__req_arg(req, "%ld", burst);
+    sg_redis__req_arg(req, "%" PRId64, now_s);
+    sg_redis__req_arg(req, "%ld", a->max_execs);
+    sg_redis__req_arg(req, "%.64s", a->token);
+    sg_redis__req_arg(req, "%" PRId64, now_s + a->lease_s);
+    sg_redis__req_arg(req, "%d", SG_STATE_EXECS_KEY_SLACK);
+    sg_redis__req_arg(req, "%ld", a->execs_per_day);
+    sg_redis__req_arg(req, "%.17g", a->seconds_per_day);
+    sg_redis__req_guard(req);
+    return req;
+}
+
+/* The admission decided by Redis, its answer to cb. */
+static void send_admit(redis_state_t *st, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb, void *data)
+{
+    redis_req_t *req =
+        admit_req(st, tenant, a, sg_state__now_ms(&st->super), sg_state__now_s(&st->super), sg_redis__on_admit, data);
+    req->cb.admit = cb;
+    sg_redis__req_send(req);
+}
+
+static void send_seed(redis_state_t *st, int64_t tenant, const char *day)
+{
+    redis_req_t *req = sg_redis__req_new(st, SCRIPT_SOLO_SEED, 3, on_seed, NULL);
+    req->tenant = tenant;
+    req->exp_execs = (int64_t)st->noscripts; /* a NOSCRIPT before its answer: it may have run out of order */
+    snprintf(req->day, sizeof(req->day), "%s", day);
+    sg_redis__req_arg(req, "sg:rate:%" PRId64, tenant);
+    sg_redis__req_arg(req, "sg:tenant:%" PRId64 ":execs", tenant);
+    sg_redis__req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, day);
+    sg_redis__req_send(req);
+}
+
+void sg_redis__admit_dispatch(redis_state_t *st, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb, void *data)
+{
+    if (!solo_active(st)) {
+        send_admit(st, tenant, a, cb, data);
+        return;
+    }
+    mirror_t *m = mirror_find(st, tenant);
+    if (m == NULL) {
+        /* the copy is made of what Redis holds right after this admission */
+        mirror_new(st, tenant);
+        send_admit(st, tenant, a, cb, data);
+        send_seed(st, tenant, a->day);
+        return;
+    }
+    if (!m->ready && !m->spoiled) {
+        queued_t *q = mirror_queue(m);
+        q->a = *a;
+        q->cb = cb;
+        q->data = data;
+        return;
+    }
+    if (m->ready && admit_local(st, m, tenant, a, cb, data))
+        return;
+    /* not certain (a refusal, an edge): Redis decides, the copy is made again */
+    sg_redis__mirror_drop(st, tenant);
+    send_admit(st, tenant, a, cb, data);
+}
+
+int sg_redis__solo_session_rate(redis_state_t *st, int64_t tenant, int64_t now_ms, long rate_per_min, long burst)
+{
+    int64_t stored;
+    mirror_t *m = solo_active(st) ? mirror_find(st, tenant) : NULL;
+    if (m != NULL && m->ready && sg_solo_rate(&m->t, now_ms, sg_gcra_interval_ms(rate_per_min), burst, &stored))
+        return 1;
+    sg_redis__mirror_drop(st, tenant);
+    return 0;
+}
+
+void sg_redis__solo_init(redis_state_t *st)
+{
+    unsigned char rnd[16];
+    h2o_timeout_init(st->super.loop, &st->beat_timeout, SOLO_BEAT_MS);
+    h2o_timeout_init(st->super.loop, &st->wait_timeout, SOLO_WAIT_MS);
+    st->beat_entry.cb = on_beat_timer;
+    sg_random_bytes(rnd, sizeof(rnd));
+    for (size_t i = 0; i < sizeof(rnd); i++)
+        snprintf(st->id + 2 * i, 3, "%02x", rnd[i]);
+}
+
+void sg_redis__solo_destroy(redis_state_t *st)
+{
+    if (h2o_timeout_is_linked(&st->beat_entry))
+        h2o_timeout_unlink(&st->beat_entry);
+    while (st->waiting != NULL)
+        sg_redis__req_finish(st->waiting, NULL); /* a guarded call held back: unavailable */
+    while (st->mirrors != NULL) {
+        mirror_t *m = st->mirrors;
+        while (m->queue != NULL) { /* cannot happen: its seed completed with the context */
+            queued_t *q = m->queue;
+            m->queue = q->next;
+            if (q->rate_only) {
+                sg_rate_result_t r = {.available = 0};
+                q->rate_cb(q->data, &r);
+            } else {
+                sg_admit_result_t r = {.available = 0};
+                q->cb(q->data, &r);
+            }
+            free(q);
+        }
+        mirror_unlink_free(st, m);
+    }
+    h2o_timeout_dispose(st->super.loop, &st->beat_timeout);
+    h2o_timeout_dispose(st->super.loop, &st->wait_timeout);
+}
+
+void sg_state_redis_solo(sg_state_t *_st, int want)
+{
+    if (strcmp(sg_state_backend(_st), "redis") != 0)
+        return;
+    redis_state_t *st = (redis_state_t *)_st;
+    st->want_solo = want;
+    if (!want)
+        sg_redis__solo_leave(st, "not asked for any more");
+}
+
+void sg_state_solo_stats(sg_state_t *_st, sg_state_solo_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (_st == NULL || strcmp(sg_state_backend(_st), "redis") != 0)
+        return;
+    redis_state_t *st = (redis_state_t *)_st;
+    out->holds = solo_active(st);
+    out->local_admits = st->local_admits;
+    out->mismatches = st->mismatches;
+}

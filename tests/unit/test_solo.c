@@ -1,0 +1,210 @@
+/*
+ * test_solo.c — the copy a lone gateway keeps of a tenant's admission keys
+ * (gateway/state/solo.c): the edges where it must not decide (a refusal of
+ * any step, another day, a quota key about to expire, seconds within a
+ * rounding of the limit, a token too long for a slot) leave it unchanged;
+ * the admissions it does decide change it as SCRIPT_EXEC_ADMIT changes
+ * Redis (leases run out at their second, a token held is renewed, not
+ * counted twice). That Redis answers every admission as the copy did is
+ * tests/integration/test_state.c's solo group, against a real redis-server.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "solo.h"
+#include "sgrun.h"
+
+#define DAY "20260301"
+
+static sg_solo_admit_t args(const char *token, int64_t now_s)
+{
+    sg_solo_admit_t a = {.now_ms = now_s * 1000,
+                         .now_s = now_s,
+                         .mono_ms = 1000,
+                         .interval_ms = 0,
+                         .burst = 1,
+                         .max_execs = 2,
+                         .token = token,
+                         .until_s = now_s + 60,
+                         .day = DAY,
+                         .execs_per_day = 10,
+                         .seconds_per_day = 100};
+    return a;
+}
+
+/* A copy as SCRIPT_SOLO_SEED reads it: no rate key, the day's counters. */
+static void load(sg_solo_tenant_t *t, int64_t execs, double seconds, int64_t pttl_ms)
+{
+    memset(t, 0, sizeof(*t));
+    sg_solo_load(t, 0, pttl_ms, DAY, execs, seconds, 1000);
+}
+
+/* The state that matters, to see that a call left it as it was. */
+static void snapshot(const sg_solo_tenant_t *t, char *out, size_t len)
+{
+    int n = snprintf(out, len, "tat %lld execs %lld seconds %.17g slots %zu:", (long long)t->tat_ms,
+                     (long long)t->execs, t->seconds, t->nslots);
+    for (size_t i = 0; i < t->nslots && n > 0 && (size_t)n < len; i++)
+        n += snprintf(out + n, len - (size_t)n, " %s@%lld", t->slots[i].token, (long long)t->slots[i].until_s);
+}
+
+static int admit(sg_solo_tenant_t *t, const sg_solo_admit_t *a)
+{
+    int64_t stored, execs;
+    long n;
+    double seconds;
+    return sg_solo_admit(t, a, &stored, &n, &execs, &seconds);
+}
+
+/* Not certain: refused by admit, and the copy exactly as it was. */
+static void expect_left_to_redis(sg_solo_tenant_t *t, const sg_solo_admit_t *a)
+{
+    char before[512], after[512];
+    snapshot(t, before, sizeof(before));
+    assert_int_equal(admit(t, a), 0);
+    snapshot(t, after, sizeof(after));
+    assert_string_equal(before, after);
+}
+
+static void test_admits_and_counts(void **state)
+{
+    sg_solo_tenant_t t;
+    int64_t stored, execs;
+    long n;
+    double seconds;
+    load(&t, 3, 1.5, -1);
+    sg_solo_admit_t a = args("s/a", 5000);
+    assert_int_equal(sg_solo_admit(&t, &a, &stored, &n, &execs, &seconds), 1);
+    assert_int_equal(n, 1);
+    assert_int_equal(execs, 4);
+    assert_true(seconds == 1.5);
+    /* the same token again is a renewal: still one slot */
+    a.until_s = 5100;
+    assert_int_equal(sg_solo_admit(&t, &a, &stored, &n, &execs, &seconds), 1);
+    assert_int_equal(n, 1);
+    assert_int_equal(t.slots[0].until_s, 5100);
+    /* a second token fills the cap of 2; a third is Redis's to refuse */
+    sg_solo_admit_t b = args("s/b", 5000);
+    assert_int_equal(admit(&t, &b), 1);
+    sg_solo_admit_t c = args("s/c", 5000);
+    expect_left_to_redis(&t, &c);
+    /* one given back: the third fits */
+    assert_int_equal(sg_solo_release(&t, "s/b"), 1);
+    assert_int_equal(sg_solo_release(&t, "s/b"), 0);
+    assert_int_equal(admit(&t, &c), 1);
+    sg_solo_free(&t);
+}
+
+/* ZREMRANGEBYSCORE -inf now: a lease whose second has come is gone. */
+static void test_leases_run_out(void **state)
+{
+    sg_solo_tenant_t t;
+    load(&t, 0, 0, -1);
+    assert_int_equal(sg_solo_add_slot(&t, "old/1", 6000), 0);
+    assert_int_equal(sg_solo_add_slot(&t, "old/2", 6001), 0);
+    sg_solo_admit_t a = args("new/1", 6000);
+    /* at 6000 the first has run out, the second has not: 2 with the new one */
+    assert_int_equal(admit(&t, &a), 1);
+    assert_int_equal(t.nslots, 2);
+    sg_solo_admit_t b = args("new/2", 6000);
+    expect_left_to_redis(&t, &b);
+    sg_solo_free(&t);
+}
+
+static void test_rate(void **state)
+{
+    sg_solo_tenant_t t;
+    load(&t, 0, 0, -1);
+    /* 60/min, burst 2: two at once, the third refused */
+    sg_solo_admit_t a = args("r/1", 7000);
+    a.interval_ms = 1000;
+    a.burst = 2;
+    a.max_execs = 100;
+    assert_int_equal(admit(&t, &a), 1);
+    assert_int_equal(t.tat_ms, 7001000);
+    a.token = "r/2";
+    assert_int_equal(admit(&t, &a), 1);
+    a.token = "r/3";
+    expect_left_to_redis(&t, &a);
+    /* a second later, one more */
+    a.now_ms += 1000;
+    assert_int_equal(admit(&t, &a), 1);
+    int64_t stored;
+    assert_int_equal(sg_solo_rate(&t, a.now_ms, 1000, 2, &stored), 0);
+    assert_int_equal(sg_solo_rate(&t, a.now_ms + 1000, 1000, 2, &stored), 1);
+    assert_int_equal(sg_solo_rate(&t, a.now_ms + 1000, 0, 2, &stored), 0); /* no rate: nothing to copy */
+    sg_solo_free(&t);
+}
+
+static void test_quota_edges(void **state)
+{
+    sg_solo_tenant_t t;
+    sg_solo_admit_t a = args("q/1", 8000);
+
+    load(&t, 10, 0, -1); /* the day's 10 used */
+    expect_left_to_redis(&t, &a);
+    sg_solo_free(&t);
+
+    load(&t, 0, 100, -1); /* the seconds used */
+    expect_left_to_redis(&t, &a);
+    sg_solo_free(&t);
+
+    load(&t, 0, 100 - 1e-12, -1); /* within a rounding of the limit */
+    expect_left_to_redis(&t, &a);
+    sg_solo_free(&t);
+
+    load(&t, 0, 99.9, -1);
+    assert_int_equal(admit(&t, &a), 1);
+    sg_solo_add_seconds(&t, DAY, 0.1); /* now at the limit */
+    a.token = "q/2";
+    expect_left_to_redis(&t, &a);
+    sg_solo_add_seconds(&t, "20260302", 50); /* another day's: not this copy's */
+    assert_true(t.seconds < 100.01);
+    sg_solo_free(&t);
+
+    load(&t, 0, 0, -2); /* the key is absent: Redis seeds it from the ledger */
+    expect_left_to_redis(&t, &a);
+    sg_solo_free(&t);
+
+    load(&t, 0, 0, 4000); /* expires within the edge (5 s) */
+    expect_left_to_redis(&t, &a);
+    sg_solo_free(&t);
+
+    load(&t, 0, 0, 60000); /* expires later: trusted until 5 s before */
+    assert_int_equal(admit(&t, &a), 1);
+    a.token = "q/3";
+    a.mono_ms = 1000 + 60000 - 5000;
+    expect_left_to_redis(&t, &a);
+    sg_solo_free(&t);
+
+    load(&t, 0, 0, -1);
+    a = args("q/4", 8000);
+    a.day = "20260302"; /* another day */
+    expect_left_to_redis(&t, &a);
+    sg_solo_free(&t);
+}
+
+static void test_long_token(void **state)
+{
+    sg_solo_tenant_t t;
+    char token[100];
+    memset(token, 'x', sizeof(token) - 1);
+    token[sizeof(token) - 1] = '\0';
+    load(&t, 0, 0, -1);
+    sg_solo_admit_t a = args(token, 9000);
+    expect_left_to_redis(&t, &a);
+    assert_int_equal(sg_solo_add_slot(&t, token, 9100), -1);
+    sg_solo_free(&t);
+}
+
+int main(void)
+{
+    return SG_RUN_TESTS("solo", NULL, NULL, NULL, NULL, test_admits_and_counts, test_leases_run_out, test_rate,
+                        test_quota_edges, test_long_token);
+}
