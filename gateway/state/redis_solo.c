@@ -515,8 +515,16 @@ void sg_redis__rate_dispatch(redis_state_t *st, int64_t tenant, long rate_per_mi
         cb(data, &r);
         return;
     }
-    sg_redis__mirror_drop(st, tenant); /* a refusal: Redis decides, the copy is read again */
+    /* a refusal: Redis decides, and the copy (with the day's counters it
+     * had) is read again right behind its answer */
+    char day[sizeof(m->t.day)];
+    snprintf(day, sizeof(day), "%s", m->ready ? m->t.day : "");
+    sg_redis__mirror_drop(st, tenant);
     send_rate(st, tenant, rate_per_min, burst, cb, data);
+    if (mirror_find(st, tenant) == NULL) {
+        mirror_new(st, tenant);
+        send_seed(st, tenant, day);
+    }
 }
 
 /* SCRIPT_EXEC_ADMIT for tenant at now_ms / now_s (guarded). */
@@ -590,9 +598,14 @@ void sg_redis__admit_dispatch(redis_state_t *st, int64_t tenant, const sg_admit_
     }
     if (m->ready && admit_local(st, m, tenant, a, cb, data))
         return;
-    /* not certain (a refusal, an edge): Redis decides, the copy is made again */
+    /* not certain (a refusal, an edge): Redis decides, and the copy is
+     * read again right behind its answer */
     sg_redis__mirror_drop(st, tenant);
     send_admit(st, tenant, a, cb, data);
+    if (mirror_find(st, tenant) == NULL) {
+        mirror_new(st, tenant);
+        send_seed(st, tenant, a->day);
+    }
 }
 
 int sg_redis__solo_session_rate(redis_state_t *st, int64_t tenant, int64_t now_ms, long rate_per_min, long burst)

@@ -503,7 +503,9 @@ SGGW_TEST(test_shutdown_with_redis_call_in_flight)
     SG_CHECK(sggw_redis_pause(stack.extra_redis) == 0, NULL, "SIGSTOP redis-server");
     char url[256];
     pathf(url, sizeof(url), "%s/sessions", sggw_gateway_url(g));
-    sggw_par_req_t q = {.method = "GET", .url = url, .token = tok, .timeout_s = 30};
+    /* a create: its session slot is Redis's to give whatever the gateway
+     * copies (alone on its Redis, it decides a GET's rate itself) */
+    sggw_par_req_t q = sggw_par_post(url, tok, "{\"lang\":\"python\"}", 30);
     sggw_batch_t *b = sggw_batch_start(&q, 1);
     SG_CHECK(b != NULL, NULL, "cannot start a thread");
     /* the token check takes a millisecond; then the request waits on the
