@@ -54,7 +54,7 @@ static const sg_cfg_entry_t config_table[] = {
      "with several proxies: how long a session whose proxy stopped answering waits for it before it is lost"},
     {"SANDGATE_REDIS_URL", SG_CFG_STR, "", 0, 0, &cfg.redis_url,
      "redis://host:port[/db] for shared state; empty keeps the state in this process"},
-    {"SANDGATE_REDIS_SOLO", SG_CFG_INT, "1", 0, 1, &cfg.redis_solo,
+    {"SANDGATE_REDIS_SOLO", SG_CFG_BOOL, "1", 0, 0, &cfg.redis_solo,
      "1: while this is the only gateway on its Redis, executions are admitted from its own copy of the limits' "
      "state, checked by Redis after (no round trip before the run); 0: Redis decides every admission"},
     {"SANDGATE_DATA_DIR", SG_CFG_STR, SG_STORE_DEFAULT_DIR, 0, 0, &sg_gw.data_dir,

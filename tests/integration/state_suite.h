@@ -231,6 +231,7 @@ static inline int teardown(void **state)
     }
 RESULT_WAITER(rate, sg_rate_result_t)
 RESULT_WAITER(state, sg_state_result_t)
+RESULT_WAITER(admit, sg_admit_result_t)
 
 typedef struct {
     int done, available, found;

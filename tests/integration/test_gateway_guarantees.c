@@ -229,36 +229,40 @@ static int count_ok(sggw_par_req_t *reqs, size_t n, const char *code)
     return ok;
 }
 
-/* "<gateway i % 2>" + path: the batches below go to both gateways at once. */
-static void gw_url(char *out, size_t len, sggw_gateway_t *const gws[2], int i, const char *path)
+/* "<gateway i % n>" + path: the batches below go to every gateway at once. */
+static void gw_url(char *out, size_t len, sggw_gateway_t *const *gws, int n, int i, const char *path)
 {
-    snprintf(out, len, "%s%s", sggw_gateway_url(gws[i % 2]), path);
+    snprintf(out, len, "%s%s", sggw_gateway_url(gws[i % n]), path);
 }
 
-SGGW_TEST(test_limits_exact_under_load)
+/* The rate (of executes, and of GET /sessions alone) and the concurrency
+ * cap, each of a fresh tenant (names from prefix), asked many at once
+ * through the n gateways: exactly the limit passes. */
+static void rate_and_cap_exact(sggw_gateway_t *const *gws, int n, const char *prefix)
 {
-    sggw_gateway_t *gws[2] = {stack.gw, second_gateway()};
     sggw_par_req_t reqs[16];
-    char url[16][256], path[128];
+    char url[16][256], path[128], name[64];
 
-    /* the rate: burst 6, then one a minute — of 16 executes at once through
-     * two gateways, exactly 5 run (the create took one; the rate is counted
-     * in the one admission script) */
+    /* the rate: burst 6, then one a minute — of 16 executes at once,
+     * exactly 5 run (the create took one; the rate is counted in the one
+     * admission script) */
     const char *rq[] = {"rate_per_min=1", "burst=6", NULL};
-    char *tok = sggw_new_tenant(data_dir(), "guar-rate", rq);
+    snprintf(name, sizeof(name), "%s-rate", prefix);
+    char *tok = sggw_new_tenant(data_dir(), name, rq);
     char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
     snprintf(path, sizeof(path), "/sessions/%s/execute", sid);
     for (int i = 0; i < 16; i++) {
-        gw_url(url[i], sizeof(url[i]), gws, i, path);
+        gw_url(url[i], sizeof(url[i]), gws, n, i, path);
         reqs[i] = sggw_par_post(url[i], tok, "{\"code\":\"print(1)\"}", 60);
     }
     int ok = count_ok(reqs, 16, "rate limit");
     SG_CHECK(ok == 5, NULL, "burst 6 (one used by the create): %d of 16 executes ran", ok);
     /* and GET /sessions (the rate alone) of a fresh tenant */
     const char *rq2[] = {"rate_per_min=1", "burst=7", NULL};
-    char *tok2 = sggw_new_tenant(data_dir(), "guar-rate2", rq2);
+    snprintf(name, sizeof(name), "%s-rate2", prefix);
+    char *tok2 = sggw_new_tenant(data_dir(), name, rq2);
     for (int i = 0; i < 16; i++) {
-        gw_url(url[i], sizeof(url[i]), gws, i, "/sessions");
+        gw_url(url[i], sizeof(url[i]), gws, n, i, "/sessions");
         reqs[i] = (sggw_par_req_t){.method = "GET", .url = url[i], .token = tok2, .timeout_s = 30};
     }
     ok = count_ok(reqs, 16, "rate limit");
@@ -266,34 +270,53 @@ SGGW_TEST(test_limits_exact_under_load)
     free(tok2);
     /* the rate back (its stored arrival time is minutes ahead) for the delete */
     const char *open_rate[] = {"rate_per_min=1000000", "burst=1000000", NULL};
-    sggw_tenant_set(data_dir(), "guar-rate", open_rate);
+    snprintf(name, sizeof(name), "%s-rate", prefix);
+    sggw_tenant_set(data_dir(), name, open_rate);
     sggw_delete_session(stack.gw, tok, sid);
     free(sid);
+    free(tok);
 
     /* executions in flight: cap 3, 12 at once that each take a while,
-     * spread over three sessions and both gateways */
+     * spread over three sessions and the gateways; one more once they end */
     const char *cq[] = {"max_concurrent_execs=3", NULL};
-    char *tok3 = sggw_new_tenant(data_dir(), "guar-conc", cq);
+    snprintf(name, sizeof(name), "%s-conc", prefix);
+    char *tok3 = sggw_new_tenant(data_dir(), name, cq);
     char *sids[3];
     for (int s = 0; s < 3; s++)
         sids[s] = sggw_create_session(stack.gw, tok3, NULL, NULL);
     for (int i = 0; i < 12; i++) {
         snprintf(path, sizeof(path), "/sessions/%s/execute", sids[i % 3]);
-        gw_url(url[i], sizeof(url[i]), gws, i / 3, path);
+        gw_url(url[i], sizeof(url[i]), gws, n, i / 3, path);
         reqs[i] = sggw_par_post(url[i], tok3, "{\"code\":\"import time; time.sleep(2)\"}", 60);
     }
     ok = count_ok(reqs, 12, "concurrency_limit");
     SG_CHECK(ok == 3, NULL, "cap 3: %d of 12 executes ran", ok);
+    sgtest_reply_t r;
+    snprintf(path, sizeof(path), "/sessions/%s/execute", sids[0]);
+    sggw_call(gws[n - 1], tok3, "POST", path, "{\"code\":\"print(2)\"}", &r);
+    SG_CHECK(r.status == 200, NULL, "an execute after the cap's three: %ld %s", r.status, r.body);
+    sgtest_reply_free(&r);
     for (int s = 0; s < 3; s++) {
         sggw_delete_session(stack.gw, tok3, sids[s]);
         free(sids[s]);
     }
+    free(tok3);
+}
+
+SGGW_TEST(test_limits_exact_under_load)
+{
+    sggw_gateway_t *gws[2] = {stack.gw, second_gateway()};
+    sggw_par_req_t reqs[16];
+    char url[16][256];
+    int ok;
+
+    rate_and_cap_exact(gws, 2, "guar");
 
     /* session slots: 2, of 8 creates at once through both gateways */
     const char *sq[] = {"max_sessions=2", NULL};
     char *tok4 = sggw_new_tenant(data_dir(), "guar-slots", sq);
     for (int i = 0; i < 8; i++) {
-        gw_url(url[i], sizeof(url[i]), gws, i, "/sessions");
+        gw_url(url[i], sizeof(url[i]), gws, 2, i, "/sessions");
         reqs[i] = sggw_par_post(url[i], tok4, "{\"lang\":\"python\"}", 120);
     }
     SG_CHECK(sggw_parallel(reqs, 8) == 0, NULL, "batch");
@@ -314,8 +337,6 @@ SGGW_TEST(test_limits_exact_under_load)
     }
     SG_CHECK(ok == 2, NULL, "max_sessions 2: %d of 8 creates succeeded", ok);
     sggw_stack_stop_extra(&stack, "the second gateway");
-    free(tok);
-    free(tok3);
     free(tok4);
 }
 
@@ -354,52 +375,14 @@ static void wait_solo(const sggw_gateway_t *g, double want)
  * within a beat, the second's first execute is answered at once. */
 SGGW_TEST(test_solo_limits_exact)
 {
-    sggw_par_req_t reqs[16];
-    char url[16][256], path[128];
+    sggw_gateway_t *gws[1] = {stack.gw};
+    sgtest_reply_t r;
+    char path[128];
 
     wait_solo(stack.gw, 1);
     double admitted0 = metric(stack.gw, "sandgate_state_solo_admissions_total");
     double mismatches0 = metric(stack.gw, "sandgate_state_solo_mismatches_total");
-
-    const char *rq[] = {"rate_per_min=1", "burst=6", NULL};
-    char *tok = sggw_new_tenant(data_dir(), "solo-rate", rq);
-    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
-    snprintf(path, sizeof(path), "/sessions/%s/execute", sid);
-    snprintf(url[0], sizeof(url[0]), "%s%s", sggw_gateway_url(stack.gw), path);
-    for (int i = 0; i < 16; i++)
-        reqs[i] = sggw_par_post(url[0], tok, "{\"code\":\"print(1)\"}", 60);
-    int ok = count_ok(reqs, 16, "rate limit");
-    SG_CHECK(ok == 5, NULL, "burst 6 (one used by the create): %d of 16 executes ran", ok);
-    const char *rq2[] = {"rate_per_min=1", "burst=7", NULL};
-    char *tok2 = sggw_new_tenant(data_dir(), "solo-rate2", rq2);
-    snprintf(url[1], sizeof(url[1]), "%s/sessions", sggw_gateway_url(stack.gw));
-    for (int i = 0; i < 16; i++)
-        reqs[i] = (sggw_par_req_t){.method = "GET", .url = url[1], .token = tok2, .timeout_s = 30};
-    ok = count_ok(reqs, 16, "rate limit");
-    SG_CHECK(ok == 7, NULL, "burst 7: %d of 16 lists answered", ok);
-    const char *open_rate[] = {"rate_per_min=1000000", "burst=1000000", NULL};
-    sggw_tenant_set(data_dir(), "solo-rate", open_rate);
-    sggw_delete_session(stack.gw, tok, sid);
-    free(sid);
-
-    const char *cq[] = {"max_concurrent_execs=3", NULL};
-    char *tok3 = sggw_new_tenant(data_dir(), "solo-conc", cq);
-    char *sids[3];
-    for (int s = 0; s < 3; s++)
-        sids[s] = sggw_create_session(stack.gw, tok3, NULL, NULL);
-    for (int i = 0; i < 12; i++) {
-        snprintf(url[i], sizeof(url[i]), "%s/sessions/%s/execute", sggw_gateway_url(stack.gw), sids[i % 3]);
-        reqs[i] = sggw_par_post(url[i], tok3, "{\"code\":\"import time; time.sleep(2)\"}", 60);
-    }
-    ok = count_ok(reqs, 12, "concurrency_limit");
-    SG_CHECK(ok == 3, NULL, "cap 3: %d of 12 executes ran", ok);
-    /* and one after the three ended: the slots came back to the copy */
-    snprintf(path, sizeof(path), "/sessions/%s/execute", sids[0]);
-    sgtest_reply_t r;
-    sggw_call(stack.gw, tok3, "POST", path, "{\"code\":\"print(2)\"}", &r);
-    SG_CHECK(r.status == 200, NULL, "an execute after the cap's three: %ld %s", r.status, r.body);
-    sgtest_reply_free(&r);
-
+    rate_and_cap_exact(gws, 1, "solo");
     double admitted = metric(stack.gw, "sandgate_state_solo_admissions_total") - admitted0;
     fprintf(stderr, "solo: %.0f admissions from the copy\n", admitted);
     SG_CHECK(admitted >= 3, NULL, "only %.0f admissions from the copy", admitted);
@@ -407,10 +390,12 @@ SGGW_TEST(test_solo_limits_exact)
              "Redis answered an admission from the copy otherwise");
 
     /* a second gateway: the first lets go, the second is answered at once */
+    char *tok = sggw_new_tenant(data_dir(), "solo-second", NULL);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
     sggw_gateway_t *g2 = second_gateway();
     double t0 = sgtest_now();
-    snprintf(path, sizeof(path), "/sessions/%s/execute", sids[1]);
-    sggw_call(g2, tok3, "POST", path, "{\"code\":\"print(3)\"}", &r);
+    snprintf(path, sizeof(path), "/sessions/%s/execute", sid);
+    sggw_call(g2, tok, "POST", path, "{\"code\":\"print(3)\"}", &r);
     double took = sgtest_now() - t0;
     fprintf(stderr, "solo: the second gateway's first execute: %ld in %.3f s\n", r.status, took);
     SG_CHECK(r.status == 200, NULL, "through the second gateway: %ld %s", r.status, r.body);
@@ -420,13 +405,9 @@ SGGW_TEST(test_solo_limits_exact)
     SG_CHECK(metric(g2, "sandgate_state_solo") == 0, NULL, "the second gateway holds the lease beside the first");
     sggw_stack_stop_extra(&stack, "the second gateway");
     wait_solo(stack.gw, 1); /* alone again */
-    for (int s = 0; s < 3; s++) {
-        sggw_delete_session(stack.gw, tok3, sids[s]);
-        free(sids[s]);
-    }
+    sggw_delete_session(stack.gw, tok, sid);
+    free(sid);
     free(tok);
-    free(tok2);
-    free(tok3);
 }
 
 #define KILL_CLIENTS 16

@@ -623,18 +623,6 @@ static void test_quota_seconds(void **state)
  * call, each only past the one before, exact when many are issued at once
  * (none answered before the last is sent). */
 typedef struct {
-    int done;
-    sg_admit_result_t r;
-} admit_wait_t;
-
-static void on_admit(void *data, const sg_admit_result_t *r)
-{
-    admit_wait_t *w = data;
-    w->r = *r;
-    w->done++;
-}
-
-typedef struct {
     int rated, slotted, counted, quota_refused;
 } admit_counts_t;
 

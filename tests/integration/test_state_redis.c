@@ -338,18 +338,6 @@ static void test_redis_hang(void **state)
 
 /* ---- solo (redis.c): the only gateway admits from its copy ------------------------------- */
 
-typedef struct {
-    int done;
-    sg_admit_result_t r;
-} admit_wait_t;
-
-static void on_admit(void *data, const sg_admit_result_t *r)
-{
-    admit_wait_t *w = data;
-    w->r = *r;
-    w->done++;
-}
-
 static sg_state_solo_t solo_of(sg_state_t *st)
 {
     sg_state_solo_t s;
