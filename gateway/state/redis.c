@@ -1,401 +1,26 @@
 /*
- * redis.c — the state backend on Redis (key schema in state.h).
- *
- * Every check-and-update is one Lua script, run by EVALSHA with the SHA1
- * redis_scripts.c computes; a NOSCRIPT answer (Redis restarted or SCRIPT FLUSH) is
- * retried once as EVAL, which also loads the script again. Scripts get the
- * gateway's wall clock as an argument, so they stay deterministic.
- *
- * Connection life cycle (one hiredis async context on the h2o loop):
- *
- *   IDLE --backoff timer--> CONNECTING --connected--> HANDSHAKE --PONG--> READY
- *     ^                         |                         |                 |
- *     +------- failure, or no answer within 2 s ----------+-----------------+
- *
- * SELECT <db> (when the URL names one) and PING run in HANDSHAKE, so READY
- * means Redis answered; the backoff runs 100 ms, doubling, up to 5 s and
- * starts over once READY. Outside READY every call completes at once with
- * available = 0. Each command has 2 s to get its reply; when one does not
- * (a hung Redis, SIGSTOP) the connection is dropped, which completes every
- * command still in flight with available = 0, and a new one is made.
- *
- * hiredis completes every pending command with a NULL reply when its
- * context goes away (for whatever reason), and frees the context itself
- * after a disconnect: st->ac is cleared as soon as the context is known to
- * be going, and a NULL reply is simply "unavailable".
- *
- * Every script is loaded (SCRIPT LOAD) in HANDSHAKE, before any call, so
- * calls reach Redis in the order sent: a NOSCRIPT, which sends a script
- * again behind calls sent after it, only follows a SCRIPT FLUSH. While
- * this is the only gateway on its Redis, admissions may be decided from a
- * copy of the state (redis_solo.c).
+ * redis.c — the state backend on Redis (key schema in state.h): its
+ * operations, each one Lua script (redis_scripts.c) sent through the
+ * connection (redis_conn.c); admissions and rate checks go through
+ * redis_solo.c, which may decide them from a copy while this is the only
+ * gateway on its Redis. Scripts get the gateway's wall clock as an
+ * argument, so they stay deterministic.
  */
-#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <hiredis/async.h>
-#include <hiredis/hiredis.h>
-
 #include "log.h"
-#include "redis_h2o.h"
 #include "state.h"
 #include "redis_scripts.h"
 #include "redis_int.h"
 #include "state_backend.h"
 #include "util.h"
-#include "clock.h"
 
-#define CMD_TIMEOUT_MS 2000
 #define LIST_MAX 100000 /* sessions in one list answer */
-
-static const uint64_t backoff_ms[] = {100, 200, 400, 800, 1600, 3200, 5000};
-_Static_assert(sizeof(backoff_ms) / sizeof(backoff_ms[0]) == NBACKOFF, "NBACKOFF (redis_int.h)");
-
-static void connect_now(redis_state_t *st);
-static void on_cmd_timeout(h2o_timeout_entry_t *entry);
-
-static char *xvasprintf(const char *fmt, va_list ap)
-{
-    char *s;
-    if (vasprintf(&s, fmt, ap) < 0)
-        sg_oom(strlen(fmt));
-    return s;
-}
-
-void sg_redis__req_arg(redis_req_t *req, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = xvasprintf(fmt, ap);
-    va_end(ap);
-    assert(req->argc < MAX_ARGS);
-    req->owned[req->argc] = s;
-    req->argv[req->argc] = s;
-    req->argvlen[req->argc] = strlen(s);
-    req->argc++;
-}
-
-/* A script call: EVALSHA <sha> <nkeys>, then the caller adds keys and args. */
-redis_req_t *sg_redis__req_new(redis_state_t *st, int script, int nkeys, req_done_fn done, void *data)
-{
-    redis_req_t *req = sg_xmalloc(sizeof(*req));
-    memset(req, 0, sizeof(*req));
-    req->st = st;
-    req->timeout.cb = on_cmd_timeout;
-    req->script = script;
-    req->done = done;
-    req->data = data;
-    if (script >= 0) {
-        req->argv[0] = "EVALSHA";
-        req->argvlen[0] = 7;
-        req->argv[1] = sg_state__scripts[script].sha;
-        req->argvlen[1] = 40;
-        req->argc = 2;
-        sg_redis__req_arg(req, "%d", nkeys);
-    }
-    return req;
-}
-
-void sg_redis__req_finish(redis_req_t *req, redisReply *reply)
-{
-    if (h2o_timeout_is_linked(&req->timeout))
-        h2o_timeout_unlink(&req->timeout);
-    if (h2o_timeout_is_linked(&req->wait_entry))
-        h2o_timeout_unlink(&req->wait_entry);
-    if (req->wait_prev != NULL) {
-        *req->wait_prev = req->wait_next;
-        if (req->wait_next != NULL)
-            req->wait_next->wait_prev = req->wait_prev;
-        req->wait_prev = NULL;
-    }
-    req->done(req, reply);
-    for (int i = 0; i < req->argc; i++)
-        free(req->owned[i]);
-    free(req);
-}
-
-/* Clears st->ac (the context is going or gone) and schedules the next
- * attempt. Logs once per outage. */
-static void connection_lost(redis_state_t *st, const char *why)
-{
-    phase_t was = st->phase;
-    st->ac = NULL;
-    sg_redis__solo_lost(st);
-    if (h2o_timeout_is_linked(&st->connect_entry))
-        h2o_timeout_unlink(&st->connect_entry);
-    if (was == PHASE_CLOSED)
-        return;
-    st->phase = PHASE_IDLE;
-    if (was == PHASE_READY) {
-        sg_warn("state: redis %s:%d: connection lost (%s); reconnecting", st->host, st->port, why);
-        st->outage_logged = 1;
-    } else if (!st->outage_logged) {
-        sg_warn("state: redis %s:%d: unavailable (%s); retrying", st->host, st->port, why);
-        st->outage_logged = 1;
-    } else {
-        sg_debug("state: redis %s:%d: still unavailable (%s)", st->host, st->port, why);
-    }
-    if (!h2o_timeout_is_linked(&st->reconnect_entry)) {
-        h2o_timeout_link(st->super.loop, &st->backoff[st->backoff_step], &st->reconnect_entry);
-        if (st->backoff_step + 1 < NBACKOFF)
-            st->backoff_step++;
-    }
-}
-
-/* Drops the connection: every command in flight completes with available = 0
- * (at once, or — inside a hiredis callback — as soon as it returns). */
-static void drop_connection(redis_state_t *st, const char *why)
-{
-    redisAsyncContext *ac = st->ac;
-    if (ac == NULL)
-        return;
-    connection_lost(st, why);
-    ac->data = NULL;
-    redisAsyncFree(ac);
-}
-
-static void on_reply(redisAsyncContext *ac, void *r, void *privdata);
-
-void sg_redis__req_send(redis_req_t *req)
-{
-    redis_state_t *st = req->st;
-    if (st->phase != PHASE_READY ||
-        redisAsyncCommandArgv(st->ac, on_reply, req, req->argc, req->argv, req->argvlen) != REDIS_OK) {
-        sg_redis__req_finish(req, NULL);
-        return;
-    }
-    if (!h2o_timeout_is_linked(&req->timeout))
-        h2o_timeout_link(st->super.loop, &st->cmd_timeout, &req->timeout);
-}
-
-static void on_reply(redisAsyncContext *ac, void *r, void *privdata)
-{
-    redis_req_t *req = privdata;
-    redisReply *reply = r;
-
-    if (reply == NULL && req->st->ac == ac) {
-        /* the context is being freed (hiredis gives NULL replies only then):
-         * say so now, so that calls made from the callbacks fail fast */
-        connection_lost(req->st, ac->err && ac->errstr != NULL ? ac->errstr : "connection closed");
-        ac->data = NULL;
-    }
-    if (sg_redis__solo_must_wait(req, reply))
-        return;
-    if (reply != NULL && reply->type == REDIS_REPLY_ERROR) {
-        if (req->script >= 0 && !req->retried && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
-            /* scripts were flushed (a restart, SCRIPT FLUSH): EVAL loads it again */
-            req->retried = 1;
-            req->st->noscripts++;
-            if (req->st->solo)
-                sg_redis__solo_leave(req->st, "Redis lost its scripts: calls no longer reach it in the order sent");
-            req->argv[0] = "EVAL";
-            req->argvlen[0] = 4;
-            req->argv[1] = sg_state__scripts[req->script].src;
-            req->argvlen[1] = strlen(sg_state__scripts[req->script].src);
-            sg_debug("state: redis: NOSCRIPT, sending the script again");
-            sg_redis__req_send(req);
-            return;
-        }
-        sg_warn("state: redis: %s answered: %.*s", req->argv[0], (int)reply->len, reply->str);
-        reply = NULL;
-    }
-    sg_redis__req_finish(req, reply);
-}
-
-static void on_cmd_timeout(h2o_timeout_entry_t *entry)
-{
-    redis_req_t *req = H2O_STRUCT_FROM_MEMBER(redis_req_t, timeout, entry);
-    redis_state_t *st = req->st;
-    if (st->ac == NULL) {
-        /* cannot happen: dropping a context completes its commands */
-        sg_error("state: redis: a command timed out without a connection");
-        return;
-    }
-    /* completes this command (and every other in flight) with NULL */
-    drop_connection(st, "no reply within 2 s");
-}
-
-/* ---- connection ------------------------------------------------------------------ */
-
-static void on_ping(redisAsyncContext *ac, void *r, void *privdata)
-{
-    redis_state_t *st = privdata;
-    redisReply *reply = r;
-    if (reply == NULL || st->ac != ac)
-        return; /* the context is going: connection_lost runs or ran */
-    if (reply->type == REDIS_REPLY_ERROR) {
-        char why[256];
-        snprintf(why, sizeof(why), "%.*s", (int)reply->len, reply->str);
-        drop_connection(st, why);
-        return;
-    }
-    h2o_timeout_unlink(&st->connect_entry);
-    st->phase = PHASE_READY;
-    st->backoff_step = 0;
-    if (st->outage_logged)
-        sg_info("state: redis %s:%d: connected again", st->host, st->port);
-    else
-        sg_info("state: redis %s:%d: connected", st->host, st->port);
-    st->outage_logged = 0;
-    sg_redis__solo_beat(st);
-}
-
-static void on_select(redisAsyncContext *ac, void *r, void *privdata)
-{
-    redis_state_t *st = privdata;
-    redisReply *reply = r;
-    if (reply == NULL || st->ac != ac)
-        return;
-    if (reply->type == REDIS_REPLY_ERROR) {
-        sg_error("state: redis %s:%d: SELECT %d: %.*s", st->host, st->port, st->db, (int)reply->len, reply->str);
-        drop_connection(st, "SELECT failed");
-    }
-}
-
-static void on_script_load(redisAsyncContext *ac, void *r, void *privdata)
-{
-    redis_state_t *st = privdata;
-    redisReply *reply = r;
-    if (reply != NULL && st->ac == ac && reply->type == REDIS_REPLY_ERROR)
-        sg_warn("state: redis %s:%d: SCRIPT LOAD: %.*s", st->host, st->port, (int)reply->len, reply->str);
-}
-
-static void on_connect(const redisAsyncContext *cac, int status)
-{
-    redis_state_t *st = cac->data;
-    redisAsyncContext *ac = (redisAsyncContext *)cac;
-    if (st == NULL || st->ac != ac)
-        return;
-    if (status != REDIS_OK) {
-        /* hiredis frees the context when we return */
-        connection_lost(st, ac->errstr != NULL ? ac->errstr : "connect failed");
-        ac->data = NULL;
-        return;
-    }
-    st->phase = PHASE_HANDSHAKE;
-    if (st->db >= 0)
-        redisAsyncCommand(ac, on_select, st, "SELECT %d", st->db);
-    /* every script loaded before any call: a NOSCRIPT (sent again as EVAL,
-     * so behind calls sent after it) only after a SCRIPT FLUSH */
-    for (size_t i = 0; i < SCRIPT_COUNT; i++)
-        redisAsyncCommand(ac, on_script_load, st, "SCRIPT LOAD %s", sg_state__scripts[i].src);
-    redisAsyncCommand(ac, on_ping, st, "PING");
-}
-
-static void on_disconnect(const redisAsyncContext *cac, int status)
-{
-    redis_state_t *st = cac->data;
-    if (st == NULL || st->ac != cac)
-        return;
-    connection_lost(st, cac->errstr != NULL && cac->err ? cac->errstr : "disconnected");
-}
-
-static void on_connect_timeout(h2o_timeout_entry_t *entry)
-{
-    redis_state_t *st = H2O_STRUCT_FROM_MEMBER(redis_state_t, connect_entry, entry);
-    if (st->phase == PHASE_CONNECTING || st->phase == PHASE_HANDSHAKE)
-        drop_connection(st, st->phase == PHASE_CONNECTING ? "connect timed out" : "no answer to PING within 2 s");
-}
-
-static void on_reconnect(h2o_timeout_entry_t *entry)
-{
-    redis_state_t *st = H2O_STRUCT_FROM_MEMBER(redis_state_t, reconnect_entry, entry);
-    connect_now(st);
-}
-
-static void connect_now(redis_state_t *st)
-{
-    redisAsyncContext *ac = redisAsyncConnect(st->host, st->port);
-    if (ac == NULL) {
-        connection_lost(st, "out of memory");
-        return;
-    }
-    if (ac->err) {
-        char why[256];
-        snprintf(why, sizeof(why), "%s", ac->errstr);
-        redisAsyncFree(ac);
-        connection_lost(st, why);
-        return;
-    }
-    if (sg_redis_h2o_attach(ac, st->super.loop) != REDIS_OK) {
-        redisAsyncFree(ac);
-        connection_lost(st, "cannot attach to the loop");
-        return;
-    }
-    ac->data = st;
-    st->ac = ac;
-    st->phase = PHASE_CONNECTING;
-    redisAsyncSetDisconnectCallback(ac, on_disconnect);
-    redisAsyncSetConnectCallback(ac, on_connect);
-    h2o_timeout_link(st->super.loop, &st->cmd_timeout, &st->connect_entry);
-}
-
-/* ---- replies ------------------------------------------------------------------------ */
-
-int64_t sg_redis__reply_int(const redisReply *r)
-{
-    if (r == NULL)
-        return 0;
-    if (r->type == REDIS_REPLY_INTEGER)
-        return r->integer;
-    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS)
-        return strtoll(r->str, NULL, 10);
-    return 0;
-}
-
-double sg_redis__reply_double(const redisReply *r)
-{
-    if (r == NULL)
-        return 0;
-    if (r->type == REDIS_REPLY_INTEGER)
-        return (double)r->integer;
-    if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS)
-        return strtod(r->str, NULL);
-    return 0;
-}
-
-void sg_redis__reply_str(const redisReply *r, char *dst, size_t size)
-{
-    size_t n = 0;
-    if (r != NULL && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS)) {
-        n = r->len < size ? r->len : size - 1;
-        memcpy(dst, r->str, n);
-    }
-    dst[n] = '\0';
-}
-
-/* An array reply of at least n elements, or NULL. */
-redisReply *sg_redis__reply_array(redisReply *r, size_t n)
-{
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < n)
-        return NULL;
-    return r;
-}
-
-void sg_redis__on_rate(redis_req_t *req, redisReply *reply)
-{
-    if ((reply = sg_redis__reply_array(reply, 2)) == NULL) {
-        sg_state__fail_rate(req->cb.rate, req->data, req->burst);
-        return;
-    }
-    int allowed = sg_redis__reply_int(reply->element[0]) != 0;
-    int64_t stored = sg_redis__reply_int(reply->element[1]), new_tat;
-    sg_rate_result_t r;
-    sg_gcra(req->now_ms, stored, req->rate_per_min, req->burst, &r, &new_tat);
-    if (r.allowed != allowed) {
-        /* cannot happen: the script is the same computation */
-        sg_error("state: redis: rate script and sg_gcra disagree (tat %" PRId64 ", now %" PRId64 ")", stored,
-                 req->now_ms);
-        r.allowed = allowed;
-    }
-    req->cb.rate(req->data, &r);
-}
 
 /* {ok, count} */
 static void on_state(redis_req_t *req, redisReply *reply)
@@ -743,31 +368,6 @@ static void redis_quota_reserve(sg_state_t *_st, int64_t tenant, const char *day
     sg_redis__req_send(req);
 }
 
-/* {allowed, stored tat, slot, in flight, quota status, execs, seconds} */
-void sg_redis__on_admit(redis_req_t *req, redisReply *reply)
-{
-    sg_admit_result_t r;
-    int64_t new_tat;
-
-    memset(&r, 0, sizeof(r));
-    if ((reply = sg_redis__reply_array(reply, 7)) == NULL) {
-        req->cb.admit(req->data, &r);
-        return;
-    }
-    r.available = 1;
-    sg_gcra(req->now_ms, sg_redis__reply_int(reply->element[1]), req->rate_per_min, req->burst, &r.rate, &new_tat);
-    r.rate.allowed = sg_redis__reply_int(reply->element[0]) != 0;
-    if (r.rate.allowed) {
-        r.slot = sg_redis__reply_int(reply->element[2]) != 0;
-        r.in_flight = (long)sg_redis__reply_int(reply->element[3]);
-        int64_t status = sg_redis__reply_int(reply->element[4]);
-        r.quota = status >= SG_QUOTA_OK && status <= SG_QUOTA_UNSEEDED ? (sg_quota_status_t)status : SG_QUOTA_UNSEEDED;
-        r.execs = sg_redis__reply_int(reply->element[5]);
-        r.seconds = sg_redis__reply_double(reply->element[6]);
-    }
-    req->cb.admit(req->data, &r);
-}
-
 static void redis_exec_admit(sg_state_t *_st, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb, void *data)
 {
     sg_redis__admit_dispatch(rs(_st), tenant, a, cb, data);
@@ -878,26 +478,12 @@ static int redis_available(sg_state_t *_st)
 static void redis_destroy(sg_state_t *_st)
 {
     redis_state_t *st = rs(_st);
-    h2o_loop_t *loop = st->super.loop;
 
     if (st->ac != NULL && st->phase == PHASE_READY)
         sg_redis__solo_give_back_now(st);
     st->solo = 0;
-    st->phase = PHASE_CLOSED;
-    if (h2o_timeout_is_linked(&st->reconnect_entry))
-        h2o_timeout_unlink(&st->reconnect_entry);
-    if (h2o_timeout_is_linked(&st->connect_entry))
-        h2o_timeout_unlink(&st->connect_entry);
-    redisAsyncContext *ac = st->ac;
-    st->ac = NULL;
-    if (ac != NULL) {
-        ac->data = NULL;
-        redisAsyncFree(ac); /* completes what is in flight with available = 0 */
-    }
+    sg_redis__conn_close(st); /* completes what is in flight with available = 0 */
     sg_redis__solo_destroy(st);
-    h2o_timeout_dispose(loop, &st->cmd_timeout);
-    for (size_t i = 0; i < NBACKOFF; i++)
-        h2o_timeout_dispose(loop, &st->backoff[i]);
     free(st);
 }
 
@@ -999,12 +585,7 @@ sg_state_t *sg_state_create_redis(h2o_loop_t *loop, const char *url, char *err, 
     st->super.ops = &redis_ops;
     st->super.loop = loop;
     st->phase = PHASE_IDLE;
-    h2o_timeout_init(loop, &st->cmd_timeout, CMD_TIMEOUT_MS);
     sg_redis__solo_init(st);
-    for (size_t i = 0; i < NBACKOFF; i++)
-        h2o_timeout_init(loop, &st->backoff[i], backoff_ms[i]);
-    st->connect_entry.cb = on_connect_timeout;
-    st->reconnect_entry.cb = on_reconnect;
-    connect_now(st);
+    sg_redis__conn_start(st);
     return &st->super;
 }

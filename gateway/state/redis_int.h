@@ -1,7 +1,8 @@
 /*
- * redis_int.h — private to state/redis.c and state/redis_solo.c: the Redis
- * backend's connection and calls (redis.c), and what its solo admission
- * (redis_solo.c) adds to them.
+ * redis_int.h — private to state/redis*.c: the Redis backend in three
+ * layers, each using only those below it: the connection and its calls
+ * (redis_conn.c), the admissions with or without the solo copy
+ * (redis_solo.c), the state's operations (redis.c).
  */
 #ifndef SANDGATE_STATE_REDIS_INT_H
 #define SANDGATE_STATE_REDIS_INT_H
@@ -21,7 +22,7 @@
 
 typedef enum { PHASE_IDLE, PHASE_CONNECTING, PHASE_HANDSHAKE, PHASE_READY, PHASE_CLOSED } phase_t;
 
-typedef struct {
+typedef struct redis_state {
     sg_state_t super;
     char host[256];
     int port;
@@ -42,11 +43,15 @@ typedef struct {
     h2o_timeout_t beat_timeout;
     h2o_timeout_entry_t beat_entry;
     int beat_inflight;
-    h2o_timeout_t wait_timeout; /* a guarded call that another gateway's lease holds back */
+    h2o_timeout_t hold_timeout; /* a guarded call that another gateway's lease holds back */
     struct redis_req *waiting;  /* those calls, to complete at destroy */
     struct mirror *mirrors;
     uint64_t local_admits, mismatches;
     unsigned long noscripts; /* NOSCRIPT answers: a script sent again goes after calls sent behind it */
+    /* what the connection tells the layer above (redis_solo.c sets them) */
+    void (*ready_cb)(struct redis_state *st);    /* READY */
+    void (*lost_cb)(struct redis_state *st);     /* the connection is gone */
+    void (*noscript_cb)(struct redis_state *st); /* a script sent again: calls out of order */
 } redis_state_t;
 
 typedef struct redis_req redis_req_t;
@@ -89,7 +94,12 @@ struct redis_req {
     char day[16];
 };
 
-/* ---- redis.c ---- */
+/* ---- redis_conn.c ---- */
+
+/* The timeouts, then the first connection. */
+void sg_redis__conn_start(redis_state_t *st);
+/* CLOSED; every call in flight or held back completes with NULL. */
+void sg_redis__conn_close(redis_state_t *st);
 
 /* A script call: EVALSHA <sha> <nkeys>, then the caller adds keys and args. */
 redis_req_t *sg_redis__req_new(redis_state_t *st, int script, int nkeys, req_done_fn done, void *data);
@@ -103,26 +113,21 @@ double sg_redis__reply_double(const redisReply *r);
 void sg_redis__reply_str(const redisReply *r, char *dst, size_t size);
 /* An array reply of at least n elements, or NULL. */
 redisReply *sg_redis__reply_array(redisReply *r, size_t n);
+/* This gateway's id as a guarded script's last argument: its "wait"
+ * (another gateway holds the solo lease) holds the call back. */
+void sg_redis__req_guard(redis_req_t *req);
+
+/* ---- redis_solo.c ---- */
+
 /* The answers of SCRIPT_EXEC_ADMIT and SCRIPT_RATE to the caller's cb. */
 void sg_redis__on_admit(redis_req_t *req, redisReply *reply);
 void sg_redis__on_rate(redis_req_t *req, redisReply *reply);
-
-/* ---- redis_solo.c ---- */
 
 void sg_redis__solo_init(redis_state_t *st);
 /* At destroy, the connection still there: the lease given back, this
  * gateway out of the set; then everything solo holds freed. */
 void sg_redis__solo_give_back_now(redis_state_t *st);
 void sg_redis__solo_destroy(redis_state_t *st);
-/* Once READY, and every SOLO_BEAT_MS after. */
-void sg_redis__solo_beat(redis_state_t *st);
-/* The connection is gone: so is the lease (nothing sent). */
-void sg_redis__solo_lost(redis_state_t *st);
-void sg_redis__solo_leave(redis_state_t *st, const char *why);
-/* 1 when reply is a guard's "wait" and req will be sent again (or was completed). */
-int sg_redis__solo_must_wait(redis_req_t *req, redisReply *reply);
-/* This gateway's id as a guarded script's last argument. */
-void sg_redis__req_guard(redis_req_t *req);
 /* An answer of Redis other than the copy's for req->tenant: counted, the copy dropped. */
 void sg_redis__solo_mismatch(redis_req_t *req, const char *what);
 /* A call that changes the tenant's admission keys behind its copy. */

@@ -13,7 +13,7 @@
  * its copy only until SOLO_TTL_MS - SOLO_MARGIN_MS after the beat that
  * renewed it was sent. Every script that admits (SOLO_GUARD) answers
  * "wait" to any other gateway while the key is held, and that gateway asks
- * again every SOLO_WAIT_MS. A holder that finds another gateway beating
+ * again shortly (redis_conn.c holds the call back). A holder that finds another gateway beating
  * stops admitting from its copy, then gives the lease back on the same
  * connection, after everything it admitted: so at any moment one gateway
  * decides, and it decides on the whole state. A holder killed holds the
@@ -37,7 +37,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
 #include "log.h"
 #include "redis_int.h"
 #include "redis_scripts.h"
@@ -47,8 +46,6 @@
 #define SOLO_TTL_MS 1000
 #define SOLO_BEAT_MS 200
 #define SOLO_MARGIN_MS 300
-#define SOLO_WAIT_MS 5
-#define SOLO_WAIT_MAX_MS 3000
 
 typedef struct replay {
     struct replay *next;
@@ -158,7 +155,7 @@ void sg_redis__mirror_given_back(redis_state_t *st, int64_t tenant, const char *
     m->replay_tail = &r->next;
 }
 
-void sg_redis__solo_leave(redis_state_t *st, const char *why)
+static void solo_leave(redis_state_t *st, const char *why)
 {
     if (!st->solo)
         return;
@@ -200,7 +197,7 @@ void sg_redis__solo_give_back_now(redis_state_t *st)
     redisFree(c);
 }
 
-void sg_redis__solo_lost(redis_state_t *st)
+static void solo_lost(redis_state_t *st)
 {
     if (st->solo)
         sg_info("state: redis: this gateway no longer admits from its own copy (the connection is lost)");
@@ -211,7 +208,7 @@ void sg_redis__solo_lost(redis_state_t *st)
 static int solo_active(redis_state_t *st)
 {
     if (st->solo && sg_now_us() >= st->solo_until_us)
-        sg_redis__solo_leave(st, "its lease was not renewed in time");
+        solo_leave(st, "its lease was not renewed in time");
     return st->solo;
 }
 
@@ -220,7 +217,7 @@ static void on_beat(redis_req_t *req, redisReply *reply)
     redis_state_t *st = req->st;
     st->beat_inflight = 0;
     if ((reply = sg_redis__reply_array(reply, 2)) == NULL) {
-        sg_redis__solo_leave(st, "no answer to its beat");
+        solo_leave(st, "no answer to its beat");
         return;
     }
     if (sg_redis__reply_int(reply->element[0]) == 1) {
@@ -229,12 +226,12 @@ static void on_beat(redis_req_t *req, redisReply *reply)
         st->solo = 1;
         st->solo_until_us = (uint64_t)req->now_ms * 1000 + (SOLO_TTL_MS - SOLO_MARGIN_MS) * 1000ull;
     } else if (st->solo) {
-        sg_redis__solo_leave(st, sg_redis__reply_int(reply->element[1]) > 1 ? "another gateway beats on this Redis"
-                                                                            : "the lease is held by another gateway");
+        solo_leave(st, sg_redis__reply_int(reply->element[1]) > 1 ? "another gateway beats on this Redis"
+                                                                  : "the lease is held by another gateway");
     }
 }
 
-void sg_redis__solo_beat(redis_state_t *st)
+static void solo_beat(redis_state_t *st)
 {
     if (st->phase != PHASE_READY)
         return;
@@ -256,54 +253,7 @@ void sg_redis__solo_beat(redis_state_t *st)
 static void on_beat_timer(h2o_timeout_entry_t *entry)
 {
     redis_state_t *st = H2O_STRUCT_FROM_MEMBER(redis_state_t, beat_entry, entry);
-    sg_redis__solo_beat(st);
-}
-
-static void on_solo_wait(h2o_timeout_entry_t *entry)
-{
-    redis_req_t *req = H2O_STRUCT_FROM_MEMBER(redis_req_t, wait_entry, entry);
-    if (req->wait_prev != NULL) {
-        *req->wait_prev = req->wait_next;
-        if (req->wait_next != NULL)
-            req->wait_next->wait_prev = req->wait_prev;
-        req->wait_prev = NULL;
-    }
-    sg_redis__req_send(req);
-}
-
-/* A guarded script answered {-1}: another gateway holds the lease. Asked
- * again shortly, for at most SOLO_WAIT_MAX_MS (then: unavailable). */
-int sg_redis__solo_must_wait(redis_req_t *req, redisReply *reply)
-{
-    redis_state_t *st = req->st;
-    if (req->guarded != 1 || reply == NULL || reply->type != REDIS_REPLY_ARRAY || reply->elements != 1 ||
-        reply->element[0]->type != REDIS_REPLY_INTEGER || reply->element[0]->integer != -1)
-        return 0;
-    uint64_t now = sg_now_us();
-    if (req->wait_since_us == 0)
-        req->wait_since_us = now;
-    if (h2o_timeout_is_linked(&req->timeout))
-        h2o_timeout_unlink(&req->timeout);
-    if (now - req->wait_since_us > SOLO_WAIT_MAX_MS * 1000ull || st->phase == PHASE_CLOSED) {
-        sg_warn("state: redis: another gateway held the admission lease for over %d ms", SOLO_WAIT_MAX_MS);
-        sg_redis__req_finish(req, NULL);
-        return 1;
-    }
-    req->wait_next = st->waiting;
-    if (st->waiting != NULL)
-        st->waiting->wait_prev = &req->wait_next;
-    req->wait_prev = &st->waiting;
-    st->waiting = req;
-    req->wait_entry.cb = on_solo_wait;
-    h2o_timeout_link(st->super.loop, &st->wait_timeout, &req->wait_entry);
-    return 1;
-}
-
-/* This gateway's id as the guarded script's last argument. */
-void sg_redis__req_guard(redis_req_t *req)
-{
-    sg_redis__req_arg(req, "%s", req->st->id);
-    req->guarded = 1;
+    solo_beat(st);
 }
 
 void sg_redis__solo_mismatch(redis_req_t *req, const char *what)
@@ -452,6 +402,51 @@ static void on_seed(redis_req_t *req, redisReply *reply)
         free(q);
         q = next;
     }
+}
+
+/* {allowed, stored tat} */
+void sg_redis__on_rate(redis_req_t *req, redisReply *reply)
+{
+    if ((reply = sg_redis__reply_array(reply, 2)) == NULL) {
+        sg_state__fail_rate(req->cb.rate, req->data, req->burst);
+        return;
+    }
+    int allowed = sg_redis__reply_int(reply->element[0]) != 0;
+    int64_t stored = sg_redis__reply_int(reply->element[1]), new_tat;
+    sg_rate_result_t r;
+    sg_gcra(req->now_ms, stored, req->rate_per_min, req->burst, &r, &new_tat);
+    if (r.allowed != allowed) {
+        /* cannot happen: the script is the same computation */
+        sg_error("state: redis: rate script and sg_gcra disagree (tat %" PRId64 ", now %" PRId64 ")", stored,
+                 req->now_ms);
+        r.allowed = allowed;
+    }
+    req->cb.rate(req->data, &r);
+}
+
+/* {allowed, stored tat, slot, in flight, quota status, execs, seconds} */
+void sg_redis__on_admit(redis_req_t *req, redisReply *reply)
+{
+    sg_admit_result_t r;
+    int64_t new_tat;
+
+    memset(&r, 0, sizeof(r));
+    if ((reply = sg_redis__reply_array(reply, 7)) == NULL) {
+        req->cb.admit(req->data, &r);
+        return;
+    }
+    r.available = 1;
+    sg_gcra(req->now_ms, sg_redis__reply_int(reply->element[1]), req->rate_per_min, req->burst, &r.rate, &new_tat);
+    r.rate.allowed = sg_redis__reply_int(reply->element[0]) != 0;
+    if (r.rate.allowed) {
+        r.slot = sg_redis__reply_int(reply->element[2]) != 0;
+        r.in_flight = (long)sg_redis__reply_int(reply->element[3]);
+        int64_t status = sg_redis__reply_int(reply->element[4]);
+        r.quota = status >= SG_QUOTA_OK && status <= SG_QUOTA_UNSEEDED ? (sg_quota_status_t)status : SG_QUOTA_UNSEEDED;
+        r.execs = sg_redis__reply_int(reply->element[5]);
+        r.seconds = sg_redis__reply_double(reply->element[6]);
+    }
+    req->cb.admit(req->data, &r);
 }
 
 /* SCRIPT_RATE at now_ms (guarded). */
@@ -618,12 +613,19 @@ int sg_redis__solo_session_rate(redis_state_t *st, int64_t tenant, int64_t now_m
     return 0;
 }
 
+static void solo_on_noscript(redis_state_t *st)
+{
+    solo_leave(st, "Redis lost its scripts: calls no longer reach it in the order sent");
+}
+
 void sg_redis__solo_init(redis_state_t *st)
 {
     unsigned char rnd[16];
     h2o_timeout_init(st->super.loop, &st->beat_timeout, SOLO_BEAT_MS);
-    h2o_timeout_init(st->super.loop, &st->wait_timeout, SOLO_WAIT_MS);
     st->beat_entry.cb = on_beat_timer;
+    st->ready_cb = solo_beat;
+    st->lost_cb = solo_lost;
+    st->noscript_cb = solo_on_noscript;
     sg_random_bytes(rnd, sizeof(rnd));
     for (size_t i = 0; i < sizeof(rnd); i++)
         snprintf(st->id + 2 * i, 3, "%02x", rnd[i]);
@@ -633,8 +635,6 @@ void sg_redis__solo_destroy(redis_state_t *st)
 {
     if (h2o_timeout_is_linked(&st->beat_entry))
         h2o_timeout_unlink(&st->beat_entry);
-    while (st->waiting != NULL)
-        sg_redis__req_finish(st->waiting, NULL); /* a guarded call held back: unavailable */
     while (st->mirrors != NULL) {
         mirror_t *m = st->mirrors;
         while (m->queue != NULL) { /* cannot happen: its seed completed with the context */
@@ -652,7 +652,6 @@ void sg_redis__solo_destroy(redis_state_t *st)
         mirror_unlink_free(st, m);
     }
     h2o_timeout_dispose(st->super.loop, &st->beat_timeout);
-    h2o_timeout_dispose(st->super.loop, &st->wait_timeout);
 }
 
 void sg_state_redis_solo(sg_state_t *_st, int want)
@@ -662,7 +661,7 @@ void sg_state_redis_solo(sg_state_t *_st, int want)
     redis_state_t *st = (redis_state_t *)_st;
     st->want_solo = want;
     if (!want)
-        sg_redis__solo_leave(st, "not asked for any more");
+        solo_leave(st, "not asked for any more");
 }
 
 void sg_state_solo_stats(sg_state_t *_st, sg_state_solo_t *out)
