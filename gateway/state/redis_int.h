@@ -16,7 +16,7 @@
 #include "state_backend.h"
 
 #define MAX_ARGS 24
-#define NBACKOFF 7 /* redis.c's backoff steps */
+#define NBACKOFF 7 /* redis_conn.c's reconnection backoff steps */
 
 /* ---- the backend ------------------------------------------------------------- */
 
@@ -35,7 +35,7 @@ typedef struct redis_state {
     h2o_timeout_entry_t reconnect_entry;
     size_t backoff_step;
     int outage_logged;
-    /* solo (below) */
+    /* solo (redis_solo.c) */
     char id[33];            /* this gateway, in the gateways' set and the solo key */
     int want_solo;          /* sg_state_redis_solo */
     int solo;               /* holds the lease ... */
