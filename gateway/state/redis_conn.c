@@ -93,18 +93,24 @@ redis_req_t *sg_redis__req_new(redis_state_t *st, int script, int nkeys, req_don
     return req;
 }
 
-void sg_redis__req_finish(redis_req_t *req, redisReply *reply)
+/* Out of the list of calls held back, if it is there. */
+static void unhold(redis_req_t *req)
 {
-    if (h2o_timeout_is_linked(&req->timeout))
-        h2o_timeout_unlink(&req->timeout);
-    if (h2o_timeout_is_linked(&req->wait_entry))
-        h2o_timeout_unlink(&req->wait_entry);
     if (req->wait_prev != NULL) {
         *req->wait_prev = req->wait_next;
         if (req->wait_next != NULL)
             req->wait_next->wait_prev = req->wait_prev;
         req->wait_prev = NULL;
     }
+}
+
+void sg_redis__req_finish(redis_req_t *req, redisReply *reply)
+{
+    if (h2o_timeout_is_linked(&req->timeout))
+        h2o_timeout_unlink(&req->timeout);
+    if (h2o_timeout_is_linked(&req->wait_entry))
+        h2o_timeout_unlink(&req->wait_entry);
+    unhold(req);
     req->done(req, reply);
     for (int i = 0; i < req->argc; i++)
         free(req->owned[i]);
@@ -217,12 +223,7 @@ static void on_cmd_timeout(h2o_timeout_entry_t *entry)
 static void on_held(h2o_timeout_entry_t *entry)
 {
     redis_req_t *req = H2O_STRUCT_FROM_MEMBER(redis_req_t, wait_entry, entry);
-    if (req->wait_prev != NULL) {
-        *req->wait_prev = req->wait_next;
-        if (req->wait_next != NULL)
-            req->wait_next->wait_prev = req->wait_prev;
-        req->wait_prev = NULL;
-    }
+    unhold(req);
     sg_redis__req_send(req);
 }
 

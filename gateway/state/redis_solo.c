@@ -109,27 +109,26 @@ static void mirror_unlink_free(redis_state_t *st, mirror_t *m)
 }
 
 /* The copy of a tenant is not to be trusted any more. */
-void sg_redis__mirror_drop(redis_state_t *st, int64_t tenant)
+static void drop(redis_state_t *st, mirror_t *m)
 {
-    mirror_t *m = mirror_find(st, tenant);
-    if (m == NULL)
-        return;
     if (m->ready)
         mirror_unlink_free(st, m);
     else
         m->spoiled = 1; /* its seed's answer removes it */
 }
 
+void sg_redis__mirror_drop(redis_state_t *st, int64_t tenant)
+{
+    mirror_t *m = mirror_find(st, tenant);
+    if (m != NULL)
+        drop(st, m);
+}
+
 static void mirror_drop_all(redis_state_t *st)
 {
-    mirror_t *m = st->mirrors;
-    while (m != NULL) {
-        mirror_t *next = m->next;
-        if (m->ready)
-            mirror_unlink_free(st, m);
-        else
-            m->spoiled = 1;
-        m = next;
+    for (mirror_t *m = st->mirrors, *next; m != NULL; m = next) {
+        next = m->next;
+        drop(st, m);
     }
 }
 
