@@ -207,6 +207,7 @@ typedef struct loop_rec {
      * linked meanwhile included, and waits no longer than the earliest of
      * them */
     h2o_timeout_t soon;
+    h2o_timeout_t later; /* SG_LOOP_LATER_MS */
     h2o_timeout_t after; /* SG_HTTP_WATCH_AFTER_MS: a hold's watch begins */
     /* The hold watch's private epoll set, made when the loop's first watch
      * begins (-1 before): h2o tells us when it is readable (an event is
@@ -231,6 +232,7 @@ static loop_rec_t *rec_of(h2o_loop_t *loop)
         r = sg_xcalloc(1, sizeof(*r));
         r->loop = loop;
         h2o_timeout_init(loop, &r->soon, 0);
+        h2o_timeout_init(loop, &r->later, SG_LOOP_LATER_MS);
         h2o_timeout_init(loop, &r->after, SG_HTTP_WATCH_AFTER_MS);
         r->epfd = -1;
         r->next = recs;
@@ -243,6 +245,11 @@ static loop_rec_t *rec_of(h2o_loop_t *loop)
 void sg_loop_soon(h2o_loop_t *loop, h2o_timeout_entry_t *e)
 {
     h2o_timeout_link(loop, &rec_of(loop)->soon, e);
+}
+
+void sg_loop_later(h2o_loop_t *loop, h2o_timeout_entry_t *e)
+{
+    h2o_timeout_link(loop, &rec_of(loop)->later, e);
 }
 
 void sg_loop_forget(h2o_loop_t *loop)
@@ -258,6 +265,7 @@ void sg_loop_forget(h2o_loop_t *loop)
     if (r == NULL)
         return;
     h2o_timeout_dispose(loop, &r->soon);
+    h2o_timeout_dispose(loop, &r->later);
     h2o_timeout_dispose(loop, &r->after);
     if (r->sock != NULL) {
         h2o_socket_read_stop(r->sock);

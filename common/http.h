@@ -63,6 +63,10 @@ void sg_http_server_destroy(sg_http_server_t *s);
  * without a system call. e must not be linked already; unlink it with
  * h2o_timeout_unlink to take it back. */
 void sg_loop_soon(h2o_loop_t *loop, h2o_timeout_entry_t *e);
+/* Links e to run SG_LOOP_LATER_MS from now: work that gains from gathering
+ * what several turns bring (sg_loop_forget takes it back too). */
+#define SG_LOOP_LATER_MS 2
+void sg_loop_later(h2o_loop_t *loop, h2o_timeout_entry_t *e);
 /* Before h2o_evloop_destroy(loop) (h2o wants every timeout of a loop
  * disposed of): takes back everything this file keeps for loop — the
  * timeout of sg_loop_soon, and the hold watch's timeout and epoll set (its

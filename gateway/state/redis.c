@@ -443,7 +443,7 @@ static void redis_exec_finish(sg_state_t *_st, int64_t tenant, const sg_finish_a
         sg_redis__req_arg(req, "%.17g", a->seconds);
     else
         sg_redis__req_arg(req, "%s", "");
-    sg_redis__req_send(req);
+    sg_redis__solo_send_behind(req);
 }
 
 static void redis_quota_seed(sg_state_t *_st, int64_t tenant, const char *day, int64_t execs, double seconds,
@@ -465,7 +465,7 @@ static void redis_quota_add_seconds(sg_state_t *_st, int64_t tenant, const char 
     redis_req_t *req = state_req(_st, SCRIPT_QUOTA_ADD, 1, cb, data);
     sg_redis__req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, day);
     sg_redis__req_arg(req, "%.17g", seconds);
-    sg_redis__req_send(req);
+    sg_redis__solo_send_behind(req);
 }
 
 /* ---- life cycle ---------------------------------------------------------------------- */

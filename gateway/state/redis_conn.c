@@ -165,12 +165,18 @@ void sg_redis__req_send(redis_req_t *req)
 {
     redis_state_t *st = req->st;
     if (st->phase != PHASE_READY ||
-        redisAsyncCommandArgv(st->ac, on_reply, req, req->argc, req->argv, req->argvlen) != REDIS_OK) {
+        sg_redis_h2o_command(st->ac, req->lazy, on_reply, req, req->argc, req->argv, req->argvlen) != REDIS_OK) {
         sg_redis__req_finish(req, NULL);
         return;
     }
     if (!h2o_timeout_is_linked(&req->timeout))
         h2o_timeout_link(st->super.loop, &st->cmd_timeout, &req->timeout);
+}
+
+void sg_redis__req_send_lazy(redis_req_t *req)
+{
+    req->lazy = 1;
+    sg_redis__req_send(req);
 }
 
 static void on_reply(redisAsyncContext *ac, void *r, void *privdata)
@@ -367,7 +373,7 @@ static void connect_now(redis_state_t *st)
         connection_lost(st, why);
         return;
     }
-    if (sg_redis_h2o_attach(ac, st->super.loop) != REDIS_OK) {
+    if (sg_redis_h2o_attach(ac, st->super.loop, &st->writes) != REDIS_OK) {
         redisAsyncFree(ac);
         connection_lost(st, "cannot attach to the loop");
         return;

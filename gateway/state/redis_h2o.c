@@ -11,12 +11,18 @@
  * those of the turn in one write, without asking the loop whether the
  * socket is writable (it nearly always is, and each ask costs two
  * epoll_ctl and a wait); only what that write leaves waits for h2o's
- * notification. */
+ * notification. While only lazy commands are queued, the write waits for
+ * sg_loop_later instead: under load, Redis then wakes once for the
+ * commands of several turns (each wake-up of it, and each write here, costs
+ * more than the commands it carries). */
 typedef struct {
     redisAsyncContext *ac;
     h2o_socket_t *sock;
     h2o_loop_t *loop;
-    h2o_timeout_entry_t flush; /* linked: a write at the end of this turn */
+    h2o_timeout_entry_t flush; /* linked: a write at the end of this turn, or (flush_lazy) later */
+    int flush_lazy;
+    uint64_t *writes;
+    int next_lazy; /* the command being queued is lazy (sg_redis_h2o_command) */
     /* hiredis wants write events. h2o_socket_notify_write is one-shot and
      * cannot be cancelled, so delWrite only clears this flag and a
      * notification that arrives afterwards is ignored. */
@@ -41,6 +47,8 @@ static void on_write(h2o_socket_t *sock, const char *err)
         return;
     /* calls addWrite again while data is left (re-arming the one-shot
      * notification, as h2o cleared it before calling us) or delWrite */
+    if (a->writes != NULL)
+        (*a->writes)++;
     flushing = 1;
     redisAsyncHandleWrite(a->ac);
     flushing = 0;
@@ -59,6 +67,8 @@ static void on_flush(h2o_timeout_entry_t *e)
         return;
     }
     /* may free ac and, through cleanup, a: touch nothing after */
+    if (a->writes != NULL)
+        (*a->writes)++;
     flushing = 1;
     redisAsyncHandleWrite(a->ac);
     flushing = 0;
@@ -81,9 +91,19 @@ static void del_read(void *privdata)
 static void add_write(void *privdata)
 {
     adapter_t *a = privdata;
+    int lazy = a->next_lazy;
+    a->next_lazy = 0;
     a->want_write = 1;
     if (!flushing) {
-        if (!h2o_timeout_is_linked(&a->flush))
+        if (h2o_timeout_is_linked(&a->flush)) {
+            if (lazy || !a->flush_lazy)
+                return; /* goes with the write already planned */
+            h2o_timeout_unlink(&a->flush); /* the lazy ones go now, ahead of it */
+        }
+        a->flush_lazy = lazy;
+        if (lazy)
+            sg_loop_later(a->loop, &a->flush);
+        else
             sg_loop_soon(a->loop, &a->flush);
         return;
     }
@@ -128,13 +148,14 @@ static void cleanup(void *privdata)
     free(a);
 }
 
-int sg_redis_h2o_attach(redisAsyncContext *ac, h2o_loop_t *loop)
+int sg_redis_h2o_attach(redisAsyncContext *ac, h2o_loop_t *loop, uint64_t *writes)
 {
     if (ac->ev.data != NULL || ac->c.fd < 0)
         return REDIS_ERR;
     adapter_t *a = sg_xcalloc(1, sizeof(*a));
     a->ac = ac;
     a->loop = loop;
+    a->writes = writes;
     a->flush.cb = on_flush;
     a->sock = h2o_evloop_socket_create(loop, ac->c.fd, H2O_SOCKET_FLAG_DONT_READ);
     if (a->sock == NULL) {
@@ -148,4 +169,19 @@ int sg_redis_h2o_attach(redisAsyncContext *ac, h2o_loop_t *loop)
     /* replies, and a refused connect (EPOLLERR), arrive as read events */
     add_read(a);
     return REDIS_OK;
+}
+
+int sg_redis_h2o_command(redisAsyncContext *ac, int lazy, redisCallbackFn *fn, void *privdata, int argc,
+                         const char **argv, const size_t *argvlen)
+{
+    adapter_t *a = ac->ev.data;
+    int rc;
+
+    /* hiredis asks for a write (add_write) inside, once the command is queued */
+    if (a != NULL)
+        a->next_lazy = lazy;
+    rc = redisAsyncCommandArgv(ac, fn, privdata, argc, argv, argvlen);
+    if (a != NULL && ac->ev.data == a)
+        a->next_lazy = 0;
+    return rc;
 }

@@ -23,8 +23,18 @@
 
 /* Attaches ac to loop. Call it right after redisAsyncConnect (and before
  * redisAsyncSetConnectCallback, which asks for the first write event).
+ * Each write to the socket adds one to *writes (when not NULL).
  * Returns REDIS_OK, or REDIS_ERR if ac already has an adapter, has no fd,
  * or memory ran out. */
-int sg_redis_h2o_attach(redisAsyncContext *ac, h2o_loop_t *loop);
+int sg_redis_h2o_attach(redisAsyncContext *ac, h2o_loop_t *loop, uint64_t *writes);
+
+/* redisAsyncCommandArgv. Commands are written at the end of the loop's
+ * turn; a lazy one (nobody waits for its answer) may wait until
+ * sg_loop_later (SG_LOOP_LATER_MS), so that those of several turns go in
+ * one write: one wake-up of Redis for many. Commands keep their order: one
+ * that is not lazy takes every lazy one queued before it along, at the end
+ * of its turn. */
+int sg_redis_h2o_command(redisAsyncContext *ac, int lazy, redisCallbackFn *fn, void *privdata, int argc,
+                         const char **argv, const size_t *argvlen);
 
 #endif

@@ -47,6 +47,7 @@ typedef struct redis_state {
     struct redis_req *waiting;  /* those calls, to complete at destroy */
     struct mirror *mirrors;
     uint64_t local_admits, mismatches;
+    uint64_t writes; /* to the socket (redis_h2o.c counts them) */
     unsigned long noscripts; /* NOSCRIPT answers: a script sent again goes after calls sent behind it */
     /* what the connection tells the layer above (redis_solo.c sets them) */
     void (*ready_cb)(struct redis_state *st);    /* READY */
@@ -63,6 +64,7 @@ struct redis_req {
     h2o_timeout_entry_t timeout;
     int script; /* -1: a plain command */
     int retried;
+    int lazy; /* nobody waits for the answer: may be written a little later (sg_redis__req_send_behind) */
     int argc;
     const char *argv[MAX_ARGS];
     size_t argvlen[MAX_ARGS];
@@ -106,6 +108,11 @@ redis_req_t *sg_redis__req_new(redis_state_t *st, int script, int nkeys, req_don
 void sg_redis__req_arg(redis_req_t *req, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Sends it; outside READY it completes at once with NULL. */
 void sg_redis__req_send(redis_req_t *req);
+/* Sends a call nobody waits for (its answer at most checked): written
+ * within SG_LOOP_LATER_MS, with the others of those turns, rather than at
+ * the end of this one (redis_h2o.h). Order is kept: a call sent after it
+ * is not written before it. */
+void sg_redis__req_send_lazy(redis_req_t *req);
 /* Completes it: done(req, reply), then frees it. */
 void sg_redis__req_finish(redis_req_t *req, redisReply *reply);
 int64_t sg_redis__reply_int(const redisReply *r);
@@ -130,6 +137,10 @@ void sg_redis__solo_give_back_now(redis_state_t *st);
 void sg_redis__solo_destroy(redis_state_t *st);
 /* An answer of Redis other than the copy's for req->tenant: counted, the copy dropped. */
 void sg_redis__solo_mismatch(redis_req_t *req, const char *what);
+/* Sends req, which nobody waits for: lazily while this gateway holds the
+ * lease (no other gateway reads these keys before it gives the lease back,
+ * and that goes after everything it sent), else at once. */
+void sg_redis__solo_send_behind(redis_req_t *req);
 /* A call that changes the tenant's admission keys behind its copy. */
 void sg_redis__mirror_drop(redis_state_t *st, int64_t tenant);
 /* A slot given back (token), a day's seconds added (day, seconds >= 0). */

@@ -211,6 +211,14 @@ static int solo_active(redis_state_t *st)
     return st->solo;
 }
 
+void sg_redis__solo_send_behind(redis_req_t *req)
+{
+    if (solo_active(req->st))
+        sg_redis__req_send_lazy(req);
+    else
+        sg_redis__req_send(req);
+}
+
 static void on_beat(redis_req_t *req, redisReply *reply)
 {
     redis_state_t *st = req->st;
@@ -341,7 +349,7 @@ static int admit_local(redis_state_t *st, mirror_t *m, int64_t tenant, const sg_
     req->tenant = tenant;
     req->exp_in_flight = n;
     req->exp_execs = execs;
-    sg_redis__req_send(req);
+    sg_redis__req_send_lazy(req);
     st->local_admits++;
 
     sg_admit_result_t r;
@@ -502,7 +510,7 @@ void sg_redis__rate_dispatch(redis_state_t *st, int64_t tenant, long rate_per_mi
     if (m->ready && sg_solo_rate(&m->t, now_ms, sg_gcra_interval_ms(rate_per_min), burst, &stored)) {
         redis_req_t *req = rate_req(st, tenant, rate_per_min, burst, now_ms, on_rate_copy, NULL);
         req->guarded = 2;
-        sg_redis__req_send(req);
+        sg_redis__req_send_lazy(req);
         st->local_admits++;
         sg_rate_result_t r;
         sg_gcra(now_ms, stored, rate_per_min, burst, &r, &unused);
@@ -672,4 +680,5 @@ void sg_state_solo_stats(sg_state_t *_st, sg_state_solo_t *out)
     out->holds = solo_active(st);
     out->local_admits = st->local_admits;
     out->mismatches = st->mismatches;
+    out->writes = st->writes;
 }

@@ -247,6 +247,7 @@ typedef struct {
     int holds;             /* admits from its copy now */
     uint64_t local_admits; /* executions so admitted */
     uint64_t mismatches;   /* answers of Redis other than the copy's (a copy dropped each time) */
+    uint64_t writes;       /* writes to Redis's socket, solo or not (each may wake Redis) */
 } sg_state_solo_t;
 void sg_state_solo_stats(sg_state_t *st, sg_state_solo_t *out);
 

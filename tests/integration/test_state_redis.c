@@ -528,6 +528,71 @@ static void test_solo_dead_holder(void **state)
     assert_int_equal(w.r.slot, 1);
 }
 
+/* Held: what the copy decided (and the finishes) reach Redis in order, the
+ * calls of several turns in one write (SG_LOOP_LATER_MS), all of them
+ * before a call sent after them, and on their own within a few ms. */
+static void test_solo_writes_gathered(void **state)
+{
+    fixture_t *f = *state;
+    const char *day = "20260205";
+    enum { K = 40 };
+    char tokens[K][32];
+    admit_wait_t w[K];
+
+    sg_state_redis_solo(f->st, 1);
+    wait_solo(f, f->st, 1, 3.0);
+    assert_int_equal(seed(f, 1305, day, 0, 0).ok, 1);
+    memset(w, 0, sizeof(w));
+    snprintf(tokens[0], sizeof(tokens[0]), "g-0");
+    sg_admit_args_t a = admit_args(tokens[0], K, day, 1000);
+    sg_state_exec_admit(f->st, 1305, &a, on_admit, &w[0]);
+    RUN_UNTIL(f, w[0].done, WAIT_S);
+    run_for(f, 0.05); /* the copy's seed */
+    uint64_t local0 = solo_of(f->st).local_admits;
+
+    /* one admission per turn of the loop, none waited for */
+    uint64_t writes0 = solo_of(f->st).writes;
+    double t0 = sgtest_now();
+    for (int i = 1; i < K; i++) {
+        snprintf(tokens[i], sizeof(tokens[i]), "g-%d", i);
+        a = admit_args(tokens[i], K, day, 1000);
+        sg_state_exec_admit(f->st, 1305, &a, on_admit, &w[i]);
+        assert_int_equal(w[i].done, 1);
+        assert_int_equal(w[i].r.in_flight, i + 1);
+        h2o_evloop_run(f->loop, 0);
+    }
+    double took_ms = (sgtest_now() - t0) * 1000;
+    assert_int_equal(solo_of(f->st).local_admits, local0 + K - 1);
+    /* a call whose answer is waited for goes after them all: Redis counts
+     * the K slots, less the one it gives back */
+    sg_state_result_t rel = exec_release(f, 1305, tokens[0]);
+    assert_int_equal(rel.ok, 1);
+    assert_int_equal(rel.count, K - 1);
+    /* written once per SG_LOOP_LATER_MS at most, not once per turn (the
+     * release, and a beat should one fall due, are written too) */
+    long long writes = (long long)(solo_of(f->st).writes - writes0);
+    long long bound = 2 + (long long)(took_ms / SG_LOOP_LATER_MS) + 1 + (long long)(took_ms / 200);
+    fprintf(stderr, "    %d admissions over %.2f ms of turns: %lld writes to Redis (at most %lld)\n", K - 1, took_ms,
+            writes, bound);
+    assert_true(writes <= bound);
+    assert_true(writes < K - 1 || took_ms >= (K - 1) * SG_LOOP_LATER_MS);
+
+    /* alone, lazy calls (a finish) reach Redis within a few ms */
+    sg_finish_args_t fa = {.token = tokens[1], .sid = NULL, .now = 0, .idle_timeout = 60, .day = day, .seconds = 2.5};
+    sg_state_exec_finish(f->st, 1305, &fa, NULL, NULL);
+    double t1 = sgtest_now();
+    while (redis_int("ZCARD sg:tenant:1305:execs") != K - 2 && sgtest_now() - t1 < 1.0)
+        h2o_evloop_run(f->loop, 1);
+    assert_int_equal(redis_int("ZCARD sg:tenant:1305:execs"), K - 2);
+    fprintf(stderr, "    a finish alone reached Redis in %.1f ms\n", (sgtest_now() - t1) * 1000);
+    char *secs = server_query("HGET sg:quota:1305:20260205 seconds", NULL, NULL);
+    assert_non_null(secs);
+    assert_string_equal(secs, "2.5");
+    free(secs);
+    assert_int_equal(redis_int("HGET sg:quota:1305:20260205 execs"), K);
+    assert_int_equal(solo_of(f->st).mismatches, 0);
+}
+
 /* Redis changed behind the copy (an operator's write): the copy admits,
  * Redis refuses, the difference is counted and the copy dropped; the next
  * admission is Redis's to decide. */
@@ -563,5 +628,5 @@ int main(void)
     return SG_RUN_TESTS("state: redis backend only", group_setup_redis, group_teardown, setup, teardown, test_bad_urls,
                         test_unreachable, test_key_schema, test_db_select, test_destroy_inflight, test_noscript,
                         test_redis_restart, test_redis_hang, test_solo_admits_from_copy, test_solo_second_gateway,
-                        test_solo_dead_holder, test_solo_mismatch_drops_copy);
+                        test_solo_dead_holder, test_solo_mismatch_drops_copy, test_solo_writes_gathered);
 }
