@@ -61,14 +61,27 @@ static char *xvasprintf(const char *fmt, va_list ap)
 
 void sg_redis__req_arg(redis_req_t *req, const char *fmt, ...)
 {
+    char *s = req->text + req->text_used;
+    size_t room = sizeof(req->text) - req->text_used;
     va_list ap;
-    va_start(ap, fmt);
-    char *s = xvasprintf(fmt, ap);
-    va_end(ap);
+    int n;
+
     assert(req->argc < MAX_ARGS);
-    req->owned[req->argc] = s;
+    va_start(ap, fmt);
+    n = vsnprintf(s, room, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= room) {
+        /* a long one (a script's source is not an argument): its own copy */
+        va_start(ap, fmt);
+        s = xvasprintf(fmt, ap);
+        va_end(ap);
+        req->owned[req->argc] = s;
+        n = (int)strlen(s);
+    } else {
+        req->text_used += (size_t)n + 1;
+    }
     req->argv[req->argc] = s;
-    req->argvlen[req->argc] = strlen(s);
+    req->argvlen[req->argc] = (size_t)n;
     req->argc++;
 }
 

@@ -68,7 +68,9 @@ struct redis_req {
     int argc;
     const char *argv[MAX_ARGS];
     size_t argvlen[MAX_ARGS];
-    char *owned[MAX_ARGS];
+    char *owned[MAX_ARGS]; /* an argument too long for text */
+    char text[512];        /* the arguments, one after the other */
+    size_t text_used;
     req_done_fn done;
     union {
         sg_rate_cb rate;
