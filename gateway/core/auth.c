@@ -14,6 +14,7 @@
 #include "db.h"
 #include "credentials.h"
 
+#include <openssl/evp.h>
 #include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +67,10 @@ static sg_store_t *gen_store;
 static sg_store_gen_t gen_last;
 static uint64_t gen_last_us;
 static unsigned long gen_last_jobs;
+/* The digest's algorithm and context, made once and kept (the loop's):
+ * SHA256() looks the algorithm up and makes a context on every call. */
+static EVP_MD *key_md;
+static EVP_MD_CTX *key_ctx;
 static token_entry_t *tokens;
 static session_entry_t *sessions;
 
@@ -86,6 +91,10 @@ void sg_gw_auth_cache_stop(void)
     free(sessions);
     tokens = NULL;
     sessions = NULL;
+    EVP_MD_CTX_free(key_ctx);
+    EVP_MD_free(key_md);
+    key_ctx = NULL;
+    key_md = NULL;
 }
 
 /* Runs fn(job) on the loop's own connection: 1 when it ran and left
@@ -170,7 +179,14 @@ static session_entry_t *session_slot(const char *sid, int create)
 
 static void token_key(const char *token, unsigned char key[SHA256_DIGEST_LENGTH])
 {
-    SHA256((const unsigned char *)token, strlen(token), key);
+    unsigned int n;
+    if (key_md == NULL)
+        key_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+    if (key_ctx == NULL)
+        key_ctx = EVP_MD_CTX_new();
+    if (key_md == NULL || key_ctx == NULL || EVP_DigestInit_ex(key_ctx, key_md, NULL) != 1 ||
+        EVP_DigestUpdate(key_ctx, token, strlen(token)) != 1 || EVP_DigestFinal_ex(key_ctx, key, &n) != 1)
+        SHA256((const unsigned char *)token, strlen(token), key);
 }
 
 /* Keeps what the auth job found (g->gen is what it read first). */
