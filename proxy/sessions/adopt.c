@@ -182,11 +182,18 @@ static uint64_t counters_sig(void)
     return h;
 }
 
-/* Writes o to the state file: a temporary file, then rename. Neither is
+/* Writes o to the state file: the whole text into the file beside it
+ * (".tmp"), then the two swapped at once (renameat2 RENAME_EXCHANGE), so
+ * that the state file is always whole, the old or the new. Neither is
  * fsynced: the file serves the next proxy after this one ends (a crash,
  * kill -9, an upgrade), and the page cache has it then; after a crash of
- * the host no sandbox is left to adopt. The fsyncs cost every create and
- * delete 3-4 ms, on the loop. */
+ * the host no sandbox is left to adopt (the fsyncs cost every create and
+ * delete 3-4 ms, on the loop). The file beside keeps the state before
+ * and is written over in place (never truncated to zero): on ext4, both a
+ * rename over an existing file and a truncation to zero start the
+ * writeback of the new file's blocks at once, 0.14 ms at rest and up to a
+ * millisecond under load per create and delete; the swap does neither
+ * (15 us). Where the file system cannot swap, a plain rename. */
 static int write_state(json_object *o, char *err, size_t errlen)
 {
     char tmp[4200];
@@ -195,13 +202,13 @@ static int write_state(json_object *o, char *err, size_t errlen)
     int fd, ret = -1;
 
     snprintf(tmp, sizeof(tmp), "%.4090s.tmp", path);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) {
         snprintf(err, errlen, "cannot open %.200s: %s", tmp, strerror(errno));
         return -1;
     }
     for (size_t off = 0; off < len;) {
-        ssize_t n = write(fd, text + off, len - off);
+        ssize_t n = pwrite(fd, text + off, len - off, (off_t)off);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
@@ -210,6 +217,15 @@ static int write_state(json_object *o, char *err, size_t errlen)
         }
         off += (size_t)n;
     }
+    if (ftruncate(fd, (off_t)len) != 0) {
+        snprintf(err, errlen, "cannot truncate %.200s: %s", tmp, strerror(errno));
+        goto Exit;
+    }
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_EXCHANGE) == 0) {
+        ret = 0;
+        goto Exit;
+    }
+    /* no state file yet (ENOENT), or a file system that cannot swap */
     if (rename(tmp, path) != 0) {
         snprintf(err, errlen, "cannot rename %.200s: %s", tmp, strerror(errno));
         goto Exit;
@@ -815,10 +831,14 @@ int sg_adopt_leave(sg_docker_t *d, const char *proxy_id, int keep_sessions, char
     size_t ngone = 0;
     json_object *list = NULL;
 
-    if (keep_sessions)
+    if (keep_sessions) {
         sg__adopt_changed();
-    else if (path[0] != '\0')
+    } else if (path[0] != '\0') {
+        char tmp[4200];
+        snprintf(tmp, sizeof(tmp), "%.4090s.tmp", path);
         unlink(path);
+        unlink(tmp); /* the state before the last */
+    }
     snprintf(l, sizeof(l), "sandgate.proxy=%s", proxy_id);
     if (sg_docker_container_list(d, l, &list, err, errlen) != 0)
         return -1;

@@ -318,11 +318,45 @@ static int write_all(int fd, const void *p, size_t len)
 
 /* ------------------------------------------------------------------------ */
 
+/* Writes n bytes of text c to file (made or emptied first). */
+static void write_fill(const char *file, const char *text, char c, size_t n)
+{
+    FILE *fp = fopen(file, "w");
+    SG_CHECK(fp != NULL, NULL, "cannot write %s", file);
+    fputs(text, fp);
+    for (size_t i = 0; i < n; i++)
+        fputc(c, fp);
+    fclose(fp);
+}
+
+/* file is one JSON object and nothing after it (a parser stops at its
+ * end), with nothing of the 1 MiB a crash left. */
+static void expect_whole_state(const char *file)
+{
+    char text[1 << 16];
+    FILE *fp = fopen(file, "r");
+    size_t len = fp != NULL ? fread(text, 1, sizeof(text) - 1, fp) : 0;
+    if (fp != NULL)
+        fclose(fp);
+    text[len] = '\0';
+    SG_CHECK(len > 0 && len < sizeof(text) - 1 && text[len - 1] == '}' && strstr(text, "[[[") == NULL, NULL,
+             "%s is not one whole state (%zu bytes)", file, len);
+}
+
 static void test_kill9_adopts_sessions(void **state)
 {
     fixture_t *f = *state;
     static const char blob[] = "a file written before the crash\n";
+    char file[700], beside[720];
     f->pool = 1; /* its leftovers go at the restart, and it refills */
+    /* an empty state, and beside it what a crash in the middle of a write
+     * leaves (the proxy writes the file beside, then swaps the two): 1 MiB
+     * that is not JSON, longer than any state here. It is written over in
+     * place and never read, and no part of it survives the writes. */
+    snprintf(file, sizeof(file), "%s/%s.sessions", f->dir, f->id_x);
+    snprintf(beside, sizeof(beside), "%s.tmp", file);
+    write_fill(file, "{\"version\":1,\"sessions\":[],\"lost\":[]}", ' ', 0);
+    write_fill(beside, "{\"version\":1,\"sessions\":[", '[', 1 << 20);
     f->x = start(f, f->id_x);
 
     char *py = create_session(f->x, "{\"lang\":\"python\",\"timeout\":20,\"memory_mb\":256,\"owner\":\"tenant-a\"}");
@@ -334,6 +368,8 @@ static void test_kill9_adopts_sessions(void **state)
     put_file(f->x, py, "notes.txt", blob, sizeof(blob) - 1);
     run(f->x, tpl, "z = 'tpl'", "", NULL);
     await_recorded(f, f->id_x, py, 2);
+    expect_whole_state(file);
+    expect_whole_state(beside); /* the state before: each write leaves its file as long as its text */
 
     char *cpy = sgtest_docker_session_container(f->id_x, py);
     char *cjs = sgtest_docker_session_container(f->id_x, js);
