@@ -96,9 +96,11 @@ static void add_write(void *privdata)
     a->want_write = 1;
     if (!flushing) {
         if (h2o_timeout_is_linked(&a->flush)) {
+            /* a write is planned: this command goes with it, unless the
+             * write is lazy and this command is not (then all go now) */
             if (lazy || !a->flush_lazy)
-                return; /* goes with the write already planned */
-            h2o_timeout_unlink(&a->flush); /* the lazy ones go now, ahead of it */
+                return;
+            h2o_timeout_unlink(&a->flush);
         }
         a->flush_lazy = lazy;
         if (lazy)

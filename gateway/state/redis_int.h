@@ -16,7 +16,8 @@
 #include "state_backend.h"
 
 #define MAX_ARGS 24
-#define NBACKOFF 7 /* redis_conn.c's reconnection backoff steps */
+#define NBACKOFF 7         /* redis_conn.c's reconnection backoff steps */
+#define MIRROR_BUCKETS 256 /* redis_solo.c's tenants' copies, by tenant id */
 
 /* ---- the backend ------------------------------------------------------------- */
 
@@ -43,11 +44,11 @@ typedef struct redis_state {
     h2o_timeout_t beat_timeout;
     h2o_timeout_entry_t beat_entry;
     int beat_inflight;
-    h2o_timeout_t hold_timeout; /* a guarded call that another gateway's lease holds back */
-    struct redis_req *waiting;  /* those calls, to complete at destroy */
-    struct mirror *mirrors;
+    h2o_timeout_t hold_timeout;             /* a guarded call that another gateway's lease holds back */
+    struct redis_req *waiting;              /* those calls, to complete at destroy */
+    struct mirror *mirrors[MIRROR_BUCKETS]; /* each a list */
     uint64_t local_admits, mismatches;
-    uint64_t writes; /* to the socket (redis_h2o.c counts them) */
+    uint64_t writes;         /* to the socket (redis_h2o.c counts them) */
     unsigned long noscripts; /* NOSCRIPT answers: a script sent again goes after calls sent behind it */
     /* what the connection tells the layer above (redis_solo.c sets them) */
     void (*ready_cb)(struct redis_state *st);    /* READY */

@@ -83,9 +83,16 @@ static void on_nothing(redis_req_t *req, redisReply *reply)
     (void)reply;
 }
 
+/* The list of tenant's copy (tenant ids are a table's rowids: consecutive
+ * ids fall in different lists). */
+static mirror_t **bucket(redis_state_t *st, int64_t tenant)
+{
+    return &st->mirrors[(uint64_t)tenant % MIRROR_BUCKETS];
+}
+
 static mirror_t *mirror_find(redis_state_t *st, int64_t tenant)
 {
-    for (mirror_t *m = st->mirrors; m != NULL; m = m->next)
+    for (mirror_t *m = *bucket(st, tenant); m != NULL; m = m->next)
         if (m->t.tenant == tenant)
             return m;
     return NULL;
@@ -93,7 +100,7 @@ static mirror_t *mirror_find(redis_state_t *st, int64_t tenant)
 
 static void mirror_unlink_free(redis_state_t *st, mirror_t *m)
 {
-    for (mirror_t **p = &st->mirrors; *p != NULL; p = &(*p)->next) {
+    for (mirror_t **p = bucket(st, m->t.tenant); *p != NULL; p = &(*p)->next) {
         if (*p == m) {
             *p = m->next;
             break;
@@ -126,9 +133,11 @@ void sg_redis__mirror_drop(redis_state_t *st, int64_t tenant)
 
 static void mirror_drop_all(redis_state_t *st)
 {
-    for (mirror_t *m = st->mirrors, *next; m != NULL; m = next) {
-        next = m->next;
-        drop(st, m);
+    for (size_t i = 0; i < MIRROR_BUCKETS; i++) {
+        for (mirror_t *m = st->mirrors[i], *next; m != NULL; m = next) {
+            next = m->next;
+            drop(st, m);
+        }
     }
 }
 
@@ -301,8 +310,8 @@ static mirror_t *mirror_new(redis_state_t *st, int64_t tenant)
     m->t.tenant = tenant;
     m->replay_tail = &m->replay;
     m->queue_tail = &m->queue;
-    m->next = st->mirrors;
-    st->mirrors = m;
+    m->next = *bucket(st, tenant);
+    *bucket(st, tenant) = m;
     return m;
 }
 
@@ -642,21 +651,23 @@ void sg_redis__solo_destroy(redis_state_t *st)
 {
     if (h2o_timeout_is_linked(&st->beat_entry))
         h2o_timeout_unlink(&st->beat_entry);
-    while (st->mirrors != NULL) {
-        mirror_t *m = st->mirrors;
-        while (m->queue != NULL) { /* cannot happen: its seed completed with the context */
-            queued_t *q = m->queue;
-            m->queue = q->next;
-            if (q->rate_only) {
-                sg_rate_result_t r = {.available = 0};
-                q->rate_cb(q->data, &r);
-            } else {
-                sg_admit_result_t r = {.available = 0};
-                q->cb(q->data, &r);
+    for (size_t i = 0; i < MIRROR_BUCKETS; i++) {
+        while (st->mirrors[i] != NULL) {
+            mirror_t *m = st->mirrors[i];
+            while (m->queue != NULL) { /* cannot happen: its seed completed with the context */
+                queued_t *q = m->queue;
+                m->queue = q->next;
+                if (q->rate_only) {
+                    sg_rate_result_t r = {.available = 0};
+                    q->rate_cb(q->data, &r);
+                } else {
+                    sg_admit_result_t r = {.available = 0};
+                    q->cb(q->data, &r);
+                }
+                free(q);
             }
-            free(q);
+            mirror_unlink_free(st, m);
         }
-        mirror_unlink_free(st, m);
     }
     h2o_timeout_dispose(st->super.loop, &st->beat_timeout);
 }

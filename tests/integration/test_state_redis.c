@@ -593,6 +593,63 @@ static void test_solo_writes_gathered(void **state)
     assert_int_equal(solo_of(f->st).mismatches, 0);
 }
 
+/* Two tenants whose copies share a list (ids MIRROR_BUCKETS apart): each
+ * admits from its own, and dropping one (a difference Redis found) leaves
+ * the other whole. */
+static void test_solo_copies_share_a_list(void **state)
+{
+    fixture_t *f = *state;
+    const char *day = "20260206";
+    const int64_t ta = 1306, tb = 1306 + 256;
+    admit_wait_t w[8];
+
+    sg_state_redis_solo(f->st, 1);
+    wait_solo(f, f->st, 1, 3.0);
+    assert_int_equal(seed(f, ta, day, 0, 0).ok, 1);
+    assert_int_equal(seed(f, tb, day, 0, 0).ok, 1);
+    memset(w, 0, sizeof(w));
+    sg_admit_args_t a = admit_args("s-a0", 5, day, 10);
+    sg_state_exec_admit(f->st, ta, &a, on_admit, &w[0]);
+    a = admit_args("s-b0", 5, day, 10);
+    sg_state_exec_admit(f->st, tb, &a, on_admit, &w[1]);
+    RUN_UNTIL(f, w[0].done && w[1].done, WAIT_S);
+    run_for(f, 0.05); /* both copies' seeds */
+    uint64_t local0 = solo_of(f->st).local_admits;
+    a = admit_args("s-a1", 5, day, 10);
+    sg_state_exec_admit(f->st, ta, &a, on_admit, &w[2]);
+    a = admit_args("s-b1", 5, day, 10);
+    sg_state_exec_admit(f->st, tb, &a, on_admit, &w[3]);
+    assert_true(w[2].done && w[3].done); /* both from their copies */
+    assert_int_equal(w[2].r.in_flight, 2);
+    assert_int_equal(w[3].r.in_flight, 2);
+    assert_int_equal(solo_of(f->st).local_admits, local0 + 2);
+    run_for(f, 0.05); /* their checks reach Redis (within SG_LOOP_LATER_MS) and agree */
+    assert_int_equal(solo_of(f->st).mismatches, 0);
+    /* behind a's copy, its day is used up: a's next is a difference */
+    char cmd[96];
+    snprintf(cmd, sizeof(cmd), "HSET sg:quota:%lld:%s execs 10", (long long)ta, day);
+    assert_int_equal(server_command(cmd), 0);
+    a = admit_args("s-a2", 5, day, 10);
+    sg_state_exec_admit(f->st, ta, &a, on_admit, &w[4]);
+    assert_int_equal(w[4].done, 1);
+    run_for(f, 0.1);
+    assert_int_equal(solo_of(f->st).mismatches, 1);
+    /* b's copy is whole: its next is from it, as Redis then agrees */
+    a = admit_args("s-b2", 5, day, 10);
+    sg_state_exec_admit(f->st, tb, &a, on_admit, &w[5]);
+    assert_int_equal(w[5].done, 1);
+    assert_int_equal(w[5].r.in_flight, 3);
+    assert_int_equal(w[5].r.execs, 3);
+    /* a's is Redis's: the day's count is used up */
+    a = admit_args("s-a3", 5, day, 10);
+    sg_state_exec_admit(f->st, ta, &a, on_admit, &w[6]);
+    RUN_UNTIL(f, w[6].done, WAIT_S);
+    assert_int_equal(w[6].r.quota, SG_QUOTA_EXECS);
+    run_for(f, 0.1);
+    assert_int_equal(solo_of(f->st).mismatches, 1);
+    assert_int_equal(solo_of(f->st).local_admits, local0 + 4);
+}
+
 /* Redis changed behind the copy (an operator's write): the copy admits,
  * Redis refuses, the difference is counted and the copy dropped; the next
  * admission is Redis's to decide. */
@@ -628,5 +685,6 @@ int main(void)
     return SG_RUN_TESTS("state: redis backend only", group_setup_redis, group_teardown, setup, teardown, test_bad_urls,
                         test_unreachable, test_key_schema, test_db_select, test_destroy_inflight, test_noscript,
                         test_redis_restart, test_redis_hang, test_solo_admits_from_copy, test_solo_second_gateway,
-                        test_solo_dead_holder, test_solo_mismatch_drops_copy, test_solo_writes_gathered);
+                        test_solo_dead_holder, test_solo_mismatch_drops_copy, test_solo_writes_gathered,
+                        test_solo_copies_share_a_list);
 }
