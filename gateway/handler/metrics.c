@@ -70,11 +70,12 @@ static void render_solo(sg_buf_t *out)
                    "otherwise (the copy dropped each time).\n# TYPE sandgate_state_solo_mismatches_total counter\n"
                    "sandgate_state_solo_mismatches_total %llu\n",
                    (unsigned long long)s.mismatches);
-    sg_buf_appendf(out,
-                   "# HELP sandgate_state_redis_writes_total Writes to Redis's socket (the calls of a turn of the loop, "
-                   "or of several, go in one).\n# TYPE sandgate_state_redis_writes_total counter\n"
-                   "sandgate_state_redis_writes_total %llu\n",
-                   (unsigned long long)s.writes);
+    sg_buf_appendf(
+        out,
+        "# HELP sandgate_state_redis_writes_total Writes to Redis's socket (the calls of a turn of the loop, "
+        "or of several, go in one).\n# TYPE sandgate_state_redis_writes_total counter\n"
+        "sandgate_state_redis_writes_total %llu\n",
+        (unsigned long long)s.writes);
 }
 
 int sg_gw_on_metrics(void *app, h2o_req_t *req, const sg_route_match_t *m)
