@@ -193,8 +193,9 @@ int main(int argc, char **argv)
     sg_http_server_stop_accepting(server);
     /* Let the work under way finish (replies, ledger rows, closes), for a
      * few seconds at most; then stop the DB threads. The state and the
-     * upstream are left to the exit: callbacks of theirs may still want the
-     * other, and nothing of theirs needs saving. */
+     * upstream are not destroyed (callbacks of theirs may still want the
+     * other): the state is only made to send what it holds
+     * (sg_state_leave), and the upstream has nothing to save. */
     uint64_t deadline = sg_now_ms() + 10000;
     sg_proxies_stop_checks();
     while ((sg_workq_pending(sg_gw.dbq) != 0 || proxies_in_flight() != 0) && sg_now_ms() < deadline)
@@ -203,6 +204,10 @@ int main(int argc, char **argv)
     sg_workq_t *dbq = sg_gw.dbq;
     sg_gw.dbq = NULL;      /* work submitted from now on fails at once */
     sg_workq_destroy(dbq); /* runs the done() of what finished meanwhile */
+    /* what the state was sent (the ends of the last executions, written a
+     * little later than their replies) reaches Redis, and the solo lease
+     * goes back, before the exit */
+    sg_state_leave(sg_gw.state);
     sg_gw_auth_cache_stop();
     return 0;
 }

@@ -223,6 +223,7 @@ static redis_req_t *take_slot(sg_state_t *_st, int script, int64_t tenant, const
 static void redis_session_reserve(sg_state_t *_st, int64_t tenant, long max, const char *token, sg_state_cb cb,
                                   void *data)
 {
+    sg_redis__mirror_drop(rs(_st), tenant);
     sg_redis__req_send(take_slot(_st, SCRIPT_RESERVE, tenant, "sessions", max, "pending:", token, INT_MAX,
                                  SG_STATE_RESERVATION_TTL, cb, data));
 }
@@ -240,12 +241,14 @@ static void give_back(sg_state_t *_st, int64_t tenant, const char *set, const ch
 
 static void redis_session_unreserve(sg_state_t *_st, int64_t tenant, const char *token, sg_state_cb cb, void *data)
 {
+    sg_redis__mirror_drop(rs(_st), tenant); /* a create that failed: rare */
     give_back(_st, tenant, "sessions", "pending:", token, INT_MAX, cb, data);
 }
 
 static void redis_session_commit(sg_state_t *_st, const char *token, const sg_live_session_t *s, sg_state_cb cb,
                                  void *data)
 {
+    sg_redis__mirror_session_committed(rs(_st), s->tenant_id, token, s->id, s->lifetime_deadline);
     redis_req_t *req = state_req(_st, SCRIPT_COMMIT, 4, cb, data);
     req_session_keys(req, s);
     if (token != NULL)
@@ -271,6 +274,7 @@ static void redis_session_touch(sg_state_t *_st, const char *sid, int64_t now, l
 
 static void redis_session_remove(sg_state_t *_st, const char *sid, int64_t tenant, sg_state_cb cb, void *data)
 {
+    sg_redis__mirror_session_removed(rs(_st), sid);
     redis_req_t *req = state_req(_st, SCRIPT_REMOVE, 5, cb, data);
     sg_redis__req_arg(req, "sg:sessions:idle");
     sg_redis__req_arg(req, "sg:session:%s", sid);
@@ -284,6 +288,7 @@ static void redis_session_remove(sg_state_t *_st, const char *sid, int64_t tenan
 
 static void redis_session_restore(sg_state_t *_st, const sg_live_session_t *s, sg_state_cb cb, void *data)
 {
+    sg_redis__mirror_drop(rs(_st), s->tenant_id); /* Redis knows whether it adds it */
     redis_req_t *req = state_req(_st, SCRIPT_RESTORE, 5, cb, data);
     req_session_keys(req, s);
     sg_redis__req_arg(req, "sg:closed:%.36s", s->id);
@@ -373,55 +378,10 @@ static void redis_exec_admit(sg_state_t *_st, int64_t tenant, const sg_admit_arg
     sg_redis__admit_dispatch(rs(_st), tenant, a, cb, data);
 }
 
-/* {allowed, stored tat, reserved, count} */
-static void on_session_admit(redis_req_t *req, redisReply *reply)
-{
-    sg_admit_result_t r;
-    int64_t new_tat;
-
-    memset(&r, 0, sizeof(r));
-    if ((reply = sg_redis__reply_array(reply, 4)) == NULL) {
-        req->cb.admit(req->data, &r);
-        return;
-    }
-    r.available = 1;
-    sg_gcra(req->now_ms, sg_redis__reply_int(reply->element[1]), req->rate_per_min, req->burst, &r.rate, &new_tat);
-    r.rate.allowed = sg_redis__reply_int(reply->element[0]) != 0;
-    r.slot = sg_redis__reply_int(reply->element[2]) != 0;
-    r.in_flight = (long)sg_redis__reply_int(reply->element[3]);
-    if (req->copy_rate && !r.rate.allowed)
-        sg_redis__solo_mismatch(req, "Redis refused a session's admission the copy's rate allowed");
-    req->cb.admit(req->data, &r);
-}
-
 static void redis_session_admit(sg_state_t *_st, int64_t tenant, long rate_per_min, long burst, long max,
                                 const char *token, sg_admit_cb cb, void *data)
 {
-    redis_state_t *st = rs(_st);
-    redis_req_t *req = sg_redis__req_new(st, SCRIPT_SESSION_ADMIT, 2, on_session_admit, data);
-    int64_t now = sg_state__now_s(_st);
-
-    burst = burst < 1 ? 1 : burst > 1000000000L ? 1000000000L : burst;
-    req->cb.admit = cb;
-    req->now_ms = sg_state__now_ms(_st);
-    req->rate_per_min = rate_per_min;
-    req->burst = burst;
-    req->tenant = tenant;
-    /* the rate step: the copy's too when it is certain (Redis's answer is
-     * waited for: the session slot is not in the copy) */
-    if (sg_gcra_interval_ms(rate_per_min) > 0)
-        req->copy_rate = sg_redis__solo_session_rate(st, tenant, req->now_ms, rate_per_min, burst);
-    sg_redis__req_arg(req, "sg:rate:%" PRId64, tenant);
-    sg_redis__req_arg(req, "sg:tenant:%" PRId64 ":sessions", tenant);
-    sg_redis__req_arg(req, "%" PRId64, req->now_ms);
-    sg_redis__req_arg(req, "%" PRId64, sg_gcra_interval_ms(rate_per_min));
-    sg_redis__req_arg(req, "%ld", burst);
-    sg_redis__req_arg(req, "%" PRId64, now);
-    sg_redis__req_arg(req, "%ld", max);
-    sg_redis__req_arg(req, "pending:%.64s", token);
-    sg_redis__req_arg(req, "%" PRId64, now + SG_STATE_RESERVATION_TTL);
-    sg_redis__req_guard(req);
-    sg_redis__req_send(req);
+    sg_redis__session_admit_dispatch(rs(_st), tenant, rate_per_min, burst, max, token, cb, data);
 }
 
 static void redis_exec_finish(sg_state_t *_st, int64_t tenant, const sg_finish_args_t *a, sg_state_cb cb, void *data)
@@ -475,12 +435,26 @@ static int redis_available(sg_state_t *_st)
     return rs(_st)->phase == PHASE_READY;
 }
 
+/* What this gateway sent (the lazy calls of its last 2 ms among them)
+ * runs before the next gateway decides; then the lease goes back. */
+static void redis_leave(sg_state_t *_st)
+{
+    redis_state_t *st = rs(_st);
+
+    if (st->ac != NULL && st->phase == PHASE_READY) {
+        sg_redis__conn_drain(st, 200);
+        sg_redis__solo_give_back_now(st);
+        st->left = 1;
+    }
+    st->solo = 0;
+}
+
 static void redis_destroy(sg_state_t *_st)
 {
     redis_state_t *st = rs(_st);
 
-    if (st->ac != NULL && st->phase == PHASE_READY)
-        sg_redis__solo_give_back_now(st);
+    if (!st->left)
+        redis_leave(_st);
     st->solo = 0;
     sg_redis__conn_close(st); /* completes what is in flight with available = 0 */
     sg_redis__solo_destroy(st);
@@ -490,6 +464,7 @@ static void redis_destroy(sg_state_t *_st)
 static const sg_state_ops_t redis_ops = {
     .name = "redis",
     .destroy = redis_destroy,
+    .leave = redis_leave,
     .available = redis_available,
     .rate_check = redis_rate_check,
     .session_reserve = redis_session_reserve,

@@ -29,11 +29,15 @@
  * after a disconnect: st->ac is cleared as soon as the context is known to
  * be going, and a NULL reply is simply "unavailable".
  */
+#include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "redis_h2o.h"
@@ -177,7 +181,7 @@ static int held_back(redis_req_t *req, redisReply *reply);
 void sg_redis__req_send(redis_req_t *req)
 {
     redis_state_t *st = req->st;
-    if (st->phase != PHASE_READY ||
+    if (st->phase != PHASE_READY || st->left ||
         sg_redis_h2o_command(st->ac, req->lazy, on_reply, req, req->argc, req->argv, req->argvlen) != REDIS_OK) {
         sg_redis__req_finish(req, NULL);
         return;
@@ -453,6 +457,45 @@ void sg_redis__conn_start(redis_state_t *st)
     st->connect_entry.cb = on_connect_timeout;
     st->reconnect_entry.cb = on_reconnect;
     connect_now(st);
+}
+
+void sg_redis__conn_drain(redis_state_t *st, int timeout_ms)
+{
+    redisAsyncContext *ac = st->ac;
+    uint64_t deadline = sg_now_us() + (uint64_t)timeout_ms * 1000;
+    char buf[4096];
+    int done = 0;
+
+    if (ac == NULL || st->phase != PHASE_READY)
+        return;
+    int fd = ac->c.fd;
+    /* what hiredis still holds (the lazy calls among it), written out */
+    while (!done && sg_now_us() < deadline) {
+        if (redisBufferWrite(&ac->c, &done) == REDIS_ERR)
+            return;
+        if (!done) {
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            poll(&p, 1, 10);
+        }
+    }
+    /* then no more: Redis runs what it has, and closes once it reads the
+     * end. Its answers are read and dropped meanwhile: a socket closed with
+     * answers unread sends a reset, and Redis may drop calls it had not
+     * read yet. */
+    if (!done || shutdown(fd, SHUT_WR) != 0)
+        return;
+    for (;;) {
+        uint64_t now = sg_now_us();
+        if (now >= deadline)
+            return;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int left_ms = (int)((deadline - now + 999) / 1000);
+        if (poll(&p, 1, left_ms) <= 0)
+            return;
+        ssize_t n = read(fd, buf, sizeof(buf));
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            return; /* Redis closed it: everything sent has run */
+    }
 }
 
 void sg_redis__conn_close(redis_state_t *st)

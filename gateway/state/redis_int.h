@@ -29,6 +29,7 @@ typedef struct redis_state {
     int port;
     int db; /* -1: none named */
     phase_t phase;
+    int left; /* sg_state_leave ran: the connection drained, nothing more goes out */
     redisAsyncContext *ac;
     h2o_timeout_t cmd_timeout; /* CMD_TIMEOUT_MS: every command in flight, and connect + handshake */
     h2o_timeout_t backoff[NBACKOFF];
@@ -95,7 +96,6 @@ struct redis_req {
     int64_t tenant;
     long exp_in_flight;
     int64_t exp_execs;
-    int copy_rate; /* a session's admission whose rate step the copy took */
     char day[16];
 };
 
@@ -105,6 +105,11 @@ struct redis_req {
 void sg_redis__conn_start(redis_state_t *st);
 /* CLOSED; every call in flight or held back completes with NULL. */
 void sg_redis__conn_close(redis_state_t *st);
+/* At destroy, READY: everything sent reaches Redis and runs before the
+ * connection goes (its buffer written, its writing half shut, Redis's
+ * answers read and dropped until it closes), timeout_ms at most. Nothing
+ * can be sent on it after. */
+void sg_redis__conn_drain(redis_state_t *st, int timeout_ms);
 
 /* A script call: EVALSHA <sha> <nkeys>, then the caller adds keys and args. */
 redis_req_t *sg_redis__req_new(redis_state_t *st, int script, int nkeys, req_done_fn done, void *data);
@@ -152,8 +157,15 @@ void sg_redis__admit_dispatch(redis_state_t *st, int64_t tenant, const sg_admit_
 /* A rate check, burst clamped, a rate set. */
 void sg_redis__rate_dispatch(redis_state_t *st, int64_t tenant, long rate_per_min, long burst, sg_rate_cb cb,
                              void *data);
-/* A session's admission's rate step at now_ms on the copy: 1 when the copy
- * took it (Redis's answer is checked against it), else the copy dropped. */
-int sg_redis__solo_session_rate(redis_state_t *st, int64_t tenant, int64_t now_ms, long rate_per_min, long burst);
+/* A session's admission (SCRIPT_SESSION_ADMIT, burst clamped): from the
+ * copy under the lease, as an execution's is. */
+void sg_redis__session_admit_dispatch(redis_state_t *st, int64_t tenant, long rate_per_min, long burst, long max,
+                                      const char *token, sg_admit_cb cb, void *data);
+/* A session committed in the tenant's set (its reservation "pending:<token>"
+ * replaced when token is not NULL), scored until_s; a session removed from
+ * every set (SCRIPT_REMOVE): applied to the copies. */
+void sg_redis__mirror_session_committed(redis_state_t *st, int64_t tenant, const char *token, const char *sid,
+                                        int64_t until_s);
+void sg_redis__mirror_session_removed(redis_state_t *st, const char *sid);
 
 #endif

@@ -285,13 +285,16 @@ sg_state__script_t sg_state__scripts[SCRIPT_COUNT] = {
      * held. */
     [SCRIPT_SOLO_RELEASE] = {"if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end\n"
                              "return {1, 0}\n"},
-    /* KEYS: rate key, tenant's in-flight set, quota key. What the solo
-     * holder copies (solo.h): {rate key or '0', quota PTTL, execs, seconds,
-     * member, score, member, score, ...}. */
+    /* KEYS: rate key, tenant's in-flight set, quota key, tenant's sessions
+     * set. What the solo holder copies (solo.h): {rate key or '0', quota
+     * PTTL, execs, seconds, k, then k values of the in-flight set (member,
+     * score, ...), then the sessions set's (member, score, ...)}. */
     [SCRIPT_SOLO_SEED] =
         {"local out = {redis.call('GET', KEYS[1]) or '0', redis.call('PTTL', KEYS[3]),\n"
-         "  redis.call('HGET', KEYS[3], 'execs') or '0', redis.call('HGET', KEYS[3], 'seconds') or '0'}\n"
+         "  redis.call('HGET', KEYS[3], 'execs') or '0', redis.call('HGET', KEYS[3], 'seconds') or '0', 0}\n"
          "for _, v in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')) do out[#out + 1] = v end\n"
+         "out[5] = #out - 5\n"
+         "for _, v in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')) do out[#out + 1] = v end\n"
          "return out\n"},
 };
 

@@ -24,10 +24,10 @@
  * lease: that call goes to Redis as before, SCRIPT_SOLO_SEED right behind
  * it, and the calls that come before the seed's answer wait for it. From
  * then on the copy decides what it is certain of (solo.h); a refusal or an
- * edge goes to Redis and the copy is read again. A session's admission
- * takes its rate step on the copy too (its answer is Redis's: the session
- * slot is not in the copy). A slot given back, a day's seconds added are
- * applied to the copy. It is dropped when a slot or quota call of its own
+ * edge goes to Redis and the copy is read again. A session's admission is
+ * decided on the copy the same way (its rate step and its reservation
+ * among the tenant's live sessions). A slot given back, a day's seconds
+ * added, a session committed or removed are applied to the copy. It is dropped when a slot or quota call of its own
  * touches its keys, when Redis answers other than the copy decided, when a
  * NOSCRIPT shows that calls may have reached Redis out of order, and when
  * the lease ends.
@@ -54,10 +54,17 @@ typedef struct replay {
     double seconds; /* < 0: none */
 } replay_t;
 
+typedef enum {
+    QUEUED_ADMIT,   /* an execution's admission (a, cb) */
+    QUEUED_RATE,    /* a rate check (rate_per_min, burst, rate_cb) */
+    QUEUED_SESSION, /* a session's admission (rate_per_min, burst, max, token, cb) */
+} queued_kind_t;
+
 typedef struct queued {
     struct queued *next;
-    int rate_only; /* a rate check (rate_per_min, burst, rate_cb); else an admission (a, cb) */
-    long rate_per_min, burst;
+    queued_kind_t kind;
+    long rate_per_min, burst, max;
+    char token[80];
     sg_rate_cb rate_cb;
     sg_admit_args_t a;
     sg_admit_cb cb;
@@ -180,13 +187,12 @@ static void solo_leave(redis_state_t *st, const char *why)
 }
 
 /* At destroy, the lease given back at once, so that the next gateway need
- * not wait for it to run out: what the connection still has to send is
- * written first (as far as the socket takes it), then a blocking call on a
- * connection of its own, 200 ms at most. */
+ * not wait for it to run out: a blocking call on a connection of its own,
+ * 200 ms at most, once the connection's calls have run
+ * (sg_redis__conn_drain, by the caller). */
 void sg_redis__solo_give_back_now(redis_state_t *st)
 {
     struct timeval tv = {0, 200000};
-    redisAsyncHandleWrite(st->ac);
     redisContext *c = redisConnectWithTimeout(st->host, st->port, tv);
     if (c == NULL || c->err) {
         if (c != NULL)
@@ -388,15 +394,22 @@ static void on_seed(redis_req_t *req, redisReply *reply)
     m->queue = NULL;
     m->queue_tail = &m->queue;
     int ok = !m->spoiled && st->solo && req->exp_execs == (int64_t)st->noscripts &&
-             (reply = sg_redis__reply_array(reply, 4)) != NULL && reply->elements % 2 == 0;
+             (reply = sg_redis__reply_array(reply, 5)) != NULL;
+    /* k values of the in-flight set after the first five, the sessions set's after them */
+    int64_t k = ok ? sg_redis__reply_int(reply->element[4]) : -1;
+    ok = ok && k >= 0 && k % 2 == 0 && (size_t)k <= reply->elements - 5 && (reply->elements - 5 - (size_t)k) % 2 == 0;
     if (ok) {
         sg_solo_load(&m->t, sg_redis__reply_int(reply->element[0]), sg_redis__reply_int(reply->element[1]), req->day,
                      sg_redis__reply_int(reply->element[2]), sg_redis__reply_double(reply->element[3]),
                      (int64_t)(sg_now_us() / 1000));
-        for (size_t i = 4; ok && i + 1 < reply->elements; i += 2) {
-            char token[80];
-            sg_redis__reply_str(reply->element[i], token, sizeof(token));
-            ok = sg_solo_add_slot(&m->t, token, sg_redis__reply_int(reply->element[i + 1])) == 0;
+        for (size_t i = 5; ok && i + 1 < reply->elements; i += 2) {
+            char member[80];
+            sg_redis__reply_str(reply->element[i], member, sizeof(member));
+            int64_t score = sg_redis__reply_int(reply->element[i + 1]);
+            if (i < 5 + (size_t)k)
+                ok = sg_solo_add_slot(&m->t, member, score) == 0;
+            else
+                ok = sg_solo_add_session(&m->t, member, score) == 0;
         }
         for (replay_t *r = m->replay; ok && r != NULL; r = r->next) {
             if (r->token[0])
@@ -411,8 +424,11 @@ static void on_seed(redis_req_t *req, redisReply *reply)
         mirror_unlink_free(st, m);
     while (q != NULL) {
         queued_t *next = q->next;
-        if (q->rate_only)
+        if (q->kind == QUEUED_RATE)
             sg_redis__rate_dispatch(st, req->tenant, q->rate_per_min, q->burst, q->rate_cb, q->data);
+        else if (q->kind == QUEUED_SESSION)
+            sg_redis__session_admit_dispatch(st, req->tenant, q->rate_per_min, q->burst, q->max, q->token, q->cb,
+                                             q->data);
         else
             sg_redis__admit_dispatch(st, req->tenant, &q->a, q->cb, q->data);
         free(q);
@@ -508,7 +524,7 @@ void sg_redis__rate_dispatch(redis_state_t *st, int64_t tenant, long rate_per_mi
     }
     if (!m->ready && !m->spoiled) {
         queued_t *q = mirror_queue(m);
-        q->rate_only = 1;
+        q->kind = QUEUED_RATE;
         q->rate_per_min = rate_per_min;
         q->burst = burst;
         q->rate_cb = cb;
@@ -576,13 +592,14 @@ static void send_admit(redis_state_t *st, int64_t tenant, const sg_admit_args_t 
 
 static void send_seed(redis_state_t *st, int64_t tenant, const char *day)
 {
-    redis_req_t *req = sg_redis__req_new(st, SCRIPT_SOLO_SEED, 3, on_seed, NULL);
+    redis_req_t *req = sg_redis__req_new(st, SCRIPT_SOLO_SEED, 4, on_seed, NULL);
     req->tenant = tenant;
     req->exp_execs = (int64_t)st->noscripts; /* a NOSCRIPT before its answer: it may have run out of order */
     snprintf(req->day, sizeof(req->day), "%s", day);
     sg_redis__req_arg(req, "sg:rate:%" PRId64, tenant);
     sg_redis__req_arg(req, "sg:tenant:%" PRId64 ":execs", tenant);
     sg_redis__req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, day);
+    sg_redis__req_arg(req, "sg:tenant:%" PRId64 ":sessions", tenant);
     sg_redis__req_send(req);
 }
 
@@ -602,6 +619,7 @@ void sg_redis__admit_dispatch(redis_state_t *st, int64_t tenant, const sg_admit_
     }
     if (!m->ready && !m->spoiled) {
         queued_t *q = mirror_queue(m);
+        q->kind = QUEUED_ADMIT;
         q->a = *a;
         q->cb = cb;
         q->data = data;
@@ -619,14 +637,184 @@ void sg_redis__admit_dispatch(redis_state_t *st, int64_t tenant, const sg_admit_
     }
 }
 
-int sg_redis__solo_session_rate(redis_state_t *st, int64_t tenant, int64_t now_ms, long rate_per_min, long burst)
+/* ---- a session's admission ---- */
+
+/* SCRIPT_SESSION_ADMIT for tenant at now_ms / now_s (guarded). */
+static redis_req_t *session_admit_req(redis_state_t *st, int64_t tenant, long rate_per_min, long burst, long max,
+                                      const char *token, int64_t now_ms, int64_t now_s, req_done_fn done, void *data)
 {
-    int64_t stored;
-    mirror_t *m = solo_active(st) ? mirror_find(st, tenant) : NULL;
-    if (m != NULL && m->ready && sg_solo_rate(&m->t, now_ms, sg_gcra_interval_ms(rate_per_min), burst, &stored))
-        return 1;
+    redis_req_t *req = sg_redis__req_new(st, SCRIPT_SESSION_ADMIT, 2, done, data);
+    req->now_ms = now_ms;
+    req->rate_per_min = rate_per_min;
+    req->burst = burst;
+    req->tenant = tenant;
+    sg_redis__req_arg(req, "sg:rate:%" PRId64, tenant);
+    sg_redis__req_arg(req, "sg:tenant:%" PRId64 ":sessions", tenant);
+    sg_redis__req_arg(req, "%" PRId64, now_ms);
+    sg_redis__req_arg(req, "%" PRId64, sg_gcra_interval_ms(rate_per_min));
+    sg_redis__req_arg(req, "%ld", burst);
+    sg_redis__req_arg(req, "%" PRId64, now_s);
+    sg_redis__req_arg(req, "%ld", max);
+    sg_redis__req_arg(req, "pending:%.64s", token);
+    sg_redis__req_arg(req, "%" PRId64, now_s + SG_STATE_RESERVATION_TTL);
+    sg_redis__req_guard(req);
+    return req;
+}
+
+/* {allowed, stored tat, reserved, count} */
+static void on_session_admit(redis_req_t *req, redisReply *reply)
+{
+    sg_admit_result_t r;
+    int64_t new_tat;
+
+    memset(&r, 0, sizeof(r));
+    if ((reply = sg_redis__reply_array(reply, 4)) == NULL) {
+        req->cb.admit(req->data, &r);
+        return;
+    }
+    r.available = 1;
+    sg_gcra(req->now_ms, sg_redis__reply_int(reply->element[1]), req->rate_per_min, req->burst, &r.rate, &new_tat);
+    r.rate.allowed = sg_redis__reply_int(reply->element[0]) != 0;
+    r.slot = sg_redis__reply_int(reply->element[2]) != 0;
+    r.in_flight = (long)sg_redis__reply_int(reply->element[3]);
+    req->cb.admit(req->data, &r);
+}
+
+/* The answer to a session's admission the copy made: {1, stored, 1, count}. */
+static void on_session_admit_copy(redis_req_t *req, redisReply *reply)
+{
+    char what[160];
+    if (req->st->phase != PHASE_READY && reply == NULL)
+        return; /* the connection went: so did the lease */
+    if ((reply = sg_redis__reply_array(reply, 4)) == NULL) {
+        sg_redis__solo_mismatch(req, "Redis did not answer it as a session's admission");
+        return;
+    }
+    int64_t allowed = sg_redis__reply_int(reply->element[0]), slot = sg_redis__reply_int(reply->element[2]);
+    int64_t n = sg_redis__reply_int(reply->element[3]);
+    if (allowed != 1 || slot != 1 || n != req->exp_in_flight) {
+        snprintf(what, sizeof(what),
+                 "Redis answered a session's admission rate %" PRId64 ", slot %" PRId64 ", %" PRId64
+                 " sessions (the copy: %ld)",
+                 allowed, slot, n, req->exp_in_flight);
+        sg_redis__solo_mismatch(req, what);
+    }
+}
+
+/* 1 when the copy admitted the session (the script sent behind it, cb run). */
+static int session_admit_local(redis_state_t *st, mirror_t *m, int64_t tenant, long rate_per_min, long burst, long max,
+                               const char *token, sg_admit_cb cb, void *data)
+{
+    char member[80];
+    snprintf(member, sizeof(member), "pending:%.64s", token);
+    sg_solo_session_admit_t sa = {.now_ms = sg_state__now_ms(&st->super),
+                                  .now_s = sg_state__now_s(&st->super),
+                                  .interval_ms = sg_gcra_interval_ms(rate_per_min),
+                                  .burst = burst,
+                                  .max = max,
+                                  .member = member};
+    sa.until_s = sa.now_s + SG_STATE_RESERVATION_TTL;
+    int64_t stored, new_tat;
+    long count;
+    if (!sg_solo_session_admit(&m->t, &sa, &stored, &count))
+        return 0;
+    redis_req_t *req = session_admit_req(st, tenant, rate_per_min, burst, max, token, sa.now_ms, sa.now_s,
+                                         on_session_admit_copy, NULL);
+    req->guarded = 2; /* a "wait" is not waited out: it is a mismatch */
+    req->exp_in_flight = count;
+    sg_redis__req_send_lazy(req);
+    st->local_admits++;
+
+    sg_admit_result_t r;
+    memset(&r, 0, sizeof(r));
+    r.available = 1;
+    sg_gcra(sa.now_ms, stored, rate_per_min, burst, &r.rate, &new_tat);
+    r.rate.allowed = 1;
+    r.slot = 1;
+    r.in_flight = count;
+    cb(data, &r);
+    return 1;
+}
+
+/* The session's admission decided by Redis, its answer to cb. */
+static void send_session_admit(redis_state_t *st, int64_t tenant, long rate_per_min, long burst, long max,
+                               const char *token, sg_admit_cb cb, void *data)
+{
+    redis_req_t *req = session_admit_req(st, tenant, rate_per_min, burst, max, token, sg_state__now_ms(&st->super),
+                                         sg_state__now_s(&st->super), on_session_admit, data);
+    req->cb.admit = cb;
+    sg_redis__req_send(req);
+}
+
+void sg_redis__session_admit_dispatch(redis_state_t *st, int64_t tenant, long rate_per_min, long burst, long max,
+                                      const char *token, sg_admit_cb cb, void *data)
+{
+    burst = burst < 1 ? 1 : burst > 1000000000L ? 1000000000L : burst;
+    if (!solo_active(st)) {
+        send_session_admit(st, tenant, rate_per_min, burst, max, token, cb, data);
+        return;
+    }
+    mirror_t *m = mirror_find(st, tenant);
+    if (m == NULL) {
+        /* the copy is made of what Redis holds right after this admission */
+        mirror_new(st, tenant);
+        send_session_admit(st, tenant, rate_per_min, burst, max, token, cb, data);
+        send_seed(st, tenant, "");
+        return;
+    }
+    if (!m->ready && !m->spoiled) {
+        queued_t *q = mirror_queue(m);
+        q->kind = QUEUED_SESSION;
+        q->rate_per_min = rate_per_min;
+        q->burst = burst;
+        q->max = max;
+        snprintf(q->token, sizeof(q->token), "%.64s", token);
+        q->cb = cb;
+        q->data = data;
+        return;
+    }
+    if (m->ready && session_admit_local(st, m, tenant, rate_per_min, burst, max, token, cb, data))
+        return;
+    /* a refusal, or not certain: Redis decides, and the copy (with the
+     * day's counters it had) is read again right behind its answer */
+    char day[sizeof(m->t.day)];
+    snprintf(day, sizeof(day), "%s", m->ready ? m->t.day : "");
     sg_redis__mirror_drop(st, tenant);
-    return 0;
+    send_session_admit(st, tenant, rate_per_min, burst, max, token, cb, data);
+    if (mirror_find(st, tenant) == NULL) {
+        mirror_new(st, tenant);
+        send_seed(st, tenant, day);
+    }
+}
+
+void sg_redis__mirror_session_committed(redis_state_t *st, int64_t tenant, const char *token, const char *sid,
+                                        int64_t until_s)
+{
+    mirror_t *m = mirror_find(st, tenant);
+    if (m == NULL)
+        return;
+    if (!m->ready) {
+        drop(st, m); /* its seed may come before or after the commit */
+        return;
+    }
+    if (token != NULL) {
+        char member[80];
+        snprintf(member, sizeof(member), "pending:%s", token);
+        sg_solo_remove_session(&m->t, member);
+    }
+    if (sg_solo_add_session(&m->t, sid, until_s) != 0)
+        drop(st, m);
+}
+
+void sg_redis__mirror_session_removed(redis_state_t *st, const char *sid)
+{
+    /* any tenant's copy (SCRIPT_REMOVE also cleans the set of the tenant
+     * the record names); a copy still seeding may keep it: one too many
+     * only ever sends an admission to Redis */
+    for (size_t i = 0; i < MIRROR_BUCKETS; i++)
+        for (mirror_t *m = st->mirrors[i]; m != NULL; m = m->next)
+            if (m->ready)
+                sg_solo_remove_session(&m->t, sid);
 }
 
 static void solo_on_noscript(redis_state_t *st)
@@ -657,7 +845,7 @@ void sg_redis__solo_destroy(redis_state_t *st)
             while (m->queue != NULL) { /* cannot happen: its seed completed with the context */
                 queued_t *q = m->queue;
                 m->queue = q->next;
-                if (q->rate_only) {
+                if (q->kind == QUEUED_RATE) {
                     sg_rate_result_t r = {.available = 0};
                     q->rate_cb(q->data, &r);
                 } else {

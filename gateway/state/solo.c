@@ -21,6 +21,7 @@ void sg_solo_load(sg_solo_tenant_t *t, int64_t tat_ms, int64_t quota_pttl_ms, co
 {
     t->tat_ms = tat_ms;
     t->nslots = 0;
+    t->nsessions = 0;
     t->quota = quota_pttl_ms != -2;
     snprintf(t->day, sizeof(t->day), "%s", day);
     t->execs = execs;
@@ -28,42 +29,82 @@ void sg_solo_load(sg_solo_tenant_t *t, int64_t tat_ms, int64_t quota_pttl_ms, co
     t->quota_till_ms = quota_pttl_ms == -1 ? INT64_MAX : mono_ms + quota_pttl_ms - QUOTA_EDGE_MS;
 }
 
-static sg_solo_slot_t *find_slot(sg_solo_tenant_t *t, const char *token)
+/* A sorted set's members with their scores (the in-flight set, the
+ * sessions set), in no order. */
+static sg_solo_slot_t *set_find(sg_solo_slot_t *v, size_t n, const char *member)
 {
-    for (size_t i = 0; i < t->nslots; i++)
-        if (strcmp(t->slots[i].token, token) == 0)
-            return &t->slots[i];
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v[i].token, member) == 0)
+            return &v[i];
     return NULL;
 }
 
-int sg_solo_add_slot(sg_solo_tenant_t *t, const char *token, int64_t until_s)
+/* ZADD: -1 for a member too long. */
+static int set_add(sg_solo_slot_t **v, size_t *n, size_t *cap, const char *member, int64_t until_s)
 {
-    sg_solo_slot_t *s = find_slot(t, token);
-    if (strlen(token) >= sizeof(s->token))
+    sg_solo_slot_t *s = set_find(*v, *n, member);
+    if (strlen(member) >= sizeof(s->token))
         return -1;
     if (s == NULL) {
-        if (t->nslots == t->cap) {
-            t->cap = t->cap ? t->cap * 2 : 8;
-            t->slots = sg_xrealloc(t->slots, t->cap * sizeof(*t->slots));
+        if (*n == *cap) {
+            *cap = *cap ? *cap * 2 : 8;
+            *v = sg_xrealloc(*v, *cap * sizeof(**v));
         }
-        s = &t->slots[t->nslots++];
-        snprintf(s->token, sizeof(s->token), "%s", token);
+        s = &(*v)[(*n)++];
+        snprintf(s->token, sizeof(s->token), "%s", member);
     }
     s->until_s = until_s;
     return 0;
 }
 
-/* ZREMRANGEBYSCORE -inf now_s, then ZCARD. */
-static long prune(sg_solo_tenant_t *t, int64_t now_s)
+static int set_remove(sg_solo_slot_t *v, size_t *n, const char *member)
+{
+    sg_solo_slot_t *s = set_find(v, *n, member);
+    if (s == NULL)
+        return 0;
+    *s = v[--*n];
+    return 1;
+}
+
+/* ZCOUNT (now_s, +inf): ZCARD after ZREMRANGEBYSCORE -inf now_s. */
+static long set_live(const sg_solo_slot_t *v, size_t n, int64_t now_s)
+{
+    long live = 0;
+    for (size_t i = 0; i < n; i++)
+        live += v[i].until_s > now_s;
+    return live;
+}
+
+/* ZREMRANGEBYSCORE -inf now_s. */
+static void set_prune(sg_solo_slot_t *v, size_t *n, int64_t now_s)
 {
     size_t i = 0;
-    while (i < t->nslots) {
-        if (t->slots[i].until_s <= now_s)
-            t->slots[i] = t->slots[--t->nslots];
+    while (i < *n) {
+        if (v[i].until_s <= now_s)
+            v[i] = v[--*n];
         else
             i++;
     }
-    return (long)t->nslots;
+}
+
+static sg_solo_slot_t *find_slot(sg_solo_tenant_t *t, const char *token)
+{
+    return set_find(t->slots, t->nslots, token);
+}
+
+int sg_solo_add_slot(sg_solo_tenant_t *t, const char *token, int64_t until_s)
+{
+    return set_add(&t->slots, &t->nslots, &t->cap, token, until_s);
+}
+
+int sg_solo_add_session(sg_solo_tenant_t *t, const char *member, int64_t until_s)
+{
+    return set_add(&t->sessions, &t->nsessions, &t->scap, member, until_s);
+}
+
+int sg_solo_remove_session(sg_solo_tenant_t *t, const char *member)
+{
+    return set_remove(t->sessions, &t->nsessions, member);
 }
 
 /* RATE_STEP: 1 allowed with the new arrival time in *nxt. */
@@ -96,9 +137,7 @@ int sg_solo_admit(sg_solo_tenant_t *t, const sg_solo_admit_t *a, int64_t *stored
     if (strlen(a->token) >= sizeof(t->slots[0].token))
         return 0;
     /* the slot step, counted without pruning yet */
-    long n = 0;
-    for (size_t i = 0; i < t->nslots; i++)
-        n += t->slots[i].until_s > a->now_s;
+    long n = set_live(t->slots, t->nslots, a->now_s);
     if (find_slot(t, a->token) == NULL && n >= a->max_execs)
         return 0;
     if (!quota_certain(t, a))
@@ -107,12 +146,33 @@ int sg_solo_admit(sg_solo_tenant_t *t, const sg_solo_admit_t *a, int64_t *stored
     *stored_tat = a->interval_ms > 0 ? t->tat_ms : 0;
     if (a->interval_ms > 0)
         t->tat_ms = nxt;
-    prune(t, a->now_s);
+    set_prune(t->slots, &t->nslots, a->now_s);
     sg_solo_add_slot(t, a->token, a->until_s);
     *in_flight = (long)t->nslots;
     t->execs++;
     *execs = t->execs;
     *seconds = t->seconds;
+    return 1;
+}
+
+int sg_solo_session_admit(sg_solo_tenant_t *t, const sg_solo_session_admit_t *a, int64_t *stored_tat, long *count)
+{
+    int64_t nxt = 0;
+    if (a->interval_ms > 0 && !rate_step(t, a->now_ms, a->interval_ms, a->burst, &nxt))
+        return 0;
+    if (strlen(a->member) >= sizeof(t->sessions[0].token))
+        return 0;
+    /* the script adds the member only below the cap, whether it is there
+     * or not (a member already there would not count twice: left to Redis) */
+    if (set_find(t->sessions, t->nsessions, a->member) != NULL ||
+        set_live(t->sessions, t->nsessions, a->now_s) >= a->max)
+        return 0;
+    *stored_tat = a->interval_ms > 0 ? t->tat_ms : 0;
+    if (a->interval_ms > 0)
+        t->tat_ms = nxt;
+    set_prune(t->sessions, &t->nsessions, a->now_s);
+    sg_solo_add_session(t, a->member, a->until_s);
+    *count = (long)t->nsessions;
     return 1;
 }
 
@@ -128,11 +188,7 @@ int sg_solo_rate(sg_solo_tenant_t *t, int64_t now_ms, int64_t interval_ms, long 
 
 int sg_solo_release(sg_solo_tenant_t *t, const char *token)
 {
-    sg_solo_slot_t *s = find_slot(t, token);
-    if (s == NULL)
-        return 0;
-    *s = t->slots[--t->nslots];
-    return 1;
+    return set_remove(t->slots, &t->nslots, token);
 }
 
 void sg_solo_add_seconds(sg_solo_tenant_t *t, const char *day, double seconds)
@@ -146,4 +202,7 @@ void sg_solo_free(sg_solo_tenant_t *t)
     free(t->slots);
     t->slots = NULL;
     t->nslots = t->cap = 0;
+    free(t->sessions);
+    t->sessions = NULL;
+    t->nsessions = t->scap = 0;
 }

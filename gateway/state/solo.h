@@ -1,12 +1,14 @@
 /*
  * solo.h — private to state/redis*.c: what a gateway that is the only one
  * on its Redis keeps of each tenant's admission keys (its rate key, its
- * executions in flight, its day's quota), so that an execution is admitted
- * without waiting for a round trip (redis.c, "solo").
+ * executions in flight, its day's quota, its sessions), so that an
+ * execution or a session is admitted without waiting for a round trip
+ * (redis.c, "solo").
  *
- * A mirror holds exactly what the tenant's three keys will hold once every
+ * A mirror holds exactly what the tenant's four keys will hold once every
  * call this gateway has sent is applied, in order, on its one connection.
- * sg_solo_admit decides as SCRIPT_EXEC_ADMIT would, on the same arguments,
+ * sg_solo_admit decides as SCRIPT_EXEC_ADMIT would, on the same arguments
+ * (sg_solo_session_admit as SCRIPT_SESSION_ADMIT),
  * and only when the answer is certain and an admission: every refusal, and
  * every case near an edge (a quota key near its expiry, seconds within a
  * rounding of the day's limit, another day), is left to Redis. Pure logic:
@@ -35,6 +37,10 @@ typedef struct {
     int64_t execs;         /* its "execs" */
     double seconds;        /* its "seconds" */
     int64_t quota_till_ms; /* trusted until then (monotonic ms), INT64_MAX: no expiry */
+    /* the tenant's sessions set: "pending:<token>" reservations and session
+     * ids, each with its score (gone once until_s <= now_s) */
+    sg_solo_slot_t *sessions;
+    size_t nsessions, scap;
 } sg_solo_tenant_t;
 
 /* What Redis held, as SCRIPT_SOLO_SEED answers it: the rate key ("0" when
@@ -44,6 +50,11 @@ typedef struct {
 void sg_solo_load(sg_solo_tenant_t *t, int64_t tat_ms, int64_t quota_pttl_ms, const char *day, int64_t execs,
                   double seconds, int64_t mono_ms);
 int sg_solo_add_slot(sg_solo_tenant_t *t, const char *token, int64_t until_s);
+/* A member of the sessions set (ZADD: its score replaced if it is there):
+ * the seed's, a session committed. -1: a member too long (nothing added). */
+int sg_solo_add_session(sg_solo_tenant_t *t, const char *member, int64_t until_s);
+/* ZREM from the sessions set: 1 if it was there. */
+int sg_solo_remove_session(sg_solo_tenant_t *t, const char *member);
 
 /* SCRIPT_EXEC_ADMIT's arguments. */
 typedef struct {
@@ -63,6 +74,20 @@ typedef struct {
  * 0: not certain, or a refusal — nothing changed, ask Redis. */
 int sg_solo_admit(sg_solo_tenant_t *t, const sg_solo_admit_t *a, int64_t *stored_tat, long *in_flight, int64_t *execs,
                   double *seconds);
+/* SCRIPT_SESSION_ADMIT's arguments. */
+typedef struct {
+    int64_t now_ms, now_s;
+    int64_t interval_ms; /* 0: no rate */
+    long burst;
+    long max;           /* live sessions */
+    const char *member; /* "pending:<token>" */
+    int64_t until_s;    /* the reservation's expiry */
+} sg_solo_session_admit_t;
+
+/* 1: admitted (the rate step and the reservation applied, *stored_tat and
+ * *count as the script will answer); 0: a refusal or not certain, nothing
+ * changed. */
+int sg_solo_session_admit(sg_solo_tenant_t *t, const sg_solo_session_admit_t *a, int64_t *stored_tat, long *count);
 /* SCRIPT_RATE on the mirror: 1 allowed (applied, *stored_tat as the script
  * answers), 0 refused or not certain (nothing changed). */
 int sg_solo_rate(sg_solo_tenant_t *t, int64_t now_ms, int64_t interval_ms, long burst, int64_t *stored_tat);

@@ -50,6 +50,11 @@ sg_state_t *sg_state_create_redis(h2o_loop_t *loop, const char *url, char *err, 
 /* Calls still in flight complete (available = 0) before it returns. Not
  * from inside a state callback. */
 void sg_state_destroy(sg_state_t *st);
+/* A gateway's last call, its loop no longer run: everything it sent
+ * reaches the shared state and runs before it goes (Redis: the calls still
+ * in its buffer, the lazy ones among them, written, and run before the solo
+ * lease is given back; 400 ms at most). No call may follow but destroy. */
+void sg_state_leave(sg_state_t *st);
 /* 1 if the backend answers now (memory: always). */
 int sg_state_available(sg_state_t *st);
 const char *sg_state_backend(sg_state_t *st); /* "memory" or "redis" */

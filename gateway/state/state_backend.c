@@ -52,6 +52,12 @@ void sg_state_destroy(sg_state_t *st)
         st->ops->destroy(st);
 }
 
+void sg_state_leave(sg_state_t *st)
+{
+    if (st != NULL && st->ops->leave != NULL)
+        st->ops->leave(st);
+}
+
 int sg_state_available(sg_state_t *st)
 {
     return st->ops->available(st);

@@ -20,6 +20,7 @@
 typedef struct {
     const char *name;
     void (*destroy)(sg_state_t *st);
+    void (*leave)(sg_state_t *st); /* NULL: nothing to do */
     int (*available)(sg_state_t *st);
     void (*rate_check)(sg_state_t *st, int64_t tenant, long rate_per_min, long burst, sg_rate_cb cb, void *data);
     void (*session_reserve)(sg_state_t *st, int64_t tenant, long max, const char *token, sg_state_cb cb, void *data);

@@ -235,9 +235,9 @@ static void gw_url(char *out, size_t len, sggw_gateway_t *const *gws, int n, int
     snprintf(out, len, "%s%s", sggw_gateway_url(gws[i % n]), path);
 }
 
-/* The rate (of executes, and of GET /sessions alone) and the concurrency
- * cap, each of a fresh tenant (names from prefix), asked many at once
- * through the n gateways: exactly the limit passes. */
+/* The rate (of executes, and of GET /sessions alone), the concurrency cap
+ * and the session slots, each of a fresh tenant (names from prefix), asked
+ * many at once through the n gateways: exactly the limit passes. */
 static void rate_and_cap_exact(sggw_gateway_t *const *gws, int n, const char *prefix)
 {
     sggw_par_req_t reqs[16];
@@ -301,22 +301,12 @@ static void rate_and_cap_exact(sggw_gateway_t *const *gws, int n, const char *pr
         free(sids[s]);
     }
     free(tok3);
-}
-
-SGGW_TEST(test_limits_exact_under_load)
-{
-    sggw_gateway_t *gws[2] = {stack.gw, second_gateway()};
-    sggw_par_req_t reqs[16];
-    char url[16][256];
-    int ok;
-
-    rate_and_cap_exact(gws, 2, "guar");
-
-    /* session slots: 2, of 8 creates at once through both gateways */
+    /* session slots: 2, of 8 creates at once through the gateways */
     const char *sq[] = {"max_sessions=2", NULL};
-    char *tok4 = sggw_new_tenant(data_dir(), "guar-slots", sq);
+    snprintf(name, sizeof(name), "%s-slots", prefix);
+    char *tok4 = sggw_new_tenant(data_dir(), name, sq);
     for (int i = 0; i < 8; i++) {
-        gw_url(url[i], sizeof(url[i]), gws, 2, i, "/sessions");
+        gw_url(url[i], sizeof(url[i]), gws, n, i, "/sessions");
         reqs[i] = sggw_par_post(url[i], tok4, "{\"lang\":\"python\"}", 120);
     }
     SG_CHECK(sggw_parallel(reqs, 8) == 0, NULL, "batch");
@@ -336,8 +326,15 @@ SGGW_TEST(test_limits_exact_under_load)
         sgtest_reply_free(&reqs[i].reply);
     }
     SG_CHECK(ok == 2, NULL, "max_sessions 2: %d of 8 creates succeeded", ok);
-    sggw_stack_stop_extra(&stack, "the second gateway");
     free(tok4);
+}
+
+SGGW_TEST(test_limits_exact_under_load)
+{
+    sggw_gateway_t *gws[2] = {stack.gw, second_gateway()};
+
+    rate_and_cap_exact(gws, 2, "guar");
+    sggw_stack_stop_extra(&stack, "the second gateway");
 }
 
 /* ---- one gateway alone: admissions from its own copy (state/redis.c, "solo") ------------ */
@@ -406,6 +403,51 @@ SGGW_TEST(test_solo_limits_exact)
     sggw_stack_stop_extra(&stack, "the second gateway");
     wait_solo(stack.gw, 1); /* alone again */
     sggw_delete_session(stack.gw, tok, sid);
+    free(sid);
+    free(tok);
+}
+
+/* Stopped normally right after its last answer, a gateway alone on its
+ * Redis leaves nothing unsent: the ends of its executions (written to Redis
+ * a little after their replies) are there before it exits, every slot given
+ * back and every execution counted, and the solo lease is given back. */
+SGGW_TEST(test_solo_stop_leaves_nothing_unsent)
+{
+    int ok;
+    stack.extra_redis = sggw_redis_start();
+    SG_CHECK(stack.extra_redis != NULL, NULL, "cannot start a second redis-server");
+    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy),
+                        .redis_url = sggw_redis_url(stack.extra_redis),
+                        .data_dir = data_dir(),
+                        .admin_token = sggw_gateway_admin_token(stack.gw)};
+    sggw_gateway_t *g = stack.extra_gw = sggw_gateway_start(&opts);
+    SG_CHECK(g != NULL, NULL, "cannot start a gateway on its own Redis");
+    wait_solo(g, 1);
+    char *tok = sggw_new_tenant(data_dir(), "solo-stop", NULL);
+    char *sid = sggw_create_session(g, tok, NULL, NULL);
+    for (int i = 0; i < 6; i++)
+        json_object_put(sggw_execute(g, tok, sid, "print(1)", 0));
+    SG_CHECK(metric(g, "sandgate_state_solo_admissions_total") >= 3, NULL,
+             "the executions were not admitted from the copy");
+    stack.extra_gw = NULL;
+    SG_CHECK(sggw_gateway_stop(g) == 0, NULL, "the gateway did not stop cleanly");
+
+    char *v = sggw_redis_cmd(stack.extra_redis, &ok, "EVAL %s 0",
+                             "local n = 0 for _, k in ipairs(redis.call('KEYS', 'sg:tenant:*:execs')) do "
+                             "n = n + redis.call('ZCARD', k) end return n");
+    SG_CHECK(ok && v != NULL && strcmp(v, "0") == 0, NULL, "slots still held in Redis after the stop: %s", v ? v : "?");
+    free(v);
+    v = sggw_redis_cmd(stack.extra_redis, &ok, "HGET sg:session:%s executions", sid);
+    SG_CHECK(ok && v != NULL && strcmp(v, "6") == 0, NULL, "Redis counts %s executions of the session, not 6",
+             v ? v : "no");
+    free(v);
+    v = sggw_redis_cmd(stack.extra_redis, &ok, "EXISTS sg:solo");
+    SG_CHECK(ok && v != NULL && strcmp(v, "0") == 0, NULL, "the solo lease is still held after the stop");
+    free(v);
+
+    char path[128];
+    snprintf(path, sizeof(path), "/sessions/%s", sid);
+    json_object_put(SG_CALL_JSON(stack.proxy, "DELETE", path, NULL, 200));
     free(sid);
     free(tok);
 }
@@ -907,6 +949,6 @@ int main(void)
 {
     return SG_RUN_TESTS("gateway_guarantees", group_setup, sggw_stack_group_teardown, NULL, after_test,
                         test_revocation_reaches_every_gateway, test_answered_is_in_ledger, test_limits_exact_under_load,
-                        test_solo_limits_exact, test_kill9_loses_no_answered_row,
+                        test_solo_limits_exact, test_solo_stop_leaves_nothing_unsent, test_kill9_loses_no_answered_row,
                         test_busy_ledger_answers_after_the_lock, test_wal_stays_bounded);
 }

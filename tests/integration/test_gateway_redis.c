@@ -494,17 +494,20 @@ SGGW_TEST(test_shutdown_with_redis_call_in_flight)
     sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy), .redis_url = sggw_redis_url(stack.extra_redis)};
     sggw_gateway_t *g = stack.extra_gw = sggw_gateway_start(&opts);
     SG_CHECK(g != NULL, NULL, "cannot start a gateway");
+    char *warm = sggw_new_tenant(sggw_gateway_data_dir(g), "in-flight-warm", NULL);
     char *tok = sggw_new_tenant(sggw_gateway_data_dir(g), "in-flight", NULL);
     sgtest_reply_t r;
-    sggw_call(g, tok, "GET", "/sessions", NULL, &r); /* connected, scripts loaded */
+    sggw_call(g, warm, "GET", "/sessions", NULL, &r); /* connected, scripts loaded */
     SG_ASSERT_STATUS(&r, 200);
     sgtest_reply_free(&r);
+    free(warm);
 
     SG_CHECK(sggw_redis_pause(stack.extra_redis) == 0, NULL, "SIGSTOP redis-server");
     char url[256];
     pathf(url, sizeof(url), "%s/sessions", sggw_gateway_url(g));
-    /* a create: its session slot is Redis's to give whatever the gateway
-     * copies (alone on its Redis, it decides a GET's rate itself) */
+    /* a create, the first request of its tenant: Redis decides its
+     * admission (alone on its Redis, the gateway decides from its copy of a
+     * tenant once it has one: another tenant warmed the connection) */
     sggw_par_req_t q = sggw_par_post(url, tok, "{\"lang\":\"python\"}", 30);
     sggw_batch_t *b = sggw_batch_start(&q, 1);
     SG_CHECK(b != NULL, NULL, "cannot start a thread");

@@ -650,6 +650,70 @@ static void test_solo_copies_share_a_list(void **state)
     assert_int_equal(solo_of(f->st).local_admits, local0 + 4);
 }
 
+/* Held: a session's admission is answered from the copy too (its
+ * reservation kept there), up to the tenant's cap; a refusal is Redis's; a
+ * session committed keeps its slot, one removed frees it; Redis ends with
+ * the same set, and answered every admission as the copy had. */
+static void test_solo_sessions_from_copy(void **state)
+{
+    fixture_t *f = *state;
+    const int64_t tenant = 1307;
+    char tokens[6][32];
+    admit_wait_t w[6];
+    sg_live_session_t s[3];
+    int64_t now = (int64_t)time(NULL);
+
+    sg_state_redis_solo(f->st, 1);
+    wait_solo(f, f->st, 1, 3.0);
+    memset(w, 0, sizeof(w));
+    for (int i = 0; i < 6; i++)
+        snprintf(tokens[i], sizeof(tokens[i]), "r-%d", i);
+    /* the first makes the copy (Redis decides, the copy is read behind it) */
+    sg_state_session_admit(f->st, tenant, 0, 1, 3, tokens[0], on_admit, &w[0]);
+    RUN_UNTIL(f, w[0].done, WAIT_S);
+    assert_int_equal(w[0].r.slot, 1);
+    run_for(f, 0.05);
+    uint64_t local0 = solo_of(f->st).local_admits;
+    /* the next two: from the copy, before the call returns */
+    for (int i = 1; i < 3; i++) {
+        sg_state_session_admit(f->st, tenant, 0, 1, 3, tokens[i], on_admit, &w[i]);
+        assert_int_equal(w[i].done, 1);
+        assert_int_equal(w[i].r.slot, 1);
+        assert_int_equal(w[i].r.in_flight, i + 1);
+    }
+    assert_int_equal(solo_of(f->st).local_admits, local0 + 2);
+    /* the fourth is refused at the cap: by Redis */
+    sg_state_session_admit(f->st, tenant, 0, 1, 3, tokens[3], on_admit, &w[3]);
+    assert_int_equal(w[3].done, 0);
+    RUN_UNTIL(f, w[3].done, WAIT_S);
+    assert_int_equal(w[3].r.slot, 0);
+    assert_int_equal(w[3].r.in_flight, 3);
+    run_for(f, 0.05); /* the copy read again */
+    /* the three become sessions (their reservations replaced), one ends */
+    for (int i = 0; i < 3; i++) {
+        s[i] = make_session(tenant, "python", now, 600, 3600);
+        sg_state_result_t c = commit(f, tokens[i], &s[i]);
+        assert_int_equal(c.ok, 1);
+        assert_int_equal(c.count, 3);
+    }
+    sg_state_result_t rm = remove_session(f, s[1].id, tenant);
+    assert_int_equal(rm.ok, 1);
+    assert_int_equal(rm.count, 2);
+    /* one slot: the copy admits one more, then the cap again (Redis's refusal) */
+    local0 = solo_of(f->st).local_admits;
+    sg_state_session_admit(f->st, tenant, 0, 1, 3, tokens[4], on_admit, &w[4]);
+    assert_int_equal(w[4].done, 1);
+    assert_int_equal(w[4].r.slot, 1);
+    assert_int_equal(w[4].r.in_flight, 3);
+    assert_int_equal(solo_of(f->st).local_admits, local0 + 1);
+    sg_state_session_admit(f->st, tenant, 0, 1, 3, tokens[5], on_admit, &w[5]);
+    RUN_UNTIL(f, w[5].done, WAIT_S);
+    assert_int_equal(w[5].r.slot, 0);
+    run_for(f, 0.1);
+    assert_int_equal(redis_int("ZCARD sg:tenant:1307:sessions"), 3);
+    assert_int_equal(solo_of(f->st).mismatches, 0);
+}
+
 /* Redis changed behind the copy (an operator's write): the copy admits,
  * Redis refuses, the difference is counted and the copy dropped; the next
  * admission is Redis's to decide. */
@@ -686,5 +750,5 @@ int main(void)
                         test_unreachable, test_key_schema, test_db_select, test_destroy_inflight, test_noscript,
                         test_redis_restart, test_redis_hang, test_solo_admits_from_copy, test_solo_second_gateway,
                         test_solo_dead_holder, test_solo_mismatch_drops_copy, test_solo_writes_gathered,
-                        test_solo_copies_share_a_list);
+                        test_solo_copies_share_a_list, test_solo_sessions_from_copy);
 }

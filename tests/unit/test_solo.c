@@ -117,6 +117,97 @@ static void test_leases_run_out(void **state)
     sg_solo_free(&t);
 }
 
+/* The sessions set: snapshot of the members, with the rate key. */
+static void snapshot_sessions(const sg_solo_tenant_t *t, char *out, size_t len)
+{
+    int n = snprintf(out, len, "tat %lld sessions %zu:", (long long)t->tat_ms, t->nsessions);
+    for (size_t i = 0; i < t->nsessions && n > 0 && (size_t)n < len; i++)
+        n += snprintf(out + n, len - (size_t)n, " %s@%lld", t->sessions[i].token, (long long)t->sessions[i].until_s);
+}
+
+static sg_solo_session_admit_t session_args(const char *member, int64_t now_s)
+{
+    sg_solo_session_admit_t a = {.now_ms = now_s * 1000,
+                                 .now_s = now_s,
+                                 .interval_ms = 0,
+                                 .burst = 1,
+                                 .max = 2,
+                                 .member = member,
+                                 .until_s = now_s + 30};
+    return a;
+}
+
+/* Not certain (or a refusal): 0, and the copy exactly as it was. */
+static void expect_session_left_to_redis(sg_solo_tenant_t *t, const sg_solo_session_admit_t *a)
+{
+    char before[512], after[512];
+    int64_t stored;
+    long count;
+    snapshot_sessions(t, before, sizeof(before));
+    assert_int_equal(sg_solo_session_admit(t, a, &stored, &count), 0);
+    snapshot_sessions(t, after, sizeof(after));
+    assert_string_equal(before, after);
+}
+
+/* SCRIPT_SESSION_ADMIT on the copy: reservations up to the cap, counted as
+ * ZCARD after ZREMRANGEBYSCORE -inf now; a member already there, a refusal
+ * at the cap or by the rate, a member too long: Redis's. */
+static void test_sessions(void **state)
+{
+    sg_solo_tenant_t t;
+    int64_t stored;
+    long count;
+    load(&t, 0, 0, -1);
+    /* a session whose lifetime ends at 8000, one at 9000 */
+    assert_int_equal(sg_solo_add_session(&t, "sid-1", 8000), 0);
+    assert_int_equal(sg_solo_add_session(&t, "sid-2", 9000), 0);
+    sg_solo_session_admit_t a = session_args("pending:a", 7000);
+    a.max = 3;
+    a.until_s = 8500;
+    assert_int_equal(sg_solo_session_admit(&t, &a, &stored, &count), 1);
+    assert_int_equal(count, 3);
+    /* at the cap: Redis refuses, the copy unchanged */
+    sg_solo_session_admit_t b = session_args("pending:b", 7000);
+    b.max = 3;
+    expect_session_left_to_redis(&t, &b);
+    /* the reservation again: left to Redis (it would not count twice) */
+    expect_session_left_to_redis(&t, &a);
+    /* at 8000 sid-1's lifetime is over: b fits beside sid-2 and a, and sid-1 is gone */
+    b.now_s = 8000;
+    b.now_ms = 8000000;
+    b.until_s = 8030;
+    assert_int_equal(sg_solo_session_admit(&t, &b, &stored, &count), 1);
+    assert_int_equal(count, 3);
+    assert_int_equal(sg_solo_remove_session(&t, "sid-1"), 0);
+    /* a session committed replaces its reservation; one removed frees a slot */
+    assert_int_equal(sg_solo_remove_session(&t, "pending:a"), 1);
+    assert_int_equal(sg_solo_add_session(&t, "sid-3", 9500), 0);
+    assert_int_equal(sg_solo_remove_session(&t, "sid-2"), 1);
+    sg_solo_session_admit_t c = session_args("pending:c", 8000);
+    c.max = 3;
+    assert_int_equal(sg_solo_session_admit(&t, &c, &stored, &count), 1);
+    assert_int_equal(count, 3);
+    /* a rate of 60/min with burst 1: the first passes, the second at once is refused */
+    sg_solo_session_admit_t d = session_args("pending:d", 8000);
+    d.max = 10;
+    d.interval_ms = 1000;
+    assert_int_equal(sg_solo_session_admit(&t, &d, &stored, &count), 1);
+    assert_int_equal(stored, 0);
+    sg_solo_session_admit_t e = session_args("pending:e", 8000);
+    e.max = 10;
+    e.interval_ms = 1000;
+    expect_session_left_to_redis(&t, &e);
+    /* a member too long for the copy */
+    char longer[100];
+    memset(longer, 'x', sizeof(longer) - 1);
+    longer[sizeof(longer) - 1] = '\0';
+    sg_solo_session_admit_t g = session_args(longer, 8000);
+    g.max = 10;
+    expect_session_left_to_redis(&t, &g);
+    assert_int_equal(sg_solo_add_session(&t, longer, 9000), -1);
+    sg_solo_free(&t);
+}
+
 static void test_rate(void **state)
 {
     sg_solo_tenant_t t;
@@ -206,5 +297,5 @@ static void test_long_token(void **state)
 int main(void)
 {
     return SG_RUN_TESTS("solo", NULL, NULL, NULL, NULL, test_admits_and_counts, test_leases_run_out, test_rate,
-                        test_quota_edges, test_long_token);
+                        test_quota_edges, test_long_token, test_sessions);
 }
