@@ -274,7 +274,7 @@ static void redis_session_touch(sg_state_t *_st, const char *sid, int64_t now, l
 
 static void redis_session_remove(sg_state_t *_st, const char *sid, int64_t tenant, sg_state_cb cb, void *data)
 {
-    sg_redis__mirror_session_removed(rs(_st), sid);
+    sg_redis__mirror_session_removed(rs(_st), tenant, sid);
     redis_req_t *req = state_req(_st, SCRIPT_REMOVE, 5, cb, data);
     sg_redis__req_arg(req, "sg:sessions:idle");
     sg_redis__req_arg(req, "sg:session:%s", sid);

@@ -163,9 +163,9 @@ void sg_redis__session_admit_dispatch(redis_state_t *st, int64_t tenant, long ra
                                       const char *token, sg_admit_cb cb, void *data);
 /* A session committed in the tenant's set (its reservation "pending:<token>"
  * replaced when token is not NULL), scored until_s; a session removed from
- * every set (SCRIPT_REMOVE): applied to the copies. */
+ * the tenant's set (SCRIPT_REMOVE): applied to the tenant's copy. */
 void sg_redis__mirror_session_committed(redis_state_t *st, int64_t tenant, const char *token, const char *sid,
                                         int64_t until_s);
-void sg_redis__mirror_session_removed(redis_state_t *st, const char *sid);
+void sg_redis__mirror_session_removed(redis_state_t *st, int64_t tenant, const char *sid);
 
 #endif

@@ -54,22 +54,26 @@ typedef struct replay {
     double seconds; /* < 0: none */
 } replay_t;
 
+/* A call the copy may decide: all three take one path (dispatch). While
+ * its tenant's copy is being read it waits in the copy's queue, its
+ * strings copied (own). */
 typedef enum {
-    QUEUED_ADMIT,   /* an execution's admission (a, cb) */
-    QUEUED_RATE,    /* a rate check (rate_per_min, burst, rate_cb) */
-    QUEUED_SESSION, /* a session's admission (rate_per_min, burst, max, token, cb) */
-} queued_kind_t;
+    CALL_ADMIT,   /* an execution's admission (a, cb) */
+    CALL_RATE,    /* a rate check (rate_per_min, burst, rate_cb) */
+    CALL_SESSION, /* a session's admission (rate_per_min, burst, max, token, cb) */
+} call_kind_t;
 
-typedef struct queued {
-    struct queued *next;
-    queued_kind_t kind;
-    long rate_per_min, burst, max;
-    char token[80];
+typedef struct call {
+    struct call *next;
+    call_kind_t kind;
+    long rate_per_min, burst, max; /* burst clamped */
+    const char *token;             /* CALL_SESSION: the reservation's */
+    sg_admit_args_t a;             /* CALL_ADMIT */
     sg_rate_cb rate_cb;
-    sg_admit_args_t a;
     sg_admit_cb cb;
     void *data;
-} queued_t;
+    char *own[2]; /* queued: what token, or a.token and a.day, point to */
+} call_t;
 
 typedef struct mirror {
     struct mirror *next;
@@ -77,12 +81,14 @@ typedef struct mirror {
     int ready;                       /* seeded; else its SCRIPT_SOLO_SEED is on its way */
     int spoiled;                     /* seeding, and a call the seed cannot know of went */
     replay_t *replay, **replay_tail; /* given back while seeding: applied to the seed */
-    queued_t *queue, **queue_tail;   /* admissions, rate checks while seeding: decided on the seed */
+    call_t *queue, **queue_tail;     /* calls while seeding: decided on the seed */
 } mirror_t;
 
-static void send_admit(redis_state_t *st, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb, void *data);
 static redis_req_t *admit_req(redis_state_t *st, int64_t tenant, const sg_admit_args_t *a, int64_t now_ms,
                               int64_t now_s, req_done_fn done, void *data);
+static redis_req_t *rate_req(redis_state_t *st, int64_t tenant, long rate_per_min, long burst, int64_t now_ms,
+                             req_done_fn done, void *data);
+static void dispatch(redis_state_t *st, int64_t tenant, const call_t *c);
 
 static void on_nothing(redis_req_t *req, redisReply *reply)
 {
@@ -321,12 +327,27 @@ static mirror_t *mirror_new(redis_state_t *st, int64_t tenant)
     return m;
 }
 
-static queued_t *mirror_queue(mirror_t *m)
+/* c, to be decided on the copy's seed. */
+static void mirror_queue(mirror_t *m, const call_t *c)
 {
-    queued_t *q = sg_xcalloc(1, sizeof(*q));
+    call_t *q = sg_xmalloc(sizeof(*q));
+    *q = *c;
+    q->next = NULL;
+    if (q->kind == CALL_ADMIT) {
+        q->a.token = q->own[0] = sg_xstrdup(c->a.token);
+        q->a.day = q->own[1] = sg_xstrdup(c->a.day);
+    } else if (q->kind == CALL_SESSION) {
+        q->token = q->own[0] = sg_xstrdup(c->token);
+    }
     *m->queue_tail = q;
     m->queue_tail = &q->next;
-    return q;
+}
+
+static void call_free(call_t *q)
+{
+    free(q->own[0]);
+    free(q->own[1]);
+    free(q);
 }
 
 /* The answer to a rate check the copy allowed: {1, stored}. */
@@ -390,7 +411,7 @@ static void on_seed(redis_req_t *req, redisReply *reply)
     mirror_t *m = mirror_find(st, req->tenant);
     if (m == NULL || m->ready)
         return; /* cannot happen: a seeding copy is removed only here */
-    queued_t *q = m->queue;
+    call_t *q = m->queue;
     m->queue = NULL;
     m->queue_tail = &m->queue;
     int ok = !m->spoiled && st->solo && req->exp_execs == (int64_t)st->noscripts &&
@@ -423,15 +444,9 @@ static void on_seed(redis_req_t *req, redisReply *reply)
     else
         mirror_unlink_free(st, m);
     while (q != NULL) {
-        queued_t *next = q->next;
-        if (q->kind == QUEUED_RATE)
-            sg_redis__rate_dispatch(st, req->tenant, q->rate_per_min, q->burst, q->rate_cb, q->data);
-        else if (q->kind == QUEUED_SESSION)
-            sg_redis__session_admit_dispatch(st, req->tenant, q->rate_per_min, q->burst, q->max, q->token, q->cb,
-                                             q->data);
-        else
-            sg_redis__admit_dispatch(st, req->tenant, &q->a, q->cb, q->data);
-        free(q);
+        call_t *next = q->next;
+        dispatch(st, req->tenant, q);
+        call_free(q);
         q = next;
     }
 }
@@ -505,53 +520,22 @@ static void send_rate(redis_state_t *st, int64_t tenant, long rate_per_min, long
     sg_redis__req_send(req);
 }
 
-/* A rate check (burst clamped, a rate set): from the copy under the lease,
- * as an admission is. */
-void sg_redis__rate_dispatch(redis_state_t *st, int64_t tenant, long rate_per_min, long burst, sg_rate_cb cb,
-                             void *data)
+/* 1 when the copy allowed the request (the script sent to Redis behind it,
+ * cb run). */
+static int rate_local(redis_state_t *st, mirror_t *m, int64_t tenant, long rate_per_min, long burst, sg_rate_cb cb,
+                      void *data)
 {
-    if (!solo_active(st)) {
-        send_rate(st, tenant, rate_per_min, burst, cb, data);
-        return;
-    }
-    mirror_t *m = mirror_find(st, tenant);
-    if (m == NULL) {
-        /* a copy of the rate key (no day's counters: an admission reads them) */
-        mirror_new(st, tenant);
-        send_rate(st, tenant, rate_per_min, burst, cb, data);
-        send_seed(st, tenant, "");
-        return;
-    }
-    if (!m->ready && !m->spoiled) {
-        queued_t *q = mirror_queue(m);
-        q->kind = QUEUED_RATE;
-        q->rate_per_min = rate_per_min;
-        q->burst = burst;
-        q->rate_cb = cb;
-        q->data = data;
-        return;
-    }
     int64_t now_ms = sg_state__now_ms(&st->super), stored, unused;
-    if (m->ready && sg_solo_rate(&m->t, now_ms, sg_gcra_interval_ms(rate_per_min), burst, &stored)) {
-        redis_req_t *req = rate_req(st, tenant, rate_per_min, burst, now_ms, on_rate_copy, NULL);
-        req->guarded = 2;
-        sg_redis__req_send_lazy(req);
-        st->local_admits++;
-        sg_rate_result_t r;
-        sg_gcra(now_ms, stored, rate_per_min, burst, &r, &unused);
-        cb(data, &r);
-        return;
-    }
-    /* a refusal: Redis decides, and the copy (with the day's counters it
-     * had) is read again right behind its answer */
-    char day[sizeof(m->t.day)];
-    snprintf(day, sizeof(day), "%s", m->ready ? m->t.day : "");
-    sg_redis__mirror_drop(st, tenant);
-    send_rate(st, tenant, rate_per_min, burst, cb, data);
-    if (mirror_find(st, tenant) == NULL) {
-        mirror_new(st, tenant);
-        send_seed(st, tenant, day);
-    }
+    if (!sg_solo_rate(&m->t, now_ms, sg_gcra_interval_ms(rate_per_min), burst, &stored))
+        return 0;
+    redis_req_t *req = rate_req(st, tenant, rate_per_min, burst, now_ms, on_rate_copy, NULL);
+    req->guarded = 2;
+    sg_redis__req_send_lazy(req);
+    st->local_admits++;
+    sg_rate_result_t r;
+    sg_gcra(now_ms, stored, rate_per_min, burst, &r, &unused);
+    cb(data, &r);
+    return 1;
 }
 
 /* SCRIPT_EXEC_ADMIT for tenant at now_ms / now_s (guarded). */
@@ -601,40 +585,6 @@ static void send_seed(redis_state_t *st, int64_t tenant, const char *day)
     sg_redis__req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, day);
     sg_redis__req_arg(req, "sg:tenant:%" PRId64 ":sessions", tenant);
     sg_redis__req_send(req);
-}
-
-void sg_redis__admit_dispatch(redis_state_t *st, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb, void *data)
-{
-    if (!solo_active(st)) {
-        send_admit(st, tenant, a, cb, data);
-        return;
-    }
-    mirror_t *m = mirror_find(st, tenant);
-    if (m == NULL) {
-        /* the copy is made of what Redis holds right after this admission */
-        mirror_new(st, tenant);
-        send_admit(st, tenant, a, cb, data);
-        send_seed(st, tenant, a->day);
-        return;
-    }
-    if (!m->ready && !m->spoiled) {
-        queued_t *q = mirror_queue(m);
-        q->kind = QUEUED_ADMIT;
-        q->a = *a;
-        q->cb = cb;
-        q->data = data;
-        return;
-    }
-    if (m->ready && admit_local(st, m, tenant, a, cb, data))
-        return;
-    /* not certain (a refusal, an edge): Redis decides, and the copy is
-     * read again right behind its answer */
-    sg_redis__mirror_drop(st, tenant);
-    send_admit(st, tenant, a, cb, data);
-    if (mirror_find(st, tenant) == NULL) {
-        mirror_new(st, tenant);
-        send_seed(st, tenant, a->day);
-    }
 }
 
 /* ---- a session's admission ---- */
@@ -746,45 +696,94 @@ static void send_session_admit(redis_state_t *st, int64_t tenant, long rate_per_
     sg_redis__req_send(req);
 }
 
-void sg_redis__session_admit_dispatch(redis_state_t *st, int64_t tenant, long rate_per_min, long burst, long max,
-                                      const char *token, sg_admit_cb cb, void *data)
+/* ---- one path for the three ---- */
+
+/* The call decided by Redis, its answer to its callback. */
+static void call_send(redis_state_t *st, int64_t tenant, const call_t *c)
 {
-    burst = burst < 1 ? 1 : burst > 1000000000L ? 1000000000L : burst;
+    switch (c->kind) {
+    case CALL_ADMIT:
+        send_admit(st, tenant, &c->a, c->cb, c->data);
+        break;
+    case CALL_RATE:
+        send_rate(st, tenant, c->rate_per_min, c->burst, c->rate_cb, c->data);
+        break;
+    case CALL_SESSION:
+        send_session_admit(st, tenant, c->rate_per_min, c->burst, c->max, c->token, c->cb, c->data);
+        break;
+    }
+}
+
+/* 1 when the copy decided the call (the script sent behind, the callback run). */
+static int call_local(redis_state_t *st, mirror_t *m, int64_t tenant, const call_t *c)
+{
+    switch (c->kind) {
+    case CALL_ADMIT:
+        return admit_local(st, m, tenant, &c->a, c->cb, c->data);
+    case CALL_RATE:
+        return rate_local(st, m, tenant, c->rate_per_min, c->burst, c->rate_cb, c->data);
+    case CALL_SESSION:
+        return session_admit_local(st, m, tenant, c->rate_per_min, c->burst, c->max, c->token, c->cb, c->data);
+    }
+    return 0;
+}
+
+/* Without the lease, Redis decides. Under it: a call waits for its
+ * tenant's copy being read, is decided on a copy that is certain of it,
+ * else (a refusal, an edge, no copy yet) goes to Redis with the copy read
+ * (again) right behind its answer: with the day's counters of the
+ * admission's day, or of the day the copy had. */
+static void dispatch(redis_state_t *st, int64_t tenant, const call_t *c)
+{
     if (!solo_active(st)) {
-        send_session_admit(st, tenant, rate_per_min, burst, max, token, cb, data);
+        call_send(st, tenant, c);
         return;
     }
     mirror_t *m = mirror_find(st, tenant);
-    if (m == NULL) {
-        /* the copy is made of what Redis holds right after this admission */
-        mirror_new(st, tenant);
-        send_session_admit(st, tenant, rate_per_min, burst, max, token, cb, data);
-        send_seed(st, tenant, "");
+    if (m != NULL && !m->ready && !m->spoiled) {
+        mirror_queue(m, c);
         return;
     }
-    if (!m->ready && !m->spoiled) {
-        queued_t *q = mirror_queue(m);
-        q->kind = QUEUED_SESSION;
-        q->rate_per_min = rate_per_min;
-        q->burst = burst;
-        q->max = max;
-        snprintf(q->token, sizeof(q->token), "%.64s", token);
-        q->cb = cb;
-        q->data = data;
+    if (m != NULL && m->ready && call_local(st, m, tenant, c))
         return;
-    }
-    if (m->ready && session_admit_local(st, m, tenant, rate_per_min, burst, max, token, cb, data))
-        return;
-    /* a refusal, or not certain: Redis decides, and the copy (with the
-     * day's counters it had) is read again right behind its answer */
     char day[sizeof(m->t.day)];
-    snprintf(day, sizeof(day), "%s", m->ready ? m->t.day : "");
-    sg_redis__mirror_drop(st, tenant);
-    send_session_admit(st, tenant, rate_per_min, burst, max, token, cb, data);
-    if (mirror_find(st, tenant) == NULL) {
+    snprintf(day, sizeof(day), "%s", c->kind == CALL_ADMIT ? c->a.day : m != NULL && m->ready ? m->t.day : "");
+    if (m != NULL)
+        sg_redis__mirror_drop(st, tenant);
+    int seed = mirror_find(st, tenant) == NULL; /* else a seed, spoiled, is on its way */
+    if (seed)
         mirror_new(st, tenant);
+    call_send(st, tenant, c);
+    if (seed)
         send_seed(st, tenant, day);
-    }
+}
+
+void sg_redis__admit_dispatch(redis_state_t *st, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb, void *data)
+{
+    call_t c = {.kind = CALL_ADMIT, .a = *a, .cb = cb, .data = data};
+    dispatch(st, tenant, &c);
+}
+
+void sg_redis__rate_dispatch(redis_state_t *st, int64_t tenant, long rate_per_min, long burst, sg_rate_cb cb,
+                             void *data)
+{
+    call_t c = {.kind = CALL_RATE, .rate_per_min = rate_per_min, .burst = burst, .rate_cb = cb, .data = data};
+    dispatch(st, tenant, &c);
+}
+
+void sg_redis__session_admit_dispatch(redis_state_t *st, int64_t tenant, long rate_per_min, long burst, long max,
+                                      const char *token, sg_admit_cb cb, void *data)
+{
+    call_t c = {.kind = CALL_SESSION,
+                .rate_per_min = rate_per_min,
+                .burst = burst < 1             ? 1
+                         : burst > 1000000000L ? 1000000000L
+                                               : burst,
+                .max = max,
+                .token = token,
+                .cb = cb,
+                .data = data};
+    dispatch(st, tenant, &c);
 }
 
 void sg_redis__mirror_session_committed(redis_state_t *st, int64_t tenant, const char *token, const char *sid,
@@ -806,15 +805,15 @@ void sg_redis__mirror_session_committed(redis_state_t *st, int64_t tenant, const
         drop(st, m);
 }
 
-void sg_redis__mirror_session_removed(redis_state_t *st, const char *sid)
+void sg_redis__mirror_session_removed(redis_state_t *st, int64_t tenant, const char *sid)
 {
-    /* any tenant's copy (SCRIPT_REMOVE also cleans the set of the tenant
-     * the record names); a copy still seeding may keep it: one too many
-     * only ever sends an admission to Redis */
-    for (size_t i = 0; i < MIRROR_BUCKETS; i++)
-        for (mirror_t *m = st->mirrors[i]; m != NULL; m = m->next)
-            if (m->ready)
-                sg_solo_remove_session(&m->t, sid);
+    /* SCRIPT_REMOVE also cleans the set of the tenant the record names,
+     * should that be another: that tenant's copy, and a copy still seeding,
+     * may keep the session. One too many is safe: at the cap the copy is
+     * not certain, and Redis decides (the copy then read again). */
+    mirror_t *m = mirror_find(st, tenant);
+    if (m != NULL && m->ready)
+        sg_solo_remove_session(&m->t, sid);
 }
 
 static void solo_on_noscript(redis_state_t *st)
@@ -843,16 +842,16 @@ void sg_redis__solo_destroy(redis_state_t *st)
         while (st->mirrors[i] != NULL) {
             mirror_t *m = st->mirrors[i];
             while (m->queue != NULL) { /* cannot happen: its seed completed with the context */
-                queued_t *q = m->queue;
+                call_t *q = m->queue;
                 m->queue = q->next;
-                if (q->kind == QUEUED_RATE) {
+                if (q->kind == CALL_RATE) {
                     sg_rate_result_t r = {.available = 0};
                     q->rate_cb(q->data, &r);
                 } else {
                     sg_admit_result_t r = {.available = 0};
                     q->cb(q->data, &r);
                 }
-                free(q);
+                call_free(q);
             }
             mirror_unlink_free(st, m);
         }
