@@ -189,13 +189,12 @@ int dk_sweep(void);
 void phase_docker(void);
 
 /* --overhead (bench_overhead.c): the gateway over the proxy side by side:
- * execute latency alternating, throughput (by `throughput`, phase 2),
+ * execute latency alternating, throughput (the targets taking turns),
  * time to interactive, GET /sessions of the tenant of empty_token (NULL:
  * skipped); relay (may be NULL): sandgate-relay in front of the proxy, its
  * execute latency and throughput measured too, the floor of one more HTTP
  * hop. overhead_report() prints the summary after the table. */
-void phase_overhead(const target_t *px, const target_t *relay, const target_t *gw, const char *empty_token,
-                    void (*throughput)(const target_t *));
+void phase_overhead(const target_t *px, const target_t *relay, const target_t *gw, const char *empty_token);
 void overhead_report(void);
 
 #endif

@@ -4,8 +4,13 @@
  *   - an execute in a session, proxy and gateway alternating request by
  *     request (a loaded machine slows both alike): p50 / p99 and the
  *     gateway's overhead;
- *   - throughput with -c clients through each (phase_throughput), and the
- *     gateway's as a share of the proxy's;
+ *   - throughput with -c clients through each, each client executing in
+ *     its own session: the targets take turns of 1 s, 5 rounds, in an
+ *     order that rotates (phase_throughput_turns), after the proxy's pool
+ *     has refilled from the clients' creates; the gateway's as a share of
+ *     the proxy's. One target after the other for 5 s each, as before,
+ *     left the pool's refill and the machine's drift to whichever came
+ *     later (the same binaries read 58 % to 70 %);
  *   - with --relay, both of those through sandgate-relay as well (h2o's
  *     own reverse proxy, no logic: one more HTTP hop and nothing else),
  *     taking its turn between the proxy and the gateway: the floor of any
@@ -36,6 +41,9 @@
 #define TTI_BURST 5      /* below the pool's size (the README's runs: 8) */
 #define TTI_PAUSE_MS 200 /* between sequential runs: the pool refills, as between users */
 #define TTI_BURST_PAUSE_MS 1000
+#define TP_ROUNDS 5       /* throughput: rounds, in each of which every target runs once */
+#define TP_TURN_MS 1000.0 /* one target's turn */
+#define TP_POOL_WAIT_MS 60000.0
 
 /* Create + first result, timed; the session is deleted after (untimed). */
 static int tti_once(hc_t *c, const target_t *t, row_t *r)
@@ -333,6 +341,179 @@ static double rate_of(const row_t *r)
     return s != NULL ? atof(b) : 0;
 }
 
+/* ---- throughput, the targets taking turns ---- */
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    long ready;      /* clients set up (a session and its first execute) */
+    int active;      /* the target whose clients execute; -1 none; -2 the end */
+    long turn;       /* turns begun */
+    double deadline; /* ms: no execute starts after it in this turn */
+    long running;    /* clients of this turn not yet done with it */
+} turns_t;
+
+typedef struct {
+    const target_t *t;
+    int k; /* the target's index */
+    row_t *row;
+    turns_t *turns;
+} turn_client_t;
+
+static void *turn_client(void *arg)
+{
+    turn_client_t *a = arg;
+    turns_t *s = a->turns;
+    hc_t c;
+    char id[64] = "", err[256], path[128];
+    long seen = 0;
+    int have = 0, inited = hc_init(&c, a->t->base, NULL, a->t->token) == 0;
+
+    if (inited && sess_create(&c, a->t, id, err, sizeof(err)) == 0)
+        have = 1;
+    else
+        row_err(a->row, "no session: %s", inited ? err : "cannot set up libcurl");
+    snprintf(path, sizeof(path), "/sessions/%s/execute", id);
+    if (have) /* untimed: the first execute of a session is not the steady state */
+        exec_check(&c, path, opt.exec_body, NULL, err, sizeof(err));
+
+    pthread_mutex_lock(&s->mu);
+    s->ready++;
+    pthread_cond_broadcast(&s->cv);
+    for (;;) {
+        while (s->active != -2 && !(s->active == a->k && s->turn != seen))
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (s->active == -2)
+            break;
+        seen = s->turn;
+        double deadline = s->deadline;
+        pthread_mutex_unlock(&s->mu);
+        while (have && !g_stop && now_ms() < deadline) {
+            if (exec_check(&c, path, opt.exec_body, NULL, err, sizeof(err)) != 0)
+                row_err(a->row, "%s", err);
+            else
+                row_ok(a->row, c.ms);
+        }
+        pthread_mutex_lock(&s->mu);
+        if (--s->running == 0)
+            pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (have && sess_delete(&c, a->t, id, err, sizeof(err)) != 0)
+        fprintf(stderr, "sandgate-bench: delete after throughput: %s\n", err);
+    if (inited)
+        hc_cleanup(&c);
+    return NULL;
+}
+
+/* Waits, at most TP_POOL_WAIT_MS, until the proxy's warm pool of the
+ * language is full (its GET /health): the clients' creates emptied it, and
+ * its refill (Docker starting containers) would otherwise run during the
+ * first turns. */
+static void pool_refilled(const target_t *px)
+{
+    hc_t c;
+    double deadline = now_ms() + TP_POOL_WAIT_MS;
+    long ready = -1, size = -1;
+
+    if (hc_init(&c, px->base, NULL, px->token) != 0)
+        return;
+    while (!g_stop) {
+        json_object *o = NULL, *v, *pools;
+        ready = size = -1;
+        if (hc_do(&c, "GET", "/health", NULL) == 0 && c.status == 200 &&
+            (o = json_tokener_parse(c.body.base)) != NULL) {
+            if (json_object_object_get_ex(o, "pool_size", &v))
+                size = (long)json_object_get_int64(v);
+            if (json_object_object_get_ex(o, "pools", &pools) && json_object_object_get_ex(pools, opt.lang->name, &v))
+                ready = (long)json_object_get_int64(v);
+        }
+        json_object_put(o);
+        if (size < 0 || ready >= size)
+            break; /* full, or a proxy that does not say */
+        if (now_ms() >= deadline) {
+            fprintf(stderr, "sandgate-bench: the proxy's pool holds %ld of %ld after %.0f s; measuring anyway\n", ready,
+                    size, TP_POOL_WAIT_MS / 1e3);
+            break;
+        }
+        sleep_ms(100);
+    }
+    hc_cleanup(&c);
+}
+
+/* Throughput of the n targets (t[0] the proxy), -c clients each, each in
+ * its own session: the targets take turns of TP_TURN_MS, TP_ROUNDS rounds,
+ * the order rotating each round. A target's rate is its executes over the
+ * time of its turns (each turn ends when its last client's execute does). */
+static void phase_throughput_turns(const target_t *const *t, int n)
+{
+    turns_t s = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .active = -1};
+    long nc = opt.clients, total = 0, started[3] = {0, 0, 0};
+    turn_client_t *a = calloc((size_t)(n * nc), sizeof(*a));
+    pthread_t *tid = calloc((size_t)(n * nc), sizeof(*tid));
+    double spent[3] = {0, 0, 0};
+    row_t *r[3];
+
+    for (int k = 0; k < n; k++)
+        r[k] = row_new(t[k]->name, "throughput, %ld clients", nc);
+    fprintf(stderr,
+            "sandgate-bench: throughput, %ld clients per target, %d rounds of a %.0f s turn each, the targets "
+            "taking turns\n",
+            nc, TP_ROUNDS, TP_TURN_MS / 1e3);
+    if (a == NULL || tid == NULL || g_stop) {
+        for (int k = 0; k < n; k++)
+            r[k]->failed = 1;
+        goto Exit;
+    }
+    for (int k = 0; k < n; k++) {
+        for (long i = 0; i < nc; i++) {
+            a[total] = (turn_client_t){.t = t[k], .k = k, .row = r[k], .turns = &s};
+            if (pthread_create(&tid[total], NULL, turn_client, &a[total]) != 0) {
+                row_err(r[k], "could start only %ld of %ld client threads", started[k], nc);
+                break;
+            }
+            started[k]++;
+            total++;
+        }
+    }
+    pthread_mutex_lock(&s.mu);
+    while (s.ready < total)
+        pthread_cond_wait(&s.cv, &s.mu);
+    pthread_mutex_unlock(&s.mu);
+    pool_refilled(t[0]);
+
+    for (int j = 0; j < TP_ROUNDS && !g_stop; j++) {
+        for (int q = 0; q < n && !g_stop; q++) {
+            int k = (j + q) % n;
+            pthread_mutex_lock(&s.mu);
+            double t0 = now_ms();
+            s.active = k;
+            s.turn++;
+            s.deadline = t0 + TP_TURN_MS;
+            s.running = started[k];
+            pthread_cond_broadcast(&s.cv);
+            while (s.running > 0)
+                pthread_cond_wait(&s.cv, &s.mu);
+            spent[k] += now_ms() - t0;
+            s.active = -1;
+            pthread_mutex_unlock(&s.mu);
+        }
+    }
+    pthread_mutex_lock(&s.mu);
+    s.active = -2;
+    pthread_cond_broadcast(&s.cv);
+    pthread_mutex_unlock(&s.mu);
+    for (long i = 0; i < total; i++)
+        pthread_join(tid[i], NULL);
+    for (int k = 0; k < n; k++)
+        if (spent[k] > 0 && r[k]->n > 0)
+            row_note(r[k], "%.1f exec/s over %.1f s, in %d turns", (double)r[k]->n / (spent[k] / 1e3), spent[k] / 1e3,
+                     TP_ROUNDS);
+Exit:
+    free(a);
+    free(tid);
+}
+
 /* ex[]: the execute rows, proxy first and gateway last, the relay's between
  * when there is one (nex 3); tp_rows throughput rows from tp0, in that order */
 static row_t *ex[3];
@@ -348,16 +529,15 @@ static double pct_or_nan(row_t *r, unsigned p)
     return pct(r->ms, r->n, p);
 }
 
-void phase_overhead(const target_t *px, const target_t *relay, const target_t *gw, const char *empty_token,
-                    void (*throughput)(const target_t *))
+void phase_overhead(const target_t *px, const target_t *relay, const target_t *gw, const char *empty_token)
 {
     const target_t *t[3] = {px, relay != NULL ? relay : gw, gw};
 
     nex = relay != NULL ? 3 : 2;
     phase_exec_alternating(t, nex, ex);
     tp0 = nrows;
-    for (int k = 0; k < nex && !g_stop; k++)
-        throughput(t[k]);
+    if (!g_stop)
+        phase_throughput_turns(t, nex);
     tp_rows = nrows - tp0;
     if (!g_stop)
         phase_tti(px, gw);

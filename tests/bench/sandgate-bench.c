@@ -963,7 +963,7 @@ int main(int argc, char **argv)
         relay_target = (target_t){"relay", relay, NULL, NULL};
     }
     if (overhead)
-        phase_overhead(&targets[0], with_relay ? &relay_target : NULL, &targets[1], empty_token, phase_throughput);
+        phase_overhead(&targets[0], with_relay ? &relay_target : NULL, &targets[1], empty_token);
     if (relay_pid > 0) {
         kill(relay_pid, SIGTERM);
         waitpid(relay_pid, NULL, 0);
