@@ -52,10 +52,10 @@ static void render_proxies(sg_buf_t *out)
 /* The Redis backend's solo admission (state.h). */
 static void render_solo(sg_buf_t *out)
 {
-    sg_state_solo_t s;
+    sg_state_redis_stats_t s;
     if (!sg_gw.redis_configured)
         return;
-    sg_state_solo_stats(sg_gw.state, &s);
+    sg_state_redis_stats(sg_gw.state, &s);
     sg_buf_appendf(out,
                    "# HELP sandgate_state_solo Whether this gateway, the only one on its Redis, admits executions "
                    "from its own copy.\n# TYPE sandgate_state_solo gauge\nsandgate_state_solo %d\n",

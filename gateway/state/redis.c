@@ -564,3 +564,16 @@ sg_state_t *sg_state_create_redis(h2o_loop_t *loop, const char *url, char *err, 
     sg_redis__conn_start(st);
     return &st->super;
 }
+
+void sg_state_redis_stats(sg_state_t *_st, sg_state_redis_stats_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (_st == NULL || strcmp(sg_state_backend(_st), "redis") != 0)
+        return;
+    redis_state_t *st = rs(_st);
+    /* a lease run out reads as not held; ending it is the next call's */
+    out->holds = st->solo && sg_now_us() < st->solo_until_us;
+    out->local_admits = st->local_admits;
+    out->mismatches = st->mismatches;
+    out->writes = st->writes;
+}

@@ -868,15 +868,3 @@ void sg_state_redis_solo(sg_state_t *_st, int want)
     if (!want)
         solo_leave(st, "not asked for any more");
 }
-
-void sg_state_solo_stats(sg_state_t *_st, sg_state_solo_t *out)
-{
-    memset(out, 0, sizeof(*out));
-    if (_st == NULL || strcmp(sg_state_backend(_st), "redis") != 0)
-        return;
-    redis_state_t *st = (redis_state_t *)_st;
-    out->holds = solo_active(st);
-    out->local_admits = st->local_admits;
-    out->mismatches = st->mismatches;
-    out->writes = st->writes;
-}

@@ -248,12 +248,14 @@ void sg_state_exec_finish(sg_state_t *st, int64_t tenant, const sg_finish_args_t
  * waiting for Redis (redis.c, "solo"); any other gateway beating on the
  * same Redis ends it. Off until asked; no effect on another backend. */
 void sg_state_redis_solo(sg_state_t *st, int want);
+/* The Redis backend's counters (all 0 for another backend); reading them
+ * changes nothing. */
 typedef struct {
-    int holds;             /* admits from its copy now */
-    uint64_t local_admits; /* executions so admitted */
-    uint64_t mismatches;   /* answers of Redis other than the copy's (a copy dropped each time) */
+    int holds;             /* solo: admits from its copy now */
+    uint64_t local_admits; /* solo: executions so admitted */
+    uint64_t mismatches;   /* solo: answers of Redis other than the copy's (a copy dropped each time) */
     uint64_t writes;       /* writes to Redis's socket, solo or not (each may wake Redis) */
-} sg_state_solo_t;
-void sg_state_solo_stats(sg_state_t *st, sg_state_solo_t *out);
+} sg_state_redis_stats_t;
+void sg_state_redis_stats(sg_state_t *st, sg_state_redis_stats_t *out);
 
 #endif

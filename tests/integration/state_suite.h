@@ -163,12 +163,12 @@ static inline int setup(void **state)
         return -1;
     }
     if (group_solo) {
-        sg_state_solo_t solo = {0};
+        sg_state_redis_stats_t solo = {0};
         double deadline = sgtest_now() + WAIT_S;
         sg_state_redis_solo(f->st, 1);
         while (!solo.holds && sgtest_now() < deadline) {
             h2o_evloop_run(f->loop, 10);
-            sg_state_solo_stats(f->st, &solo);
+            sg_state_redis_stats(f->st, &solo);
         }
         if (!solo.holds) {
             fprintf(stderr, "the redis backend did not take the solo lease\n");
@@ -192,8 +192,8 @@ static inline int teardown(void **state)
         sggw_redis_resume(redis);
     if (group_solo) {
         /* Redis answered every admission the copy made as the copy did */
-        sg_state_solo_t solo;
-        sg_state_solo_stats(f->st, &solo);
+        sg_state_redis_stats_t solo;
+        sg_state_redis_stats(f->st, &solo);
         if (solo.mismatches != 0) {
             fprintf(stderr, "teardown: %llu admissions from the copy that Redis answered otherwise\n",
                     (unsigned long long)solo.mismatches);

@@ -338,10 +338,10 @@ static void test_redis_hang(void **state)
 
 /* ---- solo (redis.c): the only gateway admits from its copy ------------------------------- */
 
-static sg_state_solo_t solo_of(sg_state_t *st)
+static sg_state_redis_stats_t solo_of(sg_state_t *st)
 {
-    sg_state_solo_t s;
-    sg_state_solo_stats(st, &s);
+    sg_state_redis_stats_t s;
+    sg_state_redis_stats(st, &s);
     return s;
 }
 
