@@ -53,15 +53,23 @@ static int group_setup(void **state)
 }
 
 /* A second gateway on the suite's SQLite file and Redis. */
-static sggw_gateway_t *second_gateway(void)
+/* A second gateway on the stack's proxy and data, with the Redis at
+ * redis_url (stack.extra_gw). */
+static sggw_gateway_t *second_gateway_on(const char *redis_url)
 {
     sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy),
-                        .redis_url = sggw_redis_url(stack.redis),
+                        .redis_url = redis_url,
                         .data_dir = data_dir(),
                         .admin_token = sggw_gateway_admin_token(stack.gw)};
     sggw_gateway_t *g = stack.extra_gw = sggw_gateway_start(&opts);
-    SG_CHECK(g != NULL, NULL, "cannot start a second gateway");
+    SG_CHECK(g != NULL, NULL, "cannot start a second gateway (Redis %s)", redis_url);
     return g;
+}
+
+/* ... on the stack's Redis too. */
+static sggw_gateway_t *second_gateway(void)
+{
+    return second_gateway_on(sggw_redis_url(stack.redis));
 }
 
 static long status_of(const sggw_gateway_t *g, const char *token, const char *method, const char *path,
@@ -422,12 +430,7 @@ SGGW_TEST(test_solo_stop_leaves_nothing_unsent)
     int ok;
     stack.extra_redis = sggw_redis_start();
     SG_CHECK(stack.extra_redis != NULL, NULL, "cannot start a second redis-server");
-    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy),
-                        .redis_url = sggw_redis_url(stack.extra_redis),
-                        .data_dir = data_dir(),
-                        .admin_token = sggw_gateway_admin_token(stack.gw)};
-    sggw_gateway_t *g = stack.extra_gw = sggw_gateway_start(&opts);
-    SG_CHECK(g != NULL, NULL, "cannot start a gateway on its own Redis");
+    sggw_gateway_t *g = second_gateway_on(sggw_redis_url(stack.extra_redis));
     wait_solo(g, 1);
     char *tok = sggw_new_tenant(data_dir(), "solo-stop", NULL);
     char *sid = sggw_create_session(g, tok, NULL, NULL);

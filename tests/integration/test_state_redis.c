@@ -11,6 +11,7 @@
  */
 #include "state_suite.h"
 #include "sgrun.h"
+#include "redis_int.h" /* MIRROR_BUCKETS */
 
 /* ---- redis only ---------------------------------------------------------------------------- */
 
@@ -600,7 +601,7 @@ static void test_solo_copies_share_a_list(void **state)
 {
     fixture_t *f = *state;
     const char *day = "20260206";
-    const int64_t ta = 1306, tb = 1306 + 256;
+    const int64_t ta = 1306, tb = 1306 + MIRROR_BUCKETS;
     admit_wait_t w[8];
 
     sg_state_redis_solo(f->st, 1);
