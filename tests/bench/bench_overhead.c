@@ -365,17 +365,9 @@ static void *turn_client(void *arg)
     turn_client_t *a = arg;
     turns_t *s = a->turns;
     hc_t c;
-    char id[64] = "", err[256], path[128];
+    char id[64], err[256], path[128];
     long seen = 0;
-    int have = 0, inited = hc_init(&c, a->t->base, NULL, a->t->token) == 0;
-
-    if (inited && sess_create(&c, a->t, id, err, sizeof(err)) == 0)
-        have = 1;
-    else
-        row_err(a->row, "no session: %s", inited ? err : "cannot set up libcurl");
-    snprintf(path, sizeof(path), "/sessions/%s/execute", id);
-    if (have) /* untimed: the first execute of a session is not the steady state */
-        exec_check(&c, path, opt.exec_body, NULL, err, sizeof(err));
+    int inited, have = tp_client_start(&c, a->t, a->row, id, path, &inited);
 
     pthread_mutex_lock(&s->mu);
     s->ready++;

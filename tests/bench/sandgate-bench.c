@@ -226,20 +226,29 @@ typedef struct {
     double start, end; /* ms; start 0: this client had no session */
 } tp_arg_t;
 
+int tp_client_start(hc_t *c, const target_t *t, row_t *row, char id[64], char path[128], int *inited)
+{
+    char err[256];
+    int have = 0;
+
+    id[0] = '\0';
+    *inited = hc_init(c, t->base, NULL, t->token) == 0;
+    if (*inited && sess_create(c, t, id, err, sizeof(err)) == 0)
+        have = 1;
+    else
+        row_err(row, "no session: %s", *inited ? err : "cannot set up libcurl");
+    snprintf(path, 128, "/sessions/%s/execute", id);
+    if (have) /* one untimed execute: the first one of a session is not the steady state */
+        exec_check(c, path, opt.exec_body, NULL, err, sizeof(err));
+    return have;
+}
+
 static void *tp_main(void *arg)
 {
     tp_arg_t *a = arg;
     hc_t c;
-    char id[64] = "", err[256], path[128];
-    int have = 0, inited = hc_init(&c, a->t->base, NULL, a->t->token) == 0;
-
-    if (inited && sess_create(&c, a->t, id, err, sizeof(err)) == 0)
-        have = 1;
-    else
-        row_err(a->row, "no session: %s", inited ? err : "cannot set up libcurl");
-    snprintf(path, sizeof(path), "/sessions/%s/execute", id);
-    if (have) /* one untimed execute: the first one of a session is not the steady state */
-        exec_check(&c, path, opt.exec_body, NULL, err, sizeof(err));
+    char id[64], err[256], path[128];
+    int inited, have = tp_client_start(&c, a->t, a->row, id, path, &inited);
 
     pthread_mutex_lock(&a->gate->mu);
     a->gate->ready++;
