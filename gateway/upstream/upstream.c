@@ -7,7 +7,12 @@
  *
  * Connections. A request takes the most recently parked idle connection,
  * else opens one (to the proxy's address, or to a host name's addresses in
- * turn, looked up when a connection opens and kept RESOLVE_KEEP_MS). A reply that ends where
+ * turn). A host name is looked up on a thread of its own (getaddrinfo
+ * waits as long as the resolver does: seconds when a DNS server does not
+ * answer, and the loop serves every tenant); its addresses serve new
+ * connections for RESOLVE_KEEP_MS, and past that while the next lookup is
+ * made. Only a request that finds no address at all waits for the lookup
+ * (its timeout runs meanwhile). A reply that ends where
  * its length says, on an HTTP/1.1 connection the proxy keeps open, parks
  * the connection again; anything else closes it. A parked connection is
  * watched: the proxy closing it (or sending anything) takes it out of the
@@ -30,6 +35,7 @@
 #include "upstream.h"
 #include "buf.h"
 #include "http.h"
+#include "log.h"
 #include "util.h"
 
 #include <errno.h>
@@ -41,6 +47,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -71,6 +80,23 @@ ssize_t phr_decode_chunked(struct phr_chunked_decoder *decoder, char *buf, size_
 #define RESOLVE_KEEP_MS 10000 /* a host name's addresses serve new connections this long */
 #define MAX_ADDRS 8           /* of a host name's, tried in turn */
 
+/* A host name's lookup on its thread (lookup_main). The thread tells the
+ * loop by writing a byte to the pipe (wfd) and setting done, under mu; an
+ * upstream destroyed before that sets orphaned, and the thread then frees
+ * the lookup itself. */
+typedef struct {
+    pthread_mutex_t mu;
+    char *host;
+    char port[8];
+    int rc; /* getaddrinfo's */
+    struct addrinfo *res;
+    int wfd;
+    int done;
+    int orphaned;
+} lookup_t;
+
+static sg_upstream_resolver_fn resolver = getaddrinfo;
+
 typedef struct {
     h2o_linklist_t link; /* u->idle */
     h2o_socket_t *sock;
@@ -89,6 +115,8 @@ struct sg_upstream {
     size_t addr_ok; /* the one tried first: the last that connected */
     int numeric;    /* host is an address: it never expires */
     uint64_t addr_until_ms;
+    lookup_t *lookup;          /* a lookup of host on its way */
+    h2o_socket_t *lookup_sock; /* the pipe's end it writes to */
     size_t max_reply_bytes;
     h2o_linklist_t active; /* requests not yet finished or cancelled */
     h2o_linklist_t idle;   /* idle_conn_t, the most recently parked last */
@@ -137,9 +165,10 @@ struct sg_upstream_req {
     unsigned head_sent : 1;
     unsigned keep_alive : 1;
     unsigned too_large : 1;
-    unsigned written : 1; /* the request is out: its buffer is no longer h2o's */
-    size_t addr_tries;    /* addresses tried for its connection */
-    size_t addr_i;        /* the one being tried */
+    unsigned written : 1;  /* the request is out: its buffer is no longer h2o's */
+    unsigned awaiting : 1; /* waits for the host's first addresses */
+    size_t addr_tries;     /* addresses tried for its connection */
+    size_t addr_i;         /* the one being tried */
     int body_mode;
     size_t left; /* BODY_LENGTH: bytes to come */
     struct phr_chunked_decoder chunked;
@@ -704,51 +733,194 @@ static void fail_soon(sg_upstream_req_t *r, const char *fmt, const char *detail)
     sg_loop_soon(r->u->loop, &r->soon);
 }
 
-/* The host's addresses (flags: AI_NUMERICHOST, or 0 to look a name up):
- * 0, or -1 with a reason in why. */
-static int addresses(sg_upstream_t *u, int flags, char *why, size_t whylen)
+/* res's addresses as the host's (up to MAX_ADDRS): how many. */
+static size_t take_addresses(sg_upstream_t *u, const struct addrinfo *res)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV | flags};
-    struct addrinfo *res = NULL;
-    char port[8];
-    int rc;
-
-    if (u->naddrs != 0 && (u->numeric || sg_now_ms() < u->addr_until_ms))
-        return 0;
-    snprintf(port, sizeof(port), "%u", u->port);
-    if ((rc = getaddrinfo(u->host, port, &hints, &res)) != 0 || res == NULL) {
-        snprintf(why, whylen, "cannot resolve %s: %s", u->host, rc != 0 ? gai_strerror(rc) : "no address");
-        u->naddrs = 0;
-        return -1;
-    }
-    u->naddrs = 0;
-    u->addr_ok = 0;
-    for (struct addrinfo *a = res; a != NULL && u->naddrs < MAX_ADDRS; a = a->ai_next) {
+    size_t n = 0;
+    for (const struct addrinfo *a = res; a != NULL && n < MAX_ADDRS; a = a->ai_next) {
         if (a->ai_addrlen > sizeof(u->addrs[0]))
             continue;
-        memcpy(&u->addrs[u->naddrs], a->ai_addr, a->ai_addrlen);
-        u->addr_lens[u->naddrs++] = a->ai_addrlen;
+        memcpy(&u->addrs[n], a->ai_addr, a->ai_addrlen);
+        u->addr_lens[n++] = a->ai_addrlen;
     }
+    if (n != 0) {
+        u->naddrs = n;
+        u->addr_ok = 0;
+    }
+    return n;
+}
+
+/* The host as a numeric address (never looked up): 1 if it is one. */
+static int numeric_address(sg_upstream_t *u)
+{
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV | AI_NUMERICHOST};
+    struct addrinfo *res = NULL;
+    char port[8];
+
+    snprintf(port, sizeof(port), "%u", u->port);
+    if (getaddrinfo(u->host, port, &hints, &res) != 0 || res == NULL)
+        return 0;
+    size_t n = take_addresses(u, res);
     freeaddrinfo(res);
-    if (u->naddrs == 0) {
-        snprintf(why, whylen, "cannot resolve %s: no address", u->host);
+    return n != 0;
+}
+
+static void lookup_free(lookup_t *l)
+{
+    if (l->res != NULL)
+        freeaddrinfo(l->res);
+    if (l->wfd >= 0)
+        close(l->wfd);
+    pthread_mutex_destroy(&l->mu);
+    free(l->host);
+    free(l);
+}
+
+static void *lookup_main(void *arg)
+{
+    lookup_t *l = arg;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    int rc = resolver(l->host, l->port, &hints, &res);
+
+    pthread_mutex_lock(&l->mu);
+    l->rc = rc;
+    l->res = res;
+    if (l->orphaned) {
+        pthread_mutex_unlock(&l->mu);
+        lookup_free(l);
+        return NULL;
+    }
+    ssize_t w;
+    do
+        w = write(l->wfd, "x", 1);
+    while (w < 0 && errno == EINTR);
+    l->done = 1;
+    pthread_mutex_unlock(&l->mu); /* the loop's from here on */
+    return NULL;
+}
+
+/* The lookup given up (the upstream is going): freed here if its thread is
+ * done with it, else by the thread. */
+static void lookup_abandon(sg_upstream_t *u)
+{
+    lookup_t *l = u->lookup;
+    if (l == NULL)
+        return;
+    u->lookup = NULL;
+    h2o_socket_read_stop(u->lookup_sock);
+    h2o_socket_close(u->lookup_sock);
+    u->lookup_sock = NULL;
+    pthread_mutex_lock(&l->mu);
+    int done = l->done;
+    l->orphaned = 1;
+    pthread_mutex_unlock(&l->mu);
+    if (done)
+        lookup_free(l);
+}
+
+/* The lookup's end, on the loop: its addresses taken (or, failed, the ones
+ * the host had kept); the requests that waited connect or fail. */
+static void on_lookup_done(h2o_socket_t *sock, const char *err)
+{
+    sg_upstream_t *u = sock->data;
+    lookup_t *l = u->lookup;
+    char why[256] = "";
+
+    (void)err;
+    pthread_mutex_lock(&l->mu);
+    int done = l->done;
+    pthread_mutex_unlock(&l->mu);
+    if (!done)
+        return; /* cannot happen: the byte comes with done */
+    u->lookup = NULL;
+    h2o_socket_read_stop(sock);
+    h2o_socket_close(sock);
+    u->lookup_sock = NULL;
+    if (l->rc != 0 || l->res == NULL || take_addresses(u, l->res) == 0)
+        snprintf(why, sizeof(why), "cannot resolve %s: %s", u->host, l->rc != 0 ? gai_strerror(l->rc) : "no address");
+    lookup_free(l);
+    /* a failure keeps the addresses the host had, if any, until the next
+     * lookup: the proxy may well still be there */
+    u->addr_until_ms = sg_now_ms() + RESOLVE_KEEP_MS;
+    if (why[0] != '\0')
+        sg_warn("upstream: %s%s", why, u->naddrs != 0 ? " (the addresses found before are kept)" : "");
+
+    enter(u);
+    /* neither open_conn nor fail_soon calls back: the list holds still */
+    for (h2o_linklist_t *n = u->active.next; n != &u->active; n = n->next) {
+        sg_upstream_req_t *r = H2O_STRUCT_FROM_MEMBER(sg_upstream_req_t, link, n);
+        if (!r->awaiting)
+            continue;
+        r->awaiting = 0;
+        if (u->naddrs != 0)
+            open_conn(r);
+        else
+            fail_soon(r, "the proxy does not answer (%s)", why);
+    }
+    leave(u);
+}
+
+/* Starts a lookup of the host: 0, or -1 (why says why) when no thread or
+ * pipe could be had. */
+static int lookup_start(sg_upstream_t *u, char *why, size_t whylen)
+{
+    int fds[2];
+    pthread_attr_t attr;
+    pthread_t tid;
+
+    if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+        snprintf(why, whylen, "cannot look %s up: %s", u->host, strerror(errno));
         return -1;
     }
-    u->addr_until_ms = sg_now_ms() + RESOLVE_KEEP_MS;
+    lookup_t *l = sg_xcalloc(1, sizeof(*l));
+    pthread_mutex_init(&l->mu, NULL);
+    l->host = sg_xstrdup(u->host);
+    snprintf(l->port, sizeof(l->port), "%u", u->port);
+    l->wfd = fds[1];
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    /* the thread takes no signal: a SIGTERM is the loop's to see */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&tid, &attr, lookup_main, l);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        close(fds[0]);
+        lookup_free(l);
+        snprintf(why, whylen, "cannot look %s up: %s", u->host, strerror(rc));
+        return -1;
+    }
+    u->lookup = l;
+    u->lookup_sock = h2o_evloop_socket_create(u->loop, fds[0], H2O_SOCKET_FLAG_DONT_READ);
+    u->lookup_sock->data = u;
+    h2o_socket_read_start(u->lookup_sock, on_lookup_done);
     return 0;
 }
 
 /* A new connection for r, to the host's addresses in turn from the last
- * that connected; a failure is told at the end of the turn. */
+ * that connected; a failure is told at the end of the turn. A host name
+ * whose addresses are old is looked up again meanwhile; r waits for it
+ * only when there is no address at all. */
 static void open_conn(sg_upstream_req_t *r)
 {
     sg_upstream_t *u = r->u;
     char why[256];
     h2o_socket_t *sock = NULL;
 
-    if (r->addr_tries == 0 && addresses(u, 0, why, sizeof(why)) != 0) {
-        fail_soon(r, "the proxy does not answer (%s)", why);
-        return;
+    if (r->addr_tries == 0 && !u->numeric) {
+        int fresh = u->naddrs != 0 && sg_now_ms() < u->addr_until_ms;
+        if (!fresh && u->lookup == NULL && lookup_start(u, why, sizeof(why)) != 0 && u->naddrs == 0) {
+            fail_soon(r, "the proxy does not answer (%s)", why);
+            return;
+        }
+        if (u->naddrs == 0) {
+            r->awaiting = 1;
+            return;
+        }
     }
     for (; r->addr_tries < u->naddrs; ++r->addr_tries) {
         r->addr_i = (u->addr_ok + r->addr_tries) % u->naddrs;
@@ -809,6 +981,7 @@ static void free_upstream(sg_upstream_t *u)
     }
     while (!h2o_linklist_is_empty(&u->idle))
         drop_idle(H2O_STRUCT_FROM_MEMBER(idle_conn_t, link, u->idle.next));
+    lookup_abandon(u);
     if (u->timer_sock != NULL) {
         h2o_socket_read_stop(u->timer_sock);
         h2o_socket_close(u->timer_sock);
@@ -870,8 +1043,7 @@ sg_upstream_t *sg_upstream_create(h2o_loop_t *loop, const char *base_url, size_t
     u->port = h2o_url_get_port(&url);
 
     /* an address kept for good; a name is looked up when a connection opens */
-    char why[256];
-    u->numeric = addresses(u, AI_NUMERICHOST, why, sizeof(why)) == 0;
+    u->numeric = numeric_address(u);
 
     if ((u->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) < 0) {
         free_upstream(u);
@@ -1018,4 +1190,9 @@ void sg_upstream_cancel(sg_upstream_req_t *r)
         return;
     }
     free_req(r);
+}
+
+void sg_upstream_set_resolver(sg_upstream_resolver_fn fn)
+{
+    resolver = fn != NULL ? fn : getaddrinfo;
 }

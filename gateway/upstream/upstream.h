@@ -1,8 +1,10 @@
 /*
  * upstream.h — HTTP/1.1 requests from the gateway's h2o loop to the proxy,
  * on h2o's own sockets with a pool of keep-alive connections (upstream.c):
- * no thread, and no blocking call but the lookup of a proxy named by host
- * name when a new connection opens (its address is then kept 10 s).
+ * nothing blocks the loop. A proxy named by host name is looked up on a
+ * thread of its own when a connection is to open and its addresses are
+ * older than 10 s; requests wait for the first lookup only, later ones
+ * connect to the addresses they have while the next is made.
  * Hundreds of requests can be in flight while the loop serves others. The
  * proxy is reached over plain HTTP (an internal network): an https:// URL
  * is refused.
@@ -14,6 +16,7 @@
 #define SANDGATE_UPSTREAM_H
 
 #include <h2o.h>
+#include <netdb.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -58,6 +61,12 @@ sg_upstream_t *sg_upstream_create(h2o_loop_t *loop, const char *base_url, size_t
  * the loop once afterwards: h2o frees closed sockets on its next turn. */
 void sg_upstream_destroy(sg_upstream_t *u);
 size_t sg_upstream_in_flight(sg_upstream_t *u);
+/* Tests: the function that looks a host name up (getaddrinfo when NULL;
+ * it runs on the lookup's thread). Set it before the upstreams are made. */
+typedef int (*sg_upstream_resolver_fn)(const char *host, const char *port, const struct addrinfo *hints,
+                                       struct addrinfo **res);
+void sg_upstream_set_resolver(sg_upstream_resolver_fn fn);
+
 /* TCP connections opened so far (idle ones are reused: a steady stream of
  * requests opens few). */
 uint64_t sg_upstream_connections_opened(sg_upstream_t *u);

@@ -31,6 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <pthread.h>
+#include <netdb.h>
 #include <errno.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -1662,6 +1664,149 @@ static void test_host_name(void **state)
     destroy_upstream(u);
 }
 
+/* ---- a host name looked up on its own thread ---- */
+
+/* A resolver that waits until the test lets it go (slow_go), as one waits
+ * on a DNS server that does not answer, or 3 s; slow_rc other than 0 is
+ * its answer, else getaddrinfo's. (Run on the loop, as lookups once were,
+ * it would hold the loop those 3 s: the requests to the other upstream
+ * would come after it, and the test fail.) */
+static pthread_mutex_t slow_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t slow_cv = PTHREAD_COND_INITIALIZER;
+static int slow_go, slow_calls, slow_returned, slow_rc;
+
+static int slow_resolver(const char *host, const char *port, const struct addrinfo *hints, struct addrinfo **res)
+{
+    pthread_mutex_lock(&slow_mu);
+    slow_calls++;
+    pthread_cond_broadcast(&slow_cv);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 3;
+    while (!slow_go && pthread_cond_timedwait(&slow_cv, &slow_mu, &until) == 0)
+        ;
+    int rc = slow_rc;
+    pthread_mutex_unlock(&slow_mu);
+    if (rc == 0)
+        rc = getaddrinfo(host, port, hints, res);
+    pthread_mutex_lock(&slow_mu);
+    slow_returned++;
+    pthread_cond_broadcast(&slow_cv);
+    pthread_mutex_unlock(&slow_mu);
+    return rc;
+}
+
+static void slow_reset(int rc)
+{
+    pthread_mutex_lock(&slow_mu);
+    slow_go = slow_calls = slow_returned = 0;
+    slow_rc = rc;
+    pthread_mutex_unlock(&slow_mu);
+    sg_upstream_set_resolver(slow_resolver);
+}
+
+static void slow_release(void)
+{
+    pthread_mutex_lock(&slow_mu);
+    slow_go = 1;
+    pthread_cond_broadcast(&slow_cv);
+    pthread_mutex_unlock(&slow_mu);
+}
+
+static int slow_count(const int *what)
+{
+    pthread_mutex_lock(&slow_mu);
+    int n = *what;
+    pthread_mutex_unlock(&slow_mu);
+    return n;
+}
+
+/* While a proxy's name is being looked up, the loop serves everything
+ * else: requests to another upstream come and go while the lookup hangs;
+ * the requests that waited for it then go through, on one lookup. */
+static void test_lookup_off_the_loop(void **state)
+{
+    char url[64];
+    result_t named[3], other = {0};
+    (void)state;
+
+    slow_reset(0);
+    snprintf(url, sizeof(url), "http://localhost:%d", sg_http_server_port(server));
+    sg_upstream_t *u = sg_upstream_create(loop, url, MIB);
+    sg_upstream_t *numeric = new_upstream(MIB);
+    assert_non_null(u);
+    memset(named, 0, sizeof(named));
+    for (int i = 0; i < 3; i++)
+        assert_non_null(get(u, "/fast", 10000, &named[i]));
+    run_for(50);
+    assert_int_equal(slow_count(&slow_calls), 1); /* one lookup for the three */
+
+    /* the lookup hangs: the loop still serves */
+    for (int i = 0; i < 20; i++) {
+        memset(&other, 0, sizeof(other));
+        expect_reply(numeric, "/fast", 200, &other);
+        result_free(&other);
+    }
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(named[i].done, 0);
+    assert_int_equal(slow_count(&slow_returned), 0);
+
+    slow_release();
+    for (int i = 0; i < 3; i++) {
+        assert_true(run_until(&named[i].done, 5000));
+        assert_null(named[i].err);
+        assert_int_equal(named[i].status, 200);
+        result_free(&named[i]);
+    }
+    /* kept: the next request looks nothing up */
+    expect_reply(u, "/fast", 200, &other);
+    result_free(&other);
+    assert_int_equal(slow_count(&slow_calls), 1);
+    destroy_upstream(u);
+    destroy_upstream(numeric);
+    sg_upstream_set_resolver(NULL);
+}
+
+/* A lookup that fails fails the requests that waited for it, with why; a
+ * lookup still hanging when its upstream is destroyed ends on its own
+ * (its memory freed by its thread: ASan's leak check runs on this suite). */
+static void test_lookup_fails_or_outlives(void **state)
+{
+    char url[64];
+    result_t r = {0};
+    (void)state;
+
+    slow_reset(EAI_NONAME);
+    snprintf(url, sizeof(url), "http://no-such-proxy.invalid:%d", sg_http_server_port(server));
+    sg_upstream_t *u = sg_upstream_create(loop, url, MIB);
+    assert_non_null(u);
+    assert_non_null(get(u, "/fast", 10000, &r));
+    run_for(20);
+    assert_int_equal(r.done, 0);
+    slow_release();
+    assert_true(run_until(&r.done, 5000));
+    assert_int_equal(r.status, 0);
+    assert_contains(r.err, "cannot resolve no-such-proxy.invalid");
+    result_free(&r);
+    destroy_upstream(u);
+
+    slow_reset(0);
+    u = sg_upstream_create(loop, url, MIB);
+    memset(&r, 0, sizeof(r));
+    assert_non_null(get(u, "/fast", 10000, &r));
+    run_for(20);
+    assert_int_equal(slow_count(&slow_calls), 1);
+    destroy_upstream(u); /* no callback after this */
+    slow_release();
+    pthread_mutex_lock(&slow_mu);
+    while (slow_returned == 0)
+        pthread_cond_wait(&slow_cv, &slow_mu);
+    pthread_mutex_unlock(&slow_mu);
+    run_for(50);
+    assert_int_equal(r.done, 0);
+    sg_upstream_set_resolver(NULL);
+}
+
 /* A template's name as one path segment of a request to the proxy. */
 static void test_escape(void **state)
 {
@@ -1704,6 +1849,8 @@ int main(void)
         cmocka_unit_test(test_reply_shapes),
         cmocka_unit_test(test_escape),
         cmocka_unit_test(test_host_name),
+        cmocka_unit_test(test_lookup_off_the_loop),
+        cmocka_unit_test(test_lookup_fails_or_outlives),
         cmocka_unit_test(test_hold_watch),
         cmocka_unit_test(test_destroy_after_watch),
     };
