@@ -125,16 +125,26 @@ static void snapshot_sessions(const sg_solo_tenant_t *t, char *out, size_t len)
         n += snprintf(out + n, len - (size_t)n, " %s@%lld", t->sessions[i].token, (long long)t->sessions[i].until_s);
 }
 
-static sg_solo_session_admit_t session_args(const char *member, int64_t now_s)
+static sg_solo_session_admit_t session_args(const char *member, int64_t now_s, long max)
 {
     sg_solo_session_admit_t a = {.now_ms = now_s * 1000,
                                  .now_s = now_s,
                                  .interval_ms = 0,
                                  .burst = 1,
-                                 .max = 2,
+                                 .max = max,
                                  .member = member,
                                  .until_s = now_s + 30};
     return a;
+}
+
+/* Certain: 1, and the tenant's sessions then count; the stored tat. */
+static int64_t expect_session_admitted(sg_solo_tenant_t *t, const sg_solo_session_admit_t *a, long count)
+{
+    int64_t stored;
+    long n;
+    assert_int_equal(sg_solo_session_admit(t, a, &stored, &n), 1);
+    assert_int_equal(n, count);
+    return stored;
 }
 
 /* Not certain (or a refusal): 0, and the copy exactly as it was. */
@@ -155,20 +165,15 @@ static void expect_session_left_to_redis(sg_solo_tenant_t *t, const sg_solo_sess
 static void test_sessions(void **state)
 {
     sg_solo_tenant_t t;
-    int64_t stored;
-    long count;
     load(&t, 0, 0, -1);
     /* a session whose lifetime ends at 8000, one at 9000 */
     assert_int_equal(sg_solo_add_session(&t, "sid-1", 8000), 0);
     assert_int_equal(sg_solo_add_session(&t, "sid-2", 9000), 0);
-    sg_solo_session_admit_t a = session_args("pending:a", 7000);
-    a.max = 3;
+    sg_solo_session_admit_t a = session_args("pending:a", 7000, 3);
     a.until_s = 8500;
-    assert_int_equal(sg_solo_session_admit(&t, &a, &stored, &count), 1);
-    assert_int_equal(count, 3);
+    expect_session_admitted(&t, &a, 3);
     /* at the cap: Redis refuses, the copy unchanged */
-    sg_solo_session_admit_t b = session_args("pending:b", 7000);
-    b.max = 3;
+    sg_solo_session_admit_t b = session_args("pending:b", 7000, 3);
     expect_session_left_to_redis(&t, &b);
     /* the reservation again: left to Redis (it would not count twice) */
     expect_session_left_to_redis(&t, &a);
@@ -176,33 +181,26 @@ static void test_sessions(void **state)
     b.now_s = 8000;
     b.now_ms = 8000000;
     b.until_s = 8030;
-    assert_int_equal(sg_solo_session_admit(&t, &b, &stored, &count), 1);
-    assert_int_equal(count, 3);
+    expect_session_admitted(&t, &b, 3);
     assert_int_equal(sg_solo_remove_session(&t, "sid-1"), 0);
     /* a session committed replaces its reservation; one removed frees a slot */
     assert_int_equal(sg_solo_remove_session(&t, "pending:a"), 1);
     assert_int_equal(sg_solo_add_session(&t, "sid-3", 9500), 0);
     assert_int_equal(sg_solo_remove_session(&t, "sid-2"), 1);
-    sg_solo_session_admit_t c = session_args("pending:c", 8000);
-    c.max = 3;
-    assert_int_equal(sg_solo_session_admit(&t, &c, &stored, &count), 1);
-    assert_int_equal(count, 3);
+    sg_solo_session_admit_t c = session_args("pending:c", 8000, 3);
+    expect_session_admitted(&t, &c, 3);
     /* a rate of 60/min with burst 1: the first passes, the second at once is refused */
-    sg_solo_session_admit_t d = session_args("pending:d", 8000);
-    d.max = 10;
+    sg_solo_session_admit_t d = session_args("pending:d", 8000, 10);
     d.interval_ms = 1000;
-    assert_int_equal(sg_solo_session_admit(&t, &d, &stored, &count), 1);
-    assert_int_equal(stored, 0);
-    sg_solo_session_admit_t e = session_args("pending:e", 8000);
-    e.max = 10;
+    assert_int_equal(expect_session_admitted(&t, &d, 4), 0);
+    sg_solo_session_admit_t e = session_args("pending:e", 8000, 10);
     e.interval_ms = 1000;
     expect_session_left_to_redis(&t, &e);
     /* a member too long for the copy */
     char longer[100];
     memset(longer, 'x', sizeof(longer) - 1);
     longer[sizeof(longer) - 1] = '\0';
-    sg_solo_session_admit_t g = session_args(longer, 8000);
-    g.max = 10;
+    sg_solo_session_admit_t g = session_args(longer, 8000, 10);
     expect_session_left_to_redis(&t, &g);
     assert_int_equal(sg_solo_add_session(&t, longer, 9000), -1);
     sg_solo_free(&t);
