@@ -90,6 +90,19 @@ static redis_req_t *rate_req(redis_state_t *st, int64_t tenant, long rate_per_mi
                              req_done_fn done, void *data);
 static void dispatch(redis_state_t *st, int64_t tenant, const call_t *c);
 
+/* The arguments of the rate step that heads an admitting script (RATE_STEP,
+ * redis_scripts.c: ARGV now ms, emission interval, burst), after the
+ * script's keys; and what its answer is read with (sg_gcra). */
+static void rate_step_args(redis_req_t *req, long rate_per_min, long burst, int64_t now_ms)
+{
+    req->now_ms = now_ms;
+    req->rate_per_min = rate_per_min;
+    req->burst = burst;
+    sg_redis__req_arg(req, "%" PRId64, now_ms);
+    sg_redis__req_arg(req, "%" PRId64, sg_gcra_interval_ms(rate_per_min));
+    sg_redis__req_arg(req, "%ld", burst);
+}
+
 static void on_nothing(redis_req_t *req, redisReply *reply)
 {
     (void)req;
@@ -293,16 +306,28 @@ void sg_redis__solo_mismatch(redis_req_t *req, const char *what)
     sg_redis__mirror_drop(st, req->tenant);
 }
 
+/* Redis's answer to a call the copy decided, as an array of n elements to
+ * check against the copy's; NULL when there is nothing to check (the
+ * connection went, and the lease with it) or it has another shape (then a
+ * mismatch: Redis did not answer it as `as`). */
+static redisReply *copy_answer(redis_req_t *req, redisReply *reply, size_t n, const char *as)
+{
+    char what[96];
+    if (req->st->phase != PHASE_READY && reply == NULL)
+        return NULL;
+    if ((reply = sg_redis__reply_array(reply, n)) == NULL) {
+        snprintf(what, sizeof(what), "Redis did not answer it as %s", as);
+        sg_redis__solo_mismatch(req, what);
+    }
+    return reply;
+}
+
 /* The answer to an admission the copy made: {1, tat, 1, in flight, 0, execs, seconds}. */
 static void on_admit_copy(redis_req_t *req, redisReply *reply)
 {
     char what[160];
-    if (req->st->phase != PHASE_READY && reply == NULL)
-        return; /* the connection went: so did the lease */
-    if ((reply = sg_redis__reply_array(reply, 7)) == NULL) {
-        sg_redis__solo_mismatch(req, "Redis did not answer it as an admission");
+    if ((reply = copy_answer(req, reply, 7, "an admission")) == NULL)
         return;
-    }
     int64_t allowed = sg_redis__reply_int(reply->element[0]), slot = sg_redis__reply_int(reply->element[2]);
     int64_t quota = sg_redis__reply_int(reply->element[4]), n = sg_redis__reply_int(reply->element[3]);
     int64_t execs = sg_redis__reply_int(reply->element[5]);
@@ -353,10 +378,31 @@ static void call_free(call_t *q)
 /* The answer to a rate check the copy allowed: {1, stored}. */
 static void on_rate_copy(redis_req_t *req, redisReply *reply)
 {
-    if (req->st->phase != PHASE_READY && reply == NULL)
-        return;
-    if ((reply = sg_redis__reply_array(reply, 2)) == NULL || sg_redis__reply_int(reply->element[0]) != 1)
+    if ((reply = copy_answer(req, reply, 2, "a rate check")) != NULL && sg_redis__reply_int(reply->element[0]) != 1)
         sg_redis__solo_mismatch(req, "Redis refused a request the copy's rate allowed");
+}
+
+/* A call the copy decided, sent to Redis behind its answer (a "wait" there
+ * is not waited out: it is a mismatch). */
+static void send_behind_copy(redis_state_t *st, redis_req_t *req)
+{
+    req->guarded = 2;
+    sg_redis__req_send_lazy(req);
+    st->local_admits++;
+}
+
+/* The answer of an admission the copy made: the rate's at now_ms from the
+ * stored tat, allowed, the slot taken, in_flight after it. */
+static void copy_admitted(sg_admit_result_t *r, int64_t now_ms, int64_t stored, long rate_per_min, long burst,
+                          long in_flight)
+{
+    int64_t new_tat;
+    memset(r, 0, sizeof(*r));
+    r->available = 1;
+    sg_gcra(now_ms, stored, rate_per_min, burst, &r->rate, &new_tat);
+    r->rate.allowed = 1;
+    r->slot = 1;
+    r->in_flight = in_flight;
 }
 
 /* 1 when the copy admitted (the script sent to Redis behind it, cb run). */
@@ -375,26 +421,19 @@ static int admit_local(redis_state_t *st, mirror_t *m, int64_t tenant, const sg_
                           .execs_per_day = a->execs_per_day,
                           .seconds_per_day = a->seconds_per_day};
     sa.until_s = sa.now_s + a->lease_s;
-    int64_t stored, execs, new_tat;
+    int64_t stored, execs;
     long n;
     double seconds;
     if (!sg_solo_admit(&m->t, &sa, &stored, &n, &execs, &seconds))
         return 0;
     redis_req_t *req = admit_req(st, tenant, a, sa.now_ms, sa.now_s, on_admit_copy, NULL);
-    req->guarded = 2; /* a "wait" is not waited out: it is a mismatch */
     req->tenant = tenant;
     req->exp_in_flight = n;
     req->exp_execs = execs;
-    sg_redis__req_send_lazy(req);
-    st->local_admits++;
+    send_behind_copy(st, req);
 
     sg_admit_result_t r;
-    memset(&r, 0, sizeof(r));
-    r.available = 1;
-    sg_gcra(sa.now_ms, stored, a->rate_per_min, burst, &r.rate, &new_tat);
-    r.rate.allowed = 1;
-    r.slot = 1;
-    r.in_flight = n;
+    copy_admitted(&r, sa.now_ms, stored, a->rate_per_min, burst, n);
     r.quota = SG_QUOTA_OK;
     r.execs = execs;
     r.seconds = seconds;
@@ -501,14 +540,9 @@ static redis_req_t *rate_req(redis_state_t *st, int64_t tenant, long rate_per_mi
                              req_done_fn done, void *data)
 {
     redis_req_t *req = sg_redis__req_new(st, SCRIPT_RATE, 1, done, data);
-    req->now_ms = now_ms;
-    req->rate_per_min = rate_per_min;
-    req->burst = burst;
     req->tenant = tenant;
     sg_redis__req_arg(req, "sg:rate:%" PRId64, tenant);
-    sg_redis__req_arg(req, "%" PRId64, now_ms);
-    sg_redis__req_arg(req, "%" PRId64, sg_gcra_interval_ms(rate_per_min));
-    sg_redis__req_arg(req, "%ld", burst);
+    rate_step_args(req, rate_per_min, burst, now_ms);
     sg_redis__req_guard(req);
     return req;
 }
@@ -528,10 +562,7 @@ static int rate_local(redis_state_t *st, mirror_t *m, int64_t tenant, long rate_
     int64_t now_ms = sg_state__now_ms(&st->super), stored, unused;
     if (!sg_solo_rate(&m->t, now_ms, sg_gcra_interval_ms(rate_per_min), burst, &stored))
         return 0;
-    redis_req_t *req = rate_req(st, tenant, rate_per_min, burst, now_ms, on_rate_copy, NULL);
-    req->guarded = 2;
-    sg_redis__req_send_lazy(req);
-    st->local_admits++;
+    send_behind_copy(st, rate_req(st, tenant, rate_per_min, burst, now_ms, on_rate_copy, NULL));
     sg_rate_result_t r;
     sg_gcra(now_ms, stored, rate_per_min, burst, &r, &unused);
     cb(data, &r);
@@ -545,15 +576,10 @@ static redis_req_t *admit_req(redis_state_t *st, int64_t tenant, const sg_admit_
     redis_req_t *req = sg_redis__req_new(st, SCRIPT_EXEC_ADMIT, 3, done, data);
     long burst = a->burst < 1 ? 1 : a->burst > 1000000000L ? 1000000000L : a->burst;
 
-    req->now_ms = now_ms;
-    req->rate_per_min = a->rate_per_min;
-    req->burst = burst;
     sg_redis__req_arg(req, "sg:rate:%" PRId64, tenant);
     sg_redis__req_arg(req, "sg:tenant:%" PRId64 ":execs", tenant);
     sg_redis__req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, a->day);
-    sg_redis__req_arg(req, "%" PRId64, now_ms);
-    sg_redis__req_arg(req, "%" PRId64, sg_gcra_interval_ms(a->rate_per_min));
-    sg_redis__req_arg(req, "%ld", burst);
+    rate_step_args(req, a->rate_per_min, burst, now_ms);
     sg_redis__req_arg(req, "%" PRId64, now_s);
     sg_redis__req_arg(req, "%ld", a->max_execs);
     sg_redis__req_arg(req, "%.64s", a->token);
@@ -594,15 +620,10 @@ static redis_req_t *session_admit_req(redis_state_t *st, int64_t tenant, long ra
                                       const char *token, int64_t now_ms, int64_t now_s, req_done_fn done, void *data)
 {
     redis_req_t *req = sg_redis__req_new(st, SCRIPT_SESSION_ADMIT, 2, done, data);
-    req->now_ms = now_ms;
-    req->rate_per_min = rate_per_min;
-    req->burst = burst;
     req->tenant = tenant;
     sg_redis__req_arg(req, "sg:rate:%" PRId64, tenant);
     sg_redis__req_arg(req, "sg:tenant:%" PRId64 ":sessions", tenant);
-    sg_redis__req_arg(req, "%" PRId64, now_ms);
-    sg_redis__req_arg(req, "%" PRId64, sg_gcra_interval_ms(rate_per_min));
-    sg_redis__req_arg(req, "%ld", burst);
+    rate_step_args(req, rate_per_min, burst, now_ms);
     sg_redis__req_arg(req, "%" PRId64, now_s);
     sg_redis__req_arg(req, "%ld", max);
     sg_redis__req_arg(req, "pending:%.64s", token);
@@ -634,12 +655,8 @@ static void on_session_admit(redis_req_t *req, redisReply *reply)
 static void on_session_admit_copy(redis_req_t *req, redisReply *reply)
 {
     char what[160];
-    if (req->st->phase != PHASE_READY && reply == NULL)
-        return; /* the connection went: so did the lease */
-    if ((reply = sg_redis__reply_array(reply, 4)) == NULL) {
-        sg_redis__solo_mismatch(req, "Redis did not answer it as a session's admission");
+    if ((reply = copy_answer(req, reply, 4, "a session's admission")) == NULL)
         return;
-    }
     int64_t allowed = sg_redis__reply_int(reply->element[0]), slot = sg_redis__reply_int(reply->element[2]);
     int64_t n = sg_redis__reply_int(reply->element[3]);
     if (allowed != 1 || slot != 1 || n != req->exp_in_flight) {
@@ -664,24 +681,17 @@ static int session_admit_local(redis_state_t *st, mirror_t *m, int64_t tenant, l
                                   .max = max,
                                   .member = member};
     sa.until_s = sa.now_s + SG_STATE_RESERVATION_TTL;
-    int64_t stored, new_tat;
+    int64_t stored;
     long count;
     if (!sg_solo_session_admit(&m->t, &sa, &stored, &count))
         return 0;
     redis_req_t *req = session_admit_req(st, tenant, rate_per_min, burst, max, token, sa.now_ms, sa.now_s,
                                          on_session_admit_copy, NULL);
-    req->guarded = 2; /* a "wait" is not waited out: it is a mismatch */
     req->exp_in_flight = count;
-    sg_redis__req_send_lazy(req);
-    st->local_admits++;
+    send_behind_copy(st, req);
 
     sg_admit_result_t r;
-    memset(&r, 0, sizeof(r));
-    r.available = 1;
-    sg_gcra(sa.now_ms, stored, rate_per_min, burst, &r.rate, &new_tat);
-    r.rate.allowed = 1;
-    r.slot = 1;
-    r.in_flight = count;
+    copy_admitted(&r, sa.now_ms, stored, rate_per_min, burst, count);
     cb(data, &r);
     return 1;
 }
