@@ -3,8 +3,11 @@
  *
  * What a proxy knows of its sessions is written, as it changes, to a state
  * file of its own, $SANDGATE_PROXY_STATE_DIR/<proxy id>.sessions (JSON,
- * replaced atomically: a temporary file, then rename; no fsync, see
- * write_state in adopt.c): each session's
+ * replaced atomically: a temporary file, then a swap; no fsync, see
+ * write_state in adopt.c), and to its journal beside it (<proxy
+ * id>.sessions.journal: a change appends the records it touched, and the
+ * journal is folded into the state file once it outgrows it; see "the
+ * journal" in adopt.c): each session's
  * settings (language, image, runtime, limits, owner, keep_template), its
  * container and its counters (executions, last_used_at: written at most a
  * second late), and the ids of sessions lost at a restart. A proxy that
@@ -58,10 +61,11 @@ int sg_adopt_is_lost(const char *id, size_t len);
 /* Forgets a lost id (its DELETE): 1 if it was one. */
 int sg_adopt_forget_lost(const char *id, size_t len);
 
-/* Once a second: writes the state file when counters moved. */
+/* Once a second: writes the records of the sessions whose counters moved. */
 void sg_adopt_tick(void);
 
-/* Writes the state file now (a session listed or unlisted). */
+/* Writes what changed now (a session listed or unlisted): its records to
+ * the journal, or the state file whole (adopt.c). */
 void sg__adopt_changed(void);
 
 /* At exit, the loop stopped and the Docker calls done (blocking).

@@ -193,8 +193,46 @@ static json_object *await_adopted(sgtest_proxy_t *p, const char *sid)
     return a.got;
 }
 
-/* The state file says session sid has `n` executions (it is written at
- * most a second after they happen). */
+/* The record of session sid in the state a next proxy reads: the state
+ * file's, then its journal's lines in order (file + ".journal"; a line cut
+ * short ends them). NULL when there is none. */
+static json_object *state_record(const char *file, const char *sid)
+{
+    json_object *o = json_object_from_file(file), *arr = NULL, *rec = NULL;
+    char jfile[760], line[1 << 16];
+    FILE *fp;
+
+    if (o != NULL && json_object_object_get_ex(o, "sessions", &arr)) {
+        for (size_t i = 0; i < json_object_array_length(arr); i++) {
+            json_object *s = json_object_array_get_idx(arr, i), *id;
+            if (json_object_object_get_ex(s, "id", &id) && strcmp(json_object_get_string(id), sid) == 0)
+                rec = json_object_get(s);
+        }
+    }
+    json_object_put(o);
+    snprintf(jfile, sizeof(jfile), "%s.journal", file);
+    fp = fopen(jfile, "r");
+    while (fp != NULL && fgets(line, sizeof(line), fp) != NULL && strchr(line, '\n') != NULL) {
+        json_object *l = json_tokener_parse(line), *v, *id;
+        if (l == NULL)
+            break;
+        if (json_object_object_get_ex(l, "put", &v) && json_object_object_get_ex(v, "id", &id) &&
+            strcmp(json_object_get_string(id), sid) == 0) {
+            json_object_put(rec);
+            rec = json_object_get(v);
+        } else if (json_object_object_get_ex(l, "del", &v) && strcmp(json_object_get_string(v), sid) == 0) {
+            json_object_put(rec);
+            rec = NULL;
+        }
+        json_object_put(l);
+    }
+    if (fp != NULL)
+        fclose(fp);
+    return rec;
+}
+
+/* The state says session sid has `n` executions (its counters are written
+ * at most a second after they move). */
 typedef struct {
     const char *file, *sid;
     int64_t n;
@@ -203,17 +241,9 @@ typedef struct {
 static bool state_counts(void *ctx)
 {
     counted_t *c = ctx;
-    json_object *o = json_object_from_file(c->file), *arr = NULL;
-    bool ok = false;
-    if (o != NULL && json_object_object_get_ex(o, "sessions", &arr)) {
-        for (size_t i = 0; i < json_object_array_length(arr); i++) {
-            json_object *s = json_object_array_get_idx(arr, i), *id, *ex;
-            if (json_object_object_get_ex(s, "id", &id) && strcmp(json_object_get_string(id), c->sid) == 0 &&
-                json_object_object_get_ex(s, "executions", &ex) && json_object_get_int64(ex) == c->n)
-                ok = true;
-        }
-    }
-    json_object_put(o);
+    json_object *rec = state_record(c->file, c->sid), *ex;
+    bool ok = rec != NULL && json_object_object_get_ex(rec, "executions", &ex) && json_object_get_int64(ex) == c->n;
+    json_object_put(rec);
     return ok;
 }
 
@@ -317,6 +347,42 @@ static int write_all(int fd, const void *p, size_t len)
 }
 
 /* ------------------------------------------------------------------------ */
+
+/* The whole text of file ("" when there is none; the caller frees). */
+static char *read_text(const char *file)
+{
+    FILE *fp = fopen(file, "r");
+    char *text = NULL;
+    size_t len = 0;
+    if (fp != NULL) {
+        fseek(fp, 0, SEEK_END);
+        long n = ftell(fp);
+        fseek(fp, 0, SEEK_SET);
+        text = malloc((size_t)(n > 0 ? n : 0) + 1);
+        SG_CHECK(text != NULL, NULL, "out of memory");
+        len = fread(text, 1, (size_t)(n > 0 ? n : 0), fp);
+        fclose(fp);
+    } else {
+        text = malloc(1);
+        SG_CHECK(text != NULL, NULL, "out of memory");
+    }
+    text[len] = '\0';
+    return text;
+}
+
+static void append_text(const char *file, const char *text)
+{
+    FILE *fp = fopen(file, "a");
+    SG_CHECK(fp != NULL && fputs(text, fp) >= 0 && fclose(fp) == 0, NULL, "cannot append to %s", file);
+}
+
+static size_t file_size(const char *file)
+{
+    char *text = read_text(file);
+    size_t n = strlen(text);
+    free(text);
+    return n;
+}
 
 /* Writes n bytes of text c to file (made or emptied first). */
 static void write_fill(const char *file, const char *text, char c, size_t n)
@@ -581,6 +647,88 @@ static void test_lost_sessions(void **state)
     free(cdead);
 }
 
+/* A change writes what it touched, not the whole state: while sessions
+ * are listed, closed and run, the state file stays as it was and its
+ * journal takes them. A proxy killed then adopts from both, over a
+ * journal replayed twice (what a kill between a whole write and the
+ * journal's truncation leaves) and ending in a line cut short. Once the
+ * journal outgrows its bound it is folded into the state file, and a
+ * proxy killed after that adopts as well. */
+static void test_state_journal(void **state)
+{
+    fixture_t *f = *state;
+    char file[700], jfile[720], path[256];
+    snprintf(file, sizeof(file), "%s/%s.sessions", f->dir, f->id_x);
+    snprintf(jfile, sizeof(jfile), "%s.journal", file);
+    f->pool = 2;
+    f->x = start(f, f->id_x);
+    char *a = create_session(f->x, "{\"lang\":\"python\"}");
+    char *b = create_session(f->x, "{\"lang\":\"python\"}");
+    run(f->x, a, "x = 5", "", NULL);
+    await_recorded(f, f->id_x, a, 1);
+
+    char *whole = read_text(file);
+    size_t jstart = file_size(jfile);
+    char *c = create_session(f->x, "{\"lang\":\"python\"}");
+    snprintf(path, sizeof(path), "/sessions/%s", b);
+    json_object_put(SG_CALL_JSON(f->x, "DELETE", path, NULL, 200));
+    run(f->x, a, "x += 1", "", NULL);
+    await_recorded(f, f->id_x, a, 2);
+    char *now = read_text(file);
+    SG_CHECK(strcmp(whole, now) == 0, NULL, "the state file was written whole for a change");
+    /* written whole at the start, before any session: they are all in the journal */
+    SG_CHECK(strstr(now, a) == NULL && strstr(now, c) == NULL, NULL, "the state file lists sessions: %s", now);
+    SG_CHECK(file_size(jfile) > jstart, NULL, "the journal did not grow");
+    json_object *rc = state_record(file, c), *rb = state_record(file, b);
+    SG_CHECK(rc != NULL && rb == NULL, NULL, "the journal does not list %s and drop %s", c, b);
+    json_object_put(rc);
+    free(now);
+
+    sgtest_proxy_kill9(f->x);
+    f->x = NULL;
+    char *journal = read_text(jfile);
+    append_text(jfile, journal);
+    append_text(jfile, "{\"put\":{\"id\":\"");
+    f->x = start(f, f->id_x);
+    json_object *d = await_adopted(f->x, a);
+    SG_CHECK(SG_INT(d, "executions") == 2, d, "executions");
+    json_object_put(d);
+    json_object_put(await_adopted(f->x, c));
+    SG_CALL_ERROR(f->x, "GET", path, NULL, 404, "no_such_session");
+    run(f->x, a, "print(x)", "6\n", "kept");
+
+    /* sessions made and closed until the journal is folded (it shrinks) */
+    size_t longest = 0;
+    bool folded = false;
+    for (int i = 0; i < 40 && !folded; i++) {
+        char *e = create_session(f->x, "{\"lang\":\"python\"}");
+        snprintf(path, sizeof(path), "/sessions/%s", e);
+        json_object_put(SG_CALL_JSON(f->x, "DELETE", path, NULL, 200));
+        free(e);
+        size_t n = file_size(jfile);
+        folded = n < longest;
+        longest = n > longest ? n : longest;
+    }
+    SG_CHECK(folded, NULL, "the journal was never folded into the state file (%zu bytes)", longest);
+    SG_CHECK(longest < (8 << 10), NULL, "the journal grew to %zu bytes before it was folded", longest);
+    sgtest_proxy_kill9(f->x);
+    f->x = NULL;
+    f->x = start(f, f->id_x);
+    json_object_put(await_adopted(f->x, a));
+    json_object_put(await_adopted(f->x, c));
+    run(f->x, a, "print(x)", "6\n", "kept");
+    char **listed = sgtest_listed_sessions(f->x);
+    SG_CHECK(sgtest_strv_len(listed) == 2, NULL, "%zu sessions listed, not a and c", sgtest_strv_len(listed));
+    sgtest_strv_free(listed);
+
+    stop_and_expect_nothing_left(&f->x, f->id_x, NULL);
+    free(journal);
+    free(whole);
+    free(a);
+    free(b);
+    free(c);
+}
+
 /* The proxy binary with id and the state dir, on a free port: its exit
  * status (waited up to timeout_s; -1 if it still ran: it is then killed)
  * and its log in log (NUL-terminated). */
@@ -707,6 +855,6 @@ static void test_reconcile_spares_other_proxies(void **state)
 int main(void)
 {
     return SG_RUN_TESTS("proxy_restart", NULL, NULL, setup, teardown, test_kill9_adopts_sessions,
-                        test_kill9_during_execute_and_upload, test_lost_sessions, test_second_proxy_refused,
-                        test_reconcile_spares_other_proxies);
+                        test_kill9_during_execute_and_upload, test_lost_sessions, test_state_journal,
+                        test_second_proxy_refused, test_reconcile_spares_other_proxies);
 }
