@@ -146,6 +146,10 @@ int id_ok(const char *s, size_t max);
 int sess_create(hc_t *c, const target_t *t, char id[64], char *err, size_t errlen);
 /* DELETE /sessions/{id}; only a 200 takes the session off the registry. */
 int sess_delete(hc_t *c, const target_t *t, const char *id, char *err, size_t errlen);
+/* Waits (at most a minute) until the warm pool of opt.lang behind px holds
+ * want containers (want < 0: is full), by its GET /health; at once for a
+ * target that does not say. */
+void pool_refilled(const target_t *px, long want);
 /* POST path with body; the reply must be 200 with stdout exactly "1\n".
  * agent_ms (may be NULL) gets the reply's execution_time in ms, or -1. */
 int exec_check(hc_t *c, const char *path, const char *body, double *agent_ms, char *err, size_t errlen);

@@ -390,3 +390,40 @@ void par_run(par_t *p, long threads)
         pthread_join(tid[i], NULL);
     free(tid);
 }
+
+#define POOL_WAIT_MS 60000.0
+
+/* Waits, at most POOL_WAIT_MS, until the proxy's warm pool of the
+ * language holds want containers (want < 0: is full), by its GET /health:
+ * creates empty it, and its refill (Docker starting containers) would
+ * otherwise run during what is measured next. */
+void pool_refilled(const target_t *px, long want)
+{
+    hc_t c;
+    double deadline = now_ms() + POOL_WAIT_MS;
+    long ready = -1, size = -1;
+
+    if (hc_init(&c, px->base, NULL, px->token) != 0)
+        return;
+    while (!g_stop) {
+        json_object *o = NULL, *v, *pools;
+        ready = size = -1;
+        if (hc_do(&c, "GET", "/health", NULL) == 0 && c.status == 200 &&
+            (o = json_tokener_parse(c.body.base)) != NULL) {
+            if (json_object_object_get_ex(o, "pool_size", &v))
+                size = (long)json_object_get_int64(v);
+            if (json_object_object_get_ex(o, "pools", &pools) && json_object_object_get_ex(pools, opt.lang->name, &v))
+                ready = (long)json_object_get_int64(v);
+        }
+        json_object_put(o);
+        if (size < 0 || ready >= (want < 0 ? size : want))
+            break; /* there, or a proxy that does not say */
+        if (now_ms() >= deadline) {
+            fprintf(stderr, "sandgate-bench: the proxy's pool holds %ld of %ld after %.0f s; measuring anyway\n", ready,
+                    want < 0 ? size : want, POOL_WAIT_MS / 1e3);
+            break;
+        }
+        sleep_ms(100);
+    }
+    hc_cleanup(&c);
+}

@@ -43,7 +43,6 @@
 #define TTI_BURST_PAUSE_MS 1000
 #define TP_ROUNDS 5       /* throughput: rounds, in each of which every target runs once */
 #define TP_TURN_MS 1000.0 /* one target's turn */
-#define TP_POOL_WAIT_MS 60000.0
 
 /* Create + first result, timed; the session is deleted after (untimed). */
 static int tti_once(hc_t *c, const target_t *t, row_t *r)
@@ -398,41 +397,6 @@ static void *turn_client(void *arg)
     return NULL;
 }
 
-/* Waits, at most TP_POOL_WAIT_MS, until the proxy's warm pool of the
- * language is full (its GET /health): the clients' creates emptied it, and
- * its refill (Docker starting containers) would otherwise run during the
- * first turns. */
-static void pool_refilled(const target_t *px)
-{
-    hc_t c;
-    double deadline = now_ms() + TP_POOL_WAIT_MS;
-    long ready = -1, size = -1;
-
-    if (hc_init(&c, px->base, NULL, px->token) != 0)
-        return;
-    while (!g_stop) {
-        json_object *o = NULL, *v, *pools;
-        ready = size = -1;
-        if (hc_do(&c, "GET", "/health", NULL) == 0 && c.status == 200 &&
-            (o = json_tokener_parse(c.body.base)) != NULL) {
-            if (json_object_object_get_ex(o, "pool_size", &v))
-                size = (long)json_object_get_int64(v);
-            if (json_object_object_get_ex(o, "pools", &pools) && json_object_object_get_ex(pools, opt.lang->name, &v))
-                ready = (long)json_object_get_int64(v);
-        }
-        json_object_put(o);
-        if (size < 0 || ready >= size)
-            break; /* full, or a proxy that does not say */
-        if (now_ms() >= deadline) {
-            fprintf(stderr, "sandgate-bench: the proxy's pool holds %ld of %ld after %.0f s; measuring anyway\n", ready,
-                    size, TP_POOL_WAIT_MS / 1e3);
-            break;
-        }
-        sleep_ms(100);
-    }
-    hc_cleanup(&c);
-}
-
 /* Throughput of the n targets (t[0] the proxy), -c clients each, each in
  * its own session: the targets take turns of TP_TURN_MS, TP_ROUNDS rounds,
  * the order rotating each round. A target's rate is its executes over the
@@ -472,7 +436,7 @@ static void phase_throughput_turns(const target_t *const *t, int n)
     while (s.ready < total)
         pthread_cond_wait(&s.cv, &s.mu);
     pthread_mutex_unlock(&s.mu);
-    pool_refilled(t[0]);
+    pool_refilled(t[0], -1); /* the clients' creates emptied it: its refill would run during the first turns */
 
     for (int j = 0; j < TP_ROUNDS && !g_stop; j++) {
         for (int q = 0; q < n && !g_stop; q++) {

@@ -485,7 +485,8 @@ static void print_runsc_targets(void)
 }
 
 /* ------------------------------------------------------------------------
- * Phase 3: K idle sessions, and what they cost in memory.
+ * Phase 3: K idle sessions, what they cost in memory, and what one more
+ * session made and closed costs while they live.
  * ------------------------------------------------------------------------ */
 
 static long long meminfo_kb(const char *key)
@@ -557,6 +558,37 @@ static void on_idle_delete(par_t *p, hc_t *c, long i)
         fprintf(stderr, "sandgate-bench: delete of idle session %s: %s\n", s->ids[i], err);
 }
 
+#define CHURN_RUNS 30
+
+/* One session made and closed at a time while k others are live, each end
+ * timed: what a change costs a proxy that keeps many sessions (one that
+ * wrote its whole state on each paid for every session). */
+static void phase_churn(const target_t *t, long k)
+{
+    row_t *cr = row_new(t->name, "create, %ld sessions live", k);
+    row_t *dr = row_new(t->name, "delete, %ld sessions live", k);
+    char id[64], err[256];
+    hc_t c;
+
+    if (hc_init(&c, t->base, NULL, t->token) != 0) {
+        cr->failed = dr->failed = 1;
+        return;
+    }
+    for (int i = 0; i < CHURN_RUNS && !g_stop; i++) {
+        pool_refilled(t, 1); /* a create from the warm pool, not one waiting for Docker */
+        if (sess_create(&c, t, id, err, sizeof(err)) != 0) {
+            row_err(cr, "%s", err);
+            continue;
+        }
+        row_ok(cr, c.ms);
+        if (sess_delete(&c, t, id, err, sizeof(err)) != 0)
+            row_err(dr, "%s", err);
+        else
+            row_ok(dr, c.ms);
+    }
+    hc_cleanup(&c);
+}
+
 static void phase_idle(const target_t *t)
 {
     row_t *r = row_new(t->name, "idle sessions (create, %ld parallel)", opt.clients);
@@ -600,6 +632,8 @@ static void phase_idle(const target_t *t)
         snprintf(host_txt, sizeof(host_txt), "%.1f MiB (host MemAvailable)",
                  (before - after) / 1024.0 / atomic_load(&s.ok));
     row_note(r, "%ld/%ld ok in %.1f s; %s; %s", (long)atomic_load(&s.ok), opt.idle, secs, docker_txt, host_txt);
+    if (!g_stop && atomic_load(&s.ok) > 0)
+        phase_churn(t, (long)atomic_load(&s.ok));
 
     p.fn = on_idle_delete;
     p.ignore_stop = 1;
