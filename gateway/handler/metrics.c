@@ -66,6 +66,11 @@ static void render_solo(sg_buf_t *out)
                    "sandgate_state_solo_admissions_total %llu\n",
                    (unsigned long long)s.local_admits);
     sg_buf_appendf(out,
+                   "# HELP sandgate_state_solo_refusals_total Requests past their tenant's rate refused from this "
+                   "gateway's copy (nothing sent to Redis).\n# TYPE sandgate_state_solo_refusals_total counter\n"
+                   "sandgate_state_solo_refusals_total %llu\n",
+                   (unsigned long long)s.local_refusals);
+    sg_buf_appendf(out,
                    "# HELP sandgate_state_solo_mismatches_total Admissions from the copy that Redis answered "
                    "otherwise (the copy dropped each time).\n# TYPE sandgate_state_solo_mismatches_total counter\n"
                    "sandgate_state_solo_mismatches_total %llu\n",

@@ -574,6 +574,7 @@ void sg_state_redis_stats(sg_state_t *_st, sg_state_redis_stats_t *out)
     /* a lease run out reads as not held; ending it is the next call's */
     out->holds = st->solo && sg_now_us() < st->solo_until_us;
     out->local_admits = st->local_admits;
+    out->local_refusals = st->local_refusals;
     out->mismatches = st->mismatches;
     out->writes = st->writes;
 }

@@ -48,7 +48,7 @@ typedef struct redis_state {
     h2o_timeout_t hold_timeout;             /* a guarded call that another gateway's lease holds back */
     struct redis_req *waiting;              /* those calls, to complete at destroy */
     struct mirror *mirrors[MIRROR_BUCKETS]; /* each a list */
-    uint64_t local_admits, mismatches;
+    uint64_t local_admits, local_refusals, mismatches;
     uint64_t writes;         /* to the socket (redis_h2o.c counts them) */
     unsigned long noscripts; /* NOSCRIPT answers: a script sent again goes after calls sent behind it */
     /* what the connection tells the layer above (redis_solo.c sets them) */

@@ -23,8 +23,9 @@
  * A tenant's copy is made on its first admission or rate check under the
  * lease: that call goes to Redis as before, SCRIPT_SOLO_SEED right behind
  * it, and the calls that come before the seed's answer wait for it. From
- * then on the copy decides what it is certain of (solo.h); a refusal or an
- * edge goes to Redis and the copy is read again. A session's admission is
+ * then on the copy decides what it is certain of (solo.h): an admission
+ * (sent behind), or a refusal by the rate (nothing sent: refuse_local);
+ * any other refusal or an edge goes to Redis and the copy is read again. A session's admission is
  * decided on the copy the same way (its rate step and its reservation
  * among the tenant's live sessions). A slot given back, a day's seconds
  * added, a session committed or removed are applied to the copy. It is dropped when a slot or quota call of its own
@@ -738,6 +739,39 @@ static int call_local(redis_state_t *st, mirror_t *m, int64_t tenant, const call
     return 0;
 }
 
+/* 1 when the copy refuses the call on its rate for certain: answered here
+ * as Redis would answer it, and nothing sent (RATE_STEP refuses before any
+ * write, so Redis would change nothing). A tenant past its rate so costs
+ * neither Redis nor its copy anything; its copy stays. */
+static int refuse_local(redis_state_t *st, mirror_t *m, const call_t *c)
+{
+    long rate = c->kind == CALL_ADMIT ? c->a.rate_per_min : c->rate_per_min;
+    long burst = c->kind == CALL_ADMIT ? (c->a.burst < 1             ? 1
+                                          : c->a.burst > 1000000000L ? 1000000000L
+                                                                     : c->a.burst)
+                                       : c->burst; /* as admit_req / rate_req / session_admit_req send it */
+    int64_t now_ms = sg_state__now_ms(&st->super), stored, unused;
+
+    if (!sg_solo_rate_refused(&m->t, now_ms, sg_gcra_interval_ms(rate), burst, &stored))
+        return 0;
+    st->local_refusals++;
+    if (c->kind == CALL_RATE) {
+        sg_rate_result_t r;
+        sg_gcra(now_ms, stored, rate, burst, &r, &unused);
+        r.allowed = 0;
+        c->rate_cb(c->data, &r);
+        return 1;
+    }
+    /* as sg_redis__on_admit and on_session_admit read {0, stored, 0, ...} */
+    sg_admit_result_t r;
+    memset(&r, 0, sizeof(r));
+    r.available = 1;
+    sg_gcra(now_ms, stored, rate, burst, &r.rate, &unused);
+    r.rate.allowed = 0;
+    c->cb(c->data, &r);
+    return 1;
+}
+
 /* Without the lease, Redis decides. Under it: a call waits for its
  * tenant's copy being read, is decided on a copy that is certain of it,
  * else (a refusal, an edge, no copy yet) goes to Redis with the copy read
@@ -754,7 +788,7 @@ static void dispatch(redis_state_t *st, int64_t tenant, const call_t *c)
         mirror_queue(m, c);
         return;
     }
-    if (m != NULL && m->ready && call_local(st, m, tenant, c))
+    if (m != NULL && m->ready && (call_local(st, m, tenant, c) || refuse_local(st, m, c)))
         return;
     char day[sizeof(m->t.day)];
     snprintf(day, sizeof(day), "%s", c->kind == CALL_ADMIT ? c->a.day : m != NULL && m->ready ? m->t.day : "");

@@ -186,6 +186,16 @@ int sg_solo_rate(sg_solo_tenant_t *t, int64_t now_ms, int64_t interval_ms, long 
     return 1;
 }
 
+int sg_solo_rate_refused(const sg_solo_tenant_t *t, int64_t now_ms, int64_t interval_ms, long burst,
+                         int64_t *stored_tat)
+{
+    int64_t nxt;
+    if (interval_ms <= 0 || rate_step(t, now_ms, interval_ms, burst, &nxt))
+        return 0;
+    *stored_tat = t->tat_ms;
+    return 1;
+}
+
 int sg_solo_release(sg_solo_tenant_t *t, const char *token)
 {
     return set_remove(t->slots, &t->nslots, token);

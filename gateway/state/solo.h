@@ -9,10 +9,12 @@
  * call this gateway has sent is applied, in order, on its one connection.
  * sg_solo_admit decides as SCRIPT_EXEC_ADMIT would, on the same arguments
  * (sg_solo_session_admit as SCRIPT_SESSION_ADMIT),
- * and only when the answer is certain and an admission: every refusal, and
- * every case near an edge (a quota key near its expiry, seconds within a
- * rounding of the day's limit, another day), is left to Redis. Pure logic:
- * no I/O, no clock.
+ * and only when the answer is certain and an admission: every other
+ * refusal, and every case near an edge (a quota key near its expiry,
+ * seconds within a rounding of the day's limit, another day), is left to
+ * Redis. A refusal by the rate step is certain too, and the scripts change
+ * nothing then (RATE_STEP refuses before any write): sg_solo_rate_refused
+ * says so, and Redis is not asked at all. Pure logic: no I/O, no clock.
  */
 #ifndef SANDGATE_STATE_SOLO_H
 #define SANDGATE_STATE_SOLO_H
@@ -91,6 +93,12 @@ int sg_solo_session_admit(sg_solo_tenant_t *t, const sg_solo_session_admit_t *a,
 /* SCRIPT_RATE on the mirror: 1 allowed (applied, *stored_tat as the script
  * answers), 0 refused or not certain (nothing changed). */
 int sg_solo_rate(sg_solo_tenant_t *t, int64_t now_ms, int64_t interval_ms, long burst, int64_t *stored_tat);
+/* 1 when the rate step refuses at now_ms for certain (interval_ms > 0):
+ * every admitting script then answers its refusal with the stored tat
+ * (*stored_tat) and changes nothing; 0 when it allows, or there is no rate.
+ * The mirror is not changed. */
+int sg_solo_rate_refused(const sg_solo_tenant_t *t, int64_t now_ms, int64_t interval_ms, long burst,
+                         int64_t *stored_tat);
 /* An execution's slot given back (ZREM): 1 if it was there. */
 int sg_solo_release(sg_solo_tenant_t *t, const char *token);
 /* The day's seconds (HINCRBYFLOAT when the key exists). */

@@ -251,10 +251,11 @@ void sg_state_redis_solo(sg_state_t *st, int want);
 /* The Redis backend's counters (all 0 for another backend); reading them
  * changes nothing. */
 typedef struct {
-    int holds;             /* solo: admits from its copy now */
-    uint64_t local_admits; /* solo: executions so admitted */
-    uint64_t mismatches;   /* solo: answers of Redis other than the copy's (a copy dropped each time) */
-    uint64_t writes;       /* writes to Redis's socket, solo or not (each may wake Redis) */
+    int holds;               /* solo: admits from its copy now */
+    uint64_t local_admits;   /* solo: executions so admitted */
+    uint64_t local_refusals; /* solo: calls refused by the rate from the copy (nothing sent) */
+    uint64_t mismatches;     /* solo: answers of Redis other than the copy's (a copy dropped each time) */
+    uint64_t writes;         /* writes to Redis's socket, solo or not (each may wake Redis) */
 } sg_state_redis_stats_t;
 void sg_state_redis_stats(sg_state_t *st, sg_state_redis_stats_t *out);
 

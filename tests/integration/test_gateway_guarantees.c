@@ -373,10 +373,10 @@ static void wait_solo(const sggw_gateway_t *g, double want)
     SG_CHECK(metric(g, "sandgate_state_solo") == want, NULL, "sandgate_state_solo is not %g after 3 s", want);
 }
 
-/* Alone on its Redis, the gateway admits from its copy: the rate (of
- * executes and of GET /sessions) and the concurrency cap stay exact under
- * parallel load, and Redis, checking each admission after, answers none
- * otherwise. A second gateway on the same Redis ends it: the first stops
+/* Alone on its Redis, the gateway admits from its copy, and refuses from
+ * it what is past the rate: the rate (of executes and of GET /sessions)
+ * and the concurrency cap stay exact under parallel load, and Redis,
+ * checking each admission after, answers none otherwise. A second gateway on the same Redis ends it: the first stops
  * within a beat, the second's first execute is answered at once. */
 SGGW_TEST(test_solo_limits_exact)
 {
@@ -387,10 +387,15 @@ SGGW_TEST(test_solo_limits_exact)
     wait_solo(stack.gw, 1);
     double admitted0 = metric(stack.gw, "sandgate_state_solo_admissions_total");
     double mismatches0 = metric(stack.gw, "sandgate_state_solo_mismatches_total");
+    double refused0 = metric(stack.gw, "sandgate_state_solo_refusals_total");
     rate_and_cap_exact(gws, 1, "solo");
     double admitted = metric(stack.gw, "sandgate_state_solo_admissions_total") - admitted0;
-    fprintf(stderr, "solo: %.0f admissions from the copy\n", admitted);
+    double refused = metric(stack.gw, "sandgate_state_solo_refusals_total") - refused0;
+    fprintf(stderr, "solo: %.0f admissions from the copy, %.0f refusals by the rate from it\n", admitted, refused);
     SG_CHECK(admitted >= 3, NULL, "only %.0f admissions from the copy", admitted);
+    /* of the 11 executes and 9 lists past their tenants' rates, those that
+     * came after the copy was read were refused from it, nothing sent */
+    SG_CHECK(refused >= 1, NULL, "no refusal by the rate from the copy");
     SG_CHECK(metric(stack.gw, "sandgate_state_solo_mismatches_total") == mismatches0, NULL,
              "Redis answered an admission from the copy otherwise");
 

@@ -9,6 +9,8 @@
  * The server is killed at the end, whatever failed (teardown, atexit, and
  * PR_SET_PDEATHSIG should this process die).
  */
+#include <math.h>
+
 #include "state_suite.h"
 #include "sgrun.h"
 #include "redis_int.h" /* MIRROR_BUCKETS */
@@ -744,6 +746,85 @@ static void test_solo_mismatch_drops_copy(void **state)
     assert_int_equal(w[2].r.quota, SG_QUOTA_EXECS);
 }
 
+/* Held: a call past its tenant's rate is refused from the copy, before the
+ * call returns and with nothing sent (RATE_STEP writes nothing when it
+ * refuses): an execution's admission, a rate check and a session's
+ * admission. The copy stays (the next admission is answered from it), the
+ * rate key in Redis is as the admissions left it, and Redis, asked the
+ * same once the lease is given up, refuses with the same wait. */
+static void test_solo_refuses_rate_from_copy(void **state)
+{
+    fixture_t *f = *state;
+    const char *day = "20260207";
+    admit_wait_t w[6];
+    rate_wait_t rw = {0};
+    sg_admit_args_t a;
+
+    sg_state_redis_solo(f->st, 1);
+    wait_solo(f, f->st, 1, 3.0);
+    assert_int_equal(seed(f, 1307, day, 0, 0).ok, 1);
+    memset(w, 0, sizeof(w));
+    /* one a minute, burst 2: the first makes the copy, the second is from it */
+    for (int i = 0; i < 2; i++) {
+        a = admit_args(i == 0 ? "r-0" : "r-1", 8, day, 100);
+        a.rate_per_min = 1;
+        a.burst = 2;
+        sg_state_exec_admit(f->st, 1307, &a, on_admit, &w[i]);
+        RUN_UNTIL(f, w[i].done, WAIT_S);
+        assert_int_equal(w[i].r.rate.allowed, 1);
+        run_for(f, 0.05); /* the seed's answer, the write behind */
+    }
+    char *tat = server_query("GET sg:rate:1307", NULL, NULL);
+    assert_non_null(tat);
+    sg_state_redis_stats_t before = solo_of(f->st);
+
+    a = admit_args("r-2", 8, day, 100);
+    a.rate_per_min = 1;
+    a.burst = 2;
+    sg_state_exec_admit(f->st, 1307, &a, on_admit, &w[2]);
+    assert_int_equal(w[2].done, 1);
+    assert_int_equal(w[2].r.available, 1);
+    assert_int_equal(w[2].r.rate.allowed, 0);
+    assert_int_equal(w[2].r.slot, 0);
+    assert_true(w[2].r.rate.retry_after_s > 50 && w[2].r.rate.retry_after_s <= 60);
+    sg_state_rate_check(f->st, 1307, 1, 2, on_rate, &rw);
+    assert_int_equal(rw.done, 1);
+    assert_int_equal(rw.r.allowed, 0);
+    sg_state_session_admit(f->st, 1307, 1, 2, 5, "s-0", on_admit, &w[3]);
+    assert_int_equal(w[3].done, 1);
+    assert_int_equal(w[3].r.rate.allowed, 0);
+    assert_int_equal(w[3].r.slot, 0);
+    assert_int_equal(solo_of(f->st).local_refusals, before.local_refusals + 3);
+
+    /* the copy stays: without a rate, the next is answered from it */
+    a = admit_args("r-3", 8, day, 100);
+    sg_state_exec_admit(f->st, 1307, &a, on_admit, &w[4]);
+    assert_int_equal(w[4].done, 1);
+    assert_int_equal(w[4].r.in_flight, 3);
+    assert_int_equal(solo_of(f->st).local_admits, before.local_admits + 1);
+    run_for(f, 0.1);
+    char *tat_after = server_query("GET sg:rate:1307", NULL, NULL);
+    assert_non_null(tat_after);
+    assert_string_equal(tat_after, tat); /* no rate step reached Redis but the two admissions' */
+    assert_int_equal(redis_int("ZCARD sg:tenant:1307:execs"), 3);
+    assert_int_equal(solo_of(f->st).mismatches, 0);
+
+    /* Redis itself, once the lease is given up, refuses with the same wait */
+    sg_state_redis_solo(f->st, 0);
+    wait_solo(f, f->st, 0, 3.0);
+    a = admit_args("r-4", 8, day, 100);
+    a.rate_per_min = 1;
+    a.burst = 2;
+    sg_state_exec_admit(f->st, 1307, &a, on_admit, &w[5]);
+    RUN_UNTIL(f, w[5].done, WAIT_S);
+    assert_int_equal(w[5].r.rate.allowed, 0);
+    assert_int_equal(w[5].r.slot, 0);
+    assert_true(fabs(w[5].r.rate.retry_after_s - w[2].r.rate.retry_after_s) < 5.0);
+    assert_int_equal(solo_of(f->st).local_refusals, before.local_refusals + 3);
+    free(tat);
+    free(tat_after);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -751,5 +832,5 @@ int main(void)
                         test_unreachable, test_key_schema, test_db_select, test_destroy_inflight, test_noscript,
                         test_redis_restart, test_redis_hang, test_solo_admits_from_copy, test_solo_second_gateway,
                         test_solo_dead_holder, test_solo_mismatch_drops_copy, test_solo_writes_gathered,
-                        test_solo_copies_share_a_list, test_solo_sessions_from_copy);
+                        test_solo_copies_share_a_list, test_solo_sessions_from_copy, test_solo_refuses_rate_from_copy);
 }

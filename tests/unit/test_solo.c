@@ -221,10 +221,18 @@ static void test_rate(void **state)
     assert_int_equal(admit(&t, &a), 1);
     a.token = "r/3";
     expect_left_to_redis(&t, &a);
+    /* ...for certain by the rate: the scripts' refusal, with the stored
+     * arrival time, the mirror unchanged; not one ms later than the edge */
+    int64_t stored = 0, tat = t.tat_ms;
+    assert_int_equal(sg_solo_rate_refused(&t, a.now_ms, 1000, 2, &stored), 1);
+    assert_int_equal(stored, tat);
+    assert_int_equal(t.tat_ms, tat);
+    assert_int_equal(sg_solo_rate_refused(&t, a.now_ms + 999, 1000, 2, &stored), 1);
+    assert_int_equal(sg_solo_rate_refused(&t, a.now_ms + 1000, 1000, 2, &stored), 0);
+    assert_int_equal(sg_solo_rate_refused(&t, a.now_ms, 0, 2, &stored), 0); /* no rate: never */
     /* a second later, one more */
     a.now_ms += 1000;
     assert_int_equal(admit(&t, &a), 1);
-    int64_t stored;
     assert_int_equal(sg_solo_rate(&t, a.now_ms, 1000, 2, &stored), 0);
     assert_int_equal(sg_solo_rate(&t, a.now_ms + 1000, 1000, 2, &stored), 1);
     assert_int_equal(sg_solo_rate(&t, a.now_ms + 1000, 0, 2, &stored), 0); /* no rate: nothing to copy */
