@@ -25,10 +25,11 @@
  * it, and the calls that come before the seed's answer wait for it. From
  * then on the copy decides what it is certain of (solo.h): an admission
  * (sent behind), or a refusal by the rate (nothing sent: refuse_local);
- * any other refusal or an edge goes to Redis and the copy is read again. A session's admission is
- * decided on the copy the same way (its rate step and its reservation
- * among the tenant's live sessions). A slot given back, a day's seconds
- * added, a session committed or removed are applied to the copy. It is dropped when a slot or quota call of its own
+ * any other refusal or an edge goes to Redis and the copy is read again.
+ * A session's admission is decided on the copy the same way (its rate
+ * step and its reservation among the tenant's live sessions). A slot given
+ * back, a day's seconds added, a session committed or removed are applied
+ * to the copy. It is dropped when a slot or quota call of its own
  * touches its keys, when Redis answers other than the copy decided, when a
  * NOSCRIPT shows that calls may have reached Redis out of order, and when
  * the lease ends.
@@ -773,8 +774,9 @@ static int refuse_local(redis_state_t *st, mirror_t *m, const call_t *c)
 }
 
 /* Without the lease, Redis decides. Under it: a call waits for its
- * tenant's copy being read, is decided on a copy that is certain of it,
- * else (a refusal, an edge, no copy yet) goes to Redis with the copy read
+ * tenant's copy being read, is decided on a copy that is certain of it (an
+ * admission, or a refusal by the rate), else (any other refusal, an edge,
+ * no copy yet) goes to Redis with the copy read
  * (again) right behind its answer: with the day's counters of the
  * admission's day, or of the day the copy had. */
 static void dispatch(redis_state_t *st, int64_t tenant, const call_t *c)
