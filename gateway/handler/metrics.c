@@ -66,8 +66,9 @@ static void render_solo(sg_buf_t *out)
                    "sandgate_state_solo_admissions_total %llu\n",
                    (unsigned long long)s.local_admits);
     sg_buf_appendf(out,
-                   "# HELP sandgate_state_solo_refusals_total Requests past their tenant's rate refused from this "
-                   "gateway's copy (nothing sent to Redis).\n# TYPE sandgate_state_solo_refusals_total counter\n"
+                   "# HELP sandgate_state_solo_refusals_total Requests refused from this gateway's copy: past their "
+                   "tenant's rate (nothing sent to Redis) or at its cap of executions in flight (Redis checked "
+                   "each after).\n# TYPE sandgate_state_solo_refusals_total counter\n"
                    "sandgate_state_solo_refusals_total %llu\n",
                    (unsigned long long)s.local_refusals);
     sg_buf_appendf(out,

@@ -24,8 +24,9 @@
  * lease: that call goes to Redis as before, SCRIPT_SOLO_SEED right behind
  * it, and the calls that come before the seed's answer wait for it. From
  * then on the copy decides what it is certain of (solo.h): an admission
- * (sent behind), or a refusal by the rate (nothing sent: refuse_local);
- * any other refusal or an edge goes to Redis and the copy is read again.
+ * or a refusal at the cap (sent behind: full_local), or a refusal by the
+ * rate (nothing sent: refuse_local); any other refusal or an edge goes to
+ * Redis and the copy is read again.
  * A session's admission is decided on the copy the same way (its rate
  * step and its reservation among the tenant's live sessions). A slot given
  * back, a day's seconds added, a session committed or removed are applied
@@ -385,12 +386,12 @@ static void on_rate_copy(redis_req_t *req, redisReply *reply)
 }
 
 /* A call the copy decided, sent to Redis behind its answer (a "wait" there
- * is not waited out: it is a mismatch). */
-static void send_behind_copy(redis_state_t *st, redis_req_t *req)
+ * is not waited out: it is a mismatch), and counted. */
+static void send_behind_copy(redis_req_t *req, uint64_t *counted)
 {
     req->guarded = 2;
     sg_redis__req_send_lazy(req);
-    st->local_admits++;
+    (*counted)++;
 }
 
 /* The answer of an admission the copy made: the rate's at now_ms from the
@@ -405,6 +406,47 @@ static void copy_admitted(sg_admit_result_t *r, int64_t now_ms, int64_t stored, 
     r->rate.allowed = 1;
     r->slot = 1;
     r->in_flight = in_flight;
+}
+
+/* The answer to a refusal at the cap the copy made: {1, tat, 0, in flight, 0, 0, "0"}. */
+static void on_full_copy(redis_req_t *req, redisReply *reply)
+{
+    char what[160];
+    if ((reply = copy_answer(req, reply, 7, "a refusal at the cap")) == NULL)
+        return;
+    int64_t allowed = sg_redis__reply_int(reply->element[0]), slot = sg_redis__reply_int(reply->element[2]);
+    int64_t n = sg_redis__reply_int(reply->element[3]);
+    if (allowed != 1 || slot != 0 || n != req->exp_in_flight) {
+        snprintf(what, sizeof(what),
+                 "Redis answered a refusal at the cap rate %" PRId64 ", slot %" PRId64 ", %" PRId64
+                 " in flight (the copy: %ld)",
+                 allowed, slot, n, req->exp_in_flight);
+        sg_redis__solo_mismatch(req, what);
+    }
+}
+
+/* 1 when the copy refused the admission at the tenant's cap for certain:
+ * the script still takes the rate step and drops the lapsed slots, so it
+ * is sent behind like an admission, its answer checked; the copy stays
+ * (before, such a refusal went to Redis and the copy was read again,
+ * which a tenant working at its cap did on most of its calls). */
+static int full_local(redis_state_t *st, mirror_t *m, int64_t tenant, const sg_admit_args_t *a,
+                      const sg_solo_admit_t *sa, sg_admit_cb cb, void *data)
+{
+    int64_t stored;
+    long n;
+    if (!sg_solo_admit_full(&m->t, sa, &stored, &n))
+        return 0;
+    redis_req_t *req = admit_req(st, tenant, a, sa->now_ms, sa->now_s, on_full_copy, NULL);
+    req->tenant = tenant;
+    req->exp_in_flight = n;
+    send_behind_copy(req, &st->local_refusals);
+
+    sg_admit_result_t r; /* as sg_redis__on_admit reads the script's answer */
+    copy_admitted(&r, sa->now_ms, stored, a->rate_per_min, sa->burst, n);
+    r.slot = 0;
+    cb(data, &r);
+    return 1;
 }
 
 /* 1 when the copy admitted (the script sent to Redis behind it, cb run). */
@@ -427,12 +469,12 @@ static int admit_local(redis_state_t *st, mirror_t *m, int64_t tenant, const sg_
     long n;
     double seconds;
     if (!sg_solo_admit(&m->t, &sa, &stored, &n, &execs, &seconds))
-        return 0;
+        return full_local(st, m, tenant, a, &sa, cb, data);
     redis_req_t *req = admit_req(st, tenant, a, sa.now_ms, sa.now_s, on_admit_copy, NULL);
     req->tenant = tenant;
     req->exp_in_flight = n;
     req->exp_execs = execs;
-    send_behind_copy(st, req);
+    send_behind_copy(req, &st->local_admits);
 
     sg_admit_result_t r;
     copy_admitted(&r, sa.now_ms, stored, a->rate_per_min, burst, n);
@@ -564,7 +606,7 @@ static int rate_local(redis_state_t *st, mirror_t *m, int64_t tenant, long rate_
     int64_t now_ms = sg_state__now_ms(&st->super), stored, unused;
     if (!sg_solo_rate(&m->t, now_ms, sg_gcra_interval_ms(rate_per_min), burst, &stored))
         return 0;
-    send_behind_copy(st, rate_req(st, tenant, rate_per_min, burst, now_ms, on_rate_copy, NULL));
+    send_behind_copy(rate_req(st, tenant, rate_per_min, burst, now_ms, on_rate_copy, NULL), &st->local_admits);
     sg_rate_result_t r;
     sg_gcra(now_ms, stored, rate_per_min, burst, &r, &unused);
     cb(data, &r);
@@ -690,7 +732,7 @@ static int session_admit_local(redis_state_t *st, mirror_t *m, int64_t tenant, l
     redis_req_t *req = session_admit_req(st, tenant, rate_per_min, burst, max, token, sa.now_ms, sa.now_s,
                                          on_session_admit_copy, NULL);
     req->exp_in_flight = count;
-    send_behind_copy(st, req);
+    send_behind_copy(req, &st->local_admits);
 
     sg_admit_result_t r;
     copy_admitted(&r, sa.now_ms, stored, rate_per_min, burst, count);
@@ -775,7 +817,7 @@ static int refuse_local(redis_state_t *st, mirror_t *m, const call_t *c)
 
 /* Without the lease, Redis decides. Under it: a call waits for its
  * tenant's copy being read, is decided on a copy that is certain of it (an
- * admission, or a refusal by the rate), else (any other refusal, an edge,
+ * admission, a refusal at the cap or by the rate), else (any other refusal, an edge,
  * no copy yet) goes to Redis with the copy read
  * (again) right behind its answer: with the day's counters of the
  * admission's day, or of the day the copy had. */

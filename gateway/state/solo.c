@@ -155,6 +155,25 @@ int sg_solo_admit(sg_solo_tenant_t *t, const sg_solo_admit_t *a, int64_t *stored
     return 1;
 }
 
+int sg_solo_admit_full(sg_solo_tenant_t *t, const sg_solo_admit_t *a, int64_t *stored_tat, long *in_flight)
+{
+    int64_t nxt = 0;
+    if (a->interval_ms > 0 && !rate_step(t, a->now_ms, a->interval_ms, a->burst, &nxt))
+        return 0;
+    if (strlen(a->token) >= sizeof(t->slots[0].token))
+        return 0;
+    /* the script drops the lapsed slots first, then looks the token up */
+    const sg_solo_slot_t *held = find_slot(t, a->token);
+    if ((held != NULL && held->until_s > a->now_s) || set_live(t->slots, t->nslots, a->now_s) < a->max_execs)
+        return 0;
+    *stored_tat = a->interval_ms > 0 ? t->tat_ms : 0;
+    if (a->interval_ms > 0)
+        t->tat_ms = nxt;
+    set_prune(t->slots, &t->nslots, a->now_s);
+    *in_flight = (long)t->nslots;
+    return 1;
+}
+
 int sg_solo_session_admit(sg_solo_tenant_t *t, const sg_solo_session_admit_t *a, int64_t *stored_tat, long *count)
 {
     int64_t nxt = 0;

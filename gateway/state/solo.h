@@ -14,7 +14,9 @@
  * seconds within a rounding of the day's limit, another day), is left to
  * Redis. A refusal by the rate step is certain too, and the scripts change
  * nothing then (RATE_STEP refuses before any write): sg_solo_rate_refused
- * says so, and Redis is not asked at all. Pure logic: no I/O, no clock.
+ * says so, and Redis is not asked at all. So is a refusal at the cap of
+ * executions in flight (sg_solo_admit_full), which the script makes after
+ * its rate step. Pure logic: no I/O, no clock.
  */
 #ifndef SANDGATE_STATE_SOLO_H
 #define SANDGATE_STATE_SOLO_H
@@ -76,6 +78,12 @@ typedef struct {
  * 0: not certain, or a refusal — nothing changed, ask Redis. */
 int sg_solo_admit(sg_solo_tenant_t *t, const sg_solo_admit_t *a, int64_t *stored_tat, long *in_flight, int64_t *execs,
                   double *seconds);
+/* 1: SCRIPT_EXEC_ADMIT refuses at the cap for certain (the rate step
+ * allows, the token holds no live slot, max_execs live slots are held):
+ * the mirror updated as the script will update Redis (the rate step, the
+ * lapsed slots gone), *stored_tat and *in_flight as it will answer
+ * ({1, tat, 0, in flight, 0, 0, "0"}); 0: not that, nothing changed. */
+int sg_solo_admit_full(sg_solo_tenant_t *t, const sg_solo_admit_t *a, int64_t *stored_tat, long *in_flight);
 /* SCRIPT_SESSION_ADMIT's arguments. */
 typedef struct {
     int64_t now_ms, now_s;

@@ -391,7 +391,7 @@ SGGW_TEST(test_solo_limits_exact)
     rate_and_cap_exact(gws, 1, "solo");
     double admitted = metric(stack.gw, "sandgate_state_solo_admissions_total") - admitted0;
     double refused = metric(stack.gw, "sandgate_state_solo_refusals_total") - refused0;
-    fprintf(stderr, "solo: %.0f admissions from the copy, %.0f refusals by the rate from it\n", admitted, refused);
+    fprintf(stderr, "solo: %.0f admissions from the copy, %.0f refusals from it (rate, cap)\n", admitted, refused);
     SG_CHECK(admitted >= 3, NULL, "only %.0f admissions from the copy", admitted);
     /* of the 11 executes and 9 lists past their tenants' rates, those that
      * came after the copy was read were refused from it, nothing sent */

@@ -412,13 +412,21 @@ static void test_solo_admits_from_copy(void **state)
         assert_int_equal(w[i].r.execs, i + 1);
     }
     assert_int_equal(solo_of(f->st).local_admits, local0 + 3);
-    /* the fifth is refused (4 slots): Redis decides a refusal */
+    /* the fifth is refused at the cap (4 slots), from the copy too: the
+     * script goes behind it (its rate step), and Redis agrees */
+    uint64_t refused0 = solo_of(f->st).local_refusals;
     snprintf(tokens[4], sizeof(tokens[4]), "t-4");
     a = admit_args(tokens[4], 4, day, 6);
     sg_state_exec_admit(f->st, 1301, &a, on_admit, &w[4]);
-    RUN_UNTIL(f, w[4].done, WAIT_S);
+    assert_int_equal(w[4].done, 1);
+    assert_int_equal(w[4].r.available, 1);
+    assert_int_equal(w[4].r.rate.allowed, 1);
     assert_int_equal(w[4].r.slot, 0);
     assert_int_equal(w[4].r.in_flight, 4);
+    assert_int_equal(solo_of(f->st).local_refusals, refused0 + 1);
+    run_for(f, 0.05);
+    assert_int_equal(solo_of(f->st).mismatches, 0);
+    assert_int_equal(redis_int("ZCARD sg:tenant:1301:execs"), 4);
     /* two end (finish, release): two more fit, then the day's 6 are used */
     sg_finish_args_t fa = {.token = tokens[0], .sid = NULL, .now = 0, .idle_timeout = 60, .day = day, .seconds = 1.5};
     sg_state_exec_finish(f->st, 1301, &fa, NULL, NULL);

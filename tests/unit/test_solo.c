@@ -94,6 +94,16 @@ static void test_admits_and_counts(void **state)
     assert_int_equal(admit(&t, &b), 1);
     sg_solo_admit_t c = args("s/c", 5000);
     expect_left_to_redis(&t, &c);
+    /* ...which refuses it at the cap for certain: taken as the script takes
+     * it (the slots as they were), answered {1, tat, 0, 2} */
+    assert_int_equal(sg_solo_admit_full(&t, &c, &stored, &n), 1);
+    assert_int_equal(n, 2);
+    assert_int_equal(t.nslots, 2);
+    /* not for a token that holds a live slot (a renewal), nor below the cap */
+    assert_int_equal(sg_solo_admit_full(&t, &b, &stored, &n), 0);
+    sg_solo_admit_t wide = c;
+    wide.max_execs = 3;
+    assert_int_equal(sg_solo_admit_full(&t, &wide, &stored, &n), 0);
     /* one given back: the third fits */
     assert_int_equal(sg_solo_release(&t, "s/b"), 1);
     assert_int_equal(sg_solo_release(&t, "s/b"), 0);
@@ -221,6 +231,9 @@ static void test_rate(void **state)
     assert_int_equal(admit(&t, &a), 1);
     a.token = "r/3";
     expect_left_to_redis(&t, &a);
+    int64_t full_tat;
+    long full_n;
+    assert_int_equal(sg_solo_admit_full(&t, &a, &full_tat, &full_n), 0); /* past the rate: not the cap's */
     /* ...for certain by the rate: the scripts' refusal, with the stored
      * arrival time, the mirror unchanged; not one ms later than the edge */
     int64_t stored = 0, tat = t.tat_ms;
