@@ -408,21 +408,29 @@ static void copy_admitted(sg_admit_result_t *r, int64_t now_ms, int64_t stored, 
     r->in_flight = in_flight;
 }
 
+/* Redis's answer of n elements, as `as`, to a call the copy decided:
+ * allowed, its slot (or reservation) want_slot, and the count the copy
+ * expected, named `counted`. */
+static void check_slot_answer(redis_req_t *req, redisReply *reply, size_t n, const char *as, int64_t want_slot,
+                              const char *counted)
+{
+    char what[192];
+    if ((reply = copy_answer(req, reply, n, as)) == NULL)
+        return;
+    int64_t allowed = sg_redis__reply_int(reply->element[0]), slot = sg_redis__reply_int(reply->element[2]);
+    int64_t count = sg_redis__reply_int(reply->element[3]);
+    if (allowed != 1 || slot != want_slot || count != req->exp_in_flight) {
+        snprintf(what, sizeof(what),
+                 "Redis answered %s rate %" PRId64 ", slot %" PRId64 ", %" PRId64 " %s (the copy: %ld)", as, allowed,
+                 slot, count, counted, req->exp_in_flight);
+        sg_redis__solo_mismatch(req, what);
+    }
+}
+
 /* The answer to a refusal at the cap the copy made: {1, tat, 0, in flight, 0, 0, "0"}. */
 static void on_full_copy(redis_req_t *req, redisReply *reply)
 {
-    char what[160];
-    if ((reply = copy_answer(req, reply, 7, "a refusal at the cap")) == NULL)
-        return;
-    int64_t allowed = sg_redis__reply_int(reply->element[0]), slot = sg_redis__reply_int(reply->element[2]);
-    int64_t n = sg_redis__reply_int(reply->element[3]);
-    if (allowed != 1 || slot != 0 || n != req->exp_in_flight) {
-        snprintf(what, sizeof(what),
-                 "Redis answered a refusal at the cap rate %" PRId64 ", slot %" PRId64 ", %" PRId64
-                 " in flight (the copy: %ld)",
-                 allowed, slot, n, req->exp_in_flight);
-        sg_redis__solo_mismatch(req, what);
-    }
+    check_slot_answer(req, reply, 7, "a refusal at the cap", 0, "in flight");
 }
 
 /* 1 when the copy refused the admission at the tenant's cap for certain:
@@ -698,18 +706,7 @@ static void on_session_admit(redis_req_t *req, redisReply *reply)
 /* The answer to a session's admission the copy made: {1, stored, 1, count}. */
 static void on_session_admit_copy(redis_req_t *req, redisReply *reply)
 {
-    char what[160];
-    if ((reply = copy_answer(req, reply, 4, "a session's admission")) == NULL)
-        return;
-    int64_t allowed = sg_redis__reply_int(reply->element[0]), slot = sg_redis__reply_int(reply->element[2]);
-    int64_t n = sg_redis__reply_int(reply->element[3]);
-    if (allowed != 1 || slot != 1 || n != req->exp_in_flight) {
-        snprintf(what, sizeof(what),
-                 "Redis answered a session's admission rate %" PRId64 ", slot %" PRId64 ", %" PRId64
-                 " sessions (the copy: %ld)",
-                 allowed, slot, n, req->exp_in_flight);
-        sg_redis__solo_mismatch(req, what);
-    }
+    check_slot_answer(req, reply, 4, "a session's admission", 1, "sessions");
 }
 
 /* 1 when the copy admitted the session (the script sent behind it, cb run). */

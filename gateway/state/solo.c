@@ -115,6 +115,27 @@ static int rate_step(const sg_solo_tenant_t *t, int64_t now_ms, int64_t interval
     return !(now_ms < *nxt - interval_ms * (int64_t)burst);
 }
 
+/* What every admission checks first: the rate step allows (*nxt, when
+ * there is a rate), and member fits the copy's sets (a longer one is left
+ * to Redis). */
+static int step_allows(const sg_solo_tenant_t *t, int64_t now_ms, int64_t interval_ms, long burst, const char *member,
+                       int64_t *nxt)
+{
+    if (interval_ms > 0 && !rate_step(t, now_ms, interval_ms, burst, nxt))
+        return 0;
+    return strlen(member) < sizeof(t->slots[0].token);
+}
+
+/* The rate step taken (nxt from rate_step): the stored arrival time the
+ * script answers (0 without a rate). */
+static int64_t take_rate_step(sg_solo_tenant_t *t, int64_t interval_ms, int64_t nxt)
+{
+    int64_t stored = interval_ms > 0 ? t->tat_ms : 0;
+    if (interval_ms > 0)
+        t->tat_ms = nxt;
+    return stored;
+}
+
 /* The quota step, certain only well inside the day's limits. */
 static int quota_certain(const sg_solo_tenant_t *t, const sg_solo_admit_t *a)
 {
@@ -132,9 +153,7 @@ int sg_solo_admit(sg_solo_tenant_t *t, const sg_solo_admit_t *a, int64_t *stored
                   double *seconds)
 {
     int64_t nxt = 0;
-    if (a->interval_ms > 0 && !rate_step(t, a->now_ms, a->interval_ms, a->burst, &nxt))
-        return 0;
-    if (strlen(a->token) >= sizeof(t->slots[0].token))
+    if (!step_allows(t, a->now_ms, a->interval_ms, a->burst, a->token, &nxt))
         return 0;
     /* the slot step, counted without pruning yet */
     long n = set_live(t->slots, t->nslots, a->now_s);
@@ -143,9 +162,7 @@ int sg_solo_admit(sg_solo_tenant_t *t, const sg_solo_admit_t *a, int64_t *stored
     if (!quota_certain(t, a))
         return 0;
     /* certain: apply all three */
-    *stored_tat = a->interval_ms > 0 ? t->tat_ms : 0;
-    if (a->interval_ms > 0)
-        t->tat_ms = nxt;
+    *stored_tat = take_rate_step(t, a->interval_ms, nxt);
     set_prune(t->slots, &t->nslots, a->now_s);
     sg_solo_add_slot(t, a->token, a->until_s);
     *in_flight = (long)t->nslots;
@@ -158,17 +175,13 @@ int sg_solo_admit(sg_solo_tenant_t *t, const sg_solo_admit_t *a, int64_t *stored
 int sg_solo_admit_full(sg_solo_tenant_t *t, const sg_solo_admit_t *a, int64_t *stored_tat, long *in_flight)
 {
     int64_t nxt = 0;
-    if (a->interval_ms > 0 && !rate_step(t, a->now_ms, a->interval_ms, a->burst, &nxt))
-        return 0;
-    if (strlen(a->token) >= sizeof(t->slots[0].token))
+    if (!step_allows(t, a->now_ms, a->interval_ms, a->burst, a->token, &nxt))
         return 0;
     /* the script drops the lapsed slots first, then looks the token up */
     const sg_solo_slot_t *held = find_slot(t, a->token);
     if ((held != NULL && held->until_s > a->now_s) || set_live(t->slots, t->nslots, a->now_s) < a->max_execs)
         return 0;
-    *stored_tat = a->interval_ms > 0 ? t->tat_ms : 0;
-    if (a->interval_ms > 0)
-        t->tat_ms = nxt;
+    *stored_tat = take_rate_step(t, a->interval_ms, nxt);
     set_prune(t->slots, &t->nslots, a->now_s);
     *in_flight = (long)t->nslots;
     return 1;
@@ -177,18 +190,14 @@ int sg_solo_admit_full(sg_solo_tenant_t *t, const sg_solo_admit_t *a, int64_t *s
 int sg_solo_session_admit(sg_solo_tenant_t *t, const sg_solo_session_admit_t *a, int64_t *stored_tat, long *count)
 {
     int64_t nxt = 0;
-    if (a->interval_ms > 0 && !rate_step(t, a->now_ms, a->interval_ms, a->burst, &nxt))
-        return 0;
-    if (strlen(a->member) >= sizeof(t->sessions[0].token))
+    if (!step_allows(t, a->now_ms, a->interval_ms, a->burst, a->member, &nxt))
         return 0;
     /* the script adds the member only below the cap, whether it is there
      * or not (a member already there would not count twice: left to Redis) */
     if (set_find(t->sessions, t->nsessions, a->member) != NULL ||
         set_live(t->sessions, t->nsessions, a->now_s) >= a->max)
         return 0;
-    *stored_tat = a->interval_ms > 0 ? t->tat_ms : 0;
-    if (a->interval_ms > 0)
-        t->tat_ms = nxt;
+    *stored_tat = take_rate_step(t, a->interval_ms, nxt);
     set_prune(t->sessions, &t->nsessions, a->now_s);
     sg_solo_add_session(t, a->member, a->until_s);
     *count = (long)t->nsessions;
