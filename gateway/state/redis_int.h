@@ -97,6 +97,7 @@ struct redis_req {
     long exp_in_flight;
     int64_t exp_execs;
     char day[16];
+    char token[65]; /* a refusal at the cap: the slot to give back should Redis have taken it */
 };
 
 /* ---- redis_conn.c ---- */

@@ -44,6 +44,7 @@
 #include "redis_int.h"
 #include "redis_scripts.h"
 #include "solo.h"
+#include "state_backend.h"
 #include "util.h"
 
 #define SOLO_TTL_MS 1000
@@ -421,16 +422,21 @@ static void check_slot_answer(redis_req_t *req, redisReply *reply, size_t n, con
     int64_t count = sg_redis__reply_int(reply->element[3]);
     if (allowed != 1 || slot != want_slot || count != req->exp_in_flight) {
         snprintf(what, sizeof(what),
-                 "Redis answered %s rate %" PRId64 ", slot %" PRId64 ", %" PRId64 " %s (the copy: %ld)", as, allowed,
-                 slot, count, counted, req->exp_in_flight);
+                 "Redis answered %s with rate %" PRId64 ", slot %" PRId64 ", %" PRId64 " %s (the copy: %ld)", as,
+                 allowed, slot, count, counted, req->exp_in_flight);
         sg_redis__solo_mismatch(req, what);
     }
 }
 
-/* The answer to a refusal at the cap the copy made: {1, tat, 0, in flight, 0, 0, "0"}. */
+/* The answer to a refusal at the cap the copy made: {1, tat, 0, in flight,
+ * 0, 0, "0"}. Should Redis have taken the slot (a copy gone wrong), it is
+ * given back: nothing runs in it. */
 static void on_full_copy(redis_req_t *req, redisReply *reply)
 {
     check_slot_answer(req, reply, 7, "a refusal at the cap", 0, "in flight");
+    if (reply != NULL && reply->type == REDIS_REPLY_ARRAY && reply->elements == 7 &&
+        sg_redis__reply_int(reply->element[2]) == 1)
+        sg_state_exec_release(&req->st->super, req->tenant, req->token, sg_state__ignore, NULL);
 }
 
 /* 1 when the copy refused the admission at the tenant's cap for certain:
@@ -448,6 +454,7 @@ static int full_local(redis_state_t *st, mirror_t *m, int64_t tenant, const sg_a
     redis_req_t *req = admit_req(st, tenant, a, sa->now_ms, sa->now_s, on_full_copy, NULL);
     req->tenant = tenant;
     req->exp_in_flight = n;
+    snprintf(req->token, sizeof(req->token), "%s", a->token);
     send_behind_copy(req, &st->local_refusals);
 
     sg_admit_result_t r; /* as sg_redis__on_admit reads the script's answer */

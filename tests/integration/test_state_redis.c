@@ -833,6 +833,44 @@ static void test_solo_refuses_rate_from_copy(void **state)
     free(tat_after);
 }
 
+/* A refusal at the cap from a copy gone wrong (a slot taken out of Redis
+ * behind the gateway's back): Redis takes the slot instead, the difference
+ * is counted and the copy dropped, and the slot is given back, nothing
+ * running in it (the day's count keeps the one Redis added). */
+static void test_solo_full_mismatch_gives_back(void **state)
+{
+    fixture_t *f = *state;
+    const char *day = "20260208";
+    admit_wait_t w[3];
+    sg_admit_args_t a;
+
+    sg_state_redis_solo(f->st, 1);
+    wait_solo(f, f->st, 1, 3.0);
+    assert_int_equal(seed(f, 1308, day, 0, 0).ok, 1);
+    memset(w, 0, sizeof(w));
+    for (int i = 0; i < 2; i++) { /* the cap of 2 held: one through Redis, one from the copy */
+        a = admit_args(i == 0 ? "f-0" : "f-1", 2, day, 100);
+        sg_state_exec_admit(f->st, 1308, &a, on_admit, &w[i]);
+        RUN_UNTIL(f, w[i].done, WAIT_S);
+        assert_int_equal(w[i].r.slot, 1);
+        run_for(f, 0.05);
+    }
+    uint64_t mismatches0 = solo_of(f->st).mismatches;
+    assert_int_equal(redis_int("ZREM sg:tenant:1308:execs f-0"), 1);
+    a = admit_args("f-2", 2, day, 100);
+    sg_state_exec_admit(f->st, 1308, &a, on_admit, &w[2]);
+    assert_int_equal(w[2].done, 1); /* the copy refused at once */
+    assert_int_equal(w[2].r.slot, 0);
+    double t0 = sgtest_now();
+    while (solo_of(f->st).mismatches == mismatches0 && sgtest_now() - t0 < 2.0)
+        run_for(f, 0.02);
+    assert_int_equal(solo_of(f->st).mismatches, mismatches0 + 1);
+    run_for(f, 0.1); /* the slot given back */
+    assert_int_equal(redis_int("ZCARD sg:tenant:1308:execs"), 1);
+    assert_int_equal(redis_int("ZRANK sg:tenant:1308:execs f-1"), 0);
+    assert_int_equal(redis_int("HGET sg:quota:1308:20260208 execs"), 3);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -840,5 +878,6 @@ int main(void)
                         test_unreachable, test_key_schema, test_db_select, test_destroy_inflight, test_noscript,
                         test_redis_restart, test_redis_hang, test_solo_admits_from_copy, test_solo_second_gateway,
                         test_solo_dead_holder, test_solo_mismatch_drops_copy, test_solo_writes_gathered,
-                        test_solo_copies_share_a_list, test_solo_sessions_from_copy, test_solo_refuses_rate_from_copy);
+                        test_solo_copies_share_a_list, test_solo_sessions_from_copy, test_solo_refuses_rate_from_copy,
+                        test_solo_full_mismatch_gives_back);
 }
