@@ -152,10 +152,7 @@ static void redis_rate_check(sg_state_t *_st, int64_t tenant, long rate_per_min,
 {
     redis_state_t *st = rs(_st);
     int64_t interval = sg_gcra_interval_ms(rate_per_min);
-    if (burst < 1)
-        burst = 1;
-    if (burst > 1000000000L)
-        burst = 1000000000L;
+    burst = sg_gcra_burst(burst);
     if (interval == 0) {
         /* no rate: sg_gcra allows without state, so Redis is not asked */
         sg_rate_result_t r;

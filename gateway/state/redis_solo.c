@@ -468,7 +468,7 @@ static int full_local(redis_state_t *st, mirror_t *m, int64_t tenant, const sg_a
 static int admit_local(redis_state_t *st, mirror_t *m, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb,
                        void *data)
 {
-    long burst = a->burst < 1 ? 1 : a->burst > 1000000000L ? 1000000000L : a->burst;
+    long burst = sg_gcra_burst(a->burst);
     sg_solo_admit_t sa = {.now_ms = sg_state__now_ms(&st->super),
                           .now_s = sg_state__now_s(&st->super),
                           .mono_ms = (int64_t)(sg_now_us() / 1000),
@@ -633,7 +633,7 @@ static redis_req_t *admit_req(redis_state_t *st, int64_t tenant, const sg_admit_
                               int64_t now_s, req_done_fn done, void *data)
 {
     redis_req_t *req = sg_redis__req_new(st, SCRIPT_EXEC_ADMIT, 3, done, data);
-    long burst = a->burst < 1 ? 1 : a->burst > 1000000000L ? 1000000000L : a->burst;
+    long burst = sg_gcra_burst(a->burst);
 
     sg_redis__req_arg(req, "sg:rate:%" PRId64, tenant);
     sg_redis__req_arg(req, "sg:tenant:%" PRId64 ":execs", tenant);
@@ -793,10 +793,7 @@ static int call_local(redis_state_t *st, mirror_t *m, int64_t tenant, const call
 static int refuse_local(redis_state_t *st, mirror_t *m, const call_t *c)
 {
     long rate = c->kind == CALL_ADMIT ? c->a.rate_per_min : c->rate_per_min;
-    long burst = c->kind == CALL_ADMIT ? (c->a.burst < 1             ? 1
-                                          : c->a.burst > 1000000000L ? 1000000000L
-                                                                     : c->a.burst)
-                                       : c->burst; /* as admit_req / rate_req / session_admit_req send it */
+    long burst = c->kind == CALL_ADMIT ? sg_gcra_burst(c->a.burst) : c->burst; /* as the requests send it */
     int64_t now_ms = sg_state__now_ms(&st->super), stored, unused;
 
     if (!sg_solo_rate_refused(&m->t, now_ms, sg_gcra_interval_ms(rate), burst, &stored))
@@ -868,9 +865,7 @@ void sg_redis__session_admit_dispatch(redis_state_t *st, int64_t tenant, long ra
 {
     call_t c = {.kind = CALL_SESSION,
                 .rate_per_min = rate_per_min,
-                .burst = burst < 1             ? 1
-                         : burst > 1000000000L ? 1000000000L
-                                               : burst,
+                .burst = sg_gcra_burst(burst),
                 .max = max,
                 .token = token,
                 .cb = cb,

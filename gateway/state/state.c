@@ -42,14 +42,16 @@ int64_t sg_gcra_interval_ms(long rate_per_min)
     return t < 1 ? 1 : t;
 }
 
+long sg_gcra_burst(long burst)
+{
+    return burst < 1 ? 1 : burst > GCRA_MAX_BURST ? GCRA_MAX_BURST : burst;
+}
+
 void sg_gcra(int64_t now_ms, int64_t tat_ms, long rate_per_min, long burst, sg_rate_result_t *r, int64_t *new_tat_ms)
 {
     memset(r, 0, sizeof(*r));
     r->available = 1;
-    if (burst < 1)
-        burst = 1;
-    if (burst > GCRA_MAX_BURST)
-        burst = GCRA_MAX_BURST;
+    burst = sg_gcra_burst(burst);
     r->limit = burst;
     *new_tat_ms = tat_ms;
 

@@ -77,6 +77,8 @@ typedef void (*sg_rate_cb)(void *data, const sg_rate_result_t *r);
  * *new_tat_ms (unchanged when denied). The formula is in state.c. A
  * rate_per_min <= 0 limits nothing. */
 void sg_gcra(int64_t now_ms, int64_t tat_ms, long rate_per_min, long burst, sg_rate_result_t *r, int64_t *new_tat_ms);
+/* The burst as sg_gcra takes it: at least 1, at most a billion. */
+long sg_gcra_burst(long burst);
 /* The GCRA emission interval for a rate, ms: ceil(60000 / rate), at least
  * 1; 0 when rate_per_min <= 0 (no limit). */
 int64_t sg_gcra_interval_ms(long rate_per_min);

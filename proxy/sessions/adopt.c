@@ -47,6 +47,7 @@ typedef struct {
 
 static lost_t lost[SG_ADOPT_LOST_MAX];
 static size_t nlost;
+static uint64_t lost_changes; /* moved by every change of the lost ids */
 
 static void lost_add(const char *id, int64_t at)
 {
@@ -59,6 +60,7 @@ static void lost_add(const char *id, int64_t at)
     snprintf(lost[nlost].id, sizeof(lost[nlost].id), "%s", id);
     lost[nlost].at = at;
     nlost++;
+    lost_changes++;
 }
 
 static ssize_t lost_find(const char *id, size_t len)
@@ -83,6 +85,7 @@ int sg_adopt_forget_lost(const char *id, size_t len)
         return 0;
     memmove(lost + i, lost + i + 1, (nlost - (size_t)i - 1) * sizeof(lost[0]));
     nlost--;
+    lost_changes++;
     sg__adopt_changed();
     return 1;
 }
@@ -335,7 +338,7 @@ typedef struct {
  * by id (open addressing; cap a power of two, at least twice the count). */
 static saved_t *saved;
 static size_t saved_cap;
-static uint64_t saved_lost; /* lost_sig() as written */
+static uint64_t saved_lost; /* lost_changes as written */
 static int whole = 1;       /* the next change writes the state file whole */
 static int jfd = -1;        /* the journal, open for appends */
 static size_t jbytes;       /* its length */
@@ -347,11 +350,6 @@ static saved_t *slot(saved_t *t, size_t cap, const char *id)
     while (t[i].id[0] != '\0' && strcmp(t[i].id, id) != 0)
         i = (i + 1) & (cap - 1);
     return &t[i];
-}
-
-static uint64_t lost_sig(void)
-{
-    return fnv(fnv(FNV_SEED, &nlost, sizeof(nlost)), lost, nlost * sizeof(lost[0]));
 }
 
 static int append_line(sg_buf_t *out, const char *key, json_object *v)
@@ -434,7 +432,7 @@ static void write_whole(void)
         return;
     }
     track(NULL);
-    saved_lost = lost_sig();
+    saved_lost = lost_changes;
     jbytes = 0;
     if (jfd < 0)
         jfd = open(jpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
@@ -470,7 +468,7 @@ void sg__adopt_changed(void)
     if (path[0] == '\0' || suspended)
         return;
     saved_sig = counters_sig();
-    if (whole || lost_sig() != saved_lost || (jbytes > JOURNAL_MIN && jbytes > 2 * state_bytes)) {
+    if (whole || lost_changes != saved_lost || (jbytes > JOURNAL_MIN && jbytes > 2 * state_bytes)) {
         write_whole();
         return;
     }
