@@ -96,8 +96,9 @@ struct redis_req {
     int64_t tenant;
     long exp_in_flight;
     int64_t exp_execs;
+    int exp_quota; /* the quota's status an execution's admission answers (SG_QUOTA_OK for the others) */
     char day[16];
-    char token[65]; /* a refusal at the cap: the slot to give back should Redis have taken it */
+    char token[65]; /* a refusal the copy made: the slot (or reservation) to give back should Redis have taken it */
 };
 
 /* ---- redis_conn.c ---- */

@@ -23,10 +23,10 @@
  * A tenant's copy is made on its first admission or rate check under the
  * lease: that call goes to Redis as before, SCRIPT_SOLO_SEED right behind
  * it, and the calls that come before the seed's answer wait for it. From
- * then on the copy decides what it is certain of (solo.h): an admission
- * or a refusal at the cap (sent behind: full_local), or a refusal by the
- * rate (nothing sent: refuse_local); any other refusal or an edge goes to
- * Redis and the copy is read again.
+ * then on the copy decides what it is certain of (solo.h): an admission,
+ * a refusal at the cap or by the day's quota (sent behind: full_local,
+ * quota_local, session_full_local), or a refusal by the rate (nothing
+ * sent: refuse_local); an edge goes to Redis and the copy is read again.
  * A session's admission is decided on the copy the same way (its rate
  * step and its reservation among the tenant's live sessions). A slot given
  * back, a day's seconds added, a session committed or removed are applied
@@ -411,32 +411,55 @@ static void copy_admitted(sg_admit_result_t *r, int64_t now_ms, int64_t stored, 
 
 /* Redis's answer of n elements, as `as`, to a call the copy decided:
  * allowed, its slot (or reservation) want_slot, and the count the copy
- * expected, named `counted`. */
-static void check_slot_answer(redis_req_t *req, redisReply *reply, size_t n, const char *as, int64_t want_slot,
-                              const char *counted)
+ * expected, named `counted`; for an execution's admission (7 elements),
+ * also the quota's status (exp_quota). The answer when it agrees, else
+ * NULL (a mismatch counted, unless the connection went). */
+static redisReply *check_slot_answer(redis_req_t *req, redisReply *reply, size_t n, const char *as, int64_t want_slot,
+                                     const char *counted)
 {
-    char what[192];
+    char what[224];
     if ((reply = copy_answer(req, reply, n, as)) == NULL)
-        return;
+        return NULL;
     int64_t allowed = sg_redis__reply_int(reply->element[0]), slot = sg_redis__reply_int(reply->element[2]);
     int64_t count = sg_redis__reply_int(reply->element[3]);
-    if (allowed != 1 || slot != want_slot || count != req->exp_in_flight) {
+    int64_t quota = n == 7 ? sg_redis__reply_int(reply->element[4]) : req->exp_quota;
+    if (allowed != 1 || slot != want_slot || count != req->exp_in_flight || quota != req->exp_quota) {
         snprintf(what, sizeof(what),
-                 "Redis answered %s with rate %" PRId64 ", slot %" PRId64 ", %" PRId64 " %s (the copy: %ld)", as,
-                 allowed, slot, count, counted, req->exp_in_flight);
+                 "Redis answered %s with rate %" PRId64 ", slot %" PRId64 ", %" PRId64
+                 " %s (the copy: %ld), quota %" PRId64 " (the copy: %d)",
+                 as, allowed, slot, count, counted, req->exp_in_flight, quota, req->exp_quota);
         sg_redis__solo_mismatch(req, what);
+        return NULL;
     }
+    return reply;
+}
+
+/* Redis ran an execution's admission the copy refused, and took its slot
+ * with the day's execution (a copy gone wrong): the slot is given back,
+ * nothing runs in it; the day's count keeps the one Redis added. */
+static void give_back_taken(redis_req_t *req, redisReply *reply)
+{
+    if (reply != NULL && reply->type == REDIS_REPLY_ARRAY && reply->elements == 7 &&
+        sg_redis__reply_int(reply->element[0]) == 1 && sg_redis__reply_int(reply->element[2]) == 1 &&
+        sg_redis__reply_int(reply->element[4]) == SG_QUOTA_OK)
+        sg_state_exec_release(&req->st->super, req->tenant, req->token, sg_state__ignore, NULL);
 }
 
 /* The answer to a refusal at the cap the copy made: {1, tat, 0, in flight,
- * 0, 0, "0"}. Should Redis have taken the slot (a copy gone wrong), it is
- * given back: nothing runs in it. */
+ * 0, 0, "0"}. */
 static void on_full_copy(redis_req_t *req, redisReply *reply)
 {
-    check_slot_answer(req, reply, 7, "a refusal at the cap", 0, "in flight");
-    if (reply != NULL && reply->type == REDIS_REPLY_ARRAY && reply->elements == 7 &&
-        sg_redis__reply_int(reply->element[2]) == 1)
-        sg_state_exec_release(&req->st->super, req->tenant, req->token, sg_state__ignore, NULL);
+    if (check_slot_answer(req, reply, 7, "a refusal at the cap", 0, "in flight") == NULL)
+        give_back_taken(req, reply);
+}
+
+/* The answer to a refusal by the day's quota the copy made: {1, tat, 1, in
+ * flight, status, execs, seconds} (the script took the slot and gave it
+ * back). */
+static void on_quota_copy(redis_req_t *req, redisReply *reply)
+{
+    if (check_slot_answer(req, reply, 7, "a refusal by the day's quota", 1, "in flight") == NULL)
+        give_back_taken(req, reply);
 }
 
 /* 1 when the copy refused the admission at the tenant's cap for certain:
@@ -464,6 +487,36 @@ static int full_local(redis_state_t *st, mirror_t *m, int64_t tenant, const sg_a
     return 1;
 }
 
+/* 1 when the copy refused the admission by the day's quota for certain:
+ * sent behind like a refusal at the cap (the script takes the rate step,
+ * drops the lapsed slots, and takes and gives back the slot), its answer
+ * checked; the copy stays. Before, a tenant past its day's executions sent
+ * every call to Redis and had its copy read again behind it. */
+static int quota_local(redis_state_t *st, mirror_t *m, int64_t tenant, const sg_admit_args_t *a,
+                       const sg_solo_admit_t *sa, sg_admit_cb cb, void *data)
+{
+    int64_t stored, execs;
+    long n;
+    int status;
+    double seconds;
+    if (!sg_solo_admit_quota(&m->t, sa, &stored, &n, &status, &execs, &seconds))
+        return 0;
+    redis_req_t *req = admit_req(st, tenant, a, sa->now_ms, sa->now_s, on_quota_copy, NULL);
+    req->tenant = tenant;
+    req->exp_in_flight = n;
+    req->exp_quota = status;
+    snprintf(req->token, sizeof(req->token), "%s", a->token);
+    send_behind_copy(req, &st->local_refusals);
+
+    sg_admit_result_t r; /* as sg_redis__on_admit reads the script's answer */
+    copy_admitted(&r, sa->now_ms, stored, a->rate_per_min, sa->burst, n);
+    r.quota = (sg_quota_status_t)status;
+    r.execs = execs;
+    r.seconds = seconds;
+    cb(data, &r);
+    return 1;
+}
+
 /* 1 when the copy admitted (the script sent to Redis behind it, cb run). */
 static int admit_local(redis_state_t *st, mirror_t *m, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb,
                        void *data)
@@ -484,7 +537,7 @@ static int admit_local(redis_state_t *st, mirror_t *m, int64_t tenant, const sg_
     long n;
     double seconds;
     if (!sg_solo_admit(&m->t, &sa, &stored, &n, &execs, &seconds))
-        return full_local(st, m, tenant, a, &sa, cb, data);
+        return full_local(st, m, tenant, a, &sa, cb, data) || quota_local(st, m, tenant, a, &sa, cb, data);
     redis_req_t *req = admit_req(st, tenant, a, sa.now_ms, sa.now_s, on_admit_copy, NULL);
     req->tenant = tenant;
     req->exp_in_flight = n;
@@ -716,6 +769,39 @@ static void on_session_admit_copy(redis_req_t *req, redisReply *reply)
     check_slot_answer(req, reply, 4, "a session's admission", 1, "sessions");
 }
 
+/* The answer to a session's refusal at the cap the copy made: {1, stored,
+ * 0, count}. Should Redis have reserved (a copy gone wrong), the
+ * reservation is given back: no session will take it. */
+static void on_session_full_copy(redis_req_t *req, redisReply *reply)
+{
+    if (check_slot_answer(req, reply, 4, "a refusal at the session cap", 0, "sessions") == NULL && reply != NULL &&
+        reply->type == REDIS_REPLY_ARRAY && reply->elements == 4 && sg_redis__reply_int(reply->element[2]) == 1)
+        sg_state_session_unreserve(&req->st->super, req->tenant, req->token, sg_state__ignore, NULL);
+}
+
+/* 1 when the copy refused the session at the tenant's cap for certain: the
+ * script (its rate step, the lapsed members dropped) sent behind, its
+ * answer checked; the copy stays. */
+static int session_full_local(redis_state_t *st, mirror_t *m, int64_t tenant, long rate_per_min, long burst, long max,
+                              const char *token, const sg_solo_session_admit_t *sa, sg_admit_cb cb, void *data)
+{
+    int64_t stored;
+    long count;
+    if (!sg_solo_session_full(&m->t, sa, &stored, &count))
+        return 0;
+    redis_req_t *req = session_admit_req(st, tenant, rate_per_min, burst, max, token, sa->now_ms, sa->now_s,
+                                         on_session_full_copy, NULL);
+    req->exp_in_flight = count;
+    snprintf(req->token, sizeof(req->token), "%.64s", token);
+    send_behind_copy(req, &st->local_refusals);
+
+    sg_admit_result_t r; /* as on_session_admit reads {1, stored, 0, count} */
+    copy_admitted(&r, sa->now_ms, stored, rate_per_min, burst, count);
+    r.slot = 0;
+    cb(data, &r);
+    return 1;
+}
+
 /* 1 when the copy admitted the session (the script sent behind it, cb run). */
 static int session_admit_local(redis_state_t *st, mirror_t *m, int64_t tenant, long rate_per_min, long burst, long max,
                                const char *token, sg_admit_cb cb, void *data)
@@ -732,7 +818,7 @@ static int session_admit_local(redis_state_t *st, mirror_t *m, int64_t tenant, l
     int64_t stored;
     long count;
     if (!sg_solo_session_admit(&m->t, &sa, &stored, &count))
-        return 0;
+        return session_full_local(st, m, tenant, rate_per_min, burst, max, token, &sa, cb, data);
     redis_req_t *req = session_admit_req(st, tenant, rate_per_min, burst, max, token, sa.now_ms, sa.now_s,
                                          on_session_admit_copy, NULL);
     req->exp_in_flight = count;
@@ -818,8 +904,8 @@ static int refuse_local(redis_state_t *st, mirror_t *m, const call_t *c)
 
 /* Without the lease, Redis decides. Under it: a call waits for its
  * tenant's copy being read, is decided on a copy that is certain of it (an
- * admission, a refusal at the cap or by the rate), else (any other refusal, an edge,
- * no copy yet) goes to Redis with the copy read
+ * admission, a refusal at the cap, by the day's quota or by the rate), else
+ * (an edge, no copy yet) goes to Redis with the copy read
  * (again) right behind its answer: with the day's counters of the
  * admission's day, or of the day the copy had. */
 static void dispatch(redis_state_t *st, int64_t tenant, const call_t *c)

@@ -92,6 +92,13 @@ static sg_solo_slot_t *find_slot(sg_solo_tenant_t *t, const char *token)
     return set_find(t->slots, t->nslots, token);
 }
 
+/* ZSCORE after ZREMRANGEBYSCORE -inf now_s: the token holds a live slot. */
+static int holds_live(sg_solo_tenant_t *t, const char *token, int64_t now_s)
+{
+    const sg_solo_slot_t *s = find_slot(t, token);
+    return s != NULL && s->until_s > now_s;
+}
+
 int sg_solo_add_slot(sg_solo_tenant_t *t, const char *token, int64_t until_s)
 {
     return set_add(&t->slots, &t->nslots, &t->cap, token, until_s);
@@ -136,17 +143,27 @@ static int64_t take_rate_step(sg_solo_tenant_t *t, int64_t interval_ms, int64_t 
     return stored;
 }
 
-/* The quota step, certain only well inside the day's limits. */
-static int quota_certain(const sg_solo_tenant_t *t, const sg_solo_admit_t *a)
+/* The quota step's answer when it is certain: SG_QUOTA_OK well inside the
+ * day's limits, SG_QUOTA_EXECS or SG_QUOTA_SECONDS past them; -1 when the
+ * day's key is not known for certain, or the seconds are within a rounding
+ * of their limit (Redis sums them in long double and compares its text). */
+static int quota_step(const sg_solo_tenant_t *t, const sg_solo_admit_t *a)
 {
     if (!t->quota || strcmp(t->day, a->day) != 0 || a->mono_ms >= t->quota_till_ms)
-        return 0;
+        return -1;
     if (t->execs >= a->execs_per_day)
-        return 0;
-    /* Redis sums the seconds in long double and compares its text: not
-     * trusted within a rounding of the limit */
+        return SG_QUOTA_EXECS;
     double edge = 1e-9 * fmax(1.0, fabs(a->seconds_per_day));
-    return t->seconds < a->seconds_per_day - edge;
+    if (t->seconds < a->seconds_per_day - edge)
+        return SG_QUOTA_OK;
+    return t->seconds >= a->seconds_per_day + edge ? SG_QUOTA_SECONDS : -1;
+}
+
+/* The slot step passes: the token holds a live slot, or fewer than
+ * max_execs are live. */
+static int slot_step(sg_solo_tenant_t *t, const sg_solo_admit_t *a)
+{
+    return holds_live(t, a->token, a->now_s) || set_live(t->slots, t->nslots, a->now_s) < a->max_execs;
 }
 
 int sg_solo_admit(sg_solo_tenant_t *t, const sg_solo_admit_t *a, int64_t *stored_tat, long *in_flight, int64_t *execs,
@@ -155,11 +172,9 @@ int sg_solo_admit(sg_solo_tenant_t *t, const sg_solo_admit_t *a, int64_t *stored
     int64_t nxt = 0;
     if (!step_allows(t, a->now_ms, a->interval_ms, a->burst, a->token, &nxt))
         return 0;
-    /* the slot step, counted without pruning yet */
-    long n = set_live(t->slots, t->nslots, a->now_s);
-    if (find_slot(t, a->token) == NULL && n >= a->max_execs)
-        return 0;
-    if (!quota_certain(t, a))
+    /* the slot step, counted without pruning yet (a lapsed slot of the
+     * token's own is pruned first there, so it does not count as held) */
+    if (!slot_step(t, a) || quota_step(t, a) != SG_QUOTA_OK)
         return 0;
     /* certain: apply all three */
     *stored_tat = take_rate_step(t, a->interval_ms, nxt);
@@ -178,12 +193,31 @@ int sg_solo_admit_full(sg_solo_tenant_t *t, const sg_solo_admit_t *a, int64_t *s
     if (!step_allows(t, a->now_ms, a->interval_ms, a->burst, a->token, &nxt))
         return 0;
     /* the script drops the lapsed slots first, then looks the token up */
-    const sg_solo_slot_t *held = find_slot(t, a->token);
-    if ((held != NULL && held->until_s > a->now_s) || set_live(t->slots, t->nslots, a->now_s) < a->max_execs)
+    if (slot_step(t, a))
         return 0;
     *stored_tat = take_rate_step(t, a->interval_ms, nxt);
     set_prune(t->slots, &t->nslots, a->now_s);
     *in_flight = (long)t->nslots;
+    return 1;
+}
+
+int sg_solo_admit_quota(sg_solo_tenant_t *t, const sg_solo_admit_t *a, int64_t *stored_tat, long *in_flight,
+                        int *status, int64_t *execs, double *seconds)
+{
+    int64_t nxt = 0;
+    if (!step_allows(t, a->now_ms, a->interval_ms, a->burst, a->token, &nxt) || !slot_step(t, a))
+        return 0;
+    int q = quota_step(t, a);
+    if (q != SG_QUOTA_EXECS && q != SG_QUOTA_SECONDS)
+        return 0;
+    /* the slot taken (ZADD) and given back (ZREM): the token holds none after */
+    *stored_tat = take_rate_step(t, a->interval_ms, nxt);
+    set_prune(t->slots, &t->nslots, a->now_s);
+    set_remove(t->slots, &t->nslots, a->token);
+    *in_flight = (long)t->nslots;
+    *status = q;
+    *execs = t->execs;
+    *seconds = t->seconds;
     return 1;
 }
 
@@ -200,6 +234,20 @@ int sg_solo_session_admit(sg_solo_tenant_t *t, const sg_solo_session_admit_t *a,
     *stored_tat = take_rate_step(t, a->interval_ms, nxt);
     set_prune(t->sessions, &t->nsessions, a->now_s);
     sg_solo_add_session(t, a->member, a->until_s);
+    *count = (long)t->nsessions;
+    return 1;
+}
+
+int sg_solo_session_full(sg_solo_tenant_t *t, const sg_solo_session_admit_t *a, int64_t *stored_tat, long *count)
+{
+    int64_t nxt = 0;
+    if (!step_allows(t, a->now_ms, a->interval_ms, a->burst, a->member, &nxt))
+        return 0;
+    if (set_find(t->sessions, t->nsessions, a->member) != NULL ||
+        set_live(t->sessions, t->nsessions, a->now_s) < a->max)
+        return 0;
+    *stored_tat = take_rate_step(t, a->interval_ms, nxt);
+    set_prune(t->sessions, &t->nsessions, a->now_s);
     *count = (long)t->nsessions;
     return 1;
 }

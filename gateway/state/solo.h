@@ -16,7 +16,9 @@
  * nothing then (RATE_STEP refuses before any write): sg_solo_rate_refused
  * says so, and Redis is not asked at all. So is a refusal at the cap of
  * executions in flight (sg_solo_admit_full), which the script makes after
- * its rate step. Pure logic: no I/O, no clock.
+ * its rate step, a refusal by the day's quota (sg_solo_admit_quota),
+ * which it makes past the slot step, and a session's refusal at the cap
+ * (sg_solo_session_full). Pure logic: no I/O, no clock.
  */
 #ifndef SANDGATE_STATE_SOLO_H
 #define SANDGATE_STATE_SOLO_H
@@ -84,6 +86,15 @@ int sg_solo_admit(sg_solo_tenant_t *t, const sg_solo_admit_t *a, int64_t *stored
  * lapsed slots gone), *stored_tat and *in_flight as it will answer
  * ({1, tat, 0, in flight, 0, 0, "0"}); 0: not that, nothing changed. */
 int sg_solo_admit_full(sg_solo_tenant_t *t, const sg_solo_admit_t *a, int64_t *stored_tat, long *in_flight);
+/* 1: SCRIPT_EXEC_ADMIT refuses by the day's quota for certain (the rate
+ * and slot steps allow, the day's key is known and past its executions,
+ * *status SG_QUOTA_EXECS, or past its seconds beyond a rounding,
+ * SG_QUOTA_SECONDS): the mirror updated as the script will update Redis
+ * (the rate step, the lapsed slots gone, the slot it takes given back), and
+ * the answer as it will give it ({1, tat, 1, in flight, status, execs,
+ * seconds}); 0: not that, nothing changed. */
+int sg_solo_admit_quota(sg_solo_tenant_t *t, const sg_solo_admit_t *a, int64_t *stored_tat, long *in_flight,
+                        int *status, int64_t *execs, double *seconds);
 /* SCRIPT_SESSION_ADMIT's arguments. */
 typedef struct {
     int64_t now_ms, now_s;
@@ -98,6 +109,11 @@ typedef struct {
  * *count as the script will answer); 0: a refusal or not certain, nothing
  * changed. */
 int sg_solo_session_admit(sg_solo_tenant_t *t, const sg_solo_session_admit_t *a, int64_t *stored_tat, long *count);
+/* 1: SCRIPT_SESSION_ADMIT refuses at the cap for certain (the rate step
+ * allows, the member is not in the set, max live members are): the rate
+ * step and the pruning applied, *stored_tat and *count as the script will
+ * answer ({1, tat, 0, count}); 0: not that, nothing changed. */
+int sg_solo_session_full(sg_solo_tenant_t *t, const sg_solo_session_admit_t *a, int64_t *stored_tat, long *count);
 /* SCRIPT_RATE on the mirror: 1 allowed (applied, *stored_tat as the script
  * answers), 0 refused or not certain (nothing changed). */
 int sg_solo_rate(sg_solo_tenant_t *t, int64_t now_ms, int64_t interval_ms, long burst, int64_t *stored_tat);

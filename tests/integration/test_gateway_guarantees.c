@@ -426,6 +426,51 @@ SGGW_TEST(test_solo_limits_exact)
     free(tok);
 }
 
+/* Alone on its Redis, the gateway refuses from its copy a tenant past its
+ * day's executions and a tenant at its cap of sessions, many at once: each
+ * refused 429 with its reason, all of them counted as the copy's refusals,
+ * none answered otherwise by Redis; nothing more runs or is counted, and
+ * no slot or reservation is left behind (the next create after a delete
+ * gets the slot). */
+SGGW_TEST(test_solo_refuses_quota_and_cap_from_copy)
+{
+    const char *q[] = {"execs_per_day=3", "max_sessions=1", NULL};
+    sggw_par_req_t reqs[8];
+    char url[256];
+
+    wait_solo(stack.gw, 1);
+    char *tok = sggw_new_tenant(data_dir(), "solo-quota", q);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL);
+    for (int i = 0; i < 3; i++) /* the day's 3 (the first seeds the day's counters and the copy) */
+        json_object_put(sggw_execute(stack.gw, tok, sid, "print(1)", 0));
+    double refused0 = metric(stack.gw, "sandgate_state_solo_refusals_total");
+    double mismatches0 = metric(stack.gw, "sandgate_state_solo_mismatches_total");
+    snprintf(url, sizeof(url), "%s/sessions/%s/execute", sggw_gateway_url(stack.gw), sid);
+    sggw_par_posts(reqs, 8, url, tok, "{\"code\":\"print(2)\"}", 60);
+    int ok = count_ok(reqs, 8, "executions for today");
+    SG_CHECK(ok == 0, NULL, "%d executes ran past the day's 3", ok);
+    double refused = metric(stack.gw, "sandgate_state_solo_refusals_total") - refused0;
+    SG_CHECK(refused == 8, NULL, "%.0f of 8 refusals by the day's quota came from the copy", refused);
+
+    snprintf(url, sizeof(url), "%s/sessions", sggw_gateway_url(stack.gw));
+    sggw_par_posts(reqs, 6, url, tok, "{\"lang\":\"python\"}", 60);
+    ok = count_ok(reqs, 6, "live sessions, its limit");
+    SG_CHECK(ok == 0, NULL, "%d creates past the cap of 1", ok);
+    refused = metric(stack.gw, "sandgate_state_solo_refusals_total") - refused0;
+    SG_CHECK(refused == 14, NULL, "%.0f of 6 refusals at the session cap came from the copy", refused - 8);
+    SG_CHECK(metric(stack.gw, "sandgate_state_solo_mismatches_total") == mismatches0, NULL,
+             "Redis answered a refusal from the copy otherwise");
+    SG_CHECK(ledger_rows("solo-quota") == 3, NULL, "%lld rows in the ledger, not the day's 3",
+             (long long)ledger_rows("solo-quota"));
+    /* the slot is free: after the delete, one create succeeds */
+    sggw_delete_session(stack.gw, tok, sid);
+    free(sid);
+    sid = sggw_create_session(stack.gw, tok, NULL, NULL);
+    sggw_delete_session(stack.gw, tok, sid);
+    free(sid);
+    free(tok);
+}
+
 /* Stopped normally right after its last answer, a gateway alone on its
  * Redis leaves nothing unsent: the ends of its executions (written to Redis
  * a little after their replies) are there before it exits, every slot given
@@ -963,6 +1008,7 @@ int main(void)
 {
     return SG_RUN_TESTS("gateway_guarantees", group_setup, sggw_stack_group_teardown, NULL, after_test,
                         test_revocation_reaches_every_gateway, test_answered_is_in_ledger, test_limits_exact_under_load,
-                        test_solo_limits_exact, test_solo_stop_leaves_nothing_unsent, test_kill9_loses_no_answered_row,
+                        test_solo_limits_exact, test_solo_refuses_quota_and_cap_from_copy,
+                        test_solo_stop_leaves_nothing_unsent, test_kill9_loses_no_answered_row,
                         test_busy_ledger_answers_after_the_lock, test_wal_stays_bounded);
 }

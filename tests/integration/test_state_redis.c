@@ -433,18 +433,27 @@ static void test_solo_admits_from_copy(void **state)
     sg_state_result_t rel = exec_release(f, 1301, tokens[1]);
     assert_int_equal(rel.ok, 1);
     assert_int_equal(rel.count, 2);
+    refused0 = solo_of(f->st).local_refusals;
     for (int i = 5; i < 8; i++) { /* (now 5 slots: the last is refused by the day's count, not a slot) */
         snprintf(tokens[i], sizeof(tokens[i]), "t-%d", i);
         a = admit_args(tokens[i], 5, day, 6);
         sg_state_exec_admit(f->st, 1301, &a, on_admit, &w[i]);
-        RUN_UNTIL(f, w[i].done, WAIT_S);
+        assert_int_equal(w[i].done, 1); /* all three from the copy */
     }
     assert_int_equal(w[5].r.quota, SG_QUOTA_OK);
     assert_int_equal(w[6].r.quota, SG_QUOTA_OK);
+    /* the refusal by the day's count, as Redis answers it: the slot taken
+     * and given back, the day's 6 */
+    assert_int_equal(w[7].r.rate.allowed, 1);
+    assert_int_equal(w[7].r.slot, 1);
     assert_int_equal(w[7].r.quota, SG_QUOTA_EXECS);
+    assert_int_equal(w[7].r.execs, 6);
+    assert_int_equal(w[7].r.in_flight, 4);
+    assert_int_equal(solo_of(f->st).local_refusals, refused0 + 1);
     run_for(f, 0.1);
     /* Redis holds what the answers said */
     assert_int_equal(redis_int("ZCARD sg:tenant:1301:execs"), 4);
+    assert_int_equal(redis_int("ZRANK sg:tenant:1301:execs t-7"), -1);
     assert_int_equal(redis_int("HGET sg:quota:1301:20260201 execs"), 6);
     assert_int_equal(solo_of(f->st).mismatches, 0);
 }
@@ -693,13 +702,16 @@ static void test_solo_sessions_from_copy(void **state)
         assert_int_equal(w[i].r.in_flight, i + 1);
     }
     assert_int_equal(solo_of(f->st).local_admits, local0 + 2);
-    /* the fourth is refused at the cap: by Redis */
+    /* the fourth is refused at the cap: from the copy too, the script behind it */
+    uint64_t refused0 = solo_of(f->st).local_refusals;
     sg_state_session_admit(f->st, tenant, 0, 1, 3, tokens[3], on_admit, &w[3]);
-    assert_int_equal(w[3].done, 0);
-    RUN_UNTIL(f, w[3].done, WAIT_S);
+    assert_int_equal(w[3].done, 1);
+    assert_int_equal(w[3].r.rate.allowed, 1);
     assert_int_equal(w[3].r.slot, 0);
     assert_int_equal(w[3].r.in_flight, 3);
-    run_for(f, 0.05); /* the copy read again */
+    assert_int_equal(solo_of(f->st).local_refusals, refused0 + 1);
+    run_for(f, 0.05); /* Redis's answer, checked */
+    assert_int_equal(solo_of(f->st).mismatches, 0);
     /* the three become sessions (their reservations replaced), one ends */
     for (int i = 0; i < 3; i++) {
         s[i] = make_session(tenant, "python", now, 600, 3600);
@@ -710,7 +722,7 @@ static void test_solo_sessions_from_copy(void **state)
     sg_state_result_t rm = remove_session(f, s[1].id, tenant);
     assert_int_equal(rm.ok, 1);
     assert_int_equal(rm.count, 2);
-    /* one slot: the copy admits one more, then the cap again (Redis's refusal) */
+    /* one slot: the copy admits one more, then the cap again (the copy's refusal) */
     local0 = solo_of(f->st).local_admits;
     sg_state_session_admit(f->st, tenant, 0, 1, 3, tokens[4], on_admit, &w[4]);
     assert_int_equal(w[4].done, 1);
@@ -718,10 +730,12 @@ static void test_solo_sessions_from_copy(void **state)
     assert_int_equal(w[4].r.in_flight, 3);
     assert_int_equal(solo_of(f->st).local_admits, local0 + 1);
     sg_state_session_admit(f->st, tenant, 0, 1, 3, tokens[5], on_admit, &w[5]);
-    RUN_UNTIL(f, w[5].done, WAIT_S);
+    assert_int_equal(w[5].done, 1);
     assert_int_equal(w[5].r.slot, 0);
     run_for(f, 0.1);
     assert_int_equal(redis_int("ZCARD sg:tenant:1307:sessions"), 3);
+    assert_int_equal(redis_int("ZRANK sg:tenant:1307:sessions pending:r-3"), -1);
+    assert_int_equal(redis_int("ZRANK sg:tenant:1307:sessions pending:r-5"), -1);
     assert_int_equal(solo_of(f->st).mismatches, 0);
 }
 
@@ -871,6 +885,66 @@ static void test_solo_full_mismatch_gives_back(void **state)
     assert_int_equal(redis_int("HGET sg:quota:1308:20260208 execs"), 3);
 }
 
+/* Refusals from a copy gone wrong, Redis changed behind the gateway's
+ * back: the day's count lowered, a session's member taken out. The copy
+ * refuses by the day's quota and at the session cap; Redis admits and
+ * reserves instead; the difference is counted each time, the copy dropped,
+ * and the slot and the reservation are given back, nothing using them. */
+static void test_solo_refusal_mismatch_gives_back(void **state)
+{
+    fixture_t *f = *state;
+    const char *day = "20260209";
+    const int64_t tenant = 1309;
+    admit_wait_t w[6];
+    sg_admit_args_t a;
+
+    sg_state_redis_solo(f->st, 1);
+    wait_solo(f, f->st, 1, 3.0);
+    assert_int_equal(seed(f, tenant, day, 0, 0).ok, 1);
+    memset(w, 0, sizeof(w));
+    for (int i = 0; i < 2; i++) { /* the day's 2 used: one through Redis, one from the copy */
+        a = admit_args(i == 0 ? "g-0" : "g-1", 8, day, 2);
+        sg_state_exec_admit(f->st, tenant, &a, on_admit, &w[i]);
+        RUN_UNTIL(f, w[i].done, WAIT_S);
+        assert_int_equal(w[i].r.quota, SG_QUOTA_OK);
+        run_for(f, 0.05);
+    }
+    uint64_t mismatches0 = solo_of(f->st).mismatches;
+    assert_int_equal(server_command("HSET sg:quota:1309:20260209 execs 0"), 0);
+    a = admit_args("g-2", 8, day, 2);
+    sg_state_exec_admit(f->st, tenant, &a, on_admit, &w[2]);
+    assert_int_equal(w[2].done, 1); /* the copy refused at once */
+    assert_int_equal(w[2].r.quota, SG_QUOTA_EXECS);
+    double t0 = sgtest_now();
+    while (solo_of(f->st).mismatches == mismatches0 && sgtest_now() - t0 < 2.0)
+        run_for(f, 0.02);
+    assert_int_equal(solo_of(f->st).mismatches, mismatches0 + 1);
+    run_for(f, 0.1); /* the slot given back */
+    assert_int_equal(redis_int("ZRANK sg:tenant:1309:execs g-2"), -1);
+    assert_int_equal(redis_int("ZCARD sg:tenant:1309:execs"), 2);
+    assert_int_equal(redis_int("HGET sg:quota:1309:20260209 execs"), 1);
+
+    /* sessions: a cap of 2 held (one through Redis, one from the copy) */
+    for (int i = 3; i < 5; i++) {
+        sg_state_session_admit(f->st, tenant, 0, 1, 2, i == 3 ? "p-3" : "p-4", on_admit, &w[i]);
+        RUN_UNTIL(f, w[i].done, WAIT_S);
+        assert_int_equal(w[i].r.slot, 1);
+        run_for(f, 0.05);
+    }
+    mismatches0 = solo_of(f->st).mismatches;
+    assert_int_equal(redis_int("ZREM sg:tenant:1309:sessions pending:p-3"), 1);
+    sg_state_session_admit(f->st, tenant, 0, 1, 2, "p-5", on_admit, &w[5]);
+    assert_int_equal(w[5].done, 1); /* the copy refused at once */
+    assert_int_equal(w[5].r.slot, 0);
+    t0 = sgtest_now();
+    while (solo_of(f->st).mismatches == mismatches0 && sgtest_now() - t0 < 2.0)
+        run_for(f, 0.02);
+    assert_int_equal(solo_of(f->st).mismatches, mismatches0 + 1);
+    run_for(f, 0.1); /* the reservation given back */
+    assert_int_equal(redis_int("ZRANK sg:tenant:1309:sessions pending:p-5"), -1);
+    assert_int_equal(redis_int("ZCARD sg:tenant:1309:sessions"), 1);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -879,5 +953,5 @@ int main(void)
                         test_redis_restart, test_redis_hang, test_solo_admits_from_copy, test_solo_second_gateway,
                         test_solo_dead_holder, test_solo_mismatch_drops_copy, test_solo_writes_gathered,
                         test_solo_copies_share_a_list, test_solo_sessions_from_copy, test_solo_refuses_rate_from_copy,
-                        test_solo_full_mismatch_gives_back);
+                        test_solo_full_mismatch_gives_back, test_solo_refusal_mismatch_gives_back);
 }

@@ -5,7 +5,9 @@
  * rounding of the limit, a token too long for a slot) leave it unchanged;
  * the admissions it does decide change it as SCRIPT_EXEC_ADMIT changes
  * Redis (leases run out at their second, a token held is renewed, not
- * counted twice). That Redis answers every admission as the copy did is
+ * counted twice); the refusals it decides (at the cap, by the day's
+ * quota, a session at the cap) change it as the script changes Redis, and
+ * a slot of the token's own that has lapsed is not held. That Redis answers every admission as the copy did is
  * tests/integration/test_state.c's solo group, against a real redis-server.
  */
 #include <setjmp.h>
@@ -300,6 +302,127 @@ static void test_quota_edges(void **state)
     sg_solo_free(&t);
 }
 
+/* SCRIPT_EXEC_ADMIT's refusal by the day's quota, certain on the copy:
+ * past the rate and slot steps, with the day's key known. The script
+ * takes the rate step, drops the lapsed slots, takes the token's slot and
+ * gives it back; its answer carries the status and the day's counters. */
+static void test_quota_refusals(void **state)
+{
+    sg_solo_tenant_t t;
+    int64_t stored, execs;
+    long n;
+    int status;
+    double seconds;
+    char before[512], after[512];
+
+    load(&t, 10, 3.5, -1);                                    /* the day's 10 used */
+    assert_int_equal(sg_solo_add_slot(&t, "old/1", 8000), 0); /* lapsed at 8000 */
+    assert_int_equal(sg_solo_add_slot(&t, "q/1", 8100), 0);   /* the token's own, live */
+    sg_solo_admit_t a = args("q/1", 8000);
+    a.interval_ms = 1000;
+    a.burst = 5;
+    assert_int_equal(sg_solo_admit_quota(&t, &a, &stored, &n, &status, &execs, &seconds), 1);
+    assert_int_equal(status, SG_QUOTA_EXECS);
+    assert_int_equal(execs, 10);
+    assert_true(seconds == 3.5);
+    assert_int_equal(stored, 0);                    /* no rate key before */
+    assert_int_equal(t.tat_ms, 8000 * 1000 + 1000); /* the rate step taken */
+    assert_int_equal(n, 0);                         /* old/1 lapsed, q/1 given back */
+    assert_int_equal(t.nslots, 0);
+    assert_int_equal(t.execs, 10);
+    sg_solo_free(&t);
+
+    load(&t, 0, 100.5, -1); /* the day's seconds used */
+    a = args("q/2", 8000);
+    assert_int_equal(sg_solo_admit_quota(&t, &a, &stored, &n, &status, &execs, &seconds), 1);
+    assert_int_equal(status, SG_QUOTA_SECONDS);
+    sg_solo_free(&t);
+
+    /* not certain, or not the quota's: the copy as it was */
+    const struct {
+        int64_t execs;
+        double seconds;
+        int64_t pttl_ms;
+        const char *day;
+        long max_execs;
+        int64_t interval_ms;
+    } left[] = {
+        {10, 0, -1, "20260302", 2, 0},                          /* another day */
+        {10, 0, -2, DAY, 2, 0},                                 /* no key: Redis seeds it */
+        {10, 0, 4000, DAY, 2, 0},                               /* about to expire */
+        {0, 100, -1, DAY, 2, 0},                                /* seconds at the limit: within its rounding */
+        {0, 100 + 1e-12, -1, DAY, 2, 0}, {9, 0, -1, DAY, 2, 0}, /* inside the limits: an admission */
+        {10, 0, -1, DAY, 0, 0},                                 /* at the cap: the cap's refusal, which comes first */
+        {10, 0, -1, DAY, 2, 1000},                              /* past the rate (the tat below) */
+    };
+    for (size_t i = 0; i < sizeof(left) / sizeof(left[0]); i++) {
+        load(&t, left[i].execs, left[i].seconds, left[i].pttl_ms);
+        t.tat_ms = 8000 * 1000 + 5000;
+        a = args("q/3", 8000);
+        a.day = left[i].day;
+        a.max_execs = left[i].max_execs;
+        a.interval_ms = left[i].interval_ms;
+        snapshot(&t, before, sizeof(before));
+        assert_int_equal(sg_solo_admit_quota(&t, &a, &stored, &n, &status, &execs, &seconds), 0);
+        snapshot(&t, after, sizeof(after));
+        assert_string_equal(before, after);
+        sg_solo_free(&t);
+    }
+}
+
+/* A slot of the token's own that has lapsed is dropped before the script
+ * looks the token up: it does not hold the slot, and at the cap the
+ * script refuses it. */
+static void test_lapsed_own_slot(void **state)
+{
+    sg_solo_tenant_t t;
+    int64_t stored;
+    long n;
+    load(&t, 0, 0, -1);
+    assert_int_equal(sg_solo_add_slot(&t, "s/a", 5000), 0);
+    assert_int_equal(sg_solo_add_slot(&t, "s/b", 6000), 0);
+    sg_solo_admit_t a = args("s/a", 5000);
+    a.max_execs = 1;
+    expect_left_to_redis(&t, &a);
+    assert_int_equal(sg_solo_admit_full(&t, &a, &stored, &n), 1);
+    assert_int_equal(n, 1);
+    assert_int_equal(t.nslots, 1);
+    assert_string_equal(t.slots[0].token, "s/b");
+    sg_solo_free(&t);
+}
+
+/* SCRIPT_SESSION_ADMIT's refusal at the cap, certain on the copy: the
+ * rate step taken, the lapsed members dropped, the count answered. */
+static void test_session_full(void **state)
+{
+    sg_solo_tenant_t t;
+    int64_t stored;
+    long count;
+    char before[512], after[512];
+    load(&t, 0, 0, -1);
+    assert_int_equal(sg_solo_add_session(&t, "sid-1", 7000), 0); /* lapsed at 7000 */
+    assert_int_equal(sg_solo_add_session(&t, "sid-2", 9000), 0);
+    assert_int_equal(sg_solo_add_session(&t, "pending:x", 7030), 0);
+    sg_solo_session_admit_t a = session_args("pending:a", 7000, 2);
+    a.interval_ms = 1000;
+    a.burst = 5;
+    assert_int_equal(sg_solo_session_full(&t, &a, &stored, &count), 1);
+    assert_int_equal(count, 2);
+    assert_int_equal(t.nsessions, 2);
+    assert_int_equal(t.tat_ms, 7000 * 1000 + 1000);
+    /* below the cap, the member already there, past the rate: not this */
+    sg_solo_session_admit_t left[3] = {session_args("pending:a", 7000, 3), session_args("pending:x", 7000, 2),
+                                       session_args("pending:b", 7000, 2)};
+    left[2].interval_ms = 1000; /* burst 1, the tat a second ahead */
+    for (int i = 0; i < 3; i++) {
+        snapshot_sessions(&t, before, sizeof(before));
+        assert_int_equal(sg_solo_session_full(&t, &left[i], &stored, &count), 0);
+        snapshot_sessions(&t, after, sizeof(after));
+        assert_string_equal(before, after);
+    }
+    sg_solo_free(&t);
+}
+
 static void test_long_token(void **state)
 {
     sg_solo_tenant_t t;
@@ -316,5 +439,6 @@ static void test_long_token(void **state)
 int main(void)
 {
     return SG_RUN_TESTS("solo", NULL, NULL, NULL, NULL, test_admits_and_counts, test_leases_run_out, test_rate,
-                        test_quota_edges, test_long_token, test_sessions);
+                        test_quota_edges, test_long_token, test_sessions, test_quota_refusals, test_lapsed_own_slot,
+                        test_session_full);
 }
