@@ -21,6 +21,7 @@ typedef struct {
 
 static family_t requests, executions, rejections, upstream_errors, closes, installs, errors;
 static long live_sessions;
+static unsigned long usage_from_body;
 static const char *const runtime_names[SG_METRICS_RUNTIMES] = {"runc", "runsc", "unknown"};
 static long live_by_runtime[SG_METRICS_RUNTIMES];
 static int redis_up = -1;
@@ -66,6 +67,11 @@ void sg_metrics_execution(const char *lang, const char *runtime, const char *out
     hist_counts[i]++;
     hist_sum += seconds;
     hist_total++;
+}
+
+void sg_metrics_usage_from_body(void)
+{
+    usage_from_body++;
 }
 
 void sg_metrics_quota_rejection(const char *limit)
@@ -218,6 +224,11 @@ int sg_metrics_render(sg_buf_t *out)
     for (size_t i = 0; i < upstream_errors.count; i++)
         rc |= sg_buf_appendf(out, "sandgate_upstream_errors_total{kind=\"%s\"} %.0f\n", upstream_errors.s[i].a,
                              upstream_errors.s[i].value);
+    rc |= sg_buf_appendf(out,
+                         "# HELP sandgate_usage_from_body_total Executions whose usage was read from their "
+                         "result's JSON (a streamed run, or a proxy without X-Sandgate-Usage).\n"
+                         "# TYPE sandgate_usage_from_body_total counter\nsandgate_usage_from_body_total %lu\n",
+                         usage_from_body);
     rc |= sg_buf_appendf(out, "# HELP sandgate_sessions_closed_total Sessions closed, by reason.\n"
                               "# TYPE sandgate_sessions_closed_total counter\n");
     for (size_t i = 0; i < closes.count; i++)

@@ -26,6 +26,9 @@ void sg_metrics_execution(const char *lang, const char *runtime, const char *out
 void sg_metrics_quota_rejection(const char *limit);
 /* kind: "unreachable", "timeout", "bad_reply", "5xx". */
 void sg_metrics_upstream_error(const char *kind);
+/* An execution whose usage was read from its result's JSON (a streamed
+ * run, or a proxy that does not state X-Sandgate-Usage), not its header. */
+void sg_metrics_usage_from_body(void);
 void sg_metrics_set_live_sessions(long n);
 /* Open sessions by runtime: index 0 runc, 1 runsc, 2 unknown (a record
  * without one: opened before the runtime was kept). */

@@ -13,6 +13,7 @@
 #include "clock.h"
 #include "tenant.h"
 #include "upstream.h"
+#include "usage_hdr.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -435,14 +436,40 @@ static double read_result(json_object *o, sg_usage_t *u)
     return wall;
 }
 
+/* What the run used, from the proxy's X-Sandgate-Usage header when the
+ * reply is the result itself and states it; else (a streamed run, whose
+ * result came last in its stream, or an older proxy) from the result's
+ * JSON, parsed here. The wall time, -1 if none; *runtime "" if unknown. */
+static double read_usage(const char *result, size_t result_len, const sg_upstream_reply_t *r, sg_usage_t *u,
+                         char *runtime, size_t runtime_len)
+{
+    sg_usage_hdr_t h;
+    runtime[0] = '\0';
+    if (result == r->body && r->usage != NULL && r->usage[0] != '\0' &&
+        sg_usage_hdr_parse(r->usage, strlen(r->usage), &h) == 0) {
+        u->exit_code = h.exit_code;
+        u->timed_out = h.timed_out;
+        u->output_bytes = h.output_bytes;
+        snprintf(runtime, runtime_len, "%s", h.runtime);
+        return h.wall_s;
+    }
+    sg_metrics_usage_from_body();
+    char *text = sg_xstrndup(result, result_len);
+    json_object *o = json_tokener_parse(text), *rt = NULL;
+    free(text);
+    double wall = read_result(o, u);
+    if (o != NULL && json_object_object_get_ex(o, "runtime", &rt) && json_object_is_type(rt, json_type_string))
+        snprintf(runtime, runtime_len, "%s", json_object_get_string(rt));
+    json_object_put(o);
+    return wall;
+}
+
 void sg_gw_record_execution(sg_gw_req_t *g, const char *result, size_t result_len, const sg_upstream_reply_t *r)
 {
-    char *text = sg_xstrndup(result, result_len);
-    json_object *o = json_tokener_parse(text);
     usage_row_t *j = sg_xcalloc(1, sizeof(*j));
     double duration;
+    char runtime[32];
 
-    free(text);
     j->g = g;
     j->status = (int)r->status;
     snprintf(j->ctype, sizeof(j->ctype), "%s", r->content_type);
@@ -461,17 +488,12 @@ void sg_gw_record_execution(sg_gw_req_t *g, const char *result, size_t result_le
                                            : "execute");
     j->usage.started_at = g->started_at;
     /* none from the proxy: bill_seconds falls back to the gateway's measure */
-    duration = bill_seconds(g, read_result(o, &j->usage));
+    duration = bill_seconds(g, read_usage(result, result_len, r, &j->usage, runtime, sizeof(runtime)));
     j->usage.duration = duration;
     j->count_session = g->route != SG_GW_R_EPHEMERAL;
 
-    json_object *rt = NULL;
-    const char *runtime = o != NULL && json_object_object_get_ex(o, "runtime", &rt) &&
-                                  json_object_is_type(rt, json_type_string) && json_object_get_string_len(rt) > 0 &&
-                                  sg_tenant_runtime_valid(json_object_get_string(rt))
-                              ? json_object_get_string(rt)
-                              : sg_gw_runtime_label(g);
-    sg_metrics_execution(g->lang[0] ? g->lang : "unknown", runtime,
+    sg_metrics_execution(g->lang[0] ? g->lang : "unknown",
+                         runtime[0] != '\0' && sg_tenant_runtime_valid(runtime) ? runtime : sg_gw_runtime_label(g),
                          j->usage.timed_out        ? "timeout"
                          : j->usage.exit_code == 0 ? "success"
                                                    : "error",
@@ -479,6 +501,5 @@ void sg_gw_record_execution(sg_gw_req_t *g, const char *result, size_t result_le
     sg_stats_execution(sg_wall_s(), (double)(sg_now_us() - g->started_us) / 1e6);
     g->billed = 1; /* added to the day's with the execution's end (finish) */
     g->billed_s = duration;
-    json_object_put(o);
     usage_queue(j);
 }

@@ -36,6 +36,7 @@
 #include "buf.h"
 #include "http.h"
 #include "log.h"
+#include "usage_hdr.h"
 #include "util.h"
 
 #include <errno.h>
@@ -177,6 +178,7 @@ struct sg_upstream_req {
     sg_buf_t body;
     char content_type[256];
     char retry_after[64];
+    char usage[SG_USAGE_HDR_MAX + 2]; /* one more than a valid value: a longer one reads as invalid */
     char code[48];
     char err[320];
 };
@@ -355,6 +357,7 @@ static void finish(sg_upstream_req_t *r, const char *err, int timed_out)
     reply.status = r->head_done ? r->status : 0;
     reply.content_type = r->content_type;
     reply.retry_after = r->retry_after;
+    reply.usage = r->usage;
     reply.code = r->code;
     reply.body = "";
     reply.timed_out = timed_out;
@@ -455,6 +458,8 @@ static int read_head(sg_upstream_req_t *r, h2o_buffer_t **in, int *informational
             copy_value(r->content_type, sizeof(r->content_type), h->value, h->value_len);
         } else if (header_is(h, "retry-after", 11)) {
             copy_value(r->retry_after, sizeof(r->retry_after), h->value, h->value_len);
+        } else if (header_is(h, SG_USAGE_HDR_NAME, sizeof(SG_USAGE_HDR_NAME) - 1)) {
+            copy_value(r->usage, sizeof(r->usage), h->value, h->value_len);
         } else if (header_is(h, "content-length", 14)) {
             char v[32];
             char *end;

@@ -31,6 +31,7 @@ typedef struct {
     size_t body_len;
     const char *content_type; /* "" if none */
     const char *retry_after;  /* the reply's Retry-After header, "" if none */
+    const char *usage;        /* the reply's X-Sandgate-Usage header (usage_hdr.h), "" if none */
     const char *code;         /* an error reply's type: its X-Sandgate-Error header, or failing that
                                * (an older proxy) the "code" field of its JSON body; "" if none.
                                * Only [a-z0-9_], at most 47 characters. The one thing about an

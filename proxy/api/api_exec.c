@@ -8,6 +8,7 @@
 #include "json.h"
 #include "pool.h"
 #include "log.h"
+#include "usage_hdr.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -39,6 +40,37 @@ static json_object *exec_result_json(const sg_op_t *op, int with_results)
         json_object_object_add(o, "signal", json_object_new_int((int)op->signal));
     json_object_object_add(o, "runtime", json_object_new_string(sg_session_runtime(op->session)));
     return o;
+}
+
+/* What the run used, stated in the reply's X-Sandgate-Usage header
+ * (usage_hdr.h) from the result about to be sent, so that the gateway
+ * need not parse its body. */
+static void add_usage_header(h2o_req_t *req, json_object *result)
+{
+    sg_usage_hdr_t u = {0};
+    json_object *v;
+    char value[SG_USAGE_HDR_MAX];
+    if (json_object_object_get_ex(result, "wall_time", &v))
+        u.wall_s = json_object_get_double(v);
+    if (json_object_object_get_ex(result, "exit_code", &v))
+        u.exit_code = json_object_get_int(v);
+    if (json_object_object_get_ex(result, "timed_out", &v))
+        u.timed_out = json_object_get_boolean(v);
+    if (json_object_object_get_ex(result, "stdout", &v))
+        u.output_bytes += json_object_get_string_len(v);
+    if (json_object_object_get_ex(result, "stderr", &v))
+        u.output_bytes += json_object_get_string_len(v);
+    if (json_object_object_get_ex(result, "runtime", &v))
+        snprintf(u.runtime, sizeof(u.runtime), "%s", json_object_get_string(v));
+    sg_usage_hdr_format(&u, value, sizeof(value));
+    sg_http_add_header(req, "X-Sandgate-Usage", value);
+}
+
+/* A result as the JSON reply, its usage stated in a header. */
+static void send_result(h2o_req_t *req, json_object *result)
+{
+    add_usage_header(req, result);
+    sg_http_send_json(req, 200, result);
 }
 
 static sg_op_t *exec_op_for(sg_session_t *s, pending_t *p, int is_command)
@@ -169,7 +201,7 @@ static void exec_reply(pending_t *p, sg_op_t *op)
     if (p->stream != NULL)
         sse_finish(p, op);
     else if (req != NULL && !sg__api_send_op_failure(req, op))
-        sg_http_send_json(req, 200, exec_result_json(op, 1));
+        send_result(req, exec_result_json(op, 1));
 }
 
 static void on_exec_done(sg_op_t *op)
@@ -229,7 +261,7 @@ static void on_libs_ready(void *data, const sg_lib_result_t *r)
             if (r->http_status != 200)
                 sg__api_send_lib_failure(req, r);
             else
-                sg_http_send_json(req, 200, libraries_failed_json(r));
+                send_result(req, libraries_failed_json(r));
         }
         if (w->ephemeral)
             sg_session_close(w->s, NULL, NULL);

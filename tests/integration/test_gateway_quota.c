@@ -10,6 +10,7 @@
  */
 #include "sggw.h"
 #include "sgrun.h"
+#include "usage_hdr.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,6 +239,17 @@ SGGW_TEST(test_daily_seconds_quota)
  * 9. The usage ledger matches the replies
  * ------------------------------------------------------------------------ */
 
+/* sandgate_usage_from_body_total of the stack's gateway. */
+static double usage_from_body(void)
+{
+    sgtest_reply_t r;
+    sggw_call(stack.gw, NULL, "GET", "/metrics", NULL, &r);
+    double v = r.status == 200 ? sggw_metric(r.body, "sandgate_usage_from_body_total", "") : -1;
+    sgtest_reply_free(&r);
+    SG_CHECK(v >= 0, NULL, "GET /metrics: no sandgate_usage_from_body_total");
+    return v;
+}
+
 typedef struct {
     const char *kind; /* execute, command, ephemeral */
     const char *body;
@@ -265,6 +277,7 @@ SGGW_TEST(test_usage_matches_replies)
     size_t bytes = 0;
     int timeouts = 0;
     char path[256];
+    double from_body0 = usage_from_body();
 
     for (size_t i = 0; i < n; i++) {
         if (strcmp(runs[i].kind, "ephemeral") == 0)
@@ -283,6 +296,9 @@ SGGW_TEST(test_usage_matches_replies)
         json_object_put(o);
     }
     SG_CHECK(timeouts == 1 && runs[4].timed_out, NULL, "the 30 s sleep with timeout 1 must have timed out");
+    /* every one recorded from the proxy's X-Sandgate-Usage, none by parsing its result */
+    SG_CHECK(usage_from_body() == from_body0, NULL, "%.0f of the %zu runs were read from their result's JSON",
+             usage_from_body() - from_body0, n);
     SG_CHECK(runs[1].exit_code == 2 && runs[2].exit_code == 3, NULL, "exit codes 2 and 3 expected");
 
     /* the admin API: totals and one row per execution, in order */
@@ -358,9 +374,51 @@ SGGW_TEST(test_usage_matches_replies)
     sggw_session_done(stack.gw, tok, sid);
 }
 
+/* The proxy states what a run used in X-Sandgate-Usage, exactly as its
+ * result's JSON says it: output of multibyte text, bytes that are not
+ * UTF-8 (counted as sent, repaired) and stderr, an exit code, the wall time
+ * to the digit. A streamed run's usage is read from its last event. */
+SGGW_TEST(test_usage_header_states_the_result)
+{
+    char *sid, *tok = sggw_tenant_session(stack.gw, "usage-header", NULL, &sid);
+    char path[256];
+    sgtest_reply_t r;
+    sg_usage_hdr_t u;
+
+    pathf(path, sizeof(path), "/sessions/%s/execute", sid);
+    const char *code = "{\"code\":\"import sys\\nsys.stdout.write('\\u00e9\\u4e2d' * 40000)\\n"
+                       "sys.stdout.flush()\\nsys.stdout.buffer.write(b'\\\\xff\\\\xfe ok')\\n"
+                       "sys.stdout.flush()\\nprint('err', file=sys.stderr)\\nsys.exit(3)\"}";
+    SG_CHECK(sgtest_call(stack.proxy, "POST", path, code, &r) == 0 && r.status == 200, NULL, "execute: %ld %s",
+             r.status, r.body);
+    char *h = sgtest_reply_header(&r, "X-Sandgate-Usage");
+    json_object *o = json_tokener_parse(r.body);
+    SG_CHECK(h != NULL && o != NULL, o, "no X-Sandgate-Usage header, or no JSON result");
+    SG_CHECK(sg_usage_hdr_parse(h, strlen(h), &u) == 0, o, "X-Sandgate-Usage does not parse: %s", h);
+    size_t out_len = strlen(SG_STR(o, "stdout")), err_len = strlen(SG_STR(o, "stderr"));
+    SG_CHECK(out_len > 200000 && strstr(SG_STR(o, "stdout"), " ok") != NULL, o, "stdout of %zu bytes", out_len);
+    SG_CHECK(u.output_bytes == (int64_t)(out_len + err_len), o, "%s: output %lld, the result's %zu", h,
+             (long long)u.output_bytes, out_len + err_len);
+    SG_CHECK(u.exit_code == 3 && SG_INT(o, "exit_code") == 3 && u.timed_out == 0, o, "%s", h);
+    SG_CHECK(u.wall_s == SG_DBL(o, "wall_time"), o, "%s: wall %.9f, the result's %.9f", h, u.wall_s,
+             SG_DBL(o, "wall_time"));
+    SG_CHECK(strcmp(u.runtime, SG_STR(o, "runtime")) == 0, o, "%s: runtime", h);
+    free(h);
+    json_object_put(o);
+    sgtest_reply_free(&r);
+
+    /* a streamed run through the gateway: its result event is read */
+    double from_body0 = usage_from_body();
+    sggw_call(stack.gw, tok, "POST", path, "{\"code\":\"print(1)\",\"stream\":true}", &r);
+    SG_CHECK(r.status == 200 && strstr(r.body, "event: result") != NULL, NULL, "streamed: %ld %s", r.status, r.body);
+    sgtest_reply_free(&r);
+    SG_CHECK(usage_from_body() == from_body0 + 1, NULL, "the streamed run was not read from its result event");
+    sggw_session_done(stack.gw, tok, sid);
+}
+
 int main(void)
 {
     return SG_RUN_TESTS("gateway_quota", group_setup, sggw_stack_group_teardown, NULL, sggw_stack_teardown,
                         test_rate_limit_exact, test_session_cap_exact, test_daily_execs_quota, test_daily_seconds_quota,
-                        test_usage_matches_replies);
+                        test_usage_matches_replies, test_usage_header_states_the_result);
 }

@@ -22,6 +22,7 @@
 #include "buf.h"
 #include "config.h"
 #include "json.h"
+#include "usage_hdr.h"
 #include "utf8_ref.h"
 #include "util.h"
 
@@ -746,6 +747,69 @@ static int cmp16(const void *a, const void *b)
     return memcmp(a, b, 16);
 }
 
+/* X-Sandgate-Usage: what the proxy writes reads back the same (the wall
+ * time as the JSON's six decimals print it); anything else is refused
+ * whole, so that the gateway reads the body instead. */
+static void test_usage_header(void **state)
+{
+    (void)state;
+    sg_usage_hdr_t u = {.wall_s = 0.0010644, .exit_code = -1, .timed_out = 1, .output_bytes = 1048576}, back;
+    char v[SG_USAGE_HDR_MAX];
+    snprintf(u.runtime, sizeof(u.runtime), "runsc");
+    sg_usage_hdr_format(&u, v, sizeof(v));
+    assert_string_equal(v, "wall=0.001064; exit=-1; timed_out=1; output=1048576; runtime=runsc");
+    assert_int_equal(sg_usage_hdr_parse(v, strlen(v), &back), 0);
+    assert_true(back.wall_s == 0.001064);
+    assert_int_equal(back.exit_code, -1);
+    assert_int_equal(back.timed_out, 1);
+    assert_int_equal(back.output_bytes, 1048576);
+    assert_string_equal(back.runtime, "runsc");
+    /* a runtime that is not a name is left out; the rest still reads */
+    snprintf(u.runtime, sizeof(u.runtime), "run c");
+    sg_usage_hdr_format(&u, v, sizeof(v));
+    assert_null(strstr(v, "runtime"));
+    assert_int_equal(sg_usage_hdr_parse(v, strlen(v), &back), 0);
+    assert_string_equal(back.runtime, "");
+    /* in any order, spaces or none, an unknown key skipped */
+    const char *ok = "output=0;exit=0 ;  timed_out=0;future=x=y; wall=12.5";
+    assert_int_equal(sg_usage_hdr_parse(ok, strlen(ok), &back), 0);
+    assert_true(back.wall_s == 12.5);
+    assert_int_equal(back.exit_code, 0);
+    const char *bad[] = {
+        "",
+        "wall=1; exit=0; timed_out=0",                     /* output missing */
+        "wall=1; exit=0; timed_out=0; output=1; output=2", /* twice */
+        "wall=-1; exit=0; timed_out=0; output=1",          /* negative */
+        "wall=1e3; exit=0; timed_out=0; output=1",         /* not plain decimal */
+        "wall=nan; exit=0; timed_out=0; output=1",
+        "wall=.5; exit=0; timed_out=0; output=1",
+        "wall=1.; exit=0; timed_out=0; output=1",
+        "wall=1.2.3; exit=0; timed_out=0; output=1",
+        "wall=99999999; exit=0; timed_out=0; output=1",   /* over any run */
+        "wall=1; exit=2147483648; timed_out=0; output=1", /* over an int */
+        "wall=1; exit=0x1; timed_out=0; output=1",
+        "wall=1; exit=; timed_out=0; output=1",
+        "wall=1; exit=0; timed_out=2; output=1",
+        "wall=1; exit=0; timed_out=0; output=-1",
+        "wall=1; exit=0; timed_out=0; output=99999999999999999999",
+        "wall=1; exit=0; timed_out=0; output=1;", /* an empty part */
+        "wall=1; exit=0; timed_out=0; output=1; =3",
+        "wall=1; exit=0; timed_out=0; output=1; runtime=Run", /* not a runtime's name */
+        "wall=1; exit=0; timed_out=0; output=1; runtime=",
+        "wall=1; exit 0; timed_out=0; output=1",
+        "wall=1, exit=0, timed_out=0, output=1",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (sg_usage_hdr_parse(bad[i], strlen(bad[i]), &back) != -1)
+            fail_msg("accepted: \"%s\"", bad[i]);
+    }
+    /* longer than any value written */
+    char big[2 * SG_USAGE_HDR_MAX];
+    snprintf(big, sizeof(big), "wall=1; exit=0; timed_out=0; output=1; pad=%0*d", SG_USAGE_HDR_MAX, 0);
+    assert_int_equal(sg_usage_hdr_parse(big, strlen(big), &back), -1);
+    assert_int_equal(sg_usage_hdr_parse(NULL, 0, &back), -1);
+}
+
 static void test_random_pool(void **state)
 {
     static unsigned char draws[DRAWS][16];
@@ -808,6 +872,7 @@ int main(void)
         cmocka_unit_test(test_is_uuid),
         cmocka_unit_test(test_rfc3339),
         cmocka_unit_test(test_clocks),
+        cmocka_unit_test(test_usage_header),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
