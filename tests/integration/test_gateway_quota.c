@@ -404,8 +404,33 @@ SGGW_TEST(test_usage_header_states_the_result)
              SG_DBL(o, "wall_time"));
     SG_CHECK(strcmp(u.runtime, SG_STR(o, "runtime")) == 0, o, "%s: runtime", h);
     free(h);
+    sgtest_reply_free(&r);
+
+    /* the same through the gateway: the result passed on byte for byte
+     * (the proxy's body kept for the reply, not copied) */
+    sggw_call(stack.gw, tok, "POST", path, code, &r);
+    json_object *g = r.status == 200 ? json_tokener_parse(r.body) : NULL;
+    SG_CHECK(g != NULL && strcmp(SG_STR(g, "stdout"), SG_STR(o, "stdout")) == 0 &&
+                 strcmp(SG_STR(g, "stderr"), SG_STR(o, "stderr")) == 0,
+             g, "through the gateway: %ld, not the proxy's output", r.status);
+    json_object_put(g);
     json_object_put(o);
     sgtest_reply_free(&r);
+
+    /* megabyte results, several at once: each whole */
+    sggw_par_req_t reqs[4];
+    char url[512];
+    pathf(url, sizeof(url), "%s%s", sggw_gateway_url(stack.gw), path);
+    sggw_par_posts(reqs, 4, url, tok, "{\"code\":\"import sys; sys.stdout.write('y' * 1000000)\"}", 60);
+    SG_CHECK(sggw_parallel(reqs, 4) == 0, NULL, "batch");
+    for (int i = 0; i < 4; i++) {
+        json_object *m = reqs[i].reply.status == 200 ? json_tokener_parse(reqs[i].reply.body) : NULL;
+        const char *s = m != NULL ? SG_STR(m, "stdout") : "";
+        size_t ys = strspn(s, "y");
+        SG_CHECK(ys == 1000000 && s[ys] == '\0', m, "result %d: %ld, %zu bytes of y", i, reqs[i].reply.status, ys);
+        json_object_put(m);
+        sgtest_reply_free(&reqs[i].reply);
+    }
 
     /* a streamed run through the gateway: its result event is read */
     double from_body0 = usage_from_body();
