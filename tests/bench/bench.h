@@ -94,6 +94,7 @@ int row_failed(const row_t *r);
 typedef struct {
     const char *name;
     const char *code;         /* the trivial snippet */
+    const char *big_code;     /* prints BIG_RESULT_BYTES - 1 'x' and a newline */
     const char *once_argv[4]; /* the interpreter running it once */
 } lang_t;
 
@@ -112,6 +113,7 @@ typedef struct {
     long n, clients, idle;
     int skip_docker;
     char exec_body[128];      /* {"code":"print(1)"} */
+    char big_body[128];       /* {"code": lang's big_code} */
     char ephemeral_body[160]; /* {"code":"print(1)","lang":"python"} */
     char create_body[64];     /* {"lang":"python"} */
     const char *runtimes;     /* --runtimes: "runc,runsc", "none"; NULL: those the proxy offers */
@@ -153,6 +155,10 @@ void pool_refilled(const target_t *px, long want);
 /* POST path with body; the reply must be 200 with stdout exactly "1\n".
  * agent_ms (may be NULL) gets the reply's execution_time in ms, or -1. */
 int exec_check(hc_t *c, const char *path, const char *body, double *agent_ms, char *err, size_t errlen);
+/* The stdout of a run of opt.big_body: a result of this many bytes. */
+#define BIG_RESULT_BYTES 1000000
+/* exec_check of opt.big_body: its stdout whole. */
+int exec_check_big(hc_t *c, const char *path, char *err, size_t errlen);
 
 /* ---- running a function over indexes 0..count-1 on `threads` client
  * threads, each with its own handle to base ---- */

@@ -348,6 +348,24 @@ int exec_check(hc_t *c, const char *path, const char *body, double *agent_ms, ch
     return rc;
 }
 
+int exec_check_big(hc_t *c, const char *path, char *err, size_t errlen)
+{
+    json_object *o, *v;
+    int rc = -1;
+
+    if (hc_expect(c, "POST", path, opt.big_body, 200, err, errlen) != 0)
+        return -1;
+    o = json_tokener_parse(c->body.base);
+    if (o != NULL && json_object_object_get_ex(o, "stdout", &v) && json_object_is_type(v, json_type_string) &&
+        json_object_get_string_len(v) == BIG_RESULT_BYTES &&
+        strspn(json_object_get_string(v), "x") == BIG_RESULT_BYTES - 1)
+        rc = 0;
+    else
+        snprintf(err, errlen, "unexpected result: %.180s", c->body.base);
+    json_object_put(o);
+    return rc;
+}
+
 /* ------------------------------------------------------------------------
  * Running a function over indexes 0..count-1 on `threads` client threads,
  * each with its own handle to base.

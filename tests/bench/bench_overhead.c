@@ -125,18 +125,24 @@ static void phase_tti(const target_t *px, const target_t *gw)
     }
 }
 
+#define BIG_RUNS 30 /* timed executes of a 1 MB result, each target */
+
 /* Execute latency, the targets alternating request by request (proxy,
- * the bare relay when there is one, gateway). */
-static void phase_exec_alternating(const target_t *const *t, int n, row_t **out)
+ * the bare relay when there is one, gateway): of opt.exec_body opt.n
+ * times, or (big) of a 1 MB result BIG_RUNS times. */
+static void phase_exec_alternating(const target_t *const *t, int n, row_t **out, int big)
 {
     hc_t c[3];
     char id[3][64], path[3][128], err[256];
     int ok[3] = {0, 0, 0}, all = 1;
+    long runs = big ? BIG_RUNS : opt.n;
 
     for (int k = 0; k < n; k++)
-        out[k] = row_new(t[k]->name, "execute %s in session (alternating)", opt.lang->code);
-    fprintf(stderr, "sandgate-bench: %s: %d + %ld executes each, alternating\n",
-            n == 3 ? "proxy, relay and gateway" : "proxy and gateway", BENCH_WARMUP, opt.n);
+        out[k] = big ? row_new(t[k]->name, "execute, a %d-byte result (alternating)", BIG_RESULT_BYTES)
+                     : row_new(t[k]->name, "execute %s in session (alternating)", opt.lang->code);
+    fprintf(stderr, "sandgate-bench: %s: %d + %ld executes each%s, alternating\n",
+            n == 3 ? "proxy, relay and gateway" : "proxy and gateway", BENCH_WARMUP, runs,
+            big ? " of a 1 MB result" : "");
     for (int k = 0; k < n; k++) {
         if (hc_init(&c[k], t[k]->base, NULL, t[k]->token) != 0) {
             out[k]->failed = 1;
@@ -152,9 +158,10 @@ static void phase_exec_alternating(const target_t *const *t, int n, row_t **out)
         }
         snprintf(path[k], sizeof(path[k]), "/sessions/%s/execute", id[k]);
     }
-    for (long i = 0; all && i < BENCH_WARMUP + opt.n && !g_stop; i++) {
+    for (long i = 0; all && i < BENCH_WARMUP + runs && !g_stop; i++) {
         for (int k = 0; k < n; k++) {
-            if (exec_check(&c[k], path[k], opt.exec_body, NULL, err, sizeof(err)) != 0)
+            if ((big ? exec_check_big(&c[k], path[k], err, sizeof(err))
+                     : exec_check(&c[k], path[k], opt.exec_body, NULL, err, sizeof(err))) != 0)
                 row_err(out[k], "%s", err);
             else if (i >= BENCH_WARMUP)
                 row_ok(out[k], c[k].ms);
@@ -472,7 +479,7 @@ Exit:
 
 /* ex[]: the execute rows, proxy first and gateway last, the relay's between
  * when there is one (nex 3); tp_rows throughput rows from tp0, in that order */
-static row_t *ex[3];
+static row_t *ex[3], *big[3];
 static int nex;
 static size_t tp0, tp_rows;
 static double list_rps = -1, list_raw_rps = -1;
@@ -490,7 +497,9 @@ void phase_overhead(const target_t *px, const target_t *relay, const target_t *g
     const target_t *t[3] = {px, relay != NULL ? relay : gw, gw};
 
     nex = relay != NULL ? 3 : 2;
-    phase_exec_alternating(t, nex, ex);
+    phase_exec_alternating(t, nex, ex, 0);
+    if (!g_stop)
+        phase_exec_alternating(t, nex, big, 1);
     tp0 = nrows;
     if (!g_stop)
         phase_throughput_turns(t, nex);
@@ -517,6 +526,11 @@ void overhead_report(void)
     printf("\nThe gateway over the proxy (one run, side by side):\n");
     printf("  execute overhead                  p50 %+.2f ms  p99 %+.2f ms  (proxy %.2f / %.2f, gateway %.2f / %.2f)\n",
            p50[g] - p50[0], p99[g] - p99[0], p50[0], p99[0], p50[g], p99[g]);
+    if (big[0] != NULL && big[g] != NULL)
+        printf("  a 1 MB result, overhead           p50 %+.2f ms  p99 %+.2f ms  (proxy %.2f / %.2f, gateway %.2f / "
+               "%.2f)\n",
+               pct_or_nan(big[g], 50) - pct_or_nan(big[0], 50), pct_or_nan(big[g], 99) - pct_or_nan(big[0], 99),
+               pct_or_nan(big[0], 50), pct_or_nan(big[0], 99), pct_or_nan(big[g], 50), pct_or_nan(big[g], 99));
     if (tp_rows == (size_t)nex)
         printf("  throughput, %ld clients            gateway %.0f exec/s = %.0f%% of the proxy's %.0f\n", opt.clients,
                rate[g], rate[0] > 0 ? 100 * rate[g] / rate[0] : 0, rate[0]);

@@ -53,8 +53,8 @@ static void on_signal(int sig)
  * ------------------------------------------------------------------------ */
 
 static const lang_t langs[] = {
-    {"python", "print(1)", {"python3", "-c", "print(1)", NULL}},
-    {"javascript", "console.log(1)", {"node", "-e", "console.log(1)", NULL}},
+    {"python", "print(1)", "print('x' * 999999)", {"python3", "-c", "print(1)", NULL}},
+    {"javascript", "console.log(1)", "console.log('x'.repeat(999999))", {"node", "-e", "console.log(1)", NULL}},
 };
 
 opt_t opt = {
@@ -956,6 +956,7 @@ int main(int argc, char **argv)
     }
     snprintf(opt.create_body, sizeof(opt.create_body), "{\"lang\":\"%s\"}", opt.lang->name);
     snprintf(opt.exec_body, sizeof(opt.exec_body), "{\"code\":\"%s\"}", opt.lang->code);
+    snprintf(opt.big_body, sizeof(opt.big_body), "{\"code\":\"%s\"}", opt.lang->big_code);
     snprintf(opt.ephemeral_body, sizeof(opt.ephemeral_body), "{\"code\":\"%s\",\"lang\":\"%s\"}", opt.lang->code,
              opt.lang->name);
     snprintf(proxy, sizeof(proxy), "%s", opt.proxy);
