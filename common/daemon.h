@@ -1,7 +1,8 @@
 /*
  * daemon.h — the frame both servers' main() share around their own setup:
  * the configuration table read (config.h) and the log opened at its level,
- * SIGPIPE ignored; later the loop run until SIGINT or SIGTERM.
+ * SIGPIPE ignored, malloc kept from handing large buffers back to the
+ * kernel at once; later the loop run until SIGINT or SIGTERM.
  *
  * Main thread, once per process.
  */
