@@ -434,14 +434,17 @@ static redisReply *check_slot_answer(redis_req_t *req, redisReply *reply, size_t
     return reply;
 }
 
-/* Redis ran an execution's admission the copy refused, and took its slot
- * with the day's execution (a copy gone wrong): the slot is given back,
- * nothing runs in it; the day's count keeps the one Redis added. */
+/* Redis ran an execution's admission the copy refused, and kept the slot
+ * it took (a copy gone wrong: admitted, or the day's counters absent): the
+ * slot is given back, nothing runs in it; the day's count keeps what Redis
+ * added. A refusal by the quota gave it back in the script already. */
 static void give_back_taken(redis_req_t *req, redisReply *reply)
 {
-    if (reply != NULL && reply->type == REDIS_REPLY_ARRAY && reply->elements == 7 &&
-        sg_redis__reply_int(reply->element[0]) == 1 && sg_redis__reply_int(reply->element[2]) == 1 &&
-        sg_redis__reply_int(reply->element[4]) == SG_QUOTA_OK)
+    int64_t quota = reply != NULL && reply->type == REDIS_REPLY_ARRAY && reply->elements == 7
+                        ? sg_redis__reply_int(reply->element[4])
+                        : SG_QUOTA_EXECS;
+    if (quota != SG_QUOTA_EXECS && quota != SG_QUOTA_SECONDS && sg_redis__reply_int(reply->element[0]) == 1 &&
+        sg_redis__reply_int(reply->element[2]) == 1)
         sg_state_exec_release(&req->st->super, req->tenant, req->token, sg_state__ignore, NULL);
 }
 

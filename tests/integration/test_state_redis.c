@@ -924,6 +924,29 @@ static void test_solo_refusal_mismatch_gives_back(void **state)
     assert_int_equal(redis_int("ZCARD sg:tenant:1309:execs"), 2);
     assert_int_equal(redis_int("HGET sg:quota:1309:20260209 execs"), 1);
 
+    /* the day's key gone behind the copy (read again, at its limit): Redis
+     * answers "not seeded" and keeps the slot it took; it is given back */
+    memset(&w[0], 0, sizeof(w[0]));
+    a = admit_args("g-6", 8, day, 1);
+    sg_state_exec_admit(f->st, tenant, &a, on_admit, &w[0]);
+    RUN_UNTIL(f, w[0].done, WAIT_S); /* through Redis (the copy was dropped), refused: the copy read */
+    assert_int_equal(w[0].r.quota, SG_QUOTA_EXECS);
+    run_for(f, 0.05);
+    mismatches0 = solo_of(f->st).mismatches;
+    assert_int_equal(server_command("DEL sg:quota:1309:20260209"), 0);
+    memset(&w[0], 0, sizeof(w[0]));
+    a = admit_args("g-7", 8, day, 1);
+    sg_state_exec_admit(f->st, tenant, &a, on_admit, &w[0]);
+    assert_int_equal(w[0].done, 1); /* the copy refused at once */
+    assert_int_equal(w[0].r.quota, SG_QUOTA_EXECS);
+    t0 = sgtest_now();
+    while (solo_of(f->st).mismatches == mismatches0 && sgtest_now() - t0 < 2.0)
+        run_for(f, 0.02);
+    assert_int_equal(solo_of(f->st).mismatches, mismatches0 + 1);
+    run_for(f, 0.1);
+    assert_int_equal(redis_int("ZRANK sg:tenant:1309:execs g-7"), -1);
+    assert_int_equal(redis_int("ZCARD sg:tenant:1309:execs"), 2);
+
     /* sessions: a cap of 2 held (one through Redis, one from the copy) */
     for (int i = 3; i < 5; i++) {
         sg_state_session_admit(f->st, tenant, 0, 1, 2, i == 3 ? "p-3" : "p-4", on_admit, &w[i]);
