@@ -465,6 +465,22 @@ static void on_quota_copy(redis_req_t *req, redisReply *reply)
         give_back_taken(req, reply);
 }
 
+/* A refusal of an execution's admission the copy made for certain, r as
+ * Redis's answer will read: the script sent behind (it still takes the
+ * rate step and drops the lapsed slots), its answer checked by done
+ * against r's count and quota status, and r to cb. */
+static void refuse_behind(redis_state_t *st, int64_t tenant, const sg_admit_args_t *a, const sg_solo_admit_t *sa,
+                          req_done_fn done, const sg_admit_result_t *r, sg_admit_cb cb, void *data)
+{
+    redis_req_t *req = admit_req(st, tenant, a, sa->now_ms, sa->now_s, done, NULL);
+    req->tenant = tenant;
+    req->exp_in_flight = r->in_flight;
+    req->exp_quota = r->slot ? (int)r->quota : SG_QUOTA_OK;
+    snprintf(req->token, sizeof(req->token), "%s", a->token);
+    send_behind_copy(req, &st->local_refusals);
+    cb(data, r);
+}
+
 /* 1 when the copy refused the admission at the tenant's cap for certain:
  * the script still takes the rate step and drops the lapsed slots, so it
  * is sent behind like an admission, its answer checked; the copy stays
@@ -477,16 +493,10 @@ static int full_local(redis_state_t *st, mirror_t *m, int64_t tenant, const sg_a
     long n;
     if (!sg_solo_admit_full(&m->t, sa, &stored, &n))
         return 0;
-    redis_req_t *req = admit_req(st, tenant, a, sa->now_ms, sa->now_s, on_full_copy, NULL);
-    req->tenant = tenant;
-    req->exp_in_flight = n;
-    snprintf(req->token, sizeof(req->token), "%s", a->token);
-    send_behind_copy(req, &st->local_refusals);
-
     sg_admit_result_t r; /* as sg_redis__on_admit reads the script's answer */
     copy_admitted(&r, sa->now_ms, stored, a->rate_per_min, sa->burst, n);
     r.slot = 0;
-    cb(data, &r);
+    refuse_behind(st, tenant, a, sa, on_full_copy, &r, cb, data);
     return 1;
 }
 
@@ -504,19 +514,12 @@ static int quota_local(redis_state_t *st, mirror_t *m, int64_t tenant, const sg_
     double seconds;
     if (!sg_solo_admit_quota(&m->t, sa, &stored, &n, &status, &execs, &seconds))
         return 0;
-    redis_req_t *req = admit_req(st, tenant, a, sa->now_ms, sa->now_s, on_quota_copy, NULL);
-    req->tenant = tenant;
-    req->exp_in_flight = n;
-    req->exp_quota = status;
-    snprintf(req->token, sizeof(req->token), "%s", a->token);
-    send_behind_copy(req, &st->local_refusals);
-
     sg_admit_result_t r; /* as sg_redis__on_admit reads the script's answer */
     copy_admitted(&r, sa->now_ms, stored, a->rate_per_min, sa->burst, n);
     r.quota = (sg_quota_status_t)status;
     r.execs = execs;
     r.seconds = seconds;
-    cb(data, &r);
+    refuse_behind(st, tenant, a, sa, on_quota_copy, &r, cb, data);
     return 1;
 }
 

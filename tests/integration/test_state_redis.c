@@ -847,6 +847,15 @@ static void test_solo_refuses_rate_from_copy(void **state)
     free(tat_after);
 }
 
+/* Runs the loop until the backend has counted `want` mismatches (at most 2 s). */
+static void wait_mismatch(fixture_t *f, uint64_t want)
+{
+    double t0 = sgtest_now();
+    while (solo_of(f->st).mismatches < want && sgtest_now() - t0 < 2.0)
+        run_for(f, 0.02);
+    assert_int_equal(solo_of(f->st).mismatches, want);
+}
+
 /* A refusal at the cap from a copy gone wrong (a slot taken out of Redis
  * behind the gateway's back): Redis takes the slot instead, the difference
  * is counted and the copy dropped, and the slot is given back, nothing
@@ -875,10 +884,7 @@ static void test_solo_full_mismatch_gives_back(void **state)
     sg_state_exec_admit(f->st, 1308, &a, on_admit, &w[2]);
     assert_int_equal(w[2].done, 1); /* the copy refused at once */
     assert_int_equal(w[2].r.slot, 0);
-    double t0 = sgtest_now();
-    while (solo_of(f->st).mismatches == mismatches0 && sgtest_now() - t0 < 2.0)
-        run_for(f, 0.02);
-    assert_int_equal(solo_of(f->st).mismatches, mismatches0 + 1);
+    wait_mismatch(f, mismatches0 + 1);
     run_for(f, 0.1); /* the slot given back */
     assert_int_equal(redis_int("ZCARD sg:tenant:1308:execs"), 1);
     assert_int_equal(redis_int("ZRANK sg:tenant:1308:execs f-1"), 0);
@@ -915,10 +921,7 @@ static void test_solo_refusal_mismatch_gives_back(void **state)
     sg_state_exec_admit(f->st, tenant, &a, on_admit, &w[2]);
     assert_int_equal(w[2].done, 1); /* the copy refused at once */
     assert_int_equal(w[2].r.quota, SG_QUOTA_EXECS);
-    double t0 = sgtest_now();
-    while (solo_of(f->st).mismatches == mismatches0 && sgtest_now() - t0 < 2.0)
-        run_for(f, 0.02);
-    assert_int_equal(solo_of(f->st).mismatches, mismatches0 + 1);
+    wait_mismatch(f, mismatches0 + 1);
     run_for(f, 0.1); /* the slot given back */
     assert_int_equal(redis_int("ZRANK sg:tenant:1309:execs g-2"), -1);
     assert_int_equal(redis_int("ZCARD sg:tenant:1309:execs"), 2);
@@ -939,10 +942,7 @@ static void test_solo_refusal_mismatch_gives_back(void **state)
     sg_state_exec_admit(f->st, tenant, &a, on_admit, &w[0]);
     assert_int_equal(w[0].done, 1); /* the copy refused at once */
     assert_int_equal(w[0].r.quota, SG_QUOTA_EXECS);
-    t0 = sgtest_now();
-    while (solo_of(f->st).mismatches == mismatches0 && sgtest_now() - t0 < 2.0)
-        run_for(f, 0.02);
-    assert_int_equal(solo_of(f->st).mismatches, mismatches0 + 1);
+    wait_mismatch(f, mismatches0 + 1);
     run_for(f, 0.1);
     assert_int_equal(redis_int("ZRANK sg:tenant:1309:execs g-7"), -1);
     assert_int_equal(redis_int("ZCARD sg:tenant:1309:execs"), 2);
@@ -959,10 +959,7 @@ static void test_solo_refusal_mismatch_gives_back(void **state)
     sg_state_session_admit(f->st, tenant, 0, 1, 2, "p-5", on_admit, &w[5]);
     assert_int_equal(w[5].done, 1); /* the copy refused at once */
     assert_int_equal(w[5].r.slot, 0);
-    t0 = sgtest_now();
-    while (solo_of(f->st).mismatches == mismatches0 && sgtest_now() - t0 < 2.0)
-        run_for(f, 0.02);
-    assert_int_equal(solo_of(f->st).mismatches, mismatches0 + 1);
+    wait_mismatch(f, mismatches0 + 1);
     run_for(f, 0.1); /* the reservation given back */
     assert_int_equal(redis_int("ZRANK sg:tenant:1309:sessions pending:p-5"), -1);
     assert_int_equal(redis_int("ZCARD sg:tenant:1309:sessions"), 1);
