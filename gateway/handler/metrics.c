@@ -67,8 +67,9 @@ static void render_solo(sg_buf_t *out)
                    (unsigned long long)s.local_admits);
     sg_buf_appendf(out,
                    "# HELP sandgate_state_solo_refusals_total Requests refused from this gateway's copy: past their "
-                   "tenant's rate (nothing sent to Redis) or at its cap of executions in flight (Redis checked "
-                   "each after).\n# TYPE sandgate_state_solo_refusals_total counter\n"
+                   "tenant's rate (nothing sent to Redis), at its cap of executions in flight, past its day's quota "
+                   "or at its cap of live sessions (Redis checked each after).\n# TYPE "
+                   "sandgate_state_solo_refusals_total counter\n"
                    "sandgate_state_solo_refusals_total %llu\n",
                    (unsigned long long)s.local_refusals);
     sg_buf_appendf(out,

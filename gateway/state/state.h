@@ -255,7 +255,7 @@ void sg_state_redis_solo(sg_state_t *st, int want);
 typedef struct {
     int holds;               /* solo: admits from its copy now */
     uint64_t local_admits;   /* solo: executions so admitted */
-    uint64_t local_refusals; /* solo: calls refused from the copy: by the rate (nothing sent), at the cap */
+    uint64_t local_refusals; /* solo: calls refused from the copy (the rate, a cap, the day's quota) */
     uint64_t mismatches;     /* solo: answers of Redis other than the copy's (a copy dropped each time) */
     uint64_t writes;         /* writes to Redis's socket, solo or not (each may wake Redis) */
 } sg_state_redis_stats_t;
