@@ -169,6 +169,7 @@ typedef struct {
     sg_session_rec_t rec;
     sg_gw_req_t *g;
     json_object *reply;
+    int waiting; /* for the ledger's insert and the live state's commit */
 } open_job_t;
 
 static void open_fn(sg_gw_job_t *job, sg_store_t *st)
@@ -180,11 +181,17 @@ static void open_fn(sg_gw_job_t *job, sg_store_t *st)
         sg_error("session %s: cannot bind its template slot: %s", j->rec.id, job->err);
 }
 
-/* The reply goes out once the session is on record: the client's next
- * request (which looks the owner up there) must find it. */
-static void open_done(sg_gw_job_t *job)
+/* The reply goes out once the session is on record, in the ledger and in
+ * the live state: the client's next request (which looks the owner up in
+ * the one) must find it, and so must whatever it sends through another
+ * gateway (a delete there, applied before this commit, would leave a live
+ * record of a closed session holding one of the tenant's slots). A commit
+ * Redis did not take is not waited for again: the rebuild restores it. */
+static void open_step(open_job_t *j)
 {
-    open_job_t *j = (open_job_t *)job;
+    sg_gw_job_t *job = &j->job;
+    if (--j->waiting > 0)
+        return;
     if (job->rc != 0) {
         sg_error("session %s: cannot record it: %s", j->rec.id, job->err);
         json_object_put(j->reply);
@@ -197,6 +204,16 @@ static void open_done(sg_gw_job_t *job)
     }
     sg_gw_req_free(j->g);
     free(j);
+}
+
+static void open_done(sg_gw_job_t *job)
+{
+    open_step((open_job_t *)job);
+}
+
+static void on_committed(void *data, const sg_state_result_t *r)
+{
+    open_step(data);
 }
 
 static void on_create_reply(void *data, const sg_upstream_reply_t *r)
@@ -229,9 +246,10 @@ static void on_create_reply(void *data, const sg_upstream_reply_t *r)
     live.idle_deadline = now + g->tenant.idle_timeout;
     live.lifetime_deadline = now + g->tenant.max_lifetime;
     snprintf(live.proxy, sizeof(live.proxy), "%s", g->proxy->url);
-    sg_state_session_commit(sg_gw.state, g->reservation, &live, sg_gw_state_ignore, NULL);
 
     open_job_t *j = sg_xcalloc(1, sizeof(*j));
+    j->waiting = 2;
+    sg_state_session_commit(sg_gw.state, g->reservation, &live, on_committed, j);
     snprintf(j->rec.id, sizeof(j->rec.id), "%s", sid);
     j->rec.tenant_id = g->tenant.id;
     snprintf(j->rec.lang, sizeof(j->rec.lang), "%s", g->lang);

@@ -253,7 +253,9 @@ static void redis_session_commit(sg_state_t *_st, const char *token, const sg_li
     else
         sg_redis__req_arg(req, "%s", "");
     req_session_args(req, s);
-    sg_redis__req_send(req);
+    /* its answer is awaited (the create's reply): on its way before the
+     * ledger's insert runs */
+    sg_redis__req_send_now(req);
 }
 
 static void redis_session_touch(sg_state_t *_st, const char *sid, int64_t now, long idle_timeout, int add_exec,

@@ -190,6 +190,14 @@ void sg_redis__req_send(redis_req_t *req)
         h2o_timeout_link(st->super.loop, &st->cmd_timeout, &req->timeout);
 }
 
+void sg_redis__req_send_now(redis_req_t *req)
+{
+    redis_state_t *st = req->st;
+    sg_redis__req_send(req); /* req may be gone: it failed at once */
+    if (st->ac != NULL)
+        sg_redis_h2o_flush_now(st->ac);
+}
+
 void sg_redis__req_send_lazy(redis_req_t *req)
 {
     req->lazy = 1;

@@ -187,3 +187,12 @@ int sg_redis_h2o_command(redisAsyncContext *ac, int lazy, redisCallbackFn *fn, v
         a->next_lazy = 0;
     return rc;
 }
+
+void sg_redis_h2o_flush_now(redisAsyncContext *ac)
+{
+    adapter_t *a = ac->ev.data;
+    if (a == NULL || flushing || (ac->c.flags & REDIS_IN_CALLBACK) || !h2o_timeout_is_linked(&a->flush))
+        return;
+    h2o_timeout_unlink(&a->flush);
+    on_flush(&a->flush);
+}

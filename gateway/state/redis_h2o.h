@@ -37,4 +37,11 @@ int sg_redis_h2o_attach(redisAsyncContext *ac, h2o_loop_t *loop, uint64_t *write
 int sg_redis_h2o_command(redisAsyncContext *ac, int lazy, redisCallbackFn *fn, void *privdata, int argc,
                          const char **argv, const size_t *argvlen);
 
+/* Writes what is queued at once rather than at the end of the turn: for a
+ * command whose answer is awaited while the loop goes on to blocking work
+ * of its own (a session's commit, beside the ledger's insert). Inside a
+ * hiredis callback the write stays where it was. May free ac (a write
+ * that failed). */
+void sg_redis_h2o_flush_now(redisAsyncContext *ac);
+
 #endif

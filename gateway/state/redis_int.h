@@ -118,6 +118,10 @@ redis_req_t *sg_redis__req_new(redis_state_t *st, int script, int nkeys, req_don
 void sg_redis__req_arg(redis_req_t *req, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Sends it; outside READY it completes at once with NULL. */
 void sg_redis__req_send(redis_req_t *req);
+/* Sends it and writes it at once (sg_redis_h2o_flush_now), with what is
+ * queued before it: for a call whose answer is awaited while the loop does
+ * blocking work first. req may be gone when it returns. */
+void sg_redis__req_send_now(redis_req_t *req);
 /* Sends a call nobody waits for (its answer at most checked): written
  * within SG_LOOP_LATER_MS, with the others of those turns, rather than at
  * the end of this one (redis_h2o.h). Order is kept: a call sent after it

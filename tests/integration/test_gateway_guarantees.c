@@ -471,6 +471,47 @@ SGGW_TEST(test_solo_refuses_quota_and_cap_from_copy)
     free(tok);
 }
 
+/* A session's create is answered once the session is in the live state,
+ * not only in the ledger: whatever the client sends next, through any
+ * gateway, finds its record (a delete applied before the commit would
+ * leave a live record of a closed session, holding a slot). Alone on its
+ * Redis the gateway admits the create from its copy, without waiting for
+ * Redis; with Redis holding every write back for PAUSE_MS (CLIENT PAUSE
+ * WRITE), the reply must wait for the commit, and the record is there
+ * when it comes. */
+#define PAUSE_MS 400
+SGGW_TEST(test_create_answered_once_live)
+{
+    int ok;
+    wait_solo(stack.gw, 1);
+    char *tok = sggw_new_tenant(data_dir(), "solo-commit", NULL);
+    char *sid = sggw_create_session(stack.gw, tok, NULL, NULL); /* the tenant's copy is read */
+    sggw_delete_session(stack.gw, tok, sid);
+    free(sid);
+    double admitted0 = metric(stack.gw, "sandgate_state_solo_admissions_total");
+    char *v = sggw_redis_cmd(stack.redis, &ok, "CLIENT PAUSE %d WRITE", PAUSE_MS);
+    SG_CHECK(ok, NULL, "CLIENT PAUSE: %s", v != NULL ? v : "no answer");
+    free(v);
+    double t0 = sgtest_now();
+    sid = sggw_create_session(stack.gw, tok, NULL, NULL);
+    double took = sgtest_now() - t0;
+    char *proxy = sggw_redis_cmd(stack.redis, &ok, "HGET sg:session:%s proxy", sid);
+    char *score = sggw_redis_cmd(stack.redis, &ok, "ZSCORE sg:tenant:%lld:sessions %s",
+                                 (long long)sggw_tenant_id(data_dir(), "solo-commit"), sid);
+    fprintf(stderr, "create during a %d ms pause of Redis's writes: answered after %.3f s\n", PAUSE_MS, took);
+    SG_CHECK(metric(stack.gw, "sandgate_state_solo_admissions_total") > admitted0, NULL,
+             "the create was not admitted from the copy: nothing waited for Redis to show");
+    SG_CHECK(proxy != NULL && strcmp(proxy, sgtest_proxy_url(stack.proxy)) == 0, NULL,
+             "answered, session %s has no live record naming its proxy (\"%s\")", sid,
+             proxy != NULL ? proxy : "(none)");
+    SG_CHECK(score != NULL, NULL, "answered, session %s is not among its tenant's live sessions", sid);
+    free(proxy);
+    free(score);
+    sggw_delete_session(stack.gw, tok, sid);
+    free(sid);
+    free(tok);
+}
+
 /* Stopped normally right after its last answer, a gateway alone on its
  * Redis leaves nothing unsent: the ends of its executions (written to Redis
  * a little after their replies) are there before it exits, every slot given
@@ -1009,6 +1050,7 @@ int main(void)
     return SG_RUN_TESTS("gateway_guarantees", group_setup, sggw_stack_group_teardown, NULL, after_test,
                         test_revocation_reaches_every_gateway, test_answered_is_in_ledger, test_limits_exact_under_load,
                         test_solo_limits_exact, test_solo_refuses_quota_and_cap_from_copy,
-                        test_solo_stop_leaves_nothing_unsent, test_kill9_loses_no_answered_row,
-                        test_busy_ledger_answers_after_the_lock, test_wal_stays_bounded);
+                        test_create_answered_once_live, test_solo_stop_leaves_nothing_unsent,
+                        test_kill9_loses_no_answered_row, test_busy_ledger_answers_after_the_lock,
+                        test_wal_stays_bounded);
 }

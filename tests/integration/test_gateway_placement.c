@@ -8,8 +8,8 @@
  *     each proxy's own GET /sessions lists those placed there, and the
  *     session's SQLite row names that proxy; every later call for a
  *     session reaches its proxy through either gateway (its interpreter
- *     state is there); the Redis record names it too; a one-shot execution
- *     goes to the less loaded proxy;
+ *     state is there); the Redis record names it too, once the create is
+ *     answered; a one-shot execution goes to the less loaded proxy;
  *   - a proxy killed (SIGKILL) mid-execution: that execution answers 502
  *     at once; its sessions answer 410 session_lost within the checks
  *     (3 s) + the grace (SANDGATE_PROXY_GRACE_MS) + a margin, and no call
@@ -92,7 +92,9 @@ static void expect_recorded_on(const char *sid, int i)
              sid, row, sgtest_proxy_url(S.pp.proxy[i]));
     free(row);
     /* and in its live record, for dashboards */
-    char *h = sggw_redis_cmd(S.redis, NULL, "HGET sg:session:%s proxy", sid);
+    int ok;
+    char *h = sggw_redis_cmd(S.redis, &ok, "HGET sg:session:%s proxy", sid);
+    SG_CHECK(ok, NULL, "HGET sg:session:%s proxy: %s", sid, h != NULL ? h : "no answer from Redis");
     SG_CHECK(h != NULL && strcmp(h, sgtest_proxy_url(S.pp.proxy[i])) == 0, NULL,
              "session %s: its Redis record names proxy \"%s\"", sid, h != NULL ? h : "(none)");
     free(h);
