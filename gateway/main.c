@@ -191,14 +191,16 @@ int main(int argc, char **argv)
         sg_warn("SANDGATE_ADMIN_TOKEN is empty: the admin API is disabled");
     sg_daemon_run(sg_gw.loop);
     sg_http_server_stop_accepting(server);
-    /* Let the work under way finish (replies, ledger rows, closes), for a
-     * few seconds at most; then stop the DB threads. The state and the
+    /* Let the work under way finish (requests, whatever they wait for:
+     * the proxy, the DB, Redis; ledger rows, closes), for a few seconds at
+     * most; then stop the DB threads. The state and the
      * upstream are not destroyed (callbacks of theirs may still want the
      * other): the state is only made to send what it holds
      * (sg_state_leave), and the upstream has nothing to save. */
     uint64_t deadline = sg_now_ms() + 10000;
     sg_proxies_stop_checks();
-    while ((sg_workq_pending(sg_gw.dbq) != 0 || proxies_in_flight() != 0) && sg_now_ms() < deadline)
+    while ((sg_workq_pending(sg_gw.dbq) != 0 || proxies_in_flight() != 0 || sg_gw_reqs_live() != 0) &&
+           sg_now_ms() < deadline)
         h2o_evloop_run(sg_gw.loop, 100);
     sg_gw.stopping = 1;
     sg_workq_t *dbq = sg_gw.dbq;

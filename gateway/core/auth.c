@@ -468,7 +468,7 @@ int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_rout
         return refuse(req, route, 400, "bad_path", "the query string is %zu bytes, above the limit of %d",
                       req->path.len - req->query_at, SG_GW_QUERY_MAX - 1);
 
-    sg_gw_req_t *g = sg_xcalloc(1, sizeof(*g));
+    sg_gw_req_t *g = sg_gw_req_alloc();
     g->hold = sg_http_hold(req);
     g->spec = spec;
     g->route = route;

@@ -25,8 +25,22 @@ const char *const sg_gw_route_names[] = {
     "create_session",    "list_sessions",   "get_session",    "delete_session",  "execute",     "command", "files",
     "ephemeral_execute", "install_library", "list_templates", "delete_template", "pip_install", "mcp"};
 
+static size_t reqs_live; /* made by sg_gw_req_alloc, not yet freed */
+
+sg_gw_req_t *sg_gw_req_alloc(void)
+{
+    reqs_live++;
+    return sg_xcalloc(1, sizeof(sg_gw_req_t));
+}
+
+size_t sg_gw_reqs_live(void)
+{
+    return reqs_live;
+}
+
 void sg_gw_req_free(sg_gw_req_t *g)
 {
+    reqs_live--;
     sg_upstream_cancel(g->up);
     sg_upstream_cancel(g->cancel_up);
     if (h2o_timeout_is_linked(&g->proxy_wait))

@@ -212,9 +212,14 @@ void sg_gw_req_run_as(sg_gw_req_t *g, const sg_gw_route_spec_t *spec);
 /* Adds the 401 challenge of spec (WWW-Authenticate; error "" or e.g.
  * "invalid_token") to req. */
 void sg_gw_add_challenge(h2o_req_t *req, const sg_gw_route_spec_t *spec, const char *error);
+/* A request, zeroed, counted among the live ones until its free. */
+sg_gw_req_t *sg_gw_req_alloc(void);
 /* Every request ends here, whatever the path (reply, upstream failure,
  * client gone, stream end): an execution slot it holds is given back. */
 void sg_gw_req_free(sg_gw_req_t *g);
+/* Requests made and not yet freed: a stop lets them finish (main.c),
+ * whatever they wait for (the proxy, the DB, Redis). */
+size_t sg_gw_reqs_live(void);
 /* The client's request, or NULL once the client has gone. */
 h2o_req_t *sg_gw_req_http(sg_gw_req_t *g);
 

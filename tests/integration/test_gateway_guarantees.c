@@ -521,6 +521,96 @@ SGGW_TEST(test_create_answered_once_live)
     free(tok);
 }
 
+/* Sessions the stack's proxy lists (-1 when GET /sessions fails). */
+static long proxy_sessions(void)
+{
+    sgtest_reply_t r;
+    json_object *o, *a;
+    long n = -1;
+    sgtest_call(stack.proxy, "GET", "/sessions", NULL, &r);
+    if (r.status == 200 && (o = json_tokener_parse(r.body)) != NULL) {
+        if (json_object_object_get_ex(o, "sessions", &a) && json_object_is_type(a, json_type_array))
+            n = (long)json_object_array_length(a);
+        json_object_put(o);
+    }
+    sgtest_reply_free(&r);
+    return n;
+}
+
+typedef struct {
+    long want;
+} count_ctx_t;
+
+static bool proxy_has(void *ctx)
+{
+    return proxy_sessions() >= ((count_ctx_t *)ctx)->want;
+}
+
+/* A gateway stopped (SIGTERM) while creates wait for Redis to take their
+ * commit answers them before it exits: alone on a Redis of its own that
+ * holds writes back (CLIENT PAUSE WRITE), the gateway admits NCREATES
+ * creates from its copy and the proxy makes them; the stop comes then.
+ * Each is answered 200, its record in Redis; the gateway exits 0. */
+#define NCREATES 2 /* the stack proxy's pool (group_setup) */
+SGGW_TEST(test_stop_answers_creates_waiting_for_redis)
+{
+    int ok;
+    char url[256];
+    sggw_par_req_t reqs[NCREATES];
+    stack.extra_redis = sggw_redis_start();
+    SG_CHECK(stack.extra_redis != NULL, NULL, "cannot start a second redis-server");
+    sggw_gateway_t *g = second_gateway_on(sggw_redis_url(stack.extra_redis));
+    wait_solo(g, 1);
+    char *tok = sggw_new_tenant(data_dir(), "stop-creates", NULL);
+    char *sid = sggw_create_session(g, tok, NULL, NULL); /* the tenant's copy is read */
+    sggw_delete_session(g, tok, sid);
+    free(sid);
+    /* the creates take ready containers: made in milliseconds, while Redis
+     * still holds writes back (a container started for one takes longer
+     * than the pause) */
+    SG_CHECK(sgtest_proxy_pools_full(stack.proxy, 60) == 0, NULL, "the proxy's pool did not fill");
+    count_ctx_t c = {.want = proxy_sessions() + NCREATES};
+    SG_CHECK(c.want >= NCREATES, NULL, "GET /sessions of the proxy failed");
+    double admitted0 = metric(g, "sandgate_state_solo_admissions_total");
+
+    char *v = sggw_redis_cmd(stack.extra_redis, &ok, "CLIENT PAUSE %d WRITE", 2 * PAUSE_MS);
+    SG_CHECK(ok, NULL, "CLIENT PAUSE: %s", v != NULL ? v : "no answer");
+    free(v);
+    snprintf(url, sizeof(url), "%s/sessions", sggw_gateway_url(g));
+    for (int i = 0; i < NCREATES; i++)
+        reqs[i] = sggw_par_post(url, tok, "{\"lang\":\"python\"}", 30);
+    sggw_batch_t *b = sggw_batch_start(reqs, NCREATES);
+    SG_CHECK(b != NULL, NULL, "the creates could not start");
+    SG_CHECK(sgtest_poll(proxy_has, &c, 10, 0.005) == 0, NULL, "the proxy did not make the %d sessions", NCREATES);
+    size_t answered = sgtest_batch_finished(b);
+    double from_copy = metric(g, "sandgate_state_solo_admissions_total") - admitted0;
+    stack.extra_gw = NULL;
+    int stopped = sggw_gateway_stop(g);
+    sggw_batch_join(b);
+    fprintf(stderr,
+            "stop with %d creates waiting for Redis: %zu answered before it, %.0f admitted from the copy, gateway exit "
+            "%d\n",
+            NCREATES, answered, from_copy, stopped);
+    SG_CHECK(answered == 0 && from_copy == NCREATES, NULL,
+             "%zu creates answered before the stop, %.0f of %d admitted from the copy: the stop did not find them "
+             "waiting for Redis",
+             answered, from_copy, NCREATES);
+    for (int i = 0; i < NCREATES; i++) {
+        json_object *o = reqs[i].reply.status == 200 ? json_tokener_parse(reqs[i].reply.body) : NULL, *id;
+        SG_CHECK(o != NULL && json_object_object_get_ex(o, "session_id", &id), o,
+                 "a create under way at the stop was answered %ld: %s", reqs[i].reply.status,
+                 reqs[i].reply.body != NULL ? reqs[i].reply.body : "");
+        v = sggw_redis_cmd(stack.extra_redis, &ok, "HGET sg:session:%s proxy", json_object_get_string(id));
+        SG_CHECK(ok && v != NULL, o, "answered, session %s has no live record", json_object_get_string(id));
+        free(v);
+        sggw_delete_session(stack.gw, tok, json_object_get_string(id));
+        json_object_put(o);
+        sgtest_reply_free(&reqs[i].reply);
+    }
+    SG_CHECK(stopped == 0, NULL, "the gateway did not exit 0 on SIGTERM");
+    free(tok);
+}
+
 /* Stopped normally right after its last answer, a gateway alone on its
  * Redis leaves nothing unsent: the ends of its executions (written to Redis
  * a little after their replies) are there before it exits, every slot given
@@ -1059,7 +1149,7 @@ int main(void)
     return SG_RUN_TESTS("gateway_guarantees", group_setup, sggw_stack_group_teardown, NULL, after_test,
                         test_revocation_reaches_every_gateway, test_answered_is_in_ledger, test_limits_exact_under_load,
                         test_solo_limits_exact, test_solo_refuses_quota_and_cap_from_copy,
-                        test_create_answered_once_live, test_solo_stop_leaves_nothing_unsent,
-                        test_kill9_loses_no_answered_row, test_busy_ledger_answers_after_the_lock,
-                        test_wal_stays_bounded);
+                        test_create_answered_once_live, test_stop_answers_creates_waiting_for_redis,
+                        test_solo_stop_leaves_nothing_unsent, test_kill9_loses_no_answered_row,
+                        test_busy_ledger_answers_after_the_lock, test_wal_stays_bounded);
 }
