@@ -521,19 +521,14 @@ SGGW_TEST(test_create_answered_once_live)
     free(tok);
 }
 
-/* Sessions the stack's proxy lists (-1 when GET /sessions fails). */
+/* Sessions the stack's proxy lists. */
 static long proxy_sessions(void)
 {
-    sgtest_reply_t r;
-    json_object *o, *a;
-    long n = -1;
-    sgtest_call(stack.proxy, "GET", "/sessions", NULL, &r);
-    if (r.status == 200 && (o = json_tokener_parse(r.body)) != NULL) {
-        if (json_object_object_get_ex(o, "sessions", &a) && json_object_is_type(a, json_type_array))
-            n = (long)json_object_array_length(a);
-        json_object_put(o);
-    }
-    sgtest_reply_free(&r);
+    char **ids = sgtest_listed_sessions(stack.proxy);
+    long n = 0;
+    while (ids[n] != NULL)
+        n++;
+    sgtest_strv_free(ids);
     return n;
 }
 
@@ -570,7 +565,6 @@ SGGW_TEST(test_stop_answers_creates_waiting_for_redis)
      * than the pause) */
     SG_CHECK(sgtest_proxy_pools_full(stack.proxy, 60) == 0, NULL, "the proxy's pool did not fill");
     count_ctx_t c = {.want = proxy_sessions() + NCREATES};
-    SG_CHECK(c.want >= NCREATES, NULL, "GET /sessions of the proxy failed");
     double admitted0 = metric(g, "sandgate_state_solo_admissions_total");
 
     char *v = sggw_redis_cmd(stack.extra_redis, &ok, "CLIENT PAUSE %d WRITE", 2 * PAUSE_MS);
