@@ -440,11 +440,11 @@ static redisReply *check_slot_answer(redis_req_t *req, redisReply *reply, size_t
  * added. A refusal by the quota gave it back in the script already. */
 static void give_back_taken(redis_req_t *req, redisReply *reply)
 {
-    int64_t quota = reply != NULL && reply->type == REDIS_REPLY_ARRAY && reply->elements == 7
-                        ? sg_redis__reply_int(reply->element[4])
-                        : SG_QUOTA_EXECS;
-    if (quota != SG_QUOTA_EXECS && quota != SG_QUOTA_SECONDS && sg_redis__reply_int(reply->element[0]) == 1 &&
-        sg_redis__reply_int(reply->element[2]) == 1)
+    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY || reply->elements != 7)
+        return;
+    int64_t quota = sg_redis__reply_int(reply->element[4]);
+    if (sg_redis__reply_int(reply->element[0]) == 1 && sg_redis__reply_int(reply->element[2]) == 1 &&
+        quota != SG_QUOTA_EXECS && quota != SG_QUOTA_SECONDS)
         sg_state_exec_release(&req->st->super, req->tenant, req->token, sg_state__ignore, NULL);
 }
 

@@ -850,9 +850,7 @@ static void test_solo_refuses_rate_from_copy(void **state)
 /* Runs the loop until the backend has counted `want` mismatches (at most 2 s). */
 static void wait_mismatch(fixture_t *f, uint64_t want)
 {
-    double t0 = sgtest_now();
-    while (solo_of(f->st).mismatches < want && sgtest_now() - t0 < 2.0)
-        run_for(f, 0.02);
+    RUN_UNTIL(f, solo_of(f->st).mismatches >= want, 2.0);
     assert_int_equal(solo_of(f->st).mismatches, want);
 }
 
