@@ -13,6 +13,7 @@ PKGS=(build-essential cmake pkg-config libh2o-evloop-dev libssl-dev
       zlib1g-dev  # the rich-result tests inflate the PNGs a sandbox sends back
       clang libclang-rt-14-dev  # fuzz/: clang's libFuzzer and sanitizer runtimes
       clang-format  # the format check (tests/format.sh)
+      python3-prometheus-client  # the Prometheus client library's parser reads each /metrics (tests/support/sggw_api.c)
       runsc  # gVisor: the engine runs every sandbox under it (deploy/engine.sh)
       python3 nodejs  # the agent's unit tests run the kernels on the host
       chromium)  # GET /docs and the ops dashboard in a real browser (tests/openapi/, tests/dashboard/)

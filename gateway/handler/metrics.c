@@ -9,6 +9,7 @@
 #include "json.h"
 #include "metrics.h"
 #include "placement.h"
+#include "procstat.h"
 
 int sg_gw_on_root(void *app, h2o_req_t *req, const sg_route_match_t *m)
 {
@@ -93,6 +94,7 @@ int sg_gw_on_metrics(void *app, h2o_req_t *req, const sg_route_match_t *m)
     sg_metrics_render(&out);
     render_proxies(&out);
     render_solo(&out);
+    sg_procstat_render(&out);
     sg_metrics_request("metrics", 200);
     sg_http_send_body(req, 200, "text/plain; version=0.0.4", out.base != NULL ? out.base : "", out.len);
     sg_buf_free(&out);

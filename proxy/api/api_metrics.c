@@ -11,6 +11,7 @@
 #include "buf.h"
 #include "capacity.h"
 #include "pool.h"
+#include "procstat.h"
 #include "runtime.h"
 
 #include <stdio.h>
@@ -79,6 +80,7 @@ static int render(sg_buf_t *out)
                          "# HELP sandgate_proxy_max_containers The cap on containers.\n"
                          "# TYPE sandgate_proxy_max_containers gauge\nsandgate_proxy_max_containers %ld\n",
                          sg_capacity_used(), sg_capacity_max());
+    rc |= sg_procstat_render(out);
     return rc ? -1 : 0;
 }
 

@@ -13,6 +13,8 @@
 #include "gateway_api_suite.h"
 #include "sgrun.h"
 
+#include <time.h>
+
 /* ------------------------------------------------------------------------
  * 4. Bad input
  * ------------------------------------------------------------------------ */
@@ -449,6 +451,7 @@ static void expect_metric(const char *text, const char *name, const char *labels
 SGGW_TEST(test_metrics)
 {
     /* a proxy and a gateway of its own: counts are exact, and the proxy can go */
+    double t0 = (double)time(NULL);
     char *pid2 = extra_proxy_id = sgtest_new_proxy_id();
     const char *penv[] = {"SANDGATE_POOL_SIZE=0", NULL};
     sgtest_proxy_t *p2 = extra_proxy = sgtest_proxy_start(pid2, penv);
@@ -463,6 +466,7 @@ SGGW_TEST(test_metrics)
     sgtest_reply_t r;
 
     char *text = get_metrics(g2);
+    double cpu0 = sggw_check_metrics(text, t0);
     SG_CHECK(strstr(text, "# TYPE sandgate_requests_total counter") != NULL, NULL, "TYPE line");
     SG_CHECK(strstr(text, "# TYPE sandgate_execution_duration_seconds histogram") != NULL, NULL, "TYPE line");
     expect_metric(text, "sandgate_execution_duration_seconds_count", "", 0);
@@ -497,6 +501,13 @@ SGGW_TEST(test_metrics)
     sggw_delete_session(g2, tok, sid);
     free(sid);
 
+    /* the proxy's own, read by the same parser */
+    char url[512];
+    snprintf(url, sizeof(url), "%s/metrics", sgtest_proxy_url(p2));
+    SG_CHECK(sgtest_http("GET", url, NULL, 0, NULL, 0, &r) == 0 && r.status == 200, NULL, "GET %s: %ld", url, r.status);
+    sggw_check_metrics(r.body, t0);
+    sgtest_reply_free(&r);
+
     /* the proxy goes away */
     extra_proxy = NULL;
     SG_CHECK(sgtest_proxy_stop(p2) == 0, NULL, "the second proxy did not stop cleanly");
@@ -522,6 +533,9 @@ SGGW_TEST(test_metrics)
     expect_metric(text, "sandgate_quota_rejections_total", "limit=\"rate\"", 1);
     expect_metric(text, "sandgate_upstream_errors_total", "kind=\"unreachable\"", 3);
     SG_CHECK(sggw_metric(text, "sandgate_live_sessions", "") >= 0, NULL, "sandgate_live_sessions is missing");
+    /* the requests above took the gateway's CPU */
+    double cpu1 = sggw_check_metrics(text, t0);
+    SG_CHECK(cpu1 > cpu0, NULL, "process_cpu_seconds_total went from %g to %g", cpu0, cpu1);
     free(text);
 
     free(tok);

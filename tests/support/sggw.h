@@ -225,6 +225,15 @@ char *sggw_fake_token(const char *public_id);
 /* The value of the sample line "name{labels} value" of Prometheus text
  * (labels exactly as given, "" for none) or -1 when absent. */
 double sggw_metric(const char *text, const char *name, const char *labels);
+/* Checks Prometheus text (a server's GET /metrics) with the Prometheus
+ * client library's own parser (Debian's python3-prometheus-client, run by
+ * /usr/bin/python3), and the process metrics each server reports
+ * (common/procstat.h): each there once, of its type, with a value a
+ * running process can have: started at or after started_after (seconds
+ * since the epoch) and not later than now, some CPU time, some memory
+ * resident, its descriptors open within their limit. Returns its CPU
+ * seconds (process_cpu_seconds_total). */
+double sggw_check_metrics(const char *text, double started_after);
 
 /* ------------------------------------------------------------------------
  * Public API helpers (asserting: test thread only)

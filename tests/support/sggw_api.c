@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -254,6 +255,74 @@ double sggw_metric(const char *text, const char *name, const char *labels)
             line++;
     }
     return -1;
+}
+
+/* Prints "name type value" for each sample of the families of process_*,
+ * or the parser's complaint (and exits 1). */
+static const char prom_parse_py[] = "import sys\n"
+                                    "from prometheus_client.parser import text_string_to_metric_families\n"
+                                    "try:\n"
+                                    "    fams = list(text_string_to_metric_families(sys.stdin.read()))\n"
+                                    "except Exception as e:\n"
+                                    "    print('unparsable: %r' % (e,))\n"
+                                    "    sys.exit(1)\n"
+                                    "for f in fams:\n"
+                                    "    for s in f.samples:\n"
+                                    "        if s.name.startswith('process_'):\n"
+                                    "            print(s.name, f.type, repr(float(s.value)))\n";
+
+double sggw_check_metrics(const char *text, double started_after)
+{
+    static const struct {
+        const char *name, *type;
+    } want[] = {{"process_cpu_seconds_total", "counter"},
+                {"process_resident_memory_bytes", "gauge"},
+                {"process_virtual_memory_bytes", "gauge"},
+                {"process_open_fds", "gauge"},
+                {"process_max_fds", "gauge"},
+                {"process_start_time_seconds", "gauge"}};
+    enum { N = sizeof(want) / sizeof(want[0]) };
+    double v[N];
+    int seen[N] = {0};
+    char path[] = "/tmp/sgtest-metrics-XXXXXX", cmd[256], line[512], out[2048] = "";
+    int fd = mkstemp(path);
+    SG_CHECK(fd >= 0, NULL, "mkstemp");
+    SG_CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text), NULL, "writing the metrics");
+    close(fd);
+    snprintf(cmd, sizeof(cmd), "/usr/bin/python3 -c \"$SGTEST_PROM_PY\" < %s 2>&1", path);
+    setenv("SGTEST_PROM_PY", prom_parse_py, 1);
+    FILE *f = popen(cmd, "r");
+    SG_CHECK(f != NULL, NULL, "cannot run python3");
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char name[128], type[32];
+        double val;
+        if (strlen(out) + strlen(line) < sizeof(out))
+            strcat(out, line);
+        if (sscanf(line, "%127s %31s %lf", name, type, &val) != 3)
+            continue;
+        for (int i = 0; i < N; i++) {
+            if (strcmp(name, want[i].name) != 0)
+                continue;
+            SG_CHECK(strcmp(type, want[i].type) == 0, NULL, "%s is a %s, not a %s", name, type, want[i].type);
+            seen[i]++;
+            v[i] = val;
+        }
+    }
+    int rc = pclose(f);
+    unlink(path);
+    if (rc != 0)
+        fprintf(stderr, "---- /metrics ----\n%s----\n", text);
+    SG_CHECK(rc == 0, NULL, "the Prometheus parser refused the metrics: %s", out);
+    for (int i = 0; i < N; i++)
+        SG_CHECK(seen[i] == 1, NULL, "%s: %d samples, not 1 (parser: %s)", want[i].name, seen[i], out);
+    double now = (double)time(NULL);
+    SG_CHECK(v[0] > 0, NULL, "no CPU time: %g", v[0]);
+    SG_CHECK(v[1] >= 1 << 20 && v[2] >= v[1], NULL, "memory: %g resident of %g", v[1], v[2]);
+    SG_CHECK(v[3] >= 3 && v[3] <= v[4], NULL, "%g descriptors open of %g", v[3], v[4]);
+    /* the kernel's boot time is whole seconds: a start may read up to 1 s early */
+    SG_CHECK(v[5] >= started_after - 1 && v[5] <= now + 1, NULL, "started at %.2f, not in [%.0f, %.0f]", v[5],
+             started_after, now);
+    return v[0];
 }
 
 /* ------------------------------------------------------------------------
