@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "buf.h"
 
@@ -117,6 +118,8 @@ typedef struct {
     char ephemeral_body[160]; /* {"code":"print(1)","lang":"python"} */
     char create_body[64];     /* {"lang":"python"} */
     const char *runtimes;     /* --runtimes: "runc,runsc", "none"; NULL: those the proxy offers */
+    const char *redis;        /* --redis: the gateway's Redis, its CPU read by INFO; NULL: not read */
+    pid_t relay_pid;          /* sandgate-relay started here (--relay), its CPU read by /proc; 0: none */
 } opt_t;
 
 extern opt_t opt;
@@ -203,6 +206,23 @@ void phase_docker(void);
  * 1 with a session (id; path its execute's), 0 without (why in row);
  * *inited: c is to be cleaned up. */
 int tp_client_start(hc_t *c, const target_t *t, row_t *row, char id[64], char path[128], int *inited);
+
+/* ---- CPU (bench_cpu.c): what each part of the stack used, in CPU seconds,
+ * read before and after a stretch of work; -1 where it cannot be read ---- */
+
+enum { CPU_MACHINE, CPU_PROXY, CPU_GATEWAY, CPU_REDIS, CPU_RELAY, CPU_BENCH, CPU_PARTS };
+typedef struct {
+    hc_t proxy, gateway; /* GET /metrics: process_cpu_seconds_total */
+    const char *redis_url;
+    pid_t relay_pid;
+} cpu_src_t;
+/* gw may be NULL. 0, or -1 when a client cannot be set up. */
+int cpu_src_init(cpu_src_t *s, const target_t *px, const target_t *gw);
+void cpu_src_cleanup(cpu_src_t *s);
+/* The machine's busy time (/proc/stat: the bench runs beside the stack),
+ * the proxy's and the gateway's (their /metrics), Redis's (INFO, opt.redis),
+ * the relay's (/proc/<pid>/stat) and this program's (getrusage). */
+void cpu_sample(cpu_src_t *s, double out[CPU_PARTS]);
 
 /* --overhead (bench_overhead.c): the gateway over the proxy side by side:
  * execute latency alternating, throughput (the targets taking turns),

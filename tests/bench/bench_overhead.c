@@ -11,6 +11,11 @@
  *     the proxy's. One target after the other for 5 s each, as before,
  *     left the pool's refill and the machine's drift to whichever came
  *     later (the same binaries read 58 % to 70 %);
+ *   - in those turns, what each part of the stack spent on the CPU per
+ *     execution (bench_cpu.c): the machine, the proxy and the gateway
+ *     (their /metrics), Redis (with --redis), the relay and this program;
+ *     the machine being what limits them, the share of the proxy's
+ *     throughput the gateway's CPU allows, and what 85 % would need;
  *   - with --relay, both of those through sandgate-relay as well (h2o's
  *     own reverse proxy, no logic: one more HTTP hop and nothing else),
  *     taking its turn between the proxy and the gateway: the floor of any
@@ -408,9 +413,17 @@ static void *turn_client(void *arg)
  * its own session: the targets take turns of TP_TURN_MS, TP_ROUNDS rounds,
  * the order rotating each round. A target's rate is its executes over the
  * time of its turns (each turn ends when its last client's execute does). */
+/* CPU seconds each part of the stack used during each target's turns
+ * (cpu_sample; a part that could not be read is -1), and the executes of
+ * those turns */
+static double tp_cpu[3][CPU_PARTS];
+static size_t tp_cpu_execs[3];
+
 static void phase_throughput_turns(const target_t *const *t, int n)
 {
     turns_t s = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .active = -1};
+    cpu_src_t cs;
+    int cpu_ok = cpu_src_init(&cs, t[0], t[n - 1]) == 0;
     long nc = opt.clients, total = 0, started[3] = {0, 0, 0};
     turn_client_t *a = calloc((size_t)(n * nc), sizeof(*a));
     pthread_t *tid = calloc((size_t)(n * nc), sizeof(*tid));
@@ -448,6 +461,10 @@ static void phase_throughput_turns(const target_t *const *t, int n)
     for (int j = 0; j < TP_ROUNDS && !g_stop; j++) {
         for (int q = 0; q < n && !g_stop; q++) {
             int k = (j + q) % n;
+            double c0[CPU_PARTS], c1[CPU_PARTS];
+            size_t n0 = r[k]->n; /* the target's clients wait for their turn: nobody adds to it now */
+            if (cpu_ok)
+                cpu_sample(&cs, c0);
             pthread_mutex_lock(&s.mu);
             double t0 = now_ms();
             s.active = k;
@@ -460,8 +477,16 @@ static void phase_throughput_turns(const target_t *const *t, int n)
             spent[k] += now_ms() - t0;
             s.active = -1;
             pthread_mutex_unlock(&s.mu);
+            if (cpu_ok) {
+                cpu_sample(&cs, c1);
+                for (int i = 0; i < CPU_PARTS; i++)
+                    tp_cpu[k][i] = c0[i] < 0 || c1[i] < 0 || tp_cpu[k][i] < 0 ? -1 : tp_cpu[k][i] + c1[i] - c0[i];
+                tp_cpu_execs[k] += r[k]->n - n0;
+            }
         }
     }
+    if (cpu_ok)
+        cpu_src_cleanup(&cs);
     pthread_mutex_lock(&s.mu);
     s.active = -2;
     pthread_cond_broadcast(&s.cv);
@@ -512,6 +537,41 @@ void phase_overhead(const target_t *px, const target_t *relay, const target_t *g
         list_raw_rps = phase_list_raw(gw, empty_token);
 }
 
+/* What each part of the stack spent per execution in the throughput turns
+ * of each target; and, the machine being what limits them, the share of
+ * the proxy's throughput that the gateway's CPU allows, and what 85 %
+ * would need. */
+static void cpu_report(int n)
+{
+    static const char *const part[CPU_PARTS] = {"machine", "proxy", "gateway", "Redis", "relay", "bench"};
+    static const char *const via[3] = {"proxy", "relay", "gateway"};
+    double us[3][CPU_PARTS];
+    int g = n - 1;
+
+    for (int k = 0; k < n; k++)
+        for (int i = 0; i < CPU_PARTS; i++)
+            us[k][i] = tp_cpu_execs[k] > 0 && tp_cpu[k][i] >= 0 ? tp_cpu[k][i] / (double)tp_cpu_execs[k] * 1e6 : -1;
+    if (us[0][CPU_MACHINE] <= 0 || us[g][CPU_MACHINE] <= 0)
+        return;
+    printf("  CPU per execution, in the throughput turns (us; -: not read):\n    %-16s", "through the");
+    for (int i = 0; i < CPU_PARTS; i++)
+        printf(" %8s", part[i]);
+    printf("\n");
+    for (int k = 0; k < n; k++) {
+        printf("    %-16s", via[n == 2 && k == 1 ? 2 : k]);
+        for (int i = 0; i < CPU_PARTS; i++)
+            if (us[k][i] >= 0)
+                printf(" %8.0f", us[k][i]);
+            else
+                printf(" %8s", "-");
+        printf("\n");
+    }
+    printf("  the machine's CPU alone allows the gateway %.0f%% of the proxy's throughput (%.0f us a run against "
+           "%.0f); 85%% needs %.0f us or less, %+.0f us\n",
+           100 * us[0][CPU_MACHINE] / us[g][CPU_MACHINE], us[g][CPU_MACHINE], us[0][CPU_MACHINE],
+           us[0][CPU_MACHINE] / 0.85, us[0][CPU_MACHINE] / 0.85 - us[g][CPU_MACHINE]);
+}
+
 void overhead_report(void)
 {
     double p50[3], p99[3], rate[3] = {0, 0, 0};
@@ -546,6 +606,8 @@ void overhead_report(void)
             printf(", throughput %.0f%% of the relay's", rate[1] > 0 ? 100 * rate[2] / rate[1] : 0);
         printf("\n");
     }
+    if (tp_rows == (size_t)nex)
+        cpu_report(nex);
     for (int b = 0; b < 2; b++) {
         row_t **r = b == 0 ? tti_seq : tti_burst;
         if (r[0] == NULL || r[1] == NULL)

@@ -6,7 +6,7 @@
  *   sandgate-bench [--proxy URL] [--gateway URL --token TOKEN] [--lang python]
  *                  [-n N] [-c CLIENTS] [--idle-sessions K] [--runtimes LIST|none]
  *                  [--skip-targets] [--skip-docker]
- *                  [--overhead [--empty-token TOKEN] [--relay]]   (bench_overhead.c)
+ *                  [--overhead [--empty-token TOKEN] [--relay] [--redis URL]]   (bench_overhead.c)
  *
  * With a proxy that offers several runtimes (GET /health "runtimes"), or
  * --runtimes runc,runsc, each runtime is measured side by side through the
@@ -807,8 +807,9 @@ static void usage(FILE *f)
             "usage: sandgate-bench [--proxy URL] [--gateway URL --token TOKEN] [--lang python|javascript]\n"
             "                      [-n N] [-c CLIENTS] [--idle-sessions K] [--runtimes LIST|none]\n"
             "                      [--skip-targets] [--skip-docker]\n"
-            "                      [--overhead [--empty-token TOKEN] [--relay]]  (the gateway over the proxy, side by\n"
-            "                      side; --relay: and over a bare HTTP relay, sandgate-relay, started here)\n"
+            "                      [--overhead [--empty-token TOKEN] [--relay] [--redis URL]]  (the gateway over the\n"
+            "                      proxy, side by side; --relay: and over a bare HTTP relay, sandgate-relay, started\n"
+            "                      here; --redis: the gateway's, whose CPU is counted with the rest)\n"
             "defaults: --proxy http://127.0.0.1:8000 -n 200 -c 8 --idle-sessions 100, and every runtime\n"
             "the proxy offers (GET /health) side by side when it offers more than one\n");
 }
@@ -883,6 +884,7 @@ int main(int argc, char **argv)
         {"overhead", no_argument, NULL, 'O'},
         {"empty-token", required_argument, NULL, 'E'},
         {"relay", no_argument, NULL, 'R'},
+        {"redis", required_argument, NULL, 'D'},
         {"runtimes", required_argument, NULL, 'r'},
         {"skip-targets", no_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'},
@@ -925,6 +927,9 @@ int main(int argc, char **argv)
             break;
         case 'R':
             with_relay = 1;
+            break;
+        case 'D':
+            opt.redis = optarg;
             break;
         case 'r':
             opt.runtimes = optarg;
@@ -1005,6 +1010,7 @@ int main(int argc, char **argv)
             return 1;
         }
         relay_target = (target_t){"relay", relay, NULL, NULL};
+        opt.relay_pid = relay_pid;
     }
     if (overhead)
         phase_overhead(&targets[0], with_relay ? &relay_target : NULL, &targets[1], empty_token);
