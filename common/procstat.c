@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -35,13 +36,45 @@ static long count_fds(void)
     return n - 1;
 }
 
+int sg_procstat_fields(pid_t pid, int first, int n, unsigned long long *out)
+{
+    char path[64], buf[1024], *p;
+    if (pid > 0)
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    else
+        snprintf(path, sizeof(path), "/proc/self/stat");
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    /* the command's name, field 2, is in parentheses and may hold spaces:
+     * fields are counted from the last ")" */
+    if (first < 3 || (p = strrchr(buf, ')')) == NULL)
+        return -1;
+    for (int field = 2; field < first && p != NULL; field++)
+        p = strchr(p + 1, ' ');
+    for (int i = 0; i < n; i++) {
+        char *end;
+        if (p == NULL)
+            return -1;
+        out[i] = strtoull(p + 1, &end, 10);
+        if (end == p + 1)
+            return -1;
+        p = strchr(p + 1, ' ');
+    }
+    return 0;
+}
+
 /* When the process started, in seconds since the epoch: the boot time of
- * /proc/stat plus field 22 of /proc/self/stat (clock ticks since boot).
- * -1 when either cannot be read. */
+ * /proc/stat plus its starttime (clock ticks since boot). -1 when either
+ * cannot be read. */
 static double start_time(void)
 {
-    char buf[1024], *p;
-    long long btime = -1, ticks = -1;
+    char buf[256];
+    long long btime = -1;
+    unsigned long long ticks;
     long hz = sysconf(_SC_CLK_TCK);
     FILE *f = fopen("/proc/stat", "r");
     if (f != NULL) {
@@ -50,18 +83,7 @@ static double start_time(void)
                 break;
         fclose(f);
     }
-    if ((f = fopen("/proc/self/stat", "r")) == NULL)
-        return -1;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* the command's name, field 2, is in parentheses and may hold spaces:
-     * count from the last ")" (field 3 on) */
-    if ((p = strrchr(buf, ')')) == NULL)
-        return -1;
-    for (int field = 2; field < 22 && p != NULL; field++)
-        p = strchr(p + 1, ' ');
-    if (p == NULL || sscanf(p + 1, "%lld", &ticks) != 1 || btime < 0 || hz <= 0)
+    if (btime < 0 || hz <= 0 || sg_procstat_fields(0, 22, 1, &ticks) != 0)
         return -1;
     return (double)btime + (double)ticks / (double)hz;
 }

@@ -10,11 +10,19 @@
 
 #include "buf.h"
 
+#include <sys/types.h>
+
 /* Appends process_cpu_seconds_total (user and system time of every thread),
  * process_resident_memory_bytes, process_virtual_memory_bytes,
  * process_open_fds, process_max_fds and process_start_time_seconds to out,
  * each with its HELP and TYPE; a value that cannot be read is left out
  * with its family. 0, or -1 when out is full (as sg_buf_appendf). */
 int sg_procstat_render(sg_buf_t *out);
+
+/* Fields first .. first + n - 1 of /proc/<pid>/stat (pid 0: this
+ * process), numbered as proc(5) numbers them (14 utime, 22 starttime),
+ * each an unsigned number: 0, or -1 when the file or a field cannot be
+ * read. */
+int sg_procstat_fields(pid_t pid, int first, int n, unsigned long long *out);
 
 #endif

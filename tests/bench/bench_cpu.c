@@ -8,6 +8,7 @@
  * what the stack and its clients took of the machine together).
  */
 #include "bench.h"
+#include "procstat.h"
 
 #include <netdb.h>
 #include <stdio.h>
@@ -86,24 +87,11 @@ Exit:
 /* utime + stime of process pid, or -1. */
 static double pid_cpu(pid_t pid)
 {
-    char path[64], buf[1024], *p;
-    unsigned long long ut, st;
+    unsigned long long t[2];
     long hz = sysconf(_SC_CLK_TCK);
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
+    if (hz <= 0 || sg_procstat_fields(pid, 14, 2, t) != 0)
         return -1;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* fields 14 and 15, counted from the last ")" (the name may hold spaces) */
-    if ((p = strrchr(buf, ')')) == NULL)
-        return -1;
-    for (int field = 2; field < 14 && p != NULL; field++)
-        p = strchr(p + 1, ' ');
-    if (p == NULL || sscanf(p + 1, "%llu %llu", &ut, &st) != 2 || hz <= 0)
-        return -1;
-    return (double)(ut + st) / (double)hz;
+    return (double)(t[0] + t[1]) / (double)hz;
 }
 
 /* The machine's busy time (every CPU, all but idle and iowait), or -1. */
