@@ -88,21 +88,28 @@ static double start_time(void)
     return (double)btime + (double)ticks / (double)hz;
 }
 
-int sg_procstat_render(sg_buf_t *out)
+double sg_procstat_cpu_seconds(void)
 {
     struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return -1;
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec / 1e6;
+}
+
+int sg_procstat_render(sg_buf_t *out)
+{
     struct rlimit rl;
     long long virt, rss;
     long page = sysconf(_SC_PAGESIZE), fds = count_fds();
-    double started = start_time();
+    double started = start_time(), cpu = sg_procstat_cpu_seconds();
     int rc = 0;
 
-    if (getrusage(RUSAGE_SELF, &ru) == 0)
+    if (cpu >= 0)
         rc |= sg_buf_appendf(out,
                              "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n"
                              "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total %.6f\n",
-                             (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
-                                 ru.ru_stime.tv_usec / 1e6);
+                             cpu);
     if (read_statm(&virt, &rss) == 0 && page > 0)
         rc |= sg_buf_appendf(out,
                              "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"

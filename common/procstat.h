@@ -19,6 +19,10 @@
  * with its family. 0, or -1 when out is full (as sg_buf_appendf). */
 int sg_procstat_render(sg_buf_t *out);
 
+/* User and system CPU time of every thread of this process, in seconds
+ * (getrusage), or -1. */
+double sg_procstat_cpu_seconds(void);
+
 /* Fields first .. first + n - 1 of /proc/<pid>/stat (pid 0: this
  * process), numbered as proc(5) numbers them (14 utime, 22 starttime),
  * each an unsigned number: 0, or -1 when the file or a field cannot be

@@ -3,9 +3,10 @@
  * and after a stretch of work (bench.h, "CPU"): the proxy and the gateway
  * from their GET /metrics (process_cpu_seconds_total), Redis from INFO
  * (used_cpu_sys + used_cpu_user), the relay this program started from its
- * /proc/<pid>/stat, this program from getrusage, and the machine from
- * /proc/stat (the bench runs beside the stack it measures: the figure is
- * what the stack and its clients took of the machine together).
+ * /proc/<pid>/stat and this program from getrusage (both by procstat.h),
+ * and the machine from /proc/stat (the bench runs beside the stack it
+ * measures: the figure is what the stack and its clients took of the
+ * machine together).
  */
 #include "bench.h"
 #include "procstat.h"
@@ -14,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -67,8 +67,10 @@ static double redis_cpu(const char *url)
         got += (size_t)n;
         buf[got] = '\0';
         const char *nl = strstr(buf, "\r\n");
-        if (buf[0] != '$' || nl == NULL)
+        if (nl == NULL)
             continue;
+        if (buf[0] != '$') /* an error: NOAUTH, say */
+            break;
         if ((size_t)(nl + 2 - buf) + strtoul(buf + 1, NULL, 10) + 2 <= got || got == sizeof(buf) - 1)
             break;
     }
@@ -111,15 +113,6 @@ static double machine_cpu(void)
     return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)hz;
 }
 
-static double self_cpu(void)
-{
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) != 0)
-        return -1;
-    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
-           ru.ru_stime.tv_usec / 1e6;
-}
-
 void cpu_sample(cpu_src_t *s, double out[CPU_PARTS])
 {
     out[CPU_MACHINE] = machine_cpu();
@@ -127,7 +120,7 @@ void cpu_sample(cpu_src_t *s, double out[CPU_PARTS])
     out[CPU_GATEWAY] = s->gateway.curl != NULL ? metrics_cpu(&s->gateway) : -1;
     out[CPU_REDIS] = redis_cpu(s->redis_url);
     out[CPU_RELAY] = s->relay_pid > 0 ? pid_cpu(s->relay_pid) : -1;
-    out[CPU_BENCH] = self_cpu();
+    out[CPU_BENCH] = sg_procstat_cpu_seconds();
 }
 
 int cpu_src_init(cpu_src_t *s, const target_t *px, const target_t *gw)

@@ -284,13 +284,16 @@ double sggw_check_metrics(const char *text, double started_after)
     enum { N = sizeof(want) / sizeof(want[0]) };
     double v[N];
     int seen[N] = {0};
-    char path[] = "/tmp/sgtest-metrics-XXXXXX", cmd[256], line[512], out[2048] = "";
-    int fd = mkstemp(path);
-    SG_CHECK(fd >= 0, NULL, "mkstemp");
-    SG_CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text), NULL, "writing the metrics");
+    char path[] = "/tmp/sgtest-metrics-XXXXXX", py[] = "/tmp/sgtest-promparse-XXXXXX", cmd[256], line[512],
+         out[2048] = "";
+    int fd = mkstemp(path), pfd = mkstemp(py);
+    SG_CHECK(fd >= 0 && pfd >= 0, NULL, "mkstemp");
+    SG_CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text) &&
+                 write(pfd, prom_parse_py, sizeof(prom_parse_py) - 1) == (ssize_t)sizeof(prom_parse_py) - 1,
+             NULL, "writing the metrics and the parser's script");
     close(fd);
-    snprintf(cmd, sizeof(cmd), "/usr/bin/python3 -c \"$SGTEST_PROM_PY\" < %s 2>&1", path);
-    setenv("SGTEST_PROM_PY", prom_parse_py, 1);
+    close(pfd);
+    snprintf(cmd, sizeof(cmd), "/usr/bin/python3 %s < %s 2>&1", py, path);
     FILE *f = popen(cmd, "r");
     SG_CHECK(f != NULL, NULL, "cannot run python3");
     while (fgets(line, sizeof(line), f) != NULL) {
@@ -310,6 +313,7 @@ double sggw_check_metrics(const char *text, double started_after)
     }
     int rc = pclose(f);
     unlink(path);
+    unlink(py);
     if (rc != 0)
         fprintf(stderr, "---- /metrics ----\n%s----\n", text);
     SG_CHECK(rc == 0, NULL, "the Prometheus parser refused the metrics: %s", out);
