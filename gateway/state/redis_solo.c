@@ -440,7 +440,7 @@ static redisReply *check_slot_answer(redis_req_t *req, redisReply *reply, size_t
  * added. A refusal by the quota gave it back in the script already. */
 static void give_back_taken(redis_req_t *req, redisReply *reply)
 {
-    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY || reply->elements != 7)
+    if ((reply = sg_redis__reply_array(reply, 7)) == NULL)
         return;
     int64_t quota = sg_redis__reply_int(reply->element[4]);
     if (sg_redis__reply_int(reply->element[0]) == 1 && sg_redis__reply_int(reply->element[2]) == 1 &&

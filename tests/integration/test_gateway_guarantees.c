@@ -525,20 +525,15 @@ SGGW_TEST(test_create_answered_once_live)
 static long proxy_sessions(void)
 {
     char **ids = sgtest_listed_sessions(stack.proxy);
-    long n = 0;
-    while (ids[n] != NULL)
-        n++;
+    long n = (long)sgtest_strv_len(ids);
     sgtest_strv_free(ids);
     return n;
 }
 
-typedef struct {
-    long want;
-} count_ctx_t;
-
-static bool proxy_has(void *ctx)
+/* The proxy lists at least *want sessions. */
+static bool proxy_has(void *want)
 {
-    return proxy_sessions() >= ((count_ctx_t *)ctx)->want;
+    return proxy_sessions() >= *(long *)want;
 }
 
 /* A gateway stopped (SIGTERM) while creates wait for Redis to take their
@@ -564,7 +559,7 @@ SGGW_TEST(test_stop_answers_creates_waiting_for_redis)
      * still holds writes back (a container started for one takes longer
      * than the pause) */
     SG_CHECK(sgtest_proxy_pools_full(stack.proxy, 60) == 0, NULL, "the proxy's pool did not fill");
-    count_ctx_t c = {.want = proxy_sessions() + NCREATES};
+    long want = proxy_sessions() + NCREATES;
     double admitted0 = metric(g, "sandgate_state_solo_admissions_total");
 
     char *v = sggw_redis_cmd(stack.extra_redis, &ok, "CLIENT PAUSE %d WRITE", 2 * PAUSE_MS);
@@ -575,7 +570,7 @@ SGGW_TEST(test_stop_answers_creates_waiting_for_redis)
         reqs[i] = sggw_par_post(url, tok, "{\"lang\":\"python\"}", 30);
     sggw_batch_t *b = sggw_batch_start(reqs, NCREATES);
     SG_CHECK(b != NULL, NULL, "the creates could not start");
-    SG_CHECK(sgtest_poll(proxy_has, &c, 10, 0.005) == 0, NULL, "the proxy did not make the %d sessions", NCREATES);
+    SG_CHECK(sgtest_poll(proxy_has, &want, 10, 0.005) == 0, NULL, "the proxy did not make the %d sessions", NCREATES);
     size_t answered = sgtest_batch_finished(b);
     double from_copy = metric(g, "sandgate_state_solo_admissions_total") - admitted0;
     stack.extra_gw = NULL;
