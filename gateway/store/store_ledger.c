@@ -62,19 +62,15 @@ int sg_store_usage_try_batch(sg_store_t *st, const sg_usage_t *const *rows, cons
 {
     size_t i;
 
-    if (sqlite3_exec(st->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
-        sg_store__db_err(st, "usage batch", err, errlen);
+    if (sg_store__tx(st, S_BEGIN, "usage batch", err, errlen) != 0)
         return -1;
-    }
     for (i = 0; i < n; i++) {
         if (add_one(st, rows[i], count_session[i], err, errlen) != 0)
             break;
     }
-    if (i == n && sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK)
+    if (i == n && sg_store__tx(st, S_COMMIT, "usage batch", err, errlen) == 0)
         return 0;
-    if (i == n)
-        sg_store__db_err(st, "usage batch", err, errlen);
-    sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+    sg_store__tx(st, S_ROLLBACK, "usage batch", NULL, 0);
     return -1;
 }
 

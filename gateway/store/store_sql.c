@@ -160,6 +160,9 @@ static const char *const fixed_sql[S__COUNT] = {
                               " ORDER BY created_at, id",
     [S_SESSION_OPEN_ALL] = "SELECT " SESSION_COLS " FROM sessions WHERE closed_at IS NULL ORDER BY created_at, id",
     [S_GENERATIONS] = "SELECT auth, sessions FROM generations WHERE id = 1",
+    [S_BEGIN] = "BEGIN IMMEDIATE",
+    [S_COMMIT] = "COMMIT",
+    [S_ROLLBACK] = "ROLLBACK",
 };
 
 /* "p.id, p.name, p.created_at, p.disabled, ..." for prefix "p." */

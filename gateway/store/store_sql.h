@@ -38,6 +38,9 @@ enum {
     S_SESSION_OPEN_TENANT,
     S_SESSION_OPEN_ALL,
     S_GENERATIONS,
+    S_BEGIN, /* BEGIN IMMEDIATE */
+    S_COMMIT,
+    S_ROLLBACK,
     S__COUNT
 };
 
@@ -70,6 +73,15 @@ static inline int sg_store__finish(sg_store_t *st, sqlite3_stmt *s, int rc, cons
     int ret = rc == SQLITE_DONE ? 0 : sg_store__db_err(st, what, err, errlen);
     sg_store__done(s);
     return ret;
+}
+
+/* A transaction's BEGIN IMMEDIATE (S_BEGIN), COMMIT or ROLLBACK, prepared
+ * once (the usage batch begins and ends one on every turn of the loop that
+ * has rows): 0, or -1 with err naming what failed. */
+static inline int sg_store__tx(sg_store_t *st, int which, const char *what, char *err, size_t errlen)
+{
+    sqlite3_stmt *s = st->stmt[which];
+    return sg_store__finish(st, s, sqlite3_step(s), what, err, errlen);
 }
 
 /* Runs a statement that returns no row to its end: the number of rows it
