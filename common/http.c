@@ -13,6 +13,8 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 struct sg_http_server {
@@ -20,6 +22,10 @@ struct sg_http_server {
     h2o_context_t ctx;
     h2o_accept_ctx_t accept_ctx;
     h2o_socket_t *listener;
+    h2o_socket_t *unix_listener; /* sg_http_server_listen_unix */
+    char *unix_path;             /* removed at stop while it is still ours */
+    dev_t unix_dev;
+    ino_t unix_ino;
     int port;
     sg_http_handler_cb cb;
     void *app;
@@ -146,9 +152,78 @@ void sg_http_server_allow_h2c(sg_http_server_t *s, int allow)
     s->config.http1.upgrade_to_http2 = allow != 0;
 }
 
+/* What is at path may be taken over: nothing, or a socket nobody listens
+ * on (a proxy that died left it). 0, or -1 with err set. */
+static int unix_path_free(const char *path, const struct sockaddr_un *sa, char *err, size_t errlen)
+{
+    struct stat sb;
+    if (lstat(path, &sb) != 0) {
+        if (errno == ENOENT)
+            return 0;
+        snprintf(err, errlen, "cannot listen on %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISSOCK(sb.st_mode)) {
+        snprintf(err, errlen, "cannot listen on %s: a file that is not a socket is there", path);
+        return -1;
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot listen on %s: %s", path, strerror(errno));
+        return -1;
+    }
+    int rc = connect(fd, (const struct sockaddr *)sa, sizeof(*sa)), e = errno;
+    close(fd);
+    if (rc == 0) {
+        snprintf(err, errlen, "cannot listen on %s: another server listens there", path);
+        return -1;
+    }
+    if (e != ECONNREFUSED || unlink(path) != 0) {
+        snprintf(err, errlen, "cannot listen on %s: %s", path, strerror(e != ECONNREFUSED ? e : errno));
+        return -1;
+    }
+    return 0;
+}
+
+int sg_http_server_listen_unix(sg_http_server_t *s, const char *path, char *err, size_t errlen)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    struct stat sb;
+    int fd = -1;
+
+    if (path[0] != '/' || strlen(path) >= sizeof(sa.sun_path)) {
+        snprintf(err, errlen, "the socket's path \"%s\" is not absolute or longer than %zu bytes", path,
+                 sizeof(sa.sun_path) - 1);
+        return -1;
+    }
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    if (unix_path_free(path, &sa, err, errlen) != 0)
+        return -1;
+    /* 0600 before it listens (nobody connects to it before): the server's
+     * own user only, the proxy's API has no authentication of its own */
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int bound = fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    if (!bound || chmod(path, 0600) != 0 || listen(fd, SOMAXCONN) != 0 || stat(path, &sb) != 0) {
+        snprintf(err, errlen, "cannot listen on %s: %s", path, strerror(errno));
+        if (bound)
+            unlink(path);
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    s->unix_path = sg_xstrdup(path);
+    s->unix_dev = sb.st_dev;
+    s->unix_ino = sb.st_ino;
+    s->unix_listener = h2o_evloop_socket_create(s->ctx.loop, fd, H2O_SOCKET_FLAG_DONT_READ);
+    s->unix_listener->data = s;
+    return 0;
+}
+
 void sg_http_server_start(sg_http_server_t *s)
 {
     h2o_socket_read_start(s->listener, on_accept);
+    if (s->unix_listener != NULL)
+        h2o_socket_read_start(s->unix_listener, on_accept);
 }
 
 h2o_loop_t *sg_http_server_loop(sg_http_server_t *s)
@@ -173,6 +248,15 @@ void sg_http_server_stop_accepting(sg_http_server_t *s)
         h2o_socket_close(s->listener);
         s->listener = NULL;
     }
+    if (s->unix_listener != NULL) {
+        struct stat sb;
+        h2o_socket_read_stop(s->unix_listener);
+        h2o_socket_close(s->unix_listener);
+        s->unix_listener = NULL;
+        /* not a socket another server put there since */
+        if (lstat(s->unix_path, &sb) == 0 && sb.st_dev == s->unix_dev && sb.st_ino == s->unix_ino)
+            unlink(s->unix_path);
+    }
 }
 
 void sg_http_server_destroy(sg_http_server_t *s)
@@ -192,6 +276,7 @@ void sg_http_server_destroy(sg_http_server_t *s)
     sg_loop_forget(loop);
     h2o_evloop_destroy(loop);
     h2o_config_dispose(&s->config);
+    free(s->unix_path);
     free(s);
 }
 

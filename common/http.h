@@ -41,6 +41,12 @@ sg_http_server_t *sg_http_server_create_with_dirs(const char *host, int port, si
  * preface sent at once) is refused unless allowed here: such a request is
  * answered over HTTP/1.1. Call before sg_http_server_start. */
 void sg_http_server_allow_h2c(sg_http_server_t *s, int allow);
+/* Listens on a Unix socket at path too (absolute), made 0600: only the
+ * server's own user connects. A socket there that nobody listens on (left
+ * by a server that died) is replaced; anything else there is refused. The
+ * socket is removed when the server stops accepting. Call before
+ * sg_http_server_start. 0, or -1 with err set. */
+int sg_http_server_listen_unix(sg_http_server_t *s, const char *path, char *err, size_t errlen);
 /* Starts taking connections. */
 void sg_http_server_start(sg_http_server_t *s);
 h2o_loop_t *sg_http_server_loop(sg_http_server_t *s);

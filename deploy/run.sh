@@ -40,7 +40,13 @@ export SANDGATE_WWW_DIR=${SANDGATE_WWW_DIR:-$SG_ROOT/build/www}
 redis_port=${SANDGATE_REDIS_PORT:-6380}
 proxy_port=${SANDGATE_PROXY_PORT:-8000}
 export SANDGATE_REDIS_URL=${SANDGATE_REDIS_URL-redis://127.0.0.1:$redis_port}
-export SANDGATE_PROXY_URL=${SANDGATE_PROXY_URL:-http://127.0.0.1:$proxy_port}
+# the gateway reaches the proxy over the proxy's Unix socket (0600: this
+# user only; cheaper than TCP over loopback); the port stays for operators
+# and the benchmark. SANDGATE_PROXY_SOCKET= (empty) leaves the socket out.
+export SANDGATE_PROXY_SOCKET=${SANDGATE_PROXY_SOCKET-$run_dir/proxy.sock}
+if [ -n "$SANDGATE_PROXY_SOCKET" ]; then proxy_default_url="http://[unix:$SANDGATE_PROXY_SOCKET]"
+else proxy_default_url=http://127.0.0.1:$proxy_port; fi
+export SANDGATE_PROXY_URL=${SANDGATE_PROXY_URL:-$proxy_default_url}
 # where the proxy keeps what lets a restarted proxy take its sessions back
 export SANDGATE_PROXY_STATE_DIR=${SANDGATE_PROXY_STATE_DIR:-$SANDGATE_DATA_DIR/proxy}
 mkdir -p "$run_dir"
@@ -130,8 +136,8 @@ if [ -n "$SANDGATE_REDIS_URL" ] && [ -z "${SANDGATE_REDIS_EXTERNAL:-}" ]; then
 fi
 
 supervise proxy env HOST=127.0.0.1 PORT="$proxy_port" build/proxy/sandgate-proxy
-wait_http "$SANDGATE_PROXY_URL/" "sandgate-proxy"
-sg_log "run: sandgate-proxy on $SANDGATE_PROXY_URL"
+wait_http "http://127.0.0.1:$proxy_port/" "sandgate-proxy"
+sg_log "run: sandgate-proxy on 127.0.0.1:$proxy_port${SANDGATE_PROXY_SOCKET:+ and $SANDGATE_PROXY_SOCKET}"
 
 supervise gateway env HOST="${HOST:-0.0.0.0}" PORT="${PORT:-3000}" build/gateway/sandgate-gateway
 gw="http://127.0.0.1:${PORT:-3000}"

@@ -66,11 +66,15 @@ static struct {
     const char *pool_runtimes;
     const char *state_dir;
     const char *lease_image;
+    const char *socket_path;
 } cfg;
 
 static const sg_cfg_entry_t config_table[] = {
     {"HOST", SG_CFG_STR, "127.0.0.1", 0, 0, &cfg.host, "address to listen on (IPv4)"},
     {"PORT", SG_CFG_INT, "8000", 0, 65535, &cfg.port, "port to listen on"},
+    {"SANDGATE_PROXY_SOCKET", SG_CFG_STR, "", 0, 0, &cfg.socket_path,
+     "also listen on a Unix socket at this absolute path, made 0600 (the gateway's SANDGATE_PROXY_URL "
+     "http://[unix:PATH]); empty: none"},
     {"DOCKER_HOST", SG_CFG_STR, "unix:///var/run/docker.sock", 0, 0, &cfg.docker_host,
      "the Docker engine: unix:///path or tcp://host:port"},
     {"DOCKER_TLS_VERIFY", SG_CFG_STR, "", 0, 0, &cfg.docker_tls_verify,
@@ -450,8 +454,13 @@ int main(int argc, char **argv)
 
     size_t max_body = (size_t)(cfg.max_body > cfg.max_file_bytes ? cfg.max_body : cfg.max_file_bytes);
     server = sg_http_server_create(cfg.host, (int)cfg.port, max_body, sg_api_handle, &api, err, sizeof(err));
-    if (server == NULL) {
-        sg_error("%s", err);
+    if (server == NULL ||
+        (cfg.socket_path[0] != '\0' && sg_http_server_listen_unix(server, cfg.socket_path, err, sizeof(err)) != 0)) {
+        sg_error("%s%s", server != NULL ? "SANDGATE_PROXY_SOCKET: " : "", err);
+        sg_http_server_destroy(server);
+        sg_lease_release(docker, cfg.proxy_id, lease_fd);
+        sg_docker_destroy(docker);
+        sg_docker_cleanup();
         return 1;
     }
     loop = sg_http_server_loop(server);
@@ -470,7 +479,8 @@ int main(int argc, char **argv)
 
     sg_http_server_allow_h2c(server, cfg.http2_cleartext);
     sg_http_server_start(server);
-    sg_info("listening on %s:%d as proxy \"%s\"", cfg.host, sg_http_server_port(server), cfg.proxy_id);
+    sg_info("listening on %s:%d%s%s as proxy \"%s\"", cfg.host, sg_http_server_port(server),
+            cfg.socket_path[0] != '\0' ? " and " : "", cfg.socket_path, cfg.proxy_id);
     int sig = run_loop(loop);
     int upgrade = sig == SIGUSR2;
     sg_http_server_stop_accepting(server);

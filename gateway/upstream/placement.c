@@ -24,6 +24,25 @@ static struct {
     int checking;
 } P;
 
+/* "http://[unix:/path]": a proxy's Unix socket (h2o's form). Only the
+ * scheme is lower-cased: the path is the file's. */
+static int unix_url_normalise(const char *url, size_t end, char *out, size_t outlen)
+{
+    static const char head[] = "http://[unix:/";
+    const size_t hlen = sizeof(head) - 1;
+    if (end < hlen + 2 || strncasecmp(url, head, hlen) != 0 || url[end - 1] != ']' || end >= outlen)
+        return -1;
+    for (size_t i = hlen; i < end - 1; i++) {
+        unsigned char c = (unsigned char)url[i];
+        if (c <= ' ' || c == ',' || c == ']' || c == '[' || c >= 0x7f)
+            return -1;
+    }
+    for (size_t i = 0; i < end; i++)
+        out[i] = i < hlen - 1 ? (char)tolower((unsigned char)url[i]) : url[i]; /* "http://[unix:" */
+    out[end] = '\0';
+    return 0;
+}
+
 int sg_proxy_url_normalise(const char *url, size_t len, char *out, size_t outlen)
 {
     size_t scheme, i, end = len;
@@ -34,6 +53,8 @@ int sg_proxy_url_normalise(const char *url, size_t len, char *out, size_t outlen
         return -1; /* the proxy is reached over plain HTTP (upstream.h) */
     while (end > scheme && url[end - 1] == '/')
         end--;
+    if (end > scheme && url[scheme] == '[' && end - scheme >= 6 && strncasecmp(url + scheme, "[unix:", 6) == 0)
+        return unix_url_normalise(url, end, out, outlen);
     if (end == scheme || end >= outlen)
         return -1;
     /* scheme and authority lower-cased; a path (rare) kept as written */
@@ -65,7 +86,8 @@ int sg_proxies_init(h2o_loop_t *loop, const char *list, size_t max_reply_bytes, 
             goto Error;
         }
         if (sg_proxy_url_normalise(p, (size_t)(e - p), ps[n].url, sizeof(ps[n].url)) != 0) {
-            snprintf(err, errlen, "SANDGATE_PROXY_URL: \"%.*s\" is not an http:// URL", (int)(e - p), p);
+            snprintf(err, errlen, "SANDGATE_PROXY_URL: \"%.*s\" is not an http:// URL (or http://[unix:/path])",
+                     (int)(e - p), p);
             goto Error;
         }
         for (size_t i = 0; i < n; i++)

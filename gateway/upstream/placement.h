@@ -80,7 +80,8 @@ long sg_proxies_grace_ms(void);
  * the first configured. NULL when no configured proxy has that name. */
 sg_proxy_t *sg_proxies_find(const char *url);
 /* Writes the normalised form of url (len bytes) into out; -1 if it is not
- * an http:// URL or does not fit. */
+ * an http:// URL (http://[unix:/path] for a Unix socket: no path after it)
+ * or does not fit. */
 int sg_proxy_url_normalise(const char *url, size_t len, char *out, size_t outlen);
 
 /* Where a new session goes: of two distinct proxies in placement picked at

@@ -53,6 +53,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 /* picohttpparser is built into libh2o, its functions exported, but Debian
@@ -1048,7 +1049,20 @@ sg_upstream_t *sg_upstream_create(h2o_loop_t *loop, const char *base_url, size_t
     u->port = h2o_url_get_port(&url);
 
     /* an address kept for good; a name is looked up when a connection opens */
-    u->numeric = numeric_address(u);
+    if (h2o_url_host_is_unix_path(url.host)) {
+        struct sockaddr_un *sa = (struct sockaddr_un *)&u->addrs[0];
+        if (h2o_url_host_to_sun(url.host, sa) != NULL) {
+            free_upstream(u);
+            return NULL;
+        }
+        u->addr_lens[0] = sizeof(*sa);
+        u->naddrs = 1;
+        u->numeric = 1;
+        free(u->authority); /* the Host header: the proxy has no name here */
+        u->authority = sg_xstrdup("localhost");
+    } else {
+        u->numeric = numeric_address(u);
+    }
 
     if ((u->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) < 0) {
         free_upstream(u);

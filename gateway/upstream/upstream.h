@@ -54,8 +54,9 @@ int sg_upstream_code_valid(const char *code);
  * A-Z a-z 0-9 - . _ ~): 0, or -1 when it does not fit in outlen. */
 int sg_upstream_escape(const char *s, char *out, size_t outlen);
 
-/* base_url: "http://127.0.0.1:8000" (no trailing slash); NULL for any other
- * scheme. */
+/* base_url: "http://127.0.0.1:8000" (no trailing slash), or
+ * "http://[unix:/path]" for a proxy's Unix socket (SANDGATE_PROXY_SOCKET;
+ * Host: localhost); NULL for any other scheme. */
 sg_upstream_t *sg_upstream_create(h2o_loop_t *loop, const char *base_url, size_t max_reply_bytes);
 /* Cancels whatever is in flight (no callbacks) and frees. May be called from
  * inside a callback of u (the memory goes when that callback returns). Run

@@ -221,7 +221,7 @@ SGGW_TEST(test_auth_matrix)
 static char *two_db_threads_tenant(const char *name, sggw_gateway_t **g2)
 {
     const char *env[] = {"SANDGATE_DB_WORKERS=2", NULL};
-    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy), .env = env};
+    sggw_opts_t opts = {.proxy_url = stack.proxy_url, .env = env};
     *g2 = stack.extra_gw = sggw_gateway_start(&opts);
     SG_CHECK(*g2 != NULL, NULL, "cannot start a gateway");
     char *tok = sggw_new_tenant(sggw_gateway_data_dir(*g2), name, NULL);

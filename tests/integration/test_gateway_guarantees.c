@@ -57,7 +57,7 @@ static int group_setup(void **state)
  * redis_url (stack.extra_gw). */
 static sggw_gateway_t *second_gateway_on(const char *redis_url)
 {
-    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy),
+    sggw_opts_t opts = {.proxy_url = stack.proxy_url,
                         .redis_url = redis_url,
                         .data_dir = data_dir(),
                         .admin_token = sggw_gateway_admin_token(stack.gw)};
@@ -507,7 +507,7 @@ SGGW_TEST(test_create_answered_once_live)
         from_copy = metric(stack.gw, "sandgate_state_solo_admissions_total") > admitted0;
         fprintf(stderr, "create during a %d ms pause of Redis's writes: answered after %.3f s (admitted %s)\n",
                 PAUSE_MS, took, from_copy ? "from the copy" : "by Redis");
-        SG_CHECK(proxy != NULL && strcmp(proxy, sgtest_proxy_url(stack.proxy)) == 0, NULL,
+        SG_CHECK(proxy != NULL && strcmp(proxy, stack.proxy_url) == 0, NULL,
                  "answered, session %s has no live record naming its proxy (\"%s\")", sid,
                  proxy != NULL ? proxy : "(none)");
         SG_CHECK(score != NULL, NULL, "answered, session %s is not among its tenant's live sessions", sid);
@@ -1061,7 +1061,7 @@ static double wal_run(wal_load_t *l, int total, const char *wal, int *restarts, 
  * is in the ledger. */
 SGGW_TEST(test_wal_stays_bounded)
 {
-    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy), .redis_url = sggw_redis_url(stack.redis)};
+    sggw_opts_t opts = {.proxy_url = stack.proxy_url, .redis_url = sggw_redis_url(stack.redis)};
     sggw_gateway_t *g = stack.extra_gw = sggw_gateway_start(&opts);
     SG_CHECK(g != NULL, NULL, "cannot start a gateway");
     const char *dir = sggw_gateway_data_dir(g);

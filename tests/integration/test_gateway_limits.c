@@ -250,7 +250,7 @@ SGGW_TEST(test_oversized_header)
 SGGW_TEST(test_body_cap_own_limit)
 {
     const char *env[] = {"SANDGATE_MAX_BODY_BYTES=4096", "SANDGATE_MAX_FILE_BYTES=65536", NULL};
-    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy), .env = env};
+    sggw_opts_t opts = {.proxy_url = stack.proxy_url, .env = env};
     sggw_gateway_t *g2 = stack.extra_gw = sggw_gateway_start(&opts);
     SG_CHECK(g2 != NULL, NULL, "cannot start a second gateway");
     char *tok = sggw_new_tenant(sggw_gateway_data_dir(g2), "body-cap", NULL);

@@ -457,7 +457,7 @@ SGGW_TEST(test_redis_down_at_start)
     stack.extra_redis = sggw_redis_start();
     SG_CHECK(stack.extra_redis != NULL, NULL, "cannot start a second redis-server");
     sggw_redis_kill(stack.extra_redis);
-    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy), .redis_url = sggw_redis_url(stack.extra_redis)};
+    sggw_opts_t opts = {.proxy_url = stack.proxy_url, .redis_url = sggw_redis_url(stack.extra_redis)};
     sggw_gateway_t *g = stack.extra_gw = sggw_gateway_start(&opts);
     SG_CHECK(g != NULL, NULL, "the gateway must start (and answer GET /) while its Redis is down");
     char *tok = sggw_new_tenant(sggw_gateway_data_dir(g), "late-redis", NULL);
@@ -491,7 +491,7 @@ SGGW_TEST(test_shutdown_with_redis_call_in_flight)
 {
     stack.extra_redis = sggw_redis_start();
     SG_CHECK(stack.extra_redis != NULL, NULL, "cannot start a second redis-server");
-    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy), .redis_url = sggw_redis_url(stack.extra_redis)};
+    sggw_opts_t opts = {.proxy_url = stack.proxy_url, .redis_url = sggw_redis_url(stack.extra_redis)};
     sggw_gateway_t *g = stack.extra_gw = sggw_gateway_start(&opts);
     SG_CHECK(g != NULL, NULL, "cannot start a gateway");
     char *warm = sggw_new_tenant(sggw_gateway_data_dir(g), "in-flight-warm", NULL);

@@ -582,10 +582,8 @@ SGGW_TEST(test_cancelled_notification_cancels)
 SGGW_TEST(test_mcp_sessions_shared_bounded_expiring)
 {
     const char *env[] = {"SANDGATE_MCP_SESSIONS=2", "SANDGATE_MCP_IDLE_S=2", NULL};
-    sggw_opts_t opts = {.proxy_url = sgtest_proxy_url(stack.proxy),
-                        .redis_url = sggw_redis_url(stack.redis),
-                        .data_dir = data_dir(),
-                        .env = env};
+    sggw_opts_t opts = {
+        .proxy_url = stack.proxy_url, .redis_url = sggw_redis_url(stack.redis), .data_dir = data_dir(), .env = env};
     sggw_gateway_t *g1 = stack.gw, *g2 = stack.extra_gw = sggw_gateway_start(&opts);
     SG_CHECK(g2 != NULL, NULL, "cannot start a second gateway");
     sggw_auth_t a;

@@ -94,6 +94,12 @@ dead_ones_gone() {
   done
 }
 
+# the gateway reaches the proxy over its Unix socket, this user's only
+sock=$run_dir/proxy.sock
+[ -S "$sock" ] || fail "no proxy socket at $sock"
+[ "$(stat -c '%a %u' "$sock")" = "600 $(id -u)" ] || fail "the proxy's socket is $(stat -c '%a %u' "$sock"), not 600 $(id -u)"
+grep -q "proxy http://\[unix:$sock\]" "$run_dir/gateway.log" || fail "the gateway does not use the proxy's socket"
+
 redis_pid=$(pid_of redis) gateway_pid=$(pid_of gateway) proxy_pid=$(pid_of proxy)
 [ -n "$redis_pid" ] && [ -n "$gateway_pid" ] && [ -n "$proxy_pid" ] || fail "run.sh wrote no pid files"
 new_session_works >/dev/null || fail "a session did not work before the kill"
@@ -104,6 +110,9 @@ grep -q "run: proxy (pid $proxy_pid) ended after .*killed by signal 9 (KILL); re
   fail "the proxy's restart was not logged with its status"
 wait_for 60 "the restarted proxy does not answer" curl -fsS -m 2 "$proxy/"
 [ "$(pid_of redis)" = "$redis_pid" ] && kill -0 "$redis_pid" || fail "redis-server was touched"
+# the socket the dead proxy left was taken over by the new one (the
+# session below goes through it)
+[ -S "$sock" ] || fail "no proxy socket after the proxy's restart"
 [ "$(pid_of gateway)" = "$gateway_pid" ] && kill -0 "$gateway_pid" || fail "the gateway was touched"
 wait_for 60 "no new session works after the proxy's restart" new_session_works
 wait_for 60 "containers of the dead proxy stayed" dead_ones_gone
@@ -128,6 +137,7 @@ pid=
 for p in $last_pids; do
   ! kill -0 "$p" 2>/dev/null || fail "pid $p (redis-server, the proxy or the gateway) still runs after stop"
 done
+[ ! -e "$sock" ] || fail "the proxy's socket is still there after stop"
 for port in "$PORT" "$SANDGATE_PROXY_PORT" "$SANDGATE_REDIS_PORT"; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then fail "port $port still answers after stop"; fi
 done

@@ -344,8 +344,14 @@ typedef struct {
     sggw_gateway_t *extra_gw;
     sggw_redis_t *extra_redis;
     char *extra_dir;
-    /* private: copies of the options, for restarts */
-    char *proxy_env[SGGW_STACK_MAX_ENV + 1];
+    /* the gateway reaches the proxy over its Unix socket, here (in a
+     * directory of the stack's own), as deploy/run.sh sets them up; the
+     * proxy's port stays for the tests' own calls */
+    char *sock_dir;
+    char proxy_url[160]; /* http://[unix:<sock_dir>/proxy.sock] */
+    /* private: copies of the options, for restarts (the proxy's with its
+     * SANDGATE_PROXY_SOCKET) */
+    char *proxy_env[SGGW_STACK_MAX_ENV + 2];
     char *gateway_env[SGGW_STACK_MAX_ENV + 1];
 } sggw_stack_t;
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -615,7 +616,7 @@ static sgtest_proxy_t *stack_proxy_start(sggw_stack_t *st)
 
 static sggw_gateway_t *stack_gateway_start(sggw_stack_t *st)
 {
-    sggw_opts_t o = {.proxy_url = sgtest_proxy_url(st->proxy),
+    sggw_opts_t o = {.proxy_url = st->proxy_url,
                      .redis_url = st->redis != NULL ? sggw_redis_url(st->redis) : NULL,
                      .env = (const char *const *)st->gateway_env};
     return sggw_gateway_start(&o);
@@ -627,8 +628,16 @@ int sggw_stack_start(sggw_stack_t *st, const sggw_stack_opts_t *o)
 
     memset(st, 0, sizeof(*st));
     if (stack_copy_env(st->proxy_env, o->proxy_env != NULL ? o->proxy_env : default_proxy_env, "proxy") != 0 ||
-        stack_copy_env(st->gateway_env, o->gateway_env, "gateway") != 0)
+        stack_copy_env(st->gateway_env, o->gateway_env, "gateway") != 0 ||
+        (st->sock_dir = sggw_mkdtemp("sgsock")) == NULL)
         return -1;
+    size_t n = 0;
+    while (st->proxy_env[n] != NULL)
+        n++;
+    snprintf(st->proxy_url, sizeof(st->proxy_url), "http://[unix:%s/proxy.sock]", st->sock_dir);
+    if (asprintf(&st->proxy_env[n], "SANDGATE_PROXY_SOCKET=%s/proxy.sock", st->sock_dir) < 0)
+        return -1;
+    st->proxy_env[n + 1] = NULL;
     st->proxy_id = o->proxy_id != NULL ? strdup(o->proxy_id) : sgtest_new_proxy_id();
     if (st->proxy_id == NULL || (st->proxy = stack_proxy_start(st)) == NULL)
         return -1;
@@ -706,6 +715,19 @@ int sggw_stack_end(sggw_stack_t *st)
     st->proxy_id = NULL;
     stack_free_env(st->proxy_env);
     stack_free_env(st->gateway_env);
+    if (st->sock_dir != NULL) {
+        /* the proxy removed its socket when it stopped */
+        char sock[200];
+        struct stat sb;
+        snprintf(sock, sizeof(sock), "%s/proxy.sock", st->sock_dir);
+        if (lstat(sock, &sb) == 0) {
+            fprintf(stderr, "teardown: the proxy's socket %s is still there after it stopped\n", sock);
+            rc = -1;
+        }
+        sggw_rmtree(st->sock_dir);
+        free(st->sock_dir);
+        st->sock_dir = NULL;
+    }
     return rc;
 }
 

@@ -39,14 +39,29 @@ static void test_normalise(void **state)
         {"http://127.0.0.1:8000", "http://127.0.0.1:8000"},
         {"HTTP://Proxy-A.Example:8000/", "http://proxy-a.example:8000"},
         {"http://h:1/Base/Path/", "http://h:1/Base/Path"},
+        /* a Unix socket (h2o's form): the path is the file's, case and all */
+        {"http://[unix:/run/Sandgate/proxy.sock]", "http://[unix:/run/Sandgate/proxy.sock]"},
+        {"HTTP://[UNIX:/Run/P.sock]/", "http://[unix:/Run/P.sock]"},
     };
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
         assert_int_equal(sg_proxy_url_normalise(ok[i].in, strlen(ok[i].in), out, sizeof(out)), 0);
         assert_string_equal(out, ok[i].out);
     }
-    static const char *const bad[] = {"",           "127.0.0.1:8000", "ftp://h",      "http://",
-                                      "http:///",   "http://a b",     "http://h\x7f", "unix:///run/x.sock",
-                                      "https://h:1"};
+    static const char *const bad[] = {"",
+                                      "127.0.0.1:8000",
+                                      "ftp://h",
+                                      "http://",
+                                      "http:///",
+                                      "http://a b",
+                                      "http://h\x7f",
+                                      "unix:///run/x.sock",
+                                      "https://h:1",
+                                      "http://[unix:relative.sock]",
+                                      "http://[unix:/]",
+                                      "http://[unix:/p.sock]/path",
+                                      "http://[unix:/a b.sock]",
+                                      "http://[unix:/a,b]",
+                                      "http://[unix:/p.sock"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         assert_int_equal(sg_proxy_url_normalise(bad[i], strlen(bad[i]), out, sizeof(out)), -1);
     char longer[SG_PROXY_URL_MAX + 16];

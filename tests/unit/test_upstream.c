@@ -35,6 +35,8 @@
 #include <netdb.h>
 #include <errno.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -52,6 +54,11 @@ static sg_http_server_t *server;
 static h2o_loop_t *loop;
 static char base_url[64];
 static char *bigbuf;
+/* The server listens on a Unix socket too (sg_http_server_listen_unix), in
+ * a directory of the suite's own: unix_url reaches it there. */
+static char sock_dir[64];
+static char sock_path[128];
+static char unix_url[192];
 
 static double now_ms(void)
 {
@@ -472,6 +479,17 @@ static int group_setup(void **state)
         fprintf(stderr, "server: %s\n", err);
         return -1;
     }
+    snprintf(sock_dir, sizeof(sock_dir), "/tmp/sgupstream-XXXXXX");
+    if (mkdtemp(sock_dir) == NULL) {
+        perror("mkdtemp");
+        return -1;
+    }
+    snprintf(sock_path, sizeof(sock_path), "%s/proxy.sock", sock_dir);
+    if (sg_http_server_listen_unix(server, sock_path, err, sizeof(err)) != 0) {
+        fprintf(stderr, "server: %s\n", err);
+        return -1;
+    }
+    snprintf(unix_url, sizeof(unix_url), "http://[unix:%s]", sock_path);
     sg_http_server_start(server);
     loop = sg_http_server_loop(server);
     snprintf(base_url, sizeof(base_url), "http://127.0.0.1:%d", sg_http_server_port(server));
@@ -483,6 +501,8 @@ static int group_teardown(void **state)
     /* let the server finish what the tests left (slow replies, closes) */
     run_for(300);
     free(bigbuf);
+    unlink(sock_path);
+    rmdir(sock_dir);
     return 0;
 }
 
@@ -601,7 +621,20 @@ static int upstream_teardown(void **state)
     return 0;
 }
 
+/* The same over the server's Unix socket. */
+static int unix_upstream_setup(void **state)
+{
+    sg_upstream_t *u = sg_upstream_create(loop, unix_url, MIB);
+    assert_non_null(u);
+    *state = u;
+    return 0;
+}
+
 #define UPSTREAM_TEST(f) cmocka_unit_test_setup_teardown(f, upstream_setup, upstream_teardown)
+#define UNIX_UPSTREAM_TEST(f)                                                                                          \
+    {                                                                                                                  \
+#f " over a Unix socket", f, unix_upstream_setup, upstream_teardown, NULL                                      \
+    }
 
 static sg_upstream_req_t *get(sg_upstream_t *u, const char *path, long timeout_ms, result_t *r)
 {
@@ -1826,6 +1859,187 @@ static void test_escape(void **state)
     assert_string_equal(out, "%FF");
 }
 
+/* ---- a proxy's Unix socket ------------------------------------------------------- */
+
+/* Over the socket, what a session's traffic looks like at size: 2 MiB of
+ * reply byte for byte, a stream piece by piece as it was sent, a body of
+ * a megabyte echoed whole; and the connection kept for the next request. */
+static void test_unix_sizes(void **state)
+{
+    sg_upstream_t *u = sg_upstream_create(loop, unix_url, 4 * MIB);
+    result_t r;
+    (void)state;
+    assert_non_null(u);
+
+    exchange(u, "GET", "/big", NULL, 0, NULL, 5000, NULL, NULL, &r, 5000);
+    assert_null(r.err);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(r.body_len, BIG_LEN);
+    assert_memory_equal(r.body, bigbuf, BIG_LEN);
+    result_free(&r);
+
+    exchange(u, "GET", "/stream", NULL, 0, NULL, 2000, on_head, on_data, &r, 2000);
+    assert_null(r.err);
+    assert_int_equal(r.pieces, 3);
+    assert_string_equal(r.streamed, "one,two,three");
+    assert_true(r.piece_at[1] - r.piece_at[0] >= 30);
+    result_free(&r);
+
+    /* a megabyte of multibyte text: é is two bytes, and the server's JSON
+     * gives it back as the same bytes */
+    size_t n = MIB;
+    char *body = malloc(n);
+    for (size_t i = 0; i + 1 < n; i += 2)
+        memcpy(body + i, "\xc3\xa9", 2);
+    exchange(u, "POST", "/echo", body, n, "application/octet-stream", 5000, NULL, NULL, &r, 5000);
+    assert_null(r.err);
+    assert_int_equal(r.status, 200);
+    json_object *o = parse(r.body), *b;
+    assert_true(json_object_object_get_ex(o, "body", &b));
+    assert_int_equal(json_object_get_string_len(b), (int)n);
+    assert_memory_equal(json_object_get_string(b), body, n);
+    json_object_put(o);
+    result_free(&r);
+    free(body);
+    assert_int_equal(sg_upstream_connections_opened(u), 1);
+    destroy_upstream(u);
+}
+
+/* A server's own, listening on path: NULL (err says why) when it cannot. */
+static sg_http_server_t *unix_server(const char *path, char *err, size_t errlen)
+{
+    sg_http_server_t *s = sg_http_server_create("127.0.0.1", 0, MIB, on_req, NULL, err, errlen);
+    assert_non_null(s);
+    if (sg_http_server_listen_unix(s, path, err, errlen) != 0) {
+        sg_http_server_destroy(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* "GET /fast" over the socket at path: 1 when the server answers 200. */
+static int unix_answers(const char *path)
+{
+    char url[256];
+    result_t r;
+    snprintf(url, sizeof(url), "http://[unix:%s]", path);
+    sg_upstream_t *u = sg_upstream_create(loop, url, MIB);
+    assert_non_null(u);
+    exchange(u, "GET", "/fast", NULL, 0, NULL, 2000, NULL, NULL, &r, 3000);
+    int ok = r.err == NULL && r.status == 200;
+    result_free(&r);
+    destroy_upstream(u);
+    return ok;
+}
+
+/* The socket file: made 0600 and the server's user's; one that nobody
+ * listens on (a server killed) is taken over, one a live server holds is
+ * refused and keeps answering, anything else there is refused and left as
+ * it was; removed when the server stops, unless another socket replaced it
+ * meanwhile; a relative or too long path refused. A gone socket is the
+ * proxy not answering. */
+static void test_unix_socket_file(void **state)
+{
+    char path[192], err[256];
+    struct stat sb;
+    (void)state;
+
+    /* the suite's server: 0600, ours, a socket */
+    assert_int_equal(lstat(sock_path, &sb), 0);
+    assert_true(S_ISSOCK(sb.st_mode));
+    assert_int_equal(sb.st_mode & 07777, 0600);
+    assert_int_equal(sb.st_uid, geteuid());
+
+    /* a live server's socket: refused, and it still answers */
+    sg_http_server_t *s = unix_server(sock_path, err, sizeof(err));
+    assert_null(s);
+    assert_contains(err, "another server listens there");
+    assert_true(unix_answers(sock_path));
+
+    /* a socket nobody listens on: taken over */
+    snprintf(path, sizeof(path), "%s/stale.sock", sock_dir);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    assert_true(strlen(path) < sizeof(sa.sun_path));
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    close(fd);
+    assert_int_equal(lstat(path, &sb), 0);
+    assert_false(unix_answers(path)); /* the proxy does not answer */
+    s = unix_server(path, err, sizeof(err));
+    if (s == NULL)
+        fail_msg("a stale socket not taken over: %s", err);
+    sg_http_server_start(s);
+    /* this server has a loop of its own: turned here between the client's */
+    h2o_loop_t *l = sg_http_server_loop(s);
+    char url[256];
+    result_t r = {0};
+    snprintf(url, sizeof(url), "http://[unix:%s]", path);
+    sg_upstream_t *u = sg_upstream_create(loop, url, MIB);
+    assert_non_null(get(u, "/fast", 2000, &r));
+    double deadline = now_ms() + 3000;
+    while (!r.done && now_ms() < deadline) {
+        h2o_evloop_run(loop, 1);
+        h2o_evloop_run(l, 1);
+    }
+    assert_int_equal(r.done, 1);
+    assert_null(r.err);
+    assert_int_equal(r.status, 200);
+    result_free(&r);
+    sg_upstream_destroy(u);
+    for (int i = 0; i < 5; i++) {
+        h2o_evloop_run(loop, 1);
+        h2o_evloop_run(l, 1);
+    }
+
+    /* stopped: the socket is gone */
+    sg_http_server_stop_accepting(s);
+    assert_int_equal(lstat(path, &sb), -1);
+    assert_int_equal(errno, ENOENT);
+    sg_http_server_destroy(s);
+
+    /* replaced by another socket while it ran: that one stays */
+    s = unix_server(path, err, sizeof(err));
+    assert_non_null(s);
+    assert_int_equal(unlink(path), 0);
+    fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    sg_http_server_destroy(s);
+    assert_int_equal(lstat(path, &sb), 0);
+    assert_true(S_ISSOCK(sb.st_mode));
+    close(fd);
+    assert_int_equal(unlink(path), 0);
+
+    /* a file that is not a socket: refused, untouched */
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs("keep me", fp);
+    fclose(fp);
+    assert_null(unix_server(path, err, sizeof(err)));
+    assert_contains(err, "not a socket");
+    char back[16] = "";
+    fp = fopen(path, "r");
+    assert_non_null(fp);
+    assert_non_null(fgets(back, sizeof(back), fp));
+    fclose(fp);
+    assert_string_equal(back, "keep me");
+    assert_int_equal(unlink(path), 0);
+
+    /* paths it cannot take */
+    assert_null(unix_server("relative.sock", err, sizeof(err)));
+    assert_contains(err, "not absolute");
+    char longer[200];
+    memset(longer, 'a', sizeof(longer) - 1);
+    longer[0] = '/';
+    longer[sizeof(longer) - 1] = '\0';
+    assert_null(unix_server(longer, err, sizeof(err)));
+    assert_contains(err, "longer than");
+    /* a directory that is not there */
+    snprintf(path, sizeof(path), "%s/no-such-dir/p.sock", sock_dir);
+    assert_null(unix_server(path, err, sizeof(err)));
+    assert_contains(err, "cannot listen on");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1853,6 +2067,14 @@ int main(void)
         cmocka_unit_test(test_lookup_fails_or_outlives),
         cmocka_unit_test(test_hold_watch),
         cmocka_unit_test(test_destroy_after_watch),
+        UNIX_UPSTREAM_TEST(test_get),
+        UNIX_UPSTREAM_TEST(test_post_echo),
+        UNIX_UPSTREAM_TEST(test_concurrent_no_blocking),
+        UNIX_UPSTREAM_TEST(test_timeout),
+        UNIX_UPSTREAM_TEST(test_cancel),
+        UNIX_UPSTREAM_TEST(test_keepalive_parked),
+        cmocka_unit_test(test_unix_sizes),
+        cmocka_unit_test(test_unix_socket_file),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
