@@ -44,6 +44,10 @@ export SANDGATE_REDIS_URL=${SANDGATE_REDIS_URL-redis://127.0.0.1:$redis_port}
 # user only; cheaper than TCP over loopback); the port stays for operators
 # and the benchmark. SANDGATE_PROXY_SOCKET= (empty) leaves the socket out.
 export SANDGATE_PROXY_SOCKET=${SANDGATE_PROXY_SOCKET-$run_dir/proxy.sock}
+if [ ${#SANDGATE_PROXY_SOCKET} -gt 107 ]; then # a socket's path holds 107 bytes
+  sg_log "run: $SANDGATE_PROXY_SOCKET is too long a path for a socket: the gateway reaches the proxy over TCP"
+  SANDGATE_PROXY_SOCKET=
+fi
 if [ -n "$SANDGATE_PROXY_SOCKET" ]; then proxy_default_url="http://[unix:$SANDGATE_PROXY_SOCKET]"
 else proxy_default_url=http://127.0.0.1:$proxy_port; fi
 export SANDGATE_PROXY_URL=${SANDGATE_PROXY_URL:-$proxy_default_url}
