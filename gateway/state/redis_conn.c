@@ -101,6 +101,8 @@ static int format_plain(char *s, size_t room, const char *fmt, va_list ap)
         p = fmt;
     else
         return -1;
+    if (p == NULL)
+        return -1; /* vsnprintf's "(null)" */
     size_t n = strlen(p);
     if (n >= room)
         return -1;
