@@ -239,12 +239,24 @@ static int proxy_id_valid(const char *id)
     return 1;
 }
 
+#define EXIT_HELD 3 /* another live proxy holds the id */
+
+/* A start that ends before the loop: the id's lease given back (unless
+ * another proxy holds it: rc EXIT_HELD), the engine's client let go; rc. */
+static int give_up_engine(sg_docker_t *docker, int rc)
+{
+    if (rc != EXIT_HELD && lease_fd >= 0)
+        sg_lease_release(docker, cfg.proxy_id, lease_fd);
+    sg_docker_destroy(docker);
+    sg_docker_cleanup();
+    return rc;
+}
+
 /* The engine as the proxy needs it: answering, this proxy's id leased,
  * its leftovers removed and its sessions ready to adopt, its runtime
  * chosen (*runtime), the package store, the isolated network and the
  * agent volume there when configured. 0, -1 (logged), or EXIT_HELD when
  * another live proxy holds the id. */
-#define EXIT_HELD 3
 static int prepare_engine(sg_docker_t *docker, const char **runtime)
 {
     char err[512], version[32], api_version[16], lease_image[300];
@@ -443,13 +455,8 @@ int main(int argc, char **argv)
     }
     sg_info("Docker engine at %s (%s)", cfg.docker_host, sg_docker_transport());
     docker = sg_docker_create();
-    if ((rc = prepare_engine(docker, &runtime)) != 0) {
-        if (rc != EXIT_HELD && lease_fd >= 0)
-            sg_lease_release(docker, cfg.proxy_id, lease_fd);
-        sg_docker_destroy(docker);
-        sg_docker_cleanup();
-        return rc == EXIT_HELD ? EXIT_HELD : 1;
-    }
+    if ((rc = prepare_engine(docker, &runtime)) != 0)
+        return give_up_engine(docker, rc == EXIT_HELD ? EXIT_HELD : 1);
     make_context(&px, &api);
 
     size_t max_body = (size_t)(cfg.max_body > cfg.max_file_bytes ? cfg.max_body : cfg.max_file_bytes);
@@ -458,10 +465,7 @@ int main(int argc, char **argv)
         (cfg.socket_path[0] != '\0' && sg_http_server_listen_unix(server, cfg.socket_path, err, sizeof(err)) != 0)) {
         sg_error("%s%s", server != NULL ? "SANDGATE_PROXY_SOCKET: " : "", err);
         sg_http_server_destroy(server);
-        sg_lease_release(docker, cfg.proxy_id, lease_fd);
-        sg_docker_destroy(docker);
-        sg_docker_cleanup();
-        return 1;
+        return give_up_engine(docker, 1);
     }
     loop = sg_http_server_loop(server);
     px.loop = loop;

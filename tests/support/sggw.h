@@ -348,7 +348,8 @@ typedef struct {
      * directory of the stack's own), as deploy/run.sh sets them up; the
      * proxy's port stays for the tests' own calls */
     char *sock_dir;
-    char proxy_url[160]; /* http://[unix:<sock_dir>/proxy.sock] */
+    char proxy_sock[160]; /* <sock_dir>/proxy.sock */
+    char proxy_url[180];  /* http://[unix:<proxy_sock>] */
     /* private: copies of the options, for restarts (the proxy's with its
      * SANDGATE_PROXY_SOCKET) */
     char *proxy_env[SGGW_STACK_MAX_ENV + 2];

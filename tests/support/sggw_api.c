@@ -634,8 +634,9 @@ int sggw_stack_start(sggw_stack_t *st, const sggw_stack_opts_t *o)
     size_t n = 0;
     while (st->proxy_env[n] != NULL)
         n++;
-    snprintf(st->proxy_url, sizeof(st->proxy_url), "http://[unix:%s/proxy.sock]", st->sock_dir);
-    if (asprintf(&st->proxy_env[n], "SANDGATE_PROXY_SOCKET=%s/proxy.sock", st->sock_dir) < 0)
+    snprintf(st->proxy_sock, sizeof(st->proxy_sock), "%s/proxy.sock", st->sock_dir);
+    snprintf(st->proxy_url, sizeof(st->proxy_url), "http://[unix:%s]", st->proxy_sock);
+    if (asprintf(&st->proxy_env[n], "SANDGATE_PROXY_SOCKET=%s", st->proxy_sock) < 0)
         return -1;
     st->proxy_env[n + 1] = NULL;
     st->proxy_id = o->proxy_id != NULL ? strdup(o->proxy_id) : sgtest_new_proxy_id();
@@ -717,11 +718,9 @@ int sggw_stack_end(sggw_stack_t *st)
     stack_free_env(st->gateway_env);
     if (st->sock_dir != NULL) {
         /* the proxy removed its socket when it stopped */
-        char sock[200];
         struct stat sb;
-        snprintf(sock, sizeof(sock), "%s/proxy.sock", st->sock_dir);
-        if (lstat(sock, &sb) == 0) {
-            fprintf(stderr, "teardown: the proxy's socket %s is still there after it stopped\n", sock);
+        if (lstat(st->proxy_sock, &sb) == 0) {
+            fprintf(stderr, "teardown: the proxy's socket %s is still there after it stopped\n", st->proxy_sock);
             rc = -1;
         }
         sggw_rmtree(st->sock_dir);
