@@ -61,15 +61,16 @@ static void render_solo(sg_buf_t *out)
                    "# HELP sandgate_state_solo Whether this gateway, the only one on its Redis, admits executions "
                    "from its own copy.\n# TYPE sandgate_state_solo gauge\nsandgate_state_solo %d\n",
                    s.holds);
-    sg_buf_appendf(out,
-                   "# HELP sandgate_state_solo_admissions_total Executions admitted from this gateway's copy "
-                   "(Redis checked each after).\n# TYPE sandgate_state_solo_admissions_total counter\n"
-                   "sandgate_state_solo_admissions_total %llu\n",
-                   (unsigned long long)s.local_admits);
+    sg_buf_appendf(
+        out,
+        "# HELP sandgate_state_solo_admissions_total Executions admitted from this gateway's copy "
+        "(Redis checks them after, with their tenant's apply).\n# TYPE sandgate_state_solo_admissions_total counter\n"
+        "sandgate_state_solo_admissions_total %llu\n",
+        (unsigned long long)s.local_admits);
     sg_buf_appendf(out,
                    "# HELP sandgate_state_solo_refusals_total Requests refused from this gateway's copy: past their "
                    "tenant's rate (nothing sent to Redis), at its cap of executions in flight, past its day's quota "
-                   "or at its cap of live sessions (Redis checked each after).\n# TYPE "
+                   "or at its cap of live sessions (Redis checks them after).\n# TYPE "
                    "sandgate_state_solo_refusals_total counter\n"
                    "sandgate_state_solo_refusals_total %llu\n",
                    (unsigned long long)s.local_refusals);

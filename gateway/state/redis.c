@@ -385,6 +385,8 @@ static void redis_session_admit(sg_state_t *_st, int64_t tenant, long rate_per_m
 
 static void redis_exec_finish(sg_state_t *_st, int64_t tenant, const sg_finish_args_t *a, sg_state_cb cb, void *data)
 {
+    if (cb == NULL && sg_redis__mirror_finish(rs(_st), tenant, a))
+        return; /* with the tenant's apply */
     sg_redis__mirror_given_back(rs(_st), tenant, a->token, a->day, a->seconds);
     redis_req_t *req = state_req(_st, SCRIPT_EXEC_FINISH, 4, cb != NULL ? cb : sg_state__ignore, data);
     int touch = a->sid != NULL && a->sid[0] != '\0';
@@ -441,6 +443,7 @@ static void redis_leave(sg_state_t *_st)
     redis_state_t *st = rs(_st);
 
     if (st->ac != NULL && st->phase == PHASE_READY) {
+        sg_redis__solo_apply_all(st);
         sg_redis__conn_drain(st, 200);
         sg_redis__solo_give_back_now(st);
         st->left = 1;
@@ -576,4 +579,5 @@ void sg_state_redis_stats(sg_state_t *_st, sg_state_redis_stats_t *out)
     out->local_refusals = st->local_refusals;
     out->mismatches = st->mismatches;
     out->writes = st->writes;
+    out->applies = st->applies;
 }

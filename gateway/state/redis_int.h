@@ -48,6 +48,10 @@ typedef struct redis_state {
     h2o_timeout_t hold_timeout;             /* a guarded call that another gateway's lease holds back */
     struct redis_req *waiting;              /* those calls, to complete at destroy */
     struct mirror *mirrors[MIRROR_BUCKETS]; /* each a list */
+    struct mirror *dirty;                   /* copies whose decisions Redis has not had yet (redis_solo.c, "apply") */
+    h2o_timeout_entry_t apply_entry;        /* their call, SG_LOOP_LATER_MS after the first */
+    int applying;                           /* those calls are being sent */
+    uint64_t applies;                       /* SCRIPT_SOLO_APPLY calls sent */
     uint64_t local_admits, local_refusals, mismatches;
     uint64_t writes;         /* to the socket (redis_h2o.c counts them) */
     unsigned long noscripts; /* NOSCRIPT answers: a script sent again goes after calls sent behind it */
@@ -157,6 +161,14 @@ void sg_redis__solo_mismatch(redis_req_t *req, const char *what);
 void sg_redis__solo_send_behind(redis_req_t *req);
 /* A call that changes the tenant's admission keys behind its copy. */
 void sg_redis__mirror_drop(redis_state_t *st, int64_t tenant);
+/* Sends what the copies decided and Redis has not had yet, one call per
+ * tenant: before any other call (sg_redis__req_send), so that order is
+ * kept, and SG_LOOP_LATER_MS after the first of them at the latest. */
+void sg_redis__solo_apply_all(redis_state_t *st);
+/* An execution's end (a slot given back, a session touched, seconds added)
+ * taken into its tenant's copy and sent with its next apply: 1, or 0 when
+ * it is to be sent alone (no copy, or another day's seconds). */
+int sg_redis__mirror_finish(redis_state_t *st, int64_t tenant, const sg_finish_args_t *a);
 /* A slot given back (token), a day's seconds added (day, seconds >= 0). */
 void sg_redis__mirror_given_back(redis_state_t *st, int64_t tenant, const char *token, const char *day, double seconds);
 void sg_redis__admit_dispatch(redis_state_t *st, int64_t tenant, const sg_admit_args_t *a, sg_admit_cb cb, void *data);

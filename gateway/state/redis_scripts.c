@@ -296,6 +296,58 @@ sg_state__script_t sg_state__scripts[SCRIPT_COUNT] = {
          "out[5] = #out - 5\n"
          "for _, v in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')) do out[#out + 1] = v end\n"
          "return out\n"},
+    /* What the lease holder's copies decided over a few milliseconds, in
+     * one call per tenant (redis_solo.c, "apply"): the sums of the
+     * SCRIPT_EXEC_ADMIT calls it admitted or refused and of the
+     * SCRIPT_EXEC_FINISH calls of their ends, in the state those calls
+     * leave. KEYS: rate key, tenant's in-flight set, quota key (the
+     * copy's day), idle index. ARGV: now s, the rate key's arrival time
+     * ('': no rate step) and its PX, the slots taken and still held
+     * ("until token ..."), the slots given back ("token ..."), executions
+     * to add, seconds to add ('': none), the sessions touched ("sid now
+     * deadline executions ..."), key slack s, this gateway's id. While
+     * another gateway holds the lease only the ends apply (as
+     * SCRIPT_EXEC_FINISH is not guarded) and the answer is {-1, 0, 0};
+     * else {1, in flight, the day's executions (-1: no quota key)}. */
+    [SCRIPT_SOLO_APPLY] = {"local solo = redis.call('GET', 'sg:solo')\n"
+                           "local held = not solo or solo == ARGV[#ARGV]\n"
+                           "local now = tonumber(ARGV[1])\n"
+                           "if held then\n"
+                           "  if ARGV[2] ~= '' then redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end\n"
+                           "  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)\n"
+                           "end\n"
+                           "local rem = {}\n"
+                           "for tok in string.gmatch(ARGV[5], '%S+') do rem[#rem + 1] = tok end\n"
+                           "if #rem > 0 then redis.call('ZREM', KEYS[2], unpack(rem)) end\n"
+                           "local add = {}\n"
+                           "for u, tok in string.gmatch(ARGV[4], '(%S+) (%S+)') do\n"
+                           "  add[#add + 1] = u\n"
+                           "  add[#add + 1] = tok\n"
+                           "end\n"
+                           "if held and #add > 0 then\n"
+                           "  redis.call('ZADD', KEYS[2], unpack(add))\n"
+                           "  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')\n"
+                           "  local ttl = tonumber(last[2]) - now + tonumber(ARGV[9])\n"
+                           "  if ttl < 1 then ttl = 1 end\n"
+                           "  redis.call('EXPIRE', KEYS[2], math.floor(ttl))\n"
+                           "end\n"
+                           "local e = -1\n"
+                           "if redis.call('EXISTS', KEYS[3]) == 1 then\n"
+                           "  local k = tonumber(ARGV[6])\n"
+                           "  if held and k > 0 then e = redis.call('HINCRBY', KEYS[3], 'execs', k)\n"
+                           "  else e = tonumber(redis.call('HGET', KEYS[3], 'execs') or '0') or 0 end\n"
+                           "  if ARGV[7] ~= '' then redis.call('HINCRBYFLOAT', KEYS[3], 'seconds', ARGV[7]) end\n"
+                           "end\n"
+                           "for sid, t, dl, n in string.gmatch(ARGV[8], '(%S+) (%S+) (%S+) (%S+)') do\n"
+                           "  local key = 'sg:session:' .. sid\n"
+                           "  if redis.call('EXISTS', key) == 1 then\n"
+                           "    redis.call('HSET', key, 'last_used_at', t, 'idle_deadline', dl)\n"
+                           "    redis.call('HINCRBY', key, 'executions', n)\n"
+                           "    redis.call('ZADD', KEYS[4], dl, sid)\n"
+                           "  end\n"
+                           "end\n"
+                           "if not held then return {-1, 0, 0} end\n"
+                           "return {1, redis.call('ZCARD', KEYS[2]), e}\n"},
 };
 
 void sg_state__scripts_init(void)

@@ -3,9 +3,12 @@
  *
  * A gateway that is the only one on its Redis admits executions from its
  * own copy of each tenant's admission keys (solo.h) instead of waiting
- * for SCRIPT_EXEC_ADMIT: the script is still sent, with the same
- * arguments, and its answer is checked against the copy's; the execution
- * goes to the proxy meanwhile.
+ * for SCRIPT_EXEC_ADMIT; the execution goes to the proxy meanwhile. What
+ * the copy decided and the ends of executions (sg_redis__mirror_finish)
+ * go to Redis in one call per tenant, SCRIPT_SOLO_APPLY (the tenant's
+ * "apply"), SG_LOOP_LATER_MS after the first of them, or before any other
+ * call (sg_redis__req_send), so that order is kept; its answer (the
+ * in-flight count and the day's) is checked against the copy's.
  *
  * The lease: every gateway beats every SOLO_BEAT_MS (SCRIPT_SOLO_BEAT);
  * one that is alone in the gateways' set and asks (sg_state_redis_solo)
@@ -23,9 +26,10 @@
  * A tenant's copy is made on its first admission or rate check under the
  * lease: that call goes to Redis as before, SCRIPT_SOLO_SEED right behind
  * it, and the calls that come before the seed's answer wait for it. From
- * then on the copy decides what it is certain of (solo.h): an admission,
- * a refusal at the cap or by the day's quota (sent behind: full_local,
- * quota_local, session_full_local), or a refusal by the rate (nothing
+ * then on the copy decides what it is certain of (solo.h): an admission
+ * or a refusal at the cap or by the day's quota (with the apply:
+ * admit_local, full_local, quota_local), a session's refusal at its cap
+ * (sent behind: session_full_local), or a refusal by the rate (nothing
  * sent: refuse_local); an edge goes to Redis and the copy is read again.
  * A session's admission is decided on the copy the same way (its rate
  * step and its reservation among the tenant's live sessions). A slot given
@@ -36,10 +40,12 @@
  * the lease ends.
  */
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "http.h"
 #include "log.h"
 #include "redis_int.h"
 #include "redis_scripts.h"
@@ -79,6 +85,32 @@ typedef struct call {
     char *own[2]; /* queued: what token, or a.token and a.day, point to */
 } call_t;
 
+/* What a copy decided that Redis has not had yet (its "apply"): the sums
+ * of the calls that would have gone one by one, in what they leave. At
+ * most APPLY_MAX slots and sessions each: one more sends it first. */
+#define APPLY_MAX 32
+
+typedef struct {
+    char sid[37];
+    int64_t now;
+    long idle_timeout;
+    long execs;
+} apply_touch_t;
+
+typedef struct {
+    int rate;                      /* a rate step taken: the rate key holds tat from then on */
+    int64_t tat_ms;                /* ... the copy's after its last step */
+    sg_solo_slot_t add[APPLY_MAX]; /* slots taken and still held */
+    size_t nadd;
+    char rem[APPLY_MAX][65]; /* slots given back that Redis holds */
+    size_t nrem;
+    long execs;     /* the day's executions to add */
+    double seconds; /* the day's seconds to add (the copy's day) */
+    int has_seconds;
+    apply_touch_t touch[APPLY_MAX];
+    size_t ntouch;
+} apply_t;
+
 typedef struct mirror {
     struct mirror *next;
     sg_solo_tenant_t t;
@@ -86,6 +118,8 @@ typedef struct mirror {
     int spoiled;                     /* seeding, and a call the seed cannot know of went */
     replay_t *replay, **replay_tail; /* given back while seeding: applied to the seed */
     call_t *queue, **queue_tail;     /* calls while seeding: decided on the seed */
+    apply_t *apply;                  /* not NULL: in st->dirty */
+    struct mirror *dirty_next;
 } mirror_t;
 
 static redis_req_t *admit_req(redis_state_t *st, int64_t tenant, const sg_admit_args_t *a, int64_t now_ms,
@@ -136,6 +170,15 @@ static void mirror_unlink_free(redis_state_t *st, mirror_t *m)
             break;
         }
     }
+    if (m->apply != NULL) { /* its decisions were sent (drop) or can no longer be (destroy) */
+        for (mirror_t **p = &st->dirty; *p != NULL; p = &(*p)->dirty_next) {
+            if (*p == m) {
+                *p = m->dirty_next;
+                break;
+            }
+        }
+        free(m->apply);
+    }
     while (m->replay != NULL) {
         replay_t *r = m->replay;
         m->replay = r->next;
@@ -145,9 +188,14 @@ static void mirror_unlink_free(redis_state_t *st, mirror_t *m)
     free(m);
 }
 
-/* The copy of a tenant is not to be trusted any more. */
+static void apply_send(redis_state_t *st, mirror_t *m);
+
+/* The copy of a tenant is not to be trusted any more: what it decided
+ * still goes to Redis (those executions run). */
 static void drop(redis_state_t *st, mirror_t *m)
 {
+    if (m->apply != NULL)
+        apply_send(st, m);
     if (m->ready)
         mirror_unlink_free(st, m);
     else
@@ -178,6 +226,8 @@ void sg_redis__mirror_given_back(redis_state_t *st, int64_t tenant, const char *
     mirror_t *m = mirror_find(st, tenant);
     if (m == NULL || m->spoiled)
         return;
+    if (m->apply != NULL)
+        apply_send(st, m); /* the call about to go after it changes what its answer is checked against */
     if (m->ready) {
         if (token != NULL)
             sg_solo_release(&m->t, token);
@@ -326,22 +376,198 @@ static redisReply *copy_answer(redis_req_t *req, redisReply *reply, size_t n, co
     return reply;
 }
 
-/* The answer to an admission the copy made: {1, tat, 1, in flight, 0, execs, seconds}. */
-static void on_admit_copy(redis_req_t *req, redisReply *reply)
+/* ---- apply: what the copies decided, one call per tenant ---- */
+
+/* The answer to an apply: {1, in flight, the day's executions}; {-1, 0,
+ * 0} when another gateway held the lease (its admissions were not taken). */
+static void on_apply(redis_req_t *req, redisReply *reply)
 {
-    char what[160];
-    if ((reply = copy_answer(req, reply, 7, "an admission")) == NULL)
+    char what[200];
+    if (req->st->applying)
+        return; /* not sent (no connection, or the state has left): its copy goes with the connection */
+    if ((reply = copy_answer(req, reply, 3, "the copy's decisions")) == NULL)
         return;
-    int64_t allowed = sg_redis__reply_int(reply->element[0]), slot = sg_redis__reply_int(reply->element[2]);
-    int64_t quota = sg_redis__reply_int(reply->element[4]), n = sg_redis__reply_int(reply->element[3]);
-    int64_t execs = sg_redis__reply_int(reply->element[5]);
-    if (allowed != 1 || slot != 1 || quota != SG_QUOTA_OK || n != req->exp_in_flight || execs != req->exp_execs) {
+    int64_t held = sg_redis__reply_int(reply->element[0]), n = sg_redis__reply_int(reply->element[1]);
+    int64_t execs = sg_redis__reply_int(reply->element[2]);
+    if (held != 1) {
+        sg_redis__solo_mismatch(req, "Redis did not take its decisions: another gateway held the lease");
+    } else if (n != req->exp_in_flight || (req->exp_execs >= 0 && execs != req->exp_execs)) {
         snprintf(what, sizeof(what),
-                 "Redis answered rate %" PRId64 ", slot %" PRId64 ", quota %" PRId64 ", %" PRId64
-                 " in flight (the copy: %ld), %" PRId64 " today (the copy: %" PRId64 ")",
-                 allowed, slot, quota, n, req->exp_in_flight, execs, req->exp_execs);
+                 "Redis holds %" PRId64 " in flight (the copy: %ld) and %" PRId64 " today (the copy: %" PRId64 ")", n,
+                 req->exp_in_flight, execs, req->exp_execs);
         sg_redis__solo_mismatch(req, what);
     }
+}
+
+/* m's apply, to be added to; the copy joins st->dirty, and the calls
+ * are sent SG_LOOP_LATER_MS after the first. */
+static apply_t *apply_of(redis_state_t *st, mirror_t *m)
+{
+    if (m->apply == NULL) {
+        m->apply = sg_xcalloc(1, sizeof(*m->apply));
+        m->dirty_next = st->dirty;
+        st->dirty = m;
+        if (!h2o_timeout_is_linked(&st->apply_entry))
+            sg_loop_later(st->super.loop, &st->apply_entry);
+    }
+    return m->apply;
+}
+
+/* Before the copy takes a decision that adds a slot, a slot given back or
+ * a session: a full apply goes first (its answer is checked against the
+ * copy as it is then). */
+static void apply_room(redis_state_t *st, mirror_t *m)
+{
+    apply_t *ap = m->apply;
+    if (ap != NULL && (ap->nadd == APPLY_MAX || ap->nrem == APPLY_MAX || ap->ntouch == APPLY_MAX))
+        apply_send(st, m);
+}
+
+/* A rate step the copy took (interval_ms > 0): the rate key holds the
+ * copy's arrival time. */
+static void apply_rate(redis_state_t *st, mirror_t *m, int64_t interval_ms)
+{
+    if (interval_ms <= 0)
+        return; /* no rate: the scripts skip the step */
+    apply_t *ap = apply_of(st, m);
+    ap->rate = 1;
+    ap->tat_ms = m->t.tat_ms;
+}
+
+/* Appends "fmt" to buf (size) at *at; the whole of it, or nothing. */
+static void apply_cat(char *buf, size_t size, size_t *at, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void apply_cat(char *buf, size_t size, size_t *at, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + *at, size - *at, fmt, ap);
+    va_end(ap);
+    if (n > 0 && (size_t)n < size - *at)
+        *at += (size_t)n;
+    else
+        buf[*at] = '\0';
+}
+
+static void apply_send(redis_state_t *st, mirror_t *m)
+{
+    apply_t *ap = m->apply;
+    for (mirror_t **p = &st->dirty; *p != NULL; p = &(*p)->dirty_next) {
+        if (*p == m) {
+            *p = m->dirty_next;
+            break;
+        }
+    }
+    m->apply = NULL;
+
+    int64_t now_ms = sg_state__now_ms(&st->super), now_s = sg_state__now_s(&st->super);
+    int64_t tenant = m->t.tenant;
+    char adds[APPLY_MAX * 88], rems[APPLY_MAX * 66], touches[APPLY_MAX * 96];
+    size_t na = 0, nr = 0, nt = 0;
+    adds[0] = rems[0] = touches[0] = '\0';
+    for (size_t i = 0; i < ap->nadd; i++)
+        apply_cat(adds, sizeof(adds), &na, "%" PRId64 " %s ", ap->add[i].until_s, ap->add[i].token);
+    for (size_t i = 0; i < ap->nrem; i++)
+        apply_cat(rems, sizeof(rems), &nr, "%s ", ap->rem[i]);
+    for (size_t i = 0; i < ap->ntouch; i++) {
+        const apply_touch_t *t = &ap->touch[i];
+        apply_cat(touches, sizeof(touches), &nt, "%s %" PRId64 " %" PRId64 " %ld ", t->sid, t->now,
+                  t->now + t->idle_timeout, t->execs);
+    }
+
+    redis_req_t *req = sg_redis__req_new(st, SCRIPT_SOLO_APPLY, 4, on_apply, NULL);
+    req->tenant = tenant;
+    req->exp_in_flight = sg_solo_in_flight(&m->t, now_s);
+    /* the day's executions are checked while the copy trusts its key */
+    req->exp_execs = m->t.quota && (int64_t)(sg_now_us() / 1000) < m->t.quota_till_ms ? m->t.execs : -1;
+    sg_redis__req_arg(req, "sg:rate:%" PRId64, tenant);
+    sg_redis__req_arg(req, "sg:tenant:%" PRId64 ":execs", tenant);
+    sg_redis__req_arg(req, "sg:quota:%" PRId64 ":%s", tenant, m->t.day);
+    sg_redis__req_arg(req, "sg:sessions:idle");
+    sg_redis__req_arg(req, "%" PRId64, now_s);
+    if (ap->rate && ap->tat_ms > now_ms) { /* else the key has run out by now */
+        sg_redis__req_arg(req, "%" PRId64, ap->tat_ms);
+        sg_redis__req_arg(req, "%" PRId64, ap->tat_ms - now_ms);
+    } else {
+        sg_redis__req_arg(req, "%s", "");
+        sg_redis__req_arg(req, "%s", "0");
+    }
+    sg_redis__req_arg(req, "%s", adds);
+    sg_redis__req_arg(req, "%s", rems);
+    sg_redis__req_arg(req, "%ld", ap->execs);
+    if (ap->has_seconds)
+        sg_redis__req_arg(req, "%.17g", ap->seconds);
+    else
+        sg_redis__req_arg(req, "%s", "");
+    sg_redis__req_arg(req, "%s", touches);
+    sg_redis__req_arg(req, "%d", SG_STATE_EXECS_KEY_SLACK);
+    sg_redis__req_arg(req, "%s", st->id);
+    free(ap);
+    st->applies++;
+    st->applying = 1;
+    sg_redis__req_send(req);
+    st->applying = 0;
+}
+
+void sg_redis__solo_apply_all(redis_state_t *st)
+{
+    if (h2o_timeout_is_linked(&st->apply_entry))
+        h2o_timeout_unlink(&st->apply_entry);
+    while (st->dirty != NULL)
+        apply_send(st, st->dirty);
+}
+
+static void on_apply_timer(h2o_timeout_entry_t *entry)
+{
+    sg_redis__solo_apply_all(H2O_STRUCT_FROM_MEMBER(redis_state_t, apply_entry, entry));
+}
+
+/* A token or session id that goes into an apply's lists: no spaces. */
+static int apply_word(const char *s)
+{
+    return s != NULL && s[0] != '\0' && strpbrk(s, " \t\r\n\v\f") == NULL;
+}
+
+int sg_redis__mirror_finish(redis_state_t *st, int64_t tenant, const sg_finish_args_t *a)
+{
+    int touch = a->sid != NULL && a->sid[0] != '\0';
+    mirror_t *m = mirror_find(st, tenant);
+    if (m == NULL || !m->ready || m->spoiled || !apply_word(a->token) || strlen(a->token) > 64 ||
+        (touch && (!apply_word(a->sid) || strlen(a->sid) > 36)))
+        return 0;
+    if (a->seconds >= 0 && (a->day == NULL || strcmp(a->day, m->t.day) != 0))
+        return 0; /* another day's key: alone */
+    if (!solo_active(st) || (m = mirror_find(st, tenant)) == NULL)
+        return 0;
+    apply_room(st, m);
+    apply_t *ap = apply_of(st, m);
+    sg_solo_release(&m->t, a->token);
+    if (a->seconds >= 0)
+        sg_solo_add_seconds(&m->t, a->day, a->seconds);
+    size_t i;
+    for (i = 0; i < ap->nadd && strcmp(ap->add[i].token, a->token) != 0; i++)
+        ;
+    if (i < ap->nadd) /* taken and given back before Redis had it */
+        ap->add[i] = ap->add[--ap->nadd];
+    else
+        snprintf(ap->rem[ap->nrem++], sizeof(ap->rem[0]), "%s", a->token);
+    if (a->seconds >= 0) {
+        ap->seconds += a->seconds;
+        ap->has_seconds = 1;
+    }
+    if (touch) {
+        for (i = 0; i < ap->ntouch && strcmp(ap->touch[i].sid, a->sid) != 0; i++)
+            ;
+        apply_touch_t *t = &ap->touch[i];
+        if (i == ap->ntouch) {
+            ap->ntouch++;
+            snprintf(t->sid, sizeof(t->sid), "%s", a->sid);
+            t->execs = 0;
+        }
+        t->now = a->now;
+        t->idle_timeout = a->idle_timeout;
+        t->execs += a->add_exec;
+    }
+    return 1;
 }
 
 /* A tenant's copy, to be read right behind the call about to be sent. */
@@ -377,13 +603,6 @@ static void call_free(call_t *q)
     free(q->own[0]);
     free(q->own[1]);
     free(q);
-}
-
-/* The answer to a rate check the copy allowed: {1, stored}. */
-static void on_rate_copy(redis_req_t *req, redisReply *reply)
-{
-    if ((reply = copy_answer(req, reply, 2, "a rate check")) != NULL && sg_redis__reply_int(reply->element[0]) != 1)
-        sg_redis__solo_mismatch(req, "Redis refused a request the copy's rate allowed");
 }
 
 /* A call the copy decided, sent to Redis behind its answer (a "wait" there
@@ -434,50 +653,16 @@ static redisReply *check_slot_answer(redis_req_t *req, redisReply *reply, size_t
     return reply;
 }
 
-/* Redis ran an execution's admission the copy refused, and kept the slot
- * it took (a copy gone wrong: admitted, or the day's counters absent): the
- * slot is given back, nothing runs in it; the day's count keeps what Redis
- * added. A refusal by the quota gave it back in the script already. */
-static void give_back_taken(redis_req_t *req, redisReply *reply)
-{
-    if ((reply = sg_redis__reply_array(reply, 7)) == NULL)
-        return;
-    int64_t quota = sg_redis__reply_int(reply->element[4]);
-    if (sg_redis__reply_int(reply->element[0]) == 1 && sg_redis__reply_int(reply->element[2]) == 1 &&
-        quota != SG_QUOTA_EXECS && quota != SG_QUOTA_SECONDS)
-        sg_state_exec_release(&req->st->super, req->tenant, req->token, sg_state__ignore, NULL);
-}
-
-/* The answer to a refusal at the cap the copy made: {1, tat, 0, in flight,
- * 0, 0, "0"}. */
-static void on_full_copy(redis_req_t *req, redisReply *reply)
-{
-    if (check_slot_answer(req, reply, 7, "a refusal at the cap", 0, "in flight") == NULL)
-        give_back_taken(req, reply);
-}
-
-/* The answer to a refusal by the day's quota the copy made: {1, tat, 1, in
- * flight, status, execs, seconds} (the script took the slot and gave it
- * back). */
-static void on_quota_copy(redis_req_t *req, redisReply *reply)
-{
-    if (check_slot_answer(req, reply, 7, "a refusal by the day's quota", 1, "in flight") == NULL)
-        give_back_taken(req, reply);
-}
-
 /* A refusal of an execution's admission the copy made for certain, r as
- * Redis's answer will read: the script sent behind (it still takes the
- * rate step and drops the lapsed slots), its answer checked by done
- * against r's count and quota status, and r to cb. */
-static void refuse_behind(redis_state_t *st, int64_t tenant, const sg_admit_args_t *a, const sg_solo_admit_t *sa,
-                          req_done_fn done, const sg_admit_result_t *r, sg_admit_cb cb, void *data)
+ * Redis's answer would read: the script's rate step goes with the
+ * tenant's apply (its lapsed slots are dropped there too; a slot taken and
+ * given back leaves nothing), and r to cb. */
+static void refuse_applied(redis_state_t *st, mirror_t *m, const sg_solo_admit_t *sa, const sg_admit_result_t *r,
+                           sg_admit_cb cb, void *data)
 {
-    redis_req_t *req = admit_req(st, tenant, a, sa->now_ms, sa->now_s, done, NULL);
-    req->tenant = tenant;
-    req->exp_in_flight = r->in_flight;
-    req->exp_quota = r->slot ? (int)r->quota : SG_QUOTA_OK;
-    snprintf(req->token, sizeof(req->token), "%s", a->token);
-    send_behind_copy(req, &st->local_refusals);
+    apply_rate(st, m, sa->interval_ms);
+    (void)apply_of(st, m);
+    st->local_refusals++;
     cb(data, r);
 }
 
@@ -496,7 +681,7 @@ static int full_local(redis_state_t *st, mirror_t *m, int64_t tenant, const sg_a
     sg_admit_result_t r; /* as sg_redis__on_admit reads the script's answer */
     copy_admitted(&r, sa->now_ms, stored, a->rate_per_min, sa->burst, n);
     r.slot = 0;
-    refuse_behind(st, tenant, a, sa, on_full_copy, &r, cb, data);
+    refuse_applied(st, m, sa, &r, cb, data);
     return 1;
 }
 
@@ -519,7 +704,7 @@ static int quota_local(redis_state_t *st, mirror_t *m, int64_t tenant, const sg_
     r.quota = (sg_quota_status_t)status;
     r.execs = execs;
     r.seconds = seconds;
-    refuse_behind(st, tenant, a, sa, on_quota_copy, &r, cb, data);
+    refuse_applied(st, m, sa, &r, cb, data);
     return 1;
 }
 
@@ -542,13 +727,17 @@ static int admit_local(redis_state_t *st, mirror_t *m, int64_t tenant, const sg_
     int64_t stored, execs;
     long n;
     double seconds;
+    if (!apply_word(a->token) || strlen(a->token) > 64)
+        return 0; /* cannot happen: slot tokens are "<sid>/<hex>" */
+    apply_room(st, m);
     if (!sg_solo_admit(&m->t, &sa, &stored, &n, &execs, &seconds))
         return full_local(st, m, tenant, a, &sa, cb, data) || quota_local(st, m, tenant, a, &sa, cb, data);
-    redis_req_t *req = admit_req(st, tenant, a, sa.now_ms, sa.now_s, on_admit_copy, NULL);
-    req->tenant = tenant;
-    req->exp_in_flight = n;
-    req->exp_execs = execs;
-    send_behind_copy(req, &st->local_admits);
+    apply_rate(st, m, sa.interval_ms);
+    apply_t *ap = apply_of(st, m);
+    snprintf(ap->add[ap->nadd].token, sizeof(ap->add[0].token), "%s", a->token);
+    ap->add[ap->nadd++].until_s = sa.until_s;
+    ap->execs++;
+    st->local_admits++;
 
     sg_admit_result_t r;
     copy_admitted(&r, sa.now_ms, stored, a->rate_per_min, burst, n);
@@ -680,7 +869,8 @@ static int rate_local(redis_state_t *st, mirror_t *m, int64_t tenant, long rate_
     int64_t now_ms = sg_state__now_ms(&st->super), stored, unused;
     if (!sg_solo_rate(&m->t, now_ms, sg_gcra_interval_ms(rate_per_min), burst, &stored))
         return 0;
-    send_behind_copy(rate_req(st, tenant, rate_per_min, burst, now_ms, on_rate_copy, NULL), &st->local_admits);
+    apply_rate(st, m, sg_gcra_interval_ms(rate_per_min));
+    st->local_admits++;
     sg_rate_result_t r;
     sg_gcra(now_ms, stored, rate_per_min, burst, &r, &unused);
     cb(data, &r);
@@ -1005,6 +1195,7 @@ void sg_redis__solo_init(redis_state_t *st)
     unsigned char rnd[16];
     h2o_timeout_init(st->super.loop, &st->beat_timeout, SOLO_BEAT_MS);
     st->beat_entry.cb = on_beat_timer;
+    st->apply_entry.cb = on_apply_timer;
     st->ready_cb = solo_beat;
     st->lost_cb = solo_lost;
     st->noscript_cb = solo_on_noscript;
@@ -1017,6 +1208,8 @@ void sg_redis__solo_destroy(redis_state_t *st)
 {
     if (h2o_timeout_is_linked(&st->beat_entry))
         h2o_timeout_unlink(&st->beat_entry);
+    if (h2o_timeout_is_linked(&st->apply_entry))
+        h2o_timeout_unlink(&st->apply_entry);
     for (size_t i = 0; i < MIRROR_BUCKETS; i++) {
         while (st->mirrors[i] != NULL) {
             mirror_t *m = st->mirrors[i];

@@ -272,6 +272,11 @@ int sg_solo_rate_refused(const sg_solo_tenant_t *t, int64_t now_ms, int64_t inte
     return 1;
 }
 
+long sg_solo_in_flight(const sg_solo_tenant_t *t, int64_t now_s)
+{
+    return set_live(t->slots, t->nslots, now_s);
+}
+
 int sg_solo_release(sg_solo_tenant_t *t, const char *token)
 {
     return set_remove(t->slots, &t->nslots, token);

@@ -123,6 +123,9 @@ int sg_solo_rate(sg_solo_tenant_t *t, int64_t now_ms, int64_t interval_ms, long 
  * The mirror is not changed. */
 int sg_solo_rate_refused(const sg_solo_tenant_t *t, int64_t now_ms, int64_t interval_ms, long burst,
                          int64_t *stored_tat);
+/* The tenant's executions in flight at now_s (ZCARD after
+ * ZREMRANGEBYSCORE -inf now_s). */
+long sg_solo_in_flight(const sg_solo_tenant_t *t, int64_t now_s);
 /* An execution's slot given back (ZREM): 1 if it was there. */
 int sg_solo_release(sg_solo_tenant_t *t, const char *token);
 /* The day's seconds (HINCRBYFLOAT when the key exists). */

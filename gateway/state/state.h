@@ -258,6 +258,7 @@ typedef struct {
     uint64_t local_refusals; /* solo: calls refused from the copy (the rate, a cap, the day's quota) */
     uint64_t mismatches;     /* solo: answers of Redis other than the copy's (a copy dropped each time) */
     uint64_t writes;         /* writes to Redis's socket, solo or not (each may wake Redis) */
+    uint64_t applies;        /* solo: calls that took the copies' decisions to Redis, one per tenant */
 } sg_state_redis_stats_t;
 void sg_state_redis_stats(sg_state_t *st, sg_state_redis_stats_t *out);
 

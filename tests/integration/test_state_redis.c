@@ -381,6 +381,20 @@ static long redis_int(const char *cmd)
     return n;
 }
 
+/* Redis's own count of the calls of cmd (INFO commandstats), 0 if none yet. */
+static long commandstat_calls(const char *cmd)
+{
+    int ok;
+    char *v = sggw_redis_cmd(redis, &ok, "INFO commandstats");
+    assert_true(ok && v != NULL);
+    char field[64];
+    snprintf(field, sizeof(field), "cmdstat_%s:calls=", cmd);
+    const char *p = strstr(v, field);
+    long n = p != NULL ? strtol(p + strlen(field), NULL, 10) : 0;
+    free(v);
+    return n;
+}
+
 /* Held: admissions are answered before the call returns (no round trip),
  * exactly as Redis answers them after, and Redis ends with the same keys. */
 static void test_solo_admits_from_copy(void **state)
@@ -855,10 +869,11 @@ static void wait_mismatch(fixture_t *f, uint64_t want)
 }
 
 /* A refusal at the cap from a copy gone wrong (a slot taken out of Redis
- * behind the gateway's back): Redis takes the slot instead, the difference
- * is counted and the copy dropped, and the slot is given back, nothing
- * running in it (the day's count keeps the one Redis added). */
-static void test_solo_full_mismatch_gives_back(void **state)
+ * behind the gateway's back): the tenant's apply finds one in flight where
+ * the copy holds two, the difference is counted and the copy dropped.
+ * Redis ran no admission for the refusal: no slot is taken for it, and the
+ * day's count is the two that were admitted. */
+static void test_solo_full_mismatch_takes_nothing(void **state)
 {
     fixture_t *f = *state;
     const char *day = "20260208";
@@ -883,17 +898,20 @@ static void test_solo_full_mismatch_gives_back(void **state)
     assert_int_equal(w[2].done, 1); /* the copy refused at once */
     assert_int_equal(w[2].r.slot, 0);
     wait_mismatch(f, mismatches0 + 1);
-    run_for(f, 0.1); /* the slot given back */
+    run_for(f, 0.1);
     assert_int_equal(redis_int("ZCARD sg:tenant:1308:execs"), 1);
     assert_int_equal(redis_int("ZRANK sg:tenant:1308:execs f-1"), 0);
-    assert_int_equal(redis_int("HGET sg:quota:1308:20260208 execs"), 3);
+    assert_int_equal(redis_int("HGET sg:quota:1308:20260208 execs"), 2);
 }
 
 /* Refusals from a copy gone wrong, Redis changed behind the gateway's
- * back: the day's count lowered, a session's member taken out. The copy
- * refuses by the day's quota and at the session cap; Redis admits and
- * reserves instead; the difference is counted each time, the copy dropped,
- * and the slot and the reservation are given back, nothing using them. */
+ * back: the day's count lowered, the day's key deleted, a session's member
+ * taken out. The copy refuses by the day's quota and at the session cap.
+ * An execution's refusal goes with the tenant's apply, which finds the
+ * day's count other than the copy's: counted, the copy dropped, no slot
+ * taken for it. A session's refusal is still sent alone: Redis reserves
+ * instead, the difference is counted, the copy dropped, and the
+ * reservation given back, nothing using it. */
 static void test_solo_refusal_mismatch_gives_back(void **state)
 {
     fixture_t *f = *state;
@@ -920,13 +938,14 @@ static void test_solo_refusal_mismatch_gives_back(void **state)
     assert_int_equal(w[2].done, 1); /* the copy refused at once */
     assert_int_equal(w[2].r.quota, SG_QUOTA_EXECS);
     wait_mismatch(f, mismatches0 + 1);
-    run_for(f, 0.1); /* the slot given back */
+    run_for(f, 0.1);
     assert_int_equal(redis_int("ZRANK sg:tenant:1309:execs g-2"), -1);
     assert_int_equal(redis_int("ZCARD sg:tenant:1309:execs"), 2);
-    assert_int_equal(redis_int("HGET sg:quota:1309:20260209 execs"), 1);
+    assert_int_equal(redis_int("HGET sg:quota:1309:20260209 execs"), 0);
 
-    /* the day's key gone behind the copy (read again, at its limit): Redis
-     * answers "not seeded" and keeps the slot it took; it is given back */
+    /* the day's key gone behind the copy (read again, at its limit): the
+     * apply finds no key where the copy trusts one */
+    assert_int_equal(server_command("HSET sg:quota:1309:20260209 execs 1"), 0);
     memset(&w[0], 0, sizeof(w[0]));
     a = admit_args("g-6", 8, day, 1);
     sg_state_exec_admit(f->st, tenant, &a, on_admit, &w[0]);
@@ -963,6 +982,101 @@ static void test_solo_refusal_mismatch_gives_back(void **state)
     assert_int_equal(redis_int("ZCARD sg:tenant:1309:sessions"), 1);
 }
 
+/* Under the lease, what the copy decides about executions and their ends
+ * reaches Redis in one call per tenant (SCRIPT_SOLO_APPLY), and leaves
+ * what the calls one by one would: 19 admissions and 15 ends in one turn
+ * are one call, which increments the day's executions and the session's
+ * once each in Redis's own count (one by one: 34 times); the slots still held, the day's
+ * executions and seconds, the session's executions, last use and idle
+ * deadline are all there after it. An end of a slot Redis already holds
+ * takes it out there. */
+static void test_solo_apply_one_call(void **state)
+{
+    fixture_t *f = *state;
+    const char *day = "20260210";
+    const int64_t tenant = 1310;
+    enum { K = 20, ENDED = 15 };
+    char tokens[K][64];
+    admit_wait_t w[K];
+
+    sg_state_redis_solo(f->st, 1);
+    wait_solo(f, f->st, 1, 3.0);
+    assert_int_equal(seed(f, tenant, day, 0, 0).ok, 1);
+    int64_t now = sg_wall_s();
+    sg_live_session_t s = make_session(tenant, "python", now, 900, 14400);
+    assert_int_equal(commit(f, NULL, &s).ok, 1);
+    memset(w, 0, sizeof(w));
+    snprintf(tokens[0], sizeof(tokens[0]), "%s/0", s.id);
+    sg_admit_args_t a = admit_args(tokens[0], K, day, 1000);
+    sg_state_exec_admit(f->st, tenant, &a, on_admit, &w[0]);
+    RUN_UNTIL(f, w[0].done, WAIT_S); /* through Redis; the copy read behind it */
+    run_for(f, 0.05);
+
+    sg_state_redis_stats_t before = solo_of(f->st);
+    long hincrby0 = commandstat_calls("hincrby");
+    for (int i = 1; i < K; i++) {
+        snprintf(tokens[i], sizeof(tokens[i]), "%s/%d", s.id, i);
+        a = admit_args(tokens[i], K, day, 1000);
+        sg_state_exec_admit(f->st, tenant, &a, on_admit, &w[i]);
+        assert_int_equal(w[i].done, 1); /* from the copy */
+        assert_int_equal(w[i].r.in_flight, i + 1);
+    }
+    /* the ends of runs 1..15, in the same turn: none of them went to Redis alone */
+    for (int i = 1; i <= ENDED; i++) {
+        sg_finish_args_t fa = {.token = tokens[i],
+                               .sid = s.id,
+                               .now = now + 5,
+                               .idle_timeout = 900,
+                               .add_exec = 1,
+                               .day = day,
+                               .seconds = 0.5};
+        sg_state_exec_finish(f->st, tenant, &fa, NULL, NULL);
+    }
+    run_for(f, 0.05);
+    assert_int_equal(solo_of(f->st).applies, before.applies + 1);
+    assert_int_equal(commandstat_calls("hincrby"), hincrby0 + 2);
+    assert_int_equal(solo_of(f->st).local_admits, before.local_admits + K - 1);
+    assert_int_equal(solo_of(f->st).mismatches, before.mismatches);
+    /* the slot of run 0 (through Redis) and runs 16..19 are held */
+    assert_int_equal(redis_int("ZCARD sg:tenant:1310:execs"), 1 + K - 1 - ENDED);
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "ZRANK sg:tenant:1310:execs %s", tokens[ENDED]);
+    assert_int_equal(redis_int(cmd), -1);
+    snprintf(cmd, sizeof(cmd), "ZRANK sg:tenant:1310:execs %s", tokens[K - 1]);
+    assert_true(redis_int(cmd) >= 0);
+    assert_int_equal(redis_int("HGET sg:quota:1310:20260210 execs"), K);
+    char *secs = server_query("HGET sg:quota:1310:20260210 seconds", NULL, NULL);
+    assert_non_null(secs);
+    assert_string_equal(secs, "7.5");
+    free(secs);
+    char key[64];
+    snprintf(key, sizeof(key), "sg:session:%s", s.id);
+    assert_int_equal(query_int("HGET %s %s", key, "executions"), ENDED);
+    assert_int_equal(query_int("HGET %s %s", key, "last_used_at"), now + 5);
+    assert_int_equal(query_int("HGET %s %s", key, "idle_deadline"), now + 905);
+    assert_int_equal(query_int("ZSCORE sg:sessions:idle %s", s.id, NULL), now + 905);
+
+    /* run 0's slot, which Redis took itself, and the others': given back */
+    for (int i = 0; i < K; i++) {
+        if (i >= 1 && i <= ENDED)
+            continue;
+        sg_finish_args_t fa = {.token = tokens[i],
+                               .sid = s.id,
+                               .now = now + 6,
+                               .idle_timeout = 900,
+                               .add_exec = 1,
+                               .day = day,
+                               .seconds = -1};
+        sg_state_exec_finish(f->st, tenant, &fa, NULL, NULL);
+        h2o_evloop_run(f->loop, 0);
+    }
+    run_for(f, 0.05);
+    assert_int_equal(redis_int("ZCARD sg:tenant:1310:execs"), 0);
+    assert_int_equal(query_int("HGET %s %s", key, "executions"), K);
+    assert_int_equal(query_int("HGET %s %s", key, "idle_deadline"), now + 906);
+    assert_int_equal(solo_of(f->st).mismatches, before.mismatches);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -971,5 +1085,6 @@ int main(void)
                         test_redis_restart, test_redis_hang, test_solo_admits_from_copy, test_solo_second_gateway,
                         test_solo_dead_holder, test_solo_mismatch_drops_copy, test_solo_writes_gathered,
                         test_solo_copies_share_a_list, test_solo_sessions_from_copy, test_solo_refuses_rate_from_copy,
-                        test_solo_full_mismatch_gives_back, test_solo_refusal_mismatch_gives_back);
+                        test_solo_full_mismatch_takes_nothing, test_solo_refusal_mismatch_gives_back,
+                        test_solo_apply_one_call);
 }
