@@ -246,6 +246,7 @@ typedef struct {
     size_t n;
     usage_row_t *rows[BATCH_MAX];
     int failed[BATCH_MAX];
+    sg_store_gen_t gen; /* on the loop: the generations the transaction saw (auth.c's cache takes them) */
 } batch_job_t;
 
 static usage_row_t *pending, **pending_tail = &pending;
@@ -285,7 +286,7 @@ static void batch_try_fn(sg_gw_job_t *job, sg_store_t *st)
     int count[BATCH_MAX];
 
     batch_rows(b, rows, count);
-    job->rc = sg_store_usage_try_batch(st, rows, count, b->n, job->err, sizeof(job->err));
+    job->rc = sg_store_usage_try_batch(st, rows, count, b->n, &b->gen, job->err, sizeof(job->err));
 }
 
 static void batch_fn(sg_gw_job_t *job, sg_store_t *st)
@@ -334,6 +335,7 @@ static void batch_flush(void)
     if (pending == NULL)
         pending_tail = &pending;
     if (sg_gw_loop_write(batch_try_fn, &b->job)) {
+        sg_gw_auth_generations_seen(&b->gen);
         if (sg_gw_loop_wal_frames() >= CHECKPOINT_FRAMES && !checkpoint_running) {
             checkpoint_running = 1;
             sg_gw_db_run(sg_xcalloc(1, sizeof(sg_gw_job_t)), checkpoint_fn, checkpoint_done);

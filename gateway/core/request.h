@@ -199,6 +199,10 @@ int sg_gw_loop_read(long max_rows, void (*fn)(sg_gw_job_t *job, sg_store_t *st),
  * checkpoint it. */
 int sg_gw_loop_write(void (*fn)(sg_gw_job_t *job, sg_store_t *st), sg_gw_job_t *job);
 int sg_gw_loop_wal_frames(void);
+/* The generations a transaction on that connection read just now (the
+ * usage batch's, before its commit; auth < 0: none): the token and session
+ * caches check against them for GEN_FRESH_US, as against their own read. */
+void sg_gw_auth_generations_seen(const sg_store_gen_t *gen);
 /* Runs g, an authenticated request, again as a request of another route
  * (an MCP tool call): the caller has set what the door would have (g->sid,
  * g->body, g->content_type, g->query, g->method) and g->capture, which gets

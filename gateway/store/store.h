@@ -170,9 +170,11 @@ int sg_store_checkpoint(sg_store_t *st, char *err, size_t errlen);
 int sg_store_usage_add_batch(sg_store_t *st, const sg_usage_t *const *rows, const int *count_session, size_t n,
                              int *failed, char *err, size_t errlen);
 /* The same rows in one transaction, or none of them: 0 when committed, -1
- * when nothing was written (a busy database, a row that failed). */
+ * when nothing was written (a busy database, a row that failed). gen, when
+ * not NULL: the generations as the transaction saw them, read in it before
+ * its commit (auth = -1 when that read failed; the rows are not affected). */
 int sg_store_usage_try_batch(sg_store_t *st, const sg_usage_t *const *rows, const int *count_session, size_t n,
-                             char *err, size_t errlen);
+                             sg_store_gen_t *gen, char *err, size_t errlen);
 
 /* Templates: the images keep_template sessions leave (lifecycle/templates.c).
  * A row is a tenant's template slot: made when a keep_template session is

@@ -58,7 +58,7 @@ static int add_one(sg_store_t *st, const sg_usage_t *u, int count_session, char 
 }
 
 int sg_store_usage_try_batch(sg_store_t *st, const sg_usage_t *const *rows, const int *count_session, size_t n,
-                             char *err, size_t errlen)
+                             sg_store_gen_t *gen, char *err, size_t errlen)
 {
     size_t i;
 
@@ -68,6 +68,8 @@ int sg_store_usage_try_batch(sg_store_t *st, const sg_usage_t *const *rows, cons
         if (add_one(st, rows[i], count_session[i], err, errlen) != 0)
             break;
     }
+    if (i == n && gen != NULL && sg_store_generations(st, gen, NULL, 0) != 0)
+        gen->auth = -1;
     if (i == n && sg_store__tx(st, S_COMMIT, "usage batch", err, errlen) == 0)
         return 0;
     sg_store__tx(st, S_ROLLBACK, "usage batch", NULL, 0);
@@ -82,7 +84,7 @@ int sg_store_usage_add_batch(sg_store_t *st, const sg_usage_t *const *rows, cons
 
     if (failed != NULL)
         memset(failed, 0, n * sizeof(*failed));
-    if (n == 0 || sg_store_usage_try_batch(st, rows, count_session, n, err, errlen) == 0)
+    if (n == 0 || sg_store_usage_try_batch(st, rows, count_session, n, NULL, err, errlen) == 0)
         return 0;
     /* one bad row (a tenant deleted meanwhile) must not cost the others
      * theirs: each alone, in its own transaction */
