@@ -40,11 +40,12 @@
  * the lease ends.
  */
 #include <inttypes.h>
-#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "http.h"
 #include "log.h"
 #include "redis_int.h"
@@ -434,20 +435,6 @@ static void apply_rate(redis_state_t *st, mirror_t *m, int64_t interval_ms)
     ap->tat_ms = m->t.tat_ms;
 }
 
-/* Appends "fmt" to buf (size) at *at; the whole of it, or nothing. */
-static void apply_cat(char *buf, size_t size, size_t *at, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static void apply_cat(char *buf, size_t size, size_t *at, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf + *at, size - *at, fmt, ap);
-    va_end(ap);
-    if (n > 0 && (size_t)n < size - *at)
-        *at += (size_t)n;
-    else
-        buf[*at] = '\0';
-}
-
 static void apply_send(redis_state_t *st, mirror_t *m)
 {
     apply_t *ap = m->apply;
@@ -461,17 +448,17 @@ static void apply_send(redis_state_t *st, mirror_t *m)
 
     int64_t now_ms = sg_state__now_ms(&st->super), now_s = sg_state__now_s(&st->super);
     int64_t tenant = m->t.tenant;
-    char adds[APPLY_MAX * 88], rems[APPLY_MAX * 66], touches[APPLY_MAX * 96];
-    size_t na = 0, nr = 0, nt = 0;
-    adds[0] = rems[0] = touches[0] = '\0';
+    sg_buf_t adds, rems, touches; /* the lists, as the script reads them (no cap: APPLY_MAX bounds them) */
+    sg_buf_init(&adds, SIZE_MAX);
+    sg_buf_init(&rems, SIZE_MAX);
+    sg_buf_init(&touches, SIZE_MAX);
     for (size_t i = 0; i < ap->nadd; i++)
-        apply_cat(adds, sizeof(adds), &na, "%" PRId64 " %s ", ap->add[i].until_s, ap->add[i].token);
+        sg_buf_appendf(&adds, "%" PRId64 " %s ", ap->add[i].until_s, ap->add[i].token);
     for (size_t i = 0; i < ap->nrem; i++)
-        apply_cat(rems, sizeof(rems), &nr, "%s ", ap->rem[i]);
+        sg_buf_appendf(&rems, "%s ", ap->rem[i]);
     for (size_t i = 0; i < ap->ntouch; i++) {
         const apply_touch_t *t = &ap->touch[i];
-        apply_cat(touches, sizeof(touches), &nt, "%s %" PRId64 " %" PRId64 " %ld ", t->sid, t->now,
-                  t->now + t->idle_timeout, t->execs);
+        sg_buf_appendf(&touches, "%s %" PRId64 " %" PRId64 " %ld ", t->sid, t->now, t->now + t->idle_timeout, t->execs);
     }
 
     redis_req_t *req = sg_redis__req_new(st, SCRIPT_SOLO_APPLY, 4, on_apply, NULL);
@@ -491,16 +478,19 @@ static void apply_send(redis_state_t *st, mirror_t *m)
         sg_redis__req_arg(req, "%s", "");
         sg_redis__req_arg(req, "%s", "0");
     }
-    sg_redis__req_arg(req, "%s", adds);
-    sg_redis__req_arg(req, "%s", rems);
+    sg_redis__req_arg(req, "%s", adds.len ? adds.base : "");
+    sg_redis__req_arg(req, "%s", rems.len ? rems.base : "");
     sg_redis__req_arg(req, "%ld", ap->execs);
     if (ap->has_seconds)
         sg_redis__req_arg(req, "%.17g", ap->seconds);
     else
         sg_redis__req_arg(req, "%s", "");
-    sg_redis__req_arg(req, "%s", touches);
+    sg_redis__req_arg(req, "%s", touches.len ? touches.base : "");
     sg_redis__req_arg(req, "%d", SG_STATE_EXECS_KEY_SLACK);
     sg_redis__req_arg(req, "%s", st->id);
+    sg_buf_free(&adds);
+    sg_buf_free(&rems);
+    sg_buf_free(&touches);
     free(ap);
     st->applies++;
     st->applying = 1;
