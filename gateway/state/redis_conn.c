@@ -233,8 +233,8 @@ static int held_back(redis_req_t *req, redisReply *reply);
 void sg_redis__req_send(redis_req_t *req)
 {
     redis_state_t *st = req->st;
-    if (st->dirty != NULL && !st->applying)
-        sg_redis__solo_apply_all(st); /* what the copies decided goes first */
+    if (st->before_send_cb != NULL)
+        st->before_send_cb(st); /* what the copies decided goes first */
     if (st->phase != PHASE_READY || st->left ||
         sg_redis_h2o_command(st->ac, req->lazy, on_reply, req, req->argc, req->argv, req->argvlen) != REDIS_OK) {
         sg_redis__req_finish(req, NULL);

@@ -56,9 +56,10 @@ typedef struct redis_state {
     uint64_t writes;         /* to the socket (redis_h2o.c counts them) */
     unsigned long noscripts; /* NOSCRIPT answers: a script sent again goes after calls sent behind it */
     /* what the connection tells the layer above (redis_solo.c sets them) */
-    void (*ready_cb)(struct redis_state *st);    /* READY */
-    void (*lost_cb)(struct redis_state *st);     /* the connection is gone */
-    void (*noscript_cb)(struct redis_state *st); /* a script sent again: calls out of order */
+    void (*ready_cb)(struct redis_state *st);       /* READY */
+    void (*lost_cb)(struct redis_state *st);        /* the connection is gone */
+    void (*noscript_cb)(struct redis_state *st);    /* a script sent again: calls out of order */
+    void (*before_send_cb)(struct redis_state *st); /* a call is about to be sent: what must go before it goes */
 } redis_state_t;
 
 typedef struct redis_req redis_req_t;
@@ -162,8 +163,8 @@ void sg_redis__solo_send_behind(redis_req_t *req);
 /* A call that changes the tenant's admission keys behind its copy. */
 void sg_redis__mirror_drop(redis_state_t *st, int64_t tenant);
 /* Sends what the copies decided and Redis has not had yet, one call per
- * tenant: before any other call (sg_redis__req_send), so that order is
- * kept, and SG_LOOP_LATER_MS after the first of them at the latest. */
+ * tenant: before any other call (before_send_cb), so that order is kept,
+ * and SG_LOOP_LATER_MS after the first of them at the latest. */
 void sg_redis__solo_apply_all(redis_state_t *st);
 /* An execution's end (a slot given back, a session touched, seconds added)
  * taken into its tenant's copy and sent with its next apply: 1, or 0 when

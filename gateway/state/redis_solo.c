@@ -7,7 +7,7 @@
  * the copy decided and the ends of executions (sg_redis__mirror_finish)
  * go to Redis in one call per tenant, SCRIPT_SOLO_APPLY (the tenant's
  * "apply"), SG_LOOP_LATER_MS after the first of them, or before any other
- * call (sg_redis__req_send), so that order is kept; its answer (the
+ * call (apply_before_send), so that order is kept; its answer (the
  * in-flight count and the day's) is checked against the copy's.
  *
  * The lease: every gateway beats every SOLO_BEAT_MS (SCRIPT_SOLO_BEAT);
@@ -504,6 +504,13 @@ void sg_redis__solo_apply_all(redis_state_t *st)
         h2o_timeout_unlink(&st->apply_entry);
     while (st->dirty != NULL)
         apply_send(st, st->dirty);
+}
+
+/* Before any call: the applies waiting go first (not before their own). */
+static void apply_before_send(redis_state_t *st)
+{
+    if (st->dirty != NULL && !st->applying)
+        sg_redis__solo_apply_all(st);
 }
 
 static void on_apply_timer(h2o_timeout_entry_t *entry)
@@ -1186,6 +1193,7 @@ void sg_redis__solo_init(redis_state_t *st)
     h2o_timeout_init(st->super.loop, &st->beat_timeout, SOLO_BEAT_MS);
     st->beat_entry.cb = on_beat_timer;
     st->apply_entry.cb = on_apply_timer;
+    st->before_send_cb = apply_before_send;
     st->ready_cb = solo_beat;
     st->lost_cb = solo_lost;
     st->noscript_cb = solo_on_noscript;

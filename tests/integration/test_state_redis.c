@@ -372,6 +372,15 @@ static sg_admit_args_t admit_args(const char *token, long slots, const char *day
     return a;
 }
 
+/* An execution's end that touches sid (idle timeout 900 s) and counts one
+ * execution; seconds < 0: none added. */
+static sg_finish_args_t finish_args(const char *token, const char *sid, int64_t now, const char *day, double seconds)
+{
+    sg_finish_args_t a = {
+        .token = token, .sid = sid, .now = now, .idle_timeout = 900, .add_exec = 1, .day = day, .seconds = seconds};
+    return a;
+}
+
 static long redis_int(const char *cmd)
 {
     int ok;
@@ -1023,13 +1032,7 @@ static void test_solo_apply_one_call(void **state)
     }
     /* the ends of runs 1..15, in the same turn: none of them went to Redis alone */
     for (int i = 1; i <= ENDED; i++) {
-        sg_finish_args_t fa = {.token = tokens[i],
-                               .sid = s.id,
-                               .now = now + 5,
-                               .idle_timeout = 900,
-                               .add_exec = 1,
-                               .day = day,
-                               .seconds = 0.5};
+        sg_finish_args_t fa = finish_args(tokens[i], s.id, now + 5, day, 0.5);
         sg_state_exec_finish(f->st, tenant, &fa, NULL, NULL);
     }
     run_for(f, 0.05);
@@ -1060,13 +1063,7 @@ static void test_solo_apply_one_call(void **state)
     for (int i = 0; i < K; i++) {
         if (i >= 1 && i <= ENDED)
             continue;
-        sg_finish_args_t fa = {.token = tokens[i],
-                               .sid = s.id,
-                               .now = now + 6,
-                               .idle_timeout = 900,
-                               .add_exec = 1,
-                               .day = day,
-                               .seconds = -1};
+        sg_finish_args_t fa = finish_args(tokens[i], s.id, now + 6, day, -1);
         sg_state_exec_finish(f->st, tenant, &fa, NULL, NULL);
         h2o_evloop_run(f->loop, 0);
     }
