@@ -107,7 +107,6 @@ typedef struct {
     size_t nrem;
     long execs;     /* the day's executions to add */
     double seconds; /* the day's seconds to add (the copy's day) */
-    int has_seconds;
     apply_touch_t touch[APPLY_MAX];
     size_t ntouch;
 } apply_t;
@@ -163,6 +162,17 @@ static mirror_t *mirror_find(redis_state_t *st, int64_t tenant)
     return NULL;
 }
 
+/* m out of the list of copies with an apply waiting. */
+static void dirty_unlink(redis_state_t *st, mirror_t *m)
+{
+    for (mirror_t **p = &st->dirty; *p != NULL; p = &(*p)->dirty_next) {
+        if (*p == m) {
+            *p = m->dirty_next;
+            break;
+        }
+    }
+}
+
 static void mirror_unlink_free(redis_state_t *st, mirror_t *m)
 {
     for (mirror_t **p = bucket(st, m->t.tenant); *p != NULL; p = &(*p)->next) {
@@ -172,12 +182,7 @@ static void mirror_unlink_free(redis_state_t *st, mirror_t *m)
         }
     }
     if (m->apply != NULL) { /* its decisions were sent (drop) or can no longer be (destroy) */
-        for (mirror_t **p = &st->dirty; *p != NULL; p = &(*p)->dirty_next) {
-            if (*p == m) {
-                *p = m->dirty_next;
-                break;
-            }
-        }
+        dirty_unlink(st, m);
         free(m->apply);
     }
     while (m->replay != NULL) {
@@ -438,12 +443,7 @@ static void apply_rate(redis_state_t *st, mirror_t *m, int64_t interval_ms)
 static void apply_send(redis_state_t *st, mirror_t *m)
 {
     apply_t *ap = m->apply;
-    for (mirror_t **p = &st->dirty; *p != NULL; p = &(*p)->dirty_next) {
-        if (*p == m) {
-            *p = m->dirty_next;
-            break;
-        }
-    }
+    dirty_unlink(st, m);
     m->apply = NULL;
 
     int64_t now_ms = sg_state__now_ms(&st->super), now_s = sg_state__now_s(&st->super);
@@ -481,7 +481,7 @@ static void apply_send(redis_state_t *st, mirror_t *m)
     sg_redis__req_arg(req, "%s", adds.len ? adds.base : "");
     sg_redis__req_arg(req, "%s", rems.len ? rems.base : "");
     sg_redis__req_arg(req, "%ld", ap->execs);
-    if (ap->has_seconds)
+    if (ap->seconds > 0)
         sg_redis__req_arg(req, "%.17g", ap->seconds);
     else
         sg_redis__req_arg(req, "%s", "");
@@ -518,18 +518,18 @@ static void on_apply_timer(h2o_timeout_entry_t *entry)
     sg_redis__solo_apply_all(H2O_STRUCT_FROM_MEMBER(redis_state_t, apply_entry, entry));
 }
 
-/* A token or session id that goes into an apply's lists: no spaces. */
-static int apply_word(const char *s)
+/* A token or session id that goes into an apply's lists: no spaces, at
+ * most max bytes. */
+static int apply_word(const char *s, size_t max)
 {
-    return s != NULL && s[0] != '\0' && strpbrk(s, " \t\r\n\v\f") == NULL;
+    return s != NULL && s[0] != '\0' && strlen(s) <= max && strpbrk(s, " \t\r\n\v\f") == NULL;
 }
 
 int sg_redis__mirror_finish(redis_state_t *st, int64_t tenant, const sg_finish_args_t *a)
 {
     int touch = a->sid != NULL && a->sid[0] != '\0';
     mirror_t *m = mirror_find(st, tenant);
-    if (m == NULL || !m->ready || m->spoiled || !apply_word(a->token) || strlen(a->token) > 64 ||
-        (touch && (!apply_word(a->sid) || strlen(a->sid) > 36)))
+    if (m == NULL || !m->ready || m->spoiled || !apply_word(a->token, 64) || (touch && !apply_word(a->sid, 36)))
         return 0;
     if (a->seconds >= 0 && (a->day == NULL || strcmp(a->day, m->t.day) != 0))
         return 0; /* another day's key: alone */
@@ -547,10 +547,8 @@ int sg_redis__mirror_finish(redis_state_t *st, int64_t tenant, const sg_finish_a
         ap->add[i] = ap->add[--ap->nadd];
     else
         snprintf(ap->rem[ap->nrem++], sizeof(ap->rem[0]), "%s", a->token);
-    if (a->seconds >= 0) {
+    if (a->seconds > 0)
         ap->seconds += a->seconds;
-        ap->has_seconds = 1;
-    }
     if (touch) {
         for (i = 0; i < ap->ntouch && strcmp(ap->touch[i].sid, a->sid) != 0; i++)
             ;
@@ -724,7 +722,7 @@ static int admit_local(redis_state_t *st, mirror_t *m, int64_t tenant, const sg_
     int64_t stored, execs;
     long n;
     double seconds;
-    if (!apply_word(a->token) || strlen(a->token) > 64)
+    if (!apply_word(a->token, 64))
         return 0; /* cannot happen: slot tokens are "<sid>/<hex>" */
     apply_room(st, m);
     if (!sg_solo_admit(&m->t, &sa, &stored, &n, &execs, &seconds))
