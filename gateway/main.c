@@ -58,7 +58,7 @@ static const sg_cfg_entry_t config_table[] = {
      "1: while this is the only gateway on its Redis, executions are admitted from its own copy of the limits' "
      "state, checked by Redis after (no round trip before the run); 0: Redis decides every admission"},
     {"SANDGATE_DATA_DIR", SG_CFG_STR, SG_STORE_DEFAULT_DIR, 0, 0, &sg_gw.data_dir,
-     "directory of the SQLite file sandgate.db (shared with sandgate-admin)"},
+     "directory of the SQLite file sandgate.db (shared with sandgate-admin) and of the usage journal, usage-journal/"},
     {"SANDGATE_ADMIN_TOKEN", SG_CFG_STR, "", 0, 0, &sg_gw.admin_token,
      "bearer token of the admin API; empty disables the admin API"},
     {"SANDGATE_DEFAULT_TIMEOUT", SG_CFG_DOUBLE, "30", 0.1, 86400, &sg_gw.default_timeout,
@@ -124,6 +124,20 @@ int main(int argc, char **argv)
         return 1;
     }
     sg_info("database %s", sg_store_path(st));
+    /* what gateways that stopped, or died, left in the usage journal goes
+     * into the ledger before this one adds to it */
+    sg_usage_catch_up_t cu;
+    if (sg_store_usage_catch_up(st, &cu, err, sizeof(err)) != 0) {
+        sg_error("%s", err);
+        return 1;
+    }
+    if (cu.imported != 0 || cu.dropped != 0 || cu.torn != 0)
+        sg_info("usage journal: %ld rows moved into the ledger, %ld refused (%s), %ld bytes of no whole append",
+                cu.imported, cu.dropped, cu.dropped != 0 ? cu.drop_err : "none", cu.torn);
+    if (sg_gw_ledger_open(sg_gw.data_dir, err, sizeof(err)) != 0) {
+        sg_error("%s", err);
+        return 1;
+    }
 
     /* Bodies up to twice the larger cap are read and refused with a JSON 413
      * by the route (api.c); larger ones h2o refuses (with its own text 413)
@@ -210,6 +224,13 @@ int main(int argc, char **argv)
      * little later than their replies) reaches Redis, and the solo lease
      * goes back, before the exit */
     sg_state_leave(sg_gw.state);
-    sg_gw_auth_cache_stop();
+    sg_gw_auth_cache_stop(); /* closes st, the loop's connection */
+    /* the journal given up, the rest of it moved into the ledger (on a
+     * connection that waits for the lock), and the file removed */
+    sg_gw_ledger_close();
+    if ((st = sg_store_open(sg_gw.data_dir, err, sizeof(err))) == NULL ||
+        sg_store_usage_catch_up(st, &cu, err, sizeof(err)) != 0)
+        sg_warn("usage journal: left for the next catch-up: %s", err);
+    sg_store_close(st);
     return 0;
 }

@@ -126,20 +126,6 @@ int sg_gw_loop_write(void (*fn)(sg_gw_job_t *job, sg_store_t *st), sg_gw_job_t *
     return loop_run(fn, job);
 }
 
-void sg_gw_auth_generations_seen(const sg_store_gen_t *gen)
-{
-    if (gen->auth < 0)
-        return;
-    gen_last = *gen;
-    gen_last_us = sg_now_us();
-    gen_last_jobs = sg_gw_db_completed;
-}
-
-int sg_gw_loop_wal_frames(void)
-{
-    return gen_store != NULL ? sg_store_wal_frames(gen_store) : 0;
-}
-
 static uint64_t fnv1a(const void *p, size_t n)
 {
     const unsigned char *b = p;

@@ -210,21 +210,19 @@ void sg_gw_quota_reserve(sg_gw_req_t *g, void (*next)(sg_gw_req_t *g))
 
 /* ---- the usage row ---------------------------------------------------------------------- */
 
-/* An execution is answered only once its usage row is on record in
- * SQLite: a client that has its result finds it in the ledger, and a
- * gateway that dies after answering has lost nothing billable. Rows are
- * group-committed: the rows of the executions that end in one turn of the
- * loop are written together at its end, in one transaction on the loop's
- * own connection (a few inserts into a WAL, no fsync: a hop to a DB thread
- * and back cost more). When that connection finds the database busy (a
- * writer elsewhere: sandgate-admin, another gateway), the batch goes to a
- * DB thread, which waits for the lock; while it is there, the rows that
- * end meanwhile wait here and go in the next transaction. Each row's
- * answer (a copy of the proxy's reply, or, streamed, only the end of the
- * stream) is sent once the transaction that holds the row has committed.
- * The loop's commits never checkpoint: once the WAL is CHECKPOINT_FRAMES
- * long, a DB thread copies it back (sg_store_checkpoint), and meanwhile
- * the loop finds the database busy and hands its batches to DB threads. */
+/* An execution is answered only once its usage row is on record: a client
+ * that has its result finds it in the ledger, and a gateway that dies
+ * after answering has lost nothing billable. The rows of the executions
+ * that end in one turn of the loop are appended at its end to the
+ * gateway's usage journal with one write (store.h), then answered; a DB
+ * thread moves them into SQLite behind, IMPORT_DELAY_MS after the first
+ * row it has not moved, many in one transaction (and every read of the
+ * ledger moves first what the journal holds). When the journal cannot be
+ * written (no file, the disk full), the rows go to SQLite on a DB thread
+ * as one transaction, which waits for the lock, and are answered after
+ * its commit; the rows that end meanwhile wait here and go in the next.
+ * Each row's answer is a copy of the proxy's reply, or, streamed, only the
+ * end of the stream. */
 typedef struct usage_row usage_row_t;
 struct usage_row {
     usage_row_t *next;
@@ -237,8 +235,8 @@ struct usage_row {
     size_t body_len;
 };
 
-/* At most this many rows per transaction: the answers of the first rows
- * do not wait for the writing of very many. */
+/* At most this many rows per write or transaction: the answers of the
+ * first rows do not wait for the writing of very many. */
 #define BATCH_MAX 256
 
 typedef struct {
@@ -246,28 +244,99 @@ typedef struct {
     size_t n;
     usage_row_t *rows[BATCH_MAX];
     int failed[BATCH_MAX];
-    sg_store_gen_t gen; /* on the loop: the generations the transaction saw (auth.c's cache takes them) */
 } batch_job_t;
 
 static usage_row_t *pending, **pending_tail = &pending;
 static int batch_running;               /* a batch is on a DB thread */
 static h2o_timeout_entry_t flush_entry; /* linked: a flush at the end of this turn */
 
-#define CHECKPOINT_FRAMES 1000 /* SQLite's own automatic threshold */
-static int checkpoint_running;
+static sg_usage_journal_t *journal; /* NULL: every batch to a DB thread */
+static int journal_failing;         /* the last append failed (warned once) */
 
-static void checkpoint_fn(sg_gw_job_t *job, sg_store_t *st)
+/* ---- moving the journal into SQLite ---- */
+
+#define IMPORT_DELAY_MS 20
+static h2o_timeout_t import_timeout;
+static h2o_timeout_entry_t import_entry;
+static int import_timeout_ready, import_running, import_again;
+
+typedef struct {
+    sg_gw_job_t job;
+    sg_usage_catch_up_t r;
+} import_job_t;
+
+static void import_fn(sg_gw_job_t *job, sg_store_t *st)
 {
-    job->rc = sg_store_checkpoint(st, job->err, sizeof(job->err));
+    import_job_t *j = (import_job_t *)job;
+    job->rc = sg_store_usage_catch_up(st, &j->r, job->err, sizeof(job->err));
 }
 
-static void checkpoint_done(sg_gw_job_t *job)
+static void import_soon(void);
+
+static void import_done(sg_gw_job_t *job)
 {
-    if (job->rc != 0)
-        sg_warn("usage: cannot checkpoint the database: %s", job->err);
-    checkpoint_running = 0;
-    free(job);
+    import_job_t *j = (import_job_t *)job;
+    static int failing; /* warned once until one succeeds */
+    if (job->rc != 0 && !failing)
+        sg_warn("usage: the journal cannot be moved into the database yet (tried again with the next rows, and "
+                "by every read of the ledger): %s",
+                job->err);
+    else if (job->rc == 0 && failing)
+        sg_info("usage: the journal is moved into the database again");
+    failing = job->rc != 0;
+    if (j->r.dropped != 0)
+        sg_error("usage: %ld rows of the journal refused by the database (their tenant deleted?): %s", j->r.dropped,
+                 j->r.drop_err);
+    if (j->r.torn != 0)
+        sg_warn("usage: %ld bytes of the journal were no whole append (a gateway died inside a write)", j->r.torn);
+    import_running = 0;
+    if (import_again) {
+        import_again = 0;
+        import_soon();
+    }
+    free(j);
 }
+
+static void on_import_due(h2o_timeout_entry_t *e)
+{
+    (void)e;
+    if (sg_gw.stopping)
+        return; /* the DB threads are gone: the last catch-up (main.c) moves it */
+    import_running = 1;
+    sg_gw_db_run(sg_xcalloc(1, sizeof(import_job_t)), import_fn, import_done);
+}
+
+static void import_soon(void)
+{
+    if (import_running) {
+        import_again = 1; /* after this one, for what it may not have seen */
+        return;
+    }
+    if (h2o_timeout_is_linked(&import_entry))
+        return;
+    if (!import_timeout_ready) {
+        h2o_timeout_init(sg_gw.loop, &import_timeout, IMPORT_DELAY_MS);
+        import_timeout_ready = 1;
+    }
+    import_entry.cb = on_import_due;
+    h2o_timeout_link(sg_gw.loop, &import_timeout, &import_entry);
+}
+
+int sg_gw_ledger_open(const char *data_dir, char *err, size_t errlen)
+{
+    journal = sg_usage_journal_open(data_dir, err, errlen);
+    return journal != NULL ? 0 : -1;
+}
+
+void sg_gw_ledger_close(void)
+{
+    if (h2o_timeout_is_linked(&import_entry))
+        h2o_timeout_unlink(&import_entry);
+    sg_usage_journal_close(journal);
+    journal = NULL;
+}
+
+/* ---- the batch of a turn ---- */
 
 /* The batch's rows as the store takes them. */
 static void batch_rows(const batch_job_t *b, const sg_usage_t **rows, int *count)
@@ -278,15 +347,27 @@ static void batch_rows(const batch_job_t *b, const sg_usage_t **rows, int *count
     }
 }
 
-/* On the loop: all the rows or none (then on a DB thread, batch_fn). */
-static void batch_try_fn(sg_gw_job_t *job, sg_store_t *st)
+/* On the loop: the rows in the journal, or -1 (then to a DB thread). */
+static int batch_journal(batch_job_t *b)
 {
-    batch_job_t *b = (batch_job_t *)job;
     const sg_usage_t *rows[BATCH_MAX];
     int count[BATCH_MAX];
+    char err[256];
 
+    if (journal == NULL)
+        return -1;
     batch_rows(b, rows, count);
-    job->rc = sg_store_usage_try_batch(st, rows, count, b->n, &b->gen, job->err, sizeof(job->err));
+    if (sg_usage_journal_append(journal, rows, count, b->n, err, sizeof(err)) != 0) {
+        if (!journal_failing)
+            sg_warn("usage: %s; rows go to the database directly until the journal can be written again", err);
+        journal_failing = 1;
+        return -1;
+    }
+    if (journal_failing)
+        sg_info("usage: the journal is written again");
+    journal_failing = 0;
+    import_soon();
+    return 0;
 }
 
 static void batch_fn(sg_gw_job_t *job, sg_store_t *st)
@@ -334,12 +415,7 @@ static void batch_flush(void)
     }
     if (pending == NULL)
         pending_tail = &pending;
-    if (sg_gw_loop_write(batch_try_fn, &b->job)) {
-        sg_gw_auth_generations_seen(&b->gen);
-        if (sg_gw_loop_wal_frames() >= CHECKPOINT_FRAMES && !checkpoint_running) {
-            checkpoint_running = 1;
-            sg_gw_db_run(sg_xcalloc(1, sizeof(sg_gw_job_t)), checkpoint_fn, checkpoint_done);
-        }
+    if (batch_journal(b) == 0) {
         batch_done(&b->job);
         return;
     }

@@ -194,15 +194,8 @@ void sg_gw_auth_cache_session(const sg_session_rec_t *rec);
 int sg_gw_loop_read(long max_rows, void (*fn)(sg_gw_job_t *job, sg_store_t *st), sg_gw_job_t *job);
 /* The same for a short write, one transaction that fn leaves committed
  * (job->rc 0, returns 1) or undone (returns 0: the caller submits the job).
- * The loop's connection never checkpoints: sg_gw_loop_wal_frames is the
- * WAL's length after its last commit, for the caller to have a DB thread
- * checkpoint it. */
+ * The loop's connection never checkpoints: the DB threads' commits do. */
 int sg_gw_loop_write(void (*fn)(sg_gw_job_t *job, sg_store_t *st), sg_gw_job_t *job);
-int sg_gw_loop_wal_frames(void);
-/* The generations a transaction on that connection read just now (the
- * usage batch's, before its commit; auth < 0: none): the token and session
- * caches check against them for GEN_FRESH_US, as against their own read. */
-void sg_gw_auth_generations_seen(const sg_store_gen_t *gen);
 /* Runs g, an authenticated request, again as a request of another route
  * (an MCP tool call): the caller has set what the door would have (g->sid,
  * g->body, g->content_type, g->query, g->method) and g->capture, which gets
@@ -317,6 +310,11 @@ void sg_gw_exec_slot_take(sg_gw_req_t *g, long wait_ms, void (*next)(sg_gw_req_t
 /* Reserves one of the day's executions (g->day) against the tenant's daily
  * quotas, then runs next; past them: 429 quota_exceeded. */
 void sg_gw_quota_reserve(sg_gw_req_t *g, void (*next)(sg_gw_req_t *g));
+/* The gateway's usage journal (ledger.c, store.h): opened at start, after
+ * a catch-up of what other gateways left; closed at stop, before the last
+ * catch-up moves the rest of it into the database. */
+int sg_gw_ledger_open(const char *data_dir, char *err, size_t errlen);
+void sg_gw_ledger_close(void);
 /* Records what the proxy said about one execution (`result`, its result
  * object): ledger row, the day's seconds, metrics; the answer
  * (sg_gw_exec_answer) follows once the row is written. */

@@ -46,7 +46,10 @@ static void add_open(const sg_session_rec_t *r, void *data)
 static void rebuild_fn(sg_gw_job_t *job, sg_store_t *st)
 {
     rebuild_job_t *j = (rebuild_job_t *)job;
-    job->rc = sg_store_session_list_open(st, 0, add_open, j, job->err, sizeof(job->err));
+    /* the sessions' execution counts as the ledger has them */
+    job->rc = sg_store_usage_catch_up(st, NULL, job->err, sizeof(job->err));
+    if (job->rc == 0)
+        job->rc = sg_store_session_list_open(st, 0, add_open, j, job->err, sizeof(job->err));
     for (size_t i = 0; job->rc == 0 && i < j->n; i++) {
         rebuild_item_t *it = &j->items[i];
         if (j->tenant.id != it->s.tenant_id &&

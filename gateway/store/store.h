@@ -73,7 +73,9 @@ int sg_store_token_revoke(sg_store_t *st, const char *public_id, char *err, size
 int sg_store_token_list(sg_store_t *st, int64_t tenant_id, void (*fn)(const sg_token_t *t, void *data), void *data,
                         char *err, size_t errlen);
 
-/* Usage ledger: one row per execution. */
+/* Usage ledger: one row per execution. Its reads below (total, list,
+ * recent, totals_by_tenant) move the usage journal's rows in first
+ * (sg_store_usage_catch_up), and fail when that fails. */
 typedef struct {
     int64_t tenant_id;
     char session_id[37]; /* "" for ephemeral executes */
@@ -151,17 +153,11 @@ typedef struct {
 int sg_store_generations(sg_store_t *st, sg_store_gen_t *out, char *err, size_t errlen);
 /* A busy database answers at once (SQLITE_BUSY) rather than after the
  * busy timeout: for the connection of the event loop. Its commits never
- * checkpoint (that would fsync on the loop): sg_store_wal_frames says how
- * long the WAL is after its last commit, and sg_store_checkpoint, on
- * another connection, copies the WAL back into the database and has the
- * next writer start it again from its beginning (SQLite's RESTART: it
- * waits, up to the busy timeout, for the writer and the readers of the
- * moment, and new writers wait for it). A checkpoint that leaves writers
- * going (passive) would never catch up with a loop that commits every
- * few milliseconds, and the WAL would only grow. */
+ * checkpoint (that would fsync on the loop): the other connections' do,
+ * SQLite's automatic checkpoint, after a commit that leaves the WAL 1000
+ * frames long. The loop writes little (a session's row); the usage rows
+ * go in on the DB threads (the usage journal). */
 void sg_store_no_wait(sg_store_t *st);
-int sg_store_wal_frames(const sg_store_t *st);
-int sg_store_checkpoint(sg_store_t *st, char *err, size_t errlen);
 /* Usage rows in one transaction (a group commit): rows[i] with, when
  * count_session[i], its session's executions += 1. When the transaction
  * fails the rows are written one by one; failed[i] (may be NULL) is set
@@ -169,12 +165,55 @@ int sg_store_checkpoint(sg_store_t *st, char *err, size_t errlen);
  * Returns the number of rows that failed. */
 int sg_store_usage_add_batch(sg_store_t *st, const sg_usage_t *const *rows, const int *count_session, size_t n,
                              int *failed, char *err, size_t errlen);
-/* The same rows in one transaction, or none of them: 0 when committed, -1
- * when nothing was written (a busy database, a row that failed). gen, when
- * not NULL: the generations as the transaction saw them, read in it before
- * its commit (auth = -1 when that read failed; the rows are not affected). */
-int sg_store_usage_try_batch(sg_store_t *st, const sg_usage_t *const *rows, const int *count_session, size_t n,
-                             sg_store_gen_t *gen, char *err, size_t errlen);
+
+/* The usage journal (store_journal.c): a gateway appends the rows of the
+ * executions that end in a turn of its loop to a file of its own, with one
+ * write(2), before it answers them; they are moved into the ledger behind
+ * (sg_store_usage_catch_up), and every read of the ledger moves first what
+ * the journal holds. A file that has reached the disk's page cache
+ * survives the gateway killed, as a WAL commit without fsync does; the
+ * next catch-up of any gateway, or of sandgate-admin, finds it.
+ *
+ * The files are <data dir>/SG_USAGE_JOURNAL_DIR/<name>.usage, one line a
+ * row, each append's rows ended by a line of its own (only whole appends
+ * are moved). Each is made under another name, locked (flock) and then renamed
+ * in: a catch-up reads every *.usage, and one it can lock has no writer
+ * left; read to its end and on record, it is removed. The ledger keeps
+ * how far each file is on record (the table usage_journal) in the
+ * transaction that adds its rows: a row is moved once, by whichever
+ * catch-up comes first. */
+#define SG_USAGE_JOURNAL_DIR "usage-journal"
+typedef struct sg_usage_journal sg_usage_journal_t;
+/* A new file of this process's own in data_dir's journal directory (made
+ * 0700 if missing): NULL with err if it cannot be made. */
+sg_usage_journal_t *sg_usage_journal_open(const char *data_dir, char *err, size_t errlen);
+/* Appends the rows (count_session[i] as sg_store_usage_add_batch takes it;
+ * at most 1024) in one write: 0, or -1 with err and nothing of them in the file (a short
+ * write is cut back off it; when even that fails, the file is given up
+ * and the next append makes a new one). A file past a few MB is given up
+ * for a new one before the append. */
+int sg_usage_journal_append(sg_usage_journal_t *j, const sg_usage_t *const *rows, const int *count_session, size_t n,
+                            char *err, size_t errlen);
+/* Gives the file up (its lock with it): the next catch-up moves the rest
+ * and removes it. */
+void sg_usage_journal_close(sg_usage_journal_t *j);
+/* What a catch-up did. dropped: rows the ledger refused (their tenant
+ * deleted meanwhile); drop_err the last reason. torn: bytes that were no
+ * whole append, or no row (the end of a file whose writer died inside a
+ * write, whose rows were never answered). */
+typedef struct {
+    long imported;
+    long dropped;
+    long torn;
+    char drop_err[160];
+} sg_usage_catch_up_t;
+/* Moves into the ledger every row of the journal not yet in it, a file at
+ * a time, each in one transaction; removes the files that are done. 0
+ * (also when there was nothing), -1 with err (the database busy past the
+ * busy timeout, a file that cannot be read): what was moved stays. out
+ * may be NULL. The usage reads above call it first; a reader of a
+ * session's executions count calls it itself. */
+int sg_store_usage_catch_up(sg_store_t *st, sg_usage_catch_up_t *out, char *err, size_t errlen);
 
 /* Templates: the images keep_template sessions leave (lifecycle/templates.c).
  * A row is a tenant's template slot: made when a keep_template session is

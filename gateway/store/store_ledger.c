@@ -57,8 +57,10 @@ static int add_one(sg_store_t *st, const sg_usage_t *u, int count_session, char 
     return 0;
 }
 
-int sg_store_usage_try_batch(sg_store_t *st, const sg_usage_t *const *rows, const int *count_session, size_t n,
-                             sg_store_gen_t *gen, char *err, size_t errlen)
+/* The rows in one transaction, or none of them: 0 when committed, -1 when
+ * nothing was written. */
+static int try_batch(sg_store_t *st, const sg_usage_t *const *rows, const int *count_session, size_t n, char *err,
+                     size_t errlen)
 {
     size_t i;
 
@@ -68,8 +70,6 @@ int sg_store_usage_try_batch(sg_store_t *st, const sg_usage_t *const *rows, cons
         if (add_one(st, rows[i], count_session[i], err, errlen) != 0)
             break;
     }
-    if (i == n && gen != NULL && sg_store_generations(st, gen, NULL, 0) != 0)
-        gen->auth = -1;
     if (i == n && sg_store__tx(st, S_COMMIT, "usage batch", err, errlen) == 0)
         return 0;
     sg_store__tx(st, S_ROLLBACK, "usage batch", NULL, 0);
@@ -84,7 +84,7 @@ int sg_store_usage_add_batch(sg_store_t *st, const sg_usage_t *const *rows, cons
 
     if (failed != NULL)
         memset(failed, 0, n * sizeof(*failed));
-    if (n == 0 || sg_store_usage_try_batch(st, rows, count_session, n, NULL, err, errlen) == 0)
+    if (n == 0 || try_batch(st, rows, count_session, n, err, errlen) == 0)
         return 0;
     /* one bad row (a tenant deleted meanwhile) must not cost the others
      * theirs: each alone, in its own transaction */
@@ -105,6 +105,8 @@ int sg_store_usage_total(sg_store_t *st, int64_t tenant_id, double from, double 
     int rc;
 
     memset(out, 0, sizeof(*out));
+    if (sg_store_usage_catch_up(st, NULL, err, errlen) != 0)
+        return -1;
     sqlite3_bind_int64(s, 1, tenant_id);
     sqlite3_bind_double(s, 2, from);
     sqlite3_bind_double(s, 3, to);
@@ -144,6 +146,8 @@ int sg_store_usage_list(sg_store_t *st, int64_t tenant_id, double from, double t
     sg_usage_t u;
     int rc;
 
+    if (sg_store_usage_catch_up(st, NULL, err, errlen) != 0)
+        return -1;
     if (tenant_id != 0)
         sqlite3_bind_int64(s, 1, tenant_id);
     sqlite3_bind_double(s, 2, from);
@@ -163,6 +167,8 @@ int sg_store_usage_recent(sg_store_t *st, int limit, void (*fn)(const sg_usage_t
     sg_usage_t u;
     int rc;
 
+    if (sg_store_usage_catch_up(st, NULL, err, errlen) != 0)
+        return -1;
     sqlite3_bind_int(s, 1, limit);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         read_usage(s, &u);
@@ -180,6 +186,8 @@ int sg_store_usage_totals_by_tenant(sg_store_t *st, double from, double to, int6
     int64_t top = after_id;
     int rc;
 
+    if (sg_store_usage_catch_up(st, NULL, err, errlen) != 0)
+        return -1;
     sqlite3_bind_double(s, 1, from);
     sqlite3_bind_double(s, 2, to);
     if (after_id > 0)

@@ -119,6 +119,9 @@ static const char *const migrations[] = {
     /* 4 -> 5: the proxy each session was placed on (its URL as configured,
      * normalised; NULL: before placement, the first configured) */
     "ALTER TABLE sessions ADD COLUMN proxy TEXT;",
+    /* 5 -> 6: how far each file of the usage journal is in the ledger
+     * (store_journal.c); a row outlives its file */
+    "CREATE TABLE usage_journal (name TEXT PRIMARY KEY, imported INTEGER NOT NULL) WITHOUT ROWID;",
 };
 #define SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
@@ -160,6 +163,9 @@ static const char *const fixed_sql[S__COUNT] = {
                               " ORDER BY created_at, id",
     [S_SESSION_OPEN_ALL] = "SELECT " SESSION_COLS " FROM sessions WHERE closed_at IS NULL ORDER BY created_at, id",
     [S_GENERATIONS] = "SELECT auth, sessions FROM generations WHERE id = 1",
+    [S_JOURNAL_GET] = "SELECT imported FROM usage_journal WHERE name = ?1",
+    [S_JOURNAL_SET] = "INSERT INTO usage_journal (name, imported) VALUES (?1, ?2)"
+                      " ON CONFLICT(name) DO UPDATE SET imported = excluded.imported",
     [S_BEGIN] = "BEGIN IMMEDIATE",
     [S_COMMIT] = "COMMIT",
     [S_ROLLBACK] = "ROLLBACK",
@@ -359,6 +365,9 @@ sg_store_t *sg_store_open(const char *data_dir, char *err, size_t errlen)
     n = strlen(data_dir) + sizeof("/" SG_STORE_FILE);
     st->path = sg_xmalloc(n);
     snprintf(st->path, n, "%s/" SG_STORE_FILE, data_dir);
+    n = strlen(data_dir) + sizeof("/" SG_USAGE_JOURNAL_DIR);
+    st->journal_dir = sg_xmalloc(n);
+    snprintf(st->journal_dir, n, "%s/" SG_USAGE_JOURNAL_DIR, data_dir);
 
     /* Create the file ourselves so that it is 0600 whatever the umask (SQLite
      * gives the -wal and -shm files the database file's mode) — but only when
@@ -404,6 +413,7 @@ void sg_store_close(sg_store_t *st)
         sqlite3_finalize(st->stmt[i]);
     sqlite3_close_v2(st->db);
     free(st->path);
+    free(st->journal_dir);
     free(st);
 }
 

@@ -38,6 +38,8 @@ enum {
     S_SESSION_OPEN_TENANT,
     S_SESSION_OPEN_ALL,
     S_GENERATIONS,
+    S_JOURNAL_GET,
+    S_JOURNAL_SET,
     S_BEGIN, /* BEGIN IMMEDIATE */
     S_COMMIT,
     S_ROLLBACK,
@@ -47,8 +49,8 @@ enum {
 struct sg_store {
     sqlite3 *db;
     char *path;
-    int busy;       /* the last setup step failed on a lock */
-    int wal_frames; /* sg_store_no_wait: the WAL's length after this connection's last commit */
+    char *journal_dir; /* <data dir>/SG_USAGE_JOURNAL_DIR (store_journal.c) */
+    int busy;          /* the last setup step failed on a lock */
     sqlite3_stmt *stmt[S__COUNT];
 };
 
@@ -76,8 +78,8 @@ static inline int sg_store__finish(sg_store_t *st, sqlite3_stmt *s, int rc, cons
 }
 
 /* A transaction's BEGIN IMMEDIATE (S_BEGIN), COMMIT or ROLLBACK, prepared
- * once (the usage batch begins and ends one on every turn of the loop that
- * has rows): 0, or -1 with err naming what failed. */
+ * once (the usage journal's catch-up begins and ends one every few tens of
+ * milliseconds under load): 0, or -1 with err naming what failed. */
 static inline int sg_store__tx(sg_store_t *st, int which, const char *what, char *err, size_t errlen)
 {
     sqlite3_stmt *s = st->stmt[which];

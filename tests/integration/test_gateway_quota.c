@@ -366,7 +366,7 @@ SGGW_TEST(test_usage_matches_replies)
     /* and the session's history counts its executions */
     const char *params[] = {sid, NULL};
     char err[256];
-    char *row = sggw_db_row(data_dir(), "SELECT executions FROM sessions WHERE id = ?1", params, err);
+    char *row = sggw_ledger_row(data_dir(), "SELECT executions FROM sessions WHERE id = ?1", params, err);
     SG_CHECK(row != NULL && atoi(row) == 5, NULL, "the sessions row must count 5 executions (got %s %s)",
              row ? row : "no row", err);
     free(row);

@@ -286,10 +286,10 @@ SGGW_TEST(test_forged_protocol_bytes_on_stdout_are_data)
     double deadline = sgtest_now() + 10;
     for (;;) {
         free(row);
-        row = sggw_db_row(sggw_gateway_data_dir(st.gw),
-                          "SELECT count(*), coalesce(max(exit_code), -1), coalesce(max(duration), -1), "
-                          "coalesce(max(timed_out), -1) FROM usage WHERE tenant_id = ?1",
-                          params, err);
+        row = sggw_ledger_row(sggw_gateway_data_dir(st.gw),
+                              "SELECT count(*), coalesce(max(exit_code), -1), coalesce(max(duration), -1), "
+                              "coalesce(max(timed_out), -1) FROM usage WHERE tenant_id = ?1",
+                              params, err);
         SG_CHECK(row != NULL, NULL, "usage: %s", err);
         if (atoi(row) >= 5 || sgtest_now() > deadline)
             break;

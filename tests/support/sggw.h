@@ -201,6 +201,11 @@ static inline void sggw_batch_join(sggw_batch_t *b)
  * ""), malloc'd. NULL when there is no row; *err (if not NULL, size 256)
  * says why on failure ("" for no row). */
 char *sggw_db_row(const char *data_dir, const char *sql, const char *const *params, char *err);
+/* The same, once the usage journal is in the ledger: first the catch-up
+ * every reader of the ledger does (sg_store_usage_catch_up, on a store of
+ * its own: it waits for the write lock), then sggw_db_row. For what the
+ * journal changes: the usage rows and the sessions' execution counts. */
+char *sggw_ledger_row(const char *data_dir, const char *sql, const char *const *params, char *err);
 
 /* Another writer of the file, as a sandgate-admin run or a busy DB thread
  * would be: sggw_db_writer_open() opens a connection of its own;

@@ -6,6 +6,7 @@
  */
 #include "sggw.h"
 #include "sgtest_int.h"
+#include "store.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -148,6 +149,16 @@ Exit:
     sqlite3_finalize(st);
     sqlite3_close(db);
     return row;
+}
+
+char *sggw_ledger_row(const char *data_dir, const char *sql, const char *const *params, char *err)
+{
+    char local[256];
+    char *e = err != NULL ? err : local;
+    sg_store_t *st = sg_store_open(data_dir, e, 256);
+    int rc = st != NULL ? sg_store_usage_catch_up(st, NULL, e, 256) : -1;
+    sg_store_close(st);
+    return rc == 0 ? sggw_db_row(data_dir, sql, params, err) : NULL;
 }
 
 struct sggw_db_writer {

@@ -29,7 +29,7 @@ static void expect_open_refused(const char *dir, const char *says)
 
 static void test_open_creates_wal_db(void **state)
 {
-    char dir[256], path[300], v[64];
+    char dir[256], path[300], v[128];
     struct stat sb;
     sg_store_t *st;
 
@@ -47,12 +47,12 @@ static void test_open_creates_wal_db(void **state)
     pragma_text(st, "PRAGMA busy_timeout", v, sizeof(v));
     assert_string_equal(v, "5000");
     pragma_text(st, "PRAGMA user_version", v, sizeof(v));
-    assert_string_equal(v, "5");
+    assert_string_equal(v, "6");
     pragma_text(st,
                 "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master WHERE type = 'table'"
                 " AND name NOT LIKE 'sqlite_%' ORDER BY name)",
                 v, sizeof(v));
-    assert_string_equal(v, "generations,sessions,templates,tenants,tokens,usage");
+    assert_string_equal(v, "generations,sessions,templates,tenants,tokens,usage,usage_journal");
 
     assert_int_equal(stat(path, &sb), 0);
     assert_int_equal(sb.st_mode & 0777, 0600);
@@ -104,7 +104,7 @@ static void test_open_errors(void **state)
                                   "ALTER TABLE tenants DROP COLUMN max_templates; "
                                   "ALTER TABLE tenants DROP COLUMN deleting; ALTER TABLE tenants DROP COLUMN runtime; "
                                   "ALTER TABLE sessions DROP COLUMN runtime; ALTER TABLE sessions DROP COLUMN proxy; "
-                                  "PRAGMA user_version = 1",
+                                  "DROP TABLE usage_journal; PRAGMA user_version = 1",
                                   NULL, NULL, NULL),
                      SQLITE_OK);
     sg_store_close(st);
