@@ -6,8 +6,10 @@
  *
  * The tenant model itself (fields, ranges, defaults) is tenant.h, which
  * this header includes; store_sql.c (connection, schema, statements),
- * store_tenants.c (tenants, tokens), store_ledger.c (usage, sessions) and
- * store_templates.c (templates, tenant deletion) are the SQL.
+ * store_tenants.c (tenants, tokens), store_ledger.c (usage rows written,
+ * sessions), store_journal.c (the usage journal), store_usage.c (the
+ * ledger read) and store_templates.c (templates, tenant deletion) are the
+ * SQL.
  *
  * Blocking. A sg_store_t is one SQLite connection: use it from one thread
  * at a time (the gateway gives each DB worker thread its own; sandgate-admin
