@@ -127,17 +127,15 @@ int main(int argc, char **argv)
     /* what gateways that stopped, or died, left in the usage journal goes
      * into the ledger before this one adds to it */
     sg_usage_catch_up_t cu;
-    if (sg_store_usage_catch_up(st, &cu, err, sizeof(err)) != 0) {
-        sg_error("%s", err);
-        return 1;
-    }
-    if (cu.imported != 0 || cu.dropped != 0 || cu.torn != 0)
+    if (sg_store_usage_catch_up(st, &cu, err, sizeof(err)) != 0)
+        sg_warn("usage journal: not all moved into the ledger yet (tried again with the next rows, and by every "
+                "read of the ledger): %s",
+                err);
+    else if (cu.imported != 0 || cu.dropped != 0 || cu.torn != 0)
         sg_info("usage journal: %ld rows moved into the ledger, %ld refused (%s), %ld bytes of no whole append",
                 cu.imported, cu.dropped, cu.dropped != 0 ? cu.drop_err : "none", cu.torn);
-    if (sg_gw_ledger_open(sg_gw.data_dir, err, sizeof(err)) != 0) {
-        sg_error("%s", err);
-        return 1;
-    }
+    if (sg_gw_ledger_open(sg_gw.data_dir, err, sizeof(err)) != 0)
+        sg_warn("%s: usage rows go to the database directly, each answer after its commit", err);
 
     /* Bodies up to twice the larger cap are read and refused with a JSON 413
      * by the route (api.c); larger ones h2o refuses (with its own text 413)

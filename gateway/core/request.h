@@ -311,8 +311,10 @@ void sg_gw_exec_slot_take(sg_gw_req_t *g, long wait_ms, void (*next)(sg_gw_req_t
  * quotas, then runs next; past them: 429 quota_exceeded. */
 void sg_gw_quota_reserve(sg_gw_req_t *g, void (*next)(sg_gw_req_t *g));
 /* The gateway's usage journal (ledger.c, store.h): opened at start, after
- * a catch-up of what other gateways left; closed at stop, before the last
- * catch-up moves the rest of it into the database. */
+ * a catch-up of what other gateways left (-1 with err: none, the rows go
+ * to the database on a DB thread, each answer after its commit); closed
+ * at stop, before the last catch-up moves the rest of it into the
+ * database. */
 int sg_gw_ledger_open(const char *data_dir, char *err, size_t errlen);
 void sg_gw_ledger_close(void);
 /* Records what the proxy said about one execution (`result`, its result

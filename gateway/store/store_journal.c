@@ -106,6 +106,7 @@ sg_usage_journal_t *sg_usage_journal_open(const char *data_dir, char *err, size_
     sg_usage_journal_t *j = sg_xcalloc(1, sizeof(*j));
     size_t n = strlen(data_dir) + sizeof("/" SG_USAGE_JOURNAL_DIR);
 
+    j->fd = -1;
     j->dir = sg_xmalloc(n);
     snprintf(j->dir, n, "%s/" SG_USAGE_JOURNAL_DIR, data_dir);
     sg_buf_init(&j->line, (size_t)LINE_MAX_BYTES * (APPEND_MAX_ROWS + 1));
