@@ -33,7 +33,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define BOUND_S 1.0 /* the bound for a revocation to apply everywhere */
@@ -1114,8 +1117,79 @@ SGGW_TEST(test_wal_stays_bounded)
     sggw_stack_stop_extra(&stack, "the gateway");
 }
 
+/* ---- the journal's file system full ------------------------------------------------------ */
+
+/* The journal's directory of a gateway of the test's own is a tmpfs this
+ * small: about 160 rows fill it. */
+#define FULL_FS_OPTS "size=16k,mode=0700"
+#define FULL_EXECS 400
+static char full_mount[700]; /* mounted: after_test unmounts it too */
+
+/* Executes through a gateway whose usage journal fills its file system
+ * (ENOSPC): every execute is answered 200 with its stdout (the rows that
+ * no longer fit go to SQLite on a DB thread, each answer after its
+ * commit), the file system is full, and the ledger has exactly one row
+ * per execute — none lost, and none twice from an append cut back. */
+SGGW_TEST(test_full_journal_falls_back_to_the_database)
+{
+    char *dir = sggw_mkdtemp("sggw-full");
+    SG_CHECK(dir != NULL, NULL, "mkdtemp");
+    snprintf(full_mount, sizeof(full_mount), "%s/usage-journal", dir);
+    SG_CHECK(mkdir(full_mount, 0700) == 0, NULL, "mkdir %s: %s", full_mount, strerror(errno));
+    SG_CHECK(mount("tmpfs", full_mount, "tmpfs", 0, FULL_FS_OPTS) == 0, NULL, "mount a tmpfs (%s) on %s: %s",
+             FULL_FS_OPTS, full_mount, strerror(errno));
+    sggw_opts_t opts = {.proxy_url = stack.proxy_url, .redis_url = sggw_redis_url(stack.redis), .data_dir = dir};
+    sggw_gateway_t *g = stack.extra_gw = sggw_gateway_start(&opts);
+    SG_CHECK(g != NULL, NULL, "cannot start a gateway");
+    const char *q[] = {"max_concurrent_execs=64", "rate_per_min=1000000", "burst=1000000", NULL};
+    char *tok = sggw_new_tenant(dir, "guar-full", q);
+    char *sid[WAL_SESSIONS], wal[760];
+    wal_load_t l = {.token = tok};
+    int restarts = 0;
+    int64_t max = 0;
+
+    snprintf(wal, sizeof(wal), "%s/sandgate.db-wal", dir);
+    for (int s = 0; s < WAL_SESSIONS; s++) {
+        sid[s] = sggw_create_session(g, tok, NULL, NULL);
+        snprintf(l.url[s], sizeof(l.url[s]), "%s/sessions/%s/execute", sggw_gateway_url(g), sid[s]);
+    }
+    l.status = calloc(FULL_EXECS, sizeof(*l.status));
+    l.ok = calloc(FULL_EXECS, sizeof(*l.ok));
+    SG_CHECK(l.status != NULL && l.ok != NULL, NULL, "out of memory");
+    double took = wal_run(&l, FULL_EXECS, wal, &restarts, &max);
+
+    int ok = 0;
+    for (int i = 0; i < FULL_EXECS; i++)
+        ok += l.ok[i];
+    struct statvfs vfs;
+    SG_CHECK(statvfs(full_mount, &vfs) == 0, NULL, "statvfs %s: %s", full_mount, strerror(errno));
+    fprintf(stderr, "full journal: %d executes in %.2f s, %d answered 200 with their stdout; %lu of %lu blocks free\n",
+            FULL_EXECS, took, ok, (unsigned long)vfs.f_bfree, (unsigned long)vfs.f_blocks);
+    SG_CHECK(ok == FULL_EXECS, NULL, "%d of %d executes answered 200 with their stdout", ok, FULL_EXECS);
+    SG_CHECK(vfs.f_bfree == 0, NULL, "the journal's file system is not full (%lu blocks free): nothing fell back",
+             (unsigned long)vfs.f_bfree);
+    int64_t rows = expect_usage_agrees(g, "guar-full");
+    SG_CHECK(rows == FULL_EXECS, NULL, "%d executes answered, %lld rows in the ledger", FULL_EXECS, (long long)rows);
+
+    free(l.status);
+    free(l.ok);
+    for (int s = 0; s < WAL_SESSIONS; s++) {
+        sggw_delete_session(g, tok, sid[s]);
+        free(sid[s]);
+    }
+    free(tok);
+    sggw_stack_stop_extra(&stack, "the gateway");
+    SG_CHECK(umount2(full_mount, MNT_DETACH) == 0, NULL, "umount %s: %s", full_mount, strerror(errno));
+    full_mount[0] = '\0';
+    sggw_rmtree(dir);
+    free(dir);
+}
+
 static int after_test(void **state)
 {
+    if (full_mount[0] != '\0' && umount2(full_mount, MNT_DETACH) != 0)
+        fprintf(stderr, "umount %s: %s\n", full_mount, strerror(errno));
+    full_mount[0] = '\0';
     return sggw_stack_after_test(&stack);
 }
 
@@ -1126,5 +1200,6 @@ int main(void)
                         test_solo_limits_exact, test_solo_refuses_quota_and_cap_from_copy,
                         test_create_answered_once_live, test_stop_answers_creates_waiting_for_redis,
                         test_solo_stop_leaves_nothing_unsent, test_kill9_loses_no_answered_row,
-                        test_busy_ledger_answers_from_the_journal, test_wal_stays_bounded);
+                        test_busy_ledger_answers_from_the_journal, test_wal_stays_bounded,
+                        test_full_journal_falls_back_to_the_database);
 }
