@@ -6,7 +6,7 @@
  * for SCRIPT_EXEC_ADMIT; the execution goes to the proxy meanwhile. What
  * the copy decided and the ends of executions (sg_redis__mirror_finish)
  * go to Redis in one call per tenant, SCRIPT_SOLO_APPLY (the tenant's
- * "apply"), SG_LOOP_LATER_MS after the first of them, or before any other
+ * "apply"), SOLO_APPLY_MS after the first of them, or before any other
  * call (apply_before_send), so that order is kept; its answer (the
  * in-flight count and the day's) is checked against the copy's.
  *
@@ -55,7 +55,6 @@
 #include "util.h"
 
 #define SOLO_TTL_MS 1000
-#define SOLO_BEAT_MS 200
 #define SOLO_MARGIN_MS 300
 
 typedef struct replay {
@@ -406,7 +405,7 @@ static void on_apply(redis_req_t *req, redisReply *reply)
 }
 
 /* m's apply, to be added to; the copy joins st->dirty, and the calls
- * are sent SG_LOOP_LATER_MS after the first. */
+ * are sent SOLO_APPLY_MS after the first. */
 static apply_t *apply_of(redis_state_t *st, mirror_t *m)
 {
     if (m->apply == NULL) {
@@ -414,7 +413,7 @@ static apply_t *apply_of(redis_state_t *st, mirror_t *m)
         m->dirty_next = st->dirty;
         st->dirty = m;
         if (!h2o_timeout_is_linked(&st->apply_entry))
-            sg_loop_later(st->super.loop, &st->apply_entry);
+            h2o_timeout_link(st->super.loop, &st->apply_timeout, &st->apply_entry);
     }
     return m->apply;
 }
@@ -1189,6 +1188,7 @@ void sg_redis__solo_init(redis_state_t *st)
 {
     unsigned char rnd[16];
     h2o_timeout_init(st->super.loop, &st->beat_timeout, SOLO_BEAT_MS);
+    h2o_timeout_init(st->super.loop, &st->apply_timeout, SOLO_APPLY_MS);
     st->beat_entry.cb = on_beat_timer;
     st->apply_entry.cb = on_apply_timer;
     st->before_send_cb = apply_before_send;
@@ -1225,6 +1225,7 @@ void sg_redis__solo_destroy(redis_state_t *st)
         }
     }
     h2o_timeout_dispose(st->super.loop, &st->beat_timeout);
+    h2o_timeout_dispose(st->super.loop, &st->apply_timeout);
 }
 
 void sg_state_redis_solo(sg_state_t *_st, int want)

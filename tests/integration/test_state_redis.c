@@ -1074,6 +1074,80 @@ static void test_solo_apply_one_call(void **state)
     assert_int_equal(solo_of(f->st).mismatches, before.mismatches);
 }
 
+/* Runs the loop's turns without blocking for ms: its timers fire when due. */
+static void spin_ms(fixture_t *f, double ms)
+{
+    double end = sgtest_now() + ms / 1000;
+    while (sgtest_now() < end)
+        h2o_evloop_run(f->loop, 0);
+}
+
+/* Decisions a millisecond apart gather in one apply per SOLO_APPLY_MS
+ * (redis_int.h), not one per turn: an admission and an end every 1 ms
+ * for ~80 ms make at most one call per SOLO_APPLY_MS and per beat (a beat
+ * sends the apply first), however slowly the turns go. At 2 ms, as
+ * before, they made about 40. */
+static void test_solo_apply_window(void **state)
+{
+    fixture_t *f = *state;
+    const char *day = "20260212";
+    const int64_t tenant = 1312;
+    enum { K = 41 };
+    char tokens[K][64];
+    admit_wait_t w[K];
+
+    sg_state_redis_solo(f->st, 1);
+    wait_solo(f, f->st, 1, 3.0);
+    assert_int_equal(seed(f, tenant, day, 0, 0).ok, 1);
+    int64_t now = sg_wall_s();
+    sg_live_session_t s = make_session(tenant, "python", now, 900, 14400);
+    assert_int_equal(commit(f, NULL, &s).ok, 1);
+    memset(w, 0, sizeof(w));
+    snprintf(tokens[0], sizeof(tokens[0]), "%s/0", s.id);
+    sg_admit_args_t a = admit_args(tokens[0], K, day, 1000);
+    sg_state_exec_admit(f->st, tenant, &a, on_admit, &w[0]);
+    RUN_UNTIL(f, w[0].done, WAIT_S); /* through Redis; the copy read behind it */
+    run_for(f, 0.05);
+
+    sg_state_redis_stats_t before = solo_of(f->st);
+    double t0 = sgtest_now();
+    for (int i = 1; i < K; i++) {
+        snprintf(tokens[i], sizeof(tokens[i]), "%s/%d", s.id, i);
+        a = admit_args(tokens[i], K, day, 1000);
+        sg_state_exec_admit(f->st, tenant, &a, on_admit, &w[i]);
+        assert_int_equal(w[i].done, 1); /* from the copy */
+        spin_ms(f, 1);
+        sg_finish_args_t fa = finish_args(tokens[i], s.id, now + 5, day, 0.25);
+        sg_state_exec_finish(f->st, tenant, &fa, NULL, NULL);
+        spin_ms(f, 1);
+    }
+    double took_ms = (sgtest_now() - t0) * 1000;
+    run_for(f, 0.05);
+    long long applies = (long long)(solo_of(f->st).applies - before.applies);
+    /* n applies take (n - 1) windows at least; a beat may fall due in between */
+    long long bound = 2 + (long long)(took_ms / SOLO_APPLY_MS) + 1 + (long long)(took_ms / SOLO_BEAT_MS);
+    fprintf(stderr, "    %d admissions and ends over %.1f ms: %lld applies (at most %lld)\n", K - 1, took_ms, applies,
+            bound);
+    assert_true(applies >= 1);
+    assert_true(applies <= bound);
+    assert_int_equal(solo_of(f->st).local_admits, before.local_admits + K - 1);
+    assert_int_equal(solo_of(f->st).mismatches, before.mismatches);
+    /* Redis holds what the calls one by one would have left */
+    assert_int_equal(redis_int("ZCARD sg:tenant:1312:execs"), 1);
+    assert_int_equal(redis_int("HGET sg:quota:1312:20260212 execs"), K);
+    char *secs = server_query("HGET sg:quota:1312:20260212 seconds", NULL, NULL);
+    assert_non_null(secs);
+    assert_string_equal(secs, "10");
+    free(secs);
+    char key[64];
+    snprintf(key, sizeof(key), "sg:session:%s", s.id);
+    assert_int_equal(query_int("HGET %s %s", key, "executions"), K - 1);
+    sg_finish_args_t fa = finish_args(tokens[0], s.id, now + 6, day, -1);
+    sg_state_exec_finish(f->st, tenant, &fa, NULL, NULL);
+    run_for(f, 0.05);
+    assert_int_equal(redis_int("ZCARD sg:tenant:1312:execs"), 0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1083,5 +1157,5 @@ int main(void)
                         test_solo_dead_holder, test_solo_mismatch_drops_copy, test_solo_writes_gathered,
                         test_solo_copies_share_a_list, test_solo_sessions_from_copy, test_solo_refuses_rate_from_copy,
                         test_solo_full_mismatch_takes_nothing, test_solo_refusal_mismatch_gives_back,
-                        test_solo_apply_one_call);
+                        test_solo_apply_one_call, test_solo_apply_window);
 }
