@@ -204,14 +204,16 @@ int main(int argc, char **argv)
     sg_daemon_run(sg_gw.loop);
     sg_http_server_stop_accepting(server);
     /* Let the work under way finish (requests, whatever they wait for:
-     * the proxy, the DB, Redis; ledger rows, closes), for 10 s at most;
+     * the proxy, the DB, Redis; ledger rows, closes; the live state's
+     * commits of sessions created), for 10 s at most;
      * then stop the DB threads. The state and the upstream are not
      * destroyed (callbacks of theirs may still want the other): the state
      * is only made to send what it holds (sg_state_leave), and the
      * upstream has nothing to save. */
     uint64_t deadline = sg_now_ms() + 10000;
     sg_proxies_stop_checks();
-    while ((sg_workq_pending(sg_gw.dbq) != 0 || proxies_in_flight() != 0 || sg_gw_reqs_live() != 0) &&
+    while ((sg_workq_pending(sg_gw.dbq) != 0 || proxies_in_flight() != 0 || sg_gw_reqs_live() != 0 ||
+            sg_gw_session_commits_live() != 0) &&
            sg_now_ms() < deadline)
         h2o_evloop_run(sg_gw.loop, 100);
     sg_gw.stopping = 1;

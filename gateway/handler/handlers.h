@@ -30,6 +30,9 @@ const char *sg_gw_openapi_document(size_t *len);
 
 /* sessions.c */
 int sg_gw_on_session_create(void *app, h2o_req_t *req, const sg_route_match_t *m);
+/* Commits of created sessions sent to the live state and not yet answered
+ * (their replies did not wait for them): a stop waits for them too. */
+size_t sg_gw_session_commits_live(void);
 int sg_gw_on_session_list(void *app, h2o_req_t *req, const sg_route_match_t *m);
 int sg_gw_on_session_get(void *app, h2o_req_t *req, const sg_route_match_t *m);
 int sg_gw_on_session_delete(void *app, h2o_req_t *req, const sg_route_match_t *m);

@@ -169,7 +169,6 @@ typedef struct {
     sg_session_rec_t rec;
     sg_gw_req_t *g;
     json_object *reply;
-    int waiting; /* for the ledger's insert and the live state's commit */
 } open_job_t;
 
 static void open_fn(sg_gw_job_t *job, sg_store_t *st)
@@ -181,17 +180,29 @@ static void open_fn(sg_gw_job_t *job, sg_store_t *st)
         sg_error("session %s: cannot bind its template slot: %s", j->rec.id, job->err);
 }
 
-/* The reply goes out once the session is on record, in the ledger and in
- * the live state: the client's next request (which looks the owner up in
- * the one) must find it, and so must whatever it sends through another
- * gateway (a delete there, applied before this commit, would leave a live
- * record of a closed session holding one of the tenant's slots). A commit
- * Redis did not take is not waited for again: the rebuild restores it. */
-static void open_step(open_job_t *j)
+static size_t commits_live;
+
+size_t sg_gw_session_commits_live(void)
 {
-    sg_gw_job_t *job = &j->job;
-    if (--j->waiting > 0)
-        return;
+    return commits_live;
+}
+
+static void on_committed(void *data, const sg_state_result_t *r)
+{
+    commits_live--;
+}
+
+/* The reply goes out once the session is on record in the ledger: the
+ * client's next request, through any gateway, looks its owner up there.
+ * The live state's commit was sent before the insert ran and is not waited
+ * for: this gateway's next calls go behind it on the same connection, a
+ * delete through another gateway that reaches Redis first leaves the
+ * session's closed mark, which the commit heeds (it then only gives the
+ * reservation back), a stop waits for it (main.c), and a commit Redis
+ * does not take is restored by the rebuild. */
+static void open_done(sg_gw_job_t *job)
+{
+    open_job_t *j = (open_job_t *)job;
     if (job->rc != 0) {
         sg_error("session %s: cannot record it: %s", j->rec.id, job->err);
         json_object_put(j->reply);
@@ -204,16 +215,6 @@ static void open_step(open_job_t *j)
     }
     sg_gw_req_free(j->g);
     free(j);
-}
-
-static void open_done(sg_gw_job_t *job)
-{
-    open_step((open_job_t *)job);
-}
-
-static void on_committed(void *data, const sg_state_result_t *r)
-{
-    open_step(data);
 }
 
 static void on_create_reply(void *data, const sg_upstream_reply_t *r)
@@ -248,8 +249,8 @@ static void on_create_reply(void *data, const sg_upstream_reply_t *r)
     snprintf(live.proxy, sizeof(live.proxy), "%s", g->proxy->url);
 
     open_job_t *j = sg_xcalloc(1, sizeof(*j));
-    j->waiting = 2;
-    sg_state_session_commit(sg_gw.state, g->reservation, &live, on_committed, j);
+    commits_live++;
+    sg_state_session_commit(sg_gw.state, g->reservation, &live, on_committed, NULL);
     snprintf(j->rec.id, sizeof(j->rec.id), "%s", sid);
     j->rec.tenant_id = g->tenant.id;
     snprintf(j->rec.lang, sizeof(j->rec.lang), "%s", g->lang);

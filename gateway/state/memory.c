@@ -250,6 +250,8 @@ static void mem_session_unreserve(sg_state_t *st, int64_t tenant, const char *to
     lease_give_back(&m->reservations, tenant, token, live_sessions(m, tenant), cb, data);
 }
 
+static closed_mark_t *find_closed(mem_state_t *m, const char *sid, int64_t now);
+
 static void mem_session_commit(sg_state_t *st, const char *token, const sg_live_session_t *s, sg_state_cb cb,
                                void *data)
 {
@@ -258,6 +260,11 @@ static void mem_session_commit(sg_state_t *st, const char *token, const sg_live_
 
     if (token != NULL)
         lease_remove(&m->reservations, s->tenant_id, token);
+    if (find_closed(m, s->id, sg_state__now_s(st)) != NULL) { /* closed before its commit */
+        r.count = tenant_count(m, s->tenant_id);
+        cb(data, &r);
+        return;
+    }
     sg_live_session_t *rec = find_session(m, s->id, NULL);
     if (rec == NULL)
         rec = VEC_PUSH_SLOT(m->sessions);

@@ -242,19 +242,34 @@ static void redis_session_unreserve(sg_state_t *_st, int64_t tenant, const char 
     give_back(_st, tenant, "sessions", "pending:", token, INT_MAX, cb, data);
 }
 
+/* A commit Redis refused (the session was closed first): the copy, which
+ * counted the session, is read again. */
+static void on_commit(redis_req_t *req, redisReply *reply)
+{
+    redisReply *a = sg_redis__reply_array(reply, 2);
+    if (a != NULL && sg_redis__reply_int(a->element[0]) == 0)
+        sg_redis__mirror_drop(req->st, req->tenant);
+    on_state(req, reply);
+}
+
 static void redis_session_commit(sg_state_t *_st, const char *token, const sg_live_session_t *s, sg_state_cb cb,
                                  void *data)
 {
     sg_redis__mirror_session_committed(rs(_st), s->tenant_id, token, s->id, s->lifetime_deadline);
-    redis_req_t *req = state_req(_st, SCRIPT_COMMIT, 4, cb, data);
+    redis_req_t *req = sg_redis__req_new(rs(_st), SCRIPT_COMMIT, 5, on_commit, data);
+    req->cb.state = cb;
+    req->tenant = s->tenant_id;
     req_session_keys(req, s);
+    sg_redis__req_arg(req, "sg:closed:%.36s", s->id);
     if (token != NULL)
         sg_redis__req_arg(req, "pending:%s", token);
     else
         sg_redis__req_arg(req, "%s", "");
     req_session_args(req, s);
-    /* its answer is awaited (the create's reply): on its way before the
-     * ledger's insert runs */
+    /* written at once, before the ledger's insert and the create's reply
+     * (which does not wait for its answer): a call another gateway makes
+     * for the session once the client has it comes after it, unless Redis
+     * stalls in between (for a delete: the closed mark above) */
     sg_redis__req_send_now(req);
 }
 

@@ -65,11 +65,14 @@ sg_state__script_t sg_state__scripts[SCRIPT_COUNT] = {
      * back a reservation or an execution slot: {removed, members left}. */
     [SCRIPT_ZREM] = {"local ok = redis.call('ZREM', KEYS[1], ARGV[1])\n"
                      "return {ok, redis.call('ZCARD', KEYS[1])}\n"},
-    /* KEYS: tenant set, record, idle index, lifetime index.
+    /* KEYS: tenant set, record, idle index, lifetime index, closed mark.
      * ARGV: "pending:<token>" or "", sid, tenant, lang, created_at,
      * last_used_at, idle_deadline, lifetime_deadline, executions, proxy
-     * ("": none recorded). */
+     * ("": none recorded). A session closed before its commit arrives (a
+     * delete through another gateway) is not brought back: its reservation
+     * is given back, {0, members left}. */
     [SCRIPT_COMMIT] = {"if ARGV[1] ~= '' then redis.call('ZREM', KEYS[1], ARGV[1]) end\n"
+                       "if redis.call('EXISTS', KEYS[5]) == 1 then return {0, redis.call('ZCARD', KEYS[1])} end\n"
                        "redis.call('ZADD', KEYS[1], ARGV[8], ARGV[2])\n"
                        "redis.call('DEL', KEYS[2])\n"
                        "redis.call('HSET', KEYS[2], 'tenant', ARGV[3], 'lang', ARGV[4], 'created_at', ARGV[5],\n"

@@ -111,7 +111,9 @@ typedef void (*sg_state_cb)(void *data, const sg_state_result_t *r);
 void sg_state_session_reserve(sg_state_t *st, int64_t tenant, long max, const char *token, sg_state_cb cb, void *data);
 /* Drops a reservation (the proxy refused the create). */
 void sg_state_session_unreserve(sg_state_t *st, int64_t tenant, const char *token, sg_state_cb cb, void *data);
-/* Replaces the reservation with the live session (record + all indexes). */
+/* Replaces the reservation with the live session (record + all indexes);
+ * ok 0, the reservation only given back, when the session was closed
+ * (sg_state_session_remove) before its commit. */
 void sg_state_session_commit(sg_state_t *st, const char *token, const sg_live_session_t *s, sg_state_cb cb, void *data);
 /* A use: last_used_at = now, idle_deadline = now + idle_timeout, executions += add_exec.
  * ok = 0 if the session is not live. */

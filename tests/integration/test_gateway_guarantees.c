@@ -475,29 +475,29 @@ SGGW_TEST(test_solo_refuses_quota_and_cap_from_copy)
     free(tok);
 }
 
-/* A session's create is answered once the session is in the live state,
- * not only in the ledger: whatever the client sends next, through any
- * gateway, finds its record (a delete applied before the commit would
- * leave a live record of a closed session, holding a slot). Alone on its
- * Redis the gateway admits the create from its copy, without waiting for
- * Redis; with Redis holding every write back for PAUSE_MS (CLIENT PAUSE
- * WRITE), the reply must wait for the commit, and the record is there
- * when it comes. Every create's record is checked; one at least must have
- * been admitted from the copy (a lease that lapsed under a loaded
- * machine's pause sends the admission to Redis, which then waits too), so
- * up to ATTEMPTS are made. */
-#define PAUSE_MS 400
+/* A session's create is answered once the session is in the ledger,
+ * without waiting for Redis to take its live record: alone on its Redis
+ * the gateway admits the create from its copy, and with Redis holding
+ * every write back for PAUSE_MS (CLIENT PAUSE WRITE) the answer comes
+ * while the pause lasts, the record not yet in Redis; once the pause ends
+ * it is there, naming its proxy and among its tenant's live sessions (the
+ * commit was sent before the answer). A delete that reaches Redis before
+ * the commit is test_state's test_commit_after_remove. One create at least
+ * must have been admitted from the copy and answered within the pause (a
+ * lease that lapsed under a loaded machine sends the admission to Redis,
+ * which then waits), so up to ATTEMPTS are made. */
+#define PAUSE_MS 1500 /* below the gateway's 2 s timeout of a Redis call (redis_conn.c) */
 #define ATTEMPTS 5
-SGGW_TEST(test_create_answered_once_live)
+SGGW_TEST(test_create_answered_before_redis_takes_it)
 {
-    int ok, from_copy = 0;
+    int ok, shown = 0;
     wait_solo(stack.gw, 1);
     char *tok = sggw_new_tenant(data_dir(), "solo-commit", NULL);
     long long tid = (long long)sggw_tenant_id(data_dir(), "solo-commit");
     char *sid = sggw_create_session(stack.gw, tok, NULL, NULL); /* the tenant's copy is read */
     sggw_delete_session(stack.gw, tok, sid);
     free(sid);
-    for (int k = 0; k < ATTEMPTS && !from_copy; k++) {
+    for (int k = 0; k < ATTEMPTS && !shown; k++) {
         wait_solo(stack.gw, 1);
         double admitted0 = metric(stack.gw, "sandgate_state_solo_admissions_total");
         char *v = sggw_redis_cmd(stack.redis, &ok, "CLIENT PAUSE %d WRITE", PAUSE_MS);
@@ -506,47 +506,45 @@ SGGW_TEST(test_create_answered_once_live)
         double t0 = sgtest_now();
         sid = sggw_create_session(stack.gw, tok, NULL, NULL);
         double took = sgtest_now() - t0;
-        char *proxy = sggw_redis_cmd(stack.redis, NULL, "HGET sg:session:%s proxy", sid);
-        char *score = sggw_redis_cmd(stack.redis, NULL, "ZSCORE sg:tenant:%lld:sessions %s", tid, sid);
-        from_copy = metric(stack.gw, "sandgate_state_solo_admissions_total") > admitted0;
-        fprintf(stderr, "create during a %d ms pause of Redis's writes: answered after %.3f s (admitted %s)\n",
-                PAUSE_MS, took, from_copy ? "from the copy" : "by Redis");
+        int from_copy = metric(stack.gw, "sandgate_state_solo_admissions_total") > admitted0;
+        char *during = sggw_redis_cmd(stack.redis, NULL, "HGET sg:session:%s proxy", sid); /* reads go on */
+        int within = sgtest_now() - t0 < PAUSE_MS / 1000.0 - 0.2;
+        fprintf(stderr, "create during a %d ms pause of Redis's writes: answered after %.3f s (admitted %s)%s\n",
+                PAUSE_MS, took, from_copy ? "from the copy" : "by Redis", within ? "" : ", after the pause");
+        if (from_copy && within) {
+            SG_CHECK(during == NULL, NULL, "session %s: its live record was in Redis while Redis took no writes", sid);
+            shown = 1;
+        }
+        free(during);
+        /* the commit is taken once the pause ends */
+        char *proxy = NULL, *score = NULL;
+        double deadline = t0 + PAUSE_MS / 1000.0 + 10;
+        while ((proxy = sggw_redis_cmd(stack.redis, NULL, "HGET sg:session:%s proxy", sid)) == NULL &&
+               sgtest_now() < deadline)
+            usleep(10000);
+        score = sggw_redis_cmd(stack.redis, NULL, "ZSCORE sg:tenant:%lld:sessions %s", tid, sid);
         SG_CHECK(proxy != NULL && strcmp(proxy, stack.proxy_url) == 0, NULL,
-                 "answered, session %s has no live record naming its proxy (\"%s\")", sid,
+                 "session %s has no live record naming its proxy (\"%s\") 10 s after the pause", sid,
                  proxy != NULL ? proxy : "(none)");
-        SG_CHECK(score != NULL, NULL, "answered, session %s is not among its tenant's live sessions", sid);
+        SG_CHECK(score != NULL, NULL, "session %s is not among its tenant's live sessions", sid);
         free(proxy);
         free(score);
         sggw_delete_session(stack.gw, tok, sid);
         free(sid);
     }
-    SG_CHECK(from_copy, NULL, "none of %d creates was admitted from the copy: nothing showed a wait for Redis",
-             ATTEMPTS);
+    SG_CHECK(shown, NULL, "none of %d creates was admitted from the copy and answered within the pause", ATTEMPTS);
     free(tok);
 }
 
-/* Sessions the stack's proxy lists. */
-static long proxy_sessions(void)
-{
-    char **ids = sgtest_listed_sessions(stack.proxy);
-    long n = (long)sgtest_strv_len(ids);
-    sgtest_strv_free(ids);
-    return n;
-}
-
-/* The proxy lists at least *want sessions. */
-static bool proxy_has(void *want)
-{
-    return proxy_sessions() >= *(long *)want;
-}
-
-/* A gateway stopped (SIGTERM) while creates wait for Redis to take their
- * commit answers them before it exits: alone on a Redis of its own that
- * holds writes back (CLIENT PAUSE WRITE), the gateway admits NCREATES
- * creates from its copy and the proxy makes them; the stop comes then.
- * Each is answered 200, its record in Redis; the gateway exits 0. */
+/* A gateway stopped (SIGTERM) while Redis holds back the commits of the
+ * sessions it has just created exits only once Redis has taken them: alone
+ * on a Redis of its own that holds writes back (CLIENT PAUSE WRITE), the
+ * gateway admits NCREATES creates from its copy, the proxy makes them and
+ * they are answered 200 while the pause lasts; the stop comes then, within
+ * the pause. The gateway exits 0, not before the pause ended, and each
+ * session's record is in Redis when it has. */
 #define NCREATES 2 /* the stack proxy's pool (group_setup) */
-SGGW_TEST(test_stop_answers_creates_waiting_for_redis)
+SGGW_TEST(test_stop_waits_for_the_commits)
 {
     int ok;
     char url[256];
@@ -559,48 +557,50 @@ SGGW_TEST(test_stop_answers_creates_waiting_for_redis)
     char *sid = sggw_create_session(g, tok, NULL, NULL); /* the tenant's copy is read */
     sggw_delete_session(g, tok, sid);
     free(sid);
-    /* the creates take ready containers: made in milliseconds, while Redis
-     * still holds writes back (a container started for one takes longer
-     * than the pause) */
+    /* the creates take ready containers: made in milliseconds, well within
+     * the pause */
     SG_CHECK(sgtest_proxy_pools_full(stack.proxy, 60) == 0, NULL, "the proxy's pool did not fill");
-    long want = proxy_sessions() + NCREATES;
     double admitted0 = metric(g, "sandgate_state_solo_admissions_total");
 
-    char *v = sggw_redis_cmd(stack.extra_redis, &ok, "CLIENT PAUSE %d WRITE", 2 * PAUSE_MS);
+    char *v = sggw_redis_cmd(stack.extra_redis, &ok, "CLIENT PAUSE %d WRITE", PAUSE_MS);
     SG_CHECK(ok, NULL, "CLIENT PAUSE: %s", v != NULL ? v : "no answer");
     free(v);
+    double t0 = sgtest_now();
     snprintf(url, sizeof(url), "%s/sessions", sggw_gateway_url(g));
     for (int i = 0; i < NCREATES; i++)
         reqs[i] = sggw_par_post(url, tok, "{\"lang\":\"python\"}", 30);
     sggw_batch_t *b = sggw_batch_start(reqs, NCREATES);
     SG_CHECK(b != NULL, NULL, "the creates could not start");
-    SG_CHECK(sgtest_poll(proxy_has, &want, 10, 0.005) == 0, NULL, "the proxy did not make the %d sessions", NCREATES);
-    size_t answered = sgtest_batch_finished(b);
+    sggw_batch_join(b);
+    double answered = sgtest_now() - t0;
     double from_copy = metric(g, "sandgate_state_solo_admissions_total") - admitted0;
+    SG_CHECK(answered < PAUSE_MS / 1000.0 - 0.2 && from_copy == NCREATES, NULL,
+             "the creates were answered after %.3f s, %.0f of %d admitted from the copy: the stop would not come "
+             "within the pause",
+             answered, from_copy, NCREATES);
     stack.extra_gw = NULL;
     int stopped = sggw_gateway_stop(g);
-    sggw_batch_join(b);
+    double exited = sgtest_now() - t0;
     fprintf(stderr,
-            "stop with %d creates waiting for Redis: %zu answered before it, %.0f admitted from the copy, gateway exit "
-            "%d\n",
-            NCREATES, answered, from_copy, stopped);
-    SG_CHECK(answered == 0 && from_copy == NCREATES, NULL,
-             "%zu creates answered before the stop, %.0f of %d admitted from the copy: the stop did not find them "
-             "waiting for Redis",
-             answered, from_copy, NCREATES);
+            "%d creates answered %.3f s into a %d ms pause of Redis's writes; the stop after them exited %d at %.3f "
+            "s\n",
+            NCREATES, answered, PAUSE_MS, stopped, exited);
+    SG_CHECK(stopped == 0, NULL, "the gateway did not exit 0 on SIGTERM");
+    SG_CHECK(exited >= PAUSE_MS / 1000.0 - 0.05, NULL,
+             "the gateway exited %.3f s into the pause: it did not wait for its commits", exited);
     for (int i = 0; i < NCREATES; i++) {
         json_object *o = reqs[i].reply.status == 200 ? json_tokener_parse(reqs[i].reply.body) : NULL, *id;
         SG_CHECK(o != NULL && json_object_object_get_ex(o, "session_id", &id), o,
-                 "a create under way at the stop was answered %ld: %s", reqs[i].reply.status,
+                 "a create during the pause was answered %ld: %s", reqs[i].reply.status,
                  reqs[i].reply.body != NULL ? reqs[i].reply.body : "");
         v = sggw_redis_cmd(stack.extra_redis, &ok, "HGET sg:session:%s proxy", json_object_get_string(id));
-        SG_CHECK(ok && v != NULL, o, "answered, session %s has no live record", json_object_get_string(id));
+        SG_CHECK(ok && v != NULL, o, "session %s has no live record once its gateway exited",
+                 json_object_get_string(id));
         free(v);
         sggw_delete_session(stack.gw, tok, json_object_get_string(id));
         json_object_put(o);
         sgtest_reply_free(&reqs[i].reply);
     }
-    SG_CHECK(stopped == 0, NULL, "the gateway did not exit 0 on SIGTERM");
     free(tok);
 }
 
@@ -1208,7 +1208,7 @@ int main(void)
     return SG_RUN_TESTS("gateway_guarantees", group_setup, sggw_stack_group_teardown, NULL, after_test,
                         test_revocation_reaches_every_gateway, test_answered_is_in_ledger, test_limits_exact_under_load,
                         test_solo_limits_exact, test_solo_refuses_quota_and_cap_from_copy,
-                        test_create_answered_once_live, test_stop_answers_creates_waiting_for_redis,
+                        test_create_answered_before_redis_takes_it, test_stop_waits_for_the_commits,
                         test_solo_stop_leaves_nothing_unsent, test_kill9_loses_no_answered_row,
                         test_busy_ledger_answers_from_the_journal, test_wal_stays_bounded,
                         test_full_journal_falls_back_to_the_database);

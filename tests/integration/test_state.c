@@ -394,6 +394,33 @@ static void test_restore(void **state)
     }
 }
 
+/* A delete through another gateway can reach Redis before the commit of
+ * the create it follows (the create's reply does not wait for the commit):
+ * the commit then does not bring the session back, and its reservation is
+ * given back. */
+static void test_commit_after_remove(void **state)
+{
+    fixture_t *f = *state;
+    int64_t now = sg_wall_s();
+    sg_live_session_t s = make_session(611, "python", now, 900, 14400);
+    EXPECT_RESULT(reserve(f, 611, 2, "r1"), 1, 1);
+    assert_int_equal(remove_session(f, s.id, 611).ok, 0); /* nothing there yet */
+    EXPECT_RESULT(commit(f, "r1", &s), 0, 0);
+    assert_false(get(f, s.id).found);
+    list_wait_t l;
+    list(f, 611, &l);
+    assert_int_equal(l.n, 0);
+    expired_wait_t e;
+    expired(f, now + 14400 + 1, 10, &e);
+    assert_int_equal(e.n, 0);
+    /* both slots free again; a session committed after is kept */
+    EXPECT_RESULT(reserve(f, 611, 2, "r2"), 1, 1);
+    EXPECT_RESULT(reserve(f, 611, 2, "r3"), 1, 2);
+    sg_live_session_t t = make_session(611, "python", now, 900, 14400);
+    EXPECT_RESULT(commit(f, "r2", &t), 1, 2);
+    assert_true(get(f, t.id).found);
+}
+
 static int find_expired(const expired_wait_t *e, const char *sid)
 {
     for (size_t i = 0; i < e->n; i++) {
@@ -802,6 +829,7 @@ static void test_session_admit(void **state)
         cmocka_unit_test_setup_teardown(test_commit_get_touch, setup_, teardown_),                                     \
         cmocka_unit_test_setup_teardown(test_remove_once, setup_, teardown_),                                          \
         cmocka_unit_test_setup_teardown(test_restore, setup_, teardown_),                                              \
+        cmocka_unit_test_setup_teardown(test_commit_after_remove, setup_, teardown_),                                  \
         cmocka_unit_test_setup_teardown(test_expired, setup_, teardown_),                                              \
         cmocka_unit_test_setup_teardown(test_list, setup_, teardown_),                                                 \
         cmocka_unit_test_setup_teardown(test_quota_flow, setup_, teardown_),                                           \

@@ -228,16 +228,13 @@ static void reply_text(redisReply *rep, char **out, int *ok)
     }
 }
 
-char *sggw_redis_cmd(const sggw_redis_t *r, int *ok, const char *fmt, ...)
+static char *redis_vcmd(const sggw_redis_t *r, int *ok, const char *fmt, va_list ap)
 {
     int okv = 0;
     char *out = NULL;
     redisContext *c = redis_connect(r->s.port);
     if (c != NULL) {
-        va_list ap;
-        va_start(ap, fmt);
         redisReply *rep = redisvCommand(c, fmt, ap);
-        va_end(ap);
         if (rep != NULL) {
             okv = 1;
             reply_text(rep, &out, &okv);
@@ -248,6 +245,29 @@ char *sggw_redis_cmd(const sggw_redis_t *r, int *ok, const char *fmt, ...)
     if (ok != NULL)
         *ok = okv;
     return out;
+}
+
+char *sggw_redis_cmd(const sggw_redis_t *r, int *ok, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *out = redis_vcmd(r, ok, fmt, ap);
+    va_end(ap);
+    return out;
+}
+
+char *sggw_redis_poll(const sggw_redis_t *r, double timeout_s, const char *fmt, ...)
+{
+    double deadline = sgtest_now() + timeout_s;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        char *v = redis_vcmd(r, NULL, fmt, ap);
+        va_end(ap);
+        if (v != NULL || sgtest_now() >= deadline)
+            return v;
+        usleep(10000);
+    }
 }
 
 /* ------------------------------------------------------------------------

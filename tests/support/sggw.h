@@ -66,6 +66,11 @@ void sggw_redis_print_log(sggw_redis_t *r, int lines);
  * *ok (if not NULL) is set to 1 when the server answered without error.
  * Returns malloc'd text or NULL (nil, or no answer: then *ok = 0). */
 char *sggw_redis_cmd(const sggw_redis_t *r, int *ok, const char *fmt, ...);
+/* The same, asked again every 10 ms until its answer is not nil or
+ * timeout_s pass: for what the gateway writes to Redis right after its
+ * reply (a created session's live record). NULL at the timeout. */
+char *sggw_redis_poll(const sggw_redis_t *r, double timeout_s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* ------------------------------------------------------------------------
  * sandgate-gateway
