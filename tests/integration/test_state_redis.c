@@ -991,6 +991,36 @@ static void test_solo_refusal_mismatch_gives_back(void **state)
     assert_int_equal(redis_int("ZCARD sg:tenant:1309:sessions"), 1);
 }
 
+/* Under the lease: the tenant's day seeded, a session committed, and its
+ * run 0 (token0, "<sid>/0") admitted through Redis with slots slots, the
+ * tenant's copy read behind it (w, cleared, its wait). */
+static sg_live_session_t solo_session(fixture_t *f, int64_t tenant, const char *day, long slots, int64_t now,
+                                      char token0[64], admit_wait_t *w)
+{
+    sg_state_redis_solo(f->st, 1);
+    wait_solo(f, f->st, 1, 3.0);
+    assert_int_equal(seed(f, tenant, day, 0, 0).ok, 1);
+    sg_live_session_t s = make_session(tenant, "python", now, 900, 14400);
+    assert_int_equal(commit(f, NULL, &s).ok, 1);
+    snprintf(token0, 64, "%s/0", s.id);
+    sg_admit_args_t a = admit_args(token0, slots, day, 1000);
+    sg_state_exec_admit(f->st, tenant, &a, on_admit, w);
+    RUN_UNTIL(f, w->done, WAIT_S); /* through Redis; the copy read behind it */
+    run_for(f, 0.05);
+    return s;
+}
+
+/* Run i of session sid (token, "<sid>/<i>") admitted from the copy: at
+ * once, with no call to Redis waited for. */
+static void admit_from_copy(fixture_t *f, int64_t tenant, const char *day, long slots, const char *sid, int i,
+                            char token[64], admit_wait_t *w)
+{
+    snprintf(token, 64, "%s/%d", sid, i);
+    sg_admit_args_t a = admit_args(token, slots, day, 1000);
+    sg_state_exec_admit(f->st, tenant, &a, on_admit, w);
+    assert_int_equal(w->done, 1);
+}
+
 /* Under the lease, what the copy decides about executions and their ends
  * reaches Redis in one call per tenant (SCRIPT_SOLO_APPLY), and leaves
  * what the calls one by one would: 19 admissions and 15 ends in one turn
@@ -1008,26 +1038,14 @@ static void test_solo_apply_one_call(void **state)
     char tokens[K][64];
     admit_wait_t w[K];
 
-    sg_state_redis_solo(f->st, 1);
-    wait_solo(f, f->st, 1, 3.0);
-    assert_int_equal(seed(f, tenant, day, 0, 0).ok, 1);
     int64_t now = sg_wall_s();
-    sg_live_session_t s = make_session(tenant, "python", now, 900, 14400);
-    assert_int_equal(commit(f, NULL, &s).ok, 1);
     memset(w, 0, sizeof(w));
-    snprintf(tokens[0], sizeof(tokens[0]), "%s/0", s.id);
-    sg_admit_args_t a = admit_args(tokens[0], K, day, 1000);
-    sg_state_exec_admit(f->st, tenant, &a, on_admit, &w[0]);
-    RUN_UNTIL(f, w[0].done, WAIT_S); /* through Redis; the copy read behind it */
-    run_for(f, 0.05);
+    sg_live_session_t s = solo_session(f, tenant, day, K, now, tokens[0], &w[0]);
 
     sg_state_redis_stats_t before = solo_of(f->st);
     long hincrby0 = commandstat_calls("hincrby");
     for (int i = 1; i < K; i++) {
-        snprintf(tokens[i], sizeof(tokens[i]), "%s/%d", s.id, i);
-        a = admit_args(tokens[i], K, day, 1000);
-        sg_state_exec_admit(f->st, tenant, &a, on_admit, &w[i]);
-        assert_int_equal(w[i].done, 1); /* from the copy */
+        admit_from_copy(f, tenant, day, K, s.id, i, tokens[i], &w[i]);
         assert_int_equal(w[i].r.in_flight, i + 1);
     }
     /* the ends of runs 1..15, in the same turn: none of them went to Redis alone */
@@ -1096,26 +1114,14 @@ static void test_solo_apply_window(void **state)
     char tokens[K][64];
     admit_wait_t w[K];
 
-    sg_state_redis_solo(f->st, 1);
-    wait_solo(f, f->st, 1, 3.0);
-    assert_int_equal(seed(f, tenant, day, 0, 0).ok, 1);
     int64_t now = sg_wall_s();
-    sg_live_session_t s = make_session(tenant, "python", now, 900, 14400);
-    assert_int_equal(commit(f, NULL, &s).ok, 1);
     memset(w, 0, sizeof(w));
-    snprintf(tokens[0], sizeof(tokens[0]), "%s/0", s.id);
-    sg_admit_args_t a = admit_args(tokens[0], K, day, 1000);
-    sg_state_exec_admit(f->st, tenant, &a, on_admit, &w[0]);
-    RUN_UNTIL(f, w[0].done, WAIT_S); /* through Redis; the copy read behind it */
-    run_for(f, 0.05);
+    sg_live_session_t s = solo_session(f, tenant, day, K, now, tokens[0], &w[0]);
 
     sg_state_redis_stats_t before = solo_of(f->st);
     double t0 = sgtest_now();
     for (int i = 1; i < K; i++) {
-        snprintf(tokens[i], sizeof(tokens[i]), "%s/%d", s.id, i);
-        a = admit_args(tokens[i], K, day, 1000);
-        sg_state_exec_admit(f->st, tenant, &a, on_admit, &w[i]);
-        assert_int_equal(w[i].done, 1); /* from the copy */
+        admit_from_copy(f, tenant, day, K, s.id, i, tokens[i], &w[i]);
         spin_ms(f, 1);
         sg_finish_args_t fa = finish_args(tokens[i], s.id, now + 5, day, 0.25);
         sg_state_exec_finish(f->st, tenant, &fa, NULL, NULL);
