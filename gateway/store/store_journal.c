@@ -104,11 +104,9 @@ static int journal_file(sg_usage_journal_t *j, char *err, size_t errlen)
 sg_usage_journal_t *sg_usage_journal_open(const char *data_dir, char *err, size_t errlen)
 {
     sg_usage_journal_t *j = sg_xcalloc(1, sizeof(*j));
-    size_t n = strlen(data_dir) + sizeof("/" SG_USAGE_JOURNAL_DIR);
 
     j->fd = -1;
-    j->dir = sg_xmalloc(n);
-    snprintf(j->dir, n, "%s/" SG_USAGE_JOURNAL_DIR, data_dir);
+    j->dir = sg_store__journal_dir(data_dir);
     sg_buf_init(&j->line, (size_t)LINE_MAX_BYTES * (APPEND_MAX_ROWS + 1));
     if (mkdir(j->dir, 0700) != 0 && errno != EEXIST) {
         sg_store__errf(err, errlen, "usage journal %s: %s", j->dir, strerror(errno));

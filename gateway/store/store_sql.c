@@ -365,9 +365,7 @@ sg_store_t *sg_store_open(const char *data_dir, char *err, size_t errlen)
     n = strlen(data_dir) + sizeof("/" SG_STORE_FILE);
     st->path = sg_xmalloc(n);
     snprintf(st->path, n, "%s/" SG_STORE_FILE, data_dir);
-    n = strlen(data_dir) + sizeof("/" SG_USAGE_JOURNAL_DIR);
-    st->journal_dir = sg_xmalloc(n);
-    snprintf(st->journal_dir, n, "%s/" SG_USAGE_JOURNAL_DIR, data_dir);
+    st->journal_dir = sg_store__journal_dir(data_dir);
 
     /* Create the file ourselves so that it is 0600 whatever the umask (SQLite
      * gives the -wal and -shm files the database file's mode) — but only when

@@ -7,10 +7,12 @@
 #define SANDGATE_STORE_SQL_H
 
 #include <sqlite3.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "store.h"
 #include "store_err.h"
+#include "util.h"
 
 /* The statements prepared once at open (store_sql.c), by what they do. */
 enum {
@@ -55,6 +57,16 @@ struct sg_store {
 };
 
 /* Resets a cached statement for its next use. */
+/* <data_dir>/SG_USAGE_JOURNAL_DIR, malloc'd: where the writers
+ * (sg_usage_journal_open) and the catch-ups (st->journal_dir) look. */
+static inline char *sg_store__journal_dir(const char *data_dir)
+{
+    size_t n = strlen(data_dir) + sizeof("/" SG_USAGE_JOURNAL_DIR);
+    char *dir = sg_xmalloc(n);
+    snprintf(dir, n, "%s/" SG_USAGE_JOURNAL_DIR, data_dir);
+    return dir;
+}
+
 static inline void sg_store__done(sqlite3_stmt *s)
 {
     sqlite3_reset(s);
