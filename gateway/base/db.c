@@ -22,12 +22,9 @@ static void db_work(sg_job_t *job)
     j->fn(j, st);
 }
 
-unsigned long sg_gw_db_completed;
-
 static void db_done(sg_job_t *job)
 {
     sg_gw_job_t *j = (sg_gw_job_t *)job;
-    sg_gw_db_completed++;
     j->done(j);
 }
 

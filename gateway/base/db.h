@@ -21,9 +21,6 @@ struct sg_gw_job {
     int rc;
     char err[256];
 };
-/* How many jobs have completed (their done has run), for a loop reader
- * that must notice the gateway's own writes (core/auth.c). Loop thread. */
-extern unsigned long sg_gw_db_completed;
 /* Loop thread. After shutdown has stopped the DB threads, done runs at
  * once with rc = -1 ("the gateway is shutting down"). */
 void sg_gw_db_submit(sg_gw_job_t *job);

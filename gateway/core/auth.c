@@ -29,13 +29,15 @@
  * A request whose token (and session) this gateway has looked up before is
  * let in without a DB job: the token's tenant and the session's record are
  * kept here, each stamped with the generation (store.h) read before its
- * rows were. Every request reads the generations on the loop's own
- * connection (one row; WAL: a read never waits on a writer; busy: no cache
- * for this request); an entry is used only while its stamp is current. A
- * token revoked, a tenant changed or disabled, a session closed, by this
- * gateway, another one or sandgate-admin, moves the generation in the
- * same transaction: the next request after the commit, on every gateway,
- * goes to the database. A closed session stays closed, so that answer is
+ * rows were. A request takes the generations last read on the loop's own
+ * connection while their signal (store.h, a counter in shared memory)
+ * says they have not moved, else reads them again (one row; WAL: a read
+ * never waits on a writer; busy: no cache for this request); an entry is
+ * used only while its stamp is current. A token revoked, a tenant changed
+ * or disabled, a session closed, by this gateway, another one or
+ * sandgate-admin, moves the generation in the same transaction and the
+ * signal right after it: the next request after the commit, on every
+ * gateway, goes to the database. A closed session stays closed, so that answer is
  * kept whatever the generation. Unknown tokens are never kept. */
 
 #define TOKEN_SLOTS 1024 /* powers of two */
@@ -57,16 +59,17 @@ typedef struct {
     sg_session_rec_t rec;
 } session_entry_t;
 
-/* A read of the generations serves the requests of the next GEN_FRESH_US
- * too (under load, many arrive in one turn of the loop), unless a DB job
- * of this gateway completed meanwhile (it may have been the write: a
- * revocation through the admin API applies to the very next request). */
-#define GEN_FRESH_US 1000
+/* A read of the generations serves every request after it while their
+ * signal (store.h) stands still — every writer on this database, in this
+ * gateway, another one or sandgate-admin, moves it after its commit — for
+ * GEN_TRUST_US at most: a writer that died between its commit and the move
+ * is seen within that. */
+#define GEN_TRUST_US 100000
 
 static sg_store_t *gen_store;
 static sg_store_gen_t gen_last;
 static uint64_t gen_last_us;
-static unsigned long gen_last_jobs;
+static uint64_t gen_last_signal;
 /* The digest's algorithm and context, made once and kept (the loop's):
  * SHA256() looks the algorithm up and makes a context on every call. */
 static EVP_MD *key_md;
@@ -233,14 +236,15 @@ static int cache_get(sg_gw_req_t *g)
 
     if (gen_store == NULL)
         return 0;
-    if (gen_last_us != 0 && now_us - gen_last_us < GEN_FRESH_US && gen_last_jobs == sg_gw_db_completed) {
+    uint64_t signal = sg_store_generations_signal(gen_store);
+    if (gen_last_us != 0 && signal == gen_last_signal && now_us - gen_last_us < GEN_TRUST_US) {
         now = gen_last;
     } else {
         if (sg_store_generations(gen_store, &now, err, sizeof(err)) != 0)
             return 0;
         gen_last = now;
         gen_last_us = now_us;
-        gen_last_jobs = sg_gw_db_completed;
+        gen_last_signal = signal;
     }
     token_key(g->token, key);
     token_entry_t *t = token_slot(key, 0);

@@ -33,7 +33,8 @@ typedef struct sg_store sg_store_t;
 #define SG_STORE_DEFAULT_DIR "/var/lib/sandgate"
 
 /* Opens (creating the directory's file <data_dir>/sandgate.db and the schema
- * if needed), WAL mode, busy timeout 5 s, foreign keys on. */
+ * if needed, and sandgate.db-gen, the generations' signal), WAL mode, busy
+ * timeout 5 s, foreign keys on. */
 sg_store_t *sg_store_open(const char *data_dir, char *err, size_t errlen);
 void sg_store_close(sg_store_t *st);
 const char *sg_store_path(const sg_store_t *st);
@@ -153,11 +154,18 @@ typedef struct {
     int64_t sessions;
 } sg_store_gen_t;
 int sg_store_generations(sg_store_t *st, sg_store_gen_t *out, char *err, size_t errlen);
+/* The generations' signal: a number that every connection on this
+ * database, in any process on this machine, moves after each commit that
+ * moved the generations (store_gen.c). While it stands still, generations
+ * read after it was last looked at are current — unless a writer died
+ * between its commit and the move, or the database was written by a
+ * program other than sandgate: a reader bounds the time it trusts it. */
+uint64_t sg_store_generations_signal(const sg_store_t *st);
 /* A busy database answers at once (SQLITE_BUSY) rather than after the
  * busy timeout: for the connection of the event loop. Its commits never
  * checkpoint (that would fsync on the loop): the other connections' do,
- * SQLite's automatic checkpoint, after a commit that leaves the WAL 1000
- * frames long. The loop writes little (a session's row); the usage rows
+ * as SQLite's automatic checkpoint would, after a commit that leaves the
+ * WAL 1000 frames long. The loop writes little (a session's row); the usage rows
  * go in on the DB threads (the usage journal). */
 void sg_store_no_wait(sg_store_t *st);
 /* Usage rows in one transaction (a group commit): rows[i] with, when

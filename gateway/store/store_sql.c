@@ -386,6 +386,8 @@ sg_store_t *sg_store_open(const char *data_dir, char *err, size_t errlen)
     }
     sqlite3_extended_result_codes(st->db, 1);
     sqlite3_busy_timeout(st->db, SG_BUSY_TIMEOUT_MS);
+    if (sg_store__gen_open(st, err, errlen) != 0)
+        goto Error;
     deadline = sg_now_ms() + SG_BUSY_TIMEOUT_MS;
     while (setup(st, err, errlen) != 0) {
         unsigned char r;
@@ -410,6 +412,7 @@ void sg_store_close(sg_store_t *st)
     for (int i = 0; i < S__COUNT; i++)
         sqlite3_finalize(st->stmt[i]);
     sqlite3_close_v2(st->db);
+    sg_store__gen_close(st);
     free(st->path);
     free(st->journal_dir);
     free(st);
