@@ -159,3 +159,43 @@ void sg_rfc3339(int64_t unix_s, char out[32])
     gmtime_r(&t, &tm);
     strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
+
+void sg_hex(char *out, const void *in, size_t n)
+{
+    static const char digits[] = "0123456789abcdef";
+    const unsigned char *b = in;
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[b[i] >> 4];
+        out[2 * i + 1] = digits[b[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+size_t sg_fmt_i64(char out[21], int64_t v)
+{
+    char tmp[20];
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    size_t n = 0, len = 0;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u != 0);
+    if (v < 0)
+        out[len++] = '-';
+    while (n > 0)
+        out[len++] = tmp[--n];
+    out[len] = '\0';
+    return len;
+}
+
+size_t sg_copy(char *dst, size_t cap, const char *src, size_t len)
+{
+    const char *nul = memchr(src, '\0', len);
+    if (nul != NULL)
+        len = (size_t)(nul - src);
+    if (len > cap - 1)
+        len = cap - 1;
+    memcpy(dst, src, len);
+    dst[len] = '\0';
+    return len;
+}

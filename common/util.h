@@ -34,4 +34,14 @@ void sg_rfc3339(int64_t unix_s, char out[32]);
 /* 1 if s[0..len) is a canonical lowercase UUID string. */
 int sg_is_uuid(const char *s, size_t len);
 
+/* What the hot paths would otherwise ask snprintf for (its format
+ * machinery costs more than the work): in[0..n) as 2n lowercase hex digits
+ * and a NUL, into out[2n + 1]; */
+void sg_hex(char *out, const void *in, size_t n);
+/* v in decimal and a NUL into out[21], returning the digits' length; */
+size_t sg_fmt_i64(char out[21], int64_t v);
+/* snprintf(dst, cap, "%.*s", len, src): src[0..len), up to a NUL in it,
+ * cut to cap - 1 bytes, and a NUL; returns the length copied (cap > 0). */
+size_t sg_copy(char *dst, size_t cap, const char *src, size_t len);
+
 #endif

@@ -472,7 +472,7 @@ int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_rout
     g->spec = spec;
     g->route = route;
     sg_gw_watch_client(g);
-    snprintf(g->method, sizeof(g->method), "%.*s", (int)req->method.len, req->method.base);
+    sg_copy(g->method, sizeof(g->method), req->method.base, req->method.len);
     memcpy(g->token, token.base, token.len);
     if (spec->arg == SG_GW_ARG_TEMPLATE)
         memcpy(g->template_name, template_name, sizeof(template_name));
@@ -481,8 +481,7 @@ int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_rout
     else if (spec->arg == SG_GW_ARG_BODY_SESSION)
         memcpy(g->sid, body_sid, sizeof(body_sid));
     if (spec->file_body && req->query_at != SIZE_MAX)
-        snprintf(g->query, sizeof(g->query), "%.*s", (int)(req->path.len - req->query_at),
-                 req->path.base + req->query_at);
+        sg_copy(g->query, sizeof(g->query), req->path.base + req->query_at, req->path.len - req->query_at);
     if (req->entity.base != NULL && req->entity.len != 0) {
         /* a file's bytes may hold NUL: copied by length */
         g->body = sg_xmalloc(req->entity.len + 1);
@@ -492,8 +491,8 @@ int sg_gw_req_accept(h2o_req_t *req, const sg_route_match_t *m, const sg_gw_rout
     }
     ssize_t ct = h2o_find_header(&req->headers, H2O_TOKEN_CONTENT_TYPE, -1);
     if (ct >= 0)
-        snprintf(g->content_type, sizeof(g->content_type), "%.*s", (int)req->headers.entries[ct].value.len,
-                 req->headers.entries[ct].value.base);
+        sg_copy(g->content_type, sizeof(g->content_type), req->headers.entries[ct].value.base,
+                req->headers.entries[ct].value.len);
     if (spec->stream_accept)
         g->want_stream = wants_stream(req);
     sg_sse_tail_init(&g->tail, STREAM_EVENT_MAX);

@@ -59,11 +59,12 @@ void sg_exec_slot_init(sg_exec_slot_t *slot, int64_t tenant, const char *sid)
     unsigned char rnd[12];
     size_t at = 0;
 
-    if (sid != NULL && sid[0] != '\0')
-        at = (size_t)snprintf(slot->token, sizeof(slot->token), "%.36s/", sid);
+    if (sid != NULL && sid[0] != '\0') {
+        at = sg_copy(slot->token, 37, sid, strlen(sid));
+        slot->token[at++] = '/';
+    }
     sg_random_bytes(rnd, sizeof(rnd));
-    for (size_t i = 0; i < sizeof(rnd); i++)
-        snprintf(slot->token + at + i * 2, 3, "%02x", rnd[i]);
+    sg_hex(slot->token + at, rnd, sizeof(rnd));
     slot->tenant = tenant;
     slot->held = 0;
 }

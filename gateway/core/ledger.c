@@ -550,7 +550,7 @@ void sg_gw_record_execution(sg_gw_req_t *g, const char *result, size_t result_le
 
     j->g = g;
     j->status = (int)r->status;
-    snprintf(j->ctype, sizeof(j->ctype), "%s", r->content_type);
+    sg_copy(j->ctype, sizeof(j->ctype), r->content_type, strlen(r->content_type));
     if (!g->want_stream) {
         j->body = sg_xmalloc(r->body_len + 1);
         memcpy(j->body, r->body, r->body_len);
@@ -558,12 +558,13 @@ void sg_gw_record_execution(sg_gw_req_t *g, const char *result, size_t result_le
         j->body_len = r->body_len;
     }
     j->usage.tenant_id = g->tenant.id;
-    snprintf(j->usage.session_id, sizeof(j->usage.session_id), "%s", g->route == SG_GW_R_EPHEMERAL ? "" : g->sid);
-    snprintf(j->usage.lang, sizeof(j->usage.lang), "%s", g->lang);
-    snprintf(j->usage.kind, sizeof(j->usage.kind), "%s",
-             g->route == SG_GW_R_EPHEMERAL ? "ephemeral"
-             : g->route == SG_GW_R_COMMAND ? "command"
-                                           : "execute");
+    if (g->route != SG_GW_R_EPHEMERAL)
+        sg_copy(j->usage.session_id, sizeof(j->usage.session_id), g->sid, strlen(g->sid));
+    sg_copy(j->usage.lang, sizeof(j->usage.lang), g->lang, strlen(g->lang));
+    const char *kind = g->route == SG_GW_R_EPHEMERAL ? "ephemeral"
+                       : g->route == SG_GW_R_COMMAND ? "command"
+                                                     : "execute";
+    sg_copy(j->usage.kind, sizeof(j->usage.kind), kind, strlen(kind));
     j->usage.started_at = g->started_at;
     /* none from the proxy: bill_seconds falls back to the gateway's measure */
     duration = bill_seconds(g, read_usage(result, result_len, r, &j->usage, runtime, sizeof(runtime)));

@@ -66,12 +66,12 @@ h2o_req_t *sg_gw_req_http(sg_gw_req_t *g)
 
 static void add_rate_headers(h2o_req_t *req, const sg_rate_result_t *r)
 {
-    char v[32];
-    snprintf(v, sizeof(v), "%ld", r->limit);
+    char v[21];
+    sg_fmt_i64(v, r->limit);
     sg_http_add_header(req, "x-ratelimit-limit", v);
-    snprintf(v, sizeof(v), "%ld", r->remaining);
+    sg_fmt_i64(v, r->remaining);
     sg_http_add_header(req, "x-ratelimit-remaining", v);
-    snprintf(v, sizeof(v), "%.0f", ceil(r->reset_s));
+    sg_fmt_i64(v, (int64_t)ceil(r->reset_s));
     sg_http_add_header(req, "x-ratelimit-reset", v);
 }
 

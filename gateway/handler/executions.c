@@ -58,8 +58,7 @@ static void on_authed(sg_gw_req_t *g)
     g->timeout = d;
     /* the proxy knows the run by this id: a client that goes away cancels it */
     sg_random_bytes(rnd, sizeof(rnd));
-    for (size_t i = 0; i < sizeof(rnd); i++)
-        snprintf(g->rid + i * 2, 3, "%02x", rnd[i]);
+    sg_hex(g->rid, rnd, sizeof(rnd));
     if (json_object_object_get_ex(g->json, "stream", &v) && json_object_get_boolean(v))
         g->want_stream = 1;
     if (g->want_stream) /* asked by Accept: the proxy is asked in the body */

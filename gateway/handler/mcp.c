@@ -336,8 +336,7 @@ static void initialize(sg_gw_req_t *g, mcp_call_t *call)
         asked = json_object_get_string(v);
     snprintf(call->version, sizeof(call->version), "%s", legacy_version(asked));
     sg_random_bytes(rnd, sizeof(rnd));
-    for (size_t i = 0; i < sizeof(rnd); i++)
-        snprintf(call->session + i * 2, 3, "%02x", rnd[i]);
+    sg_hex(call->session, rnd, sizeof(rnd));
     g->capture_data = call;
     g->capture_free = sg_mcp_call_free;
     sg_state_mcp_open(sg_gw.state, g->tenant.id, sg_gw.mcp_sessions, call->session, sg_gw.mcp_idle_s, on_opened, g);

@@ -115,8 +115,7 @@ static void reserve_session(sg_gw_req_t *g)
 {
     unsigned char rnd[12];
     sg_random_bytes(rnd, sizeof(rnd));
-    for (size_t i = 0; i < sizeof(rnd); i++)
-        snprintf(g->reservation + i * 2, 3, "%02x", rnd[i]);
+    sg_hex(g->reservation, rnd, sizeof(rnd));
     /* the request's rate was left for here (auth.c): one state call for both */
     sg_state_session_admit(sg_gw.state, g->tenant.id, g->rerun ? 0 : g->tenant.rate_per_min, g->tenant.burst,
                            g->tenant.max_sessions, g->reservation, on_session_admitted, g);

@@ -4,6 +4,7 @@
  * deterministic.
  */
 #include "redis_scripts.h"
+#include "util.h"
 
 #include <assert.h>
 #include <openssl/sha.h>
@@ -362,8 +363,7 @@ void sg_state__scripts_init(void)
         unsigned char md[SHA_DIGEST_LENGTH];
         assert(sg_state__scripts[i].src != NULL); /* every SCRIPT_* has its source above */
         SHA1((const unsigned char *)sg_state__scripts[i].src, strlen(sg_state__scripts[i].src), md);
-        for (size_t j = 0; j < SHA_DIGEST_LENGTH; j++)
-            snprintf(sg_state__scripts[i].sha + 2 * j, 3, "%02x", md[j]);
+        sg_hex(sg_state__scripts[i].sha, md, sizeof(md));
     }
     done = 1;
 }

@@ -1196,8 +1196,7 @@ void sg_redis__solo_init(redis_state_t *st)
     st->lost_cb = solo_lost;
     st->noscript_cb = solo_on_noscript;
     sg_random_bytes(rnd, sizeof(rnd));
-    for (size_t i = 0; i < sizeof(rnd); i++)
-        snprintf(st->id + 2 * i, 3, "%02x", rnd[i]);
+    sg_hex(st->id, rnd, sizeof(rnd));
 }
 
 void sg_redis__solo_destroy(redis_state_t *st)

@@ -5,7 +5,9 @@
  *
  * A row is one line of words separated by one space:
  *   tenant_id count_session session_id|- lang kind started_at duration exit_code timed_out output_bytes
- * the two times as %.17g (read back to the same double). An append's rows
+ * the two times as C's hexadecimal floating constants (what "%a" prints,
+ * read back to the same double; older files have them as %.17g, which
+ * reads back the same way). An append's rows
  * end with the line "=": only whole appends count, so that a write that
  * failed half way (its rows then go to SQLite another way) has put none of
  * its rows in the ledger, even when a catch-up read the file meanwhile.
@@ -72,6 +74,70 @@ static int row_ok(const sg_usage_t *u, int count_session)
 }
 
 /* ---- the writer ---- */
+
+/* A line is put together by hand: snprintf's format machinery, "%a"
+ * included, costs more than the rest of an append. */
+static char *put_int(char *p, int64_t v)
+{
+    p += sg_fmt_i64(p, v);
+    *p++ = ' ';
+    return p;
+}
+
+static char *put_word(char *p, const char *s)
+{
+    size_t n = strlen(s);
+    memcpy(p, s, n);
+    p[n] = ' ';
+    return p + n + 1;
+}
+
+/* x (finite) exactly, as "%a" prints it: [-]0x1.<hex>p<exp> (0x0.<hex>p-1022
+ * below the normal range, 0x0p+0 for zero), the hex digits cut after the
+ * last that is not 0. */
+static char *put_double(char *p, double x)
+{
+    static const char digits[] = "0123456789abcdef";
+    uint64_t b;
+    memcpy(&b, &x, sizeof(b));
+    int biased = (int)(b >> 52 & 0x7ff);
+    uint64_t m = b & ((UINT64_C(1) << 52) - 1);
+    int e = biased != 0 ? biased - 1023 : m != 0 ? -1022 : 0;
+
+    if (b >> 63)
+        *p++ = '-';
+    memcpy(p, biased != 0 ? "0x1" : "0x0", 3);
+    p += 3;
+    if (m != 0) {
+        *p++ = '.';
+        for (int at = 48; at >= 0 && (m & ((UINT64_C(1) << (at + 4)) - 1)) != 0; at -= 4)
+            *p++ = digits[m >> at & 15];
+    }
+    *p++ = 'p';
+    *p++ = e < 0 ? '-' : '+';
+    return p + sg_fmt_i64(p, e < 0 ? -e : e);
+}
+
+/* u (row_ok) as its line, into line[LINE_MAX_BYTES]: the words fit in
+ * their fields, the numbers in 20 bytes and the times in 24 each. */
+static size_t row_line(char *line, const sg_usage_t *u, int count_session)
+{
+    char *p = line;
+    p = put_int(p, u->tenant_id);
+    p = put_int(p, count_session);
+    p = put_word(p, u->session_id[0] ? u->session_id : "-");
+    p = put_word(p, u->lang);
+    p = put_word(p, u->kind);
+    p = put_double(p, u->started_at);
+    *p++ = ' ';
+    p = put_double(p, u->duration);
+    *p++ = ' ';
+    p = put_int(p, u->exit_code);
+    p = put_int(p, u->timed_out);
+    p += sg_fmt_i64(p, u->output_bytes);
+    *p++ = '\n';
+    return (size_t)(p - line);
+}
 
 /* A new file: made under a name no catch-up reads, locked, then renamed
  * in, so that no catch-up finds it unlocked while it is in use. */
@@ -152,9 +218,8 @@ int sg_usage_journal_append(sg_usage_journal_t *j, const sg_usage_t *const *rows
                            (long long)u->tenant_id);
             return -1;
         }
-        sg_buf_appendf(&j->line, "%lld %d %s %s %s %.17g %.17g %d %d %lld\n", (long long)u->tenant_id, count_session[i],
-                       u->session_id[0] ? u->session_id : "-", u->lang, u->kind, u->started_at, u->duration,
-                       u->exit_code, u->timed_out, (long long)u->output_bytes);
+        char line[LINE_MAX_BYTES];
+        sg_buf_append(&j->line, line, row_line(line, u, count_session[i]));
     }
     sg_buf_append(&j->line, APPEND_END, sizeof(APPEND_END) - 1);
     for (size_t off = 0; off < j->line.len;) {

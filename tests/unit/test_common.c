@@ -1,7 +1,7 @@
 /*
  * test_common.c — the building blocks under common/: the capped buffer,
  * the configuration table, JSON body parsing and field getters, UTF-8
- * sanitizing, number formatting, UUIDs, RFC 3339 time strings and the
+ * sanitizing, number formatting (also snprintf's stand-ins), UUIDs, RFC 3339 time strings and the
  * pool of random bytes.
  */
 #include <setjmp.h>
@@ -670,6 +670,37 @@ static void test_uuid4(void **state)
     assert_string_not_equal(a, b);
 }
 
+/* sg_hex, sg_fmt_i64 and sg_copy write what snprintf would. */
+static void test_formatting(void **state)
+{
+    char got[64], want[64];
+    unsigned char b[] = {0x00, 0x01, 0x7f, 0x80, 0xab, 0xff};
+
+    sg_hex(got, b, sizeof(b));
+    assert_string_equal(got, "00017f80abff");
+    memset(got, 'x', sizeof(got));
+    sg_hex(got, b, 0);
+    assert_string_equal(got, "");
+
+    const int64_t v[] = {0, 1, -1, 9, 10, -10, 99, 1000000007, INT64_MAX, INT64_MIN, INT64_MIN + 1};
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        size_t n = sg_fmt_i64(got, v[i]);
+        snprintf(want, sizeof(want), "%lld", (long long)v[i]);
+        assert_string_equal(got, want);
+        assert_int_equal(n, strlen(want));
+    }
+
+    /* cut to the room, and at a NUL inside the length, as "%.*s" */
+    assert_int_equal(sg_copy(got, 6, "abcdefgh", 8), 5);
+    assert_string_equal(got, "abcde");
+    assert_int_equal(sg_copy(got, 64, "ab\0cd", 5), 2);
+    assert_string_equal(got, "ab");
+    assert_int_equal(sg_copy(got, 64, "abcdef", 3), 3);
+    assert_string_equal(got, "abc");
+    assert_int_equal(sg_copy(got, 1, "abc", 3), 0);
+    assert_string_equal(got, "");
+}
+
 static void test_is_uuid(void **state)
 {
     static const char good[] = "0123abcd-ef01-4a2b-8c3d-456789abcdef";
@@ -870,6 +901,7 @@ int main(void)
         cmocka_unit_test(test_json_new_double),
         cmocka_unit_test(test_uuid4),
         cmocka_unit_test(test_is_uuid),
+        cmocka_unit_test(test_formatting),
         cmocka_unit_test(test_rfc3339),
         cmocka_unit_test(test_clocks),
         cmocka_unit_test(test_usage_header),
