@@ -134,11 +134,11 @@ typedef struct {
 /* open: inserts s (closed_at and close_reason ignored; created_at 0 = now);
  * -1 on a duplicate id or unknown tenant. close: sets closed_at (0 = now) and
  * reason once; closing a closed or unknown session is not an error (0).
- * count_exec: executions += 1; 0 also for an unknown id. */
+ * count_exec: executions += n; 0 also for an unknown id. */
 int sg_store_session_open(sg_store_t *st, const sg_session_rec_t *s, char *err, size_t errlen);
 int sg_store_session_close(sg_store_t *st, const char *id, int64_t closed_at, const char *reason, char *err,
                            size_t errlen);
-int sg_store_session_count_exec(sg_store_t *st, const char *id, char *err, size_t errlen);
+int sg_store_session_count_exec(sg_store_t *st, const char *id, int64_t n, char *err, size_t errlen);
 /* 1 found (open or closed), 0 not found. */
 int sg_store_session_get(sg_store_t *st, const char *id, sg_session_rec_t *out, char *err, size_t errlen);
 /* Open sessions (closed_at = 0), of one tenant or all (tenant_id 0). */

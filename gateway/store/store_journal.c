@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,19 +247,71 @@ int sg_usage_journal_append(sg_usage_journal_t *j, const sg_usage_t *const *rows
 
 /* ---- the catch-up ---- */
 
+/* A line's words are read by hand, as they are written: sscanf's format
+ * machinery costs more than the rest of a row's import. Each takes all of
+ * w[0, n) (a word ends at a space or the line's end, where strto* stop):
+ * 0, or -1. */
+static int word_i64(const char *w, size_t n, int64_t *v)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(w, &end, 10);
+    if (n == 0 || end != w + n || errno != 0)
+        return -1;
+    *v = x;
+    return 0;
+}
+
+static int word_int(const char *w, size_t n, int *v)
+{
+    int64_t x;
+    if (word_i64(w, n, &x) != 0 || x < INT_MIN || x > INT_MAX)
+        return -1;
+    *v = (int)x;
+    return 0;
+}
+
+static int word_double(const char *w, size_t n, double *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtod(w, &end);
+    return n != 0 && end == w + n && errno == 0 ? 0 : -1;
+}
+
+static int word_copy(const char *w, size_t n, char *out, size_t cap)
+{
+    if (n == 0 || n >= cap)
+        return -1;
+    memcpy(out, w, n);
+    out[n] = '\0';
+    return 0;
+}
+
 /* A line (its '\n' cut) as a row: 0, or -1 when it is no row. */
 static int parse_row(const char *line, sg_usage_t *u, int *count_session)
 {
-    long long tenant, bytes;
-    int used = -1;
+    const char *w[10];
+    size_t n[10], k = 0;
 
     memset(u, 0, sizeof(*u));
-    if (sscanf(line, "%lld %d %36s %31s %15s %lf %lf %d %d %lld%n", &tenant, count_session, u->session_id, u->lang,
-               u->kind, &u->started_at, &u->duration, &u->exit_code, &u->timed_out, &bytes, &used) != 10 ||
-        used < 0 || line[used] != '\0')
+    for (const char *p = line;; p++) {
+        const char *sp = strchr(p, ' ');
+        if (k == 10)
+            return -1;
+        w[k] = p;
+        n[k++] = sp != NULL ? (size_t)(sp - p) : strlen(p);
+        if (sp == NULL)
+            break;
+        p = sp;
+    }
+    if (k != 10 || word_i64(w[0], n[0], &u->tenant_id) != 0 || word_int(w[1], n[1], count_session) != 0 ||
+        word_copy(w[2], n[2], u->session_id, sizeof(u->session_id)) != 0 ||
+        word_copy(w[3], n[3], u->lang, sizeof(u->lang)) != 0 || word_copy(w[4], n[4], u->kind, sizeof(u->kind)) != 0 ||
+        word_double(w[5], n[5], &u->started_at) != 0 || word_double(w[6], n[6], &u->duration) != 0 ||
+        word_int(w[7], n[7], &u->exit_code) != 0 || word_int(w[8], n[8], &u->timed_out) != 0 ||
+        word_i64(w[9], n[9], &u->output_bytes) != 0)
         return -1;
-    u->tenant_id = tenant;
-    u->output_bytes = bytes;
     if (strcmp(u->session_id, "-") == 0)
         u->session_id[0] = '\0';
     return row_ok(u, *count_session) ? 0 : -1;
@@ -273,9 +326,46 @@ static int journal_get(sg_store_t *st, const char *name, int64_t *at, char *err,
     return sg_store__finish(st, s, rc == SQLITE_ROW ? SQLITE_DONE : rc, "usage journal", err, errlen);
 }
 
+/* The executions an import counts for sessions, one UPDATE per session
+ * (not per row) when flushed, in the import's transaction. */
+#define COUNTS_MAX 64
+typedef struct {
+    int n;
+    struct {
+        char sid[sizeof(((sg_usage_t *)0)->session_id)];
+        int64_t n;
+    } s[COUNTS_MAX];
+} counts_t;
+
+static int counts_flush(sg_store_t *st, counts_t *c, char *err, size_t errlen)
+{
+    for (int i = 0; i < c->n; i++) {
+        if (sg_store_session_count_exec(st, c->s[i].sid, c->s[i].n, err, errlen) != 0)
+            return -1;
+    }
+    c->n = 0;
+    return 0;
+}
+
+static int counts_add(sg_store_t *st, counts_t *c, const char *sid, char *err, size_t errlen)
+{
+    for (int i = 0; i < c->n; i++) {
+        if (strcmp(c->s[i].sid, sid) == 0) {
+            c->s[i].n++;
+            return 0;
+        }
+    }
+    if (c->n == COUNTS_MAX && counts_flush(st, c, err, errlen) != 0)
+        return -1;
+    strcpy(c->s[c->n].sid, sid);
+    c->s[c->n++].n = 1;
+    return 0;
+}
+
 /* One whole line into the ledger: 0 (also for a line that is no row, or a
  * row the ledger refuses: counted), -1 when the database failed. */
-static int import_line(sg_store_t *st, const char *line, size_t len, sg_usage_catch_up_t *out, char *err, size_t errlen)
+static int import_line(sg_store_t *st, const char *line, size_t len, counts_t *counts, sg_usage_catch_up_t *out,
+                       char *err, size_t errlen)
 {
     sg_usage_t u;
     int count;
@@ -292,7 +382,7 @@ static int import_line(sg_store_t *st, const char *line, size_t len, sg_usage_ca
         out->dropped++;
         return 0;
     }
-    if (count && sg_store_session_count_exec(st, u.session_id, err, errlen) != 0)
+    if (count && counts_add(st, counts, u.session_id, err, errlen) != 0)
         return -1;
     out->imported++;
     return 0;
@@ -317,6 +407,7 @@ static int import_file(sg_store_t *st, const char *name, int fd, int64_t size, i
 {
     char *buf = NULL;
     int64_t pos;
+    counts_t counts = {.n = 0};
 
     if (sg_store__tx(st, S_BEGIN, "usage journal", err, errlen) != 0)
         return -1;
@@ -343,7 +434,8 @@ static int import_file(sg_store_t *st, const char *name, int fd, int64_t size, i
         for (size_t at = 0; at < used;) {
             char *nl = memchr(buf + at, '\n', used - at);
             *nl = '\0';
-            if (strcmp(buf + at, "=") != 0 && import_line(st, buf + at, (size_t)(nl - buf) - at, out, err, errlen) != 0)
+            if (strcmp(buf + at, "=") != 0 &&
+                import_line(st, buf + at, (size_t)(nl - buf) - at, &counts, out, err, errlen) != 0)
                 goto Error;
             at = (size_t)(nl - buf) + 1;
         }
@@ -353,6 +445,8 @@ static int import_file(sg_store_t *st, const char *name, int fd, int64_t size, i
         out->torn += (long)(size - pos); /* its writer died inside a write: never answered */
         pos = size;
     }
+    if (counts_flush(st, &counts, err, errlen) != 0)
+        goto Error;
     sqlite3_stmt *s = st->stmt[S_JOURNAL_SET];
     sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, pos);

@@ -53,7 +53,7 @@ static int add_one(sg_store_t *st, const sg_usage_t *u, int count_session, char 
 {
     if (sg_store_usage_add(st, u, err, errlen) != 0)
         return -1;
-    if (count_session && sg_store_session_count_exec(st, u->session_id, err, errlen) != 0)
+    if (count_session && sg_store_session_count_exec(st, u->session_id, 1, err, errlen) != 0)
         return -1;
     return 0;
 }
@@ -153,12 +153,13 @@ int sg_store_session_close(sg_store_t *st, const char *id, int64_t closed_at, co
     return sg_store__finish(st, s, rc, "session close", err, errlen);
 }
 
-int sg_store_session_count_exec(sg_store_t *st, const char *id, char *err, size_t errlen)
+int sg_store_session_count_exec(sg_store_t *st, const char *id, int64_t n, char *err, size_t errlen)
 {
     sqlite3_stmt *s = st->stmt[S_SESSION_COUNT_EXEC];
     int rc;
 
     sqlite3_bind_text(s, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, n);
     rc = sqlite3_step(s);
     return sg_store__finish(st, s, rc, "session count", err, errlen);
 }

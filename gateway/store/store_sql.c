@@ -157,7 +157,7 @@ static const char *const fixed_sql[S__COUNT] = {
                          "(?1, ?2, ?3, ?4, ?5, ?6, "
                          "?7)",
     [S_SESSION_CLOSE] = "UPDATE sessions SET closed_at = ?2, close_reason = ?3 WHERE id = ?1 AND closed_at IS NULL",
-    [S_SESSION_COUNT_EXEC] = "UPDATE sessions SET executions = executions + 1 WHERE id = ?1",
+    [S_SESSION_COUNT_EXEC] = "UPDATE sessions SET executions = executions + ?2 WHERE id = ?1",
     [S_SESSION_GET] = "SELECT " SESSION_COLS " FROM sessions WHERE id = ?1",
     [S_SESSION_OPEN_TENANT] = "SELECT " SESSION_COLS " FROM sessions WHERE tenant_id = ?1 AND closed_at IS NULL"
                               " ORDER BY created_at, id",

@@ -85,7 +85,7 @@ static void test_generations(void **state)
     for (int i = 0; i < 3; i++) {
         sg_usage_t u = usage(b.id, s.id, 100 + i, 1, 0, 1);
         assert_int_equal(sg_store_usage_add(w, &u, err, sizeof(err)), 0);
-        assert_int_equal(sg_store_session_count_exec(w, s.id, err, sizeof(err)), 0);
+        assert_int_equal(sg_store_session_count_exec(w, s.id, 1, err, sizeof(err)), 0);
     }
     expect_moved(r, &g, 0, 0, "usage rows and counts");
     assert_int_equal(sg_store_session_close(w, s.id, 0, "deleted", err, sizeof(err)), 0);

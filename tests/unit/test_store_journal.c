@@ -399,6 +399,42 @@ static void test_times_as_hex_floats(void **state)
     sg_store_close(st);
 }
 
+/* An import counts each session's executions once per session: with more
+ * sessions than it groups at once (64), rows of each spread over the
+ * appends and some not counted, every session ends with its own count. */
+static void test_session_counts_grouped(void **state)
+{
+    enum { SESSIONS = 150, ROUNDS = 3 };
+    char dir[256], ids[SESSIONS][37];
+    sg_tenant_t a, b;
+    sg_store_t *st = open_with_a_and_b(dir, sizeof(dir), "counts", &a, &b);
+    static sg_usage_t rows[SESSIONS * ROUNDS];
+    static int count[SESSIONS * ROUNDS];
+
+    for (int i = 0; i < SESSIONS; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "00000000-0000-4000-8000-%012d", i);
+        open_session(st, ids[i], a.id);
+    }
+    for (int r = 0; r < ROUNDS; r++) {
+        for (int i = 0; i < SESSIONS; i++) {
+            int k = r * SESSIONS + i;
+            rows[k] = usage(a.id, "", 1000 + k, 0.5, 0, 1);
+            memcpy(rows[k].session_id, ids[i], sizeof(ids[i]));
+            strcpy(rows[k].kind, "execute");
+            count[k] = r < 2 || i % 3 == 0; /* the third round: every third session's row counts */
+        }
+    }
+    sg_usage_journal_t *j = journal_ok(dir);
+    for (int k = 0; k < SESSIONS * ROUNDS; k += 150)
+        append_ok(j, rows + k, count + k, 150);
+    assert_int_equal(catch_up_ok(st).imported, SESSIONS * ROUNDS);
+    for (int i = 0; i < SESSIONS; i++)
+        assert_int_equal(executions(st, ids[i]), 2 + (i % 3 == 0));
+    assert_int_equal(usage_rows(st), SESSIONS * ROUNDS);
+    sg_usage_journal_close(j);
+    sg_store_close(st);
+}
+
 /* A file an older gateway left, its times as %.17g: read back the same. */
 static void test_older_decimal_times(void **state)
 {
@@ -594,16 +630,25 @@ static void test_malformed_lines_skipped(void **state)
     const char *bad[] = {
         "garbage\n",
         "\n",
-        "1 0 - py thon ephemeral 1003 0.5 0 0 1\n",  /* a space in lang */
-        "1 0 - python ephemeral 1003 nan 0 0 1\n",   /* duration not finite */
-        "1 0 - python ephemeral inf 0.5 0 0 1\n",    /* started_at not finite */
-        "1 2 - python ephemeral 1003 0.5 0 0 1\n",   /* count_session 2 */
-        "1 0 - python ephemeral 1003 0.5 0 2 1\n",   /* timed_out 2 */
-        "1 0 - python ephemeral 1003 0.5 0 0 -1\n",  /* output_bytes < 0 */
-        "0 0 - python ephemeral 1003 0.5 0 0 1\n",   /* tenant 0 */
-        "1 0 - python ephemeral 1003 0.5 0 0 1 x\n", /* a word too many */
-        "1 0 - python ephemeral 1003 0.5 0 0\n",     /* a word short */
-        "1 0 - python ephemeral 1003 0.5 0 0 1 \n",  /* a trailing space */
+        "1 0 - py thon ephemeral 1003 0.5 0 0 1\n",                                    /* a space in lang */
+        "1 0 - python ephemeral 1003 nan 0 0 1\n",                                     /* duration not finite */
+        "1 0 - python ephemeral inf 0.5 0 0 1\n",                                      /* started_at not finite */
+        "1 2 - python ephemeral 1003 0.5 0 0 1\n",                                     /* count_session 2 */
+        "1 0 - python ephemeral 1003 0.5 0 2 1\n",                                     /* timed_out 2 */
+        "1 0 - python ephemeral 1003 0.5 0 0 -1\n",                                    /* output_bytes < 0 */
+        "0 0 - python ephemeral 1003 0.5 0 0 1\n",                                     /* tenant 0 */
+        "1 0 - python ephemeral 1003 0.5 0 0 1 x\n",                                   /* a word too many */
+        "1 0 - python ephemeral 1003 0.5 0 0\n",                                       /* a word short */
+        "1 0 - python ephemeral 1003 0.5 0 0 1 \n",                                    /* a trailing space */
+        "1  0 - python ephemeral 1003 0.5 0 0 1\n",                                    /* two spaces */
+        " 1 0 - python ephemeral 1003 0.5 0 0 1\n",                                    /* a leading space */
+        "1x 0 - python ephemeral 1003 0.5 0 0 1\n",                                    /* a number and more */
+        "1 0 - python ephemeral 1003s 0.5 0 0 1\n",                                    /* a time and more */
+        "1 0 - python ephemeral 1003 0.5 4294967296 0 1\n",                            /* exit_code past an int */
+        "99999999999999999999 0 - python ephemeral 1003 0.5 0 0 1\n",                  /* tenant past 64 bits */
+        "1 0 - python ephemeral 1003 1e999 0 0 1\n",                                   /* a time past a double */
+        "1 0 0123456789012345678901234567890123456 python ephemeral 1003 0.5 0 0 1\n", /* a session id of 37 */
+        "1 0 - python ephemeral-kind-too-long 1003 0.5 0 0 1\n",                       /* a kind of 16 */
     };
     long torn = 0;
 
@@ -1064,7 +1109,7 @@ int main(void)
 {
     return SG_RUN_TESTS(
         "store_journal", group_setup, group_teardown, NULL, NULL, test_round_trip_exact_and_once,
-        test_times_as_hex_floats, test_older_decimal_times, test_reads_catch_up_first,
+        test_times_as_hex_floats, test_session_counts_grouped, test_older_decimal_times, test_reads_catch_up_first,
         test_dead_writer_torn_tail_dropped, test_live_writer_partial_line_waits, test_malformed_lines_skipped,
         test_unknown_tenant_rows_dropped, test_append_refuses_unwritable_rows, test_failed_write_cut_back,
         test_catch_up_during_failed_write, test_two_connections_catch_up_at_once, test_rotation, test_unborn_files);

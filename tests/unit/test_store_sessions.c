@@ -70,8 +70,8 @@ static void test_sessions(void **state)
 
     /* count executions */
     for (int i = 0; i < 3; i++)
-        assert_int_equal(sg_store_session_count_exec(st, s1, err, sizeof(err)), 0);
-    assert_int_equal(sg_store_session_count_exec(st, "nope", err, sizeof(err)), 0);
+        assert_int_equal(sg_store_session_count_exec(st, s1, 1, err, sizeof(err)), 0);
+    assert_int_equal(sg_store_session_count_exec(st, "nope", 1, err, sizeof(err)), 0);
     assert_int_equal(sg_store_session_get(st, s1, &r, err, sizeof(err)), 1);
     assert_int_equal(r.executions, 3);
 
