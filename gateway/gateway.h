@@ -41,8 +41,9 @@ typedef struct {
     long call_timeout_ms;    /* every other call to the proxy */
     long library_timeout_ms; /* a library install through the proxy */
     long reaper_interval_ms;
-    size_t max_body;                    /* JSON bodies */
-    size_t max_file_bytes;              /* file uploads */
+    long usage_import_ms;  /* a usage row waits this long in the journal before a DB thread moves it (core/ledger.c) */
+    size_t max_body;       /* JSON bodies */
+    size_t max_file_bytes; /* file uploads */
     size_t max_header_bytes;            /* all request headers together */
     long mcp_sessions;                  /* MCP sessions per tenant (handler/mcp.c) */
     long mcp_idle_s;                    /* an MCP session's idle expiry */

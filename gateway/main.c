@@ -75,6 +75,9 @@ static const sg_cfg_entry_t config_table[] = {
      "timeout of a library install through the proxy (it may fetch from the package index)"},
     {"SANDGATE_REAPER_INTERVAL_MS", SG_CFG_INT, "1000", 10, 3600000, &sg_gw.reaper_interval_ms,
      "how often expired sessions are looked for"},
+    {"SANDGATE_USAGE_IMPORT_MS", SG_CFG_INT, "100", 1, 60000, &sg_gw.usage_import_ms,
+     "how long after the first usage row it has not moved a DB thread moves the usage journal into SQLite (every "
+     "read of the ledger moves it first)"},
     {"SANDGATE_MAX_BODY_BYTES", SG_CFG_INT, "4194304", 1024, 64 << 20, &cfg.max_body, "largest JSON request body"},
     {"SANDGATE_MAX_FILE_BYTES", SG_CFG_INT, "16777216", 1, 64 << 20, &cfg.max_file_bytes, "largest file upload"},
     {"SANDGATE_MAX_HEADER_BYTES", SG_CFG_INT, "16384", 1024, 1 << 20, &cfg.max_header_bytes,

@@ -215,7 +215,7 @@ void sg_gw_quota_reserve(sg_gw_req_t *g, void (*next)(sg_gw_req_t *g))
  * after answering has lost nothing billable. The rows of the executions
  * that end in one turn of the loop are appended at its end to the
  * gateway's usage journal with one write (store.h), then answered; a DB
- * thread moves them into SQLite behind, IMPORT_DELAY_MS after the first
+ * thread moves them into SQLite behind, usage_import_ms after the first
  * row it has not moved, many in one transaction (and every read of the
  * ledger moves first what the journal holds). When the journal cannot be
  * written (no file, the disk full), the rows go to SQLite on a DB thread
@@ -255,7 +255,6 @@ static int journal_failing;         /* the last append failed (warned once) */
 
 /* ---- moving the journal into SQLite ---- */
 
-#define IMPORT_DELAY_MS 20
 static h2o_timeout_t import_timeout;
 static h2o_timeout_entry_t import_entry;
 static int import_timeout_ready, import_running, import_again;
@@ -315,7 +314,7 @@ static void import_soon(void)
     if (h2o_timeout_is_linked(&import_entry))
         return;
     if (!import_timeout_ready) {
-        h2o_timeout_init(sg_gw.loop, &import_timeout, IMPORT_DELAY_MS);
+        h2o_timeout_init(sg_gw.loop, &import_timeout, (uint64_t)sg_gw.usage_import_ms);
         import_timeout_ready = 1;
     }
     import_entry.cb = on_import_due;

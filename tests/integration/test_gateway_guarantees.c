@@ -1029,8 +1029,13 @@ static double wal_run(wal_load_t *l, int total, const char *wal, int *restarts, 
  * commit that leaves the WAL this long, and the next writer starts the WAL
  * again from its beginning once all of it is copied back. */
 #define CHECKPOINT_FRAMES 1000
+/* The moves of the journal into SQLite are each a transaction of a few
+ * frames whatever their rows: this test's gateway moves it every 20 ms
+ * (SANDGATE_USAGE_IMPORT_MS; 100 by default), so that the load writes the
+ * frames below in seconds. */
+#define WAL_IMPORT_MS "20"
 /* The bound asserted, in frames: the commits past the threshold are each a
- * few frames (the rows of IMPORT_DELAY_MS, 20 ms, of executions: the usage
+ * few frames (the rows of WAL_IMPORT_MS of executions: the usage
  * table's pages, its two indexes', the sessions'), and a checkpoint that
  * found a reader in the way is tried again at the next. Measured here:
  * 0.45-1 frames per execute (fewer the faster the executes come: more
@@ -1056,9 +1061,10 @@ typedef struct {
     wal_load_t l;
 } own_load_t;
 
-static void own_load_start(own_load_t *o, const char *data_dir, const char *tenant, int max)
+static void own_load_start(own_load_t *o, const char *data_dir, const char *const *env, const char *tenant, int max)
 {
-    sggw_opts_t opts = {.proxy_url = stack.proxy_url, .redis_url = sggw_redis_url(stack.redis), .data_dir = data_dir};
+    sggw_opts_t opts = {
+        .proxy_url = stack.proxy_url, .redis_url = sggw_redis_url(stack.redis), .data_dir = data_dir, .env = env};
     const char *q[] = {"max_concurrent_execs=64", "rate_per_min=1000000", "burst=1000000", NULL};
 
     memset(o, 0, sizeof(*o));
@@ -1107,7 +1113,8 @@ static void own_load_end(own_load_t *o)
 SGGW_TEST(test_wal_stays_bounded)
 {
     own_load_t o;
-    own_load_start(&o, NULL, "guar-wal", WAL_MAX_EXECS);
+    const char *fast_imports[] = {"SANDGATE_USAGE_IMPORT_MS=" WAL_IMPORT_MS, NULL};
+    own_load_start(&o, NULL, fast_imports, "guar-wal", WAL_MAX_EXECS);
     const char *wal = o.wal;
 
     /* the measure: the WAL's growth over WAL_WARMUP executes (short of a
@@ -1172,7 +1179,7 @@ SGGW_TEST(test_full_journal_falls_back_to_the_database)
     SG_CHECK(mount("tmpfs", full_mount, "tmpfs", 0, FULL_FS_OPTS) == 0, NULL, "mount a tmpfs (%s) on %s: %s",
              FULL_FS_OPTS, full_mount, strerror(errno));
     own_load_t o;
-    own_load_start(&o, dir, "guar-full", FULL_EXECS);
+    own_load_start(&o, dir, NULL, "guar-full", FULL_EXECS);
     int restarts = 0;
     int64_t max = 0;
     double took = wal_run(&o.l, FULL_EXECS, o.wal, &restarts, &max);
