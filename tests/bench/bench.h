@@ -201,12 +201,6 @@ int dk_sweep(void);
 /* Phase 4: floors on the Docker engine itself. */
 void phase_docker(void);
 
-/* A throughput client's start (sandgate-bench.c): its handle c, a session
- * on t and that session's first execute (untimed: not the steady state).
- * 1 with a session (id; path its execute's), 0 without (why in row);
- * *inited: c is to be cleaned up. */
-int tp_client_start(hc_t *c, const target_t *t, row_t *row, char id[64], char path[128], int *inited);
-
 /* ---- CPU (bench_cpu.c): what each part of the stack used, in CPU seconds,
  * read before and after a stretch of work; -1 where it cannot be read ---- */
 

@@ -4,8 +4,10 @@
  *   - an execute in a session, proxy and gateway alternating request by
  *     request (a loaded machine slows both alike): p50 / p99 and the
  *     gateway's overhead;
- *   - throughput with -c clients through each, each client executing in
- *     its own session: the targets take turns of 1 s, 5 rounds, in an
+ *   - throughput with -c clients through each, client i of each target
+ *     executing in the same session i (made through the gateway: the
+ *     targets differ in the path alone, not in their sandboxes): the
+ *     targets take turns of 1 s, 5 rounds, in an
  *     order that rotates (phase_throughput_turns), after the proxy's pool
  *     has refilled from the clients' creates; the gateway's as a share of
  *     the proxy's. One target after the other for 5 s each, as before,
@@ -369,6 +371,7 @@ typedef struct {
     int k; /* the target's index */
     row_t *row;
     turns_t *turns;
+    const char *sid; /* the session, the same for this client of every target (made through the gateway) */
 } turn_client_t;
 
 static void *turn_client(void *arg)
@@ -376,10 +379,17 @@ static void *turn_client(void *arg)
     turn_client_t *a = arg;
     turns_t *s = a->turns;
     hc_t c;
-    char id[64], err[256], path[128];
+    char err[256], path[128];
     long seen = 0;
-    int inited, have = tp_client_start(&c, a->t, a->row, id, path, &inited);
+    int inited = hc_init(&c, a->t->base, NULL, a->t->token) == 0, have = inited && a->sid[0] != '\0';
 
+    snprintf(path, sizeof(path), "/sessions/%s/execute", a->sid);
+    if (!inited)
+        row_err(a->row, "cannot set up libcurl");
+    else if (!have)
+        row_err(a->row, "no session");
+    else /* one untimed execute: a client's first is not the steady state */
+        exec_check(&c, path, opt.exec_body, NULL, err, sizeof(err));
     pthread_mutex_lock(&s->mu);
     s->ready++;
     pthread_cond_broadcast(&s->cv);
@@ -402,16 +412,18 @@ static void *turn_client(void *arg)
             pthread_cond_broadcast(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
-    if (have && sess_delete(&c, a->t, id, err, sizeof(err)) != 0)
-        fprintf(stderr, "sandgate-bench: delete after throughput: %s\n", err);
     if (inited)
         hc_cleanup(&c);
     return NULL;
 }
 
-/* Throughput of the n targets (t[0] the proxy), -c clients each, each in
- * its own session: the targets take turns of TP_TURN_MS, TP_ROUNDS rounds,
- * the order rotating each round. A target's rate is its executes over the
+/* Throughput of the n targets (t[0] the proxy, t[n - 1] the gateway), -c
+ * clients each: the targets take turns of TP_TURN_MS, TP_ROUNDS rounds, the
+ * order rotating each round. Client i of every target executes in the same
+ * session, made through the gateway (the proxy and the relay know it by the
+ * same id), so that the turns differ in the path alone, not in the
+ * sandboxes: two sets of containers can differ by tens of microseconds of
+ * the machine's CPU an execution. A target's rate is its executes over the
  * time of its turns (each turn ends when its last client's execute does). */
 /* CPU seconds each part of the stack used during each target's turns
  * (cpu_sample; a part that could not be read is -1), and the executes of
@@ -427,8 +439,11 @@ static void phase_throughput_turns(const target_t *const *t, int n)
     long nc = opt.clients, total = 0, started[3] = {0, 0, 0};
     turn_client_t *a = calloc((size_t)(n * nc), sizeof(*a));
     pthread_t *tid = calloc((size_t)(n * nc), sizeof(*tid));
+    char(*sid)[64] = calloc((size_t)nc, sizeof(*sid));
     double spent[3] = {0, 0, 0};
     row_t *r[3];
+    hc_t owner;
+    int owner_ok = 0;
 
     for (int k = 0; k < n; k++)
         r[k] = row_new(t[k]->name, "throughput, %ld clients", nc);
@@ -436,14 +451,22 @@ static void phase_throughput_turns(const target_t *const *t, int n)
             "sandgate-bench: throughput, %ld clients per target, %d rounds of a %.0f s turn each, the targets "
             "taking turns\n",
             nc, TP_ROUNDS, TP_TURN_MS / 1e3);
-    if (a == NULL || tid == NULL || g_stop) {
+    if (a == NULL || tid == NULL || sid == NULL || g_stop) {
         for (int k = 0; k < n; k++)
             r[k]->failed = 1;
         goto Exit;
     }
+    owner_ok = hc_init(&owner, t[n - 1]->base, NULL, t[n - 1]->token) == 0;
+    for (long i = 0; owner_ok && i < nc && !g_stop; i++) {
+        char err[256];
+        if (sess_create(&owner, t[n - 1], sid[i], err, sizeof(err)) != 0) {
+            row_err(r[n - 1], "no session: %s", err);
+            sid[i][0] = '\0';
+        }
+    }
     for (int k = 0; k < n; k++) {
         for (long i = 0; i < nc; i++) {
-            a[total] = (turn_client_t){.t = t[k], .k = k, .row = r[k], .turns = &s};
+            a[total] = (turn_client_t){.t = t[k], .k = k, .row = r[k], .turns = &s, .sid = sid[i]};
             if (pthread_create(&tid[total], NULL, turn_client, &a[total]) != 0) {
                 row_err(r[k], "could start only %ld of %ld client threads", started[k], nc);
                 break;
@@ -495,9 +518,17 @@ static void phase_throughput_turns(const target_t *const *t, int n)
         pthread_join(tid[i], NULL);
     for (int k = 0; k < n; k++)
         if (spent[k] > 0 && r[k]->n > 0)
-            row_note(r[k], "%.1f exec/s over %.1f s, in %d turns", (double)r[k]->n / (spent[k] / 1e3), spent[k] / 1e3,
-                     TP_ROUNDS);
+            row_note(r[k], "%.1f exec/s over %.1f s, in %d turns, the same %ld sessions",
+                     (double)r[k]->n / (spent[k] / 1e3), spent[k] / 1e3, TP_ROUNDS, nc);
 Exit:
+    for (long i = 0; owner_ok && sid != NULL && i < nc; i++) {
+        char err[256];
+        if (sid[i][0] != '\0' && sess_delete(&owner, t[n - 1], sid[i], err, sizeof(err)) != 0)
+            fprintf(stderr, "sandgate-bench: delete after throughput: %s\n", err);
+    }
+    if (owner_ok)
+        hc_cleanup(&owner);
+    free(sid);
     free(a);
     free(tid);
 }

@@ -226,7 +226,11 @@ typedef struct {
     double start, end; /* ms; start 0: this client had no session */
 } tp_arg_t;
 
-int tp_client_start(hc_t *c, const target_t *t, row_t *row, char id[64], char path[128], int *inited)
+/* A throughput client's start: its handle c, a session on t and that
+ * session's first execute (untimed: not the steady state). 1 with a
+ * session (id; path its execute's), 0 without (why in row); *inited: c is
+ * to be cleaned up. */
+static int tp_client_start(hc_t *c, const target_t *t, row_t *row, char id[64], char path[128], int *inited)
 {
     char err[256];
     int have = 0;
