@@ -3,6 +3,7 @@
  */
 #include "clock.h"
 
+#include <string.h>
 #include <time.h>
 
 int64_t sg_gw_now_up(void)
@@ -14,8 +15,18 @@ int64_t sg_gw_now_up(void)
 
 void sg_gw_day(int64_t unix_s, char out[9])
 {
-    time_t t = (time_t)unix_s;
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(out, 9, "%Y%m%d", &tm);
+    /* every execute asks; the answer changes once in 86400 s (unix time
+     * has no leap seconds): the last day's, per thread, is kept */
+    static __thread int64_t last_day = INT64_MIN;
+    static __thread char last[9];
+    int64_t day = unix_s >= 0 ? unix_s / 86400 : -((-unix_s + 86399) / 86400);
+
+    if (day != last_day) {
+        time_t t = (time_t)unix_s;
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        strftime(last, sizeof(last), "%Y%m%d", &tm);
+        last_day = day;
+    }
+    memcpy(out, last, sizeof(last));
 }

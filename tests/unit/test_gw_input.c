@@ -3,7 +3,8 @@
  * functions: numeric fields (fields.h: finite, in range, named in the
  * error; NaN and Infinity are read by json-c, 1e308 and -1e300 are valid
  * JSON), numeric query parameters, and the tail parser that finds the
- * result event of a streamed reply (sse_tail.h) whatever the pieces.
+ * result event of a streamed reply (sse_tail.h) whatever the pieces; and
+ * the UTC day daily quotas count by (clock.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,9 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
+#include "clock.h"
 #include "fields.h"
 #include "sse_tail.h"
 #include "sgrun.h"
@@ -165,8 +168,31 @@ static void test_sse_tail_large(void **state)
     free(s);
 }
 
+/* The day quotas count by (clock.h), kept from one call to the next: the
+ * same as gmtime + strftime for every time, across day boundaries both
+ * ways, before 1970 too. */
+static void test_day(void **state)
+{
+    const int64_t base[] = {0, 1732912345, 1735689599, 4102444800LL, -1, -86400, -86401, 951782400};
+    char got[9], want[9];
+
+    for (size_t b = 0; b < sizeof(base) / sizeof(base[0]); b++) {
+        for (int64_t d = -2; d <= 2; d++) {
+            /* each side of a boundary, alternating days */
+            int64_t t = base[b] - base[b] % 86400 + d * 86400 + (d % 2 != 0 ? 86399 : 0);
+            time_t tt = (time_t)t;
+            struct tm tm;
+            gmtime_r(&tt, &tm);
+            strftime(want, sizeof(want), "%Y%m%d", &tm);
+            sg_gw_day(t, got);
+            if (strcmp(got, want) != 0)
+                fail_msg("sg_gw_day(%lld) = %s, want %s", (long long)t, got, want);
+        }
+    }
+}
+
 int main(void)
 {
-    return SG_RUN_TESTS("gw_input", NULL, NULL, NULL, NULL, test_number_fields_refuse, test_number_fields_accept,
-                        test_number_text, test_sse_tail_pieces, test_sse_tail_large);
+    return SG_RUN_TESTS("gw_input", NULL, NULL, NULL, NULL, test_day, test_number_fields_refuse,
+                        test_number_fields_accept, test_number_text, test_sse_tail_pieces, test_sse_tail_large);
 }
