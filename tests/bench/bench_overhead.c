@@ -597,7 +597,7 @@ static void cpu_report(int n)
                 printf(" %8s", "-");
         printf("\n");
     }
-    printf("  the machine's CPU alone allows the gateway %.0f%% of the proxy's throughput (%.0f us a run against "
+    printf("  the machine's CPU alone allows the gateway %.1f%% of the proxy's throughput (%.0f us a run against "
            "%.0f); 85%% needs %.0f us or less, %+.0f us\n",
            100 * us[0][CPU_MACHINE] / us[g][CPU_MACHINE], us[g][CPU_MACHINE], us[0][CPU_MACHINE],
            us[0][CPU_MACHINE] / 0.85, us[0][CPU_MACHINE] / 0.85 - us[g][CPU_MACHINE]);
@@ -623,18 +623,18 @@ void overhead_report(void)
                pct_or_nan(big[g], 50) - pct_or_nan(big[0], 50), pct_or_nan(big[g], 99) - pct_or_nan(big[0], 99),
                pct_or_nan(big[0], 50), pct_or_nan(big[0], 99), pct_or_nan(big[g], 50), pct_or_nan(big[g], 99));
     if (tp_rows == (size_t)nex)
-        printf("  throughput, %ld clients            gateway %.0f exec/s = %.0f%% of the proxy's %.0f\n", opt.clients,
+        printf("  throughput, %ld clients            gateway %.0f exec/s = %.1f%% of the proxy's %.0f\n", opt.clients,
                rate[g], rate[0] > 0 ? 100 * rate[g] / rate[0] : 0, rate[0]);
     if (nex == 3) {
         /* the floor: one more HTTP hop and nothing else */
         printf("  floor, a bare HTTP relay          p50 %+.2f ms  p99 %+.2f ms over the proxy", p50[1] - p50[0],
                p99[1] - p99[0]);
         if (tp_rows == 3)
-            printf(", throughput %.0f exec/s = %.0f%% of the proxy's", rate[1],
+            printf(", throughput %.0f exec/s = %.1f%% of the proxy's", rate[1],
                    rate[0] > 0 ? 100 * rate[1] / rate[0] : 0);
         printf("\n  the gateway over the relay        p50 %+.2f ms", p50[2] - p50[1]);
         if (tp_rows == 3)
-            printf(", throughput %.0f%% of the relay's", rate[1] > 0 ? 100 * rate[2] / rate[1] : 0);
+            printf(", throughput %.1f%% of the relay's", rate[1] > 0 ? 100 * rate[2] / rate[1] : 0);
         printf("\n");
     }
     if (tp_rows == (size_t)nex)
