@@ -37,8 +37,8 @@
  * or disabled, a session closed, by this gateway, another one or
  * sandgate-admin, moves the generation in the same transaction and the
  * signal right after it: the next request after the commit, on every
- * gateway, goes to the database. A closed session stays closed, so that answer is
- * kept whatever the generation. Unknown tokens are never kept. */
+ * gateway, goes to the database. A closed session stays closed, so that
+ * answer is kept whatever the generation. Unknown tokens are never kept. */
 
 #define TOKEN_SLOTS 1024 /* powers of two */
 #define SESSION_SLOTS 4096

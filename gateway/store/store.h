@@ -165,8 +165,8 @@ uint64_t sg_store_generations_signal(const sg_store_t *st);
  * busy timeout: for the connection of the event loop. Its commits never
  * checkpoint (that would fsync on the loop): the other connections' do,
  * as SQLite's automatic checkpoint would, after a commit that leaves the
- * WAL 1000 frames long. The loop writes little (a session's row); the usage rows
- * go in on the DB threads (the usage journal). */
+ * WAL 1000 frames long. The loop writes little (a session's row); the
+ * usage rows go in on the DB threads (the usage journal). */
 void sg_store_no_wait(sg_store_t *st);
 /* Usage rows in one transaction (a group commit): rows[i] with, when
  * count_session[i], its session's executions += 1. When the transaction
