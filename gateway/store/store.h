@@ -156,7 +156,7 @@ typedef struct {
 int sg_store_generations(sg_store_t *st, sg_store_gen_t *out, char *err, size_t errlen);
 /* The generations' signal: a number that every connection on this
  * database, in any process on this machine, moves after each commit that
- * moved the generations (store_gen.c). While it stands still, generations
+ * moved the generations (store_sql.c). While it stands still, generations
  * read after it was last looked at are current — unless a writer died
  * between its commit and the move, or the database was written by a
  * program other than sandgate: a reader bounds the time it trusts it. */

@@ -1,5 +1,6 @@
 /*
- * store_sql.c — the store's connection (store.h): open, schema, the
+ * store_sql.c — the store's connection (store.h): open, its hooks (the
+ * generations' signal, the checkpoints), schema, the
  * prepared statements, and the row helpers its SQL files share
  * (store_sql.h); the tables' calls are in store_tenants.c, store_ledger.c
  * and store_templates.c.
@@ -21,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -348,6 +350,91 @@ static int mkdir_p(const char *dir, char *err, size_t errlen)
     return 0;
 }
 
+/* ---- the connection's hooks ----
+ *
+ * The generations' signal (store.h, store_gen.c): the file <path>-gen
+ * mapped, one counter moved after each commit that moved the generations.
+ * The connection learns that a transaction moved their row from SQLite's
+ * update hook (it sees the triggers' writes too), and that the
+ * transaction is in from the WAL hook, which SQLite calls after the commit
+ * with the write lock released: a reader that sees the counter moved and
+ * then reads the row sees the change. A WAL hook takes the place of
+ * SQLite's automatic checkpoint, so this one does that too, as SQLite
+ * would (st->checkpoint; 0 on the loop's connection, sg_store_no_wait). */
+
+/* SQLite's own wal_autocheckpoint default. */
+#define CHECKPOINT_FRAMES 1000
+
+static void on_update(void *arg, int op, const char *db, const char *table, sqlite3_int64 rowid)
+{
+    sg_store_t *st = arg;
+    (void)op;
+    (void)db;
+    (void)rowid;
+    if (strcmp(table, "generations") == 0)
+        st->gen_moved = 1;
+}
+
+static void on_rollback(void *arg)
+{
+    ((sg_store_t *)arg)->gen_moved = 0;
+}
+
+static int on_commit(void *arg, sqlite3 *db, const char *name, int frames)
+{
+    sg_store_t *st = arg;
+    if (st->gen_moved) {
+        st->gen_moved = 0;
+        __atomic_add_fetch(st->gen_seq, 1, __ATOMIC_RELEASE);
+    }
+    if (st->checkpoint > 0 && frames >= st->checkpoint)
+        sqlite3_wal_checkpoint(db, name);
+    return SQLITE_OK;
+}
+
+static int hook(sg_store_t *st, char *err, size_t errlen)
+{
+    size_t n = strlen(st->path) + sizeof("-gen");
+    char *path = sg_xmalloc(n);
+    struct stat sb;
+    int fd;
+
+    snprintf(path, n, "%s-gen", st->path);
+    /* no POSIX lock is ever taken on this file: closing it drops none */
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        sg_store__errf(err, errlen, "%s: %s", path, strerror(errno));
+        goto Error;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        sg_store__errf(err, errlen, "%s: not a regular file", path);
+        goto Error;
+    }
+    if (sb.st_size < (off_t)sizeof(uint64_t) && ftruncate(fd, sizeof(uint64_t)) != 0) {
+        sg_store__errf(err, errlen, "%s: %s", path, strerror(errno));
+        goto Error;
+    }
+    void *m = mmap(NULL, sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) {
+        sg_store__errf(err, errlen, "%s: mmap: %s", path, strerror(errno));
+        goto Error;
+    }
+    close(fd);
+    free(path);
+    st->gen_seq = m;
+    st->checkpoint = CHECKPOINT_FRAMES;
+    sqlite3_update_hook(st->db, on_update, st);
+    sqlite3_rollback_hook(st->db, on_rollback, st);
+    sqlite3_wal_hook(st->db, on_commit, st);
+    return 0;
+
+Error:
+    if (fd >= 0)
+        close(fd);
+    free(path);
+    return -1;
+}
+
 sg_store_t *sg_store_open(const char *data_dir, char *err, size_t errlen)
 {
     sg_store_t *st;
@@ -386,7 +473,7 @@ sg_store_t *sg_store_open(const char *data_dir, char *err, size_t errlen)
     }
     sqlite3_extended_result_codes(st->db, 1);
     sqlite3_busy_timeout(st->db, SG_BUSY_TIMEOUT_MS);
-    if (sg_store__gen_open(st, err, errlen) != 0)
+    if (hook(st, err, errlen) != 0)
         goto Error;
     deadline = sg_now_ms() + SG_BUSY_TIMEOUT_MS;
     while (setup(st, err, errlen) != 0) {
@@ -412,7 +499,8 @@ void sg_store_close(sg_store_t *st)
     for (int i = 0; i < S__COUNT; i++)
         sqlite3_finalize(st->stmt[i]);
     sqlite3_close_v2(st->db);
-    sg_store__gen_close(st);
+    if (st->gen_seq != NULL)
+        munmap(st->gen_seq, sizeof(uint64_t));
     free(st->path);
     free(st->journal_dir);
     free(st);

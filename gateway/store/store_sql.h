@@ -54,9 +54,10 @@ struct sg_store {
     char *journal_dir; /* <data dir>/SG_USAGE_JOURNAL_DIR (store_journal.c) */
     int busy;          /* the last setup step failed on a lock */
     sqlite3_stmt *stmt[S__COUNT];
-    /* The generations' signal (store_gen.c): the file <path>-gen mapped,
-     * one counter that every connection on this database, in any process,
-     * moves after a commit that moved the generations. */
+    /* The generations' signal (store.h): the file <path>-gen mapped, one
+     * counter that every connection on this database, in any process,
+     * moves after a commit that moved the generations (store_sql.c's
+     * hooks). */
     uint64_t *gen_seq;
     int gen_moved;  /* this transaction moved them (update hook) */
     int checkpoint; /* a commit that leaves the WAL this many frames long checkpoints; 0: never */
@@ -78,11 +79,6 @@ static inline void sg_store__done(sqlite3_stmt *s)
     sqlite3_reset(s);
     sqlite3_clear_bindings(s);
 }
-
-/* Maps st's generations file and hooks st's connection to it
- * (store_gen.c): at open, before the schema is set up. */
-int sg_store__gen_open(sg_store_t *st, char *err, size_t errlen);
-void sg_store__gen_close(sg_store_t *st);
 
 static inline int sg_store__db_err(sg_store_t *st, const char *what, char *err, size_t errlen)
 {
