@@ -211,12 +211,33 @@ static void cache_put(sg_gw_req_t *g)
     }
 }
 
+/* The current generations into *now: the last read while their signal
+ * stands still (GEN_TRUST_US), else read again. 0, or -1 (no store, or
+ * busy: no cache). */
+static int generations_now(sg_store_gen_t *now, uint64_t now_us)
+{
+    char err[256];
+
+    if (gen_store == NULL)
+        return -1;
+    uint64_t signal = sg_store_generations_signal(gen_store);
+    if (gen_last_us == 0 || signal != gen_last_signal || now_us - gen_last_us >= GEN_TRUST_US) {
+        if (sg_store_generations(gen_store, &gen_last, err, sizeof(err)) != 0) {
+            gen_last_us = 0;
+            return -1;
+        }
+        gen_last_us = now_us;
+        gen_last_signal = signal;
+    }
+    *now = gen_last;
+    return 0;
+}
+
 void sg_gw_auth_cache_session(const sg_session_rec_t *rec)
 {
     sg_store_gen_t now;
-    char err[256];
 
-    if (sessions == NULL || gen_store == NULL || sg_store_generations(gen_store, &now, err, sizeof(err)) != 0)
+    if (sessions == NULL || generations_now(&now, sg_now_us()) != 0)
         return;
     session_entry_t *s = session_slot(rec->id, 1);
     s->used = 1;
@@ -231,21 +252,10 @@ static int cache_get(sg_gw_req_t *g)
 {
     unsigned char key[SHA256_DIGEST_LENGTH];
     sg_store_gen_t now;
-    char err[256];
     uint64_t now_us = sg_now_us();
 
-    if (gen_store == NULL)
+    if (generations_now(&now, now_us) != 0)
         return 0;
-    uint64_t signal = sg_store_generations_signal(gen_store);
-    if (gen_last_us != 0 && signal == gen_last_signal && now_us - gen_last_us < GEN_TRUST_US) {
-        now = gen_last;
-    } else {
-        if (sg_store_generations(gen_store, &now, err, sizeof(err)) != 0)
-            return 0;
-        gen_last = now;
-        gen_last_us = now_us;
-        gen_last_signal = signal;
-    }
     token_key(g->token, key);
     token_entry_t *t = token_slot(key, 0);
     if (t == NULL || t->gen != now.auth)

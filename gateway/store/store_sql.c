@@ -394,12 +394,10 @@ static int on_commit(void *arg, sqlite3 *db, const char *name, int frames)
 
 static int hook(sg_store_t *st, char *err, size_t errlen)
 {
-    size_t n = strlen(st->path) + sizeof("-gen");
-    char *path = sg_xmalloc(n);
+    char *path = sg_store__cat(st->path, "-gen");
     struct stat sb;
     int fd;
 
-    snprintf(path, n, "%s-gen", st->path);
     /* no POSIX lock is ever taken on this file: closing it drops none */
     fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0 || fstat(fd, &sb) != 0) {
@@ -439,7 +437,6 @@ sg_store_t *sg_store_open(const char *data_dir, char *err, size_t errlen)
 {
     sg_store_t *st;
     uint64_t deadline;
-    size_t n;
     int fd;
 
     if (data_dir == NULL || data_dir[0] == '\0') {
@@ -449,9 +446,7 @@ sg_store_t *sg_store_open(const char *data_dir, char *err, size_t errlen)
     if (mkdir_p(data_dir, err, errlen) != 0)
         return NULL;
     st = sg_xcalloc(1, sizeof(*st));
-    n = strlen(data_dir) + sizeof("/" SG_STORE_FILE);
-    st->path = sg_xmalloc(n);
-    snprintf(st->path, n, "%s/" SG_STORE_FILE, data_dir);
+    st->path = sg_store__cat(data_dir, "/" SG_STORE_FILE);
     st->journal_dir = sg_store__journal_dir(data_dir);
 
     /* Create the file ourselves so that it is 0600 whatever the umask (SQLite

@@ -7,7 +7,6 @@
 #define SANDGATE_STORE_SQL_H
 
 #include <sqlite3.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "store.h"
@@ -63,14 +62,21 @@ struct sg_store {
     int checkpoint; /* a commit that leaves the WAL this many frames long checkpoints; 0: never */
 };
 
+/* a followed by b, malloc'd: the store's paths. */
+static inline char *sg_store__cat(const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    char *s = sg_xmalloc(na + nb + 1);
+    memcpy(s, a, na);
+    memcpy(s + na, b, nb + 1);
+    return s;
+}
+
 /* <data_dir>/SG_USAGE_JOURNAL_DIR, malloc'd: where the writers
  * (sg_usage_journal_open) and the catch-ups (st->journal_dir) look. */
 static inline char *sg_store__journal_dir(const char *data_dir)
 {
-    size_t n = strlen(data_dir) + sizeof("/" SG_USAGE_JOURNAL_DIR);
-    char *dir = sg_xmalloc(n);
-    snprintf(dir, n, "%s/" SG_USAGE_JOURNAL_DIR, data_dir);
-    return dir;
+    return sg_store__cat(data_dir, "/" SG_USAGE_JOURNAL_DIR);
 }
 
 /* Resets a cached statement for its next use. */
